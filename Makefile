@@ -1,0 +1,34 @@
+# Stable commands: test, preview, render, policy, bench (see README). Every target installs what it needs.
+SHELL := /bin/bash
+PY := .venv/bin/python
+STACK ?= prod
+OUT ?= out/$(STACK)
+STATE := .state
+
+.PHONY: venv test lint unit preview render policy bench
+.DEFAULT_GOAL := preview
+
+venv: .venv/.installed
+.venv/.installed: requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	@.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	@.venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+lint: venv
+	.venv/bin/ruff check .
+	.venv/bin/mypy components agents policies tools bench __main__.py
+
+unit: venv
+	.venv/bin/pytest -n 2 -q
+
+test: lint unit
+
+render: venv
+	$(PY) -m tools.render --stack $(STACK) --out $(OUT)
+
+preview: venv
+	$(PY) -m tools.preview --stack $(STACK)
+
+# Capability targets live in mk/*.mk, one file per capability, so they can change independently.
+-include mk/*.mk
