@@ -1,0 +1,213 @@
+"""The pure decision core: cluster aggregates + previous state + clock in, actions + new state out.
+
+No I/O, no wall clock, no randomness: the shell, the tests and the simulator all call `decide` the same way.
+
+One cluster-wide mode (open/closed) applies to every virtual node. The trigger, on-prem scarcity, is global,
+and which provider a pod lands on is already decided by the scheduler (preferred affinity) and by the
+pod-deletion-cost; opening only some providers would add a second placement policy that fights the first.
+Per-node reconciliation still happens: a virtual node whose taint disagrees with the mode (new node,
+hand edit, a NoExecute variant) is brought back in line.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from agents.burst_controller.settings import BurstSettings
+
+
+class Mode(enum.StrEnum):
+    """Cluster-wide burst mode: OPEN = inference may land on virtual nodes (no burst taint)."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class ActionKind(enum.StrEnum):
+    OPEN_NODE = "open_node"
+    CLOSE_NODE = "close_node"
+    SET_DELETION_COST = "set_deletion_cost"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change to apply. CLOSE_NODE always means the NoSchedule burst taint (never NoExecute)."""
+
+    kind: ActionKind
+    node: str = ""
+    namespace: str = ""
+    pod: str = ""
+    deletion_cost: int = 0
+
+
+@dataclass(frozen=True)
+class VirtualNode:
+    """What the core needs to know about one virtual-kubelet node."""
+
+    name: str
+    provider: str = ""
+    # Effect of our burst taint on the node, or None when absent (= open).
+    taint_effect: str | None = None
+    # GPUs requested by live pods bound to this node: they must fit on-prem before we close.
+    gpus_in_use: int = 0
+    changed_at: float | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.taint_effect is not None
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Aggregates of the cluster at one instant; built in O(virtual nodes) by the incremental view."""
+
+    synced: bool
+    observed_at: float | None
+    onprem_allocatable_gpus: int
+    onprem_free_gpus: int
+    pending_inference_gpus: int = 0
+    pending_training_gpus: int = 0
+    virtual_nodes: Mapping[str, VirtualNode] = field(default_factory=dict)
+    pods_needing_cost: tuple[PodRef, ...] = ()
+
+    @property
+    def external_gpus_in_use(self) -> int:
+        return sum(v.gpus_in_use for v in self.virtual_nodes.values())
+
+
+@dataclass(frozen=True)
+class BurstState:
+    """Controller memory between decisions; recomputable from the cluster (see `state_from_snapshot`)."""
+
+    mode: Mode
+    changed_at: float | None = None
+    low_since: float | None = None  # free on-prem GPUs below the open threshold since
+    pending_since: float | None = None  # inference GPU pods pending since
+    close_since: float | None = None  # close condition true since
+    last_now: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    actions: tuple[Action, ...]
+    state: BurstState
+    reasons: tuple[str, ...]
+    flipped: Mode | None = None  # the mode entered by this decision, if any
+    effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand
+    close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
+
+
+def state_from_snapshot(snapshot: Snapshot, now: float) -> BurstState:
+    """Recover the mode from the taints in the cluster, so a restart changes nothing by itself.
+
+    Nodes we have managed before (they carry our changed-at annotation) decide; a fleet we never touched
+    counts as open unless every node is already tainted. Hold timers start over: a restart is a hold.
+    """
+    nodes = list(snapshot.virtual_nodes.values())
+    managed = [v for v in nodes if v.changed_at is not None] or nodes
+    mode = Mode.OPEN if any(not v.closed for v in managed) else Mode.CLOSED
+    in_mode = [v for v in managed if v.closed == (mode is Mode.CLOSED)]
+    stamps = [v.changed_at for v in in_mode if v.changed_at is not None]
+    return BurstState(mode=mode, changed_at=max(stamps) if stamps else None, last_now=now)
+
+
+def _hold(since: float | None, active: bool, now: float) -> float | None:
+    if not active:
+        return None
+    return now if since is None else since
+
+
+def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings) -> Decision:
+    """Decide the burst mode and the per-node/per-pod actions that make the cluster match it."""
+    blind = replace(state, low_since=None, pending_since=None, close_since=None, last_now=now)
+    if state.last_now is not None and now < state.last_now:
+        return Decision((), blind, (f"clock moved back {state.last_now - now:.1f}s: no flip, holds restart",))
+    if state.changed_at is not None and now < state.changed_at:
+        return Decision((), blind, ("clock is before the last flip: no flip, holds restart",))
+    if not snapshot.synced or snapshot.observed_at is None:
+        return Decision((), blind, ("cluster not listed yet: taints left as they are",))
+    age = now - snapshot.observed_at
+    if age > settings.stale_after_seconds:
+        return Decision((), blind, (f"cluster data {age:.0f}s old: taints left as they are",))
+    if snapshot.onprem_allocatable_gpus <= 0:
+        return Decision((), blind, ("no on-prem GPU capacity visible: taints left as they are",))
+
+    reasons: list[str] = []
+    gap = 0.0 if state.last_now is None else now - state.last_now
+    if gap > settings.stale_after_seconds:
+        # We were not looking in between; a condition is only "sustained" if we saw it sustained.
+        state = replace(state, low_since=None, pending_since=None, close_since=None)
+        reasons.append(f"no decision for {gap:.0f}s: holds restart")
+
+    effective_free = snapshot.onprem_free_gpus - snapshot.pending_training_gpus
+    external = snapshot.external_gpus_in_use
+    close_needs = settings.close_at_free_gpus + external
+    low = effective_free < settings.open_below_free_gpus
+    pending = snapshot.pending_inference_gpus > 0
+    low_since = _hold(state.low_since, low, now)
+    pending_since = _hold(state.pending_since, pending, now)
+    mode = state.mode
+    changed_at = state.changed_at
+    flipped: Mode | None = None
+    close_since: float | None = None
+
+    if mode is Mode.CLOSED:
+        if low_since is not None and now - low_since >= settings.open_hold_seconds:
+            flipped = Mode.OPEN
+            reasons.append(
+                f"open: {effective_free} effective free on-prem GPUs < {settings.open_below_free_gpus} "
+                f"for {now - low_since:.0f}s"
+            )
+        elif pending_since is not None and now - pending_since >= settings.pending_grace_seconds:
+            flipped = Mode.OPEN
+            waited = now - pending_since
+            pending_gpus = snapshot.pending_inference_gpus
+            reasons.append(f"open: {pending_gpus} inference GPUs pending for {waited:.0f}s")
+    else:
+        can_close = not pending and effective_free >= close_needs
+        close_since = _hold(state.close_since, can_close, now)
+        if close_since is not None and now - close_since >= settings.close_hold_seconds:
+            flipped = Mode.CLOSED
+            close_since = None
+            reasons.append(
+                f"close: {effective_free} effective free on-prem GPUs >= {settings.close_at_free_gpus} "
+                f"+ {external} in use externally for {now - (state.close_since or now):.0f}s"
+            )
+
+    if flipped is not None:
+        mode = flipped
+        changed_at = now
+        low_since = pending_since = close_since = None
+
+    actions: list[Action] = []
+    for node in sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name):
+        if mode is Mode.OPEN and node.closed:
+            actions.append(Action(ActionKind.OPEN_NODE, node=node.name))
+        elif mode is Mode.CLOSED and node.taint_effect != "NoSchedule":
+            actions.append(Action(ActionKind.CLOSE_NODE, node=node.name))
+    for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]:
+        actions.append(
+            Action(
+                ActionKind.SET_DELETION_COST,
+                namespace=ref.namespace,
+                pod=ref.name,
+                deletion_cost=settings.external_deletion_cost,
+            )
+        )
+    new_state = BurstState(
+        mode=mode,
+        changed_at=changed_at,
+        low_since=low_since,
+        pending_since=pending_since,
+        close_since=close_since,
+        last_now=now,
+    )
+    return Decision(tuple(actions), new_state, tuple(reasons), flipped, effective_free, close_needs)

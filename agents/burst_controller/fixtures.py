@@ -1,0 +1,118 @@
+"""Builders for API-shaped node and pod objects (the JSON the API serves).
+
+The tests, the benchmark and the simulator describe clusters with these, so they all feed the view
+exactly what a list or watch would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.burst_controller.settings import BurstSettings
+
+_DEFAULT = BurstSettings()
+
+
+def onprem_node(
+    name: str,
+    gpus: int = 8,
+    *,
+    pool: str = "gpu",
+    thermal: bool = False,
+    unschedulable: bool = False,
+    ready: bool = True,
+    settings: BurstSettings = _DEFAULT,
+    resource_version: str = "1",
+) -> dict[str, Any]:
+    taints: list[dict[str, Any]] = []
+    if thermal:
+        taints.append({"key": settings.thermal_taint_key, "value": "hot", "effect": "NoSchedule"})
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": resource_version,
+            "labels": {
+                settings.pool_label: pool,
+                settings.location_label: "onprem",
+                settings.label_prefix + "/gpu-model": "h100",
+            },
+        },
+        "spec": {"taints": taints, "unschedulable": unschedulable},
+        "status": {
+            "allocatable": {settings.gpu_resource: str(gpus), "cpu": "96"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def virtual_node(
+    name: str,
+    provider: str = "gpucloud",
+    *,
+    gpus: int = 64,
+    burst_effect: str | None = "NoSchedule",
+    changed_at: str | None = None,
+    settings: BurstSettings = _DEFAULT,
+    resource_version: str = "1",
+) -> dict[str, Any]:
+    """A virtual-kubelet node; `burst_effect=None` means our taint is absent (open)."""
+    taints: list[dict[str, Any]] = [
+        {"key": "virtual-kubelet.io/provider", "value": provider, "effect": "NoSchedule"}
+    ]
+    if burst_effect is not None:
+        taints.append({"key": settings.taint_key, "value": settings.taint_value, "effect": burst_effect})
+    annotations = {settings.changed_at_annotation: changed_at} if changed_at else {}
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": resource_version,
+            "labels": {
+                settings.location_label: "external",
+                settings.provider_label: provider,
+                settings.pool_label: "external",
+                "type": "virtual-kubelet",
+            },
+            "annotations": annotations,
+        },
+        "spec": {"taints": taints},
+        "status": {
+            "allocatable": {settings.gpu_resource: str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def gpu_pod(
+    name: str,
+    gpus: int = 1,
+    *,
+    node: str | None = None,
+    workload: str = "inference",
+    namespace: str = "serving",
+    phase: str | None = None,
+    unschedulable: bool = False,
+    deletion_cost: int | None = None,
+    settings: BurstSettings = _DEFAULT,
+) -> dict[str, Any]:
+    """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict."""
+    conditions: list[dict[str, Any]] = []
+    if node is None and unschedulable:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
+    annotations = {}
+    if deletion_cost is not None:
+        annotations["controller.kubernetes.io/pod-deletion-cost"] = str(deletion_cost)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"limits": {settings.gpu_resource: str(gpus)}}}]
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {settings.workload_label: workload},
+            "annotations": annotations,
+        },
+        "spec": spec,
+        "status": {"phase": phase or ("Running" if node else "Pending"), "conditions": conditions},
+    }

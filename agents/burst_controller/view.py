@@ -1,0 +1,383 @@
+"""Incremental cluster view: keeps the aggregates `decide` needs, updated in O(1) per watch event.
+
+Objects are the API's own JSON (camelCase dicts, as a list or watch returns them), so the shell never pays
+for typed deserialisation of tens of thousands of pods. Every event first removes the old object's
+contribution and then adds the new one, so the sums cannot drift however events interleave; a pod that
+names a node not seen yet parks its GPUs on a placeholder until the node arrives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import islice
+from typing import Any
+
+from agents.burst_controller.decide import PodRef, Snapshot, VirtualNode
+from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
+
+ONPREM = "onprem"
+VIRTUAL = "virtual"
+OTHER = "other"  # CPU-only or unlabelled nodes: no part in the decision
+MISSING = "missing"  # placeholder for a node that pods name but the node list does not have (yet)
+
+# Taints the node lifecycle controller and `kubectl cordon` set: GPUs behind them are not schedulable.
+_UNSCHEDULABLE_TAINTS = frozenset(
+    {"node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+)
+_BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
+
+Obj = Mapping[str, Any]
+
+
+def parse_gpus(value: Any) -> int:
+    """Quantity of an extended resource; GPUs are whole numbers, anything unparsable counts as none."""
+    if value is None or isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    try:
+        return max(int(str(value)), 0)
+    except ValueError:
+        try:
+            number = float(str(value))
+        except ValueError:
+            return 0
+        return max(math.ceil(number), 0) if math.isfinite(number) else 0
+
+
+def parse_timestamp(value: Any) -> float | None:
+    """Epoch seconds from the changed-at annotation (RFC 3339 or plain seconds); None when unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_gpus(pod: Obj, gpu_resource: str) -> int:
+    """GPUs a pod holds: sum over app containers, or the largest init container if that is bigger."""
+    spec = pod.get("spec") or {}
+
+    def container_gpus(c: Obj) -> int:
+        res = c.get("resources") or {}
+        requests = res.get("requests") or {}
+        limits = res.get("limits") or {}
+        return parse_gpus(requests.get(gpu_resource, limits.get(gpu_resource)))
+
+    app = sum(container_gpus(c) for c in spec.get("containers") or ())
+    init = max((container_gpus(c) for c in spec.get("initContainers") or ()), default=0)
+    return max(app, init)
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    kind: str = MISSING
+    allocatable: int = 0
+    eligible: bool = False
+    requested: int = 0
+    provider: str = ""
+    taint_effect: str | None = None
+    changed_at: float | None = None
+    taints: list[dict[str, Any]] = field(default_factory=list)
+    resource_version: str = ""
+    pods: set[str] = field(default_factory=set)
+
+    def onprem_alloc(self) -> int:
+        return self.allocatable if self.kind == ONPREM and self.eligible else 0
+
+    def onprem_free(self) -> int:
+        return max(self.allocatable - self.requested, 0) if self.kind == ONPREM and self.eligible else 0
+
+
+@dataclass(slots=True, frozen=True)
+class _Pod:
+    key: str
+    namespace: str
+    name: str
+    node: str
+    gpus: int
+    workload: str
+    live: bool
+    unschedulable: bool
+    deleting: bool
+    cost_ok: bool
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What the shell needs to patch a node without a read first: its taints and resourceVersion."""
+
+    name: str
+    taints: tuple[dict[str, Any], ...]
+    resource_version: str
+
+
+class ClusterView:
+    """Aggregates for `decide`, fed by list and watch; `snapshot()` costs O(virtual nodes)."""
+
+    def __init__(self, settings: BurstSettings) -> None:
+        self._s = settings
+        self._cost_value = str(settings.external_deletion_cost)
+        self._nodes: dict[str, _Node] = {}
+        self._pods: dict[str, _Pod] = {}
+        self._virtual: set[str] = set()
+        self._needing_cost: dict[str, PodRef] = {}
+        self.onprem_allocatable = 0
+        self.onprem_free = 0
+        self.pending_inference = 0
+        self.pending_training = 0
+        self.nodes_synced = False
+        self.pods_synced = False
+        self.observed_at: float | None = None
+
+    @classmethod
+    def from_lists(
+        cls, nodes: Iterable[Obj], pods: Iterable[Obj], settings: BurstSettings, now: float
+    ) -> ClusterView:
+        """A view from full lists, as at start or after a re-list."""
+        view = cls(settings)
+        view.replace_nodes(nodes, now)
+        view.replace_pods(pods, now)
+        return view
+
+    # -- freshness -------------------------------------------------------------------------------
+
+    def mark_fresh(self, now: float) -> None:
+        """Record that the API answered at `now` (an event, a bookmark or a quiet watch that ended well)."""
+        self.observed_at = now if self.observed_at is None else max(self.observed_at, now)
+
+    def mark_unsynced(self, nodes: bool = True, pods: bool = True) -> None:
+        """A watch broke and a re-list is due: the core must not act on what may be missing."""
+        if nodes:
+            self.nodes_synced = False
+        if pods:
+            self.pods_synced = False
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def replace_nodes(self, nodes: Iterable[Obj], now: float) -> None:
+        """Apply a full node list: upsert every item, drop the ones no longer there."""
+        seen: set[str] = set()
+        for node in nodes:
+            seen.add(_name(node))
+            self.apply_node("MODIFIED", node)
+        for name in [n for n, rec in self._nodes.items() if rec.kind != MISSING and n not in seen]:
+            self.apply_node("DELETED", {"metadata": {"name": name}})
+        self.nodes_synced = True
+        self.mark_fresh(now)
+
+    def apply_node(self, event_type: str, node: Obj) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) for a node."""
+        name = _name(node)
+        rec = self._nodes.get(name)
+        if rec is None:
+            if event_type == "DELETED":
+                return
+            rec = self._nodes[name] = _Node(name)
+        self.onprem_allocatable -= rec.onprem_alloc()
+        self.onprem_free -= rec.onprem_free()
+        was_virtual = rec.kind == VIRTUAL
+        if event_type == "DELETED":
+            rec.kind, rec.allocatable, rec.eligible, rec.taints = MISSING, 0, False, []
+        else:
+            self._read_node(rec, node)
+        self.onprem_allocatable += rec.onprem_alloc()
+        self.onprem_free += rec.onprem_free()
+        if rec.kind == VIRTUAL:
+            self._virtual.add(name)
+        else:
+            self._virtual.discard(name)
+        if was_virtual != (rec.kind == VIRTUAL):
+            for key in rec.pods:  # rare: a node turned virtual or went away; pods per node are few
+                self._update_cost_need(self._pods[key])
+        if rec.kind == MISSING and not rec.pods:
+            del self._nodes[name]
+
+    def _read_node(self, rec: _Node, node: Obj) -> None:
+        s = self._s
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        taints = [t for t in spec.get("taints") or () if isinstance(t, dict)]
+        allocatable = parse_gpus((status.get("allocatable") or {}).get(s.gpu_resource))
+        provider = labels.get(s.provider_label, "")
+        location = labels.get(s.location_label)
+        is_virtual = (
+            location == "external"
+            or bool(provider)
+            or labels.get("type") == "virtual-kubelet"
+            or any(t.get("key") == _VK_PROVIDER_TAINT for t in taints)
+        )
+        if is_virtual:
+            rec.kind = VIRTUAL
+            rec.provider = provider or next(
+                (str(t.get("value", "")) for t in taints if t.get("key") == _VK_PROVIDER_TAINT), ""
+            )
+        elif location == ONPREM or allocatable > 0:
+            rec.kind = ONPREM
+        else:
+            rec.kind = OTHER
+        rec.allocatable = allocatable
+        blocked = any(
+            t.get("effect") in _BLOCKING_EFFECTS
+            and (t.get("key") == s.thermal_taint_key or t.get("key") in _UNSCHEDULABLE_TAINTS)
+            for t in taints
+        )
+        not_ready = any(
+            c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions") or ()
+        )
+        rec.eligible = not spec.get("unschedulable", False) and not blocked and not not_ready
+        rec.taint_effect = next((str(t.get("effect")) for t in taints if t.get("key") == s.taint_key), None)
+        rec.changed_at = parse_timestamp((meta.get("annotations") or {}).get(s.changed_at_annotation))
+        rec.taints = taints
+        rec.resource_version = str(meta.get("resourceVersion", ""))
+
+    def node_record(self, name: str) -> NodeRecord | None:
+        """Last seen taints and resourceVersion of a node, for an optimistic patch."""
+        rec = self._nodes.get(name)
+        if rec is None or rec.kind == MISSING:
+            return None
+        return NodeRecord(name, tuple(rec.taints), rec.resource_version)
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def replace_pods(self, pods: Iterable[Obj], now: float) -> None:
+        """Apply a full pod list: upsert every item, drop the ones no longer there."""
+        seen: set[str] = set()
+        for pod in pods:
+            rec = self._read_pod(pod)
+            seen.add(rec.key)
+            self._set_pod(rec.key, rec)
+        for key in [k for k in self._pods if k not in seen]:
+            self._set_pod(key, None)
+        self.pods_synced = True
+        self.mark_fresh(now)
+
+    def apply_pod(self, event_type: str, pod: Obj) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) for a pod."""
+        rec = self._read_pod(pod)
+        self._set_pod(rec.key, None if event_type == "DELETED" else rec)
+
+    def _read_pod(self, pod: Obj) -> _Pod:
+        s = self._s
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        namespace = str(meta.get("namespace", ""))
+        name = str(meta.get("name", ""))
+        node = str(spec.get("nodeName") or "")
+        phase = status.get("phase") or "Pending"
+        unschedulable = (
+            not node
+            and phase == "Pending"
+            and any(
+                (c.get("type"), c.get("status"), c.get("reason"))
+                == ("PodScheduled", "False", "Unschedulable")
+                for c in status.get("conditions") or ()
+            )
+        )
+        return _Pod(
+            key=f"{namespace}/{name}",
+            namespace=namespace,
+            name=name,
+            node=node,
+            gpus=pod_gpus(pod, s.gpu_resource),
+            workload=str((meta.get("labels") or {}).get(s.workload_label, "")),
+            live=phase not in _TERMINAL_PHASES,
+            unschedulable=unschedulable,
+            deleting=meta.get("deletionTimestamp") is not None,
+            cost_ok=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION) == self._cost_value,
+        )
+
+    def _set_pod(self, key: str, new: _Pod | None) -> None:
+        old = self._pods.pop(key, None)
+        self._needing_cost.pop(key, None)
+        if old is not None:
+            self._pod_contribution(old, -1)
+        if new is not None:
+            self._pods[key] = new
+            self._pod_contribution(new, +1)
+
+    def _pod_contribution(self, pod: _Pod, sign: int) -> None:
+        if pod.unschedulable and pod.gpus:
+            if pod.workload == "inference":
+                self.pending_inference += sign * pod.gpus
+            elif pod.workload == "training":
+                self.pending_training += sign * pod.gpus
+        if not pod.node:
+            return
+        rec = self._nodes.get(pod.node)
+        if rec is None:
+            rec = self._nodes[pod.node] = _Node(pod.node)
+        self.onprem_free -= rec.onprem_free()
+        if sign > 0:
+            rec.pods.add(pod.key)
+            if pod.live:
+                rec.requested += pod.gpus
+        else:
+            rec.pods.discard(pod.key)
+            if pod.live:
+                rec.requested -= pod.gpus
+        self.onprem_free += rec.onprem_free()
+        if sign > 0:
+            self._update_cost_need(pod)
+        elif rec.kind == MISSING and not rec.pods:
+            del self._nodes[pod.node]
+
+    def _update_cost_need(self, pod: _Pod) -> None:
+        rec = self._nodes.get(pod.node)
+        on_virtual = rec is not None and rec.kind == VIRTUAL
+        if on_virtual and pod.live and not pod.deleting and not pod.cost_ok:
+            self._needing_cost[pod.key] = PodRef(pod.namespace, pod.name)
+        else:
+            self._needing_cost.pop(pod.key, None)
+
+    # -- output ----------------------------------------------------------------------------------
+
+    @property
+    def node_count(self) -> int:
+        return sum(1 for rec in self._nodes.values() if rec.kind != MISSING)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    def snapshot(self) -> Snapshot:
+        """The aggregates as the core's input; O(virtual nodes + pods awaiting a deletion cost)."""
+        virtual = {
+            name: VirtualNode(
+                name=name,
+                provider=rec.provider,
+                taint_effect=rec.taint_effect,
+                gpus_in_use=rec.requested,
+                changed_at=rec.changed_at,
+            )
+            for name in self._virtual
+            for rec in (self._nodes[name],)
+        }
+        return Snapshot(
+            synced=self.nodes_synced and self.pods_synced,
+            observed_at=self.observed_at,
+            onprem_allocatable_gpus=self.onprem_allocatable,
+            onprem_free_gpus=self.onprem_free,
+            pending_inference_gpus=self.pending_inference,
+            pending_training_gpus=self.pending_training,
+            virtual_nodes=virtual,
+            pods_needing_cost=tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle)),
+        )
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))

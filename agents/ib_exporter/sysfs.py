@@ -1,0 +1,297 @@
+"""Reads InfiniBand/RoCE port state and counters from a sysfs tree, one scrape at a time.
+
+Nothing is cached between calls: every scrape walks ``<root>/class/infiniband`` again, so an HCA that
+appears, disappears or changes firmware is seen on the next scrape. The reader never raises on bad
+input. A host under stress is exactly when the exporter must keep answering, so every problem becomes
+an entry in :class:`ScrapeErrors` and the affected series is skipped while the rest of the scrape goes on.
+
+The walk uses ``os.scandir`` and raw ``os.open``/``os.read`` rather than ``pathlib`` and buffered files:
+a full mlx5 port has ~60 files and a GPU node has 8-10 HCAs, so per-file overhead dominates scrape time.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
+# Error reasons, the values of the ``reason`` label of ``infiniband_exporter_scrape_errors_total``.
+REASON_MISSING = "missing"
+"""A file every port must have (state, phys_state, rate) is absent while its device still exists."""
+REASON_UNREADABLE = "unreadable"
+"""The file exists but reading it failed (permissions, EIO, EINVAL from a driver)."""
+REASON_GARBAGE = "garbage"
+"""The file was read but its content is not what the kernel ABI documents."""
+REASON_VANISHED = "device_vanished"
+"""The device or port directory disappeared between listing it and reading it (hot unplug, driver reload)."""
+REASON_WRAPPED = "counter_wrapped"
+"""A counter went backwards since the previous scrape (wrap or reset); recorded by the collector."""
+
+REASONS: tuple[str, ...] = (
+    REASON_MISSING,
+    REASON_UNREADABLE,
+    REASON_GARBAGE,
+    REASON_VANISHED,
+    REASON_WRAPPED,
+)
+
+# mlx5 publishes ``lifespan`` among its hw_counters: it is the refresh period of the other counters in
+# milliseconds, a setting and not an event count, so exporting it as a counter would be a lie.
+_NOT_COUNTERS = frozenset({"lifespan"})
+
+# Values the kernel writes when a port's PMA cannot supply a counter ("N/A (no PMA)"); they mean
+# "unsupported here", not "broken", so such series are skipped without counting an error.
+_UNSUPPORTED_PREFIX = b"N/A"
+
+_MAX_READ = 4096
+
+
+class ScrapeErrors:
+    """Error counts of one scrape, by reason."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = dict.fromkeys(REASONS, 0)
+
+    def add(self, reason: str) -> None:
+        self.counts[reason] += 1
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class PortReading:
+    """One port as read in one scrape. ``None`` means the value could not be read this time."""
+
+    device: str
+    port: str
+    state_id: int | None
+    phys_state_id: int | None
+    rate_bytes_per_second: float | None
+    link_layer: str | None
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """One HCA as read in one scrape. Info attributes are ``""`` when the driver does not publish them."""
+
+    name: str
+    board_id: str
+    firmware_version: str
+    hca_type: str
+    ports: tuple[PortReading, ...]
+
+
+class _Vanished(Exception):
+    """The device being read disappeared; the caller drops the whole device from this scrape."""
+
+
+class _Garbage(ValueError):
+    """A file's content does not match the documented format."""
+
+
+def parse_id_state(raw: bytes) -> int:
+    """Parse ``state``/``phys_state`` content, ``"4: ACTIVE"`` → 4.
+
+    The numeric part is what the IB spec defines; the name after the colon varies between kernels.
+    """
+    head, sep, _ = raw.partition(b":")
+    if not sep:
+        raise _Garbage(f"no 'ID: NAME' in {raw!r}")
+    try:
+        value = int(head.strip())
+    except ValueError as exc:
+        raise _Garbage(f"bad state id in {raw!r}") from exc
+    if value < 0:
+        raise _Garbage(f"negative state id in {raw!r}")
+    return value
+
+
+def parse_rate(raw: bytes) -> float:
+    """Parse ``rate`` content, ``"200 Gb/sec (4X HDR)"`` → 25e9 bytes per second.
+
+    The kernel reports the signalling rate in decimal gigabits; dividing by 8 gives bytes so that the
+    value can be compared directly with the byte counters' rate.
+    """
+    parts = raw.split()
+    if len(parts) < 2 or parts[1] != b"Gb/sec":
+        raise _Garbage(f"no '<n> Gb/sec' in {raw!r}")
+    try:
+        gbits = float(parts[0])
+    except ValueError as exc:
+        raise _Garbage(f"bad rate in {raw!r}") from exc
+    if gbits < 0 or gbits != gbits:  # NaN is the only value not equal to itself
+        raise _Garbage(f"bad rate in {raw!r}")
+    return gbits * 1e9 / 8
+
+
+def parse_counter(raw: bytes) -> int | None:
+    """Parse a counter file: a non-negative decimal integer; ``None`` for the kernel's "N/A" marker."""
+    text = raw.strip()
+    if text.startswith(_UNSUPPORTED_PREFIX):
+        return None
+    if not text.isdigit():  # rejects signs, blanks, hex, NUL bytes and empty files in one test
+        raise _Garbage(f"not a counter: {raw[:40]!r}")
+    return int(text)
+
+
+def _read(path: str) -> bytes:
+    # O_NONBLOCK: a FIFO or device node planted in the tree must not hang the scrape.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return os.read(fd, _MAX_READ)
+    finally:
+        os.close(fd)
+
+
+class SysfsReader:
+    """Walks ``<sysfs_root>/class/infiniband`` on each :meth:`scan` call."""
+
+    def __init__(self, sysfs_root: str) -> None:
+        self.class_dir = os.path.join(sysfs_root, "class", "infiniband")
+
+    def scan(self, errors: ScrapeErrors) -> list[DeviceReading]:
+        """Read every device; problems are added to ``errors`` and never raised.
+
+        A host without InfiniBand has no ``class/infiniband`` directory: that is zero devices, not an
+        error, so the same DaemonSet can run on every GPU pool.
+        """
+        try:
+            names = sorted(entry.name for entry in os.scandir(self.class_dir))
+        except FileNotFoundError:
+            return []
+        except OSError:
+            errors.add(REASON_UNREADABLE)
+            return []
+        devices: list[DeviceReading] = []
+        for name in names:
+            device_dir = self.class_dir + "/" + name
+            try:
+                devices.append(self._device(name, device_dir, errors))
+            except _Vanished:
+                errors.add(REASON_VANISHED)
+        return devices
+
+    def _device(self, name: str, device_dir: str, errors: ScrapeErrors) -> DeviceReading:
+        board_id = self._info(device_dir, "board_id", errors)
+        firmware = self._info(device_dir, "fw_ver", errors)
+        hca_type = self._info(device_dir, "hca_type", errors)
+        ports_dir = device_dir + "/ports"
+        try:
+            port_names = sorted(entry.name for entry in os.scandir(ports_dir))
+        except FileNotFoundError as exc:
+            if not os.path.isdir(device_dir):
+                raise _Vanished(device_dir) from exc
+            port_names = []  # a device without ports (e.g. a half-initialised driver) exports its info only
+        except OSError:
+            errors.add(REASON_UNREADABLE)
+            port_names = []
+        ports = tuple(self._port(name, port, device_dir, ports_dir + "/" + port, errors) for port in port_names)
+        return DeviceReading(name, board_id, firmware, hca_type, ports)
+
+    def _info(self, device_dir: str, attr: str, errors: ScrapeErrors) -> str:
+        try:
+            raw = _read(device_dir + "/" + attr)
+        except FileNotFoundError as exc:
+            if not os.path.isdir(device_dir):
+                raise _Vanished(device_dir) from exc
+            return ""  # optional: not every driver publishes board_id/hca_type
+        except OSError:
+            errors.add(REASON_UNREADABLE)
+            return ""
+        try:
+            return raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            errors.add(REASON_GARBAGE)
+            return ""
+
+    def _port(self, device: str, port: str, device_dir: str, port_dir: str, errors: ScrapeErrors) -> PortReading:
+        state = self._attr(device_dir, port_dir, "state", parse_id_state, errors)
+        phys = self._attr(device_dir, port_dir, "phys_state", parse_id_state, errors)
+        rate = self._attr(device_dir, port_dir, "rate", parse_rate, errors)
+        link_layer = self._attr(device_dir, port_dir, "link_layer", _parse_link_layer, errors)
+        counters = dict(self._counters(device_dir, port_dir + "/counters", errors))
+        hw_counters = dict(self._counters(device_dir, port_dir + "/hw_counters", errors))
+        return PortReading(device, port, state, phys, rate, link_layer, counters, hw_counters)
+
+    def _attr(
+        self,
+        device_dir: str,
+        port_dir: str,
+        attr: str,
+        parse: Callable[[bytes], _T],
+        errors: ScrapeErrors,
+    ) -> _T | None:
+        try:
+            raw = _read(port_dir + "/" + attr)
+        except FileNotFoundError as exc:
+            if not os.path.isdir(device_dir):
+                raise _Vanished(device_dir) from exc
+            errors.add(REASON_VANISHED if not os.path.isdir(port_dir) else REASON_MISSING)
+            return None
+        except OSError:
+            errors.add(REASON_UNREADABLE)
+            return None
+        try:
+            return parse(raw)
+        except _Garbage:
+            errors.add(REASON_GARBAGE)
+            return None
+
+    def _counters(self, device_dir: str, counters_dir: str, errors: ScrapeErrors) -> Iterator[tuple[str, int]]:
+        """Yield ``(file name, value)`` for each readable counter of one directory.
+
+        A missing directory is normal (``hw_counters`` exists only on mlx5-class drivers), so it yields
+        nothing and counts nothing unless the whole device has gone.
+        """
+        try:
+            names = [entry.name for entry in os.scandir(counters_dir)]
+        except FileNotFoundError as exc:
+            if not os.path.isdir(device_dir):
+                raise _Vanished(device_dir) from exc
+            return
+        except OSError:
+            errors.add(REASON_UNREADABLE)
+            return
+        for name in names:
+            if name in _NOT_COUNTERS:
+                continue
+            try:
+                raw = _read(counters_dir + "/" + name)
+            except FileNotFoundError as exc:
+                if not os.path.isdir(device_dir):
+                    raise _Vanished(device_dir) from exc
+                errors.add(REASON_VANISHED)
+                continue
+            except IsADirectoryError:
+                continue  # not a counter (some drivers nest per-queue directories here)
+            except OSError as exc:
+                # EINVAL is what several drivers return for a counter of a port that is down.
+                errors.add(REASON_UNREADABLE if exc.errno != errno.ENOENT else REASON_VANISHED)
+                continue
+            try:
+                value = parse_counter(raw)
+            except _Garbage:
+                errors.add(REASON_GARBAGE)
+                continue
+            if value is not None:
+                yield name, value
+
+
+def _parse_link_layer(raw: bytes) -> str:
+    """``InfiniBand`` or ``Ethernet`` (RoCE); anything else non-empty is kept as the driver wrote it."""
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise _Garbage(f"bad link layer {raw[:40]!r}") from exc
+    if not text or not text.replace("_", "").isalnum():
+        raise _Garbage(f"bad link layer {raw[:40]!r}")
+    return text

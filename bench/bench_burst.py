@@ -1,0 +1,120 @@
+"""Burst controller: decision time per incremental watch event, against a full recompute as the baseline.
+
+For clusters of 100, 1,000 and 4,000 GPU nodes with 20 pods each (plus two virtual nodes), one event is
+`ClusterView.apply_*` + `snapshot()` + `decide()` — exactly what the shell does per event. The baseline
+rebuilds the view from the full lists before deciding, which is what a controller without an incremental
+view would pay per event. Target: under 1 ms per event at 4,000 nodes, flat with cluster size.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+from agents.burst_controller.decide import decide, state_from_snapshot
+from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
+from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.view import ClusterView
+
+SIZES = (100, 1_000, 4_000)
+PODS_PER_NODE = 20
+GPU_PODS_PER_NODE = 8  # the other 12 are CPU-only (daemons, sidecar services)
+EVENTS = 20_000
+BASELINE_REPS = 3
+TARGET_US = 1_000.0
+
+
+def build(nodes: int, settings: BurstSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    node_objs = [onprem_node(f"n{i:05d}", 8) for i in range(nodes)]
+    node_objs += [virtual_node("vk-a", "gpucloud"), virtual_node("vk-b", "othercloud", burst_effect=None)]
+    pods: list[dict[str, Any]] = []
+    for i in range(nodes):
+        for j in range(PODS_PER_NODE):
+            gpus = 1 if j < GPU_PODS_PER_NODE else 0
+            workload = "training" if i % 2 else "inference"
+            pods.append(gpu_pod(f"p{i:05d}-{j:02d}", gpus, node=f"n{i:05d}", workload=workload))
+    return node_objs, pods
+
+
+def events(nodes: int, pods: list[dict[str, Any]], settings: BurstSettings) -> list[tuple[str, str, Any]]:
+    """A repeating mix: pods finishing and coming back, new pending pods, a node pulled for heat and back."""
+    out: list[tuple[str, str, Any]] = []
+    step = max(1, len(pods) // 997)
+    for k in range(EVENTS // 4):
+        pod = pods[(k * step) % len(pods)]
+        out.append(("pod", "DELETED", pod))
+        out.append(("pod", "ADDED", pod))
+        pending = gpu_pod(f"pending-{k % 50}", 1, unschedulable=True)
+        out.append(("pod", "ADDED" if (k // 50) % 2 == 0 else "DELETED", pending))
+        node = f"n{(k * 7919) % nodes:05d}"
+        out.append(("node", "MODIFIED", onprem_node(node, 8, thermal=k % 2 == 0, settings=settings)))
+    return out
+
+
+def measure(nodes: int) -> dict[str, float]:
+    settings = BurstSettings()
+    node_objs, pods = build(nodes, settings)
+    t0 = time.perf_counter()
+    view = ClusterView.from_lists(node_objs, pods, settings, 0.0)
+    build_ms = (time.perf_counter() - t0) * 1e3
+    state = state_from_snapshot(view.snapshot(), 0.0)
+    evs = events(nodes, pods, settings)
+    samples: list[float] = []
+    perf = time.perf_counter
+    for i, (kind, etype, obj) in enumerate(evs):
+        now = float(i)
+        start = perf()
+        if kind == "pod":
+            view.apply_pod(etype, obj)
+        else:
+            view.apply_node(etype, obj)
+        view.mark_fresh(now)
+        state = decide(view.snapshot(), state, now, settings).state
+        samples.append(perf() - start)
+    samples.sort()
+    baseline: list[float] = []
+    for _ in range(BASELINE_REPS):
+        start = perf()
+        full = ClusterView.from_lists(node_objs, pods, settings, 0.0)
+        decide(full.snapshot(), state, float(len(evs)), settings)
+        baseline.append(perf() - start)
+    return {
+        "nodes": nodes,
+        "pods": len(pods),
+        "events": len(samples),
+        "event_us_mean": round(statistics.fmean(samples) * 1e6, 2),
+        "event_us_p50": round(samples[len(samples) // 2] * 1e6, 2),
+        "event_us_p99": round(samples[int(len(samples) * 0.99)] * 1e6, 2),
+        "full_recompute_ms_per_event": round(statistics.fmean(baseline) * 1e3, 2),
+        "initial_list_ms": round(build_ms, 1),
+    }
+
+
+def run() -> dict[str, Any]:
+    """Measure every size; the result is what `make bench` gathers into bench/report.json."""
+    results = {str(n): measure(n) for n in SIZES}
+    largest = results[str(SIZES[-1])]
+    smallest = results[str(SIZES[0])]
+    return {
+        "name": "burst_controller_decision_per_event",
+        "unit": "microseconds",
+        "target_us_at_4000_nodes": TARGET_US,
+        "pods_per_node": PODS_PER_NODE,
+        "sizes": results,
+        "meets_target": largest["event_us_p99"] < TARGET_US,
+        "growth_4000_vs_100": round(largest["event_us_mean"] / smallest["event_us_mean"], 2),
+    }
+
+
+if __name__ == "__main__":
+    report = run()
+    print(json.dumps(report, indent=2))
+    print()
+    print(f"{'nodes':>6} {'pods':>7} {'mean µs':>9} {'p50 µs':>8} {'p99 µs':>8} {'full recompute ms':>18}")
+    for row in report["sizes"].values():
+        print(
+            f"{row['nodes']:>6} {row['pods']:>7} {row['event_us_mean']:>9} {row['event_us_p50']:>8}"
+            f" {row['event_us_p99']:>8} {row['full_recompute_ms_per_event']:>18}"
+        )

@@ -1,0 +1,80 @@
+"""The whole platform layer as one component tree: the single entry point ``__main__.py`` calls."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import ClusterConfig, TierName
+from components.gang_scheduler import GangScheduler, GangSchedulerArgs
+from components.naming import Keys, common_labels
+from components.node_pools import GpuNodePools, NodePoolsArgs
+from components.priority import PriorityTiers, PriorityTiersArgs
+from components.training_job import GangTrainingJob, TrainingJobArgs
+
+
+class PlatformNamespaces(pulumi.ComponentResource):
+    """Namespaces with Pod Security admission: restricted for ours, privileged only where named."""
+
+    def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:core:PlatformNamespaces", name, None, opts)
+        # The system namespace hosts DCGM (SYS_ADMIN) and the IB exporter (hostPath /sys): privileged
+        # admission there, with the exceptions named in components.security.PRIVILEGE_ALLOW_LIST.
+        levels = {
+            cfg.system_namespace: "privileged",
+            cfg.training_namespace: "baseline",
+            cfg.inference_namespace: "baseline",
+            cfg.monitoring_namespace: "restricted",
+        }
+        self.namespaces: dict[str, k8s.core.v1.Namespace] = {}
+        for ns, level in levels.items():
+            self.namespaces[ns] = k8s.core.v1.Namespace(
+                f"ns-{ns}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=ns,
+                    labels={
+                        "pod-security.kubernetes.io/enforce": level,
+                        "pod-security.kubernetes.io/warn": "restricted",
+                        **common_labels(ns, "namespace"),
+                    },
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"names": list(levels)})
+
+
+class UnifiedGpuCluster(pulumi.ComponentResource):
+    """Training and inference sharing on-prem GPUs, with burst, observability and safe checkpoints."""
+
+    def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:index:UnifiedGpuCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        keys = Keys(cfg.label_prefix)
+        self.namespaces = PlatformNamespaces("namespaces", cfg, child)
+        after_ns = pulumi.ResourceOptions(parent=self, depends_on=list(self.namespaces.namespaces.values()))
+        self.priorities = PriorityTiers("priorities", PriorityTiersArgs.from_config(cfg), child)
+        self.node_pools = GpuNodePools("node-pools", NodePoolsArgs.from_config(cfg), child)
+        self.scheduler = GangScheduler(
+            "gang-scheduler",
+            GangSchedulerArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM], keys.pool),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.priorities]),
+        )
+        self.training_jobs = [
+            GangTrainingJob(
+                f"training-{job.name}",
+                TrainingJobArgs.from_config(cfg, job),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.scheduler, *after_ns.depends_on]),  # type: ignore[misc]
+            )
+            for job in cfg.training.jobs
+            if job.enabled
+        ]
+        # Capability components (burst, observability, checkpoints) are wired below, one line each.
+
+        self.onprem_gpus = pulumi.Output.from_input(cfg.onprem_gpus)
+        self.register_outputs(
+            {
+                "onprem_gpus": self.onprem_gpus,
+                "scheduler": self.scheduler.scheduler_name,
+                "priority_classes": {t.value: n for t, n in self.priorities.names.items()},
+            }
+        )

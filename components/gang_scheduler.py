@@ -1,0 +1,297 @@
+"""Gang scheduling: one batch scheduler for every GPU pod on on-prem nodes.
+
+Decision (see README, "Scheduling decision"): training *and* inference pods on GPU nodes are placed by
+the same gang scheduler (Volcano by default). A batch scheduler cannot preempt pods that the
+default scheduler placed, and two schedulers on the same nodes double-book GPUs; with a single
+scheduler the capacity view is one, and a pending training gang gets GPUs through Volcano's
+``reclaim`` action (training queue takes back from the reclaimable inference queue) and ``preempt``
+action (higher PriorityClass wins inside a queue). Inference pods are annotated preemptable, training
+pods are not.
+
+Volcano's own controllers come from its pinned Helm chart (values built and tested here); the queues
+and the scheduler configuration we depend on are first-class objects or chart values, so tests and
+policies see them. kube-batch v0.5 remains as a legacy engine for clusters up to 1.24.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components import images
+from components.config import ClusterConfig, Queue, Scheduling, SchedulingEngine
+from components.naming import common_labels, selector_labels
+from components.security import container_security_context, pod_security_context, resources
+
+VOLCANO_NAMESPACE = "volcano-system"
+KUBE_BATCH_NAMESPACE = "kube-batch"
+
+#: enqueue admits a gang only when its minResources fit; allocate places whole gangs; preempt and
+#: reclaim make room for training by evicting inference; backfill fills the gaps with small pods.
+VOLCANO_ACTIONS = ["enqueue", "allocate", "preempt", "reclaim", "backfill"]
+
+
+@dataclass(frozen=True)
+class GangSchedulerArgs:
+    scheduling: Scheduling
+    gpu_resource: str
+    system_priority_class: str
+    system_pool_selector: dict[str, str]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, system_priority_class: str, system_pool_label: str) -> GangSchedulerArgs:
+        return cls(
+            scheduling=cfg.scheduling,
+            gpu_resource=cfg.gpu_resource,
+            system_priority_class=system_priority_class,
+            system_pool_selector={system_pool_label: cfg.system_pool.name},
+        )
+
+
+KUBE_BATCH_CONF = {
+    "actions": "allocate, backfill, preempt",
+    "tiers": [
+        {"plugins": [{"name": "priority"}, {"name": "gang"}]},
+        {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"}, {"name": "nodeorder"}]},
+    ],
+}
+
+
+def volcano_scheduler_conf() -> dict[str, Any]:
+    """The scheduler configuration: gang first, priority decides preemption, queues share by weight."""
+    return {
+        "actions": ", ".join(VOLCANO_ACTIONS),
+        "tiers": [
+            {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
+            {
+                "plugins": [
+                    {"name": "drf"},
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "nodeorder"},
+                    {"name": "binpack"},
+                ]
+            },
+        ],
+    }
+
+
+def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
+    """Chart values for the pinned Volcano release."""
+    return {
+        "basic": {"image_tag_version": f"v{images.VOLCANO_VERSION}", "image_pull_policy": "IfNotPresent"},
+        "custom": {
+            "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(), sort_keys=False),
+            "scheduler_schedule_period": f"{args.scheduling.schedule_period_seconds}s",
+            "default_queue_enable": False,
+            "scheduler_nodeSelector": args.system_pool_selector,
+            "controller_nodeSelector": args.system_pool_selector,
+            "admission_nodeSelector": args.system_pool_selector,
+            "priority_class": True,
+        },
+    }
+
+
+def queue_spec(queue: Queue, gpu_resource: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"weight": queue.weight, "reclaimable": queue.reclaimable}
+    if queue.gpu_capability is not None:
+        spec["capability"] = {gpu_resource: queue.gpu_capability}
+    return spec
+
+
+class GangScheduler(pulumi.ComponentResource):
+    """The batch scheduler every on-prem GPU pod goes through, and its queues."""
+
+    scheduler_name: pulumi.Output[str]
+    training_queue: pulumi.Output[str]
+    inference_queue: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GangSchedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:scheduling:GangScheduler", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        sched = args.scheduling
+        self.queues: dict[str, k8s.apiextensions.CustomResource] = {}
+        if sched.engine is SchedulingEngine.VOLCANO:
+            ready: list[pulumi.Resource] = []
+            if sched.install:
+                ns = k8s.core.v1.Namespace(
+                    "volcano-namespace",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=VOLCANO_NAMESPACE,
+                        labels={"pod-security.kubernetes.io/enforce": "baseline",
+                                **common_labels("volcano", "gang-scheduler")},
+                    ),
+                    opts=child,
+                )
+                self.chart = k8s.helm.v4.Chart(
+                    "volcano",
+                    chart="volcano",
+                    version=images.VOLCANO_VERSION,
+                    namespace=VOLCANO_NAMESPACE,
+                    repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=images.VOLCANO_CHART_REPO),
+                    values=volcano_values(args),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+                )
+                ready = [self.chart]
+            for queue in (sched.training_queue, sched.inference_queue):
+                self.queues[queue.name] = k8s.apiextensions.CustomResource(
+                    f"queue-{queue.name}",
+                    api_version="scheduling.volcano.sh/v1beta1",
+                    kind="Queue",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(name=queue.name, labels=common_labels(queue.name, "queue")),
+                    spec=queue_spec(queue, args.gpu_resource),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
+                )
+        else:
+            self._kube_batch(args, child)
+        self.scheduler_name = pulumi.Output.from_input(sched.scheduler_name)
+        self.training_queue = pulumi.Output.from_input(sched.training_queue.name)
+        self.inference_queue = pulumi.Output.from_input(sched.inference_queue.name)
+        self.register_outputs(
+            {
+                "scheduler_name": self.scheduler_name,
+                "training_queue": self.training_queue,
+                "inference_queue": self.inference_queue,
+            }
+        )
+
+    def _kube_batch(self, args: GangSchedulerArgs, child: pulumi.ResourceOptions) -> None:
+        """Legacy kube-batch v0.5: CRDs as apiextensions.k8s.io/v1, RBAC, config and Deployment."""
+        labels = common_labels("kube-batch", "gang-scheduler", "v0.5")
+        ns = k8s.core.v1.Namespace(
+            "kube-batch-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=KUBE_BATCH_NAMESPACE, labels=labels),
+            opts=child,
+        )
+        crds = [
+            _kube_batch_crd("podgroups", "PodGroup", "Namespaced", child, {
+                "minMember": {"type": "integer", "minimum": 1},
+                "queue": {"type": "string"},
+                "priorityClassName": {"type": "string"},
+            }),
+            _kube_batch_crd("queues", "Queue", "Cluster", child, {"weight": {"type": "integer", "minimum": 1}}),
+        ]
+        sa = k8s.core.v1.ServiceAccount(
+            "kube-batch-sa",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="kube-batch", namespace=KUBE_BATCH_NAMESPACE, labels=labels),
+            automount_service_account_token=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+        role = k8s.rbac.v1.ClusterRole(
+            "kube-batch-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="kube-batch", labels=labels),
+            rules=_kube_batch_rules(),
+            opts=child,
+        )
+        k8s.rbac.v1.ClusterRoleBinding(
+            "kube-batch-binding",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="kube-batch", labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="kube-batch"
+            ),
+            subjects=[
+                k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name="kube-batch", namespace=KUBE_BATCH_NAMESPACE)
+            ],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        )
+        conf = k8s.core.v1.ConfigMap(
+            "kube-batch-conf",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name="kube-batch-conf", namespace=KUBE_BATCH_NAMESPACE, labels=labels
+            ),
+            data={"kube-batch.conf": yaml.safe_dump(KUBE_BATCH_CONF, sort_keys=False)},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+        k8s.apps.v1.Deployment(
+            "kube-batch",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name="kube-batch", namespace=KUBE_BATCH_NAMESPACE, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=1,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name="kube-batch",
+                        priority_class_name=args.system_priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="kube-batch",
+                            image=images.KUBE_BATCH,
+                            args=["--logtostderr", "--scheduler-conf=/etc/kube-batch/kube-batch.conf",
+                                  "--default-queue=" + args.scheduling.inference_queue.name, "-v=3"],
+                            resources=resources("500m", "512Mi"),
+                            security_context=container_security_context(),
+                            volume_mounts=[
+                                k8s.core.v1.VolumeMountArgs(name="conf", mount_path="/etc/kube-batch", read_only=True)
+                            ],
+                        )],
+                        volumes=[k8s.core.v1.VolumeArgs(
+                            name="conf", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name="kube-batch-conf")
+                        )],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[conf, *crds]),
+        )
+        for queue in (args.scheduling.training_queue, args.scheduling.inference_queue):
+            self.queues[queue.name] = k8s.apiextensions.CustomResource(
+                f"queue-{queue.name}",
+                api_version="scheduling.incubator.k8s.io/v1alpha1",
+                kind="Queue",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=queue.name, labels=common_labels(queue.name, "queue")),
+                spec={"weight": queue.weight},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=crds),
+            )
+
+
+def _kube_batch_crd(
+    plural: str, kind: str, scope: str, opts: pulumi.ResourceOptions, spec_props: dict[str, Any]
+) -> k8s.apiextensions.v1.CustomResourceDefinition:
+    group = "scheduling.incubator.k8s.io"
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": spec_props},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    }
+    return k8s.apiextensions.v1.CustomResourceDefinition(
+        f"crd-{plural}",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{plural}.{group}", labels=common_labels("kube-batch", "crd")),
+        spec=k8s.apiextensions.v1.CustomResourceDefinitionSpecArgs(
+            group=group,
+            scope=scope,
+            names=k8s.apiextensions.v1.CustomResourceDefinitionNamesArgs(
+                plural=plural, singular=kind.lower(), kind=kind, list_kind=f"{kind}List"
+            ),
+            versions=[k8s.apiextensions.v1.CustomResourceDefinitionVersionArgs(
+                name="v1alpha1", served=True, storage=True,
+                schema=k8s.apiextensions.v1.CustomResourceValidationArgs(open_apiv3_schema=cast(Any, schema)),
+                subresources=k8s.apiextensions.v1.CustomResourceSubresourcesArgs(status={}),
+            )],
+        ),
+        opts=opts,
+    )
+
+
+def _kube_batch_rules() -> list[k8s.rbac.v1.PolicyRuleArgs]:
+    rule = k8s.rbac.v1.PolicyRuleArgs
+    return [
+        rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch", "delete"]),
+        rule(api_groups=[""], resources=["pods/binding"], verbs=["create"]),
+        rule(api_groups=[""], resources=["pods/status"], verbs=["update", "patch"]),
+        rule(api_groups=[""], resources=["nodes", "namespaces", "persistentvolumes", "persistentvolumeclaims"],
+             verbs=["get", "list", "watch"]),
+        rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
+        rule(api_groups=["storage.k8s.io"], resources=["storageclasses"], verbs=["get", "list", "watch"]),
+        rule(api_groups=["policy"], resources=["poddisruptionbudgets"], verbs=["get", "list", "watch"]),
+        rule(api_groups=["scheduling.k8s.io"], resources=["priorityclasses"], verbs=["get", "list", "watch"]),
+        rule(api_groups=["scheduling.incubator.k8s.io"], resources=["podgroups", "queues"],
+             verbs=["get", "list", "watch", "update", "patch"]),
+        rule(api_groups=["scheduling.incubator.k8s.io"], resources=["podgroups/status"], verbs=["update", "patch"]),
+    ]

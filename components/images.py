@@ -1,0 +1,20 @@
+"""Every image the platform runs, pinned by tag. One place to bump, one place policies can read."""
+
+from __future__ import annotations
+
+#: Volcano release: chart and images move together.
+VOLCANO_VERSION = "1.15.0"
+VOLCANO_CHART_REPO = "https://volcano-sh.github.io/helm-charts"
+
+KUBE_BATCH = "docker.io/kubesigs/kube-batch:v0.5"
+DESCHEDULER = "registry.k8s.io/descheduler/descheduler:v0.34.0"
+DCGM_EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+
+#: Our own agents, built from agents/*/Dockerfile and published under the platform registry.
+AGENT_REGISTRY = "registry.gpucluster.io/platform"
+AGENT_VERSION = "0.1.0"
+
+
+def agent_image(name: str) -> str:
+    """The pinned image of one of our agents (burst-controller, ib-exporter, thermal-guard…)."""
+    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"

@@ -1,0 +1,71 @@
+"""Reading the stack configuration from the Pulumi runtime and refusing a bad one before any resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from components.config import (
+    PROJECT,
+    ClusterConfig,
+    ConfigError,
+    Problem,
+    parse_config,
+    raw_from_pulumi_config,
+)
+
+
+def _runtime_config() -> tuple[dict[str, Any], set[str]]:
+    """Every ``project:key`` value the engine (or the mock runtime) gave this program, and the secret keys."""
+    values: dict[str, Any] = dict(runtime_config.get_config_env() or {})
+    values.update(runtime_config.CONFIG.get())
+    secrets = set(runtime_config.get_config_secret_keys_env())
+    secrets |= set(runtime_config._SECRET_KEYS.get())
+    return values, secrets
+
+
+def stack_file(stack: str | None = None) -> str:
+    return f"Pulumi.{stack or pulumi.get_stack()}.yaml"
+
+
+def load_stack_config() -> ClusterConfig:
+    """Validate the whole stack config; on any problem stop with one message and register nothing."""
+    values, secret_keys = _runtime_config()
+    project = pulumi.get_project() or PROJECT
+    raw = raw_from_pulumi_config(values, project)
+    secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
+    plain = {k: v for k, v in raw.items() if k not in secret_names}
+    filename = stack_file()
+    cfg = parse_config(plain, filename)
+    problems = check_secrets(cfg, set(raw), secret_names)
+    if problems:
+        raise ConfigError(filename, problems)
+    return cfg
+
+
+def check_secrets(cfg: ClusterConfig, present: set[str], secret_names: set[str]) -> list[Problem]:
+    """Credentials must exist and be Pulumi secrets: plain text would land in state and PR diffs."""
+    problems = []
+    refs = [(f"providers[{i}].credentialsSecret", p.credentials_secret) for i, p in enumerate(cfg.providers)]
+    refs += [
+        (f"inference.services[{i}].traffic.queueCredentialsSecret", s.traffic.queue_credentials_secret)
+        for i, s in enumerate(cfg.inference.services)
+        if s.traffic.queue_credentials_secret
+    ]
+    for path, key in refs:
+        assert key is not None
+        if key not in present:
+            problems.append(Problem(path, f"names config key '{key}', which is not set; run "
+                                          f"`pulumi config set --secret {key} <value>`", key))
+        elif key not in secret_names:
+            problems.append(Problem(path, f"config key '{key}' holds credentials in plain text; set it with "
+                                          f"`pulumi config set --secret {key} <value>`", key))
+    return problems
+
+
+def secret_value(key: str) -> pulumi.Output[str]:
+    """A credential from secret config, kept secret in state and outputs."""
+    return pulumi.Config(PROJECT).require_secret(key)
+

@@ -1,0 +1,187 @@
+"""A gang-scheduled training job template: N workers × G GPUs that start together or not at all.
+
+"Let it crash": any failed or evicted worker restarts the whole gang (a partial NCCL ring cannot make
+progress), up to the retry budget; each restart resumes from the newest checkpoint in the job's own
+sub-path of the checkpoint filesystem. NCCL's watchdog turns a silent hang into a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
+from components.naming import (
+    TRAINING,
+    VOLCANO_PREEMPTABLE_ANNOTATION,
+    Keys,
+    checkpoint_claim_name,
+    common_labels,
+)
+from components.workloads import gpu_resources, onprem_required_affinity, pool_tolerations
+
+
+@dataclass(frozen=True)
+class TrainingJobArgs:
+    job: TrainingJob
+    pool: GpuPool
+    nccl: Nccl
+    namespace: str
+    engine: SchedulingEngine
+    scheduler_name: str
+    queue: str
+    priority_class: str
+    label_prefix: str
+    gpu_resource: str
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
+        return cls(
+            job=job,
+            pool=cfg.pool(job.pool),
+            nccl=cfg.training.nccl,
+            namespace=cfg.training_namespace,
+            engine=cfg.scheduling.engine,
+            scheduler_name=cfg.scheduling.scheduler_name,
+            queue=cfg.scheduling.training_queue.name,
+            priority_class=cfg.priorities.training.name,
+            label_prefix=cfg.label_prefix,
+            gpu_resource=cfg.gpu_resource,
+        )
+
+
+def nccl_env(nccl: Nccl) -> list[dict[str, str]]:
+    """Watchdog environment read by PyTorch's ProcessGroupNCCL."""
+    return [
+        {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "1" if nccl.async_error_handling else "0"},
+        {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},
+        {"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": str(nccl.heartbeat_timeout_seconds)},
+        {"name": "TORCH_NCCL_BLOCKING_WAIT", "value": "0"},
+        {"name": "NCCL_TIMEOUT_SECONDS", "value": str(nccl.collective_timeout_seconds)},
+        {"name": "NCCL_DEBUG", "value": nccl.debug},
+    ]
+
+
+def checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
+    if job.checkpoint is None:
+        return []
+    ck = job.checkpoint
+    return [
+        {"name": "CHECKPOINT_DIR", "value": f"{ck.mount_path}/{job.name}"},
+        {"name": "CHECKPOINT_INTERVAL_STEPS", "value": str(ck.interval_steps)},
+        {"name": "CHECKPOINT_KEEP_LAST", "value": str(ck.keep_last)},
+        {"name": "CHECKPOINT_RESUME", "value": "latest"},
+    ]
+
+
+def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
+    """The worker pod template (plain dict: it sits inside a CRD whose schema the SDK does not type)."""
+    keys = Keys(args.label_prefix)
+    job = args.job
+    labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
+    env = [*nccl_env(args.nccl), *checkpoint_env(job), {"name": "WORLD_SIZE", "value": str(job.workers)}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    if job.checkpoint is not None:
+        mounts.append({"name": "checkpoints", "mountPath": job.checkpoint.mount_path, "subPath": job.name})
+        volumes.append({
+            "name": "checkpoints",
+            "persistentVolumeClaim": {"claimName": checkpoint_claim_name(job.checkpoint.filesystem)},
+        })
+    resources = gpu_resources(args.gpu_resource, job.gpus_per_worker, "64", "1024Gi")
+    return {
+        "metadata": {
+            "labels": labels,
+            "annotations": {VOLCANO_PREEMPTABLE_ANNOTATION: "false"},
+        },
+        "spec": {
+            "schedulerName": args.scheduler_name,
+            "priorityClassName": args.priority_class,
+            "restartPolicy": "Never",
+            "affinity": onprem_required_affinity(keys, job.pool),
+            "tolerations": [
+                {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+                for t in pool_tolerations(keys, [job.pool])
+            ],
+            "containers": [{
+                "name": "trainer",
+                "image": job.image,
+                "command": job.command or None,
+                "env": env,
+                "resources": {"requests": resources.requests, "limits": resources.limits},
+                "volumeMounts": mounts,
+                "securityContext": {"allowPrivilegeEscalation": False},
+            }],
+            "volumes": volumes,
+        },
+    }
+
+
+def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    job = args.job
+    template = worker_pod_template(args)
+    template["spec"] = {k: v for k, v in template["spec"].items() if v is not None}
+    template["spec"]["containers"] = [
+        {k: v for k, v in c.items() if v is not None} for c in template["spec"]["containers"]
+    ]
+    return {
+        "schedulerName": args.scheduler_name,
+        "queue": args.queue,
+        "priorityClassName": args.priority_class,
+        "minAvailable": job.workers,
+        "maxRetry": job.max_retries,
+        "plugins": {"pytorch": ["--master=worker", "--worker=worker", "--port=23456"], "svc": [], "env": []},
+        # Any member failing or being evicted restarts the whole gang from the last checkpoint.
+        "policies": [
+            {"event": "PodFailed", "action": "RestartJob"},
+            {"event": "PodEvicted", "action": "RestartJob"},
+            {"event": "TaskCompleted", "action": "CompleteJob"},
+        ],
+        "tasks": [{"name": "worker", "replicas": job.workers, "minAvailable": job.workers, "template": template}],
+    }
+
+
+class GangTrainingJob(pulumi.ComponentResource):
+    """One training job as a gang: a Volcano Job (or a kube-batch PodGroup + Indexed Job)."""
+
+    gpus: pulumi.Output[int]
+    job: pulumi.CustomResource
+
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:training:GangTrainingJob", name, None, opts)
+        job = args.job
+        meta = k8s.meta.v1.ObjectMetaArgs(
+            name=job.name, namespace=args.namespace, labels=common_labels(job.name, "training-job")
+        )
+        child = pulumi.ResourceOptions(parent=self)
+        if args.engine is SchedulingEngine.VOLCANO:
+            self.job = k8s.apiextensions.CustomResource(
+                f"{name}-job", api_version="batch.volcano.sh/v1alpha1", kind="Job",
+                metadata=meta, spec=volcano_job_spec(args), opts=child,
+            )
+        else:
+            self._kube_batch(args, meta, child)
+        self.gpus = pulumi.Output.from_input(job.workers * job.gpus_per_worker)
+        self.register_outputs({"gpus": self.gpus})
+
+    def _kube_batch(self, args: TrainingJobArgs, meta: k8s.meta.v1.ObjectMetaArgs,
+                    child: pulumi.ResourceOptions) -> None:
+        """Legacy path: kube-batch has no job CRD, so a PodGroup gangs an Indexed Job's pods."""
+        job = args.job
+        k8s.apiextensions.CustomResource(
+            f"{job.name}-podgroup", api_version="scheduling.incubator.k8s.io/v1alpha1", kind="PodGroup",
+            metadata=meta,
+            spec={"minMember": job.workers, "queue": args.queue, "priorityClassName": args.priority_class},
+            opts=child,
+        )
+        template = worker_pod_template(args)
+        template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = job.name
+        self.job = k8s.batch.v1.Job(
+            f"{job.name}-job", metadata=meta,
+            spec=cast(Any, {"completionMode": "Indexed", "completions": job.workers, "parallelism": job.workers,
+                            "backoffLimit": job.max_retries * job.workers, "template": template}),
+            opts=child,
+        )

@@ -1,0 +1,65 @@
+"""Pod-spec building blocks shared by GPU workloads, so training and inference agree on placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi_kubernetes as k8s
+
+from components.naming import EXTERNAL, ONPREM, Keys
+
+
+def onprem_required_expressions(keys: Keys, pool: str | None) -> list[dict[str, Any]]:
+    """Required: on-prem only (never a virtual node), optionally one pool. Training uses this."""
+    expressions: list[dict[str, Any]] = [
+        {"key": keys.location, "operator": "In", "values": [ONPREM]},
+        {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]},
+    ]
+    if pool is not None:
+        expressions.append({"key": keys.pool, "operator": "In", "values": [pool]})
+    return expressions
+
+
+def onprem_required_affinity(keys: Keys, pool: str | None) -> dict[str, Any]:
+    """The affinity (in manifest form) that keeps a pod on on-prem GPU nodes."""
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": onprem_required_expressions(keys, pool)}]
+            }
+        }
+    }
+
+
+def prefer_onprem_affinity(keys: Keys, pool: str | None) -> k8s.core.v1.AffinityArgs:
+    """Required: a GPU node of ours (on-prem or external); preferred: on-prem. Inference uses this."""
+    required = [k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM, EXTERNAL])]
+    preferred = [k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM])]
+    if pool is not None:
+        preferred.append(k8s.core.v1.NodeSelectorRequirementArgs(key=keys.pool, operator="In", values=[pool]))
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=required)]
+            ),
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.PreferredSchedulingTermArgs(
+                    weight=100, preference=k8s.core.v1.NodeSelectorTermArgs(match_expressions=preferred)
+                )
+            ],
+        )
+    )
+
+
+def pool_tolerations(keys: Keys, pools: list[str]) -> list[k8s.core.v1.TolerationArgs]:
+    return [
+        k8s.core.v1.TolerationArgs(key=keys.pool, operator="Equal", value=p, effect="NoSchedule") for p in pools
+    ]
+
+
+def gpu_resources(gpu_resource: str, gpus: int, cpu: str, memory: str) -> k8s.core.v1.ResourceRequirementsArgs:
+    """GPU limits equal requests (extended resources cannot overcommit); memory too."""
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests={gpu_resource: str(gpus), "cpu": cpu, "memory": memory},
+        limits={gpu_resource: str(gpus), "memory": memory},
+    )

@@ -1,0 +1,476 @@
+"""Decision tables for the burst controller core, and the incremental view that feeds it."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.burst_controller.decide import (
+    Action,
+    ActionKind,
+    BurstState,
+    Mode,
+    PodRef,
+    Snapshot,
+    VirtualNode,
+    decide,
+    state_from_snapshot,
+)
+from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
+from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.view import ClusterView
+
+S = BurstSettings(
+    open_below_free_gpus=1,
+    close_at_free_gpus=8,
+    open_hold_seconds=60,
+    close_hold_seconds=600,
+    pending_grace_seconds=30,
+    stale_after_seconds=120,
+    watch_timeout_seconds=60,
+)
+NOW = 10_000.0
+
+
+def snap(
+    free: int,
+    *,
+    alloc: int = 64,
+    pending_inf: int = 0,
+    pending_train: int = 0,
+    vnodes: Mapping[str, tuple[str | None, int]] | None = None,
+    age: float = 1.0,
+    synced: bool = True,
+    cost: tuple[PodRef, ...] = (),
+) -> Snapshot:
+    nodes = vnodes if vnodes is not None else {"vk-a": ("NoSchedule", 0)}
+    return Snapshot(
+        synced=synced,
+        observed_at=NOW - age,
+        onprem_allocatable_gpus=alloc,
+        onprem_free_gpus=free,
+        pending_inference_gpus=pending_inf,
+        pending_training_gpus=pending_train,
+        virtual_nodes={n: VirtualNode(n, "p", eff, used) for n, (eff, used) in nodes.items()},
+        pods_needing_cost=cost,
+    )
+
+
+CLOSED = BurstState(Mode.CLOSED, changed_at=1000.0, last_now=NOW - 5)
+OPEN = BurstState(Mode.OPEN, changed_at=1000.0, last_now=NOW - 5)
+OPEN_A = Action(ActionKind.OPEN_NODE, node="vk-a")
+OPEN_B = Action(ActionKind.OPEN_NODE, node="vk-b")
+CLOSE_A = Action(ActionKind.CLOSE_NODE, node="vk-a")
+CLOSE_B = Action(ActionKind.CLOSE_NODE, node="vk-b")
+OPEN_NODES = {"vk-a": (None, 0)}
+
+TABLE = [
+    # id, snapshot, previous state, expected actions, expected mode
+    ("exhausted-hold-starts", snap(0), CLOSED, (), Mode.CLOSED),
+    ("exhausted-hold-not-met", snap(0), replace(CLOSED, low_since=NOW - 59), (), Mode.CLOSED),
+    ("exhausted-sustained-opens", snap(0), replace(CLOSED, low_since=NOW - 60), (OPEN_A,), Mode.OPEN),
+    (
+        "freed-sustained-closes",
+        snap(20, vnodes=OPEN_NODES),
+        replace(OPEN, close_since=NOW - 600),
+        (CLOSE_A,),
+        Mode.CLOSED,
+    ),
+    ("freed-hold-not-met", snap(20, vnodes=OPEN_NODES), replace(OPEN, close_since=NOW - 599), (), Mode.OPEN),
+    (
+        "freed-but-returning-pods-do-not-fit",
+        snap(20, vnodes={"vk-a": (None, 16)}),
+        replace(OPEN, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "freed-and-returning-pods-fit",
+        snap(24, vnodes={"vk-a": (None, 16)}),
+        replace(OPEN, close_since=NOW - 600),
+        (CLOSE_A,),
+        Mode.CLOSED,
+    ),
+    (
+        "band-while-open-no-close",
+        snap(5, vnodes=OPEN_NODES),
+        replace(OPEN, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    ("band-while-closed-no-open", snap(5), replace(CLOSED, low_since=NOW - 900), (), Mode.CLOSED),
+    ("stale-data-no-change", snap(0, age=121), replace(CLOSED, low_since=NOW - 900), (), Mode.CLOSED),
+    ("not-synced-no-change", snap(0, synced=False), replace(CLOSED, low_since=NOW - 900), (), Mode.CLOSED),
+    ("no-onprem-capacity-visible", snap(0, alloc=0), replace(CLOSED, low_since=NOW - 900), (), Mode.CLOSED),
+    (
+        "stale-while-open-leaves-taints",
+        snap(60, vnodes=OPEN_NODES, age=500),
+        replace(OPEN, close_since=0.0),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "several-nodes-open-together",
+        snap(0, vnodes={"vk-a": ("NoSchedule", 0), "vk-b": ("NoSchedule", 0)}),
+        replace(CLOSED, low_since=NOW - 60),
+        (OPEN_A, OPEN_B),
+        Mode.OPEN,
+    ),
+    (
+        "several-nodes-close-together",
+        snap(40, vnodes={"vk-a": (None, 0), "vk-b": (None, 0)}),
+        replace(OPEN, close_since=NOW - 600),
+        (CLOSE_A, CLOSE_B),
+        Mode.CLOSED,
+    ),
+    (
+        "several-nodes-return-sum-counts",
+        snap(20, vnodes={"vk-a": (None, 8), "vk-b": (None, 8)}),
+        replace(OPEN, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "new-untainted-node-joins-closed",
+        snap(5, vnodes={"vk-a": ("NoSchedule", 0), "vk-b": (None, 0)}),
+        CLOSED,
+        (CLOSE_B,),
+        Mode.CLOSED,
+    ),
+    (
+        "noexecute-rewritten-to-noschedule",
+        snap(5, vnodes={"vk-a": ("NoExecute", 0)}),
+        CLOSED,
+        (CLOSE_A,),
+        Mode.CLOSED,
+    ),
+    (
+        "hand-tainted-node-reopened",
+        snap(0, vnodes={"vk-a": (None, 0), "vk-b": ("NoSchedule", 0)}),
+        OPEN,
+        (OPEN_B,),
+        Mode.OPEN,
+    ),
+    (
+        "training-gang-pending-opens",
+        snap(8, pending_train=8),
+        replace(CLOSED, low_since=NOW - 60),
+        (OPEN_A,),
+        Mode.OPEN,
+    ),
+    (
+        "training-gang-pending-blocks-close",
+        snap(30, pending_train=24, vnodes=OPEN_NODES),
+        replace(OPEN, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "inference-pending-within-grace",
+        snap(4, pending_inf=2),
+        replace(CLOSED, pending_since=NOW - 29),
+        (),
+        Mode.CLOSED,
+    ),
+    (
+        "inference-pending-beyond-grace",
+        snap(4, pending_inf=2),
+        replace(CLOSED, pending_since=NOW - 30),
+        (OPEN_A,),
+        Mode.OPEN,
+    ),
+    (
+        "inference-pending-blocks-close",
+        snap(40, pending_inf=1, vnodes=OPEN_NODES),
+        replace(OPEN, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "pods-on-virtual-nodes-get-cost",
+        snap(5, vnodes=OPEN_NODES, cost=(PodRef("serving", "a"),)),
+        OPEN,
+        (Action(ActionKind.SET_DELETION_COST, namespace="serving", pod="a", deletion_cost=-100),),
+        Mode.OPEN,
+    ),
+    (
+        "clock-backwards-no-flip",
+        snap(0),
+        replace(CLOSED, low_since=NOW - 900, last_now=NOW + 30),
+        (),
+        Mode.CLOSED,
+    ),
+    (
+        "clock-before-last-flip-no-flip",
+        snap(60, vnodes=OPEN_NODES),
+        replace(OPEN, changed_at=NOW + 3600, close_since=NOW - 900),
+        (),
+        Mode.OPEN,
+    ),
+    (
+        "clock-jump-forward-restarts-hold",
+        snap(0),
+        replace(CLOSED, low_since=NOW - 4000, last_now=NOW - 4000),
+        (),
+        Mode.CLOSED,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "state", "actions", "mode"), [row[1:] for row in TABLE], ids=[row[0] for row in TABLE]
+)
+def test_decision_table(
+    snapshot: Snapshot, state: BurstState, actions: tuple[Action, ...], mode: Mode
+) -> None:
+    decision = decide(snapshot, state, NOW, S)
+    assert decision.actions == actions
+    assert decision.state.mode is mode
+    assert decision.state.last_now == NOW
+    assert all(a.kind is not ActionKind.CLOSE_NODE or a.node for a in decision.actions)
+
+
+def test_flip_records_time_and_reason() -> None:
+    decision = decide(snap(0), replace(CLOSED, low_since=NOW - 75), NOW, S)
+    assert decision.flipped is Mode.OPEN
+    assert decision.state.changed_at == NOW
+    assert decision.state.low_since is None
+    assert decision.reasons == ("open: 0 effective free on-prem GPUs < 1 for 75s",)
+    assert decision.effective_free_gpus == 0
+
+
+def test_blind_decisions_reset_holds() -> None:
+    for snapshot, state in [
+        (snap(0, age=121), replace(CLOSED, low_since=NOW - 900)),
+        (snap(0), replace(CLOSED, low_since=NOW - 900, last_now=NOW + 1)),
+    ]:
+        decision = decide(snapshot, state, NOW, S)
+        assert (decision.state.low_since, decision.state.close_since, decision.state.pending_since) == (
+            None,
+            None,
+            None,
+        )
+
+
+def test_clock_backwards_reason() -> None:
+    decision = decide(snap(0), replace(CLOSED, last_now=NOW + 30), NOW, S)
+    assert decision.reasons == ("clock moved back 30.0s: no flip, holds restart",)
+
+
+def test_unobserved_gap_restarts_hold() -> None:
+    decision = decide(snap(20, vnodes=OPEN_NODES), OPEN, NOW, S)
+    jumped = decide(snap(20, vnodes=OPEN_NODES, age=-700), decision.state, NOW + 700, S)
+    assert jumped.actions == ()
+    assert jumped.state.close_since == NOW + 700
+    assert jumped.reasons == ("no decision for 700s: holds restart",)
+
+
+def test_close_condition_needs_hold_counted_from_first_sight() -> None:
+    state = OPEN
+    decision = decide(snap(20, vnodes=OPEN_NODES), state, NOW, S)
+    assert decision.state.close_since == NOW
+    assert decision.close_needs_gpus == 8
+    state = decision.state
+    for t in range(60, 600, 60):  # observed every minute: a sustained condition
+        later = decide(snap(20, vnodes=OPEN_NODES, age=-t), state, NOW + t, S)
+        assert later.actions == ()
+        state = later.state
+    last = decide(snap(20, vnodes=OPEN_NODES, age=-600), state, NOW + 600, S)
+    assert last.actions == (CLOSE_A,)
+    assert last.reasons == ("close: 20 effective free on-prem GPUs >= 8 + 0 in use externally for 600s",)
+
+
+@pytest.mark.parametrize(
+    ("series", "start"),
+    [
+        ([0, 2, 0, 3, 0, 5, 0, 7, 0], Mode.CLOSED),  # dips below the open line, each shorter than the hold
+        ([5, 2, 7, 1, 6, 3, 7, 4], Mode.CLOSED),  # inside the band
+        ([5, 2, 7, 1, 6, 3, 7, 4], Mode.OPEN),
+        ([9, 12, 7, 30, 5, 20, 6, 8], Mode.OPEN),  # rises above the close line, each shorter than the hold
+    ],
+)
+def test_oscillation_never_flips(series: list[int], start: Mode) -> None:
+    vnodes = {"vk-a": ("NoSchedule" if start is Mode.CLOSED else None, 0)}
+    state = BurstState(start, last_now=NOW)
+    t = NOW
+    for step in range(200):
+        t += 50.0  # each value lasts 50 s: shorter than both holds
+        free = series[step % len(series)]
+        decision = decide(replace(snap(free, vnodes=vnodes), observed_at=t), state, t, S)
+        assert decision.actions == ()
+        state = decision.state
+    assert state.mode is start
+
+
+def test_restart_recovers_mode_from_taints() -> None:
+    closed = Snapshot(True, NOW, 64, 5, virtual_nodes={"a": VirtualNode("a", "p", "NoSchedule", 0, 500.0)})
+    assert state_from_snapshot(closed, NOW) == BurstState(Mode.CLOSED, changed_at=500.0, last_now=NOW)
+    mixed = Snapshot(
+        True,
+        NOW,
+        64,
+        5,
+        virtual_nodes={
+            "a": VirtualNode("a", "p", None, 0, 700.0),
+            "b": VirtualNode("b", "p", "NoSchedule", 0, 600.0),
+            "new": VirtualNode("new", "p", "NoSchedule", 0, None),
+        },
+    )
+    assert state_from_snapshot(mixed, NOW) == BurstState(Mode.OPEN, changed_at=700.0, last_now=NOW)
+    untouched = Snapshot(True, NOW, 64, 5, virtual_nodes={"a": VirtualNode("a", "p", None, 0, None)})
+    assert state_from_snapshot(untouched, NOW) == BurstState(Mode.OPEN, changed_at=None, last_now=NOW)
+
+
+def test_restart_then_decide_keeps_taints_until_hold() -> None:
+    snapshot = snap(0)
+    state = state_from_snapshot(snapshot, NOW)
+    decision = decide(snapshot, state, NOW, S)
+    assert decision.actions == ()
+    assert decision.state.low_since == NOW
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+def test_settings_defaults() -> None:
+    s = BurstSettings()
+    assert (s.taint_key, s.taint_value, s.gpu_resource) == ("gpucluster.io/burst", "closed", "nvidia.com/gpu")
+    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.external_deletion_cost) == (1, 8, -100)
+    assert s.changed_at_annotation == "gpucluster.io/burst-changed-at"
+    assert BurstSettings(label_prefix="example.org").taint_key == "example.org/burst"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"close_at_free_gpus": 1}, "cfg.yaml: close_at_free_gpus: must exceed open_below_free_gpus (1)"),
+        ({"nope": 1}, "cfg.yaml: unknown key 'nope'; allowed keys: api_retry_attempts"),
+        ({"open_hold_seconds": "soon"}, "cfg.yaml: key 'open_hold_seconds' must be a number of seconds"),
+        ({"close_at_free_gpus": True}, "cfg.yaml: key 'close_at_free_gpus' must be an integer"),
+        ({"open_hold_seconds": -1}, "cfg.yaml: open_hold_seconds: must be >= 0, got -1.0"),
+        ({"taint_key": "virtual-kubelet.io/provider"}, "cfg.yaml: taint_key: the provider's own taint"),
+        ({"renew_deadline_seconds": 20}, "cfg.yaml: renew_deadline_seconds: must be below lease_duration"),
+    ],
+)
+def test_settings_errors_name_the_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        BurstSettings.from_mapping(data, source="cfg.yaml")
+    assert str(err.value).startswith(message)
+
+
+def test_settings_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "burst.yaml"
+    path.write_text("open_below_free_gpus: 2\nclose_at_free_gpus: '16'\nclose_hold_seconds: 900\n")
+    s = BurstSettings.from_file(path)
+    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.close_hold_seconds) == (2, 16, 900.0)
+    assert BurstSettings.from_mapping(json.loads(s.to_json())) == s
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"close_at_free_gpus": 0}')
+    with pytest.raises(SettingsError, match=f"^{bad}: close_at_free_gpus"):
+        BurstSettings.from_file(bad)
+    with pytest.raises(SettingsError, match="cannot read settings"):
+        BurstSettings.from_file(tmp_path / "missing.yaml")
+
+
+# -- incremental view --------------------------------------------------------------------------------
+
+
+def test_view_aggregates_exclude_thermal_and_cordoned_nodes() -> None:
+    nodes = [
+        onprem_node("n1", 8),
+        onprem_node("hot", 8, thermal=True),
+        onprem_node("cordoned", 8, unschedulable=True),
+        onprem_node("down", 8, ready=False),
+        virtual_node("vk-a", "gpucloud", burst_effect=None, changed_at="2024-05-01T00:00:00Z"),
+        {"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "32"}}},
+    ]
+    pods = [
+        gpu_pod("t1", 6, node="n1", workload="training", namespace="train"),
+        gpu_pod("t2", 8, node="hot", workload="training", namespace="train"),
+        gpu_pod("i1", 2, node="vk-a"),
+        gpu_pod("i2", 1, node="vk-a", deletion_cost=-100),
+        gpu_pod("p1", 2, unschedulable=True),
+        gpu_pod("p2", 4, unschedulable=True, workload="training", namespace="train"),
+        gpu_pod("p3", 4),  # pending, not yet judged by the scheduler
+        gpu_pod("done", 8, node="n1", phase="Succeeded"),
+    ]
+    snapshot = ClusterView.from_lists(nodes, pods, S, NOW).snapshot()
+    assert (snapshot.onprem_allocatable_gpus, snapshot.onprem_free_gpus) == (8, 2)
+    assert (snapshot.pending_inference_gpus, snapshot.pending_training_gpus) == (2, 4)
+    assert snapshot.virtual_nodes == {
+        "vk-a": VirtualNode("vk-a", "gpucloud", None, 3, 1714521600.0),
+    }
+    assert snapshot.pods_needing_cost == (PodRef("serving", "i1"),)
+    assert snapshot.synced and snapshot.observed_at == NOW
+
+
+def test_view_incremental_matches_full_list() -> None:
+    rng = random.Random(7)
+    view = ClusterView(S)
+    view.replace_nodes([], NOW)
+    view.replace_pods([], NOW)
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for step in range(3000):
+        r = rng.random()
+        if r < 0.15:
+            name = f"n{rng.randrange(30)}"
+            if rng.random() < 0.2 and name in nodes:
+                view.apply_node("DELETED", nodes.pop(name))
+            else:
+                obj = (
+                    virtual_node(name, burst_effect=rng.choice([None, "NoSchedule"]))
+                    if name.endswith("7")
+                    else onprem_node(name, 8, thermal=rng.random() < 0.2)
+                )
+                nodes[name] = obj
+                view.apply_node("MODIFIED", obj)
+        else:
+            name = f"p{rng.randrange(300)}"
+            if rng.random() < 0.25 and name in pods:
+                view.apply_pod("DELETED", pods.pop(name))
+            else:
+                node = rng.choice([None, *[f"n{i}" for i in range(30)]])
+                obj = gpu_pod(
+                    name,
+                    rng.randrange(0, 5),
+                    node=node,
+                    workload=rng.choice(["inference", "training", "system"]),
+                    unschedulable=rng.random() < 0.5,
+                    phase=rng.choice([None, None, "Succeeded"]),
+                    deletion_cost=rng.choice([None, -100]),
+                )
+                pods[name] = obj
+                view.apply_pod("ADDED", obj)
+        if step % 500 == 0 or step == 2999:
+            full = ClusterView.from_lists(nodes.values(), pods.values(), S, NOW).snapshot()
+            got = view.snapshot()
+            assert replace(got, pods_needing_cost=()) == replace(full, pods_needing_cost=())
+            assert sorted(got.pods_needing_cost, key=str) == sorted(full.pods_needing_cost, key=str)
+
+
+def test_view_pod_before_node_and_relist_drops_missing() -> None:
+    view = ClusterView(S)
+    view.apply_pod("ADDED", gpu_pod("i1", 2, node="vk-a"))
+    view.apply_pod("ADDED", gpu_pod("t1", 3, node="n1", workload="training"))
+    assert view.snapshot().pods_needing_cost == ()
+    view.apply_node("ADDED", virtual_node("vk-a"))
+    view.apply_node("ADDED", onprem_node("n1", 8))
+    snapshot = view.snapshot()
+    assert snapshot.pods_needing_cost == (PodRef("serving", "i1"),)
+    assert snapshot.virtual_nodes["vk-a"].gpus_in_use == 2
+    assert snapshot.onprem_free_gpus == 5
+    assert not snapshot.synced
+    view.replace_nodes([onprem_node("n1", 8)], NOW)
+    view.replace_pods([gpu_pod("t1", 3, node="n1", workload="training")], NOW)
+    snapshot = view.snapshot()
+    assert (snapshot.virtual_nodes, snapshot.pods_needing_cost, snapshot.onprem_free_gpus) == ({}, (), 5)
+    assert snapshot.synced
+    view.mark_unsynced()
+    assert not view.snapshot().synced

@@ -1,0 +1,217 @@
+"""Drive the real Pulumi engine (built from Go modules by ``make engine``) offline.
+
+The mock runtime shows what the program declares; only the real engine shows that
+``pulumi preview`` and ``pulumi up`` accept it. Everything here goes through
+``tools/pulumi``, which points the CLI at a file backend under ``.state/pulumi``,
+uses a passphrase for local stacks and never downloads plugins.
+
+Stack configuration is read from ``Pulumi.<stack>.yaml`` but never written back:
+the engine gets a copy under ``.state/pulumi/config`` (via ``--config-file``), so
+the passphrase salt and render settings it adds stay out of the committed file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WRAPPER = ROOT / "tools" / "pulumi"
+BUILD_SCRIPT = ROOT / "tools" / "engine" / "build.sh"
+ENGINE_DIR = ROOT / ".state" / "engine"
+PULUMI_STATE = ROOT / ".state" / "pulumi"
+CONFIG_COPIES = PULUMI_STATE / "config"
+
+ENGINE_FILES = (
+    "bin/pulumi",
+    "bin/pulumi-language-python",
+    "bin/pulumi-language-python-exec",
+    "providers/pulumi-resource-kubernetes",
+)
+
+# A preview of the whole stack takes tens of seconds; these bound a hung engine, not a slow one.
+PREVIEW_TIMEOUT_S = 900
+BUILD_TIMEOUT_S = 3600
+
+_SALT = re.compile(r"^encryptionsalt:\s*\S+\s*$", re.MULTILINE)
+
+
+class EngineError(RuntimeError):
+    """The engine could not be run for a reason outside the program (missing build, bad stack)."""
+
+
+def engine_available(engine_dir: Path = ENGINE_DIR) -> bool:
+    """Whether every binary the engine needs has been built."""
+    return all(os.access(engine_dir / f, os.X_OK) for f in ENGINE_FILES)
+
+
+def ensure_engine(timeout_s: int = BUILD_TIMEOUT_S) -> bool:
+    """Build the engine if needed (a no-op when the build stamp is current); True when usable."""
+    if shutil.which("go") is None:
+        return False
+    try:
+        proc = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0 and engine_available()
+
+
+def build_failure_reason() -> str:
+    """One line saying why the engine is not there, for skip messages."""
+    if shutil.which("go") is None:
+        return "go is not installed, so the engine cannot be built"
+    log = ROOT / ".state" / "engine-build.log"
+    if log.is_file():
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln]
+        if lines:
+            return f"engine build failed: {lines[-1]}"
+    return "engine build failed (run `make engine` to see why)"
+
+
+def stack_config_path(stack: str, project_dir: Path = ROOT) -> Path:
+    """The committed stack configuration file; a clear error when it is missing."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stack):
+        raise EngineError(f"invalid stack name {stack!r}: use letters, digits, '-', '_' or '.'")
+    path = project_dir / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise EngineError(f"stack {stack!r} has no configuration file {path}")
+    return path
+
+
+def merge_config_copy(source_text: str, previous_copy: str | None, extra: Mapping[str, str]) -> str:
+    """The engine's copy of a stack config: the committed text, the salt the engine generated
+    before (unless the committed file has its own), and extra top-level config values.
+
+    ``extra`` keys are full config keys (``kubernetes:renderYamlToDirectory``); they are written
+    under ``config:``, which the committed file must already have or gets.
+    """
+    text = source_text if source_text.endswith("\n") or not source_text else source_text + "\n"
+    if previous_copy is not None and not _SALT.search(text):
+        found = _SALT.search(previous_copy)
+        if found:
+            text = found.group(0).strip() + "\n" + text
+    if extra:
+        lines = [f"  {k}: {_yaml_scalar(v)}" for k, v in sorted(extra.items())]
+        if re.search(r"^config:\s*$", text, re.MULTILINE):
+            text = re.sub(r"^config:\s*$", "config:\n" + "\n".join(lines), text, count=1, flags=re.MULTILINE)
+        elif re.search(r"^config:\s*\{\s*\}\s*$", text, re.MULTILINE):
+            text = re.sub(r"^config:.*$", "config:\n" + "\n".join(lines), text, count=1, flags=re.MULTILINE)
+        else:
+            text += "config:\n" + "\n".join(lines) + "\n"
+    return text
+
+
+def _yaml_scalar(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _config_copy(stack: str, project_dir: Path, copies: Path, extra: Mapping[str, str]) -> Path:
+    source = stack_config_path(stack, project_dir)
+    copies.mkdir(parents=True, exist_ok=True)
+    copy = copies / f"Pulumi.{stack}.yaml"
+    previous = copy.read_text(encoding="utf-8") if copy.is_file() else None
+    copy.write_text(merge_config_copy(source.read_text(encoding="utf-8"), previous, extra), encoding="utf-8")
+    return copy
+
+
+def _env(backend_url: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    # No cluster is reachable: keep the provider away from any kubeconfig on the machine, so a
+    # preview runs in the provider's "cluster unreachable" mode.
+    env["KUBECONFIG"] = str(PULUMI_STATE / "no-cluster.kubeconfig")
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env["NO_COLOR"] = "1"
+    if backend_url is not None:
+        env["PULUMI_BACKEND_URL"] = backend_url
+    return env
+
+
+def pulumi(
+    args: Sequence[str],
+    *,
+    cwd: Path = ROOT,
+    backend_url: str | None = None,
+    timeout_s: int = PREVIEW_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tools/pulumi`` with ``args``; output captured as text, never raises on exit code."""
+    return subprocess.run(
+        [str(WRAPPER), *args],
+        cwd=cwd,
+        env=_env(backend_url),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def ensure_stack(
+    stack: str, config_file: Path, *, cwd: Path = ROOT, backend_url: str | None = None
+) -> None:
+    """Create the stack in the file backend the first time it is used."""
+    listed = pulumi(["stack", "ls", "--json"], cwd=cwd, backend_url=backend_url)
+    if listed.returncode == 0 and re.search(rf'"name":\s*"(?:[^"]*/)?{re.escape(stack)}"', listed.stdout):
+        return
+    made = pulumi(
+        ["stack", "init", stack, "--secrets-provider", "passphrase", "--config-file", str(config_file)],
+        cwd=cwd,
+        backend_url=backend_url,
+    )
+    if made.returncode != 0 and "already exists" not in made.stderr:
+        raise EngineError(f"could not create stack {stack!r}: {made.stderr.strip() or made.stdout.strip()}")
+
+
+def real_preview(stack: str, policy_pack: bool = True) -> subprocess.CompletedProcess[str]:
+    """``pulumi preview --diff`` of ``stack`` on the real engine, with the policy pack if asked.
+
+    Raises ``EngineError`` when the engine is not built or the stack has no config file.
+    """
+    if not engine_available():
+        raise EngineError("the engine is not built; run `make engine`")
+    config = _config_copy(stack, ROOT, CONFIG_COPIES, {})
+    ensure_stack(stack, config)
+    args = ["preview", "--diff", "--stack", stack, "--config-file", str(config), "--non-interactive"]
+    if policy_pack:
+        args += ["--policy-pack", str(ROOT / "policies")]
+    return pulumi(args)
+
+
+def render_via_engine(stack: str, out_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``pulumi up`` of ``stack`` through the Kubernetes provider in render mode.
+
+    The provider writes every object as YAML under ``out_dir`` (``0-crd/`` and ``1-manifest/``)
+    instead of applying it. The update runs against a throw-away backend so the project's
+    stacks keep no record of it.
+    """
+    if not engine_available():
+        raise EngineError("the engine is not built; run `make engine`")
+    out_dir = out_dir.resolve()
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    with tempfile.TemporaryDirectory(prefix="engine-render-") as tmp:
+        backend = Path(tmp) / "backend"
+        backend.mkdir()
+        url = f"file://{backend}"
+        config = _config_copy(
+            stack,
+            ROOT,
+            Path(tmp) / "config",
+            {"kubernetes:renderYamlToDirectory": str(out_dir)},
+        )
+        ensure_stack(stack, config, backend_url=url)
+        return pulumi(
+            ["up", "--yes", "--skip-preview", "--stack", stack, "--config-file", str(config), "--non-interactive"],
+            backend_url=url,
+        )

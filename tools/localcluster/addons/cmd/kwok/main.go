@@ -1,0 +1,73 @@
+// kwok for the local control plane: fakes the GPU nodes and the lifecycle of pods bound to them.
+//
+// Without --config, kwok would run with no stages (nodes never Ready, pods never Running); this main
+// then loads the stages kwok itself embeds (fast node init, lease heartbeat, fast pod lifecycle).
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
+	nodelease "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat-with-lease"
+	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
+	"sigs.k8s.io/kwok/pkg/config"
+	"sigs.k8s.io/kwok/pkg/kwok/cmd"
+	"sigs.k8s.io/kwok/pkg/log"
+	"sigs.k8s.io/kwok/pkg/utils/signals"
+)
+
+func hasConfigFlag(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		return a == "-c" || a == "--config" || strings.HasPrefix(a, "--config=") || strings.HasPrefix(a, "-c=")
+	})
+}
+
+// writeDefaultStages writes kwok's embedded stages to one multi-document file and returns its path.
+func writeDefaultStages() (string, error) {
+	docs := []string{
+		nodefast.DefaultNodeInit,
+		nodelease.DefaultNodeHeartbeatWithLease,
+		podfast.DefaultPodReady,
+		podfast.DefaultPodComplete,
+		podfast.DefaultPodDelete,
+	}
+	dir, err := os.MkdirTemp("", "kwok-stages-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "stages.yaml")
+	return path, os.WriteFile(path, []byte(strings.Join(docs, "\n---\n")), 0o600)
+}
+
+func main() {
+	if !hasConfigFlag(os.Args[1:]) {
+		path, err := writeDefaultStages()
+		if err != nil {
+			os.Stderr.WriteString("kwok: writing default stages: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Args = append(os.Args, "--config="+path)
+	}
+
+	flags := pflag.NewFlagSet("kwok", pflag.ContinueOnError)
+	flags.ParseErrorsAllowlist.UnknownFlags = true
+	flags.Usage = func() {}
+
+	ctx, logger := log.InitFlags(signals.SetupSignalContext(), flags)
+	ctx, err := config.InitFlags(ctx, flags)
+	if err != nil {
+		logger.Error("config flags", "err", err)
+		os.Exit(1)
+	}
+	root := cmd.NewCommand(ctx)
+	root.PersistentFlags().AddFlagSet(flags)
+	if err := root.ExecuteContext(ctx); err != nil {
+		logger.Error("kwok exited", "err", err)
+		os.Exit(1)
+	}
+}
