@@ -36,13 +36,30 @@ def load_stack_config() -> ClusterConfig:
     project = pulumi.get_project() or PROJECT
     raw = raw_from_pulumi_config(values, project)
     secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
-    plain = {k: v for k, v in raw.items() if k not in secret_names}
+    # Keys named as credentials are checked by check_secrets (secret or not), never as schema keys.
+    credential_keys = secret_names | set(_credential_refs(raw))
+    plain = {k: v for k, v in raw.items() if k not in credential_keys}
     filename = stack_file()
     cfg = parse_config(plain, filename)
     problems = check_secrets(cfg, set(raw), secret_names)
     if problems:
         raise ConfigError(filename, problems)
     return cfg
+
+
+def _credential_refs(value: Any) -> list[str]:
+    """Config keys the raw config names in any ``*CredentialsSecret``/``credentialsSecret`` field."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.lower().endswith("credentialssecret") and isinstance(item, str):
+                found.append(item)
+            else:
+                found += _credential_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += _credential_refs(item)
+    return found
 
 
 def check_secrets(cfg: ClusterConfig, present: set[str], secret_names: set[str]) -> list[Problem]:

@@ -514,6 +514,8 @@ def test_leader_handover(api: tuple[FakeApi, str]) -> None:
     for sh in (a, b):
         assert sh.relist(NODES) and sh.relist(PODS)
     assert b.reconcile() is None  # the follower never acts
+    assert metric(b, "gpucluster_burst_onprem_free_gpus") == 0
+    assert metric(b, "gpucluster_burst_virtual_node_open", node="vk-a", provider="gpucloud") == 0
     assert [r for r in fake.requests if r[0] == "PATCH"] == []
     lease = fake.objects["leases"]["gpu-burst/burst-controller"]
     assert lease["spec"]["holderIdentity"] == "a"

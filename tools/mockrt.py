@@ -176,6 +176,7 @@ def run_program(
     config: Mapping[str, Any] | None = None,
     secret_keys: set[str] | None = None,
     program: Path = PROGRAM,
+    monitor: RecordingMonitor | None = None,
 ) -> RunResult:
     """Run the program under mocks. ``config`` keys may omit the ``gpu-cluster:`` prefix."""
     if config is None:
@@ -186,7 +187,7 @@ def run_program(
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    monitor = RecordingMonitor(RecordingMocks())
+    monitor = monitor or RecordingMonitor(RecordingMocks())
     settings.reset_options()
     pulumi.runtime.set_all_config(encoded, list(secrets))
     pulumi_mocks.set_mocks(RecordingMocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
@@ -200,6 +201,11 @@ def run_program(
             outputs = _resolve_outputs(root, loop)
     finally:
         sys.path.remove(str(program.parent))
+        # A program that stopped early (a rejected config) leaves registrations queued: cancel them.
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
         asyncio.set_event_loop(None)
     return RunResult(stack=stack, resources=list(monitor.records), outputs=outputs)

@@ -1,0 +1,187 @@
+"""A bad stack config fails before any resource is registered, naming key path, value, expectation, file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, expand_node_names, parse_config
+from tests.conftest import raw_stack
+from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
+
+P = "gpu-cluster:"
+
+
+def fails(stack: str, edit: Callable[[dict[str, Any]], None]) -> str:
+    """Run the real program with an edited stack; assert it stops before registering anything."""
+    config, secrets = raw_stack(stack)
+    edit(config)
+    monitor = RecordingMonitor(RecordingMocks())
+    with pytest.raises(ConfigError) as caught:
+        run_program(stack, config, secrets, monitor=monitor)
+    assert monitor.records == [], "resources were registered before the config was rejected"
+    message = str(caught.value)
+    assert message.startswith(f"invalid stack configuration in Pulumi.{stack}.yaml:")
+    return message
+
+
+def test_prod_and_local_are_valid() -> None:
+    prod = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert prod.onprem_gpus == 2048
+    assert [p.name for p in prod.pools] == ["h100-a", "h200-b"]
+    local = parse_config(raw_from_stack("local"), "Pulumi.local.yaml")
+    assert local.onprem_gpus == 32
+
+
+def test_unknown_key_is_named() -> None:
+    msg = fails("local", lambda c: c[P + "burst"].update({"openBelowFreeGpu": 3}))
+    assert "burst.openBelowFreeGpu: unknown key" in msg
+    assert "(got 3)" in msg
+
+
+def test_unknown_top_level_key() -> None:
+    msg = fails("local", lambda c: c.update({P + "gpuPools": []}))
+    assert "gpuPools: unknown key" in msg
+
+
+def test_wrong_type() -> None:
+    msg = fails("local", lambda c: c[P + "pools"][0].update({"gpusPerNode": "eight"}))
+    assert "pools[0].gpusPerNode: Input should be a valid integer" in msg
+    assert '(got "eight")' in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("gpusPerNode", 0), ("gpusPerNode", -8)],
+)
+def test_zero_or_negative_counts(field: str, value: int) -> None:
+    msg = fails("local", lambda c: c[P + "pools"][0].update({field: value}))
+    assert f"pools[0].{field}: Input should be greater than 0 (got {value})" in msg
+
+
+def test_zero_provider_gpus() -> None:
+    msg = fails("local", lambda c: c[P + "providers"][0].update({"gpus": 0}))
+    assert "providers[0].gpus: Input should be greater than 0 (got 0)" in msg
+
+
+def test_duplicate_pool_names() -> None:
+    def edit(c: dict[str, Any]) -> None:
+        c[P + "pools"].append({"name": "local-gpu", "nodes": ["gpu-extra-01"]})
+
+    msg = fails("local", edit)
+    assert 'pools[1].name: duplicate pool name; first used at index 0 (got "local-gpu")' in msg
+
+
+def test_node_in_two_pools() -> None:
+    def edit(c: dict[str, Any]) -> None:
+        c[P + "pools"].append({"name": "second", "nodes": ["gpu-local-03"]})
+
+    msg = fails("local", edit)
+    assert "pools[1].nodes: node is already in pool 'local-gpu' (got \"gpu-local-03\")" in msg
+
+
+def test_node_listed_twice_in_one_pool() -> None:
+    msg = fails("local", lambda c: c[P + "pools"][0].update({"nodes": ["gpu-local-[01-04]", "gpu-local-02"]}))
+    assert "pools[0].nodes: node listed twice in the pool (got \"gpu-local-02\")" in msg
+
+
+def test_system_node_in_gpu_pool() -> None:
+    msg = fails("local", lambda c: c[P + "systemPool"].update({"nodes": ["gpu-local-01"]}))
+    assert "systemPool.nodes: node is already in GPU pool 'local-gpu'" in msg
+
+
+def test_inference_outranking_training() -> None:
+    msg = fails("local", lambda c: c.update({P + "priorities": {"inference": {"name": "gpu-inference", "value": 5_000_000}}}))
+    assert "priorities: training.value (1000000) must be greater than inference.value (5000000)" in msg
+
+
+def test_priority_above_api_limit() -> None:
+    msg = fails("local", lambda c: c.update({P + "priorities": {"system": {"name": "x", "value": 2_000_000_000}}}))
+    assert "priorities.system.value: Input should be less than or equal to 1000000000" in msg
+
+
+def test_training_as_global_default_refused() -> None:
+    msg = fails("local", lambda c: c.update({P + "priorities": {"globalDefault": "training"}}))
+    assert "globalDefault 'training' would give every unlabelled pod the power to preempt" in msg
+
+
+def test_thermal_threshold_above_hardware_limit() -> None:
+    msg = fails("local", lambda c: c.update({P + "observability": {"thermalThresholdCelsius": 90}}))
+    assert (
+        "observability.thermalThresholdCelsius: must be below the hardware slowdown limit of pool 'local-gpu' "
+        "(H100-SXM5-80GB: 87 °C, pools[0])" in msg
+    )
+    assert "(got 90)" in msg
+
+
+def test_kube_batch_refused_on_modern_kubernetes() -> None:
+    msg = fails("local", lambda c: c[P + "scheduling"].update({"engine": "kube-batch"}))
+    assert "scheduling.engine: 'kube-batch' supports Kubernetes 1.13–1.24, but kubernetesVersion is 1.34" in msg
+    assert "policy/v1beta1" in msg
+
+
+def test_kube_batch_accepted_on_old_kubernetes() -> None:
+    raw = raw_from_stack("local")
+    raw["kubernetesVersion"] = "1.24"
+    raw["scheduling"] = {"engine": "kube-batch", "install": False}
+    cfg = parse_config(raw, "Pulumi.local.yaml")
+    assert cfg.scheduling.scheduler_name == "kube-batch"
+
+
+def test_burst_band_must_be_a_band() -> None:
+    msg = fails("local", lambda c: c[P + "burst"].update({"openBelowFreeGpus": 8, "closeAtFreeGpus": 8}))
+    assert "burst: closeAtFreeGpus (8) must be greater than openBelowFreeGpus (8); otherwise the taint flaps" in msg
+
+
+def test_unpinned_image() -> None:
+    msg = fails("local", lambda c: c[P + "inference"]["services"][0].update({"image": "sdxl:latest"}))
+    assert "inference.services[0].image: must not use the 'latest' tag" in msg
+
+
+def test_every_problem_reported_at_once() -> None:
+    def edit(c: dict[str, Any]) -> None:
+        c[P + "pools"][0]["gpusPerNode"] = 0
+        c[P + "burst"]["bogus"] = 1
+
+    msg = fails("local", edit)
+    assert "pools[0].gpusPerNode" in msg and "burst.bogus: unknown key" in msg
+
+
+def test_missing_required_key() -> None:
+    msg = fails("local", lambda c: c.pop(P + "pools"))
+    assert "pools: required key is missing" in msg
+
+
+def test_plain_text_credentials_refused() -> None:
+    config, secrets = raw_stack("local")
+    secrets.discard(P + "localCloudToken")
+    with pytest.raises(ConfigError, match=r"providers\[0\].credentialsSecret: config key 'localCloudToken' "
+                                          r"holds credentials in plain text"):
+        run_program("local", config, secrets)
+
+
+def test_missing_credentials_named() -> None:
+    config, secrets = raw_stack("local")
+    config.pop(P + "localCloudToken")
+    with pytest.raises(ConfigError, match=r"names config key 'localCloudToken', which is not set; run "
+                                          r"`pulumi config set --secret localCloudToken <value>`"):
+        run_program("local", config, secrets)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected"),
+    [
+        (["gpu-[001-003]"], ["gpu-001", "gpu-002", "gpu-003"]),
+        (["n[8-10].dc1"], ["n8.dc1", "n9.dc1", "n10.dc1"]),
+        (["a", "b-[1-2]"], ["a", "b-1", "b-2"]),
+    ],
+)
+def test_node_ranges(patterns: list[str], expected: list[str]) -> None:
+    assert expand_node_names(patterns) == expected
+
+
+def test_backwards_range() -> None:
+    msg = fails("local", lambda c: c[P + "pools"][0].update({"nodes": ["gpu-[09-01]"]}))
+    assert "range 'gpu-[09-01]' runs backwards (9 > 1)" in msg

@@ -1,0 +1,158 @@
+"""Node pools, priority tiers, gang scheduling and the training gang template, as rendered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from components.gang_scheduler import VOLCANO_ACTIONS
+from tests.conftest import StackRunner
+from tools.mockrt import RunResult
+
+P = "gpu-cluster:"
+
+
+def test_every_prod_gpu_node_is_patched_with_pool_labels_and_taint(prod: RunResult) -> None:
+    patches = {r.metadata["name"]: r.inputs for r in prod.by_type("kubernetes:core/v1:NodePatch")}
+    gpu_nodes = [n for n in patches if n.startswith("gpu-")]
+    assert len(gpu_nodes) == 256
+    node = patches["gpu-b-128"]
+    assert node["metadata"]["labels"]["gpucluster.io/pool"] == "h200-b"
+    assert node["metadata"]["labels"]["gpucluster.io/location"] == "onprem"
+    assert node["metadata"]["labels"]["gpucluster.io/gpu-model"] == "H200-SXM5-141GB"
+    assert node["spec"]["taints"] == [{"key": "gpucluster.io/pool", "value": "h200-b", "effect": "NoSchedule"}]
+    system = patches["cpu-sys-07"]
+    assert system["metadata"]["labels"]["gpucluster.io/pool"] == "system"
+    assert "spec" not in system
+
+
+def test_label_prefix_is_configurable(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "labelPrefix": "ml.example.org"}))
+    node = next(r for r in result.by_type("kubernetes:core/v1:NodePatch") if r.metadata["name"] == "gpu-local-01")
+    assert node.inputs["metadata"]["labels"]["ml.example.org/pool"] == "local-gpu"
+    assert node.inputs["spec"]["taints"][0]["key"] == "ml.example.org/pool"
+
+
+def test_priority_tiers(prod: RunResult) -> None:
+    classes = {r.metadata["name"]: r.inputs for r in prod.by_kind("PriorityClass")}
+    assert classes["gpu-training"]["value"] > classes["gpu-inference"]["value"]
+    assert classes["gpu-training"]["preemptionPolicy"] == "PreemptLowerPriority"
+    assert classes["gpu-inference"]["preemptionPolicy"] == "Never"
+    assert classes["platform-critical"]["value"] > classes["gpu-training"]["value"]
+    defaults = [name for name, c in classes.items() if c.get("globalDefault")]
+    assert defaults == ["standard"]
+
+
+def test_global_default_from_config(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "priorities": {"globalDefault": "inference"}}))
+    defaults = [r.metadata["name"] for r in result.by_kind("PriorityClass") if r.inputs.get("globalDefault")]
+    assert defaults == ["gpu-inference"]
+
+
+def test_volcano_chart_values_carry_our_scheduler_conf(prod: RunResult) -> None:
+    (chart,) = prod.by_type("kubernetes:helm.sh/v4:Chart")
+    assert chart.inputs["chart"] == "volcano"
+    assert chart.inputs["version"] == "1.15.0"
+    values = chart.inputs["values"]
+    assert values["basic"]["image_tag_version"] == "v1.15.0"
+    conf = yaml.safe_load(values["custom"]["scheduler_config_override"])
+    assert [a.strip() for a in conf["actions"].split(",")] == VOLCANO_ACTIONS
+    first_tier = [p["name"] for p in conf["tiers"][0]["plugins"]]
+    assert first_tier == ["priority", "gang", "conformance"]
+    assert values["custom"]["scheduler_nodeSelector"] == {"gpucluster.io/pool": "system"}
+
+
+def test_queues(prod: RunResult) -> None:
+    training = prod.one("Queue", "training").inputs["spec"]
+    inference = prod.one("Queue", "inference").inputs["spec"]
+    assert training == {"weight": 8, "reclaimable": False}
+    assert inference == {"weight": 2, "reclaimable": True}
+
+
+def test_local_stack_uses_the_preinstalled_volcano(local: RunResult) -> None:
+    assert local.by_type("kubernetes:helm.sh/v4:Chart") == []
+    assert {r.metadata["name"] for r in local.by_kind("Queue")} == {"training", "inference"}
+
+
+def test_kube_batch_legacy_engine(run_stack: StackRunner) -> None:
+    def edit(c: dict[str, Any]) -> None:
+        c[P + "kubernetesVersion"] = "1.24"
+        c[P + "scheduling"] = {"engine": "kube-batch"}
+
+    result = run_stack("local", edit)
+    crds = {r.metadata["name"]: r.inputs for r in result.by_kind("CustomResourceDefinition")}
+    assert set(crds) == {"podgroups.scheduling.incubator.k8s.io", "queues.scheduling.incubator.k8s.io"}
+    assert crds["podgroups.scheduling.incubator.k8s.io"]["apiVersion"] == "apiextensions.k8s.io/v1"
+    deploy = result.one("Deployment", "kube-batch").inputs
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "docker.io/kubesigs/kube-batch:v0.5"
+    role = result.one("ClusterRole", "kube-batch").inputs
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert "*" not in verbs
+    assert all("*" not in rule["resources"] for rule in role["rules"])
+    job = result.one("Job", "smoke-gang").inputs
+    assert job["apiVersion"] == "batch/v1"
+    template = job["spec"]["template"]
+    assert template["spec"]["schedulerName"] == "kube-batch"
+    assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "smoke-gang"
+    podgroup = next(r for r in result.by_kind("PodGroup"))
+    assert podgroup.inputs["spec"]["minMember"] == 4
+
+
+def _gang(result: RunResult, name: str) -> dict[str, Any]:
+    job = result.one("Job", name).inputs
+    assert job["apiVersion"] == "batch.volcano.sh/v1alpha1"
+    spec: dict[str, Any] = job["spec"]
+    return spec
+
+
+def test_training_gang(local: RunResult) -> None:
+    spec = _gang(local, "smoke-gang")
+    assert spec["minAvailable"] == 4
+    assert spec["tasks"][0]["replicas"] == 4 and spec["tasks"][0]["minAvailable"] == 4
+    assert spec["queue"] == "training"
+    assert spec["priorityClassName"] == "gpu-training"
+    assert spec["maxRetry"] == 3
+    restart = {p["event"]: p["action"] for p in spec["policies"]}
+    assert restart["PodFailed"] == "RestartJob" and restart["PodEvicted"] == "RestartJob"
+    pod = spec["tasks"][0]["template"]["spec"]
+    assert pod["schedulerName"] == "volcano"
+    exprs = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]} in exprs
+    assert {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]} in exprs
+    assert pod["tolerations"] == [
+        {"key": "gpucluster.io/pool", "operator": "Equal", "value": "local-gpu", "effect": "NoSchedule"}
+    ]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "480"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == container["resources"]["requests"]["nvidia.com/gpu"]
+
+
+def test_prod_example_job_is_disabled_but_can_be_enabled(prod: RunResult, run_stack: StackRunner) -> None:
+    assert [r for r in prod.by_kind("Job") if r.metadata.get("name") == "llm-pretrain-70b"] == []
+
+    def enable(c: dict[str, Any]) -> None:
+        c[P + "training"]["jobs"][0]["enabled"] = True
+
+    result = run_stack("prod", enable)
+    spec = _gang(result, "llm-pretrain-70b")
+    assert spec["minAvailable"] == 64
+    assert spec["maxRetry"] == 20
+
+
+def test_outputs(prod: RunResult) -> None:
+    assert prod.outputs["onpremGpus"] == 2048
+    assert prod.outputs["scheduler"] == "volcano"
+
+
+def test_children_are_parented_to_their_component(prod: RunResult) -> None:
+    by_urn = prod.by_urn()
+    queue = prod.one("Queue", "training")
+    assert by_urn[queue.parent].type == "gpu-cluster:scheduling:GangScheduler"
+    patch = next(iter(prod.by_type("kubernetes:core/v1:NodePatch")))
+    assert by_urn[patch.parent].type == "gpu-cluster:nodes:GpuNodePools"
+    assert by_urn[by_urn[patch.parent].parent].type == "gpu-cluster:index:UnifiedGpuCluster"
