@@ -164,6 +164,10 @@ class SystemPool(_Model):
     name: DnsLabel = "system"
     nodes: NodePatterns
 
+    @property
+    def node_names(self) -> list[str]:
+        return expand_node_names(self.nodes)
+
 
 class PriorityTier(_Model):
     name: DnsLabel

@@ -185,3 +185,9 @@ def test_node_ranges(patterns: list[str], expected: list[str]) -> None:
 def test_backwards_range() -> None:
     msg = fails("local", lambda c: c[P + "pools"][0].update({"nodes": ["gpu-[09-01]"]}))
     assert "range 'gpu-[09-01]' runs backwards (9 > 1)" in msg
+
+
+def test_configuration_reference_matches_the_schema() -> None:
+    from tools.config_doc import DOC, render
+
+    assert DOC.read_text() == render(), "docs/configuration.md is stale: run `python -m tools.config_doc`"

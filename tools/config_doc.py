@@ -1,0 +1,113 @@
+"""Generate the configuration reference (docs/configuration.md) from the stack schema itself.
+
+``python -m tools.config_doc`` rewrites the file; ``--check`` exits non-zero when the committed file
+differs from the schema, which ``make test`` runs so the reference cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from components.config import PROJECT, ClusterConfig
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is list:
+        return f"list[{_type_name(typing.get_args(annotation)[0])}]"
+    if origin is dict:
+        key, value = typing.get_args(annotation)
+        return f"map[{_type_name(key)}, {_type_name(value)}]"
+    if origin is typing.Literal:
+        return " \\| ".join(repr(a) for a in typing.get_args(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return " \\| ".join(f"`{m.value}`" for m in annotation)
+    if annotation is type(None):
+        return "null"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        inner = _nested_model(arg)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "**required**"
+    if field.default_factory is not None:
+        return "`[]`" if field.default_factory is list else "`{}`"
+    value = field.default
+    if value is PydanticUndefined or isinstance(value, BaseModel):
+        return "see below" if isinstance(value, BaseModel) else ""
+    if isinstance(value, Enum):
+        value = value.value
+    return f"`{value!r}`" if not isinstance(value, bool) else f"`{str(value).lower()}`"
+
+
+def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
+    out: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        path = f"{prefix}.{key}" if prefix else key
+        nested = _nested_model(field.annotation)
+        list_suffix = "[]" if typing.get_origin(field.annotation) is list else ""
+        out.append((path + list_suffix, _type_name(field.annotation), _default(field)))
+        if nested is not None:
+            out += rows(nested, path + list_suffix)
+    return out
+
+
+def render() -> str:
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `components/config.py` by `python -m tools.config_doc`; do not edit by hand.",
+        f"Every top-level key is set in `Pulumi.<stack>.yaml` under the `{PROJECT}:` namespace, e.g.",
+        f"`{PROJECT}:burst: {{openBelowFreeGpus: 16}}`. Unknown keys are errors.",
+        "",
+        "| key | type | default |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{path}` | {kind} | {default} |" for path, kind, default in rows(ClusterConfig, "")]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if not DOC.exists() or DOC.read_text() != text:
+            print(f"{DOC.relative_to(DOC.parent.parent)} is out of date: run `python -m tools.config_doc`")
+            return 1
+        return 0
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
