@@ -46,6 +46,7 @@ def fetch(url: str) -> str:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    """Poll the landing page, not /metrics, so that readiness does not count as a scrape."""
     for _ in range(400):
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before serving {url}")
@@ -61,10 +62,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 def serve(argv: list[str], port: int) -> Iterator[str]:
     """Run an exporter process and yield its metrics URL once it answers."""
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
     try:
-        _wait_ready(url, proc)
-        yield url
+        _wait_ready(f"http://127.0.0.1:{port}/", proc)
+        yield f"http://127.0.0.1:{port}/metrics"
     finally:
         proc.terminate()
         try:
@@ -124,9 +124,7 @@ def run(scrapes: int = SCRAPES, hcas: int = HCAS) -> dict[str, Any]:
         full_node(root, hcas)
         with ib_exporter(root) as ours_url, node_exporter(root) as peer_url:
             ours_series = sum(1 for line in fetch(ours_url).splitlines() if line.startswith("infiniband_"))
-            peer_series = sum(
-                1 for line in fetch(peer_url).splitlines() if line.startswith("node_infiniband_")
-            )
+            peer_series = sum(1 for line in fetch(peer_url).splitlines() if line.startswith("node_infiniband_"))
             for _ in range(10):  # warm both (imports, first-scrape allocations) before timing
                 fetch(ours_url)
                 fetch(peer_url)

@@ -5,11 +5,17 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.burst_controller import BurstController, BurstControllerArgs
+from components.checkpoint import CheckpointStorage, CheckpointStorageArgs
 from components.config import ClusterConfig, TierName
+from components.descheduler import DeschedulerArgs, GradualReturn
 from components.gang_scheduler import GangScheduler, GangSchedulerArgs
+from components.inference import InferencePlatform
 from components.naming import Keys, common_labels
 from components.node_pools import GpuNodePools, NodePoolsArgs
+from components.observability import ObservabilityArgs, ObservabilityStack
 from components.priority import PriorityTiers, PriorityTiersArgs
+from components.providers import external_providers
 from components.training_job import GangTrainingJob, TrainingJobArgs
 
 
@@ -59,16 +65,25 @@ class UnifiedGpuCluster(pulumi.ComponentResource):
             GangSchedulerArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM], keys.pool),
             pulumi.ResourceOptions(parent=self, depends_on=[self.priorities]),
         )
+        self.checkpoints = CheckpointStorage("checkpoints", CheckpointStorageArgs.from_config(cfg), after_ns)
         self.training_jobs = [
             GangTrainingJob(
                 f"training-{job.name}",
                 TrainingJobArgs.from_config(cfg, job),
-                pulumi.ResourceOptions(parent=self, depends_on=[self.scheduler, *after_ns.depends_on]),  # type: ignore[misc]
+                pulumi.ResourceOptions(
+                    parent=self, depends_on=[self.scheduler, self.checkpoints, *after_ns.depends_on]  # type: ignore[misc]
+                ),
             )
             for job in cfg.training.jobs
             if job.enabled
         ]
         # Capability components (burst, observability, checkpoints) are wired below, one line each.
+        placed = pulumi.ResourceOptions(parent=self, depends_on=[self.priorities, self.scheduler, *after_ns.depends_on])  # type: ignore[misc]
+        self.providers = external_providers(cfg, placed)
+        self.burst_controller = BurstController("burst-controller", BurstControllerArgs.from_config(cfg), placed)
+        self.inference = InferencePlatform("inference", cfg, placed)
+        self.gradual_return = GradualReturn("descheduler", DeschedulerArgs.from_config(cfg), placed)
+        self.observability = ObservabilityStack("observability", ObservabilityArgs.from_config(cfg), placed)
 
         self.onprem_gpus = pulumi.Output.from_input(cfg.onprem_gpus)
         self.register_outputs(

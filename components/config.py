@@ -280,6 +280,16 @@ class ProviderKind(StrEnum):
     LIQO = "liqo"
 
 
+#: Provider kinds whose preset cannot pin the virtual node name, its labels and the burst taint, and why.
+UNSUPPORTED_PROVIDER_KINDS: dict[ProviderKind, str] = {
+    ProviderKind.ADMIRALTY: (
+        "kind 'admiralty' has no preset: Admiralty's shared agent names its virtual nodes itself "
+        "(admiralty-<namespace>-<target>-<hash>), so nodeName, the external labels and the burst taint "
+        "cannot be pinned; use 'liqo' for a peered cluster or 'virtual-kubelet' for a GPU cloud"
+    ),
+}
+
+
 class ExternalProvider(_Model):
     """External GPU capacity exposed as one virtual-kubelet node."""
 
@@ -296,6 +306,52 @@ class ExternalProvider(_Model):
     credentials_secret: str
     extra_args: list[str] = Field(default_factory=list)
     region: str = ""
+    #: virtual-kubelet: the ``--provider`` name compiled into the provider binary (e.g. ``azure``).
+    vk_provider: DnsLabel | None = None
+    #: Whether pods on this node get cluster-routable IPs (a Service can reach them). Default per kind:
+    #: liqo yes (its network fabric), virtual-kubelet no (a GPU cloud behind its own API).
+    pods_routable: bool | None = None
+    #: liqo: the peered cluster's ID, this cluster's ID, and this cluster's pod CIDR.
+    foreign_cluster_id: DnsLabel | None = None
+    home_cluster_id: DnsLabel | None = None
+    local_pod_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")] | None = None
+    liqo_namespace: DnsLabel = "liqo"
+    #: liqo: the namespace `liqoctl peer` created for this peering; default ``liqo-tenant-<foreignClusterId>``.
+    tenant_namespace: DnsLabel | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Self:
+        if self.kind in UNSUPPORTED_PROVIDER_KINDS:
+            raise ValueError(UNSUPPORTED_PROVIDER_KINDS[self.kind])
+        if self.kind is ProviderKind.VIRTUAL_KUBELET:
+            missing = [k for k, v in (("image", self.image), ("vkProvider", self.vk_provider)) if v is None]
+            if missing:
+                raise ValueError(
+                    f"kind 'virtual-kubelet' needs {' and '.join(missing)}: each virtual-kubelet provider ships "
+                    "its own binary, so name the pinned image and its --provider"
+                )
+        if self.kind is ProviderKind.LIQO:
+            missing = [
+                k
+                for k, v in (
+                    ("foreignClusterId", self.foreign_cluster_id),
+                    ("homeClusterId", self.home_cluster_id),
+                    ("localPodCidr", self.local_pod_cidr),
+                )
+                if not v
+            ]
+            if missing:
+                raise ValueError(f"kind 'liqo' needs {', '.join(missing)} (see `liqoctl info`)")
+        for arg in self.extra_args:
+            if not arg.startswith("--"):
+                raise ValueError(f"extraArgs entry '{arg}' must be a --flag or --flag=value")
+        return self
+
+    @property
+    def routable(self) -> bool:
+        if self.pods_routable is not None:
+            return self.pods_routable
+        return self.kind is ProviderKind.LIQO
 
 
 # --------------------------------------------------------------------------- inference
@@ -307,13 +363,18 @@ class TrafficShape(StrEnum):
 
 
 class Traffic(_Model):
-    """How requests reach replicas wherever they run; without this a burst adds idle pods."""
+    """How requests reach replicas wherever they run; without this a burst adds idle pods.
+
+    ``queue-worker``: replicas pull from a broker every location reaches (queueUrl, credentials).
+    ``gateway``: an HTTPRoute for gatewayHost sends requests to one Service spanning every ready replica,
+    so each location gets traffic in proportion to its ready replicas; the service bursts only onto
+    providers whose pod IPs the cluster can route to.
+    """
 
     shape: TrafficShape
     queue_url: str | None = None
     queue_credentials_secret: str | None = None
     gateway_host: str | None = None
-    external_weight_percent: Annotated[int, Field(ge=0, le=100)] = 50
 
     @model_validator(mode="after")
     def _shape_fields(self) -> Self:
@@ -321,6 +382,8 @@ class Traffic(_Model):
             raise ValueError("shape 'queue-worker' needs queueUrl (the broker every location can reach)")
         if self.shape is TrafficShape.GATEWAY and not self.gateway_host:
             raise ValueError("shape 'gateway' needs gatewayHost")
+        if self.shape is TrafficShape.GATEWAY and (self.queue_url or self.queue_credentials_secret):
+            raise ValueError("shape 'gateway' takes no queueUrl/queueCredentialsSecret; use 'queue-worker'")
         return self
 
 
@@ -332,10 +395,25 @@ class ScalingMetric(StrEnum):
 
 
 class Scaling(_Model):
+    """HPA target. cpu/memory: average utilization percent; queue-depth: waiting jobs per replica
+    (an external metric); in-flight: concurrent requests per replica (a pods metric)."""
+
     metric: ScalingMetric = ScalingMetric.QUEUE_DEPTH
     target: PositiveInt = 4
     scale_up_stabilization_seconds: NonNegativeInt = 0
     scale_down_stabilization_seconds: NonNegativeInt = 300
+    #: Scale-down never removes more than this share of replicas per minute (a gentle return).
+    scale_down_percent_per_minute: Annotated[int, Field(ge=1, le=100)] = 10
+    #: Prometheus series the adapter serves for queue-depth/in-flight; default per metric.
+    prometheus_series: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] | None = None
+
+    @model_validator(mode="after")
+    def _target(self) -> Self:
+        if self.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) and self.target > 100:
+            raise ValueError(f"target for metric '{self.metric}' is a utilization percent (1-100), got {self.target}")
+        if self.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) and self.prometheus_series:
+            raise ValueError(f"prometheusSeries applies to queue-depth/in-flight, not '{self.metric}'")
+        return self
 
 
 class InferenceService(_Model):
@@ -360,11 +438,39 @@ class InferenceService(_Model):
             raise ValueError(
                 f"maxReplicas ({self.max_replicas}) must be at least minReplicas ({self.min_replicas})"
             )
+        if self.max_unavailable >= self.min_replicas:
+            raise ValueError(
+                f"maxUnavailable ({self.max_unavailable}) must be below minReplicas ({self.min_replicas}); "
+                "otherwise a drain may take the whole service down"
+            )
+        if not self.readiness_path.startswith("/"):
+            raise ValueError(f"readinessPath must start with '/', got '{self.readiness_path}'")
         return self
+
+
+class GatewayRef(_Model):
+    """The Gateway (Gateway API) that gateway-shaped services attach their HTTPRoute to."""
+
+    name: DnsLabel = "inference-gateway"
+    #: Defaults to the inference namespace.
+    namespace: DnsLabel | None = None
+    section_name: DnsLabel | None = None
+
+
+class MetricsAdapter(_Model):
+    """prometheus-adapter serving custom.metrics.k8s.io and external.metrics.k8s.io from Prometheus."""
+
+    image: PinnedImage = "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0"
+    #: Defaults to the Prometheus Operator's governing Service in the monitoring namespace.
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    relist_interval_seconds: PositiveInt = 60
+    replicas: PositiveInt = 2
 
 
 class Inference(_Model):
     services: list[InferenceService] = Field(default_factory=list)
+    gateway: GatewayRef = GatewayRef()
+    adapter: MetricsAdapter = MetricsAdapter()
 
 
 # --------------------------------------------------------------------------- burst and return
@@ -379,9 +485,11 @@ class Burst(_Model):
     open_hold_seconds: NonNegativeInt = 60
     close_hold_seconds: NonNegativeInt = 600
     pending_grace_seconds: NonNegativeInt = 30
-    external_deletion_cost: int = -100
+    external_deletion_cost: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = -100
     resync_seconds: PositiveInt = 30
     stale_after_seconds: PositiveInt = 120
+    replicas: Annotated[int, Field(ge=1, le=5)] = 2
+    metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9102
 
     @model_validator(mode="after")
     def _band(self) -> Self:
@@ -389,6 +497,16 @@ class Burst(_Model):
             raise ValueError(
                 f"closeAtFreeGpus ({self.close_at_free_gpus}) must be greater than openBelowFreeGpus "
                 f"({self.open_below_free_gpus}); otherwise the taint flaps"
+            )
+        if self.external_deletion_cost >= 0:
+            raise ValueError(
+                f"externalDeletionCost ({self.external_deletion_cost}) must be negative so HPA scale-down "
+                "removes external replicas before on-prem ones (unannotated pods count as 0)"
+            )
+        # The controller's watches time out after 60 s; a shorter staleness limit reads a quiet cluster as blind.
+        if self.stale_after_seconds <= 60:
+            raise ValueError(
+                f"staleAfterSeconds ({self.stale_after_seconds}) must exceed 60 (the controller's watch timeout)"
             )
         return self
 
@@ -402,6 +520,8 @@ class Descheduler(_Model):
     max_pods_per_namespace: PositiveInt = 8
     max_pods_total: PositiveInt = 16
     min_pod_age_seconds: NonNegativeInt = 300
+    #: Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room).
+    prefer_onprem_affinity: bool = False
 
     @field_validator("schedule")
     @classmethod
@@ -409,6 +529,51 @@ class Descheduler(_Model):
         if len(value.split()) != 5:
             raise ValueError("must be a five-field cron expression such as '*/2 * * * *'")
         return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> Self:
+        if self.max_pods_per_node > self.max_pods_total:
+            raise ValueError(
+                f"maxPodsPerNode ({self.max_pods_per_node}) must not exceed maxPodsTotal ({self.max_pods_total})"
+            )
+        if self.max_pods_per_namespace > self.max_pods_total:
+            raise ValueError(
+                f"maxPodsPerNamespace ({self.max_pods_per_namespace}) must not exceed maxPodsTotal "
+                f"({self.max_pods_total})"
+            )
+        return self
+
+
+def burst_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Rules between providers and inference services: a burst must add pods that can serve."""
+    problems: list[Problem] = []
+    routable = [p.name for p in cfg.providers if p.routable]
+    for index, service in enumerate(cfg.inference.services):
+        if service.traffic.shape is TrafficShape.GATEWAY and cfg.providers and not routable:
+            problems.append(
+                Problem(
+                    f"inference.services[{index}].traffic.shape",
+                    "'gateway' needs a provider whose pods the cluster can route to (kind 'liqo' or "
+                    "podsRoutable: true); otherwise burst replicas serve nobody. Use 'queue-worker'",
+                    service.traffic.shape.value,
+                )
+            )
+        largest = max((p.gpus for p in cfg.providers), default=0)
+        if cfg.providers and service.gpus_per_replica > largest:
+            problems.append(
+                Problem(
+                    f"inference.services[{index}].gpusPerReplica",
+                    f"no provider offers that many GPUs on its virtual node (largest: {largest})",
+                    service.gpus_per_replica,
+                )
+            )
+    if cfg.burst.close_at_free_gpus > cfg.onprem_gpus:
+        problems.append(
+            Problem("burst.closeAtFreeGpus",
+                    f"can never be reached: the stack has only {cfg.onprem_gpus} on-prem GPUs",
+                    cfg.burst.close_at_free_gpus)
+        )
+    return problems
 
 
 # --------------------------------------------------------------------------- observability
@@ -420,9 +585,51 @@ class Observability(_Model):
     thermal_hold_seconds: PositiveInt = 120
     thermal_warning_band_celsius: PositiveInt = 5
     inference_tolerates_thermal: bool = True
-    step_heartbeat_metric: str = "training_step_heartbeat_timestamp_seconds"
+    step_heartbeat_metric: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] = (
+        "training_step_heartbeat_timestamp_seconds"
+    )
     hang_window_minutes: PositiveInt = 10
     dashboards: bool = True
+    #: Deploy the InfiniBand exporter DaemonSet on the GPU pools (nodes without HCAs export nothing).
+    ib_exporter: bool = True
+    ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = 9315
+    #: The rate an InfiniBand port must train at; lower raises InfinibandRateBelowNominal (NDR: 400).
+    ib_nominal_rate_gbps: PositiveInt = 400
+    #: Deploy the thermal guard (taints hot nodes); off leaves only the alerts.
+    thermal_guard: bool = True
+    thermal_poll_seconds: PositiveInt = 15
+    thermal_guard_port: Annotated[int, Field(ge=1024, le=65535)] = 9316
+    #: Prometheus the thermal guard queries.
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
+    #: Scrape interval of our ServiceMonitors; at most the hold so the guard's rule can see the hold.
+    scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
+    #: Labels the Prometheus Operator selects ServiceMonitors and PrometheusRules by (e.g. release).
+    monitor_labels: dict[str, str] = Field(default_factory=dict)
+    #: XIDs that page: drain and RMA.
+    critical_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(default_factory=lambda: [48, 64, 74, 79, 95])
+    #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
+    dcgm_runtime_class: DnsLabel | None = "nvidia"
+
+    @model_validator(mode="after")
+    def _thermal_consistent(self) -> Self:
+        if self.thermal_warning_band_celsius >= self.thermal_threshold_celsius:
+            raise ValueError(
+                f"thermalWarningBandCelsius ({self.thermal_warning_band_celsius}) must be below "
+                f"thermalThresholdCelsius ({self.thermal_threshold_celsius})"
+            )
+        if self.thermal_poll_seconds > self.thermal_hold_seconds:
+            raise ValueError(
+                f"thermalPollSeconds ({self.thermal_poll_seconds}) must not exceed thermalHoldSeconds "
+                f"({self.thermal_hold_seconds}): the guard could not observe the hold"
+            )
+        if self.scrape_interval_seconds > self.thermal_hold_seconds:
+            raise ValueError(
+                f"scrapeIntervalSeconds ({self.scrape_interval_seconds}) must not exceed thermalHoldSeconds "
+                f"({self.thermal_hold_seconds})"
+            )
+        if not self.critical_xids:
+            raise ValueError("criticalXids must list at least one XID")
+        return self
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -436,8 +643,61 @@ class CheckpointBackend(StrEnum):
     STATIC = "static"
 
 
+#: The CSI driver (StorageClass ``provisioner``) behind each dynamically provisioned backend.
+CHECKPOINT_DRIVERS: dict[CheckpointBackend, str] = {
+    CheckpointBackend.NFS: "nfs.csi.k8s.io",
+    CheckpointBackend.LUSTRE: "fsx.csi.aws.com",
+    CheckpointBackend.WEKA: "csi.weka.io",
+    CheckpointBackend.VAST: "csi.vastdata.com",
+}
+
+#: Backend-specific keys (camelCase, as in the stack file) and the backend each belongs to; a key set
+#: on another backend is a mistake the driver would silently ignore (or, for FSx, reject at provision).
+_BACKEND_KEYS: dict[str, CheckpointBackend] = {
+    "server": CheckpointBackend.NFS,
+    "share": CheckpointBackend.NFS,
+    "subnetId": CheckpointBackend.LUSTRE,
+    "securityGroupIds": CheckpointBackend.LUSTRE,
+    "deploymentType": CheckpointBackend.LUSTRE,
+    "perUnitStorageThroughput": CheckpointBackend.LUSTRE,
+    "filesystemName": CheckpointBackend.WEKA,
+    "apiSecretName": CheckpointBackend.WEKA,
+    "vipPool": CheckpointBackend.VAST,
+    "rootExport": CheckpointBackend.VAST,
+    "viewPolicy": CheckpointBackend.VAST,
+    "driver": CheckpointBackend.STATIC,
+    "volumeHandle": CheckpointBackend.STATIC,
+    "volumeAttributes": CheckpointBackend.STATIC,
+}
+
+#: FSx for Lustre throughput tiers (MB/s per TiB of storage) by deployment type. SCRATCH types are
+#: absent on purpose: their data is not replicated, and a checkpoint must survive a file server loss.
+LUSTRE_THROUGHPUT_TIERS: dict[str, tuple[int, ...]] = {
+    "PERSISTENT_1": (50, 100, 200),
+    "PERSISTENT_2": (125, 250, 500, 1000),
+}
+
+#: StorageClass parameters the FSx CSI driver accepts; it refuses CreateVolume on any other key
+#: (keys prefixed ``csi.storage.k8s.io/`` are the external provisioner's and always allowed).
+LUSTRE_PARAMETER_KEYS = frozenset({
+    "subnetId", "securityGroupIds", "deploymentType", "perUnitStorageThroughput", "autoImportPolicy",
+    "s3ImportPath", "s3ExportPath", "kmsKeyId", "storageType", "driveCacheType",
+    "automaticBackupRetentionDays", "dailyAutomaticBackupStartTime", "copyTagsToBackups",
+    "dataCompressionType", "weeklyMaintenanceStartTime", "fileSystemTypeVersion", "extraTags",
+    "efaEnabled", "metadataConfigurationMode", "metadataIops",
+})
+
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
+
+
 class Filesystem(_Model):
-    """A shared filesystem for checkpoints. Backend-specific fields are checked per backend."""
+    """A shared filesystem for checkpoints. Backend-specific fields are checked per backend.
+
+    ``renamedFrom`` lists earlier names of this entry, oldest first. The Kubernetes objects keep the
+    oldest name (a PVC cannot be renamed; a new name would be a new, empty volume) and the Pulumi
+    resources carry aliases to the earlier logical names, so renaming an entry is a no-op diff.
+    """
 
     name: DnsLabel
     backend: CheckpointBackend
@@ -445,6 +705,9 @@ class Filesystem(_Model):
     #: Sustained aggregate write bandwidth the backend is sized for (GB/s).
     write_gbps: Annotated[float, Field(gt=0)]
     mount_options: list[str] = Field(default_factory=list)
+    renamed_from: list[DnsLabel] = Field(default_factory=list)
+    #: Extra StorageClass parameters (escape hatch); may not override the typed ones.
+    extra_parameters: dict[str, str] = Field(default_factory=dict)
     # nfs
     server: str | None = None
     share: str | None = None
@@ -455,34 +718,181 @@ class Filesystem(_Model):
     per_unit_storage_throughput: PositiveInt | None = None
     # weka
     filesystem_name: str | None = None
+    api_secret_name: DnsLabel | None = None
+    api_secret_namespace: DnsLabel = "csi-wekafs"
+    capacity_enforcement: Literal["HARD", "SOFT"] = "HARD"
     # vast
     vip_pool: str | None = None
     root_export: str | None = None
+    view_policy: str | None = None
+    lb_strategy: Literal["roundrobin", "random"] = "roundrobin"
     # static
     driver: str | None = None
     volume_handle: str | None = None
     volume_attributes: dict[str, str] = Field(default_factory=dict)
 
+    @property
+    def object_name(self) -> str:
+        """The name the Kubernetes objects carry: the oldest name, stable across renames."""
+        from components.naming import checkpoint_claim_name
+
+        return checkpoint_claim_name(self.renamed_from[0] if self.renamed_from else self.name)
+
+    @property
+    def driver_name(self) -> str:
+        if self.backend is CheckpointBackend.STATIC:
+            assert self.driver is not None
+            return self.driver
+        return CHECKPOINT_DRIVERS[self.backend]
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> Self:
+        backend = self.backend
+        for key, owner in _BACKEND_KEYS.items():
+            if owner is not backend and getattr(self, _snake(key)) not in (None, [], {}):
+                raise ValueError(f"{key} applies only to backend '{owner}', not '{backend}'")
+        if self.name in self.renamed_from:
+            raise ValueError(f"renamedFrom must list earlier names, not the current name '{self.name}'")
+        check = {
+            CheckpointBackend.NFS: self._nfs,
+            CheckpointBackend.LUSTRE: self._lustre,
+            CheckpointBackend.WEKA: self._weka,
+            CheckpointBackend.VAST: self._vast,
+            CheckpointBackend.STATIC: self._static,
+        }[backend]
+        check()
+        return self
+
+    def _require(self, *keys: str) -> None:
+        missing = [k for k in keys if not getattr(self, _snake(k))]
+        if missing:
+            raise ValueError(f"backend '{self.backend}' needs {' and '.join(missing)}")
+
+    def _nfs(self) -> None:
+        self._require("server", "share")
+        assert self.share is not None
+        if not self.share.startswith("/"):
+            raise ValueError(f"share must be an absolute export path such as '/exports/checkpoints' "
+                             f"(got '{self.share}')")
+
+    def _lustre(self) -> None:
+        self._require("subnetId", "securityGroupIds", "perUnitStorageThroughput")
+        if not _SUBNET.match(self.subnet_id or ""):
+            raise ValueError(f"subnetId must be one subnet id like 'subnet-0abc1234' (got '{self.subnet_id}'); "
+                             "FSx for Lustre takes exactly one subnet")
+        bad = [g for g in self.security_group_ids if not _SECURITY_GROUP.match(g)]
+        if bad:
+            raise ValueError(f"securityGroupIds must be ids like 'sg-0abc1234' (got {bad})")
+        kind = self.deployment_type or "PERSISTENT_2"
+        if kind.startswith("SCRATCH"):
+            raise ValueError(f"deploymentType '{kind}' does not replicate data; checkpoints need "
+                             f"one of {sorted(LUSTRE_THROUGHPUT_TIERS)}")
+        if kind not in LUSTRE_THROUGHPUT_TIERS:
+            raise ValueError(f"deploymentType must be one of {sorted(LUSTRE_THROUGHPUT_TIERS)} (got '{kind}')")
+        tiers = LUSTRE_THROUGHPUT_TIERS[kind]
+        if self.per_unit_storage_throughput not in tiers:
+            raise ValueError(f"perUnitStorageThroughput for {kind} must be one of {list(tiers)} MB/s/TiB "
+                             f"(got {self.per_unit_storage_throughput})")
+        if self.capacity_gi != 1200 and self.capacity_gi % 2400:
+            raise ValueError(f"capacityGi for FSx for Lustre must be 1200 or a multiple of 2400 "
+                             f"(got {self.capacity_gi})")
+        provisioned = self.lustre_provisioned_gbps
+        if provisioned is not None and self.write_gbps > provisioned:
+            raise ValueError(f"writeGbps ({self.write_gbps:g}) exceeds what FSx provisions for capacityGi × "
+                             f"perUnitStorageThroughput ({provisioned:.1f} GB/s)")
+        unknown = sorted(k for k in self.extra_parameters
+                         if k not in LUSTRE_PARAMETER_KEYS and not k.startswith("csi.storage.k8s.io/"))
+        if unknown:
+            raise ValueError(f"extraParameters {unknown} are not FSx CSI StorageClass parameters; "
+                             "the driver would refuse to provision")
+
+    @property
+    def lustre_provisioned_gbps(self) -> float | None:
+        """FSx for Lustre throughput: storage TiB × MB/s per TiB, in GB/s."""
+        if self.backend is not CheckpointBackend.LUSTRE or self.per_unit_storage_throughput is None:
+            return None
+        return self.capacity_gi / 1024 * self.per_unit_storage_throughput / 1000
+
+    def _weka(self) -> None:
+        # WEKA CSI 3.0 removed the unauthenticated mode: every class references the API secret.
+        self._require("filesystemName", "apiSecretName")
+
+    def _vast(self) -> None:
+        self._require("vipPool", "rootExport", "viewPolicy")
+        assert self.root_export is not None
+        if not self.root_export.startswith("/"):
+            raise ValueError(f"rootExport must be an absolute path such as '/k8s' (got '{self.root_export}')")
+
+    def _static(self) -> None:
+        self._require("driver", "volumeHandle")
+        assert self.driver is not None
+        if not _DNS_SUBDOMAIN.match(self.driver):
+            raise ValueError(f"driver must be a CSI driver name such as 'spectrumscale.csi.ibm.com' "
+                             f"(got '{self.driver}')")
+        if self.extra_parameters:
+            raise ValueError("extraParameters apply to StorageClasses; a static volume takes volumeAttributes")
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
 
 class CheckpointBudget(_Model):
+    """How fast a checkpoint must land: ``sizeTb`` (decimal TB) in ``seconds`` from ``writers`` ranks."""
+
     size_tb: Annotated[float, Field(gt=0)] = 1.0
     seconds: Annotated[float, Field(gt=0)] = 30.0
     writers: PositiveInt = 256
+    #: One client's link (GB/s): an NDR 400 Gb/s port moves about 50 GB/s.
+    client_link_gbps: Annotated[float, Field(gt=0)] = 50.0
 
 
 class ThroughputCheck(_Model):
+    """The fio check: ``nodes`` × ``writersPerNode`` concurrent writers, each ``sizePerWriterGi``."""
+
     enabled: bool = False
     filesystem: DnsLabel | None = None
+    #: GPU pool the writers run on; default the first pool.
+    pool: DnsLabel | None = None
     nodes: PositiveInt = 8
+    writers_per_node: PositiveInt = 8
     size_per_writer_gi: PositiveInt = 16
-    image: PinnedImage = "docker.io/library/debian:12.7-slim"
+    #: Run weekly (CronJob at a per-stack random minute/hour/day) instead of once per change.
+    weekly: bool = False
+    deadline_seconds: PositiveInt = 3600
+    #: Image carrying fio and the reducer; default the pinned checkpoint-check agent image.
+    image: PinnedImage | None = None
 
 
 class Checkpoint(_Model):
     filesystems: list[Filesystem] = Field(default_factory=list)
     budget: CheckpointBudget = CheckpointBudget()
+    #: Fail validation (instead of warning) when a filesystem cannot meet the budget.
     strict: bool = False
     throughput_check: ThroughputCheck = ThroughputCheck()
+
+
+def checkpoint_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Cross-section checkpoint rules: the sizing budget (strict only), the check's pool and nodes."""
+    from components.checkpoint_sizing import sizing_problems
+
+    problems = [Problem(path, message, value) for path, message, value in sizing_problems(cfg, strict_only=True)]
+    check = cfg.checkpoint.throughput_check
+    if check.enabled:
+        pool_names = [p.name for p in cfg.pools]
+        pool = check.pool or pool_names[0]
+        if pool not in pool_names:
+            problems.append(Problem("checkpoint.throughputCheck.pool",
+                                    f"unknown pool; expected one of {sorted(pool_names)}", pool))
+        elif check.nodes > len(cfg.pool(pool).node_names):
+            problems.append(Problem("checkpoint.throughputCheck.nodes",
+                                    f"pool '{pool}' has only {len(cfg.pool(pool).node_names)} nodes", check.nodes))
+    names = [f.object_name for f in cfg.checkpoint.filesystems]
+    for index, fs in enumerate(cfg.checkpoint.filesystems):
+        if names.count(fs.object_name) > 1:
+            problems.append(Problem(f"checkpoint.filesystems[{index}].renamedFrom",
+                                    f"two filesystems would own the claim '{fs.object_name}'", fs.name))
+    return problems
 
 
 # --------------------------------------------------------------------------- training
@@ -696,12 +1106,14 @@ def cross_check(cfg: ClusterConfig) -> list[Problem]:
                 Problem(f"training.jobs[{index}].checkpoint.filesystem",
                         f"unknown filesystem; expected one of {sorted(fs_names)}", job.checkpoint.filesystem)
             )
+    problems += checkpoint_problems(cfg)
     check = cfg.checkpoint.throughput_check
     if check.enabled and check.filesystem not in fs_names:
         problems.append(
             Problem("checkpoint.throughputCheck.filesystem",
                     f"must name a declared filesystem; expected one of {sorted(fs_names)}", check.filesystem)
         )
+    problems += burst_problems(cfg)
     return problems
 
 

@@ -36,6 +36,8 @@ class TrainingJobArgs:
     priority_class: str
     label_prefix: str
     gpu_resource: str
+    #: The checkpoint claim to mount: the filesystem's stable object name (it survives renames).
+    checkpoint_claim: str | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -50,6 +52,7 @@ class TrainingJobArgs:
             priority_class=cfg.priorities.training.name,
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
+            checkpoint_claim=cfg.filesystem(job.checkpoint.filesystem).object_name if job.checkpoint else None,
         )
 
 
@@ -70,7 +73,8 @@ def checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
         return []
     ck = job.checkpoint
     return [
-        {"name": "CHECKPOINT_DIR", "value": f"{ck.mount_path}/{job.name}"},
+        # The mount's subPath is already the job's own directory on the filesystem.
+        {"name": "CHECKPOINT_DIR", "value": ck.mount_path},
         {"name": "CHECKPOINT_INTERVAL_STEPS", "value": str(ck.interval_steps)},
         {"name": "CHECKPOINT_KEEP_LAST", "value": str(ck.keep_last)},
         {"name": "CHECKPOINT_RESUME", "value": "latest"},
@@ -89,7 +93,9 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
         mounts.append({"name": "checkpoints", "mountPath": job.checkpoint.mount_path, "subPath": job.name})
         volumes.append({
             "name": "checkpoints",
-            "persistentVolumeClaim": {"claimName": checkpoint_claim_name(job.checkpoint.filesystem)},
+            "persistentVolumeClaim": {
+                "claimName": args.checkpoint_claim or checkpoint_claim_name(job.checkpoint.filesystem)
+            },
         })
     resources = gpu_resources(args.gpu_resource, job.gpus_per_worker, "64", "1024Gi")
     return {

@@ -98,6 +98,9 @@ def _plain(value: Any) -> Any:
     """Make deserialized inputs JSON-friendly: secrets shown as a placeholder, unknowns as None."""
     if isinstance(value, dict):
         if rpc._special_sig_key in value and value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            inner = value.get("value")
+            if isinstance(inner, dict):  # keep a secret map's shape (Secret.stringData), hide each value
+                return {k: SECRET_PLACEHOLDER for k in inner}
             return SECRET_PLACEHOLDER
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -29,7 +29,7 @@ _format_float: Callable[[float], str] = floatToGoString
 def _format_value(value: float) -> str:
     """Integral values (every counter, state and most rates) as plain integers, as node_exporter writes
     them; converting the float back to int is exact, so nothing is rounded."""
-    if value.is_integer():
+    if isinstance(value, int) or value.is_integer():
         return str(int(value))
     return _format_float(value)
 

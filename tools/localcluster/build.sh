@@ -1,41 +1,54 @@
 #!/usr/bin/env bash
-# Builds the local control plane binaries into $LOCALCLUSTER_BIN (default .state/localcluster/bin).
-# Cached: a stamp holds the hash of every go.mod/go.sum and our mains; a warm run only hashes and exits.
+# Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) and copies the
+# Volcano CRDs of the pinned module into .state/localcluster/crd.
+# Cached: a stamp holds the hash of every go.mod/go.sum, our mains and this script; a warm run only hashes.
 # One binary at a time with -p ${GO_BUILD_P:-2}: the machine is shared with other Go builds.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-bin="${LOCALCLUSTER_BIN:-$root/.state/localcluster/bin}"
+state="${LOCALCLUSTER_STATE:-$root/.state/localcluster}"
+bin="${LOCALCLUSTER_BIN:-$state/bin}"
+crd="$state/crd"
 par="${GO_BUILD_P:-2}"
-k8s_version="v1.36.1"
 
-# module dir -> binaries built from its cmd/<name>
-core=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok descheduler)
-volcano=(vc-scheduler vc-controller-manager)
+# The Kubernetes release the core module pins (go.mod); reported by the API server's /version.
+k8s_version="v1.35.3"
+core=(etcd kube-apiserver kube-controller-manager kube-scheduler vc-scheduler vc-controller-manager)
+addons=(kwok descheduler)
+volcano_crds=(scheduling.volcano.sh_queues scheduling.volcano.sh_podgroups batch.volcano.sh_jobs bus.volcano.sh_commands)
 
 key() {
-  (cd "$here" && find . -name go.mod -o -name go.sum -o -name '*.go' -o -name build.sh | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1
+  (cd "$here" && find . \( -name go.mod -o -name go.sum -o -name '*.go' -o -name build.sh \) -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
 }
 
 want="$(key)"
 have="$(cat "$bin/.stamp" 2>/dev/null || true)"
-missing=0
-for b in "${core[@]}" "${volcano[@]}"; do [ -x "$bin/$b" ] || missing=1; done
-if [ "$want" = "$have" ] && [ "$missing" = 0 ]; then
-  echo "localcluster: binaries up to date in ${bin#$root/}"
+complete=1
+for b in "${core[@]}" "${addons[@]}"; do [ -x "$bin/$b" ] || complete=0; done
+for c in "${volcano_crds[@]}"; do [ -s "$crd/$c.yaml" ] || complete=0; done
+if [ "$want" = "$have" ] && [ "$complete" = 1 ]; then
+  echo "localcluster: binaries up to date in $bin"
   exit 0
 fi
 
-mkdir -p "$bin"
+mkdir -p "$bin" "$crd"
 rm -f "$bin/.stamp"
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-build() { # module-dir name
+minor="${k8s_version#v1.}"; minor="${minor%%.*}"
+version_flags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+build() { # module-dir name extra-ldflags
   local start=$SECONDS
-  (cd "$1" && go build -p "$par" -trimpath -ldflags "$ldflags" -o "$bin/$2" "./cmd/$2")
+  (cd "$1" && go build -p "$par" -trimpath -ldflags "-s -w $3" -o "$bin/$2.tmp" "./cmd/$2")
+  mv "$bin/$2.tmp" "$bin/$2"
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
 total=$SECONDS
-for b in "${core[@]}"; do build "$here" "$b"; done
-for b in "${volcano[@]}"; do build "$here/volcano" "$b"; done
+for b in "${core[@]}"; do build "$here" "$b" "$version_flags"; done
+for b in "${addons[@]}"; do build "$here/addons" "$b" ""; done
+
+volcano_dir="$(cd "$here" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
+for c in "${volcano_crds[@]}"; do
+  install -m 0644 "$volcano_dir/config/crd/volcano/bases/$c.yaml" "$crd/$c.yaml"
+done
 echo "$want" > "$bin/.stamp"
-echo "localcluster: all binaries built in $((SECONDS - total))s"
+echo "localcluster: built everything in $((SECONDS - total))s"

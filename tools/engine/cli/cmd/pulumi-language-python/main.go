@@ -195,7 +195,7 @@ func (h *host) About(ctx context.Context, req *pulumirpc.AboutRequest) (*pulumir
 	if err != nil {
 		return nil, err
 	}
-	return &pulumirpc.AboutResponse{Executable: about.Executable, Version: about.Version.String()}, nil
+	return &pulumirpc.AboutResponse{Executable: about.PythonExecutable, Version: about.PythonVersion.String()}, nil
 }
 
 // InstallDependencies does nothing: `make venv` owns the project's virtualenv.

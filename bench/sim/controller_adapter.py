@@ -1,0 +1,174 @@
+"""The only module that knows the burst controller's API: simulator state in, the real core's actions out.
+
+The simulator keeps its own aggregates (it has no API objects), so instead of feeding `ClusterView` JSON it
+builds the core's `Snapshot` directly with the same meaning the view gives each field: on-prem free GPUs on
+schedulable nodes, GPUs of inference/training pods the scheduler could not place, virtual nodes with our
+taint's effect and the GPUs bound to them, and live external pods still lacking the deletion cost. The
+decision itself is `agents.burst_controller.decide.decide`, called as the shell calls it.
+
+Quiet ticks: when the inputs are identical to the previous call, and that call flipped nothing, emitted no
+action and left every hold timer unset, calling the core again can only return the same answer (its
+conditions are all false and stay false), so the call is skipped and counted. The only field that would
+differ is `last_now`, whose one effect (restarting holds after a long gap) is a no-op while no hold runs.
+`exact_ticks=True` turns the shortcut off; a test checks both give identical outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agents.burst_controller import decide as _decide_module
+from agents.burst_controller import settings as _settings_module
+from components.config import ClusterConfig
+
+BurstSettings = _settings_module.BurstSettings
+Snapshot = _decide_module.Snapshot
+VirtualNode = _decide_module.VirtualNode
+PodRef = _decide_module.PodRef
+BurstState = _decide_module.BurstState
+Mode = _decide_module.Mode
+ActionKind = _decide_module.ActionKind
+decide = _decide_module.decide
+state_from_snapshot = _decide_module.state_from_snapshot
+
+#: Keys of the stack's `burst` section that are controller settings (snake_case, as the ConfigMap carries).
+_BURST_KEYS = (
+    "taint_value",
+    "open_below_free_gpus",
+    "close_at_free_gpus",
+    "open_hold_seconds",
+    "close_hold_seconds",
+    "pending_grace_seconds",
+    "external_deletion_cost",
+    "resync_seconds",
+    "stale_after_seconds",
+)
+
+
+def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> Any:
+    """The controller settings the stack deploys: its `burst` section plus label prefix and GPU resource."""
+    data: dict[str, Any] = {k: getattr(cfg.burst, k) for k in _BURST_KEYS}
+    data["label_prefix"] = cfg.label_prefix
+    data["gpu_resource"] = cfg.gpu_resource
+    return BurstSettings.from_mapping(data, source=f"{stack_file} (burst)")
+
+
+def naive_settings(settings: Any) -> Any:
+    """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds."""
+    data: dict[str, Any] = dict(_init_fields(settings))
+    data.update(
+        open_hold_seconds=0.0,
+        close_hold_seconds=0.0,
+        pending_grace_seconds=0.0,
+        close_at_free_gpus=settings.open_below_free_gpus + 1,
+    )
+    return BurstSettings.from_mapping(data, source="naive burst")
+
+
+def _init_fields(settings: Any) -> Mapping[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.init}
+
+
+class ClusterPort(Protocol):
+    """What the adapter reads from and writes to the simulator (implemented by `engine.Simulator`)."""
+
+    def onprem_allocatable_gpus(self) -> int: ...
+    def onprem_free_gpus(self) -> int: ...
+    def pending_inference_gpus(self) -> int: ...
+    def pending_training_gpus(self) -> int: ...
+    def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]: ...
+    def pods_needing_cost(self, limit: int) -> list[tuple[str, str]]: ...
+    def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
+    def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
+    def quiet_key(self) -> tuple[object, ...]: ...
+
+
+@dataclass
+class TickStats:
+    calls: int = 0
+    skipped: int = 0
+    flips: int = 0
+    node_patches: int = 0
+    cost_patches: int = 0
+
+
+class ControllerAdapter:
+    """Runs the real core once per controller tick against the simulated cluster."""
+
+    def __init__(self, settings: Any, port: ClusterPort, exact_ticks: bool = False,
+                 on_flip: Callable[[Any, float], None] | None = None) -> None:
+        self.settings = settings
+        self.port = port
+        self.exact_ticks = exact_ticks
+        self.on_flip = on_flip
+        self.decide_fn = decide  # what the tests compare by identity with the controller's own
+        self.stats = TickStats()
+        self.state: Any = None
+        self._quiet_key: tuple[Any, ...] | None = None
+
+    def snapshot(self, now: float) -> Any:
+        port = self.port
+        nodes = {
+            name: VirtualNode(name=name, provider=provider, taint_effect=effect, gpus_in_use=used, changed_at=changed)
+            for name, provider, effect, used, changed in port.virtual_nodes()
+        }
+        refs = tuple(PodRef(ns, name) for ns, name in port.pods_needing_cost(self.settings.max_cost_patches_per_cycle))
+        return Snapshot(
+            synced=True,
+            observed_at=now,
+            onprem_allocatable_gpus=port.onprem_allocatable_gpus(),
+            onprem_free_gpus=port.onprem_free_gpus(),
+            pending_inference_gpus=port.pending_inference_gpus(),
+            pending_training_gpus=port.pending_training_gpus(),
+            virtual_nodes=nodes,
+            pods_needing_cost=refs,
+        )
+
+    def start(self, now: float) -> None:
+        """The restart path of the real controller: recover the mode from the taints."""
+        self.state = state_from_snapshot(self.snapshot(now), now)
+
+    def tick(self, now: float) -> None:
+        port = self.port
+        if not self.exact_ticks:
+            key = port.quiet_key()
+            if key == self._quiet_key:
+                self.stats.skipped += 1
+                return
+        else:
+            key = None
+        snapshot = self.snapshot(now)
+        decision = self.decide_fn(snapshot, self.state, now, self.settings)
+        self.stats.calls += 1
+        self.state = decision.state
+        for action in decision.actions:
+            if action.kind is ActionKind.OPEN_NODE:
+                port.set_taint(action.node, None, now)
+                self.stats.node_patches += 1
+            elif action.kind is ActionKind.CLOSE_NODE:
+                port.set_taint(action.node, "NoSchedule", now)
+                self.stats.node_patches += 1
+            elif action.kind is ActionKind.SET_DELETION_COST:
+                port.set_deletion_cost(action.namespace, action.pod, action.deletion_cost)
+                self.stats.cost_patches += 1
+        if decision.flipped is not None:
+            self.stats.flips += 1
+            if self.on_flip is not None:
+                self.on_flip(decision.flipped, now)
+        st = decision.state
+        quiet = (
+            not decision.actions
+            and decision.flipped is None
+            and st.low_since is None
+            and st.pending_since is None
+            and st.close_since is None
+        )
+        # A quiet decision applied no action, so the key read before it still describes the cluster.
+        self._quiet_key = key if quiet else None
+
+    def is_open(self) -> bool:
+        return self.state is not None and self.state.mode is Mode.OPEN

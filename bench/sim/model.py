@@ -1,0 +1,135 @@
+"""The simulated cluster's shape, read from the typed stack config (the same one `pulumi up` uses).
+
+Only what the outcome depends on is kept: pools (nodes × GPUs), external providers (GPU and pod limits of
+each virtual node), inference services (GPUs per replica, replica bounds, PDB, HPA stabilisation) and the
+descheduler's per-cycle limits. Latencies are properties of the environment, not of the stack, so they are
+simulation knobs with defaults here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+from components.config import ClusterConfig
+
+
+@dataclass(frozen=True)
+class PoolModel:
+    name: str
+    nodes: int
+    gpus_per_node: int
+
+
+@dataclass(frozen=True)
+class ProviderModel:
+    name: str
+    node_name: str
+    gpus: int
+    pods: int
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    name: str
+    gpus_per_replica: int
+    min_replicas: int
+    max_replicas: int
+    max_unavailable: int
+    scale_up_stabilization_s: float
+    scale_down_stabilization_s: float
+
+
+@dataclass(frozen=True)
+class DeschedulerLimits:
+    """One descheduler run every `interval_s`; `None` limits mean unlimited (the naive baseline)."""
+
+    interval_s: float
+    max_per_node: int | None
+    max_per_namespace: int | None
+    max_total: int | None
+    min_pod_age_s: float
+
+
+@dataclass(frozen=True)
+class Latencies:
+    """Environment timings (seconds): pod start to Ready on-prem and on an external provider, HPA period."""
+
+    onprem_start_s: float = 60.0
+    external_start_s: float = 180.0
+    hpa_period_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class ClusterModel:
+    pools: tuple[PoolModel, ...]
+    providers: tuple[ProviderModel, ...]
+    services: tuple[ServiceModel, ...]
+    descheduler: DeschedulerLimits
+    latencies: Latencies = Latencies()
+
+    @property
+    def onprem_gpus(self) -> int:
+        return sum(p.nodes * p.gpus_per_node for p in self.pools)
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, latencies: Latencies | None = None) -> ClusterModel:
+        pools = tuple(PoolModel(p.name, len(p.node_names), p.gpus_per_node) for p in cfg.pools)
+        providers = tuple(ProviderModel(p.name, p.node_name, p.gpus, p.pods) for p in cfg.providers)
+        services = tuple(
+            ServiceModel(
+                s.name,
+                s.gpus_per_replica,
+                s.min_replicas,
+                s.max_replicas,
+                s.max_unavailable,
+                float(s.scaling.scale_up_stabilization_seconds),
+                float(s.scaling.scale_down_stabilization_seconds),
+            )
+            for s in cfg.inference.services
+        )
+        d = cfg.descheduler
+        limits = DeschedulerLimits(
+            interval_s=cron_interval_seconds(d.schedule),
+            max_per_node=d.max_pods_per_node,
+            max_per_namespace=d.max_pods_per_namespace,
+            max_total=d.max_pods_total,
+            min_pod_age_s=float(d.min_pod_age_seconds),
+        )
+        return cls(pools, providers, services, limits, latencies or Latencies())
+
+    def scaled_to(self, gpus: int) -> ClusterModel:
+        """The same shape at another size: node counts, provider GPUs and replica bounds scale together."""
+        factor = gpus / self.onprem_gpus
+        pools = tuple(replace(p, nodes=max(1, round(p.nodes * factor))) for p in self.pools)
+        providers = tuple(replace(p, gpus=max(1, round(p.gpus * factor)), pods=max(1, round(p.pods * factor)))
+                          for p in self.providers)
+        services = tuple(
+            replace(s, min_replicas=max(1, round(s.min_replicas * factor)),
+                    max_replicas=max(1, round(s.max_replicas * factor)))
+            for s in self.services
+        )
+        return replace(self, pools=pools, providers=providers, services=services)
+
+
+def cron_interval_seconds(schedule: str) -> float:
+    """Period of a descheduler CronJob schedule; supports the minute forms the stack uses.
+
+    `* * * * *` → 60 s, `*/N * * * *` → N minutes, `a,b,c * * * *` → the shortest gap. Other forms (hours,
+    days) make the descheduler too slow to matter for a return measured in minutes, so they are refused.
+    """
+    fields = schedule.split()
+    if len(fields) != 5 or any(f != "*" for f in fields[1:]):
+        raise ValueError(f"descheduler.schedule: only minute-level schedules are simulated, got {schedule!r}")
+    minute = fields[0]
+    if minute == "*":
+        return 60.0
+    if minute.startswith("*/") and minute[2:].isdigit() and int(minute[2:]) > 0:
+        return 60.0 * int(minute[2:])
+    parts = minute.split(",")
+    if all(p.isdigit() for p in parts):
+        values = sorted({int(p) for p in parts})
+        gaps = [b - a for a, b in itertools.pairwise(values)] + [60 - values[-1] + values[0]]
+        return 60.0 * min(gaps)
+    raise ValueError(f"descheduler.schedule: cannot read the minute field {minute!r}")
+

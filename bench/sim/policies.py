@@ -1,0 +1,77 @@
+"""The policies compared on one seeded workload.
+
+- static partition: a fixed share of on-prem GPUs (whole nodes) is reserved for inference, training may
+  not use it and inference may not leave it; no burst, no preemption. The share is the inference GPUs the
+  HPA asks for at the diurnal peak without spikes — a generous, hand-tuned partition.
+- no burst: one shared pool, training preempts inference, virtual nodes stay tainted: evicted or scaled-up
+  inference waits for on-prem GPUs.
+- naive burst: the controller's own core with zero holds and adjacent thresholds (open below N free GPUs,
+  close at N + 1 plus the external GPUs), and a descheduler without per-cycle limits or minimum pod age
+  that runs every controller tick — "open at once, come back at once". Using the real core (rather than a
+  policy of its own) isolates the effect of hysteresis and gradual return from everything else.
+- controller: the core with the stack's settings and the descheduler with the stack's limits.
+- oracle: an upper bound, not a policy one could run — zero pod start latency, an HPA that matches demand
+  exactly every period, virtual nodes always open, and external pods moved on-prem instantly whenever a
+  GPU frees. Availability is then limited only by total capacity; utilisation by training's own demand.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bench.sim.controller_adapter import naive_settings
+from bench.sim.model import ClusterModel, DeschedulerLimits
+from bench.sim.workload import WorkloadSpec
+
+NEVER = "never"
+CONTROLLER = "controller"
+ALWAYS = "always"
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    burst: str  # NEVER (taint stays), CONTROLLER (the real core flips it), ALWAYS (oracle: never tainted)
+    settings: Any = None  # BurstSettings for CONTROLLER
+    descheduler: DeschedulerLimits | None = None
+    reserved_inference_gpus: int = 0
+    zero_lag: bool = False
+
+
+def static_partition(model: ClusterModel, spec: WorkloadSpec) -> Policy:
+    gpus = sum(
+        math.ceil(spec.peak_share * s.max_replicas * spec.hpa_headroom) * s.gpus_per_replica for s in model.services
+    )
+    return Policy("static partition", NEVER, reserved_inference_gpus=gpus)
+
+
+def no_burst() -> Policy:
+    return Policy("no burst", NEVER)
+
+
+def naive_burst(model: ClusterModel, settings: Any) -> Policy:
+    tick = float(settings.tick_seconds)
+    limits = DeschedulerLimits(interval_s=tick, max_per_node=None, max_per_namespace=None, max_total=None,
+                               min_pod_age_s=0.0)
+    return Policy("naive burst", CONTROLLER, naive_settings(settings), limits)
+
+
+def controller(model: ClusterModel, settings: Any) -> Policy:
+    return Policy("controller", CONTROLLER, settings, model.descheduler)
+
+
+def oracle(model: ClusterModel) -> Policy:
+    return Policy("oracle", ALWAYS, zero_lag=True)
+
+
+def all_policies(model: ClusterModel, settings: Any, spec: WorkloadSpec) -> list[Policy]:
+    """Every policy, in the order the outcome table shows them."""
+    return [
+        static_partition(model, spec),
+        no_burst(),
+        naive_burst(model, settings),
+        controller(model, settings),
+        oracle(model),
+    ]

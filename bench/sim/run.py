@@ -1,0 +1,43 @@
+"""Glue shared by `make simulate`, `make bench` and the tests: stack → model, workload → outcomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bench.sim.controller_adapter import settings_from_config
+from bench.sim.engine import Outcome, simulate
+from bench.sim.model import ClusterModel
+from bench.sim.policies import Policy, all_policies
+from bench.sim.workload import DAY, Workload, WorkloadSpec, generate
+from components.config import parse_config
+from tools.mockrt import raw_from_stack
+
+
+@dataclass(frozen=True)
+class StackSetup:
+    """What the simulator takes from a stack: cluster shape and the burst controller's settings."""
+
+    stack: str
+    model: ClusterModel
+    settings: Any  # agents.burst_controller.settings.BurstSettings
+
+
+def load_stack(stack: str) -> StackSetup:
+    """Validate the stack file exactly as `pulumi up` does, then read the parts the simulation needs."""
+    stack_file = f"Pulumi.{stack}.yaml"
+    cfg = parse_config(raw_from_stack(stack), stack_file)
+    return StackSetup(stack, ClusterModel.from_config(cfg), settings_from_config(cfg, stack_file))
+
+
+def default_workload(model: ClusterModel, days: float, seed: int, warmup_days: float,
+                     spec: WorkloadSpec | None = None) -> Workload:
+    pools = [(p.name, p.nodes) for p in model.pools]
+    return generate(pools, [s.name for s in model.services], (days + warmup_days) * DAY, seed, spec)
+
+
+def compare(model: ClusterModel, settings: Any, workload: Workload, days: float, warmup_days: float,
+            policies: list[Policy] | None = None) -> list[Outcome]:
+    """Every policy on the same workload, in table order."""
+    chosen = policies if policies is not None else all_policies(model, settings, workload.spec)
+    return [simulate(model, workload, p, days * DAY, warmup_days * DAY) for p in chosen]

@@ -1,0 +1,244 @@
+"""Burst controller: the one owner of the burst taint on virtual nodes, deployed highly available.
+
+Two replicas, one active: leader election through a Lease in the system namespace, so a node drain
+or a crash hands over within the lease duration and never leaves two writers. Its settings come from
+the stack's ``burst`` section, rendered with the agent's own :class:`BurstSettings` so a key the agent
+does not know fails here, at preview, not at start-up in the cluster. RBAC is exactly what the shell
+calls: nodes and pods get/list/watch/patch cluster-wide; leases and events in its own namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from agents.burst_controller.settings import BurstSettings
+from components import images
+from components.config import Burst, ClusterConfig
+from components.naming import Keys, common_labels, selector_labels
+from components.security import container_security_context, pod_security_context, resources
+
+APP = "burst-controller"
+LEASE_NAME = "burst-controller"
+SETTINGS_FILE = "settings.yaml"
+CONFIG_DIR = "/etc/burst-controller"
+Rule = k8s.rbac.v1.PolicyRuleArgs
+
+#: Cluster-wide: read nodes and pods; patch node taints and pods' deletion-cost annotation. Nothing else.
+CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
+    Rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch", "patch"]),
+)
+
+
+def namespace_rules(lease_name: str) -> list[Rule]:
+    """In its own namespace: create the Lease once, then read and renew only that one; record events."""
+    return [
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
+             verbs=["get", "update"]),
+        Rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
+    ]
+
+
+def settings_for(burst: Burst, label_prefix: str, gpu_resource: str, namespace: str) -> BurstSettings:
+    """The agent's settings from the stack's burst section (the agent validates them again at start)."""
+    return BurstSettings(
+        label_prefix=label_prefix,
+        taint_key=Keys(label_prefix).burst_taint,
+        taint_value=burst.taint_value,
+        gpu_resource=gpu_resource,
+        open_below_free_gpus=burst.open_below_free_gpus,
+        close_at_free_gpus=burst.close_at_free_gpus,
+        open_hold_seconds=float(burst.open_hold_seconds),
+        close_hold_seconds=float(burst.close_hold_seconds),
+        pending_grace_seconds=float(burst.pending_grace_seconds),
+        external_deletion_cost=burst.external_deletion_cost,
+        resync_seconds=float(burst.resync_seconds),
+        stale_after_seconds=float(burst.stale_after_seconds),
+        namespace=namespace,
+        lease_name=LEASE_NAME,
+        event_namespace=namespace,
+    )
+
+
+def settings_document(settings: BurstSettings) -> str:
+    """The ConfigMap file: every settings key spelled out (JSON is YAML), sorted for stable diffs."""
+    return json.dumps(json.loads(settings.to_json()), indent=2, sort_keys=True) + "\n"
+
+
+@dataclass(frozen=True)
+class BurstControllerArgs:
+    burst: Burst
+    settings: BurstSettings
+    namespace: str
+    image: str
+    priority_class: str
+    system_pool_selector: dict[str, str]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
+        return cls(
+            burst=cfg.burst,
+            settings=settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace),
+            namespace=cfg.system_namespace,
+            image=images.agent_image(APP),
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+        )
+
+
+class BurstController(pulumi.ComponentResource):
+    """Settings, identity, RBAC, the Deployment, its PDB, and metrics scraping."""
+
+    taint_key: pulumi.Output[str]
+
+    def __init__(self, name: str, args: BurstControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:burst:BurstController", name, None, opts)
+        ns = args.namespace
+        labels = common_labels(APP, "burst-controller", images.AGENT_VERSION)
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        role_name = f"gpu-cluster:{APP}"
+
+        config = k8s.core.v1.ConfigMap(
+            f"{APP}-settings",
+            metadata=meta(name=f"{APP}-settings", namespace=ns, labels=labels),
+            data={SETTINGS_FILE: settings_document(args.settings)},
+            opts=child,
+        )
+        sa = k8s.core.v1.ServiceAccount(f"{APP}-sa", metadata=meta(name=APP, namespace=ns, labels=labels), opts=child)
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=APP, namespace=ns)
+        cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{APP}-role", metadata=meta(name=role_name, labels=labels), rules=list(CLUSTER_RULES), opts=child
+        )
+        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{APP}-binding",
+            metadata=meta(name=role_name, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, sa]),
+        )
+        role = k8s.rbac.v1.Role(
+            f"{APP}-ns-role",
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            rules=namespace_rules(LEASE_NAME),
+            opts=child,
+        )
+        binding = k8s.rbac.v1.RoleBinding(
+            f"{APP}-ns-binding",
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=APP),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        )
+        port = args.burst.metrics_port
+        self.deployment = k8s.apps.v1.Deployment(
+            APP,
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                # One leader, one warm standby: the Lease, not the replica count, guarantees one writer.
+                replicas=args.burst.replicas,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=APP,
+                        priority_class_name=args.priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        affinity=k8s.core.v1.AffinityArgs(
+                            pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+                                preferred_during_scheduling_ignored_during_execution=[
+                                    k8s.core.v1.WeightedPodAffinityTermArgs(
+                                        weight=100,
+                                        pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
+                                            topology_key="kubernetes.io/hostname",
+                                            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                                        ),
+                                    )
+                                ]
+                            )
+                        ),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name=APP,
+                            image=args.image,
+                            args=[f"--config={CONFIG_DIR}/{SETTINGS_FILE}", f"--metrics-port={port}"],
+                            env=[k8s.core.v1.EnvVarArgs(
+                                name="POD_NAME",
+                                value_from=k8s.core.v1.EnvVarSourceArgs(
+                                    field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")
+                                ),
+                            )],
+                            ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
+                            readiness_probe=k8s.core.v1.ProbeArgs(
+                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
+                                period_seconds=10,
+                            ),
+                            liveness_probe=k8s.core.v1.ProbeArgs(
+                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
+                                period_seconds=20,
+                                failure_threshold=6,
+                            ),
+                            resources=resources("100m", "256Mi"),
+                            security_context=container_security_context(),
+                            volume_mounts=[k8s.core.v1.VolumeMountArgs(
+                                name="settings", mount_path=CONFIG_DIR, read_only=True)],
+                        )],
+                        volumes=[k8s.core.v1.VolumeArgs(
+                            name="settings",
+                            config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-settings"),
+                        )],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster_binding, binding]),
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{APP}-pdb",
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                min_available=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)
+            ),
+            opts=child,
+        )
+        service = k8s.core.v1.Service(
+            f"{APP}-metrics",
+            metadata=meta(name=f"{APP}-metrics", namespace=ns, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                selector=selector,
+                ports=[k8s.core.v1.ServicePortArgs(name="metrics", port=port, target_port="metrics")],
+            ),
+            opts=child,
+        )
+        k8s.apiextensions.CustomResource(
+            f"{APP}-servicemonitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            spec={
+                "selector": {"matchLabels": selector},
+                "endpoints": [{"port": "metrics", "interval": "15s", "path": "/metrics"}],
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+        )
+        self.taint_key = pulumi.Output.from_input(args.settings.taint_key)
+        self.register_outputs({"taint_key": self.taint_key})
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Burst thresholds and the taint the controller owns."""
+    b = cfg.burst
+    return [
+        ("burst taint", f"{Keys(cfg.label_prefix).burst_taint}={b.taint_value}:NoSchedule (never NoExecute)"),
+        ("burst opens", f"free on-prem GPUs < {b.open_below_free_gpus} for {b.open_hold_seconds}s, "
+                        f"or GPU pods pending > {b.pending_grace_seconds}s"),
+        ("burst closes", f"free on-prem GPUs ≥ {b.close_at_free_gpus} for {b.close_hold_seconds}s"),
+        ("external pods", f"pod-deletion-cost {b.external_deletion_cost} (scaled down first)"),
+        ("burst controller", f"{b.replicas} replicas, one leader (Lease {LEASE_NAME}), "
+                             f"resync {b.resync_seconds}s, stale after {b.stale_after_seconds}s"),
+    ]

@@ -1,0 +1,204 @@
+"""Descheduler: the gradual return of inference from virtual nodes once the burst taint is back.
+
+The burst controller puts ``<prefix>/burst`` back as NoSchedule; nothing is evicted by that alone. On
+its schedule the descheduler evicts (through the eviction API, so PDBs hold) pods that do not tolerate
+that taint — inference pods on virtual nodes — a few per node, namespace and cycle. The policy replaces
+the upstream chart's default profile, which turns on unrelated balancing plugins:
+
+- ``RemovePodsViolatingNodeTaints`` restricted to the burst taint key (provider taints never count);
+- optionally ``RemovePodsViolatingNodeAffinity`` in preferred mode, which needs ``nodeFit``;
+- ``DefaultEvictor``: only pods labelled ``<prefix>/workload=inference``, only below a priority that sits
+  under training's, only older than ``minPodAge``, and only when another node could take them
+  (``nodeFit``), so an eviction never strands a replica in Pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.config import ClusterConfig, Descheduler, Priorities
+from components.naming import INFERENCE, Keys, common_labels
+from components.security import container_security_context, pod_security_context, resources
+
+APP = "descheduler"
+POLICY_FILE = "policy.yaml"
+POLICY_DIR = "/policy-dir"
+PROFILE = "burst-return"
+Rule = k8s.rbac.v1.PolicyRuleArgs
+
+#: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time) and
+#: metrics.k8s.io (only LowNodeUtilization with real usage reads it).
+RULES: tuple[Rule, ...] = (
+    Rule(api_groups=["events.k8s.io"], resources=["events"], verbs=["create", "update"]),
+    Rule(api_groups=[""], resources=["nodes"], verbs=["get", "watch", "list"]),
+    Rule(api_groups=[""], resources=["namespaces"], verbs=["get", "watch", "list"]),
+    Rule(api_groups=[""], resources=["pods"], verbs=["get", "watch", "list", "delete"]),
+    Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),
+    Rule(api_groups=["scheduling.k8s.io"], resources=["priorityclasses"], verbs=["get", "watch", "list"]),
+    Rule(api_groups=["policy"], resources=["poddisruptionbudgets"], verbs=["get", "watch", "list"]),
+)
+
+
+def priority_threshold(priorities: Priorities) -> int:
+    """Evict only pods below this: inference qualifies, training (strictly higher) never does."""
+    return priorities.inference.value + 1
+
+
+def policy(d: Descheduler, priorities: Priorities, keys: Keys) -> dict[str, Any]:
+    """The DeschedulerPolicy (descheduler/v1alpha2) doing only the gradual return."""
+    deschedule = ["RemovePodsViolatingNodeTaints"]
+    plugin_config: list[dict[str, Any]] = [
+        {
+            "name": "DefaultEvictor",
+            "args": {
+                "labelSelector": {"matchLabels": {keys.workload: INFERENCE}},
+                "priorityThreshold": {"value": priority_threshold(priorities)},
+                "minPodAge": f"{d.min_pod_age_seconds}s",
+                "nodeFit": True,
+            },
+        },
+        {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [keys.burst_taint]}},
+    ]
+    if d.prefer_onprem_affinity:
+        deschedule.append("RemovePodsViolatingNodeAffinity")
+        plugin_config.append({
+            "name": "RemovePodsViolatingNodeAffinity",
+            "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]},
+        })
+    return {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "maxNoOfPodsToEvictPerNode": d.max_pods_per_node,
+        "maxNoOfPodsToEvictPerNamespace": d.max_pods_per_namespace,
+        "maxNoOfPodsToEvictTotal": d.max_pods_total,
+        "profiles": [{
+            "name": PROFILE,
+            "pluginConfig": plugin_config,
+            "plugins": {
+                "filter": {"enabled": ["DefaultEvictor"]},
+                "preEvictionFilter": {"enabled": ["DefaultEvictor"]},
+                "deschedule": {"enabled": deschedule},
+            },
+        }],
+    }
+
+
+@dataclass(frozen=True)
+class DeschedulerArgs:
+    descheduler: Descheduler
+    priorities: Priorities
+    label_prefix: str
+    namespace: str
+    priority_class: str
+    system_pool_selector: dict[str, str]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> DeschedulerArgs:
+        return cls(
+            descheduler=cfg.descheduler,
+            priorities=cfg.priorities,
+            label_prefix=cfg.label_prefix,
+            namespace=cfg.system_namespace,
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+        )
+
+
+class GradualReturn(pulumi.ComponentResource):
+    """The descheduler CronJob, its policy and its RBAC."""
+
+    schedule: pulumi.Output[str]
+
+    def __init__(self, name: str, args: DeschedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:burst:GradualReturn", name, None, opts)
+        d = args.descheduler
+        ns = args.namespace
+        version = d.image.rsplit(":", 1)[-1] if ":" in d.image.rsplit("/", 1)[-1] else ""
+        labels = common_labels(APP, "descheduler", version)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        role_name = f"gpu-cluster:{APP}"
+        document = yaml.safe_dump(policy(d, args.priorities, Keys(args.label_prefix)), sort_keys=False)
+        config = k8s.core.v1.ConfigMap(
+            f"{APP}-policy",
+            metadata=meta(name=f"{APP}-policy", namespace=ns, labels=labels),
+            data={POLICY_FILE: document},
+            opts=child,
+        )
+        sa = k8s.core.v1.ServiceAccount(f"{APP}-sa", metadata=meta(name=APP, namespace=ns, labels=labels), opts=child)
+        role = k8s.rbac.v1.ClusterRole(
+            f"{APP}-role", metadata=meta(name=role_name, labels=labels), rules=list(RULES), opts=child
+        )
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{APP}-binding",
+            metadata=meta(name=role_name, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
+            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=APP, namespace=ns)],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        )
+        self.cron_job = k8s.batch.v1.CronJob(
+            APP,
+            metadata=meta(name=APP, namespace=ns, labels=labels),
+            spec=k8s.batch.v1.CronJobSpecArgs(
+                schedule=d.schedule,
+                # Two overlapping cycles would double the per-cycle eviction limits.
+                concurrency_policy="Forbid",
+                starting_deadline_seconds=60,
+                successful_jobs_history_limit=3,
+                failed_jobs_history_limit=1,
+                job_template=k8s.batch.v1.JobTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.batch.v1.JobSpecArgs(
+                        backoff_limit=0,
+                        template=k8s.core.v1.PodTemplateSpecArgs(
+                            metadata=meta(labels=labels),
+                            spec=k8s.core.v1.PodSpecArgs(
+                                restart_policy="Never",
+                                service_account_name=APP,
+                                priority_class_name=args.priority_class,
+                                node_selector=args.system_pool_selector,
+                                security_context=pod_security_context(),
+                                containers=[k8s.core.v1.ContainerArgs(
+                                    name=APP,
+                                    image=d.image,
+                                    command=["/bin/descheduler"],
+                                    args=[f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}", "--v=3"],
+                                    resources=resources("500m", "256Mi"),
+                                    security_context=container_security_context(),
+                                    volume_mounts=[k8s.core.v1.VolumeMountArgs(
+                                        name="policy", mount_path=POLICY_DIR, read_only=True)],
+                                )],
+                                volumes=[k8s.core.v1.VolumeArgs(
+                                    name="policy",
+                                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-policy"),
+                                )],
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, binding]),
+        )
+        self.schedule = pulumi.Output.from_input(d.schedule)
+        self.register_outputs({"schedule": self.schedule})
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Descheduler schedule, eviction limits and what it may touch."""
+    d = cfg.descheduler
+    keys = Keys(cfg.label_prefix)
+    plugins = "RemovePodsViolatingNodeTaints"
+    if d.prefer_onprem_affinity:
+        plugins += " + RemovePodsViolatingNodeAffinity (preferred)"
+    return [
+        ("descheduler", f"{d.image} on '{d.schedule}': {plugins} for {keys.burst_taint}"),
+        ("eviction limits", f"{d.max_pods_per_node}/node, {d.max_pods_per_namespace}/namespace, "
+                            f"{d.max_pods_total}/cycle; pods older than {d.min_pod_age_seconds}s; nodeFit"),
+        ("evictable", f"{keys.workload}={INFERENCE} below priority {priority_threshold(cfg.priorities)} "
+                      f"(training is {cfg.priorities.training.value})"),
+    ]

@@ -1,0 +1,518 @@
+"""Inference services: HPA-scaled GPU deployments that prefer on-prem and burst only when let in.
+
+Placement. Every replica goes through the gang scheduler (Volcano) in the reclaimable inference queue,
+annotated preemptable, at the inference priority: a training gang takes its GPUs back. Replicas
+require one of our GPU nodes and prefer on-prem; they tolerate their pool's taint and the providers'
+own taints (NoSchedule only) but never the burst taint, so they reach a virtual node only while the
+burst controller has it open, and the descheduler brings them back when it closes.
+
+Traffic follows the pods through the service's declared shape: ``queue-worker`` replicas pull from a
+broker every location reaches (URL and credentials from config and secret config); ``gateway``
+services get an HTTPRoute to one Service over every ready replica, so each location receives requests
+in proportion to its ready replicas. Fixed on-prem/external weights were rejected: outside a burst the
+external backend is empty and its share of requests would fail. Gateway services burst only onto
+providers with cluster-routable pod IPs (the config refuses a gateway service without one).
+
+Scaling. ``autoscaling/v2`` HPA with explicit behaviour: scale-up at once (stabilization from config),
+scale-down slow (stabilization and a percent-per-minute cap). cpu/memory use Resource metrics;
+queue-depth (External) and in-flight (Pods) come from Prometheus through **prometheus-adapter**, not
+KEDA: the HPA stays our own object with the same behaviour block for every metric, the adapter is a
+handful of first-class objects (no CRDs, no operator, no webhooks) and registers only
+custom.metrics.k8s.io and external.metrics.k8s.io, leaving metrics.k8s.io to metrics-server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import yaml
+
+from components.config import (
+    ClusterConfig,
+    ExternalProvider,
+    GatewayRef,
+    GpuPool,
+    InferenceService,
+    MetricsAdapter,
+    ScalingMetric,
+    TrafficShape,
+)
+from components.naming import (
+    INFERENCE,
+    VOLCANO_PREEMPTABLE_ANNOTATION,
+    VOLCANO_QUEUE_ANNOTATION,
+    Keys,
+    common_labels,
+    selector_labels,
+)
+from components.node_pools import pool_toleration
+from components.providers import provider_toleration
+from components.security import container_security_context, pod_security_context, resources
+from components.stack import secret_value
+from components.workloads import gpu_resources, prefer_onprem_affinity
+
+ADAPTER = "prometheus-adapter"
+ADAPTER_PORT = 6443
+#: Prometheus series per request-level metric, unless the service names its own.
+DEFAULT_SERIES: dict[ScalingMetric, str] = {
+    ScalingMetric.QUEUE_DEPTH: "inference_queue_depth",
+    ScalingMetric.IN_FLIGHT: "inference_requests_in_flight",
+}
+#: The label on queue-depth series that names the inference service the queue feeds.
+QUEUE_SERVICE_LABEL = "service"
+ADAPTED = (ScalingMetric.QUEUE_DEPTH, ScalingMetric.IN_FLIGHT)
+
+
+def series(service: InferenceService) -> str:
+    return service.scaling.prometheus_series or DEFAULT_SERIES[service.scaling.metric]
+
+
+@dataclass(frozen=True)
+class InferenceServiceArgs:
+    service: InferenceService
+    namespace: str
+    label_prefix: str
+    gpu_resource: str
+    scheduler_name: str
+    queue: str
+    priority_class: str
+    pools: list[GpuPool]
+    providers: list[ExternalProvider]
+    gateway: GatewayRef
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, service: InferenceService) -> InferenceServiceArgs:
+        pools = [cfg.pool(service.pool)] if service.pool is not None else list(cfg.pools)
+        providers = list(cfg.providers)
+        if service.traffic.shape is TrafficShape.GATEWAY:
+            providers = [p for p in providers if p.routable]
+        return cls(
+            service=service,
+            namespace=cfg.inference_namespace,
+            label_prefix=cfg.label_prefix,
+            gpu_resource=cfg.gpu_resource,
+            scheduler_name=cfg.scheduling.scheduler_name,
+            queue=cfg.scheduling.inference_queue.name,
+            priority_class=cfg.priorities.inference.name,
+            pools=pools,
+            providers=providers,
+            gateway=cfg.inference.gateway,
+        )
+
+
+def tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
+    """Its GPU pool(s) and the eligible providers' own taints; the burst taint is deliberately absent."""
+    keys = Keys(args.label_prefix)
+    out = [pool_toleration(keys, pool) for pool in args.pools if pool.taint]
+    out += [provider_toleration(p) for p in args.providers]
+    return out
+
+
+def hpa_metric(service: InferenceService) -> k8s.autoscaling.v2.MetricSpecArgs:
+    s = service.scaling
+    if s.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY):
+        return k8s.autoscaling.v2.MetricSpecArgs(
+            type="Resource",
+            resource=k8s.autoscaling.v2.ResourceMetricSourceArgs(
+                name=s.metric.value,
+                target=k8s.autoscaling.v2.MetricTargetArgs(type="Utilization", average_utilization=s.target),
+            ),
+        )
+    if s.metric is ScalingMetric.QUEUE_DEPTH:
+        # Jobs waiting per replica: an External metric, so it is the same wherever replicas run.
+        return k8s.autoscaling.v2.MetricSpecArgs(
+            type="External",
+            external=k8s.autoscaling.v2.ExternalMetricSourceArgs(
+                metric=k8s.autoscaling.v2.MetricIdentifierArgs(
+                    name=series(service),
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels={QUEUE_SERVICE_LABEL: service.name}),
+                ),
+                target=k8s.autoscaling.v2.MetricTargetArgs(type="AverageValue", average_value=str(s.target)),
+            ),
+        )
+    return k8s.autoscaling.v2.MetricSpecArgs(
+        type="Pods",
+        pods=k8s.autoscaling.v2.PodsMetricSourceArgs(
+            metric=k8s.autoscaling.v2.MetricIdentifierArgs(name=series(service)),
+            target=k8s.autoscaling.v2.MetricTargetArgs(type="AverageValue", average_value=str(s.target)),
+        ),
+    )
+
+
+def hpa_behavior(service: InferenceService) -> k8s.autoscaling.v2.HorizontalPodAutoscalerBehaviorArgs:
+    """Up fast (double or +4 pods every 15 s, whichever is more); down slow and capped per minute."""
+    s = service.scaling
+    policy = k8s.autoscaling.v2.HPAScalingPolicyArgs
+    return k8s.autoscaling.v2.HorizontalPodAutoscalerBehaviorArgs(
+        scale_up=k8s.autoscaling.v2.HPAScalingRulesArgs(
+            stabilization_window_seconds=s.scale_up_stabilization_seconds,
+            select_policy="Max",
+            policies=[policy(type="Percent", value=100, period_seconds=15),
+                      policy(type="Pods", value=4, period_seconds=15)],
+        ),
+        scale_down=k8s.autoscaling.v2.HPAScalingRulesArgs(
+            stabilization_window_seconds=s.scale_down_stabilization_seconds,
+            select_policy="Min",
+            policies=[policy(type="Percent", value=s.scale_down_percent_per_minute, period_seconds=60)],
+        ),
+    )
+
+
+class InferenceServiceComponent(pulumi.ComponentResource):
+    """One service: Deployment (no replicas: the HPA owns them), Service, HPA, PDB, traffic wiring."""
+
+    service_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: InferenceServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:inference:InferenceService", name, None, opts)
+        svc = args.service
+        ns = args.namespace
+        keys = Keys(args.label_prefix)
+        version = svc.image.rsplit(":", 1)[-1]
+        labels = {**common_labels(svc.name, "inference", version), keys.workload: INFERENCE, keys.service: svc.name}
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        env: list[k8s.core.v1.EnvVarArgs] = []
+        deps: list[pulumi.Resource] = []
+        traffic = svc.traffic
+        if traffic.shape is TrafficShape.QUEUE_WORKER:
+            env.append(k8s.core.v1.EnvVarArgs(name="QUEUE_URL", value=traffic.queue_url))
+            if traffic.queue_credentials_secret:
+                secret = k8s.core.v1.Secret(
+                    f"{svc.name}-queue",
+                    metadata=meta(name=f"{svc.name}-queue", namespace=ns, labels=labels),
+                    type="Opaque",
+                    string_data={"credentials": secret_value(traffic.queue_credentials_secret)},
+                    opts=child,
+                )
+                deps.append(secret)
+                env.append(k8s.core.v1.EnvVarArgs(
+                    name="QUEUE_CREDENTIALS",
+                    value_from=k8s.core.v1.EnvVarSourceArgs(secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
+                        name=f"{svc.name}-queue", key="credentials")),
+                ))
+        self.deployment = k8s.apps.v1.Deployment(
+            svc.name,
+            metadata=meta(name=svc.name, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(
+                    type="RollingUpdate",
+                    # GPUs are scarce: add one replica before taking one away.
+                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(
+                        labels=labels,
+                        annotations={VOLCANO_QUEUE_ANNOTATION: args.queue, VOLCANO_PREEMPTABLE_ANNOTATION: "true"},
+                    ),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        scheduler_name=args.scheduler_name,
+                        priority_class_name=args.priority_class,
+                        affinity=prefer_onprem_affinity(keys, svc.pool),
+                        tolerations=tolerations(args),
+                        security_context=pod_security_context(),
+                        termination_grace_period_seconds=60,
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="server",
+                            image=svc.image,
+                            args=svc.args or None,
+                            env=env or None,
+                            ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=svc.port)],
+                            readiness_probe=k8s.core.v1.ProbeArgs(
+                                http_get=k8s.core.v1.HTTPGetActionArgs(path=svc.readiness_path, port="http"),
+                                period_seconds=5,
+                                failure_threshold=3,
+                            ),
+                            resources=gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
+                            security_context=container_security_context(),
+                            volume_mounts=[k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
+                        )],
+                        volumes=[k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
+        )
+        service = k8s.core.v1.Service(
+            f"{svc.name}-service",
+            metadata=meta(name=svc.name, namespace=ns, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                selector=selector,
+                ports=[k8s.core.v1.ServicePortArgs(name="http", port=svc.port, target_port="http")],
+            ),
+            opts=child,
+        )
+        k8s.autoscaling.v2.HorizontalPodAutoscaler(
+            f"{svc.name}-hpa",
+            metadata=meta(name=svc.name, namespace=ns, labels=labels),
+            spec=k8s.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
+                scale_target_ref=k8s.autoscaling.v2.CrossVersionObjectReferenceArgs(
+                    api_version="apps/v1", kind="Deployment", name=svc.name
+                ),
+                min_replicas=svc.min_replicas,
+                max_replicas=svc.max_replicas,
+                metrics=[hpa_metric(svc)],
+                behavior=hpa_behavior(svc),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{svc.name}-pdb",
+            metadata=meta(name=svc.name, namespace=ns, labels=labels),
+            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=svc.max_unavailable,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                # A replica stuck unready protects nothing; let drains and the descheduler move it.
+                unhealthy_pod_eviction_policy="AlwaysAllow",
+            ),
+            opts=child,
+        )
+        if traffic.shape is TrafficShape.GATEWAY:
+            parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                      "name": args.gateway.name, "namespace": args.gateway.namespace or ns}
+            if args.gateway.section_name:
+                parent["sectionName"] = args.gateway.section_name
+            k8s.apiextensions.CustomResource(
+                f"{svc.name}-route",
+                api_version="gateway.networking.k8s.io/v1",
+                kind="HTTPRoute",
+                metadata=meta(name=svc.name, namespace=ns, labels=labels),
+                spec={
+                    "parentRefs": [parent],
+                    "hostnames": [traffic.gateway_host],
+                    "rules": [{
+                        "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                        "backendRefs": [{"group": "", "kind": "Service", "name": svc.name, "port": svc.port}],
+                    }],
+                },
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+            )
+        self.service_name = pulumi.Output.from_input(svc.name)
+        self.register_outputs({"service_name": self.service_name})
+
+
+@dataclass(frozen=True)
+class MetricsAdapterArgs:
+    adapter: MetricsAdapter
+    namespace: str
+    prometheus_url: str
+    services: list[InferenceService]
+    priority_class: str
+    system_pool_selector: dict[str, str]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> MetricsAdapterArgs:
+        adapter = cfg.inference.adapter
+        url = adapter.prometheus_url or f"http://prometheus-operated.{cfg.monitoring_namespace}.svc:9090/"
+        return cls(
+            adapter=adapter,
+            namespace=cfg.system_namespace,
+            prometheus_url=url,
+            services=[s for s in cfg.inference.services if s.scaling.metric in ADAPTED],
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+        )
+
+
+def adapter_rules(services: list[InferenceService]) -> dict[str, Any]:
+    """prometheus-adapter rules: in-flight as a per-pod custom metric, queue depth as an external one."""
+    pods_series = sorted({series(s) for s in services if s.scaling.metric is ScalingMetric.IN_FLIGHT})
+    queue_series = sorted({series(s) for s in services if s.scaling.metric is ScalingMetric.QUEUE_DEPTH})
+    rules = [
+        {
+            "seriesQuery": f'{name}{{namespace!="",pod!=""}}',
+            "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+            "name": {"matches": f"^{name}$", "as": name},
+            "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
+        }
+        for name in pods_series
+    ]
+    external = [
+        {
+            # Queue exporters run anywhere; the metric is cluster-wide and selected by service label.
+            "seriesQuery": f'{name}{{{QUEUE_SERVICE_LABEL}!=""}}',
+            "resources": {"namespaced": False},
+            "name": {"matches": f"^{name}$", "as": name},
+            "metricsQuery": f"max(<<.Series>>{{<<.LabelMatchers>>}}) by ({QUEUE_SERVICE_LABEL})",
+        }
+        for name in queue_series
+    ]
+    return {"rules": rules, "externalRules": external}
+
+
+#: Upstream prometheus-adapter's resource-reader ClusterRole: map series labels to objects.
+ADAPTER_RULES: tuple[k8s.rbac.v1.PolicyRuleArgs, ...] = (
+    k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes", "namespaces", "pods", "services"],
+                               verbs=["get", "list", "watch"]),
+)
+#: The API groups the adapter serves (metrics.k8s.io stays with metrics-server).
+ADAPTER_APIS = ("custom.metrics.k8s.io", "external.metrics.k8s.io")
+
+
+class PrometheusAdapter(pulumi.ComponentResource):
+    """prometheus-adapter as first-class objects: RBAC, rules, Deployment, Service, APIServices."""
+
+    def __init__(self, name: str, args: MetricsAdapterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:inference:PrometheusAdapter", name, None, opts)
+        ns = args.namespace
+        a = args.adapter
+        labels = common_labels(ADAPTER, "metrics-adapter", a.image.rsplit(":", 1)[-1])
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        ref = k8s.rbac.v1.RoleRefArgs
+        empty = k8s.core.v1.EmptyDirVolumeSourceArgs()
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=ADAPTER, namespace=ns)
+        sa = k8s.core.v1.ServiceAccount(f"{ADAPTER}-sa", metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
+                                        opts=child)
+        reader = k8s.rbac.v1.ClusterRole(
+            f"{ADAPTER}-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}", labels=labels),
+            rules=list(ADAPTER_RULES), opts=child,
+        )
+        after_sa = pulumi.ResourceOptions(parent=self, depends_on=[sa, reader])
+        bindings = [
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{ADAPTER}-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}", labels=labels),
+                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                             name=f"gpu-cluster:{ADAPTER}"),
+                subjects=[subject], opts=after_sa,
+            ),
+            # An aggregated API server delegates authn/authz to the kube-apiserver...
+            k8s.rbac.v1.ClusterRoleBinding(
+                f"{ADAPTER}-auth-delegator", metadata=meta(name=f"gpu-cluster:{ADAPTER}:auth-delegator",
+                                                           labels=labels),
+                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="system:auth-delegator"),
+                subjects=[subject], opts=after_sa,
+            ),
+            # ...and reads the client-CA ConfigMap in kube-system.
+            k8s.rbac.v1.RoleBinding(
+                f"{ADAPTER}-auth-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}:auth-reader",
+                                                        namespace="kube-system", labels=labels),
+                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="Role",
+                             name="extension-apiserver-authentication-reader"),
+                subjects=[subject], opts=after_sa,
+            ),
+        ]
+        config = k8s.core.v1.ConfigMap(
+            f"{ADAPTER}-config",
+            metadata=meta(name=f"{ADAPTER}-config", namespace=ns, labels=labels),
+            data={"config.yaml": yaml.safe_dump(adapter_rules(args.services), sort_keys=False)},
+            opts=child,
+        )
+        deployment = k8s.apps.v1.Deployment(
+            ADAPTER,
+            metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=a.replicas,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=ADAPTER,
+                        priority_class_name=args.priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name=ADAPTER,
+                            image=a.image,
+                            args=[
+                                "--cert-dir=/var/run/serving-cert",
+                                "--config=/etc/adapter/config.yaml",
+                                f"--prometheus-url={args.prometheus_url}",
+                                f"--metrics-relist-interval={a.relist_interval_seconds}s",
+                                f"--secure-port={ADAPTER_PORT}",
+                                "--v=2",
+                            ],
+                            ports=[k8s.core.v1.ContainerPortArgs(name="https", container_port=ADAPTER_PORT)],
+                            readiness_probe=k8s.core.v1.ProbeArgs(
+                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/readyz", port="https", scheme="HTTPS"),
+                                period_seconds=10,
+                            ),
+                            resources=resources("250m", "512Mi"),
+                            security_context=container_security_context(),
+                            volume_mounts=[
+                                k8s.core.v1.VolumeMountArgs(name="config", mount_path="/etc/adapter", read_only=True),
+                                k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path="/var/run/serving-cert"),
+                                k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                            ],
+                        )],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
+                                name=f"{ADAPTER}-config")),
+                            k8s.core.v1.VolumeArgs(name="serving-cert", empty_dir=empty),
+                            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=empty),
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *bindings]),
+        )
+        service = k8s.core.v1.Service(
+            f"{ADAPTER}-service",
+            metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                selector=selector,
+                ports=[k8s.core.v1.ServicePortArgs(name="https", port=443, target_port="https")],
+            ),
+            opts=child,
+        )
+        for group in ADAPTER_APIS:
+            k8s.apiregistration.v1.APIService(
+                f"{ADAPTER}-{group.split('.')[0]}",
+                metadata=meta(name=f"v1beta1.{group}", labels=labels),
+                spec=k8s.apiregistration.v1.APIServiceSpecArgs(
+                    group=group,
+                    version="v1beta1",
+                    service=k8s.apiregistration.v1.ServiceReferenceArgs(name=ADAPTER, namespace=ns, port=443),
+                    group_priority_minimum=100,
+                    version_priority=100,
+                    # The adapter serves a self-signed certificate from --cert-dir (as upstream deploys it).
+                    insecure_skip_tls_verify=True,
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, service]),
+            )
+        self.register_outputs({"apis": list(ADAPTER_APIS)})
+
+
+class InferencePlatform(pulumi.ComponentResource):
+    """Every configured inference service, plus the metrics adapter when one of them needs it."""
+
+    def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:inference:InferencePlatform", name, None, opts)
+        adapter_args = MetricsAdapterArgs.from_config(cfg)
+        deps: list[pulumi.Resource] = []
+        if adapter_args.services:
+            deps.append(PrometheusAdapter("metrics-adapter", adapter_args, pulumi.ResourceOptions(parent=self)))
+        self.services = [
+            InferenceServiceComponent(
+                f"inference-{s.name}",
+                InferenceServiceArgs.from_config(cfg, s),
+                pulumi.ResourceOptions(parent=self, depends_on=deps),
+            )
+            for s in cfg.inference.services
+        ]
+        self.register_outputs({"services": [s.name for s in cfg.inference.services]})
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Inference services: replicas, GPUs, traffic shape and scaling metric."""
+    rows = []
+    for s in cfg.inference.services:
+        t = s.traffic
+        where = t.queue_url if t.shape is TrafficShape.QUEUE_WORKER else t.gateway_host
+        metric = s.scaling.metric.value
+        unit = "%" if s.scaling.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) else " per replica"
+        rows.append((
+            f"inference {s.name}",
+            f"{s.min_replicas}–{s.max_replicas} replicas × {s.gpus_per_replica} GPU, {t.shape.value} ({where}), "
+            f"HPA on {metric} {s.scaling.target}{unit}, "
+            f"scale-down window {s.scaling.scale_down_stabilization_seconds}s",
+        ))
+    if any(s.scaling.metric in ADAPTED for s in cfg.inference.services):
+        rows.append(("metrics adapter", f"{cfg.inference.adapter.image} (custom + external metrics)"))
+    return rows

@@ -1,0 +1,587 @@
+"""Observability that does not lie: DCGM with tensor-core fields, the InfiniBand exporter, tested alert
+rules, the GPU fleet dashboard and the thermal guard, as first-class Kubernetes objects.
+
+Every object is a ``pulumi_kubernetes`` resource (CRDs through ``CustomResource``) rather than a Helm
+chart, so the mock runtime, the render tool and the policy pack see the exact DaemonSets, RBAC and
+rules that reach the cluster. The pieces and why they look the way they do:
+
+* **dcgm-exporter** (DaemonSet, GPU pools only): our counters CSV in a ConfigMap, a 5 s collection
+  interval from the stack (upstream's 30 s is too slow for a 78 °C rule held 2 minutes), only the
+  ``SYS_ADMIN`` capability the profiling fields need, and the kubelet pod-resources socket mounted
+  read-only to map GPUs to pods. It tolerates the pool taints and the thermal taint: a hot node is
+  exactly where temperature must keep being measured.
+* **ib-exporter** (DaemonSet, GPU pools): non-root, read-only root filesystem, no capabilities, the host's
+  ``/sys`` mounted read-only. Its ServiceMonitor adds the ``node`` label the alert rules join on.
+* **PrometheusRule**: :func:`components.alert_rules.build_rule_spec` with thresholds from the stack, so
+  the rules promtool tested are the rules deployed.
+* **Dashboard**: JSON from :mod:`components.dashboards.gpu_fleet` in a ConfigMap labelled
+  ``grafana_dashboard: "1"`` for the Grafana sidecar.
+* **thermal-guard** (Deployment, system pool): one replica (``Recreate``: two guards must never overlap),
+  settings rendered through the agent's own :class:`ThermalSettings` so a value the agent would refuse
+  fails at preview; RBAC is nodes get/list/watch/patch and events create in ``default`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from agents.thermal_guard.settings import ThermalSettings
+from agents.thermal_guard.shell import EVENT_NAMESPACE
+from components import dcgm_counters, images
+from components.alert_rules import AlertThresholds, build_rule_spec
+from components.config import ClusterConfig, GpuPool, Observability
+from components.dashboards import gpu_fleet
+from components.naming import ONPREM, Keys, common_labels, selector_labels
+from components.security import container_security_context, pod_security_context, resources
+
+DCGM_APP = "dcgm-exporter"
+IB_APP = "ib-exporter"
+GUARD_APP = "thermal-guard"
+DCGM_PORT = 9400
+COUNTERS_KEY = "counters.csv"
+DCGM_CONFIG_DIR = "/etc/dcgm-exporter/custom"
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+HOST_SYS = "/host/sys"
+GUARD_CONFIG_DIR = "/etc/thermal-guard"
+GUARD_SETTINGS_KEY = "settings.json"
+DASHBOARD_KEY = "gpu-fleet.json"
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+
+Rule = k8s.rbac.v1.PolicyRuleArgs
+
+#: Cluster-wide, exactly what the guard's shell calls: read nodes, patch their taints/labels/annotations.
+GUARD_CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
+)
+#: In ``default`` only, where node events live.
+GUARD_EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
+
+
+def kube_state_label(key: str) -> str:
+    """How kube-state-metrics spells a Kubernetes label in ``kube_*_labels`` series."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
+    """The alert rules' thresholds from the stack: one source for rules, guard and dashboard."""
+    o = cfg.observability
+    return AlertThresholds(
+        thermal_threshold_celsius=float(o.thermal_threshold_celsius),
+        thermal_hold_seconds=o.thermal_hold_seconds,
+        thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
+        critical_xids=tuple(o.critical_xids),
+        ib_nominal_rate_bytes_per_second=o.ib_nominal_rate_gbps * 1e9 / 8,
+        hang_window_seconds=o.hang_window_minutes * 60,
+        heartbeat_metric=o.step_heartbeat_metric,
+        checkpoint_budget_seconds=float(cfg.checkpoint.budget.seconds),
+        workload_label=kube_state_label(Keys(cfg.label_prefix).workload),
+    )
+
+
+def thermal_settings(cfg: ClusterConfig) -> ThermalSettings:
+    """The guard's settings from the stack, validated by the agent's own rules (fails at preview)."""
+    o = cfg.observability
+    keys = Keys(cfg.label_prefix)
+    settings = ThermalSettings(
+        threshold_celsius=float(o.thermal_threshold_celsius),
+        hold_seconds=o.thermal_hold_seconds,
+        warning_band=float(o.thermal_warning_band_celsius),
+        prometheus_url=o.prometheus_url,
+        taint_key=keys.thermal_taint,
+        label_prefix=cfg.label_prefix,
+        poll_seconds=o.thermal_poll_seconds,
+        inference_tolerates=o.inference_tolerates_thermal,
+        node_selector=f"{keys.location}={ONPREM}",
+    )
+    settings.validate("observability")
+    return settings
+
+
+def settings_document(settings: ThermalSettings) -> str:
+    """The ConfigMap file: every key spelled out, sorted for stable diffs."""
+    return json.dumps(asdict(settings), indent=2, sort_keys=True) + "\n"
+
+
+def thermal_toleration(cfg: ClusterConfig) -> k8s.core.v1.TolerationArgs | None:
+    """The toleration inference pods carry when ``inferenceToleratesThermal`` is on (default): inference
+    runs fine on a hot GPU, training does not. ``None`` when the stack keeps inference off hot nodes too."""
+    if not cfg.observability.inference_tolerates_thermal:
+        return None
+    return k8s.core.v1.TolerationArgs(
+        key=Keys(cfg.label_prefix).thermal_taint, operator="Equal", value="hot", effect="NoSchedule"
+    )
+
+
+@dataclass(frozen=True)
+class ObservabilityArgs:
+    observability: Observability
+    pools: list[GpuPool]
+    keys: Keys
+    system_namespace: str
+    monitoring_namespace: str
+    priority_class: str
+    system_pool_selector: dict[str, str]
+    thresholds: AlertThresholds
+    guard_settings: ThermalSettings
+    dashboard: gpu_fleet.DashboardOptions
+    dcgm_image: str
+    ib_image: str
+    guard_image: str
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> ObservabilityArgs:
+        keys = Keys(cfg.label_prefix)
+        o = cfg.observability
+        return cls(
+            observability=o,
+            pools=list(cfg.pools),
+            keys=keys,
+            system_namespace=cfg.system_namespace,
+            monitoring_namespace=cfg.monitoring_namespace,
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector={keys.pool: cfg.system_pool.name},
+            thresholds=alert_thresholds(cfg),
+            guard_settings=thermal_settings(cfg),
+            dashboard=gpu_fleet.DashboardOptions(
+                thermal_threshold_celsius=float(o.thermal_threshold_celsius),
+                thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
+                burst_taint_key=keys.burst_taint,
+                thermal_taint_key=keys.thermal_taint,
+                workload_label=kube_state_label(keys.workload),
+                location_label=kube_state_label(keys.location),
+            ),
+            dcgm_image=images.DCGM_EXPORTER,
+            ib_image=images.agent_image(IB_APP),
+            guard_image=images.agent_image(GUARD_APP),
+        )
+
+
+def _gpu_pool_affinity(args: ObservabilityArgs) -> k8s.core.v1.AffinityArgs:
+    """Only nodes of our GPU pools: virtual nodes and the system pool have no GPUs or HCAs of ours."""
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                node_selector_terms=[
+                    k8s.core.v1.NodeSelectorTermArgs(
+                        match_expressions=[
+                            k8s.core.v1.NodeSelectorRequirementArgs(
+                                key=args.keys.pool, operator="In", values=sorted(p.name for p in args.pools)
+                            ),
+                            k8s.core.v1.NodeSelectorRequirementArgs(
+                                key=args.keys.location, operator="In", values=[ONPREM]
+                            ),
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+
+
+def _gpu_node_tolerations(args: ObservabilityArgs) -> list[k8s.core.v1.TolerationArgs]:
+    """Each pool's taint, and the thermal taint: measuring must go on where the guard pulled the node."""
+    tolerations = [
+        k8s.core.v1.TolerationArgs(key=args.keys.pool, operator="Equal", value=p.name, effect="NoSchedule")
+        for p in sorted(args.pools, key=lambda p: p.name)
+        if p.taint
+    ]
+    tolerations.append(k8s.core.v1.TolerationArgs(key=args.keys.thermal_taint, operator="Exists", effect="NoSchedule"))
+    return tolerations
+
+
+def _node_name_env() -> k8s.core.v1.EnvVarArgs:
+    return k8s.core.v1.EnvVarArgs(
+        name="NODE_NAME",
+        value_from=k8s.core.v1.EnvVarSourceArgs(
+            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")
+        ),
+    )
+
+
+def _node_relabeling() -> list[dict[str, Any]]:
+    """Every scraped series gets ``node``: the alert rules join InfiniBand and GPU series on it."""
+    return [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"},
+    ]
+
+
+class ObservabilityStack(pulumi.ComponentResource):
+    """DCGM exporter, InfiniBand exporter, scrape configs, alert rules, dashboard and thermal guard."""
+
+    rule_names: pulumi.Output[list[str]]
+    thermal_taint: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:observability:ObservabilityStack", name, None, opts)
+        self.args = args
+        o = args.observability
+        self.dcgm = self._dcgm_exporter()
+        self.ib_exporter = self._ib_exporter() if o.ib_exporter else None
+        spec = build_rule_spec(args.thresholds)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        rules_labels = {**common_labels("gpu-alerts", "alert-rules"), **o.monitor_labels}
+        self.rules = k8s.apiextensions.CustomResource(
+            "gpu-alerts",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=meta(name="gpu-alerts", namespace=args.monitoring_namespace, labels=rules_labels),
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.dashboard = (
+            k8s.core.v1.ConfigMap(
+                "gpu-fleet-dashboard",
+                metadata=meta(
+                    name="gpu-fleet-dashboard",
+                    namespace=args.monitoring_namespace,
+                    labels={**common_labels("gpu-fleet-dashboard", "dashboard"), **DASHBOARD_LABEL},
+                ),
+                data={DASHBOARD_KEY: gpu_fleet.render(args.dashboard)},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            if o.dashboards
+            else None
+        )
+        self.guard = self._thermal_guard() if o.thermal_guard else None
+        self.rule_names = pulumi.Output.from_input(
+            [rule["alert"] for group in spec["groups"] for rule in group["rules"]]
+        )
+        self.thermal_taint = pulumi.Output.from_input(args.keys.thermal_taint)
+        self.register_outputs({"rule_names": self.rule_names, "thermal_taint": self.thermal_taint})
+
+    # ------------------------------------------------------------------ scraping helper
+
+    def _service_and_monitor(
+        self, app: str, labels: dict[str, str], namespace: str, port: int, depends: list[pulumi.Resource]
+    ) -> k8s.apiextensions.CustomResource:
+        meta = k8s.meta.v1.ObjectMetaArgs
+        selector = selector_labels(labels)
+        service = k8s.core.v1.Service(
+            f"{app}-metrics",
+            metadata=meta(name=f"{app}-metrics", namespace=namespace, labels=labels),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                selector=selector,
+                ports=[k8s.core.v1.ServicePortArgs(name="metrics", port=port, target_port="metrics")],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+        )
+        return k8s.apiextensions.CustomResource(
+            f"{app}-servicemonitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=meta(name=app, namespace=namespace, labels={**labels, **self.args.observability.monitor_labels}),
+            spec={
+                "selector": {"matchLabels": selector},
+                "namespaceSelector": {"matchNames": [namespace]},
+                "endpoints": [
+                    {
+                        "port": "metrics",
+                        "path": "/metrics",
+                        "interval": f"{self.args.observability.scrape_interval_seconds}s",
+                        "relabelings": _node_relabeling(),
+                    }
+                ],
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
+        )
+
+    # ------------------------------------------------------------------ DCGM
+
+    def _dcgm_exporter(self) -> k8s.apps.v1.DaemonSet:
+        args = self.args
+        ns = args.system_namespace
+        labels = common_labels(DCGM_APP, "gpu-telemetry", args.dcgm_image.rsplit(":", 1)[-1])
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        counters = k8s.core.v1.ConfigMap(
+            f"{DCGM_APP}-counters",
+            metadata=meta(name=f"{DCGM_APP}-counters", namespace=ns, labels=labels),
+            data={COUNTERS_KEY: dcgm_counters.render()},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        sa = k8s.core.v1.ServiceAccount(
+            f"{DCGM_APP}-sa",
+            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels),
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        env = [
+            k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_COLLECTORS", value=f"{DCGM_CONFIG_DIR}/{COUNTERS_KEY}"),
+            k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_INTERVAL", value=str(args.observability.dcgm_interval_ms)),
+            k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_LISTEN", value=f":{DCGM_PORT}"),
+            k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_KUBERNETES", value="true"),
+            k8s.core.v1.EnvVarArgs(name="NVIDIA_VISIBLE_DEVICES", value="all"),
+            # The pinned exporter fills its ``Hostname`` label from NODE_NAME: the thermal guard and the
+            # alert rules find the node by it.
+            _node_name_env(),
+        ]
+        daemonset = k8s.apps.v1.DaemonSet(
+            DCGM_APP,
+            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="10%"),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=DCGM_APP,
+                        automount_service_account_token=False,
+                        priority_class_name=args.priority_class,
+                        runtime_class_name=args.observability.dcgm_runtime_class,
+                        affinity=_gpu_pool_affinity(args),
+                        tolerations=_gpu_node_tolerations(args),
+                        # DCGM's host engine needs root; it gets SYS_ADMIN only (allow-listed), never privileged.
+                        security_context=pod_security_context(
+                            run_as_non_root=False, run_as_user=0, run_as_group=0, fs_group=None
+                        ),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name=DCGM_APP,
+                                image=args.dcgm_image,
+                                env=env,
+                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=DCGM_PORT)],
+                                readiness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
+                                    period_seconds=10,
+                                ),
+                                liveness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
+                                    initial_delay_seconds=45,
+                                    period_seconds=20,
+                                    failure_threshold=6,
+                                ),
+                                resources=resources("100m", "512Mi"),
+                                security_context=container_security_context(
+                                    run_as_non_root=False,
+                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=["SYS_ADMIN"]),
+                                ),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="counters", mount_path=DCGM_CONFIG_DIR, read_only=True
+                                    ),
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="pod-resources", mount_path=POD_RESOURCES_DIR, read_only=True
+                                    ),
+                                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="counters",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{DCGM_APP}-counters"),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="pod-resources",
+                                host_path=k8s.core.v1.HostPathVolumeSourceArgs(
+                                    path=POD_RESOURCES_DIR, type="Directory"
+                                ),
+                            ),
+                            k8s.core.v1.VolumeArgs(
+                                name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")
+                            ),
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[counters, sa]),
+        )
+        self._service_and_monitor(DCGM_APP, labels, ns, DCGM_PORT, [daemonset])
+        return daemonset
+
+    # ------------------------------------------------------------------ InfiniBand
+
+    def _ib_exporter(self) -> k8s.apps.v1.DaemonSet:
+        args = self.args
+        ns = args.system_namespace
+        port = args.observability.ib_exporter_port
+        labels = common_labels(IB_APP, "network-telemetry", images.AGENT_VERSION)
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        sa = k8s.core.v1.ServiceAccount(
+            f"{IB_APP}-sa",
+            metadata=meta(name=IB_APP, namespace=ns, labels=labels),
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        daemonset = k8s.apps.v1.DaemonSet(
+            IB_APP,
+            metadata=meta(name=IB_APP, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="10%"),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=IB_APP,
+                        automount_service_account_token=False,
+                        priority_class_name=args.priority_class,
+                        affinity=_gpu_pool_affinity(args),
+                        tolerations=_gpu_node_tolerations(args),
+                        security_context=pod_security_context(),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name=IB_APP,
+                                image=args.ib_image,
+                                args=[f"--sysfs-root={HOST_SYS}", f"--listen-address=0.0.0.0:{port}"],
+                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
+                                readiness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+                                    period_seconds=10,
+                                ),
+                                liveness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+                                    period_seconds=20,
+                                    failure_threshold=6,
+                                ),
+                                resources=resources("50m", "64Mi", cpu_limit="500m"),
+                                security_context=container_security_context(),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(name="sys", mount_path=HOST_SYS, read_only=True)
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="sys",
+                                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/sys", type="Directory"),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[sa]),
+        )
+        self._service_and_monitor(IB_APP, labels, ns, port, [daemonset])
+        return daemonset
+
+    # ------------------------------------------------------------------ thermal guard
+
+    def _thermal_guard(self) -> k8s.apps.v1.Deployment:
+        args = self.args
+        ns = args.system_namespace
+        port = args.observability.thermal_guard_port
+        labels = common_labels(GUARD_APP, "thermal-guard", images.AGENT_VERSION)
+        selector = selector_labels(labels)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        role_name = f"gpu-cluster:{GUARD_APP}"
+        config = k8s.core.v1.ConfigMap(
+            f"{GUARD_APP}-settings",
+            metadata=meta(name=f"{GUARD_APP}-settings", namespace=ns, labels=labels),
+            data={GUARD_SETTINGS_KEY: settings_document(args.guard_settings)},
+            opts=child,
+        )
+        sa = k8s.core.v1.ServiceAccount(
+            f"{GUARD_APP}-sa", metadata=meta(name=GUARD_APP, namespace=ns, labels=labels), opts=child
+        )
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=GUARD_APP, namespace=ns)
+        cluster_role = k8s.rbac.v1.ClusterRole(
+            f"{GUARD_APP}-role",
+            metadata=meta(name=role_name, labels=labels),
+            rules=list(GUARD_CLUSTER_RULES),
+            opts=child,
+        )
+        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{GUARD_APP}-binding",
+            metadata=meta(name=role_name, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, sa]),
+        )
+        event_role = k8s.rbac.v1.Role(
+            f"{GUARD_APP}-events-role",
+            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels),
+            rules=list(GUARD_EVENT_RULES),
+            opts=child,
+        )
+        event_binding = k8s.rbac.v1.RoleBinding(
+            f"{GUARD_APP}-events-binding",
+            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=GUARD_APP),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[event_role, sa]),
+        )
+        deployment = k8s.apps.v1.Deployment(
+            GUARD_APP,
+            metadata=meta(name=GUARD_APP, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                # One writer of node taints; Recreate so an update never runs two guards at once.
+                replicas=1,
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=GUARD_APP,
+                        priority_class_name=args.priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name=GUARD_APP,
+                                image=args.guard_image,
+                                args=[
+                                    f"--config={GUARD_CONFIG_DIR}/{GUARD_SETTINGS_KEY}",
+                                    f"--metrics-port={port}",
+                                ],
+                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
+                                readiness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
+                                    period_seconds=10,
+                                ),
+                                liveness_probe=k8s.core.v1.ProbeArgs(
+                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
+                                    period_seconds=20,
+                                    failure_threshold=6,
+                                ),
+                                resources=resources("50m", "128Mi"),
+                                security_context=container_security_context(),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(
+                                        name="settings", mount_path=GUARD_CONFIG_DIR, read_only=True
+                                    )
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="settings",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{GUARD_APP}-settings"),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster_binding, event_binding]),
+        )
+        self._service_and_monitor(GUARD_APP, labels, ns, port, [deployment])
+        return deployment
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Observability settings for the preview summary."""
+    o = cfg.observability
+    keys = Keys(cfg.label_prefix)
+    return [
+        (
+            "thermal limit",
+            f"{o.thermal_threshold_celsius} °C for {o.thermal_hold_seconds}s → "
+            f"{keys.thermal_taint}=hot:NoSchedule (released only by {cfg.label_prefix}/thermal-release)",
+        ),
+        ("dcgm interval", f"{o.dcgm_interval_ms} ms ({images.DCGM_EXPORTER})"),
+        ("ib-exporter", "on GPU pools" if o.ib_exporter else "off"),
+        ("thermal guard", f"poll {o.thermal_poll_seconds}s" if o.thermal_guard else "off (alerts only)"),
+    ]

@@ -1,0 +1,377 @@
+"""External GPU providers: one virtual-kubelet node per provider, marked external, tainted by its provider.
+
+Each provider runs its own virtual-kubelet binary (VK is a library); a preset per :class:`ProviderKind`
+holds what that binary really needs: its pinned image, flags, environment and RBAC. What every preset
+shares is decided here:
+
+- the node carries ``<prefix>/location=external``, ``<prefix>/provider``, ``<prefix>/gpu-model`` and
+  ``type=virtual-kubelet`` (server-side applied labels, so training's required affinity excludes it);
+- the provider's own taint stays, always as ``NoSchedule``: the node-cli taint variables
+  (``VKUBELET_TAINT_KEY/VALUE/EFFECT``) set it, which also overrides Liqo's ``NoExecute`` default. A
+  ``NoExecute`` taint would evict running inference the moment a provider restarts. Inference tolerates
+  the provider taint only with effect ``NoSchedule``, so a provider that ignored the override fails
+  closed (no burst there) instead of evicting;
+- the burst taint (``<prefix>/burst``) is *not* set here: the burst controller owns it, and a second
+  field manager would fight it on every ``pulumi up``;
+- credentials come only from Pulumi secret config into a Kubernetes Secret.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import ClusterConfig, ExternalProvider, ProviderKind
+from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels, selector_labels
+from components.security import container_security_context, pod_security_context, resources
+from components.stack import secret_value
+
+#: Namespace where node-heartbeat Leases live (one per node, named after it).
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+#: Liqo's own virtual-node taint (NoExecute upstream; overridden to NoSchedule here).
+LIQO_TAINT = "virtual-node.liqo.io/not-allowed"
+CREDENTIALS_KEY = "kubeconfig"
+CONFIG_DIR = "/etc/virtual-kubelet"
+METRICS_PORT = 10255
+KUBELET_PORT = 10250
+Rule = k8s.rbac.v1.PolicyRuleArgs
+
+
+def _rule(groups: list[str], resources_: list[str], verbs: list[str]) -> Rule:
+    return Rule(api_groups=groups, resources=resources_, verbs=verbs)
+
+
+#: What every virtual-kubelet needs: run pods bound to its node, own its Node object and report status,
+#: read what pods mount, and record events. Node heartbeats (Leases) get a Role in kube-node-lease.
+BASE_RULES: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
+    _rule([""], ["pods/status"], ["update", "patch"]),
+    _rule([""], ["nodes"], ["create", "get"]),
+    _rule([""], ["nodes/status"], ["update", "patch"]),
+    _rule([""], ["configmaps", "secrets", "services"], ["get", "list", "watch"]),
+    _rule([""], ["events"], ["create", "patch"]),
+)
+
+#: Liqo's virtual kubelet also reflects services, endpoints, secrets and service-account tokens to the
+#: peered cluster and reads Liqo's own resources (upstream liqo-virtual-kubelet-local ClusterRole, less
+#: the storage and ingress reflection this platform does not enable).
+LIQO_RULES: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["get", "list", "watch", "patch", "update", "delete"]),
+    _rule([""], ["pods/status"], ["get", "update", "patch"]),
+    _rule([""], ["nodes"], ["create", "get", "list", "watch", "patch", "update"]),
+    _rule([""], ["nodes/status"], ["get", "update", "patch"]),
+    _rule([""], ["configmaps", "namespaces", "services", "services/status"], ["get", "list", "watch"]),
+    _rule([""], ["secrets"], ["get", "list", "watch", "create", "update", "patch"]),
+    _rule([""], ["pods/eviction", "serviceaccounts/token"], ["create"]),
+    _rule([""], ["events"], ["create", "patch"]),
+    _rule(["discovery.k8s.io"], ["endpointslices"], ["get", "list", "watch"]),
+    _rule(["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
+    _rule(["core.liqo.io"], ["foreignclusters", "foreignclusters/status"], ["get", "list", "watch"]),
+    _rule(["ipam.liqo.io"], ["ips"], ["get", "list", "watch"]),
+    _rule(["networking.liqo.io"], ["configurations"], ["get", "list", "watch"]),
+    _rule(["offloading.liqo.io"], ["namespacemaps", "virtualnodes"], ["get", "list", "watch"]),
+)
+
+#: Node heartbeats: the kubelet-style Lease named after the node.
+LEASE_RULES: tuple[Rule, ...] = (_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),)
+
+
+@dataclass(frozen=True)
+class ProviderPreset:
+    """What one provider kind's virtual-kubelet binary needs."""
+
+    kind: ProviderKind
+    #: Pinned upstream image, or None where every provider ships its own binary (config must name it).
+    image: str | None
+    command: tuple[str, ...]
+    taint_key: str
+    #: The provider's own taint value; None means the provider name (virtual-kubelet's default).
+    taint_value: str | None
+    #: The effect the provider sets when left alone (we always override to NoSchedule).
+    upstream_effect: str
+    rules: tuple[Rule, ...]
+    args: Callable[[ExternalProvider, str, str], list[str]] = field(repr=False)
+    #: Whether the capacity file (--provider-config) is how this binary learns its node's capacity.
+    capacity_file: bool = True
+
+
+def _vk_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
+    """virtual-kubelet node-cli flags (shared by node-cli based providers)."""
+    assert p.vk_provider is not None
+    return [
+        f"--nodename={p.node_name}",
+        f"--provider={p.vk_provider}",
+        f"--provider-config={CONFIG_DIR}/provider.json",
+        "--os=Linux",
+        f"--metrics-addr=:{METRICS_PORT}",
+        "--enable-node-lease",
+        "--startup-timeout=120s",
+        *p.extra_args,
+    ]
+
+
+def tenant_namespace(p: ExternalProvider) -> str:
+    return p.tenant_namespace or f"liqo-tenant-{p.foreign_cluster_id}"
+
+
+def _liqo_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
+    """Flags Liqo's controller-manager passes its virtual kubelet (pkg/vkMachinery/forge)."""
+    return [
+        f"--foreign-cluster-id={p.foreign_cluster_id}",
+        f"--nodename={p.node_name}",
+        "--node-ip=$(POD_IP)",
+        f"--tenant-namespace={namespace}",
+        f"--liqo-namespace={p.liqo_namespace}",
+        f"--home-cluster-id={p.home_cluster_id}",
+        f"--local-podcidr={p.local_pod_cidr}",
+        f"--foreign-kubeconfig-secret-name={secret}",
+        "--create-node=true",
+        "--metrics-enabled=true",
+        f"--metrics-address=:{METRICS_PORT}",
+        *p.extra_args,
+    ]
+
+
+#: One preset per supported kind (ADMIRALTY is rejected by the config with the reason).
+PRESETS: dict[ProviderKind, ProviderPreset] = {
+    ProviderKind.VIRTUAL_KUBELET: ProviderPreset(
+        kind=ProviderKind.VIRTUAL_KUBELET,
+        image=None,
+        command=(),
+        taint_key=VK_PROVIDER_TAINT,
+        taint_value=None,
+        upstream_effect="NoSchedule",
+        rules=BASE_RULES,
+        args=_vk_args,
+    ),
+    ProviderKind.LIQO: ProviderPreset(
+        kind=ProviderKind.LIQO,
+        image="ghcr.io/liqotech/virtual-kubelet:v1.1.2",
+        command=("/usr/bin/virtual-kubelet",),
+        taint_key=LIQO_TAINT,
+        taint_value="true",
+        upstream_effect="NoExecute",
+        rules=LIQO_RULES,
+        args=_liqo_args,
+        capacity_file=False,
+    ),
+}
+
+
+def provider_taint(p: ExternalProvider) -> dict[str, str]:
+    """The provider's own taint as this platform sets it: always NoSchedule."""
+    preset = PRESETS[p.kind]
+    return {"key": preset.taint_key, "value": preset.taint_value or p.name, "effect": "NoSchedule"}
+
+
+def provider_toleration(p: ExternalProvider) -> k8s.core.v1.TolerationArgs:
+    """What inference needs to land on this provider's node (never the burst taint)."""
+    taint = provider_taint(p)
+    return k8s.core.v1.TolerationArgs(key=taint["key"], operator="Equal", value=taint["value"], effect="NoSchedule")
+
+
+def node_labels(keys: Keys, p: ExternalProvider) -> dict[str, str]:
+    return {
+        keys.location: EXTERNAL,
+        keys.provider: p.name,
+        keys.gpu_model: p.gpu_model,
+        "type": "virtual-kubelet",
+    }
+
+
+def capacity(p: ExternalProvider, gpu_resource: str) -> dict[str, dict[str, str]]:
+    """The node-cli capacity file: node name -> allocatable resources."""
+    return {
+        p.node_name: {
+            "cpu": str(p.cpu),
+            "memory": f"{p.memory_gi}Gi",
+            "pods": str(p.pods),
+            gpu_resource: str(p.gpus),
+        }
+    }
+
+
+@dataclass(frozen=True)
+class ExternalGpuProviderArgs:
+    provider: ExternalProvider
+    namespace: str
+    label_prefix: str
+    gpu_resource: str
+    priority_class: str
+    system_pool_selector: dict[str, str]
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, provider: ExternalProvider) -> ExternalGpuProviderArgs:
+        namespace = tenant_namespace(provider) if provider.kind is ProviderKind.LIQO else cfg.system_namespace
+        return cls(
+            provider=provider,
+            namespace=namespace,
+            label_prefix=cfg.label_prefix,
+            gpu_resource=cfg.gpu_resource,
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+        )
+
+
+class ExternalGpuProvider(pulumi.ComponentResource):
+    """One provider's virtual-kubelet: Secret, ServiceAccount, RBAC, Deployment and node labels."""
+
+    node_name: pulumi.Output[str]
+    taint: pulumi.Output[dict[str, str]]
+
+    def __init__(self, name: str, args: ExternalGpuProviderArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:burst:ExternalGpuProvider", name, None, opts)
+        p = args.provider
+        preset = PRESETS[p.kind]
+        keys = Keys(args.label_prefix)
+        ns = args.namespace
+        app = f"vk-{p.name}"
+        labels = {**common_labels(app, "virtual-kubelet"), keys.provider: p.name}
+        child = pulumi.ResourceOptions(parent=self)
+        meta = k8s.meta.v1.ObjectMetaArgs
+
+        secret = k8s.core.v1.Secret(
+            f"{app}-credentials",
+            metadata=meta(name=f"{app}-credentials", namespace=ns, labels=labels),
+            type="Opaque",
+            string_data={CREDENTIALS_KEY: secret_value(p.credentials_secret)},
+            opts=child,
+        )
+        sa = k8s.core.v1.ServiceAccount(
+            f"{app}-sa", metadata=meta(name=app, namespace=ns, labels=labels), opts=child
+        )
+        role_name = f"gpu-cluster:{app}"
+        role = k8s.rbac.v1.ClusterRole(
+            f"{app}-role", metadata=meta(name=role_name, labels=labels), rules=list(preset.rules), opts=child
+        )
+        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=ns)
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{app}-binding",
+            metadata=meta(name=role_name, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        )
+        lease_role = k8s.rbac.v1.Role(
+            f"{app}-lease-role",
+            metadata=meta(name=role_name, namespace=NODE_LEASE_NAMESPACE, labels=labels),
+            rules=list(LEASE_RULES),
+            opts=child,
+        )
+        lease_binding = k8s.rbac.v1.RoleBinding(
+            f"{app}-lease-binding",
+            metadata=meta(name=role_name, namespace=NODE_LEASE_NAMESPACE, labels=labels),
+            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role_name),
+            subjects=[subject],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[lease_role, sa]),
+        )
+
+        volumes = [k8s.core.v1.VolumeArgs(name="credentials", secret=k8s.core.v1.SecretVolumeSourceArgs(
+            secret_name=f"{app}-credentials", default_mode=0o440))]
+        mounts = [k8s.core.v1.VolumeMountArgs(name="credentials", mount_path=f"{CONFIG_DIR}/credentials",
+                                              read_only=True)]
+        config_deps: list[pulumi.Resource] = [secret]
+        if preset.capacity_file:
+            config = k8s.core.v1.ConfigMap(
+                f"{app}-config",
+                metadata=meta(name=f"{app}-config", namespace=ns, labels=labels),
+                data={"provider.json": json.dumps(capacity(p, args.gpu_resource), indent=2, sort_keys=True)},
+                opts=child,
+            )
+            config_deps.append(config)
+            volumes.append(k8s.core.v1.VolumeArgs(
+                name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{app}-config")))
+            mounts.append(k8s.core.v1.VolumeMountArgs(name="config", mount_path=f"{CONFIG_DIR}/provider.json",
+                                                      sub_path="provider.json", read_only=True))
+        taint = provider_taint(p)
+        source = k8s.core.v1.EnvVarSourceArgs
+        env = [
+            k8s.core.v1.EnvVarArgs(name="POD_IP", value_from=source(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="status.podIP"))),
+            k8s.core.v1.EnvVarArgs(name="POD_NAME", value_from=source(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name"))),
+            k8s.core.v1.EnvVarArgs(name="POD_NAMESPACE", value_from=source(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.namespace"))),
+            k8s.core.v1.EnvVarArgs(name="VKUBELET_POD_IP", value="$(POD_IP)"),
+            k8s.core.v1.EnvVarArgs(name="KUBELET_PORT", value=str(KUBELET_PORT)),
+            k8s.core.v1.EnvVarArgs(name="VKUBELET_TAINT_KEY", value=taint["key"]),
+            k8s.core.v1.EnvVarArgs(name="VKUBELET_TAINT_VALUE", value=taint["value"]),
+            k8s.core.v1.EnvVarArgs(name="VKUBELET_TAINT_EFFECT", value=taint["effect"]),
+            k8s.core.v1.EnvVarArgs(name="PROVIDER_CREDENTIALS_FILE",
+                                   value=f"{CONFIG_DIR}/credentials/{CREDENTIALS_KEY}"),
+            k8s.core.v1.EnvVarArgs(name="PROVIDER_REGION", value=p.region),
+        ]
+        image = p.image or preset.image
+        assert image is not None  # the config requires an image where the preset has none
+        self.deployment = k8s.apps.v1.Deployment(
+            app,
+            metadata=meta(name=app, namespace=ns, labels=labels),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                # Exactly one process may own a node: two would race on its status and pods.
+                replicas=1,
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=app,
+                        priority_class_name=args.priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        containers=[k8s.core.v1.ContainerArgs(
+                            name="virtual-kubelet",
+                            image=image,
+                            command=list(preset.command) or None,
+                            args=preset.args(p, ns, f"{app}-credentials"),
+                            env=env,
+                            ports=[
+                                k8s.core.v1.ContainerPortArgs(name="kubelet", container_port=KUBELET_PORT),
+                                k8s.core.v1.ContainerPortArgs(name="metrics", container_port=METRICS_PORT),
+                            ],
+                            resources=resources("500m", "512Mi"),
+                            security_context=container_security_context(),
+                            volume_mounts=mounts,
+                        )],
+                        volumes=volumes,
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*config_deps, binding, lease_binding]),
+        )
+        # The node exists once the virtual kubelet registered it; labels go on by server-side apply.
+        self.node_patch = k8s.core.v1.NodePatch(
+            f"node-{p.node_name}",
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=p.node_name, labels=node_labels(keys, p)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
+        )
+        self.node_name = pulumi.Output.from_input(p.node_name)
+        self.taint = pulumi.Output.from_input(taint)
+        self.register_outputs({"node_name": self.node_name, "taint": self.taint})
+
+
+def external_providers(cfg: ClusterConfig, opts: pulumi.ResourceOptions) -> list[ExternalGpuProvider]:
+    """One component per configured provider."""
+    return [
+        ExternalGpuProvider(f"provider-{p.name}", ExternalGpuProviderArgs.from_config(cfg, p), opts)
+        for p in cfg.providers
+    ]
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """Providers with their GPUs, kind, node and taint."""
+    rows = []
+    for p in cfg.providers:
+        taint = provider_taint(p)
+        region = f", {p.region}" if p.region else ""
+        rows.append((
+            f"provider {p.name}",
+            f"{p.kind.value}{region}: node {p.node_name}, {p.gpus} × {p.gpu_model}, "
+            f"taint {taint['key']}={taint['value']}:NoSchedule, pods routable: {str(p.routable).lower()}",
+        ))
+    total = sum(p.gpus for p in cfg.providers)
+    rows.append(("external GPUs", str(total)))
+    return rows

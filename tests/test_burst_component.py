@@ -1,0 +1,117 @@
+"""The burst controller's deployment: settings ConfigMap, leader-elected replicas, exact RBAC, metrics."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from agents.burst_controller.settings import BurstSettings
+from components.config import ConfigError, parse_config
+from components.images import agent_image
+from tools.mockrt import RunResult, raw_from_stack
+
+NS = "gpu-system"
+
+
+def settings(result: RunResult) -> BurstSettings:
+    cm = result.one("ConfigMap", "burst-controller-settings")
+    data = yaml.safe_load(cm.inputs["data"]["settings.yaml"])
+    return BurstSettings.from_mapping(data, source="configmap")
+
+
+def test_settings_map_the_stack_burst_section(prod: RunResult) -> None:
+    s = settings(prod)
+    assert (s.taint_key, s.taint_value) == ("gpucluster.io/burst", "closed")
+    assert (s.open_below_free_gpus, s.close_at_free_gpus) == (16, 64)
+    assert (s.open_hold_seconds, s.close_hold_seconds, s.pending_grace_seconds) == (60.0, 900.0, 30.0)
+    assert (s.external_deletion_cost, s.resync_seconds, s.stale_after_seconds) == (-100, 30.0, 120.0)
+    assert (s.namespace, s.lease_name, s.event_namespace) == (NS, "burst-controller", NS)
+    assert s.gpu_resource == "nvidia.com/gpu"
+
+
+def test_local_thresholds_follow_the_local_stack(local: RunResult) -> None:
+    s = settings(local)
+    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.open_hold_seconds, s.close_hold_seconds) == (
+        1, 4, 5.0, 20.0)
+
+
+def test_two_replicas_one_leader(prod: RunResult) -> None:
+    d = prod.one("Deployment", "burst-controller")
+    spec = d.inputs["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == agent_image("burst-controller")
+    assert c["args"] == ["--config=/etc/burst-controller/settings.yaml", "--metrics-port=9102"]
+    assert c["env"][0]["name"] == "POD_NAME"
+    assert pod["priorityClassName"] == "platform-critical"
+    assert pod["nodeSelector"] == {"gpucluster.io/pool": "system"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+        "privileged": False, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert prod.one("PodDisruptionBudget", "burst-controller").inputs["spec"]["minAvailable"] == 1
+
+
+def test_cluster_rbac_is_exactly_nodes_and_pods(prod: RunResult) -> None:
+    role = prod.one("ClusterRole", "gpu-cluster:burst-controller")
+    assert role.inputs["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+    ]
+
+
+def test_namespace_rbac_is_its_lease_and_events(prod: RunResult) -> None:
+    role = prod.one("Role", "burst-controller")
+    assert role.metadata["namespace"] == NS
+    assert role.inputs["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["burst-controller"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    binding = prod.one("RoleBinding", "burst-controller")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
+
+
+def test_metrics_service_and_servicemonitor(prod: RunResult) -> None:
+    svc = prod.one("Service", "burst-controller-metrics")
+    assert svc.inputs["spec"]["ports"] == [{"name": "metrics", "port": 9102, "targetPort": "metrics"}]
+    sm = prod.one("ServiceMonitor", "burst-controller")
+    assert sm.inputs["spec"] == {
+        "selector": {"matchLabels": svc.inputs["spec"]["selector"]},
+        "endpoints": [{"port": "metrics", "interval": "15s", "path": "/metrics"}],
+    }
+
+
+def _error(edit: Any) -> str:
+    raw = copy.deepcopy(raw_from_stack("local"))
+    edit(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "Pulumi.local.yaml")
+    return str(info.value)
+
+
+def test_hysteresis_band_must_be_open() -> None:
+    message = _error(lambda raw: raw["burst"].update(closeAtFreeGpus=1))
+    assert "Pulumi.local.yaml" in message
+    assert "burst: closeAtFreeGpus (1) must be greater than openBelowFreeGpus (1)" in message
+
+
+def test_deletion_cost_must_be_negative() -> None:
+    message = _error(lambda raw: raw["burst"].update(externalDeletionCost=5))
+    assert "burst: externalDeletionCost (5) must be negative" in message
+
+
+def test_close_threshold_must_be_reachable() -> None:
+    message = _error(lambda raw: raw["burst"].update(closeAtFreeGpus=64))
+    assert "burst.closeAtFreeGpus: can never be reached: the stack has only 32 on-prem GPUs (got 64)" in message
+
+
+def test_staleness_must_exceed_the_watch_timeout() -> None:
+    message = _error(lambda raw: raw["burst"].update(staleAfterSeconds=30))
+    assert "burst: staleAfterSeconds (30) must exceed 60" in message

@@ -1,0 +1,120 @@
+"""The gradual return: a descheduler CronJob whose policy touches only inference on burst-tainted nodes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import ConfigError, parse_config
+from tests.conftest import StackRunner
+from tools.mockrt import RunResult, raw_from_stack
+
+NS = "gpu-system"
+
+
+def policy(result: RunResult) -> dict[str, Any]:
+    cm = result.one("ConfigMap", "descheduler-policy")
+    loaded: dict[str, Any] = yaml.safe_load(cm.inputs["data"]["policy.yaml"])
+    return loaded
+
+
+def test_policy_is_only_the_burst_return(prod: RunResult) -> None:
+    assert policy(prod) == {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "maxNoOfPodsToEvictPerNode": 2,
+        "maxNoOfPodsToEvictPerNamespace": 8,
+        "maxNoOfPodsToEvictTotal": 8,
+        "profiles": [{
+            "name": "burst-return",
+            "pluginConfig": [
+                {"name": "DefaultEvictor", "args": {
+                    "labelSelector": {"matchLabels": {"gpucluster.io/workload": "inference"}},
+                    "priorityThreshold": {"value": 10_001},
+                    "minPodAge": "600s",
+                    "nodeFit": True,
+                }},
+                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": ["gpucluster.io/burst"]}},
+            ],
+            "plugins": {
+                "filter": {"enabled": ["DefaultEvictor"]},
+                "preEvictionFilter": {"enabled": ["DefaultEvictor"]},
+                "deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]},
+            },
+        }],
+    }
+
+
+def test_training_can_never_be_evicted(prod: RunResult) -> None:
+    threshold = policy(prod)["profiles"][0]["pluginConfig"][0]["args"]["priorityThreshold"]["value"]
+    training = prod.one("PriorityClass", "gpu-training").inputs["value"]
+    inference = prod.one("PriorityClass", "gpu-inference").inputs["value"]
+    assert inference < threshold <= training
+
+
+def test_preferred_affinity_mode_is_opt_in(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda cfg: cfg["gpu-cluster:descheduler"].update(preferOnpremAffinity=True))
+    profile = policy(result)["profiles"][0]
+    assert profile["plugins"]["deschedule"]["enabled"] == [
+        "RemovePodsViolatingNodeTaints", "RemovePodsViolatingNodeAffinity"]
+    assert profile["pluginConfig"][2] == {
+        "name": "RemovePodsViolatingNodeAffinity",
+        "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]},
+    }
+    assert profile["pluginConfig"][0]["args"]["nodeFit"] is True
+
+
+def test_cronjob_runs_the_pinned_image_on_schedule(local: RunResult) -> None:
+    job = local.one("CronJob", "descheduler")
+    spec = job.inputs["spec"]
+    assert spec["schedule"] == "* * * * *"
+    assert spec["concurrencyPolicy"] == "Forbid"
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == "registry.k8s.io/descheduler/descheduler:v0.34.0"
+    assert c["args"] == ["--policy-config-file=/policy-dir/policy.yaml", "--v=3"]
+    assert pod["serviceAccountName"] == "descheduler"
+    assert pod["restartPolicy"] == "Never"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_rbac_is_upstream_without_extras(prod: RunResult) -> None:
+    role = prod.one("ClusterRole", "gpu-cluster:descheduler")
+    assert role.inputs["rules"] == [
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "update"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "list"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "watch", "list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "watch", "list"]},
+        {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "watch", "list"]},
+    ]
+    binding = prod.one("ClusterRoleBinding", "gpu-cluster:descheduler")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "descheduler", "namespace": NS}]
+
+
+def _error(edit: Any) -> str:
+    raw = copy.deepcopy(raw_from_stack("prod"))
+    edit(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "Pulumi.prod.yaml")
+    return str(info.value)
+
+
+def test_bad_cron_is_refused() -> None:
+    message = _error(lambda raw: raw["descheduler"].update(schedule="every 2 minutes"))
+    assert "Pulumi.prod.yaml" in message
+    assert "descheduler.schedule: must be a five-field cron expression" in message
+
+
+def test_per_node_limit_cannot_exceed_the_total() -> None:
+    message = _error(lambda raw: raw["descheduler"].update(maxPodsPerNode=20))
+    assert "descheduler: maxPodsPerNode (20) must not exceed maxPodsTotal (8)" in message
+
+
+def test_unpinned_image_is_refused() -> None:
+    message = _error(lambda raw: raw["descheduler"].update(image="registry.k8s.io/descheduler/descheduler"))
+    assert "descheduler.image: must be pinned by tag or digest" in message

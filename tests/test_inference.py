@@ -1,0 +1,215 @@
+"""Inference services: HPA-owned Deployments placed by the gang scheduler, wired for their traffic shape."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import ConfigError, parse_config
+from tools.mockrt import SECRET_PLACEHOLDER, RunResult, raw_from_stack
+
+NS = "inference"
+BURST_TAINT = "gpucluster.io/burst"
+
+
+def pod_spec(result: RunResult, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = result.one("Deployment", name).inputs["spec"]["template"]["spec"]
+    return spec
+
+
+def test_hpa_owns_replicas(prod: RunResult, local: RunResult) -> None:
+    for result, names in ((prod, ["sdxl-turbo", "llama-70b-chat", "whisper-large"]), (local, ["sdxl-turbo"])):
+        for name in names:
+            deployment = result.one("Deployment", name)
+            assert "replicas" not in deployment.inputs["spec"], name
+            hpa = result.one("HorizontalPodAutoscaler", name)
+            assert hpa.inputs["apiVersion"] == "autoscaling/v2"
+            assert hpa.inputs["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                            "name": name}
+
+
+def test_placement_goes_through_volcano_at_inference_priority(prod: RunResult) -> None:
+    template = prod.one("Deployment", "sdxl-turbo").inputs["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "scheduling.volcano.sh/queue-name": "inference", "volcano.sh/preemptable": "true"}
+    assert template["metadata"]["labels"]["gpucluster.io/workload"] == "inference"
+    spec = template["spec"]
+    assert spec["schedulerName"] == "volcano"
+    assert spec["priorityClassName"] == "gpu-inference"
+    affinity = spec["affinity"]["nodeAffinity"]
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "gpucluster.io/location", "operator": "In", "values": ["onprem", "external"]}]}]
+    assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 100, "preference": {"matchExpressions": [
+            {"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]}]}}]
+
+
+def test_queue_workers_tolerate_pools_and_every_provider_but_not_the_burst_taint(prod: RunResult) -> None:
+    assert pod_spec(prod, "sdxl-turbo")["tolerations"] == [
+        {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"},
+        {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
+        {"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "lambda-east", "effect": "NoSchedule"},
+        {"key": "virtual-node.liqo.io/not-allowed", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+    ]
+
+
+def test_no_inference_pod_tolerates_the_burst_taint(prod: RunResult, local: RunResult) -> None:
+    for result in (prod, local):
+        for deployment in result.by_kind("Deployment"):
+            if deployment.metadata.get("namespace") != NS:
+                continue
+            for toleration in deployment.inputs["spec"]["template"]["spec"].get("tolerations", []):
+                assert toleration.get("key") not in (BURST_TAINT, None), toleration
+                assert toleration["effect"] == "NoSchedule"
+
+
+def test_gateway_service_bursts_only_where_pods_are_routable(prod: RunResult) -> None:
+    keys = [t["key"] for t in pod_spec(prod, "llama-70b-chat")["tolerations"]]
+    assert keys == ["gpucluster.io/pool", "gpucluster.io/pool", "virtual-node.liqo.io/not-allowed"]
+
+
+def test_gpu_limits_equal_requests_and_readiness(prod: RunResult) -> None:
+    c = pod_spec(prod, "llama-70b-chat")["containers"][0]
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == c["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"] == "256Gi"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert c["ports"] == [{"name": "http", "containerPort": 8000}]
+
+
+def test_queue_worker_gets_url_and_secret_credentials(prod: RunResult) -> None:
+    c = pod_spec(prod, "sdxl-turbo")["containers"][0]
+    assert c["env"] == [
+        {"name": "QUEUE_URL", "value": "amqps://image-queue.gpucluster.io:5671/jobs"},
+        {"name": "QUEUE_CREDENTIALS",
+         "valueFrom": {"secretKeyRef": {"name": "sdxl-turbo-queue", "key": "credentials"}}},
+    ]
+    string_data = prod.one("Secret", "sdxl-turbo-queue").inputs["stringData"]
+    assert string_data == SECRET_PLACEHOLDER or string_data == {"credentials": SECRET_PLACEHOLDER}
+
+
+def test_queue_without_credentials_gets_no_secret(local: RunResult) -> None:
+    c = pod_spec(local, "sdxl-turbo")["containers"][0]
+    assert c["env"] == [{"name": "QUEUE_URL", "value": "amqp://queue.local:5672/jobs"}]
+    assert not [s for s in local.by_kind("Secret") if s.metadata.get("namespace") == NS]
+
+
+def test_gateway_route_points_at_the_all_locations_service(prod: RunResult) -> None:
+    route = prod.one("HTTPRoute", "llama-70b-chat")
+    assert route.inputs["spec"] == {
+        "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway",
+                        "namespace": NS}],
+        "hostnames": ["chat.gpucluster.io"],
+        "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                   "backendRefs": [{"group": "", "kind": "Service", "name": "llama-70b-chat", "port": 8000}]}],
+    }
+    service = prod.one("Service", "llama-70b-chat")
+    assert service.inputs["spec"]["selector"] == prod.one("Deployment", "llama-70b-chat").inputs["spec"][
+        "selector"]["matchLabels"]
+    with pytest.raises(LookupError):
+        prod.one("HTTPRoute", "sdxl-turbo")
+
+
+def test_hpa_behaviour_is_explicit(prod: RunResult) -> None:
+    spec = prod.one("HorizontalPodAutoscaler", "sdxl-turbo").inputs["spec"]
+    assert (spec["minReplicas"], spec["maxReplicas"]) == (8, 256)
+    assert spec["behavior"] == {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+            {"type": "Percent", "value": 100, "periodSeconds": 15}, {"type": "Pods", "value": 4, "periodSeconds": 15}]},
+        "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Min", "policies": [
+            {"type": "Percent", "value": 10, "periodSeconds": 60}]},
+    }
+
+
+def test_metric_types_follow_config(prod: RunResult, local: RunResult) -> None:
+    assert prod.one("HorizontalPodAutoscaler", "sdxl-turbo").inputs["spec"]["metrics"] == [{
+        "type": "External",
+        "external": {"metric": {"name": "inference_queue_depth",
+                                "selector": {"matchLabels": {"service": "sdxl-turbo"}}},
+                     "target": {"type": "AverageValue", "averageValue": "4"}},
+    }]
+    assert prod.one("HorizontalPodAutoscaler", "llama-70b-chat").inputs["spec"]["metrics"] == [{
+        "type": "Pods",
+        "pods": {"metric": {"name": "inference_requests_in_flight"},
+                 "target": {"type": "AverageValue", "averageValue": "32"}},
+    }]
+    assert local.one("HorizontalPodAutoscaler", "sdxl-turbo").inputs["spec"]["metrics"] == [{
+        "type": "Resource",
+        "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}},
+    }]
+
+
+def test_pdb_limits_voluntary_disruption(prod: RunResult) -> None:
+    spec = prod.one("PodDisruptionBudget", "whisper-large").inputs["spec"]
+    assert spec["maxUnavailable"] == 1
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_adapter_serves_custom_and_external_metrics(prod: RunResult) -> None:
+    for group in ("custom.metrics.k8s.io", "external.metrics.k8s.io"):
+        spec = prod.one("APIService", f"v1beta1.{group}").inputs["spec"]
+        assert spec["service"] == {"name": "prometheus-adapter", "namespace": "gpu-system", "port": 443}
+    with pytest.raises(LookupError):
+        prod.one("APIService", "v1beta1.metrics.k8s.io")
+    rules = yaml.safe_load(prod.one("ConfigMap", "prometheus-adapter-config").inputs["data"]["config.yaml"])
+    assert [r["seriesQuery"] for r in rules["rules"]] == ['inference_requests_in_flight{namespace!="",pod!=""}']
+    assert rules["externalRules"] == [{
+        "seriesQuery": 'inference_queue_depth{service!=""}',
+        "resources": {"namespaced": False},
+        "name": {"matches": "^inference_queue_depth$", "as": "inference_queue_depth"},
+        "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>}) by (service)",
+    }]
+    c = prod.one("Deployment", "prometheus-adapter").inputs["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0"
+    assert "--prometheus-url=http://prometheus-operated.monitoring.svc:9090/" in c["args"]
+    reader = prod.one("ClusterRole", "gpu-cluster:prometheus-adapter")
+    assert reader.inputs["rules"] == [{"apiGroups": [""], "resources": ["nodes", "namespaces", "pods", "services"],
+                                       "verbs": ["get", "list", "watch"]}]
+
+
+def test_no_adapter_when_no_service_needs_one(local: RunResult) -> None:
+    assert local.by_kind("APIService") == []
+
+
+def _error(edit: Any, stack: str = "prod") -> str:
+    raw = copy.deepcopy(raw_from_stack(stack))
+    edit(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, f"Pulumi.{stack}.yaml")
+    return str(info.value)
+
+
+def test_gateway_needs_a_routable_provider() -> None:
+    message = _error(lambda raw: raw["providers"].pop(1))
+    assert "Pulumi.prod.yaml" in message
+    assert ("inference.services[1].traffic.shape: 'gateway' needs a provider whose pods the cluster can "
+            "route to") in message
+
+
+def test_pdb_cannot_allow_the_whole_service_down() -> None:
+    message = _error(lambda raw: raw["inference"]["services"][2].update(maxUnavailable=2))
+    assert "inference.services[2]: maxUnavailable (2) must be below minReplicas (2)" in message
+
+
+def test_utilization_target_is_a_percent() -> None:
+    message = _error(lambda raw: raw["inference"]["services"][0].update(scaling={"metric": "cpu", "target": 400}),
+                     "local")
+    assert "Pulumi.local.yaml" in message
+    assert "inference.services[0].scaling: target for metric 'cpu' is a utilization percent (1-100), got 400" in message
+
+
+def test_replica_must_fit_a_provider_node() -> None:
+    message = _error(lambda raw: raw["inference"]["services"][0].update(gpusPerReplica=512))
+    assert "inference.services[0].gpusPerReplica: no provider offers that many GPUs on its virtual node" in message
+
+
+def test_gateway_takes_no_queue() -> None:
+    message = _error(lambda raw: raw["inference"]["services"][1]["traffic"].update(queueUrl="amqp://q/x"))
+    assert "inference.services[1].traffic: shape 'gateway' takes no queueUrl" in message
+
+
+def test_queue_worker_needs_a_queue() -> None:
+    message = _error(lambda raw: raw["inference"]["services"][0]["traffic"].pop("queueUrl"))
+    assert "inference.services[0].traffic: shape 'queue-worker' needs queueUrl" in message

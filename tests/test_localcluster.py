@@ -1,0 +1,197 @@
+"""The local control plane: its plan (pure) and, when the binaries are built, a real start/stop.
+
+The live test starts a private cluster in a temporary state folder (sharing only the built binaries),
+so a developer's running `make up` cluster is left alone. xdist spreads tests of one module over
+workers, so everything that needs the live cluster is one test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.localcluster import control
+from tools.localcluster.plan import (
+    KWOK_ANNOTATION,
+    PORT_NAMES,
+    VK_PROVIDER_TAINT,
+    Layout,
+    component_commands,
+    default_plan,
+    load_plan,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILT = ROOT / ".state" / "localcluster"
+
+
+# --------------------------------------------------------------------------- the plan (no processes)
+
+
+def test_default_plan_has_gpu_pool_system_and_virtual_node():
+    plan = default_plan()
+    gpu = plan.by_kind("gpu")
+    assert [n.name for n in gpu] == ["gpu-local-01", "gpu-local-02", "gpu-local-03", "gpu-local-04"]
+    assert plan.onprem_gpus == 32
+    (virtual,) = plan.by_kind("virtual")
+    assert virtual.labels["gpucluster.io/location"] == "external"
+    assert [(t.key, t.effect) for t in virtual.taints] == [(VK_PROVIDER_TAINT, "NoSchedule")]
+    assert plan.by_kind("system")
+
+
+def test_node_manifest_is_a_kwok_node_with_gpu_capacity():
+    node = default_plan().by_kind("gpu")[0].manifest("nvidia.com/gpu")
+    assert node["metadata"]["annotations"] == {KWOK_ANNOTATION: "fake"}
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert node["status"]["allocatable"] == node["status"]["capacity"]
+    assert node["metadata"]["labels"]["gpucluster.io/location"] == "onprem"
+
+
+def test_local_stack_plan_loads():
+    """Pulumi.local.yaml (when present) yields on-prem GPU nodes and at least one virtual node."""
+    plan = load_plan(ROOT, "local")
+    assert plan.onprem_gpus > 0
+    assert plan.by_kind("virtual"), f"no virtual node in the plan from {plan.source}"
+    for node in plan.by_kind("virtual"):
+        assert any(t.key == VK_PROVIDER_TAINT and t.effect == "NoSchedule" for t in node.taints)
+
+
+def test_every_component_listens_on_loopback_only(tmp_path):
+    ports = {name: 20000 + i for i, name in enumerate(PORT_NAMES)}
+    for name, argv in component_commands(Layout(tmp_path), ports).items():
+        for arg in argv[1:]:
+            if any(k in arg for k in ("address", "-urls", "bind")):
+                assert "0.0.0.0" not in arg and "127.0.0.1" in arg, f"{name}: {arg}"
+    apiserver = component_commands(Layout(tmp_path), ports)["kube-apiserver"]
+    assert "--bind-address=127.0.0.1" in apiserver
+
+
+# --------------------------------------------------------------------------- the live cluster
+
+
+def _built() -> str | None:
+    missing = control.binaries_missing(Layout(BUILT))
+    if missing:
+        return (f"local control plane not built ({', '.join(missing)} missing in {BUILT / 'bin'}); "
+                f"`make localcluster` builds it, see .state/localcluster/build-make.log")
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = _built()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("localcluster")
+    (state / "bin").symlink_to(BUILT / "bin")
+    (state / "crd").symlink_to(BUILT / "crd")
+    lay = Layout(state)
+    try:
+        plan = control.up(lay, timeout=300)
+        yield lay, plan
+    finally:
+        control.down(lay, quiet=True)
+        assert not [p for p in control.recorded(lay) if p.alive()]
+
+
+def _wait(what, check, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def test_control_plane_nodes_and_a_running_pod(cluster):
+    from kubernetes import client
+
+    lay, plan = cluster
+    api_client = control.api_client(lay)
+    core = client.CoreV1Api(api_client)
+
+    # The API server answers on loopback with our certificates and reports the pinned version.
+    version = client.VersionApi(api_client).get_code()
+    assert version.git_version.startswith("v1.35."), version.git_version
+
+    nodes = {n.metadata.name: n for n in core.list_node().items}
+    assert set(nodes) == {n.name for n in plan.nodes}
+    for spec in plan.nodes:
+        node = nodes[spec.name]
+        conds = {c.type: c.status for c in node.status.conditions}
+        assert conds.get("Ready") == "True", spec.name
+        got_gpus = int(node.status.allocatable.get(plan.gpu_resource, "0"))
+        assert got_gpus == spec.gpus, spec.name
+        for key, value in spec.labels.items():
+            assert node.metadata.labels.get(key) == value, (spec.name, key)
+        taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
+        assert taints == {(t.key, t.value, t.effect) for t in spec.taints}, spec.name
+    assert sum(int(nodes[n.name].status.capacity.get(plan.gpu_resource, "0")) for n in plan.by_kind("gpu")) \
+        == plan.onprem_gpus
+    for spec in plan.by_kind("virtual"):
+        assert nodes[spec.name].metadata.labels[f"{plan.label_prefix}/location"] == "external"
+
+    # A GPU pod lands on a kwok GPU node through kube-scheduler and kwok reports it Running.
+    gpu_node = plan.by_kind("gpu")[0]
+    tolerations = [client.V1Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
+                   for t in gpu_node.taints]
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="gpu-smoke"),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(
+                name="main", image="registry.invalid/smoke:1.0",
+                resources=client.V1ResourceRequirements(limits={plan.gpu_resource: str(gpu_node.gpus)}),
+            )],
+            node_selector={f"{plan.label_prefix}/pool": gpu_node.pool},
+            tolerations=tolerations,
+        ),
+    )
+    core.create_namespaced_pod("default", pod)
+
+    def running():
+        p = core.read_namespaced_pod("gpu-smoke", "default")
+        return p if p.status.phase == "Running" else None
+
+    placed = _wait("gpu-smoke Running", running)
+    assert placed.spec.node_name in {n.name for n in plan.by_kind("gpu")}
+
+    # Volcano's CRDs are served: a Queue and a PodGroup can be created.
+    custom = client.CustomObjectsApi(api_client)
+    custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+        "metadata": {"name": "smoke"}, "spec": {"weight": 1, "reclaimable": True},
+    })
+    custom.create_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", "default", "podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "smoke"}, "spec": {"minMember": 2, "queue": "smoke"},
+    })
+
+    # A two-pod gang through the Volcano scheduler starts together.
+    for i in range(2):
+        gang_pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=f"gang-{i}", annotations={"scheduling.k8s.io/group-name": "smoke"}),
+            spec=client.V1PodSpec(
+                scheduler_name="volcano",
+                containers=[client.V1Container(
+                    name="main", image="registry.invalid/smoke:1.0",
+                    resources=client.V1ResourceRequirements(limits={plan.gpu_resource: "1"}))],
+                node_selector={f"{plan.label_prefix}/pool": gpu_node.pool},
+                tolerations=tolerations,
+            ),
+        )
+        core.create_namespaced_pod("default", gang_pod)
+
+    def gang_running():
+        pods = [core.read_namespaced_pod(f"gang-{i}", "default") for i in range(2)]
+        return pods if all(p.status.phase == "Running" for p in pods) else None
+
+    _wait("the Volcano gang Running", gang_running, timeout=120)
+
+    if os.environ.get("LOCALCLUSTER_KEEP"):
+        input("cluster kept; press enter to tear down")

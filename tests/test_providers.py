@@ -1,0 +1,225 @@
+"""External GPU providers: virtual-kubelet Deployments, credentials, RBAC, node labels and taints."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, ProviderKind, parse_config
+from components.providers import PRESETS, provider_taint
+from tests.conftest import StackRunner
+from tools.mockrt import SECRET_PLACEHOLDER, RunResult, raw_from_stack
+
+NS = "gpu-system"
+
+
+def secret_marked(value: Any) -> bool:
+    """The harness shows secret inputs as the placeholder (whole map, or per key)."""
+    if value == SECRET_PLACEHOLDER:
+        return True
+    return isinstance(value, dict) and bool(value) and all(v == SECRET_PLACEHOLDER for v in value.values())
+
+
+def rules(result: RunResult, kind: str, name: str) -> set[tuple[str, str, tuple[str, ...]]]:
+    """A role's rules as (group, resource, verbs) triples, one per resource."""
+    out = set()
+    for rule in result.one(kind, name).inputs["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.add((group, resource, tuple(sorted(rule["verbs"]))))
+    return out
+
+
+def container(result: RunResult, name: str, namespace: str = NS) -> dict[str, Any]:
+    found = [d for d in result.by_kind("Deployment") if d.metadata["name"] == name
+             and d.metadata["namespace"] == namespace]
+    assert len(found) == 1
+    spec = found[0].inputs["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    containers = spec["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    first: dict[str, Any] = containers[0]
+    return first
+
+
+def env(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "<from>") for e in c["env"]}
+
+
+def test_generic_virtual_kubelet_deployment(prod: RunResult) -> None:
+    c = container(prod, "vk-lambda-east")
+    assert c["image"] == "registry.gpucluster.io/providers/virtual-kubelet-lambda:0.4.1"
+    assert "command" not in c
+    assert c["args"] == [
+        "--nodename=vk-lambda-east",
+        "--provider=lambda",
+        "--provider-config=/etc/virtual-kubelet/provider.json",
+        "--os=Linux",
+        "--metrics-addr=:10255",
+        "--enable-node-lease",
+        "--startup-timeout=120s",
+    ]
+    e = env(c)
+    assert (e["VKUBELET_TAINT_KEY"], e["VKUBELET_TAINT_VALUE"], e["VKUBELET_TAINT_EFFECT"]) == (
+        "virtual-kubelet.io/provider", "lambda-east", "NoSchedule")
+    assert e["PROVIDER_CREDENTIALS_FILE"] == "/etc/virtual-kubelet/credentials/kubeconfig"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_capacity_comes_from_config(prod: RunResult) -> None:
+    cm = prod.one("ConfigMap", "vk-lambda-east-config")
+    assert json.loads(cm.inputs["data"]["provider.json"]) == {
+        "vk-lambda-east": {"cpu": "512", "memory": "4096Gi", "pods": "500", "nvidia.com/gpu": "256"}
+    }
+
+
+def test_credentials_only_in_a_secret_marked_secret(prod: RunResult, local: RunResult) -> None:
+    for result, name in ((prod, "vk-lambda-east-credentials"), (prod, "vk-dr-cluster-credentials"),
+                         (local, "vk-local-cloud-credentials")):
+        secret = result.one("Secret", name)
+        assert secret_marked(secret.inputs["stringData"]), secret.inputs
+        assert "data" not in secret.inputs
+
+
+def test_secret_value_never_reaches_an_input(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda cfg: cfg.update({"gpu-cluster:localCloudToken": "tok-3f9a1c"}),
+                       secrets={"gpu-cluster:localCloudToken"})
+    assert secret_marked(result.one("Secret", "vk-local-cloud-credentials").inputs["stringData"])
+    assert "tok-3f9a1c" not in json.dumps([r.as_json() for r in result.resources])
+
+
+def test_liqo_preset_overrides_noexecute(prod: RunResult) -> None:
+    assert PRESETS[ProviderKind.LIQO].upstream_effect == "NoExecute"
+    c = container(prod, "vk-dr-cluster", namespace="liqo-tenant-dr-cluster-eu-west-4")
+    assert c["image"] == "ghcr.io/liqotech/virtual-kubelet:v1.1.2"
+    assert c["command"] == ["/usr/bin/virtual-kubelet"]
+    assert c["args"] == [
+        "--foreign-cluster-id=dr-cluster-eu-west-4",
+        "--nodename=vk-dr-cluster",
+        "--node-ip=$(POD_IP)",
+        "--tenant-namespace=liqo-tenant-dr-cluster-eu-west-4",
+        "--liqo-namespace=liqo",
+        "--home-cluster-id=gpu-prod",
+        "--local-podcidr=10.64.0.0/12",
+        "--foreign-kubeconfig-secret-name=vk-dr-cluster-credentials",
+        "--create-node=true",
+        "--metrics-enabled=true",
+        "--metrics-address=:10255",
+    ]
+    e = env(c)
+    assert (e["VKUBELET_TAINT_KEY"], e["VKUBELET_TAINT_VALUE"], e["VKUBELET_TAINT_EFFECT"]) == (
+        "virtual-node.liqo.io/not-allowed", "true", "NoSchedule")
+    # Liqo learns capacity from its peering, not from a capacity file.
+    with pytest.raises(LookupError):
+        prod.one("ConfigMap", "vk-dr-cluster-config")
+
+
+def test_no_taint_anywhere_is_noexecute(prod: RunResult) -> None:
+    cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert {p.name: provider_taint(p)["effect"] for p in cfg.providers} == {
+        "lambda-east": "NoSchedule", "dr-cluster": "NoSchedule"}
+    dumped = json.dumps([r.inputs for r in prod.resources if r.custom])
+    assert "NoExecute" not in dumped
+
+
+def test_generic_rbac_is_exact(prod: RunResult) -> None:
+    assert rules(prod, "ClusterRole", "gpu-cluster:vk-lambda-east") == {
+        ("", "pods", ("delete", "get", "list", "patch", "watch")),
+        ("", "pods/status", ("patch", "update")),
+        ("", "nodes", ("create", "get")),
+        ("", "nodes/status", ("patch", "update")),
+        ("", "configmaps", ("get", "list", "watch")),
+        ("", "secrets", ("get", "list", "watch")),
+        ("", "services", ("get", "list", "watch")),
+        ("", "events", ("create", "patch")),
+    }
+    lease = prod.by_kind("Role")
+    lease = [r for r in lease if r.metadata["name"] == "gpu-cluster:vk-lambda-east"]
+    assert len(lease) == 1 and lease[0].metadata["namespace"] == "kube-node-lease"
+    assert lease[0].inputs["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ]
+    binding = prod.one("ClusterRoleBinding", "gpu-cluster:vk-lambda-east")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "vk-lambda-east", "namespace": NS}]
+
+
+def test_liqo_rbac_adds_only_what_liqo_reflects(prod: RunResult) -> None:
+    got = rules(prod, "ClusterRole", "gpu-cluster:vk-dr-cluster")
+    assert ("", "nodes", ("create", "get", "list", "patch", "update", "watch")) in got
+    assert ("offloading.liqo.io", "virtualnodes", ("get", "list", "watch")) in got
+    assert ("", "serviceaccounts/token", ("create",)) in got
+    assert not any(r[0] == "storage.k8s.io" or r[1] in ("persistentvolumes", "ingresses") for r in got)
+
+
+def test_no_wildcards_in_any_provider_role(prod: RunResult) -> None:
+    for kind in ("ClusterRole", "Role"):
+        for role in prod.by_kind(kind):
+            if "vk-" not in role.metadata["name"]:
+                continue
+            for rule in role.inputs["rules"]:
+                assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role.metadata
+
+
+def test_virtual_node_labels_mark_it_external(prod: RunResult) -> None:
+    patch = [r for r in prod.by_kind("Node") if r.metadata.get("name") == "vk-lambda-east"]
+    assert len(patch) == 1 and patch[0].type == "kubernetes:core/v1:NodePatch"
+    assert patch[0].metadata["labels"] == {
+        "gpucluster.io/location": "external",
+        "gpucluster.io/provider": "lambda-east",
+        "gpucluster.io/gpu-model": "H100-SXM5-80GB",
+        "type": "virtual-kubelet",
+    }
+    # The burst taint belongs to the burst controller: Pulumi never writes the node's taints.
+    assert "spec" not in patch[0].inputs
+    deployment = next(r for r in prod.by_kind("Deployment") if r.metadata["name"] == "vk-lambda-east")
+    assert deployment.urn in patch[0].depends_on
+
+
+def test_providers_run_on_the_system_pool_at_system_priority(prod: RunResult) -> None:
+    deployment = next(r for r in prod.by_kind("Deployment") if r.metadata["name"] == "vk-lambda-east")
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpucluster.io/pool": "system"}
+    assert pod["priorityClassName"] == "platform-critical"
+    assert pod["serviceAccountName"] == "vk-lambda-east"
+
+
+def _error(edit: Any) -> str:
+    raw = copy.deepcopy(raw_from_stack("prod"))
+    edit(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "Pulumi.prod.yaml")
+    return str(info.value)
+
+
+def test_admiralty_is_refused_with_the_reason() -> None:
+    message = _error(lambda raw: raw["providers"][1].update(kind="admiralty"))
+    assert "Pulumi.prod.yaml" in message
+    assert "providers[1]: kind 'admiralty' has no preset" in message
+    assert "admiralty-<namespace>-<target>-<hash>" in message
+
+
+def test_generic_provider_needs_image_and_provider_name() -> None:
+    def edit(raw: dict[str, Any]) -> None:
+        del raw["providers"][0]["image"]
+        del raw["providers"][0]["vkProvider"]
+
+    assert "providers[0]: kind 'virtual-kubelet' needs image and vkProvider" in _error(edit)
+
+
+def test_liqo_needs_its_cluster_ids() -> None:
+    message = _error(lambda raw: raw["providers"][1].pop("homeClusterId"))
+    assert "providers[1]: kind 'liqo' needs homeClusterId" in message
+
+
+def test_unpinned_provider_image_is_refused() -> None:
+    message = _error(lambda raw: raw["providers"][0].update(image="example/vk:latest"))
+    assert "providers[0].image: must not use the 'latest' tag" in message
+
+
+def test_extra_args_must_be_flags() -> None:
+    message = _error(lambda raw: raw["providers"][0].update(extraArgs=["rm -rf"]))
+    assert "providers[0]: extraArgs entry 'rm -rf' must be a --flag" in message

@@ -1,0 +1,186 @@
+"""The cluster simulator: hand-checked scenarios, conservation, determinism and the controller's own core."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import agents.burst_controller.decide as core
+from agents.burst_controller.settings import BurstSettings
+from bench.sim import controller_adapter
+from bench.sim.engine import Simulator, simulate
+from bench.sim.model import (
+    ClusterModel,
+    DeschedulerLimits,
+    Latencies,
+    PoolModel,
+    ProviderModel,
+    ServiceModel,
+    cron_interval_seconds,
+)
+from bench.sim.policies import CONTROLLER, Policy, all_policies, naive_burst, no_burst
+from bench.sim.run import default_workload, load_stack
+from bench.sim.workload import Gang, Workload, WorkloadSpec, generate, load_trace
+
+# One 8-GPU node, one 16-GPU virtual node, one service pinned at 2 replicas of 1 GPU whose traffic is
+# exactly one replica's worth, and one single-node training job from t=1000 s to t=4600 s.
+FLAT = WorkloadSpec(floor_share=0.5, peak_share=0.5, spikes_per_day=0.0, training_load=0.0)
+ONE = ClusterModel(
+    pools=(PoolModel("gpu", 1, 8),),
+    providers=(ProviderModel("cloud", "vk-cloud", 16, 100),),
+    services=(ServiceModel("svc", 1, 2, 2, 1, 0.0, 300.0),),
+    descheduler=DeschedulerLimits(60.0, 1, 1, 1, 0.0),
+    latencies=Latencies(onprem_start_s=60.0, external_start_s=180.0, hpa_period_s=15.0),
+)
+JOB = Workload((Gang(1000.0, 1, 3600.0, "gpu"),), (), FLAT)
+SETTINGS = BurstSettings(
+    open_below_free_gpus=1, close_at_free_gpus=2, open_hold_seconds=60, close_hold_seconds=120,
+    pending_grace_seconds=30, tick_seconds=5,
+)
+OURS = Policy("controller", CONTROLLER, SETTINGS, ONE.descheduler)
+
+
+def test_one_node_one_service_one_job_with_the_controller() -> None:
+    sim = Simulator(ONE, JOB, OURS, 6000.0, check=True)
+    out = sim.run()
+    # Pods Ready at 60 s; the gang preempts both at 1000 s; pending 30 s (grace) -> open at 1030 s;
+    # external pods Ready at 1210 s. Job ends 4600 s; close holds 120 s -> closed at 4720 s; the descheduler
+    # (every 60 s, one pod per cycle, PDB maxUnavailable 1) moves one pod at 4740 s and the other at 4800 s.
+    assert out.inference_availability == pytest.approx((6000 - 60 - 210) / 6000)
+    assert out.worst_window_availability == pytest.approx(100 / 300)
+    assert out.training_gpu_utilization == pytest.approx(8 * 3600 / (8 * 6000))
+    assert out.onprem_gpu_utilization == pytest.approx((8 * 3600 + 2 * 1000 + 1 * 60 + 2 * 1200) / (8 * 6000))
+    assert out.external_gpu_hours == pytest.approx((2 * 3710 + 60) / 3600)
+    assert (out.preemptions, out.descheduler_evictions) == (2, 2)
+    assert out.evictions_per_hour == pytest.approx(4 / (6000 / 3600))
+    assert (out.taint_flips, out.node_taint_patches, out.surges) == (2, 2, 1)
+    assert out.return_minutes_max == pytest.approx(80 / 60)
+    assert sim.vn_taint == ["NoSchedule"]
+    assert sim.onprem_inf_gpus == 2 and sim.ext_gpus == 0
+
+
+def test_one_node_without_burst_inference_waits_for_the_job() -> None:
+    out = simulate(ONE, JOB, Policy("no burst", "never"), 6000.0, check=True)
+    # Preempted at 1000 s, nowhere to go until the job ends at 4600 s, Ready again at 4660 s.
+    assert out.inference_availability == pytest.approx((6000 - 60 - 3660) / 6000)
+    assert out.worst_window_availability == 0.0
+    assert out.external_gpu_hours == 0.0
+    assert (out.preemptions, out.taint_flips) == (2, 0)
+
+
+def test_naive_burst_returns_at_once_and_flips_on_every_crossing() -> None:
+    naive = naive_burst(ONE, SETTINGS)
+    assert naive.settings.close_at_free_gpus == SETTINGS.open_below_free_gpus + 1
+    assert (naive.settings.open_hold_seconds, naive.settings.close_hold_seconds) == (0, 0)
+    out = simulate(ONE, JOB, naive, 6000.0, check=True)
+    # Opens at the tick that sees pods pending (1000 s) and closes at the tick the job ends (4600 s). The
+    # descheduler runs every tick without limits, but the PDB still lets only one pod go at a time: one
+    # pod at 4605 s, the other once its replacement is Ready (4665 s).
+    assert out.taint_flips == 2
+    assert out.external_gpu_hours == pytest.approx((2 * (4605 - 1000) + (4665 - 4605)) / 3600)
+    assert out.return_minutes_max == pytest.approx(65 / 60)
+    assert out.inference_availability == pytest.approx((6000 - 60 - 180) / 6000)
+
+
+def test_static_partition_keeps_inference_and_training_apart() -> None:
+    model = replace(ONE, pools=(PoolModel("gpu", 2, 8),))
+    policy = Policy("static partition", "never", reserved_inference_gpus=8)
+    sim = Simulator(model, JOB, policy, 6000.0, check=True)
+    out = sim.run()
+    assert out.preemptions == 0
+    assert out.inference_availability == pytest.approx((6000 - 60) / 6000)
+    assert out.training_gpu_utilization == pytest.approx(8 * 3600 / (16 * 6000))
+
+
+def test_the_decision_core_is_the_controllers_own() -> None:
+    sim = Simulator(ONE, JOB, OURS, 100.0)
+    assert sim.controller is not None
+    assert sim.controller.decide_fn is core.decide
+    assert controller_adapter.decide is core.decide
+    assert controller_adapter.state_from_snapshot is core.state_from_snapshot
+    assert controller_adapter.Snapshot is core.Snapshot
+    assert controller_adapter.BurstSettings is BurstSettings
+
+
+def test_the_core_is_called_and_its_decisions_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[core.Decision] = []
+
+    def spy(snapshot: core.Snapshot, state: core.BurstState, now: float, settings: BurstSettings) -> core.Decision:
+        decision = core.decide(snapshot, state, now, settings)
+        seen.append(decision)
+        return decision
+
+    sim = Simulator(ONE, JOB, OURS, 6000.0)
+    assert sim.controller is not None
+    monkeypatch.setattr(sim.controller, "decide_fn", spy)
+    out = sim.run()
+    flips = [(d.flipped, d.state.changed_at) for d in seen if d.flipped is not None]
+    assert flips == [(core.Mode.OPEN, 1030.0), (core.Mode.CLOSED, 4720.0)]
+    assert out.taint_flips == 2
+
+
+def small_stack() -> tuple[ClusterModel, BurstSettings, Workload]:
+    setup = load_stack("prod")
+    model = setup.model.scaled_to(256)
+    return model, setup.settings, default_workload(model, 0.75, seed=7, warmup_days=0.25)
+
+
+def test_conservation_under_every_policy() -> None:
+    model, settings, workload = small_stack()
+    for policy in all_policies(model, settings, workload.spec):
+        out = simulate(model, workload, policy, 0.5 * 86400, 0.25 * 86400, check=True)
+        assert 0.0 <= out.onprem_gpu_utilization <= 1.0
+        assert 0.0 <= out.worst_window_availability <= out.inference_availability <= 1.0
+
+
+def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:
+    model, settings, workload = small_stack()
+    policy = Policy("controller", CONTROLLER, settings, model.descheduler)
+    runs = [
+        Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, exact_ticks=exact).run()
+        for exact in (False, False, True)
+    ]
+    keep = ("decide_calls", "decide_skipped", "runtime_s")
+    a, b, c = ({k: v for k, v in r.summary().items() if k not in keep} for r in runs)
+    assert a == b == c
+    assert runs[0].samples == runs[2].samples
+    assert runs[0].decide_skipped > 0 and runs[2].decide_skipped == 0
+    other = default_workload(model, 0.75, seed=8, warmup_days=0.25)
+    assert generate([("p", 4)], ["s"], 86400.0, 7) == generate([("p", 4)], ["s"], 86400.0, 7)
+    assert other.gangs != workload.gangs
+
+
+def test_prod_stack_settings_reach_the_simulation() -> None:
+    setup = load_stack("prod")
+    s = setup.settings
+    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.open_hold_seconds, s.close_hold_seconds) == (
+        16, 64, 60.0, 900.0)
+    assert setup.model.descheduler == DeschedulerLimits(120.0, 2, 8, 8, 600.0)
+    assert setup.model.onprem_gpus == 2048
+    assert [(p.node_name, p.gpus) for p in setup.model.providers] == [("vk-lambda-east", 256), ("vk-dr-cluster", 128)]
+    assert [s.name for s in setup.model.services] == ["sdxl-turbo", "llama-70b-chat", "whisper-large"]
+    big = setup.model.scaled_to(4096)
+    assert big.onprem_gpus == 4096 and big.providers[0].gpus == 512
+
+
+def test_cron_intervals() -> None:
+    assert cron_interval_seconds("*/2 * * * *") == 120.0
+    assert cron_interval_seconds("* * * * *") == 60.0
+    assert cron_interval_seconds("0,20,40 * * * *") == 1200.0
+    with pytest.raises(ValueError, match=r"descheduler\.schedule: only minute-level"):
+        cron_interval_seconds("0 */2 * * *")
+
+
+def test_trace_file(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"gangs": [{"arrival_s": 1000, "nodes": 1, "duration_s": 3600, "pool": "gpu"}]}))
+    workload = load_trace(trace, FLAT)
+    assert workload.gangs == JOB.gangs
+    out = simulate(ONE, workload, no_burst(), 6000.0)
+    assert out.preemptions == 2
+    trace.write_text(json.dumps({"gangs": [{"arrival_s": 1}]}))
+    with pytest.raises(ValueError, match="bad trace entry"):
+        load_trace(trace)

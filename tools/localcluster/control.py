@@ -1,0 +1,367 @@
+"""Start, stop and inspect the local control plane: local processes bound to 127.0.0.1.
+
+Each process is recorded as ``run/<name>.json`` (pid, command line, log file). ``down`` stops exactly
+those pids, after checking that the pid still runs the recorded executable, so it never touches
+anyone else's processes. Extra processes (the burst controller, the thermal guard, the descheduler)
+are registered the same way with :func:`start_process` and stopped by ``down`` too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.localcluster import pki
+from tools.localcluster.plan import (
+    PORT_NAMES,
+    Layout,
+    NodePlan,
+    component_commands,
+    load_plan,
+    volcano_conf,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_STATE = ROOT / ".state" / "localcluster"
+
+#: Components of the control plane proper, in start order (stopped in reverse).
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                 "vc-controller-manager", "vc-scheduler")
+
+
+class ClusterError(RuntimeError):
+    """A step of up/down failed; the message says which and where its log is."""
+
+
+def say(msg: str) -> None:
+    print(f"localcluster: {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    pid: int
+    argv: list[str]
+    log: str
+
+    def alive(self) -> bool:
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        stat = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        if stat and stat[0] == "Z":
+            return False
+        return bool(cmdline) and cmdline[0].decode(errors="replace") == self.argv[0]
+
+
+def _record(lay: Layout, name: str) -> Path:
+    return lay.run / f"{name}.json"
+
+
+def load_proc(lay: Layout, name: str) -> Proc | None:
+    path = _record(lay, name)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return Proc(name=name, pid=int(data["pid"]), argv=list(data["argv"]), log=str(data["log"]))
+
+
+def recorded(lay: Layout) -> list[Proc]:
+    procs = [load_proc(lay, p.stem) for p in sorted(lay.run.glob("*.json"))] if lay.run.exists() else []
+    return [p for p in procs if p is not None]
+
+
+def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Proc:
+    """Start ``argv`` detached (own session), log to ``logs/<name>.log``, record it for ``down``."""
+    existing = load_proc(lay, name)
+    if existing and existing.alive():
+        return existing
+    lay.logs.mkdir(parents=True, exist_ok=True)
+    lay.run.mkdir(parents=True, exist_ok=True)
+    log = lay.logs / f"{name}.log"
+    with log.open("ab") as out:
+        child = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
+            start_new_session=True, env={**os.environ, **(env or {})},
+        )
+    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log))
+    _record(lay, name).write_text(json.dumps({"pid": proc.pid, "argv": proc.argv, "log": proc.log}))
+    return proc
+
+
+def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
+    if proc.alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGKILL)
+    _record(lay, proc.name).unlink(missing_ok=True)
+
+
+def _log_tail(path: str | Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, proc: Proc | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise ClusterError(f"{proc.name} exited while waiting for {what}; log {proc.log}:\n"
+                               f"{_log_tail(proc.log)}")
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.5)
+    tail = f"; log {proc.log}:\n{_log_tail(proc.log)}" if proc else ""
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+
+
+# --------------------------------------------------------------------------- ports and endpoints
+
+
+def free_ports(names: Sequence[str]) -> dict[str, int]:
+    socks: list[socket.socket] = []
+    ports: dict[str, int] = {}
+    try:
+        for name in names:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports[name] = s.getsockname()[1]
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _ssl_context(lay: Layout) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(lay.pki / "ca.crt"))
+    ctx.load_cert_chain(str(lay.pki / "admin.crt"), str(lay.pki / "admin.key"))
+    return ctx
+
+
+def api_get(lay: Layout, port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
+    url = f"https://127.0.0.1:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, context=_ssl_context(lay), timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return bool(resp.status == 200)
+
+
+def load_ports(lay: Layout) -> dict[str, int] | None:
+    path = lay.run / "ports.yaml"
+    if not path.exists():
+        return None
+    data = yaml.safe_load(path.read_text()) or {}
+    return {str(k): int(v) for k, v in data.items()}
+
+
+# --------------------------------------------------------------------------- the API
+
+
+def api_client(lay: Layout) -> Any:
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(lay.kubeconfig))  # type: ignore[no-untyped-call]
+
+
+def apply_nodes(lay: Layout, plan: NodePlan) -> None:
+    """Create the plan's nodes (kept as they are if they exist: the stack or the agents may own fields)."""
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(api_client(lay))
+    existing = {n.metadata.name for n in api.list_node().items}
+    for node in plan.nodes:
+        if node.name not in existing:
+            api.create_node(node.manifest(plan.gpu_resource))
+
+
+def apply_crds(lay: Layout) -> list[str]:
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(api_client(lay))
+    names: list[str] = []
+    for path in sorted(lay.crd.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc:
+                continue
+            names.append(doc["metadata"]["name"])
+            try:
+                ext.create_custom_resource_definition(doc)
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+    return names
+
+
+def crds_established(lay: Layout, names: Sequence[str]) -> bool:
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(api_client(lay))
+    for name in names:
+        crd = ext.read_custom_resource_definition(name)
+        conds = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
+        if conds.get("Established") != "True":
+            return False
+    return True
+
+
+def nodes_ready(lay: Layout, plan: NodePlan) -> bool:
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(api_client(lay))
+    ready = set()
+    for node in api.list_node().items:
+        conds = {c.type: c.status for c in (node.status.conditions or [])}
+        if conds.get("Ready") == "True":
+            ready.add(node.metadata.name)
+    return all(n.name in ready for n in plan.nodes)
+
+
+def default_service_account(lay: Layout) -> bool:
+    from kubernetes import client
+
+    client.CoreV1Api(api_client(lay)).read_namespaced_service_account("default", "default")
+    return True
+
+
+# --------------------------------------------------------------------------- up / down / status
+
+
+def binaries_missing(lay: Layout) -> list[str]:
+    return [name for name in CONTROL_PLANE if not os.access(lay.bin / name, os.X_OK)]
+
+
+def is_up(lay: Layout) -> bool:
+    ports = load_ports(lay)
+    if ports is None:
+        return False
+    procs = {p.name: p for p in recorded(lay)}
+    if not all(name in procs and procs[name].alive() for name in CONTROL_PLANE):
+        return False
+    try:
+        return api_get(lay, ports["apiserver"], "/readyz")[0] == 200
+    except OSError:
+        return False
+
+
+def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
+    plan = load_plan(ROOT, stack)
+    missing = binaries_missing(lay)
+    if missing:
+        raise ClusterError(f"binaries missing in {lay.bin}: {', '.join(missing)}; run `make localcluster`")
+    if is_up(lay):
+        say("already up; making sure the nodes exist")
+        apply_nodes(lay, plan)
+        return plan
+    down(lay, quiet=True)  # a half-started cluster from a crash: clean slate
+    started = time.monotonic()
+    pki.ensure_pki(lay.pki)
+    ports = free_ports(PORT_NAMES)
+    lay.run.mkdir(parents=True, exist_ok=True)
+    (lay.run / "ports.yaml").write_text(yaml.safe_dump(ports))
+    lay.kubeconfig.write_text(pki.kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki))
+    lay.kubeconfig.chmod(0o600)
+    lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(), sort_keys=False))
+    cmds = component_commands(lay, ports)
+
+    etcd = start_process(lay, "etcd", cmds["etcd"])
+    wait_for("etcd health", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, etcd)
+    apiserver = start_process(lay, "kube-apiserver", cmds["kube-apiserver"])
+    wait_for("kube-apiserver /readyz", lambda: api_get(lay, ports["apiserver"], "/readyz")[0] == 200,
+             timeout, apiserver)
+    say(f"kube-apiserver ready on https://127.0.0.1:{ports['apiserver']} "
+        f"({time.monotonic() - started:.1f}s)")
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        start_process(lay, name, cmds[name])
+
+    apply_nodes(lay, plan)
+    crds = apply_crds(lay)
+    wait_for("Volcano CRDs established", lambda: crds_established(lay, crds), 60)
+    for name in ("vc-controller-manager", "vc-scheduler"):
+        start_process(lay, name, cmds[name])
+
+    kwok = load_proc(lay, "kwok")
+    wait_for(f"{len(plan.nodes)} nodes Ready", lambda: nodes_ready(lay, plan), timeout, kwok)
+    kcm = load_proc(lay, "kube-controller-manager")
+    wait_for("the default service account", lambda: default_service_account(lay), timeout, kcm)
+    for name in CONTROL_PLANE:
+        proc = load_proc(lay, name)
+        if proc is None or not proc.alive():
+            log = proc.log if proc else "?"
+            raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
+    say(f"up in {time.monotonic() - started:.1f}s: {len(plan.nodes)} nodes from {plan.source}, "
+        f"kubeconfig {lay.kubeconfig}")
+    return plan
+
+
+def down(lay: Layout, keep_data: bool = False, quiet: bool = False) -> None:
+    procs = {p.name: p for p in recorded(lay)}
+    order = [n for n in procs if n not in CONTROL_PLANE] + [n for n in reversed(CONTROL_PLANE) if n in procs]
+    for name in order:
+        stop_process(lay, procs[name])
+        if not quiet:
+            say(f"stopped {name}")
+    (lay.run / "ports.yaml").unlink(missing_ok=True)
+    if not keep_data and lay.etcd_data.exists():
+        import shutil
+
+        shutil.rmtree(lay.etcd_data)
+
+
+def status(lay: Layout, out: Any = sys.stdout) -> bool:
+    procs = {p.name: p for p in recorded(lay)}
+    names = list(CONTROL_PLANE) + sorted(n for n in procs if n not in CONTROL_PLANE)
+    healthy = True
+    for name in names:
+        proc = procs.get(name)
+        state = f"running (pid {proc.pid})" if proc and proc.alive() else "stopped"
+        healthy = healthy and (state != "stopped" or name not in CONTROL_PLANE)
+        print(f"{name:26} {state}", file=out)
+    if not is_up(lay):
+        print("control plane: down", file=out)
+        return False
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(api_client(lay))
+    print(f"control plane: up, kubeconfig {lay.kubeconfig}", file=out)
+    for node in api.list_node().items:
+        conds = {c.type: c.status for c in (node.status.conditions or [])}
+        gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "0")
+        taints = ",".join(f"{t.key}={t.value or ''}:{t.effect}" for t in (node.spec.taints or [])) or "-"
+        ready = "Ready" if conds.get("Ready") == "True" else "NotReady"
+        print(f"  {node.metadata.name:24} {ready:9} gpus={gpus:3} taints={taints}", file=out)
+    return healthy

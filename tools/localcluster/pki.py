@@ -1,0 +1,81 @@
+"""Self-generated certificates and service-account keys for the local control plane (openssl CLI).
+
+One CA signs the API server's serving certificate (SANs: 127.0.0.1, localhost, the first service IP)
+and an admin client certificate in ``system:masters`` that the kubeconfig, the controllers and the
+schedulers use. The service-account key pair signs and verifies bound tokens. Nothing is regenerated
+while the files exist, so a kubeconfig stays valid across ``down``/``up``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+DAYS = "3650"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, text=True)
+
+
+def _key(cwd: Path, name: str) -> None:
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", name, cwd=cwd)
+
+
+def _signed(cwd: Path, name: str, subject: str, ext: str) -> None:
+    _key(cwd, f"{name}.key")
+    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=cwd)
+    (cwd / f"{name}.ext").write_text(ext)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", DAYS, "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=cwd)
+    (cwd / f"{name}.csr").unlink()
+    (cwd / f"{name}.ext").unlink()
+
+
+def ensure_pki(pki: Path) -> None:
+    """Create ca, apiserver, admin and sa key material under ``pki`` unless already there."""
+    pki.mkdir(parents=True, exist_ok=True)
+    pki.chmod(0o700)
+    if not (pki / "ca.crt").exists():
+        _key(pki, "ca.key")
+        _openssl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=localcluster-ca", "-days", DAYS,
+                 "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "ca.crt", cwd=pki)
+    if not (pki / "apiserver.crt").exists():
+        _signed(pki, "apiserver", "/CN=kube-apiserver",
+                "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\n"
+                "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+                "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n")
+    if not (pki / "admin.crt").exists():
+        _signed(pki, "admin", "/O=system:masters/CN=localcluster-admin",
+                "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=clientAuth\n")
+    if not (pki / "sa.key").exists():
+        _key(pki, "sa.key")
+        _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    for key in pki.glob("*.key"):
+        key.chmod(0o600)
+
+
+def kubeconfig_text(server: str, pki: Path) -> str:
+    """A kubeconfig with the admin client certificate; paths are absolute so it works from anywhere."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: localcluster
+  cluster:
+    server: {server}
+    certificate-authority: {pki / 'ca.crt'}
+users:
+- name: localcluster-admin
+  user:
+    client-certificate: {pki / 'admin.crt'}
+    client-key: {pki / 'admin.key'}
+contexts:
+- name: localcluster
+  context:
+    cluster: localcluster
+    user: localcluster-admin
+current-context: localcluster
+"""

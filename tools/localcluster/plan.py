@@ -1,0 +1,331 @@
+"""What the local cluster looks like: fake nodes and component command lines (pure functions).
+
+The node plan comes from the local stack's configuration when it loads (``Pulumi.local.yaml``): every
+on-prem pool node becomes a kwok node with the pool's GPU capacity, labels and taint (the same values
+the stack's ``NodePatch`` applies, so server-side apply finds nothing to fight over), every system-pool
+node a CPU node, and every external provider a virtual node with the virtual-kubelet provider taint.
+Without a loadable stack file a built-in plan of the same shape is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: kwok manages only nodes carrying this annotation; real nodes (none here) are left alone.
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
+DEFAULT_LABEL_PREFIX = "gpucluster.io"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+    def manifest(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "effect": self.effect}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One fake node: capacity, labels and taints as a real node of that kind would register them."""
+
+    name: str
+    kind: str  # "gpu", "system" or "virtual"
+    pool: str
+    gpus: int = 0
+    cpu: int = 64
+    memory_gi: int = 512
+    pods: int = 110
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def manifest(self, gpu_resource: str) -> dict[str, Any]:
+        capacity = {"cpu": str(self.cpu), "memory": f"{self.memory_gi}Gi", "pods": str(self.pods)}
+        if self.gpus:
+            capacity[gpu_resource] = str(self.gpus)
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            **self.labels,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+            "spec": {"taints": [t.manifest() for t in self.taints]},
+            "status": {
+                "capacity": capacity,
+                "allocatable": dict(capacity),
+                "nodeInfo": {"kubeletVersion": "fake", "operatingSystem": "linux", "architecture": "amd64"},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    nodes: tuple[NodeSpec, ...]
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    label_prefix: str = DEFAULT_LABEL_PREFIX
+    source: str = "built-in default"
+
+    def by_kind(self, kind: str) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.kind == kind]
+
+    @property
+    def onprem_gpus(self) -> int:
+        return sum(n.gpus for n in self.by_kind("gpu"))
+
+
+def _gpu_node(name: str, pool: str, gpus: int, model: str, prefix: str, taint: bool) -> NodeSpec:
+    labels = {
+        f"{prefix}/pool": pool,
+        f"{prefix}/location": "onprem",
+        f"{prefix}/gpu-model": model,
+        "app.kubernetes.io/name": pool,
+        "app.kubernetes.io/component": "gpu-node-pool",
+        "app.kubernetes.io/part-of": "unified-gpu-cluster",
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+    taints = (Taint(f"{prefix}/pool", pool),) if taint else ()
+    return NodeSpec(name=name, kind="gpu", pool=pool, gpus=gpus, cpu=128, memory_gi=2048, labels=labels,
+                    taints=taints)
+
+
+def _system_node(name: str, pool: str, prefix: str) -> NodeSpec:
+    labels = {
+        f"{prefix}/pool": pool,
+        "app.kubernetes.io/name": pool,
+        "app.kubernetes.io/component": "system-pool",
+        "app.kubernetes.io/part-of": "unified-gpu-cluster",
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+    return NodeSpec(name=name, kind="system", pool=pool, cpu=32, memory_gi=128, labels=labels)
+
+
+def _virtual_node(name: str, provider: str, gpus: int, model: str, prefix: str, cpu: int = 512,
+                  memory_gi: int = 4096, pods: int = 500, vk_provider: str | None = None) -> NodeSpec:
+    labels = {
+        f"{prefix}/location": "external",
+        f"{prefix}/provider": provider,
+        f"{prefix}/gpu-model": model,
+        "type": "virtual-kubelet",
+        "kubernetes.io/role": "agent",
+    }
+    return NodeSpec(name=name, kind="virtual", pool=provider, gpus=gpus, cpu=cpu, memory_gi=memory_gi,
+                    pods=pods, labels=labels, taints=(Taint(VK_PROVIDER_TAINT, vk_provider or provider),))
+
+
+def default_plan() -> NodePlan:
+    """4 on-prem nodes x 8 GPUs, one system node and one external provider of 32 GPUs."""
+    p = DEFAULT_LABEL_PREFIX
+    gpu = tuple(_gpu_node(f"gpu-local-{i:02d}", "local", 8, "H100-SXM5-80GB", p, True) for i in range(1, 5))
+    system = (_system_node("system-local-01", "system", p),)
+    virtual = (_virtual_node("vk-external-gpu", "external-gpu", 32, "H100-SXM5-80GB", p),)
+    return NodePlan(nodes=gpu + system + virtual)
+
+
+def plan_from_config(cfg: Any, source: str) -> NodePlan:
+    """The plan for a validated ``components.config.ClusterConfig`` (duck-typed to keep this module pure)."""
+    prefix: str = cfg.label_prefix
+    nodes: list[NodeSpec] = []
+    for pool in cfg.pools:
+        for name in pool.node_names:
+            nodes.append(_gpu_node(name, pool.name, pool.gpus_per_node, pool.gpu_model, prefix, pool.taint))
+    from components.config import expand_node_names
+
+    for name in expand_node_names(cfg.system_pool.nodes):
+        nodes.append(_system_node(name, cfg.system_pool.name, prefix))
+    for prov in cfg.providers:
+        # virtual-kubelet taints its node with the provider binary's --provider name.
+        vk_name = getattr(prov, "vk_provider", None) or prov.name
+        nodes.append(_virtual_node(prov.node_name, prov.name, prov.gpus, prov.gpu_model, prefix,
+                                   cpu=prov.cpu, memory_gi=prov.memory_gi, pods=prov.pods, vk_provider=vk_name))
+    return NodePlan(nodes=tuple(nodes), gpu_resource=cfg.gpu_resource, label_prefix=prefix, source=source)
+
+
+def stack_config_values(stack_file: Path, project: str = "gpu-cluster") -> dict[str, Any]:
+    """The ``<project>:<key>`` values of a Pulumi stack file, keys without the project prefix."""
+    import yaml
+
+    raw = yaml.safe_load(stack_file.read_text()) or {}
+    values: dict[str, Any] = {}
+    for key, value in (raw.get("config") or {}).items():
+        ns, _, name = str(key).partition(":")
+        if ns == project and name:
+            values[name] = value
+    return values
+
+
+def load_stack_config(root: Path, stack: str = "local") -> Any | None:
+    """The stack's validated ``ClusterConfig``, or None without a stack file or the components package."""
+    stack_file = root / f"Pulumi.{stack}.yaml"
+    if not stack_file.exists():
+        return None
+    try:
+        from components.config import ClusterConfig
+    except ImportError:
+        return None
+    # Only the cluster-shape keys: secret values (provider credentials) are validated by their consumers.
+    fields = {f.alias or name for name, f in ClusterConfig.model_fields.items()} | set(ClusterConfig.model_fields)
+    values = {k: v for k, v in stack_config_values(stack_file).items() if k in fields}
+    return ClusterConfig.model_validate(values)
+
+
+def load_plan(root: Path, stack: str = "local") -> NodePlan:
+    """The node plan of ``Pulumi.<stack>.yaml`` if it exists and validates, else :func:`default_plan`."""
+    cfg = load_stack_config(root, stack)
+    if cfg is None:
+        return default_plan()
+    return plan_from_config(cfg, source=f"Pulumi.{stack}.yaml")
+
+
+# --------------------------------------------------------------------------- component command lines
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything lives under the state folder."""
+
+    state: Path
+
+    @property
+    def bin(self) -> Path:
+        return self.state / "bin"
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.state / "run"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.state / "etcd"
+
+    @property
+    def crd(self) -> Path:
+        return self.state / "crd"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    @property
+    def volcano_conf(self) -> Path:
+        return self.state / "volcano-scheduler.conf"
+
+    @property
+    def descheduler_policy(self) -> Path:
+        return self.state / "descheduler-policy.yaml"
+
+
+PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "kwok", "vc_scheduler_metrics", "vc_scheduler_healthz",
+              "vc_controller_metrics", "vc_controller_healthz", "descheduler")
+
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[str]]:
+    """Command lines in start order. Everything binds to 127.0.0.1 or serves nothing (port 0)."""
+    b, pki, kc = lay.bin, lay.pki, str(lay.kubeconfig)
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    return {
+        "etcd": [
+            str(b / "etcd"), "--name=local", f"--data-dir={lay.etcd_data}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd_peer']}",
+            f"--initial-cluster=local=http://127.0.0.1:{ports['etcd_peer']}",
+            "--quota-backend-bytes=4294967296", "--log-level=warn",
+            # Fast local disk is not guaranteed on shared machines; the data is throwaway.
+            "--unsafe-no-fsync",
+        ],
+        "kube-apiserver": [
+            str(b / "kube-apiserver"), f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC", "--allow-privileged=true",
+            # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false", "--v=1",
+        ],
+        "kube-controller-manager": [
+            str(b / "kube-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", "--secure-port=0",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+            "--use-service-account-credentials=false", "--controllers=*,-nodeipam",
+            "--profiling=false", "--v=1",
+        ],
+        "kube-scheduler": [
+            str(b / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+            "--bind-address=127.0.0.1", "--secure-port=0", "--profiling=false", "--v=1",
+        ],
+        "kwok": [
+            str(b / "kwok"), f"--kubeconfig={kc}", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+        ],
+        "vc-controller-manager": [
+            str(b / "vc-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--healthz-address=127.0.0.1:{ports['vc_controller_healthz']}", "--enable-healthz=true",
+            f"--listen-address=127.0.0.1:{ports['vc_controller_metrics']}",
+            "--scheduler-name=volcano", "--logtostderr", "--v=2",
+        ],
+        "vc-scheduler": [
+            str(b / "vc-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--scheduler-conf={lay.volcano_conf}", "--scheduler-name=volcano", "--schedule-period=1s",
+            f"--listen-address=127.0.0.1:{ports['vc_scheduler_metrics']}",
+            f"--healthz-address=127.0.0.1:{ports['vc_scheduler_healthz']}", "--enable-healthz=true",
+            "--logtostderr", "--v=2",
+        ],
+    }
+
+
+def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "20s") -> list[str]:
+    """The descheduler runs on demand with a policy file (the stack's, for ``make up`` and e2e)."""
+    return [
+        str(lay.bin / "descheduler"), f"--kubeconfig={lay.kubeconfig}",
+        f"--policy-config-file={lay.descheduler_policy}", f"--descheduling-interval={interval}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports['descheduler']}", "--v=2",
+    ]
+
+
+#: Volcano scheduler configuration when the stack's own cannot be imported.
+FALLBACK_VOLCANO_CONF: dict[str, Any] = {
+    "actions": "enqueue, allocate, preempt, backfill",
+    "tiers": [
+        {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
+        {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"}, {"name": "nodeorder"}]},
+    ],
+}
+
+
+def volcano_conf() -> dict[str, Any]:
+    """The stack's Volcano scheduler configuration, so the local scheduler decides as production does."""
+    try:
+        from components.gang_scheduler import volcano_scheduler_conf
+    except ImportError:
+        return FALLBACK_VOLCANO_CONF
+    conf: dict[str, Any] = volcano_scheduler_conf()
+    return conf

@@ -1,0 +1,228 @@
+"""``make up`` / ``make down``: the local stack deployed for real on the local control plane.
+
+Steps of ``up``: the control plane (``localcluster up``), the engine (``make engine`` if not built),
+``tools/pulumi up --yes --stack local`` against the local kubeconfig, then the in-cluster agents as
+local processes — the burst controller, the thermal guard and the descheduler — fed with the
+configuration the stack deployed (its ConfigMaps), and a status summary. On kwok nodes the agents'
+own pods are simulated and do nothing, so these local processes are the ones that act.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from tools.localcluster import control
+from tools.localcluster.plan import Layout, NodePlan, descheduler_command, load_plan, load_stack_config
+
+ROOT = control.ROOT
+PULUMI = ROOT / "tools" / "pulumi"
+ENGINE_BIN = ROOT / ".state" / "engine" / "bin" / "pulumi"
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None, what: str = "") -> None:
+    control.say(f"{what or ' '.join(argv)}")
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env={**os.environ, **(env or {})}, check=False)
+    if proc.returncode != 0:
+        raise control.ClusterError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}")
+    control.say(f"  done in {time.monotonic() - started:.1f}s")
+
+
+def ensure_engine() -> None:
+    if ENGINE_BIN.exists():
+        _run(["bash", "tools/engine/build.sh"], what="engine: checking the build (cached)")
+        return
+    _run(["bash", "tools/engine/build.sh"], what="engine: building (cold; see tools/engine)")
+
+
+def pulumi_env(lay: Layout) -> dict[str, str]:
+    return {"KUBECONFIG": str(lay.kubeconfig)}
+
+
+def pulumi_up(lay: Layout, stack: str, extra_env: dict[str, str] | None = None) -> None:
+    env = {**pulumi_env(lay), **(extra_env or {})}
+    subprocess.run([str(PULUMI), "stack", "select", "--create", stack], cwd=ROOT,
+                   env={**os.environ, **env}, check=False, capture_output=True)
+    _run([str(PULUMI), "up", "--yes", "--skip-preview", "--stack", stack, "--non-interactive"], env=env,
+         what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
+
+
+# --------------------------------------------------------------------------- agent configuration
+
+
+def _configmaps(lay: Layout) -> list[Any]:
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    items: list[Any] = api.list_config_map_for_all_namespaces().items
+    return items
+
+
+def deployed_descheduler_policy(lay: Layout) -> str | None:
+    """The descheduler policy the stack deployed (a ConfigMap value of kind DeschedulerPolicy)."""
+    for cm in _configmaps(lay):
+        for value in (cm.data or {}).values():
+            if "DeschedulerPolicy" in value and "descheduler/v1alpha2" in value:
+                return str(value)
+    return None
+
+
+def deployed_burst_settings(lay: Layout) -> str | None:
+    """The burst controller settings the stack deployed (the ConfigMap its Deployment mounts)."""
+    for cm in _configmaps(lay):
+        if "burst" in cm.metadata.name and cm.data:
+            return str(next(iter(cm.data.values())))
+    return None
+
+
+def burst_settings_from_stack(stack: str) -> str:
+    """Settings derived from the stack configuration when the stack deploys no ConfigMap for them."""
+    cfg = load_stack_config(ROOT, stack)
+    if cfg is None:
+        raise control.ClusterError(f"Pulumi.{stack}.yaml not found; cannot derive burst controller settings")
+    from components.burst_controller import settings_document, settings_for
+
+    return settings_document(settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace))
+
+
+def _console_script(name: str) -> str | None:
+    path = VENV_BIN / name
+    return str(path) if path.exists() else shutil.which(name)
+
+
+def start_agents(lay: Layout, stack: str) -> list[str]:
+    """Start the burst controller, thermal guard and descheduler; returns what could not start and why."""
+    notes: list[str] = []
+    ports = control.load_ports(lay) or {}
+    extra = control.free_ports(["burst_metrics", "thermal_metrics"])
+
+    settings = deployed_burst_settings(lay) or burst_settings_from_stack(stack)
+    burst_conf = lay.state / "burst-controller.yaml"
+    burst_conf.write_text(settings)
+    burst = _console_script("burst-controller")
+    if burst:
+        control.start_process(lay, "burst-controller", [
+            burst, "--config", str(burst_conf), "--kubeconfig", str(lay.kubeconfig),
+            "--metrics-port", str(extra["burst_metrics"]), "--identity", "localcluster"])
+    else:
+        notes.append("burst-controller: console script not installed (make venv)")
+
+    thermal = _console_script("thermal-guard")
+    if thermal and (ROOT / "agents" / "thermal_guard" / "cli.py").exists():
+        control.start_process(lay, "thermal-guard", [
+            thermal, "--kubeconfig", str(lay.kubeconfig), "--metrics-port", str(extra["thermal_metrics"])])
+    else:
+        notes.append("thermal-guard: agent not available yet (agents/thermal_guard/cli.py)")
+
+    policy = deployed_descheduler_policy(lay)
+    if policy and ports:
+        lay.descheduler_policy.write_text(policy)
+        control.start_process(lay, "descheduler", descheduler_command(lay, ports))
+    else:
+        notes.append("descheduler: the stack deployed no DeschedulerPolicy ConfigMap; not started")
+    return notes
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summary(lay: Layout, plan: NodePlan) -> str:
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    nodes = api.list_node().items
+    pods = api.list_pod_for_all_namespaces().items
+    lines = ["", "local cluster", f"  kubeconfig: {lay.kubeconfig}"]
+    pool_key = f"{plan.label_prefix}/pool"
+    loc_key = f"{plan.label_prefix}/location"
+    per_pool: dict[str, list[Any]] = defaultdict(list)
+    for node in nodes:
+        labels = node.metadata.labels or {}
+        per_pool[labels.get(pool_key) or labels.get(f"{plan.label_prefix}/provider") or "-"].append(node)
+    used: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        if pod.spec.node_name and pod.status.phase in ("Running", "Pending"):
+            for c in pod.spec.containers:
+                limits = (c.resources.limits or {}) if c.resources else {}
+                used[pod.spec.node_name] += int(limits.get(plan.gpu_resource, 0))
+    lines.append("  nodes and GPUs per pool:")
+    for pool, members in sorted(per_pool.items()):
+        total = sum(int((n.status.allocatable or {}).get(plan.gpu_resource, 0)) for n in members)
+        busy = sum(used[n.metadata.name] for n in members)
+        location = (members[0].metadata.labels or {}).get(loc_key, "-")
+        lines.append(f"    {pool:16} {location:9} nodes={len(members):2} gpus={total:3} in use={busy}")
+    lines.append("  taints:")
+    for node in nodes:
+        for t in node.spec.taints or []:
+            lines.append(f"    {node.metadata.name:24} {t.key}={t.value or ''}:{t.effect}")
+    location_of = {n.metadata.name: (n.metadata.labels or {}).get(loc_key, "-") for n in nodes}
+    service_key = f"{plan.label_prefix}/service"
+    per_service: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if service_key in labels or labels.get(f"{plan.label_prefix}/workload") == "inference":
+            name = labels.get(service_key, pod.metadata.name)
+            ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+            where = location_of.get(pod.spec.node_name or "", "pending") if ready else "not-ready"
+            per_service[name][where] += 1
+    lines.append("  inference replicas (ready, by location):")
+    if not per_service:
+        lines.append("    none")
+    for name, where in sorted(per_service.items()):
+        lines.append(f"    {name:16} " + " ".join(f"{k}={v}" for k, v in sorted(where.items())))
+    procs = [f"{p.name}({'up' if p.alive() else 'down'})" for p in control.recorded(lay)]
+    lines.append("  processes: " + " ".join(procs))
+    return "\n".join(lines)
+
+
+def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
+    started = time.monotonic()
+    plan = control.up(lay, stack=stack)
+    notes: list[str] = []
+    if not skip_pulumi:
+        ensure_engine()
+        pulumi_up(lay, stack)
+    notes = start_agents(lay, stack)
+    print(summary(lay, plan))
+    for note in notes:
+        print(f"  note: {note}")
+    control.say(f"make up finished in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def down(lay: Layout) -> int:
+    control.down(lay)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stackup", description=__doc__)
+    parser.add_argument("cmd", choices=["up", "down", "summary"])
+    parser.add_argument("--stack", default="local")
+    parser.add_argument("--skip-pulumi", action="store_true", help="control plane and agents only")
+    parser.add_argument("--state", type=Path, default=control.DEFAULT_STATE)
+    args = parser.parse_args(argv)
+    lay = Layout(args.state.resolve())
+    try:
+        if args.cmd == "up":
+            return up(lay, args.stack, skip_pulumi=args.skip_pulumi)
+        if args.cmd == "summary":
+            print(summary(lay, load_plan(ROOT, args.stack)))
+            return 0
+        return down(lay)
+    except control.ClusterError as err:
+        print(f"localcluster: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
