@@ -19,7 +19,9 @@ lint: venv
 	.venv/bin/ruff check .
 	.venv/bin/mypy components agents policies tools bench __main__.py
 
-unit: venv
+# Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
+# mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.
+unit: venv observability-tools checkpoint-tools
 	.venv/bin/pytest -n 2 -q
 
 test: lint unit

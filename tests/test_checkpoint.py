@@ -169,7 +169,20 @@ def test_a_rename_keeps_the_objects_and_aliases_the_old_names(run_stack: StackRu
     assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints-nfs-ckpt"}} in volumes
 
 
-def test_prod_throughput_check_job(prod: RunResult) -> None:
+def test_prod_runs_the_check_weekly_at_a_drawn_time(prod: RunResult) -> None:
+    cron = prod.one("CronJob", "checkpoint-check-weka-ckpt")
+    minute, hour, dom, month, weekday = cron.inputs["spec"]["schedule"].split()
+    assert 0 <= int(minute) <= 59 and 0 <= int(hour) <= 23 and 0 <= int(weekday) <= 6
+    assert (dom, month) == ("*", "*")
+    draws = prod.by_type("random:index/randomInteger:RandomInteger")
+    assert {d.inputs["max"] for d in draws} == {59, 23, 6}
+
+
+def test_prod_throughput_check_job(run_stack: Any) -> None:
+    def one_shot(c: dict[str, Any]) -> None:
+        c["gpu-cluster:checkpoint"]["throughputCheck"]["weekly"] = False
+
+    prod = run_stack("prod", one_shot)
     job = prod.one("Job", "checkpoint-check-weka-ckpt")
     assert job.metadata["namespace"] == NS
     assert job.metadata["annotations"] == {"pulumi.com/skipAwait": "true"}

@@ -73,6 +73,7 @@ def test_one_node_without_burst_inference_waits_for_the_job() -> None:
 
 def test_naive_burst_returns_at_once_and_flips_on_every_crossing() -> None:
     naive = naive_burst(ONE, SETTINGS)
+    assert naive.settings is not None
     assert naive.settings.close_at_free_gpus == SETTINGS.open_below_free_gpus + 1
     assert (naive.settings.open_hold_seconds, naive.settings.close_hold_seconds) == (0, 0)
     out = simulate(ONE, JOB, naive, 6000.0, check=True)

@@ -19,6 +19,9 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
@@ -37,9 +40,6 @@ ENGINE_FILES = (
 # A preview of the whole stack takes tens of seconds; these bound a hung engine, not a slow one.
 PREVIEW_TIMEOUT_S = 900
 BUILD_TIMEOUT_S = 3600
-
-_SALT = re.compile(r"^encryptionsalt:\s*\S+\s*$", re.MULTILINE)
-
 
 class EngineError(RuntimeError):
     """The engine could not be run for a reason outside the program (missing build, bad stack)."""
@@ -90,39 +90,67 @@ def stack_config_path(stack: str, project_dir: Path = ROOT) -> Path:
     return path
 
 
-def merge_config_copy(source_text: str, previous_copy: str | None, extra: Mapping[str, str]) -> str:
-    """The engine's copy of a stack config: the committed text, the salt the engine generated
-    before (unless the committed file has its own), and extra top-level config values.
+# The value every ``secure:`` key of a committed stack file gets in the engine's copy: the
+# committed ciphertexts are placeholders no passphrase decrypts, and nothing is deployed from here.
+PREVIEW_SECRET = "preview-placeholder"
 
-    ``extra`` keys are full config keys (``kubernetes:renderYamlToDirectory``); they are written
-    under ``config:``, which the committed file must already have or gets.
+
+def config_copy_text(
+    source_text: str, source_name: str, previous_copy: str | None, extra: Mapping[str, str]
+) -> tuple[str, list[str]]:
+    """The engine's copy of a stack config and the keys it still has to set as secrets.
+
+    The copy has the committed plain values, ``extra`` values (full keys such as
+    ``kubernetes:renderYamlToDirectory``), the passphrase salt the engine generated for the
+    stack before (unless the committed file has its own), and the previously set secrets; any
+    ``secure:`` key without an encrypted value there is returned so the caller sets it.
     """
-    text = source_text if source_text.endswith("\n") or not source_text else source_text + "\n"
-    if previous_copy is not None and not _SALT.search(text):
-        found = _SALT.search(previous_copy)
-        if found:
-            text = found.group(0).strip() + "\n" + text
-    if extra:
-        lines = [f"  {k}: {_yaml_scalar(v)}" for k, v in sorted(extra.items())]
-        if re.search(r"^config:\s*$", text, re.MULTILINE):
-            text = re.sub(r"^config:\s*$", "config:\n" + "\n".join(lines), text, count=1, flags=re.MULTILINE)
-        elif re.search(r"^config:\s*\{\s*\}\s*$", text, re.MULTILINE):
-            text = re.sub(r"^config:.*$", "config:\n" + "\n".join(lines), text, count=1, flags=re.MULTILINE)
+    try:
+        data = yaml.safe_load(source_text) or {}
+    except yaml.YAMLError as err:
+        raise EngineError(f"{source_name} is not valid YAML: {err}") from err
+    if not isinstance(data, dict) or not isinstance(data.get("config") or {}, dict):
+        raise EngineError(f"{source_name}: expected a mapping with a 'config' mapping")
+    previous = (yaml.safe_load(previous_copy) or {}) if previous_copy else {}
+    prev_config = previous.get("config") or {} if isinstance(previous, dict) else {}
+    config: dict[str, Any] = {}
+    pending: list[str] = []
+    for key, value in (data.get("config") or {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            earlier = prev_config.get(key)
+            if "encryptionsalt" not in data and isinstance(earlier, dict) and set(earlier) == {"secure"}:
+                config[key] = earlier
+            else:
+                pending.append(key)
         else:
-            text += "config:\n" + "\n".join(lines) + "\n"
-    return text
+            config[key] = value
+    config.update(extra)
+    out: dict[str, Any] = {k: v for k, v in data.items() if k != "config"}
+    if "encryptionsalt" not in out and isinstance(previous, dict) and "encryptionsalt" in previous:
+        out["encryptionsalt"] = previous["encryptionsalt"]
+    out["config"] = config
+    return yaml.safe_dump(out, sort_keys=False), pending
 
 
-def _yaml_scalar(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _config_copy(stack: str, project_dir: Path, copies: Path, extra: Mapping[str, str]) -> Path:
+def _prepare_config(
+    stack: str, project_dir: Path, copies: Path, extra: Mapping[str, str], backend_url: str | None
+) -> Path:
+    """Write the engine's copy of the stack config, create the stack, and set its secrets."""
     source = stack_config_path(stack, project_dir)
     copies.mkdir(parents=True, exist_ok=True)
     copy = copies / f"Pulumi.{stack}.yaml"
     previous = copy.read_text(encoding="utf-8") if copy.is_file() else None
-    copy.write_text(merge_config_copy(source.read_text(encoding="utf-8"), previous, extra), encoding="utf-8")
+    text, pending = config_copy_text(source.read_text(encoding="utf-8"), source.name, previous, extra)
+    copy.write_text(text, encoding="utf-8")
+    ensure_stack(stack, copy, cwd=project_dir, backend_url=backend_url)
+    for key in pending:
+        done = pulumi(
+            ["config", "set", "--secret", key, PREVIEW_SECRET, "--stack", stack, "--config-file", str(copy)],
+            cwd=project_dir,
+            backend_url=backend_url,
+        )
+        if done.returncode != 0:
+            raise EngineError(f"could not set secret {key} of stack {stack!r}: {done.stderr.strip()}")
     return copy
 
 
@@ -180,8 +208,7 @@ def real_preview(stack: str, policy_pack: bool = True) -> subprocess.CompletedPr
     """
     if not engine_available():
         raise EngineError("the engine is not built; run `make engine`")
-    config = _config_copy(stack, ROOT, CONFIG_COPIES, {})
-    ensure_stack(stack, config)
+    config = _prepare_config(stack, ROOT, CONFIG_COPIES, {}, None)
     args = ["preview", "--diff", "--stack", stack, "--config-file", str(config), "--non-interactive"]
     if policy_pack:
         args += ["--policy-pack", str(ROOT / "policies")]
@@ -204,13 +231,9 @@ def render_via_engine(stack: str, out_dir: Path) -> subprocess.CompletedProcess[
         backend = Path(tmp) / "backend"
         backend.mkdir()
         url = f"file://{backend}"
-        config = _config_copy(
-            stack,
-            ROOT,
-            Path(tmp) / "config",
-            {"kubernetes:renderYamlToDirectory": str(out_dir)},
+        config = _prepare_config(
+            stack, ROOT, Path(tmp) / "config", {"kubernetes:renderYamlToDirectory": str(out_dir)}, url
         )
-        ensure_stack(stack, config, backend_url=url)
         return pulumi(
             ["up", "--yes", "--skip-preview", "--stack", stack, "--config-file", str(config), "--non-interactive"],
             backend_url=url,

@@ -8,6 +8,7 @@ exactly what the render tool, the policy runner and the tests need, without a CL
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import runpy
 import sys
@@ -117,7 +118,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
     """Mocks that give each resource its inputs back as state, with a stable id."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
-        return f"{args.name}-id", dict(args.inputs)
+        state = dict(args.inputs)
+        if args.typ == "random:index/randomInteger:RandomInteger":
+            # Deterministic stand-in for the provider: same seed, same draw, within [min, max].
+            low, high = int(state["min"]), int(state["max"])
+            digest = hashlib.sha256(str(state.get("seed", args.name)).encode()).digest()
+            state["result"] = low + int.from_bytes(digest[:8], "big") % (high - low + 1)
+        return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         return {}, None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -79,9 +80,9 @@ def write_for_checkov(result: RunResult, out: Path) -> int:
     """
     import yaml
 
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.yaml"):
-        old.unlink()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     count = 0
     for name, manifest in sorted(manifests(result).items()):
         if is_builtin(str(manifest.get("apiVersion", ""))):

@@ -15,23 +15,42 @@ differ is `last_now`, whose one effect (restarting holds after a long gap) is a 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agents.burst_controller import decide as _decide_module
-from agents.burst_controller import settings as _settings_module
+from agents.burst_controller.decide import (
+    ActionKind,
+    BurstState,
+    Decision,
+    Mode,
+    PodRef,
+    Snapshot,
+    VirtualNode,
+    decide,
+    state_from_snapshot,
+)
+from agents.burst_controller.settings import BurstSettings
 from components.config import ClusterConfig
 
-BurstSettings = _settings_module.BurstSettings
-Snapshot = _decide_module.Snapshot
-VirtualNode = _decide_module.VirtualNode
-PodRef = _decide_module.PodRef
-BurstState = _decide_module.BurstState
-Mode = _decide_module.Mode
-ActionKind = _decide_module.ActionKind
-decide = _decide_module.decide
-state_from_snapshot = _decide_module.state_from_snapshot
+__all__ = [
+    "ActionKind",
+    "BurstSettings",
+    "BurstState",
+    "ClusterPort",
+    "ControllerAdapter",
+    "Decision",
+    "Mode",
+    "PodRef",
+    "Snapshot",
+    "TickStats",
+    "VirtualNode",
+    "decide",
+    "naive_settings",
+    "settings_from_config",
+    "state_from_snapshot",
+]
 
 #: Keys of the stack's `burst` section that are controller settings (snake_case, as the ConfigMap carries).
 _BURST_KEYS = (
@@ -47,7 +66,7 @@ _BURST_KEYS = (
 )
 
 
-def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> Any:
+def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> BurstSettings:
     """The controller settings the stack deploys: its `burst` section plus label prefix and GPU resource."""
     data: dict[str, Any] = {k: getattr(cfg.burst, k) for k in _BURST_KEYS}
     data["label_prefix"] = cfg.label_prefix
@@ -55,7 +74,7 @@ def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> Any:
     return BurstSettings.from_mapping(data, source=f"{stack_file} (burst)")
 
 
-def naive_settings(settings: Any) -> Any:
+def naive_settings(settings: BurstSettings) -> BurstSettings:
     """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds."""
     data: dict[str, Any] = dict(_init_fields(settings))
     data.update(
@@ -67,9 +86,7 @@ def naive_settings(settings: Any) -> Any:
     return BurstSettings.from_mapping(data, source="naive burst")
 
 
-def _init_fields(settings: Any) -> Mapping[str, Any]:
-    import dataclasses
-
+def _init_fields(settings: BurstSettings) -> Mapping[str, Any]:
     return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.init}
 
 
@@ -99,18 +116,19 @@ class TickStats:
 class ControllerAdapter:
     """Runs the real core once per controller tick against the simulated cluster."""
 
-    def __init__(self, settings: Any, port: ClusterPort, exact_ticks: bool = False,
-                 on_flip: Callable[[Any, float], None] | None = None) -> None:
+    def __init__(self, settings: BurstSettings, port: ClusterPort, exact_ticks: bool = False,
+                 on_flip: Callable[[Mode, float], None] | None = None) -> None:
         self.settings = settings
         self.port = port
         self.exact_ticks = exact_ticks
         self.on_flip = on_flip
-        self.decide_fn = decide  # what the tests compare by identity with the controller's own
+        self.decide_fn: Callable[[Snapshot, BurstState, float, BurstSettings], Decision] = decide
+        # ^ the controller's own function; the tests compare it by identity
         self.stats = TickStats()
-        self.state: Any = None
+        self.state: BurstState | None = None
         self._quiet_key: tuple[Any, ...] | None = None
 
-    def snapshot(self, now: float) -> Any:
+    def snapshot(self, now: float) -> Snapshot:
         port = self.port
         nodes = {
             name: VirtualNode(name=name, provider=provider, taint_effect=effect, gpus_in_use=used, changed_at=changed)
@@ -141,6 +159,9 @@ class ControllerAdapter:
                 return
         else:
             key = None
+        if self.state is None:
+            self.start(now)
+        assert self.state is not None
         snapshot = self.snapshot(now)
         decision = self.decide_fn(snapshot, self.state, now, self.settings)
         self.stats.calls += 1

@@ -190,6 +190,8 @@ class Simulator:
         self.samples: list[tuple[float, int, int, int, int]] = []
         self.controller: ControllerAdapter | None = None
         if policy.burst == CONTROLLER:
+            if policy.settings is None:
+                raise ValueError(f"policy {policy.name!r}: the controller needs settings")
             self.controller = ControllerAdapter(policy.settings, self, exact_ticks=exact_ticks,
                                                 on_flip=self._on_flip)
 
@@ -302,7 +304,7 @@ class Simulator:
             p.cost = cost < 0
             self.needing_cost.pop(pid, None)
 
-    def _on_flip(self, mode: object, now: float) -> None:
+    def _on_flip(self, mode: Mode, now: float) -> None:
         if mode is Mode.CLOSED:
             self.surges += 1 if now >= self.warmup else 0
             self._surge_closed_at = now if self.ext_gpus else None

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
+from agents.burst_controller.settings import BurstSettings
 from bench.sim.controller_adapter import naive_settings
 from bench.sim.model import ClusterModel, DeschedulerLimits
 from bench.sim.workload import WorkloadSpec
@@ -34,7 +34,7 @@ ALWAYS = "always"
 class Policy:
     name: str
     burst: str  # NEVER (taint stays), CONTROLLER (the real core flips it), ALWAYS (oracle: never tainted)
-    settings: Any = None  # BurstSettings for CONTROLLER
+    settings: BurstSettings | None = None  # for CONTROLLER
     descheduler: DeschedulerLimits | None = None
     reserved_inference_gpus: int = 0
     zero_lag: bool = False
@@ -51,14 +51,14 @@ def no_burst() -> Policy:
     return Policy("no burst", NEVER)
 
 
-def naive_burst(model: ClusterModel, settings: Any) -> Policy:
+def naive_burst(model: ClusterModel, settings: BurstSettings) -> Policy:
     tick = float(settings.tick_seconds)
     limits = DeschedulerLimits(interval_s=tick, max_per_node=None, max_per_namespace=None, max_total=None,
                                min_pod_age_s=0.0)
     return Policy("naive burst", CONTROLLER, naive_settings(settings), limits)
 
 
-def controller(model: ClusterModel, settings: Any) -> Policy:
+def controller(model: ClusterModel, settings: BurstSettings) -> Policy:
     return Policy("controller", CONTROLLER, settings, model.descheduler)
 
 
@@ -66,7 +66,7 @@ def oracle(model: ClusterModel) -> Policy:
     return Policy("oracle", ALWAYS, zero_lag=True)
 
 
-def all_policies(model: ClusterModel, settings: Any, spec: WorkloadSpec) -> list[Policy]:
+def all_policies(model: ClusterModel, settings: BurstSettings, spec: WorkloadSpec) -> list[Policy]:
     """Every policy, in the order the outcome table shows them."""
     return [
         static_partition(model, spec),

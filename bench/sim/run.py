@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from agents.burst_controller.settings import BurstSettings
 from bench.sim.controller_adapter import settings_from_config
 from bench.sim.engine import Outcome, simulate
 from bench.sim.model import ClusterModel
@@ -20,7 +20,7 @@ class StackSetup:
 
     stack: str
     model: ClusterModel
-    settings: Any  # agents.burst_controller.settings.BurstSettings
+    settings: BurstSettings
 
 
 def load_stack(stack: str) -> StackSetup:
@@ -36,7 +36,7 @@ def default_workload(model: ClusterModel, days: float, seed: int, warmup_days: f
     return generate(pools, [s.name for s in model.services], (days + warmup_days) * DAY, seed, spec)
 
 
-def compare(model: ClusterModel, settings: Any, workload: Workload, days: float, warmup_days: float,
+def compare(model: ClusterModel, settings: BurstSettings, workload: Workload, days: float, warmup_days: float,
             policies: list[Policy] | None = None) -> list[Outcome]:
     """Every policy on the same workload, in table order."""
     chosen = policies if policies is not None else all_policies(model, settings, workload.spec)
