@@ -672,3 +672,46 @@ def test_engine_context_reads_the_stack_config_the_engine_passes(monkeypatch: py
     assert ctx.max_evictions_total == 2
     assert "amqp://queue.local:5672/jobs" in ctx.plain_config_values
     assert "decrypted-token" not in ctx.plain_config_values
+
+
+def test_the_pack_serves_the_rules_over_the_analyzer_protocol() -> None:
+    """Start policies/__main__.py as the engine would and ask it over gRPC (no CLI needed)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import grpc
+    from google.protobuf import empty_pb2, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+    from tools.mockrt import ROOT, stack_config
+
+    config, _ = stack_config("local")
+    env = {**os.environ, "PULUMI_STACK": "local", "PULUMI_PROJECT": "gpu-cluster", "PULUMI_DRY_RUN": "true",
+           "PULUMI_CONFIG": json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()})}
+    pack = subprocess.Popen([sys.executable, str(Path(ROOT, "policies", "__main__.py"))], cwd=ROOT / "policies",
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert pack.stdout is not None
+        port = int(pack.stdout.readline().decode().strip())
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+        info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
+        assert info.name == "gpu-cluster-policies"
+        assert sorted(p.name for p in info.policies) == sorted(r.name for r in RULES)
+        bad = role([{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}])
+        props = struct_pb2.Struct()
+        props.update(dict(bad.props))
+        response = stub.Analyze(analyzer_pb2.AnalyzeRequest(
+            type=bad.type, properties=props, urn=bad.urn, name=bad.name,
+            options=analyzer_pb2.AnalyzerResourceOptions(protect=False)), timeout=30)
+        # The engine's message is the policy description, a newline, then the rule's message.
+        assert [(d.policyName, d.message.split("\n", 1)[1]) for d in response.diagnostics] == [
+            ("rbac-least-privilege", "rules[0].verbs contains '*'; list the exact verbs the component uses "
+                                     "(least privilege)")]
+        assert response.diagnostics[0].enforcementLevel == analyzer_pb2.EnforcementLevel.Value("MANDATORY")
+        channel.close()
+    finally:
+        pack.terminate()
+        pack.wait(timeout=30)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from components.config import PROJECT
-from policies.rules import Options, Resource, evaluate
+from policies.rules import RULES, Options, Resource, evaluate
 from tests.conftest import StackRunner
 from tools import policy
 from tools.mockrt import RunResult, raw_from_stack
@@ -118,5 +118,5 @@ def test_make_policy_exits_non_zero_and_prints_the_table(tmp_path: Path, local: 
 def test_policy_docs_are_generated_from_the_pack() -> None:
     committed = policy.DOCS.read_text()
     assert committed == policy.docs(), "docs/policies.md is stale: run `make policy-docs`"
-    for rule in policy.RULES:
+    for rule in RULES:
         assert f"`{rule.name}`" in committed

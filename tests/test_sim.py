@@ -185,3 +185,39 @@ def test_trace_file(tmp_path: Path) -> None:
     trace.write_text(json.dumps({"gangs": [{"arrival_s": 1}]}))
     with pytest.raises(ValueError, match="bad trace entry"):
         load_trace(trace)
+
+
+def test_bench_runner_reports_a_failing_benchmark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+    import types
+
+    from bench import run as bench_run
+
+    good = types.ModuleType("bench.bench_good")
+    good.run = lambda: {"name": "good", "sizes": {"1": {"ms": 2.0}, "4": {"ms": 3.5}}}  # type: ignore[attr-defined]
+    bad = types.ModuleType("bench.bench_bad")
+
+    def boom() -> dict[str, object]:
+        raise RuntimeError("exporter did not start")
+
+    bad.run = boom  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "bench.bench_good", good)
+    monkeypatch.setitem(sys.modules, "bench.bench_bad", bad)
+    monkeypatch.setattr(bench_run, "discover", lambda: ["bench.bench_bad", "bench.bench_good"])
+    assert bench_run.main(["--out-dir", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["benchmarks"]["bench_bad"]["status"] == "failed"
+    assert report["benchmarks"]["bench_bad"]["error"] == "RuntimeError: exporter did not start"
+    assert report["benchmarks"]["bench_good"]["result"]["sizes"]["4"] == {"ms": 3.5}
+    md = (tmp_path / "report.md").read_text()
+    assert "## bench_bad — failed" in md and "FAILED: `RuntimeError: exporter did not start`" in md
+    assert "| sizes | ms |" in md and "| 4 | 3.5 |" in md
+    assert "failed: 1 (bench_bad)" in md
+
+
+def test_bench_discovers_every_benchmark_module() -> None:
+    from bench import run as bench_run
+
+    names = bench_run.discover()
+    assert "bench.bench_sim" in names
+    assert names == sorted(names) and all(n.startswith("bench.bench_") for n in names)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -218,8 +218,8 @@ class SysfsReader:
         phys = self._attr(device_dir, port_dir, "phys_state", parse_id_state, errors)
         rate = self._attr(device_dir, port_dir, "rate", parse_rate, errors)
         link_layer = self._attr(device_dir, port_dir, "link_layer", _parse_link_layer, errors)
-        counters = dict(self._counters(device_dir, port_dir + "/counters", errors))
-        hw_counters = dict(self._counters(device_dir, port_dir + "/hw_counters", errors))
+        counters = self._counters(device_dir, port_dir + "/counters", errors)
+        hw_counters = self._counters(device_dir, port_dir + "/hw_counters", errors)
         return PortReading(device, port, state, phys, rate, link_layer, counters, hw_counters)
 
     def _attr(
@@ -246,26 +246,29 @@ class SysfsReader:
             errors.add(REASON_GARBAGE)
             return None
 
-    def _counters(self, device_dir: str, counters_dir: str, errors: ScrapeErrors) -> Iterator[tuple[str, int]]:
-        """Yield ``(file name, value)`` for each readable counter of one directory.
+    def _counters(self, device_dir: str, counters_dir: str, errors: ScrapeErrors) -> dict[str, int]:
+        """``{file name: value}`` for each readable counter of one directory.
 
-        A missing directory is normal (``hw_counters`` exists only on mlx5-class drivers), so it yields
-        nothing and counts nothing unless the whole device has gone.
+        A missing directory is normal (``hw_counters`` exists only on mlx5-class drivers), so it returns
+        nothing and counts nothing unless the whole device has gone. This loop runs ~500 times per scrape
+        on a full node, hence the fast path for the common ``"<digits>\\n"`` content.
         """
+        values: dict[str, int] = {}
         try:
-            names = [entry.name for entry in os.scandir(counters_dir)]
+            names = os.listdir(counters_dir)
         except FileNotFoundError as exc:
             if not os.path.isdir(device_dir):
                 raise _Vanished(device_dir) from exc
-            return
+            return values
         except OSError:
             errors.add(REASON_UNREADABLE)
-            return
+            return values
+        prefix = counters_dir + "/"
         for name in names:
             if name in _NOT_COUNTERS:
                 continue
             try:
-                raw = _read(counters_dir + "/" + name)
+                raw = _read(prefix + name)
             except FileNotFoundError as exc:
                 if not os.path.isdir(device_dir):
                     raise _Vanished(device_dir) from exc
@@ -277,13 +280,17 @@ class SysfsReader:
                 # EINVAL is what several drivers return for a counter of a port that is down.
                 errors.add(REASON_UNREADABLE if exc.errno != errno.ENOENT else REASON_VANISHED)
                 continue
+            if raw[-1:] == b"\n" and raw[:-1].isdigit():
+                values[name] = int(raw)
+                continue
             try:
                 value = parse_counter(raw)
             except _Garbage:
                 errors.add(REASON_GARBAGE)
                 continue
             if value is not None:
-                yield name, value
+                values[name] = value
+        return values
 
 
 def _parse_link_layer(raw: bytes) -> str:

@@ -127,13 +127,20 @@ class ControllerAdapter:
         self.stats = TickStats()
         self.state: BurstState | None = None
         self._quiet_key: tuple[Any, ...] | None = None
+        self._rows: list[tuple[str, str, str | None, int, float | None]] | None = None
+        self._nodes: dict[str, VirtualNode] = {}
 
     def snapshot(self, now: float) -> Snapshot:
         port = self.port
-        nodes = {
-            name: VirtualNode(name=name, provider=provider, taint_effect=effect, gpus_in_use=used, changed_at=changed)
-            for name, provider, effect, used, changed in port.virtual_nodes()
-        }
+        rows = port.virtual_nodes()
+        if rows != self._rows:  # virtual nodes change rarely; reuse the (immutable) mapping otherwise
+            self._rows = rows
+            self._nodes = {
+                name: VirtualNode(name=name, provider=provider, taint_effect=effect, gpus_in_use=used,
+                                  changed_at=changed)
+                for name, provider, effect, used, changed in rows
+            }
+        nodes = self._nodes
         refs = tuple(PodRef(ns, name) for ns, name in port.pods_needing_cost(self.settings.max_cost_patches_per_cycle))
         return Snapshot(
             synced=True,

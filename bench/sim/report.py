@@ -50,7 +50,10 @@ def print_table(outcomes: Sequence[Outcome], title: str) -> None:
         table.add_column(header, justify="right")
     for r in rows(outcomes):
         table.add_row(*r)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped or captured: print every column in full
+    console.print(table)
 
 
 def plot(outcome: Outcome, capacity: int, path: Path, title: str) -> Path:

@@ -1,0 +1,375 @@
+"""The observability component as rendered by the real program on the mock runtime."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agents.thermal_guard.settings import ThermalSettings
+from components import images
+from components.alert_rules import build_rule_spec
+from components.config import ConfigError, parse_config
+from components.dashboards import gpu_fleet
+from components.dcgm_counters import parse as parse_counters
+from components.observability import alert_thresholds, kube_state_label
+from tests.conftest import StackRunner, raw_stack
+from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, raw_from_stack, run_program
+
+P = "gpu-cluster:"
+SYSTEM_NS = "gpu-system"
+
+
+def pod_spec(result: RunResult, kind: str, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = result.one(kind, name).inputs["spec"]["template"]["spec"]
+    return spec
+
+
+def container(result: RunResult, kind: str, name: str) -> dict[str, Any]:
+    (only,) = pod_spec(result, kind, name)["containers"]
+    return dict(only)
+
+
+def env(c: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+# ---- DCGM exporter ---------------------------------------------------------------------------------
+
+
+def test_dcgm_exporter_daemonset(prod: RunResult) -> None:
+    ds = prod.one("DaemonSet", "dcgm-exporter")
+    assert ds.metadata["namespace"] == SYSTEM_NS
+    spec = pod_spec(prod, "DaemonSet", "dcgm-exporter")
+    c = container(prod, "DaemonSet", "dcgm-exporter")
+    assert c["image"] == images.DCGM_EXPORTER == "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+    assert env(c) == {
+        "DCGM_EXPORTER_COLLECTORS": "/etc/dcgm-exporter/custom/counters.csv",
+        "DCGM_EXPORTER_INTERVAL": "5000",
+        "DCGM_EXPORTER_LISTEN": ":9400",
+        "DCGM_EXPORTER_KUBERNETES": "true",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NODE_NAME": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+    }
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert c["securityContext"]["privileged"] is False
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    host_paths = sorted(v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v)
+    assert host_paths == ["/var/lib/kubelet/pod-resources"]
+    assert spec["priorityClassName"] == "platform-critical"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec.get("hostNetwork") is None and spec.get("hostPID") is None
+
+
+def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: RunResult) -> None:
+    for name in ("dcgm-exporter", "ib-exporter"):
+        spec = pod_spec(prod, "DaemonSet", name)
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {
+                "matchExpressions": [
+                    {"key": "gpucluster.io/pool", "operator": "In", "values": ["h100-a", "h200-b"]},
+                    {"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]},
+                ]
+            }
+        ], name
+        assert spec["tolerations"] == [
+            {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"},
+            {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
+            {"key": "gpucluster.io/thermal", "operator": "Exists", "effect": "NoSchedule"},
+        ], name
+
+
+def test_dcgm_counters_configmap_is_our_csv(prod: RunResult) -> None:
+    cm = prod.one("ConfigMap", "dcgm-exporter-counters")
+    fields = {c.field for c in parse_counters(cm.inputs["data"]["counters.csv"])}
+    assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY"} <= fields
+    assert len(fields) == 26
+
+
+def test_dcgm_interval_comes_from_the_stack(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "observability": {"dcgmIntervalMs": 10000}}))
+    assert env(container(result, "DaemonSet", "dcgm-exporter"))["DCGM_EXPORTER_INTERVAL"] == "10000"
+
+
+# ---- InfiniBand exporter ---------------------------------------------------------------------------
+
+
+def test_ib_exporter_daemonset_is_unprivileged_with_read_only_sys(prod: RunResult) -> None:
+    spec = pod_spec(prod, "DaemonSet", "ib-exporter")
+    c = container(prod, "DaemonSet", "ib-exporter")
+    assert c["image"] == "registry.gpucluster.io/platform/ib-exporter:0.1.0"
+    assert c["args"] == ["--sysfs-root=/host/sys", "--listen-address=0.0.0.0:9315"]
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert spec["securityContext"]["runAsUser"] == 65532
+    assert c["volumeMounts"] == [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}]
+    assert spec["volumes"] == [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}]
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_ib_exporter_can_be_turned_off(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "observability": {"ibExporter": False}}))
+    assert [r.metadata["name"] for r in result.by_kind("DaemonSet")] == ["dcgm-exporter"]
+    assert {r.metadata["name"] for r in result.by_kind("ServiceMonitor")} >= {"dcgm-exporter", "thermal-guard"}
+    assert "ib-exporter" not in {r.metadata["name"] for r in result.by_kind("ServiceMonitor")}
+
+
+# ---- scraping --------------------------------------------------------------------------------------
+
+
+def test_service_monitors_add_the_node_label(prod: RunResult) -> None:
+    for name, port in (("dcgm-exporter", 9400), ("ib-exporter", 9315), ("thermal-guard", 9316)):
+        sm = prod.one("ServiceMonitor", name)
+        assert sm.inputs["apiVersion"] == "monitoring.coreos.com/v1"
+        (endpoint,) = sm.inputs["spec"]["endpoints"]
+        assert endpoint == {
+            "port": "metrics",
+            "path": "/metrics",
+            "interval": "15s",
+            "relabelings": [
+                {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+            ],
+        }
+        service = prod.one("Service", f"{name}-metrics")
+        assert service.inputs["spec"]["ports"] == [{"name": "metrics", "port": port, "targetPort": "metrics"}]
+        assert service.inputs["spec"]["selector"] == sm.inputs["spec"]["selector"]["matchLabels"]
+
+
+def test_monitor_labels_reach_service_monitors_and_rules(run_stack: StackRunner) -> None:
+    result = run_stack(
+        "local", lambda c: c.update({P + "observability": {"monitorLabels": {"release": "kube-prometheus"}}})
+    )
+    assert result.one("ServiceMonitor", "ib-exporter").metadata["labels"]["release"] == "kube-prometheus"
+    assert result.one("PrometheusRule", "gpu-alerts").metadata["labels"]["release"] == "kube-prometheus"
+
+
+# ---- alert rules -----------------------------------------------------------------------------------
+
+
+def test_prometheus_rule_is_the_tested_rule_set(prod: RunResult) -> None:
+    rule = prod.one("PrometheusRule", "gpu-alerts")
+    assert rule.metadata["namespace"] == "monitoring"
+    cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert rule.inputs["spec"] == build_rule_spec(alert_thresholds(cfg))
+    rules = {r["alert"]: r for g in rule.inputs["spec"]["groups"] for r in g["rules"]}
+    assert (rules["GpuTemperatureCritical"]["expr"], rules["GpuTemperatureCritical"]["for"]) == (
+        "DCGM_FI_DEV_GPU_TEMP >= 78",
+        "2m",
+    )
+    assert rules["CheckpointOverBudget"]["expr"] == "gpucluster_checkpoint_duration_seconds > 30"
+    assert rules["TrainingHeartbeatStalled"]["expr"] == (
+        "changes(training_step_heartbeat_timestamp_seconds[10m]) == 0 "
+        "and training_step_heartbeat_timestamp_seconds offset 10m"
+    )
+    assert 'kube_pod_labels{label_gpucluster_io_workload="training"}' in rules["TrainingTensorCoresIdle"]["expr"]
+    assert rules["InfinibandRateBelowNominal"]["expr"].startswith("infiniband_rate_bytes_per_second < 50000000000 ")
+
+
+def test_thermal_threshold_flows_from_the_stack_into_rules_guard_and_dashboard(run_stack: StackRunner) -> None:
+    result = run_stack(
+        "local",
+        lambda c: c.update({P + "observability": {"thermalThresholdCelsius": 75, "thermalHoldSeconds": 60}}),
+    )
+    rules = {
+        r["alert"]: r for g in result.one("PrometheusRule", "gpu-alerts").inputs["spec"]["groups"] for r in g["rules"]
+    }
+    assert (rules["GpuTemperatureCritical"]["expr"], rules["GpuTemperatureCritical"]["for"]) == (
+        "DCGM_FI_DEV_GPU_TEMP >= 75",
+        "1m",
+    )
+    settings = json.loads(result.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
+    assert (settings["threshold_celsius"], settings["hold_seconds"]) == (75.0, 60)
+    dashboard = json.loads(result.one("ConfigMap", "gpu-fleet-dashboard").inputs["data"]["gpu-fleet.json"])
+    steps = dashboard["panels"][0]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps == [
+        {"color": "green", "value": None},
+        {"color": "orange", "value": 70.0},
+        {"color": "red", "value": 75.0},
+    ]
+
+
+def test_promtool_accepts_the_deployed_rules(prod: RunResult, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: run `make observability-tools`"
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(prod.one("PrometheusRule", "gpu-alerts").inputs["spec"]))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- dashboard -------------------------------------------------------------------------------------
+
+
+def test_dashboard_configmap_for_the_grafana_sidecar(prod: RunResult) -> None:
+    cm = prod.one("ConfigMap", "gpu-fleet-dashboard")
+    assert cm.metadata["namespace"] == "monitoring"
+    assert cm.metadata["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm.inputs["data"]["gpu-fleet.json"])
+    assert dashboard["uid"] == "gpucluster-gpu-fleet"
+    assert [p["title"] for p in dashboard["panels"]] == [
+        "GPU temperature per node / GPU",
+        "Tensor-core activity per training pod",
+        "InfiniBand throughput per port",
+        "InfiniBand transmit wait per port",
+        "InfiniBand errors per port",
+        "NVLink errors per GPU",
+        "Burst state: external nodes open to inference",
+        "Nodes out of service for temperature",
+    ]
+    burst = dashboard["panels"][6]["targets"][0]["expr"]
+    assert 'kube_node_spec_taint{key="gpucluster.io/burst"}' in burst
+
+
+def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool has no expression checker; a recording-rule file made of the panel queries is checked instead."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: run `make observability-tools`"
+    exprs = [t["expr"] for p in gpu_fleet.build()["panels"] for t in p["targets"]]
+    assert len(exprs) == 17
+    rules = {
+        "groups": [
+            {"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(exprs)]}
+        ]
+    }
+    path = tmp_path / "dashboard.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboards_can_be_turned_off(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "observability": {"dashboards": False}}))
+    assert "gpu-fleet-dashboard" not in {r.metadata.get("name") for r in result.by_kind("ConfigMap")}
+
+
+# ---- thermal guard ---------------------------------------------------------------------------------
+
+
+def test_thermal_guard_rbac_is_least_privilege(prod: RunResult) -> None:
+    role = prod.one("ClusterRole", "gpu-cluster:thermal-guard")
+    assert role.inputs["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
+    ]
+    binding = prod.one("ClusterRoleBinding", "gpu-cluster:thermal-guard")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "thermal-guard", "namespace": SYSTEM_NS}]
+    events = prod.one("Role", "thermal-guard")
+    assert events.metadata["namespace"] == "default"
+    assert events.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert prod.one("RoleBinding", "thermal-guard").inputs["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "thermal-guard",
+    }
+
+
+def test_thermal_guard_deployment_and_settings(prod: RunResult) -> None:
+    deployment = prod.one("Deployment", "thermal-guard")
+    assert deployment.inputs["spec"]["replicas"] == 1
+    assert deployment.inputs["spec"]["strategy"] == {"type": "Recreate"}
+    spec = pod_spec(prod, "Deployment", "thermal-guard")
+    assert spec["nodeSelector"] == {"gpucluster.io/pool": "system"}
+    assert spec["priorityClassName"] == "platform-critical"
+    c = container(prod, "Deployment", "thermal-guard")
+    assert c["image"] == "registry.gpucluster.io/platform/thermal-guard:0.1.0"
+    assert c["args"] == ["--config=/etc/thermal-guard/settings.json", "--metrics-port=9316"]
+    assert c["securityContext"]["runAsNonRoot"] is True
+    raw = json.loads(prod.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
+    settings = ThermalSettings.from_mapping(raw, source="thermal-guard-settings")
+    assert settings == ThermalSettings(
+        threshold_celsius=78.0,
+        hold_seconds=120,
+        warning_band=5.0,
+        prometheus_url="http://prometheus-operated.monitoring.svc:9090",
+        taint_key="gpucluster.io/thermal",
+        label_prefix="gpucluster.io",
+        poll_seconds=15,
+        inference_tolerates=True,
+        node_label="Hostname",
+        node_selector="gpucluster.io/location=onprem",
+    )
+
+
+def test_thermal_guard_follows_the_label_prefix(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "labelPrefix": "ml.example.org"}))
+    raw = json.loads(result.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
+    assert (raw["taint_key"], raw["label_prefix"], raw["node_selector"]) == (
+        "ml.example.org/thermal",
+        "ml.example.org",
+        "ml.example.org/location=onprem",
+    )
+    tolerations = pod_spec(result, "DaemonSet", "ib-exporter")["tolerations"]
+    assert tolerations[-1] == {"key": "ml.example.org/thermal", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_thermal_guard_can_be_turned_off(run_stack: StackRunner) -> None:
+    result = run_stack("local", lambda c: c.update({P + "observability": {"thermalGuard": False}}))
+    assert [r.metadata["name"] for r in result.by_kind("Deployment") if r.metadata["name"] == "thermal-guard"] == []
+    assert result.one("PrometheusRule", "gpu-alerts")  # the alerts stay
+
+
+# ---- config validation -----------------------------------------------------------------------------
+
+
+def _fails(edit: dict[str, Any]) -> str:
+    config, secrets = raw_stack("local")
+    config[P + "observability"] = edit
+    monitor = RecordingMonitor(RecordingMocks())
+    with pytest.raises(ConfigError) as caught:
+        run_program("local", config, secrets, monitor=monitor)
+    assert monitor.records == []
+    return str(caught.value)
+
+
+def test_poll_longer_than_hold_is_rejected_before_any_resource() -> None:
+    msg = _fails({"thermalPollSeconds": 300})
+    assert "Pulumi.local.yaml" in msg
+    assert "thermalPollSeconds (300) must not exceed thermalHoldSeconds (120)" in msg
+
+
+def test_warning_band_wider_than_threshold_is_rejected() -> None:
+    msg = _fails({"thermalThresholdCelsius": 10, "thermalWarningBandCelsius": 12})
+    assert "thermalWarningBandCelsius (12) must be below thermalThresholdCelsius (10)" in msg
+
+
+def test_kube_state_label() -> None:
+    assert kube_state_label("gpucluster.io/workload") == "label_gpucluster_io_workload"
+    assert kube_state_label("ml.example.org/location") == "label_ml_example_org_location"
+
+
+def test_component_tree(prod: RunResult) -> None:
+    (component,) = prod.by_type("gpu-cluster:observability:ObservabilityStack")
+    children = {r.type for r in prod.resources if r.parent == component.urn}
+    assert children == {
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ServiceAccount",
+        "kubernetes:core/v1:Service",
+        "kubernetes:apps/v1:DaemonSet",
+        "kubernetes:apps/v1:Deployment",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+        "kubernetes:rbac.authorization.k8s.io/v1:Role",
+        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
+        "kubernetes:monitoring.coreos.com/v1:ServiceMonitor",
+        "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+    }
+    assert len([r for r in prod.resources if r.parent == component.urn]) == 20
