@@ -149,7 +149,7 @@ class Sampler(threading.Thread):
 
 def _evictions_per_cycle(log: Path) -> list[int]:
     text = log.read_text(errors="replace") if log.exists() else ""
-    return [int(m) for m in re.findall(r'"Number of evictions"[^\n]*?totalEvicted=(\d+)', text)]
+    return [int(m) for m in re.findall(r'"Number of evictions[^"]*"[^\n]*?totalEvicted=(\d+)', text)]
 
 
 def test_burst_scenario(stack):

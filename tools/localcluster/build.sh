@@ -43,8 +43,11 @@ build() { # module-dir name extra-ldflags
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
 total=$SECONDS
-for b in "${core[@]}"; do build "$here" "$b" "$version_flags"; done
-for b in "${addons[@]}"; do build "$here/addons" "$b" ""; done
+# kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
+for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
+build "$here/addons" kwok ""
+for b in vc-scheduler vc-controller-manager; do build "$here" "$b" "$version_flags"; done
+build "$here/addons" descheduler ""
 
 volcano_dir="$(cd "$here" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
 for c in "${volcano_crds[@]}"; do
