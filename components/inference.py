@@ -82,6 +82,8 @@ class InferenceServiceArgs:
     pools: list[GpuPool]
     providers: list[ExternalProvider]
     gateway: GatewayRef
+    #: Inference runs fine on a hot GPU (training does not), so by default it tolerates the thermal taint.
+    tolerates_thermal: bool = True
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, service: InferenceService) -> InferenceServiceArgs:
@@ -100,6 +102,7 @@ class InferenceServiceArgs:
             pools=pools,
             providers=providers,
             gateway=cfg.inference.gateway,
+            tolerates_thermal=cfg.observability.inference_tolerates_thermal,
         )
 
 
@@ -108,6 +111,10 @@ def tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
     keys = Keys(args.label_prefix)
     out = [pool_toleration(keys, pool) for pool in args.pools if pool.taint]
     out += [provider_toleration(p) for p in args.providers]
+    if args.tolerates_thermal:
+        out.append(
+            k8s.core.v1.TolerationArgs(key=keys.thermal_taint, operator="Equal", value="hot", effect="NoSchedule")
+        )
     return out
 
 

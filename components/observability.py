@@ -108,16 +108,6 @@ def settings_document(settings: ThermalSettings) -> str:
     return json.dumps(asdict(settings), indent=2, sort_keys=True) + "\n"
 
 
-def thermal_toleration(cfg: ClusterConfig) -> k8s.core.v1.TolerationArgs | None:
-    """The toleration inference pods carry when ``inferenceToleratesThermal`` is on (default): inference
-    runs fine on a hot GPU, training does not. ``None`` when the stack keeps inference off hot nodes too."""
-    if not cfg.observability.inference_tolerates_thermal:
-        return None
-    return k8s.core.v1.TolerationArgs(
-        key=Keys(cfg.label_prefix).thermal_taint, operator="Equal", value="hot", effect="NoSchedule"
-    )
-
-
 @dataclass(frozen=True)
 class ObservabilityArgs:
     observability: Observability

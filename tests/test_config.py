@@ -93,7 +93,8 @@ def test_system_node_in_gpu_pool() -> None:
 
 
 def test_inference_outranking_training() -> None:
-    msg = fails("local", lambda c: c.update({P + "priorities": {"inference": {"name": "gpu-inference", "value": 5_000_000}}}))
+    inference = {"name": "gpu-inference", "value": 5_000_000}
+    msg = fails("local", lambda c: c.update({P + "priorities": {"inference": inference}}))
     assert "priorities: training.value (1000000) must be greater than inference.value (5000000)" in msg
 
 
