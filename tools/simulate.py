@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from bench.sim.policies import all_policies
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--training-load", type=float, default=WorkloadSpec.training_load,
                         help="offered training work as a share of on-prem GPU time")
+    parser.add_argument("--no-enqueue-gate", action="store_true",
+                        help="create every gang's pods on submission instead of at Volcano's enqueue")
     parser.add_argument("--trace", type=Path, help="JSON trace of gangs/spikes instead of the generator")
     parser.add_argument("--out", type=Path, help="PNG path (default .state/simulate/<stack>.png)")
     parser.add_argument("--policies", help="comma-separated policy names to run (default: all)")
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"simulate: {exc}", file=sys.stderr)
         return 2
+    if args.no_enqueue_gate:
+        setup = replace(setup, model=replace(setup.model, enqueue_gate=False))
     spec = WorkloadSpec(training_load=args.training_load)
     if args.trace:
         workload = load_trace(args.trace, spec)

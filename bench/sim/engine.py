@@ -9,8 +9,9 @@ What is modelled, and how:
 
 - On-prem nodes in pools; a training gang takes whole nodes of one pool, all at once (gang admission),
   choosing empty nodes first and then the nodes with the fewest inference GPUs, whose inference pods it
-  deletes outright (a batch scheduler's preemption does not wait for PDBs). Queued gangs that fit are
-  admitted in arrival order with backfill.
+  deletes outright (a batch scheduler's preemption does not wait for PDBs). Gangs pass Volcano's enqueue
+  (pods exist only once the queue has room for them) and allocate (in arrival order, smaller gangs
+  backfilling past larger ones), as the stack's scheduler configuration has it.
 - Inference pods are bin-packed (best fit) onto nodes without training; when none fits they go to the first
   virtual node that is open (our taint absent) and has GPU and pod room, else they stay pending
   (unschedulable). A pod is Ready after the on-prem or external start latency.
@@ -172,7 +173,8 @@ class Simulator:
         self.gangs_rejected = 0
         self._next_gang = 0
         self.queue: dict[int, dict[int, float]] = {z: {} for z in range(len(self.zones))}  # zone -> gang -> arrival
-        self.pending_train_gpus = 0
+        self.pending_train_gpus = 0  # GPUs of Inqueue gangs (pods created, unschedulable)
+        self.waiting: dict[int, float] = {}  # gangs not yet Inqueue (no pods): gang -> arrival
         self.jobs: dict[int, tuple[int, list[int]]] = {}
         # Metrics.
         self._a_train = self._a_inf = self._a_ext = self._a_open = 0.0
@@ -233,6 +235,7 @@ class Simulator:
         for z in self.node_zone:
             self.zone_nodes[z] += 1
         self.max_gpn = max(self.zone_gpn, default=0)
+        self.min_gpn = min(self.zone_gpn, default=1)
         self.buckets: list[list[dict[int, None]]] = [[{} for _ in range(g + 1)] for g in self.zone_gpn]
         self.zone_avail = [0] * len(self.zone_gpn)  # nodes without training
         for i, z in enumerate(self.node_zone):
@@ -241,6 +244,7 @@ class Simulator:
         reserved = [z for z in self.zones if self.zone_reserved[z]]
         self.inf_zones = reserved if reserve else list(self.zones)
         self.capacity = sum(self.zone_gpn[z] for z in self.node_zone)
+        self.train_capacity = sum(self.zone_gpn[z] for z in self.node_zone if not self.zone_reserved[z])
         self.preempt = not reserve
 
     def _build_virtual(self) -> None:
@@ -460,13 +464,34 @@ class Simulator:
             nodes = min(gang.nodes, self.zone_nodes[z])  # a gang larger than its pool waits forever: cap it
             if nodes != gang.nodes:
                 self.gangs[index] = Gang(gang.arrival_s, nodes, gang.duration_s, gang.pool)
-            self.queue[z][index] = self.now
+            self.waiting[index] = self.now
             self._admit_dirty = True
-            self.pending_train_gpus += nodes * self.zone_gpn[z]
         if index + 1 < len(self.gangs):
             self._push(self.gangs[index + 1].arrival_s, _ARRIVAL, index + 1)
 
     def _admit(self) -> None:
+        """Volcano's enqueue then allocate, as the stack configures them (priority, gang, proportion).
+
+        enqueue: a gang becomes Inqueue — and only then does the job controller create its pods — while the
+        training queue's allocated plus Inqueue GPUs stay within the queue's real capability (all on-prem
+        GPUs training may use); a gang that does not fit is passed over, not waited for. allocate: an Inqueue
+        gang starts when its pool has enough nodes without training (inference on them is preempted).
+        Only Inqueue gangs have (unschedulable) pods, so only they count as pending training GPUs.
+        """
+        if self.waiting:
+            room = self.train_capacity - self.train_gpus - self.pending_train_gpus
+            if not self.model.enqueue_gate:
+                room = 1 << 60  # every gang Inqueue on arrival: its pods count as pending at once
+            for index in list(self.waiting):
+                if room < self.min_gpn:
+                    break
+                gang = self.gangs[index]
+                z = self.train_zone[gang.pool]
+                gpus = gang.nodes * self.zone_gpn[z]
+                if gpus <= room:
+                    self.queue[z][index] = self.waiting.pop(index)
+                    self.pending_train_gpus += gpus
+                    room -= gpus
         for z, queue in self.queue.items():
             if not queue or self.zone_avail[z] == 0:
                 continue
@@ -678,7 +703,7 @@ class Simulator:
         """One scheduler pass: gangs first (training outranks inference), then unplaced inference pods."""
         if self._admit_dirty:
             self._admit_dirty = False
-            if self.pending_train_gpus:
+            if self.pending_train_gpus or self.waiting:
                 self._admit()
         if self._capacity_changed:
             self._capacity_changed = False
@@ -728,6 +753,8 @@ class Simulator:
         """Oracle only: move external pods on-prem the moment they fit, at no cost."""
         for v in range(len(self.vn_name)):
             for pid in list(self.vn_pods[v]):
+                if self.onprem_free_gpus() == 0:
+                    return
                 pod = self.pods[pid]
                 if not self._fits_onprem(pod.gpus):
                     continue
@@ -807,6 +834,8 @@ class Simulator:
         assert sum(self.pods[p].gpus for p in self.pending) == self.pending_inf_gpus
         queued = sum(self.gangs[i].nodes * self.zone_gpn[z] for z, q in self.queue.items() for i in q)
         assert queued == self.pending_train_gpus
+        assert self.train_gpus + self.pending_train_gpus <= self.train_capacity or not self.model.enqueue_gate
+        assert not set(self.waiting) & {i for q in self.queue.values() for i in q}
 
 
 def simulate(model: ClusterModel, workload: Workload, policy: Policy, seconds: float, warmup_s: float = 0.0,

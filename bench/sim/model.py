@@ -67,6 +67,10 @@ class ClusterModel:
     services: tuple[ServiceModel, ...]
     descheduler: DeschedulerLimits
     latencies: Latencies = Latencies()
+    # Volcano's enqueue action with the proportion plugin (the stack's scheduler configuration): a gang's
+    # pods exist only once the training queue's allocated + Inqueue GPUs leave room for it. False models a
+    # scheduler that creates every gang's pods on submission (all queued training counts as pending).
+    enqueue_gate: bool = True
 
     @property
     def onprem_gpus(self) -> int:
