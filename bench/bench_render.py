@@ -26,6 +26,13 @@ def synthetic(nodes: int) -> tuple[dict[str, Any], set[str]]:
         {"name": "pool-a", "nodes": [f"gpu-a-[0001-{half:04d}]"], "gpuModel": "H100-SXM5-80GB"},
         {"name": "pool-b", "nodes": [f"gpu-b-[0001-{nodes - half:04d}]"], "gpuModel": "H200-SXM5-141GB"},
     ]
+    check = config.get("gpu-cluster:checkpoint", {}).get("throughputCheck")
+    if check and check.get("pool"):
+        check["pool"] = "pool-a"
+        check["nodes"] = min(check.get("nodes", 1), half)
+    for service in config.get("gpu-cluster:inference", {}).get("services", []):
+        if service.get("pool"):
+            service["pool"] = "pool-a"
     for job in config.get("gpu-cluster:training", {}).get("jobs", []):
         job["pool"] = "pool-a"
         job["workers"] = min(job["workers"], half)
