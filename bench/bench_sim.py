@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.sim.engine import Outcome, Simulator
-from bench.sim.policies import all_policies, controller
+from bench.sim.policies import all_policies, controller, naive_burst
 from bench.sim.report import markdown_table, plot
 from bench.sim.run import default_workload, load_stack
 
@@ -25,6 +26,7 @@ GPUS = 4_096
 DAYS = 30.0
 WARMUP_DAYS = 1.0
 SEED = 1
+LIGHTER_LOAD = 0.8  # a second workload the scheduler can keep up with: the burst closes and returns
 SCALING_SIZES = (1_024, 4_096, 16_384)
 SCALING_DAYS = 7.0
 PLOT = Path(".state/simulate/bench.png")
@@ -61,6 +63,25 @@ def run() -> dict[str, Any]:
         policies[policy.name] = row
         if policy.name == "controller":
             controller_outcome = out
+    # Sensitivity: the same workload when every queued gang's pods exist at once (no enqueue gate), so the
+    # controller sees all queued training as pending.
+    ungated_model = replace(model, enqueue_gate=False)
+    ungated: dict[str, Any] = {}
+    for policy in (naive_burst(ungated_model, setup.settings), controller(ungated_model, setup.settings)):
+        out, wall, cpu = _timed(Simulator(ungated_model, workload, policy, DAYS * 86400, WARMUP_DAYS * 86400))
+        row = {k: _round(getattr(out, k)) for k in KEYS}
+        row.update(runtime_wall_s=round(wall, 2), runtime_cpu_s=round(cpu, 2))
+        ungated[policy.name] = row
+        outcomes.append(replace(out, policy=f"{policy.name} (no enqueue gate)", samples=[]))
+    # A lighter training load on the same cluster: backlogs drain, so hysteresis and return show.
+    lighter = default_workload(model, DAYS, SEED, WARMUP_DAYS, replace(workload.spec, training_load=LIGHTER_LOAD))
+    light: dict[str, Any] = {}
+    for policy in all_policies(model, setup.settings, lighter.spec):
+        out, wall, cpu = _timed(Simulator(model, lighter, policy, DAYS * 86400, WARMUP_DAYS * 86400))
+        row = {k: _round(getattr(out, k)) for k in KEYS}
+        row.update(runtime_wall_s=round(wall, 2), runtime_cpu_s=round(cpu, 2))
+        light[policy.name] = row
+        outcomes.append(replace(out, policy=f"{policy.name} (training load {LIGHTER_LOAD})", samples=[]))
     scaling: dict[str, Any] = {}
     for gpus in SCALING_SIZES:
         m = setup.model.scaled_to(gpus)
@@ -86,6 +107,8 @@ def run() -> dict[str, Any]:
         "training_load": workload.spec.training_load,
         "gangs": len(workload.gangs),
         "policies": policies,
+        "without_enqueue_gate": ungated,
+        "lighter_training_load": {"training_load": LIGHTER_LOAD, "policies": light},
         "scaling": scaling,
         "table_md": markdown_table(outcomes),
         "targets": {

@@ -72,7 +72,7 @@ def generic_markdown(result: dict[str, Any]) -> str:
 def section(name: str, entry: dict[str, Any]) -> str:
     head = f"## {name.removeprefix('bench.')} — {entry['status']} ({entry['seconds']} s)"
     if entry["status"] != "ok":
-        return f"{head}\n\nFAILED: `{entry['error']}`"
+        return f"{head}\n\nFAILED:\n\n```text\n{entry['error']}\n```"
     module = sys.modules.get(name)
     render = getattr(module, "to_markdown", None)
     body = render(entry["result"]) if callable(render) else generic_markdown(entry["result"])

@@ -210,7 +210,7 @@ def test_bench_runner_reports_a_failing_benchmark(monkeypatch: pytest.MonkeyPatc
     assert report["benchmarks"]["bench_bad"]["error"] == "RuntimeError: exporter did not start"
     assert report["benchmarks"]["bench_good"]["result"]["sizes"]["4"] == {"ms": 3.5}
     md = (tmp_path / "report.md").read_text()
-    assert "## bench_bad — failed" in md and "FAILED: `RuntimeError: exporter did not start`" in md
+    assert "## bench_bad — failed" in md and "FAILED:\n\n```text\nRuntimeError: exporter did not start\n```" in md
     assert "| sizes | ms |" in md and "| 4 | 3.5 |" in md
     assert "failed: 1 (bench_bad)" in md
 
@@ -221,3 +221,42 @@ def test_bench_discovers_every_benchmark_module() -> None:
     names = bench_run.discover()
     assert "bench.bench_sim" in names
     assert names == sorted(names) and all(n.startswith("bench.bench_") for n in names)
+
+
+def _training_only(pools: tuple[PoolModel, ...], gate: bool) -> ClusterModel:
+    return ClusterModel(pools=pools, providers=(), services=(), descheduler=ONE.descheduler, enqueue_gate=gate)
+
+
+def test_enqueue_gate_decides_which_queued_training_counts_as_pending() -> None:
+    gangs = (Gang(0.0, 2, 1000.0, "gpu"), Gang(10.0, 1, 100.0, "gpu"))
+    workload = Workload(gangs, (), FLAT)
+    for gate, pending in ((True, 0), (False, 8)):
+        sim = Simulator(_training_only((PoolModel("gpu", 2, 8),), gate), workload, no_burst(), 20.0, check=True)
+        sim.run()
+        # The second gang waits either way; only with pods created (no gate) does it count as pending.
+        assert (sim.train_gpus, sim.pending_training_gpus()) == (16, pending)
+    out = simulate(_training_only((PoolModel("gpu", 2, 8),), True), workload, no_burst(), 2000.0, check=True)
+    assert out.gangs_admitted == 2
+    assert out.gang_wait_hours_mean == pytest.approx((0 + 990) / 2 / 3600)
+
+
+def test_one_training_queue_over_two_pools_idles_the_other_pool() -> None:
+    # A-1 runs on pool a; A-2 (pool a) is Inqueue and holds the queue's room; B-1 (pool b) cannot be
+    # enqueued although pool b is empty: the cost of one Volcano queue spanning two pools.
+    gangs = (Gang(0.0, 1, 1000.0, "a"), Gang(1.0, 1, 1000.0, "a"), Gang(2.0, 1, 1000.0, "b"))
+    model = _training_only((PoolModel("a", 1, 8), PoolModel("b", 1, 8)), True)
+    sim = Simulator(model, Workload(gangs, (), FLAT), no_burst(), 500.0, check=True)
+    sim.run()
+    assert (sim.train_gpus, sim.pending_training_gpus(), list(sim.waiting)) == (8, 8, [2])
+    ungated = Simulator(replace(model, enqueue_gate=False), Workload(gangs, (), FLAT), no_burst(), 500.0)
+    ungated.run()
+    assert (ungated.train_gpus, ungated.pending_training_gpus()) == (16, 8)
+
+
+def test_warm_up_is_not_measured() -> None:
+    out = Simulator(ONE, JOB, OURS, 4000.0, warmup_s=2000.0, check=True).run()
+    # Measured period 2000-6000 s: the preemption (1000 s) and the open flip (1030 s) fall in the warm-up.
+    assert (out.preemptions, out.descheduler_evictions, out.taint_flips, out.node_taint_patches) == (0, 2, 1, 1)
+    assert out.inference_availability == 1.0
+    assert out.external_gpu_hours == pytest.approx((2 * (4740 - 2000) + 60) / 3600)
+    assert out.training_gpu_utilization == pytest.approx(8 * (4600 - 2000) / (8 * 4000))

@@ -2,8 +2,10 @@
 
 Why an own event queue rather than simpy: every process here is either periodic (HPA, controller,
 descheduler, sampling) or a single timer (a gang ends, a pod turns Ready), so a heap of plain tuples does
-the job without a generator per process; measured on the default workload it runs several times faster
-than the same model on simpy's Environment (see bench/bench_sim.py for the events/second it reaches).
+the job with plain functions as handlers. Measured here, the bare machinery for the 720k periodic events
+of a 30-day run costs 0.33 s CPU on a heap against 0.95 s on simpy's Environment; either is small next
+to the model's own work (about 16 s CPU for the controller policy at 4,096 GPUs), so the choice is for
+simplicity and for the tie-break order (time, then push order) that makes runs exactly reproducible.
 
 What is modelled, and how:
 
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 from bench.sim.controller_adapter import ControllerAdapter, Mode
 from bench.sim.model import ClusterModel
-from bench.sim.policies import ALWAYS, CONTROLLER, NEVER, Policy
+from bench.sim.policies import ALWAYS, CONTROLLER, Policy
 from bench.sim.workload import Gang, Workload
 
 # Event kinds (ints keep heap tuples cheap and comparable).
@@ -186,6 +188,7 @@ class Simulator:
         self._w_demand = [0.0] * nwin
         self.preemptions = self.desched_evictions = 0
         self.surges = 0
+        self.flips = self.node_patches = 0  # within the measured period (the adapter counts the whole run)
         self._surge_closed_at: float | None = None
         self.returns: list[float] = []
         self.gang_waits: list[float] = []
@@ -298,6 +301,8 @@ class Simulator:
         v = self.vn_index[node]
         self.vn_taint[v] = effect
         self.vn_changed[v] = now
+        if now >= self.warmup:
+            self.node_patches += 1
         if effect is None:
             self._capacity_changed = True
 
@@ -309,6 +314,8 @@ class Simulator:
             self.needing_cost.pop(pid, None)
 
     def _on_flip(self, mode: Mode, now: float) -> None:
+        if now >= self.warmup:
+            self.flips += 1
         if mode is Mode.CLOSED:
             self.surges += 1 if now >= self.warmup else 0
             self._surge_closed_at = now if self.ext_gpus else None
@@ -447,8 +454,8 @@ class Simulator:
         )
         if self.controller is not None:
             st = self.controller.stats
-            out.taint_flips = st.flips
-            out.node_taint_patches = st.node_patches
+            out.taint_flips = self.flips
+            out.node_taint_patches = self.node_patches
             out.decide_calls = st.calls
             out.decide_skipped = st.skipped
         return out
@@ -844,4 +851,4 @@ def simulate(model: ClusterModel, workload: Workload, policy: Policy, seconds: f
     return Simulator(model, workload, policy, seconds, warmup_s, check=check, exact_ticks=exact_ticks).run()
 
 
-__all__ = ["NEVER", "Outcome", "Simulator", "simulate"]
+__all__ = ["Outcome", "Simulator", "simulate"]
