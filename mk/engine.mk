@@ -8,8 +8,9 @@ engine:
 # Before the unit tests: build the engine if this machine can; when it cannot, say so in one
 # line and go on (tests/test_engine.py then skips with the reason).
 engine-optional:
+	@mkdir -p $(STATE)
 	@bash tools/engine/build.sh > $(STATE)/engine-build.log 2>&1 \
 	  && tail -n 1 $(STATE)/engine-build.log \
-	  || echo "engine: not built on this machine (see $(STATE)/engine-build.log); real-engine tests will skip"
+	  || echo "engine: not built on this machine ($$(tail -n 1 $(STATE)/engine-build.log)); real-engine tests will skip"
 
 unit: engine-optional

@@ -54,8 +54,12 @@ def declared_table(cfg: ClusterConfig) -> Table:
         table.add_row(f"tier {tier.value}", f"{spec.name} = {spec.value}{default}")
     sched = cfg.scheduling
     table.add_row("gang scheduler", f"{sched.engine.value} (schedulerName {sched.scheduler_name})")
-    for queue in (sched.training_queue, sched.inference_queue):
-        table.add_row(f"queue {queue.name}", f"weight {queue.weight}, reclaimable {str(queue.reclaimable).lower()}")
+    training = sched.training_queue
+    for name in dict.fromkeys(sched.training_queue_names(p.name for p in cfg.pools).values()):
+        table.add_row(f"queue {name}", f"weight {training.weight}, reclaimable {str(training.reclaimable).lower()}")
+    inference = sched.inference_queue
+    table.add_row(f"queue {inference.name}",
+                  f"weight {inference.weight}, reclaimable {str(inference.reclaimable).lower()}")
     for job in cfg.training.jobs:
         state = "enabled" if job.enabled else "disabled"
         table.add_row(f"training job {job.name}", f"{job.workers} × {job.gpus_per_worker} GPUs on {job.pool}, {state}")
@@ -119,9 +123,11 @@ def real_engine_preview(stack: str, console: Console) -> int | None:
     if not runner.engine_available() and not runner.ensure_engine():
         return None
     proc = runner.real_preview(stack, policy_pack=True)
-    console.print(proc.stdout, markup=False, highlight=False)
+    # The engine's own output, unwrapped: its diff lines are wider than a terminal's default.
+    sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
-        console.print(proc.stderr, markup=False, highlight=False)
+        sys.stderr.write(proc.stderr)
+    sys.stdout.flush()
     return int(proc.returncode)
 
 

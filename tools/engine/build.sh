@@ -5,6 +5,7 @@
 #   pulumi-language-python-exec   the SDK's launcher script, copied from the sdk module
 # and into .state/engine/providers:
 #   pulumi-resource-kubernetes    the Kubernetes provider (kubernetes/cmd/pulumi-resource-kubernetes)
+#   pulumi-resource-random        our RandomInteger-only stand-in (cli/cmd/pulumi-resource-random)
 # A stamp keyed on the Go version, this script, the go.mod/go.sum files and our sources makes a
 # warm run a no-op. Exit 0 when the engine is ready; non-zero with a one-line reason otherwise.
 set -euo pipefail
@@ -22,6 +23,9 @@ JOBS="${ENGINE_BUILD_JOBS:-2}"
 # The Kubernetes provider module is served only at one pseudo-version; this is the release
 # label of that commit (the matching PyPI pre-release is pulumi_kubernetes 4.25.0a1768448096).
 K8S_VERSION="4.25.0-alpha.1768448096"
+# Our stand-in for the random provider (cli/cmd/pulumi-resource-random): the upstream provider module
+# is not served. It implements RandomInteger only; the label says it is not the upstream 4.21.4.
+RANDOM_VERSION="4.21.4-unifiedgpu.1"
 
 command -v go >/dev/null || { echo "engine: go is not installed" >&2; exit 3; }
 
@@ -29,7 +33,7 @@ key() {
   {
     go version
     cat "$HERE/build.sh"
-    echo "K8S_VERSION=$K8S_VERSION"
+    echo "K8S_VERSION=$K8S_VERSION RANDOM_VERSION=$RANDOM_VERSION"
     find "$HERE/cli" "$HERE/kubernetes" \( -name build -prune \) -o -type f \
       \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort | xargs cat
   } | sha256sum | cut -d' ' -f1
@@ -38,7 +42,7 @@ key() {
 want="$(key)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
   && [[ -x "$BIN/pulumi" && -x "$BIN/pulumi-language-python" && -x "$BIN/pulumi-language-python-exec" \
-        && -x "$PROV/pulumi-resource-kubernetes" ]]; then
+        && -x "$PROV/pulumi-resource-kubernetes" && -x "$PROV/pulumi-resource-random" ]]; then
   echo "engine: up to date ($BIN)"
   exit 0
 fi
@@ -56,6 +60,9 @@ echo "engine: building pulumi $pulumi_version"
   github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
 (cd "$HERE/cli" && go build -p "$JOBS" -trimpath -ldflags "-s -w $ldv" -o "$BIN/pulumi-language-python" \
   ./cmd/pulumi-language-python)
+(cd "$HERE/cli" && go build -p "$JOBS" -trimpath -ldflags "-s -w -X main.Version=$RANDOM_VERSION" \
+  -o "$PROV/pulumi-resource-random" ./cmd/pulumi-resource-random)
+printf '%s\n' "$RANDOM_VERSION" > "$PROV/pulumi-resource-random.version"
 sdk_dir="$(cd "$HERE/cli" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
 install -m 0755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$BIN/pulumi-language-python-exec"
 

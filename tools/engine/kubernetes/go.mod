@@ -1,11 +1,12 @@
 // Pins the Kubernetes resource provider of the project. Built by
-// tools/engine/build.sh into .state/engine/bin; see mk/engine.mk.
+// tools/engine/build.sh into .state/engine/providers; see mk/engine.mk.
 module unifiedgpu.local/tools/engine/kubernetes
 
 go 1.26.6
 
-// The provider's go.mod points its own SDK at a sibling folder; a consumer
-// needs a served version instead (the provider imports none of it at run time).
+// The provider's go.mod points its own Go SDK at a sibling folder (a replace a
+// consumer does not inherit) and requires v4.24.0, which the proxy does not serve;
+// v4.22.2 is the nearest served version and the provider builds with it.
 replace github.com/pulumi/pulumi-kubernetes/sdk/v4 => github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.22.2
 
 require github.com/pulumi/pulumi-kubernetes/provider/v4 v4.0.0-20260115033456-f47bc2d6f199

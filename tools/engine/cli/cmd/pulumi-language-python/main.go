@@ -350,7 +350,13 @@ func (h *host) RunPlugin(
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 
 	code := int32(0)
-	if err := cmd.Run(); err != nil {
+	err = cmd.Start()
+	if err == nil {
+		// The proxy reads the pack's port from its stdout, forwards the stack configuration,
+		// and returns when the pack exits.
+		err = proxy.Attach(ctx, cmd)
+	}
+	if err != nil {
 		var exitErr *exec.ExitError
 		if !errors.As(err, &exitErr) {
 			return fmt.Errorf("could not run the policy pack: %w", err)
