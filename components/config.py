@@ -255,6 +255,11 @@ class Scheduling(_Model):
     inference_queue: Queue = Queue(name="inference", weight=2, reclaimable=True)
     #: Volcano scheduling period; short enough that a pending gang is reconsidered quickly.
     schedule_period_seconds: PositiveInt = 1
+    #: One training queue per GPU pool (``<trainingQueue.name>-<pool>``, capability = that pool's GPUs)
+    #: instead of one queue over all pools. Volcano's enqueue admits a gang only while its queue has room,
+    #: so with one queue a gang waiting for a full pool holds the room that a gang for an idle pool needs
+    #: (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one.
+    training_queue_per_pool: bool | None = None
 
     @model_validator(mode="after")
     def _queues(self) -> Self:
@@ -269,6 +274,29 @@ class Scheduling(_Model):
     @property
     def scheduler_name(self) -> str:
         return "volcano" if self.engine is SchedulingEngine.VOLCANO else "kube-batch"
+
+    def queue_per_pool(self, pool_count: int) -> bool:
+        """Whether training gets one queue per pool: the explicit setting, else more than one pool."""
+        return pool_count > 1 if self.training_queue_per_pool is None else self.training_queue_per_pool
+
+    def training_queue_names(self, pools: Iterable[str]) -> dict[str, str]:
+        """Pool name → the training queue its gangs go to."""
+        names = list(pools)
+        base = self.training_queue.name
+        if not self.queue_per_pool(len(names)):
+            return {pool: base for pool in names}
+        return {pool: f"{base}-{pool}" for pool in names}
+
+
+def scheduling_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Per-pool training queue names (two DNS labels joined by '-', so valid) must not hit the inference queue."""
+    sched = cfg.scheduling
+    return [
+        Problem("scheduling.inferenceQueue.name",
+                f"collides with the training queue of pool '{pool}'; choose another name", name)
+        for pool, name in sched.training_queue_names(p.name for p in cfg.pools).items()
+        if name == sched.inference_queue.name
+    ]
 
 
 # --------------------------------------------------------------------------- external providers
@@ -1114,6 +1142,7 @@ def cross_check(cfg: ClusterConfig) -> list[Problem]:
                     f"must name a declared filesystem; expected one of {sorted(fs_names)}", check.filesystem)
         )
     problems += burst_problems(cfg)
+    problems += scheduling_problems(cfg)
     return problems
 
 

@@ -6,7 +6,9 @@ default scheduler placed, and two schedulers on the same nodes double-book GPUs;
 scheduler the capacity view is one, and a pending training gang gets GPUs through Volcano's
 ``reclaim`` action (training queue takes back from the reclaimable inference queue) and ``preempt``
 action (higher PriorityClass wins inside a queue). Inference pods are annotated preemptable, training
-pods are not.
+pods are not. With more than one pool, training gets one queue per pool (capability = the pool's GPUs)
+so that Volcano's enqueue gate, which admits a gang only while its queue has room, never lets a gang
+waiting for one pool keep gangs for another, idle pool out.
 
 Volcano's own controllers come from its pinned Helm chart (values built and tested here); the queues
 and the scheduler configuration we depend on are first-class objects or chart values, so tests and
@@ -15,7 +17,7 @@ policies see them. kube-batch v0.5 remains as a legacy engine for clusters up to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pulumi
@@ -41,6 +43,8 @@ class GangSchedulerArgs:
     gpu_resource: str
     system_priority_class: str
     system_pool_selector: dict[str, str]
+    #: GPUs per on-prem pool, in stack order (sizes the per-pool training queues).
+    pool_gpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, system_priority_class: str, system_pool_label: str) -> GangSchedulerArgs:
@@ -49,7 +53,30 @@ class GangSchedulerArgs:
             gpu_resource=cfg.gpu_resource,
             system_priority_class=system_priority_class,
             system_pool_selector={system_pool_label: cfg.system_pool.name},
+            pool_gpus={p.name: p.gpu_count for p in cfg.pools},
         )
+
+    def queues(self) -> list[Queue]:
+        """Every queue to create: the training queue(s), then the inference queue.
+
+        With per-pool training queues each pool gets ``<trainingQueue.name>-<pool>``, not reclaimable, with
+        the training queue's weight and a capability of that pool's GPUs (capped by
+        ``trainingQueue.gpuCapability`` when set). The capability is what makes Volcano's enqueue gate per
+        pool: a gang waiting for a busy pool only holds room in its own pool's queue.
+        """
+        sched = self.scheduling
+        base = sched.training_queue
+        names = sched.training_queue_names(self.pool_gpus)
+        if not sched.queue_per_pool(len(self.pool_gpus)):
+            return [base, sched.inference_queue]
+        training = [
+            base.model_copy(update={
+                "name": names[pool],
+                "gpu_capability": gpus if base.gpu_capability is None else min(gpus, base.gpu_capability),
+            })
+            for pool, gpus in self.pool_gpus.items()
+        ]
+        return [*training, sched.inference_queue]
 
 
 KUBE_BATCH_CONF = {
@@ -108,6 +135,7 @@ class GangScheduler(pulumi.ComponentResource):
 
     scheduler_name: pulumi.Output[str]
     training_queue: pulumi.Output[str]
+    training_queues: pulumi.Output[dict[str, str]]
     inference_queue: pulumi.Output[str]
 
     def __init__(self, name: str, args: GangSchedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -137,7 +165,7 @@ class GangScheduler(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
                 )
                 ready = [self.chart]
-            for queue in (sched.training_queue, sched.inference_queue):
+            for queue in args.queues():
                 self.queues[queue.name] = k8s.apiextensions.CustomResource(
                     f"queue-{queue.name}",
                     api_version="scheduling.volcano.sh/v1beta1",
@@ -150,11 +178,13 @@ class GangScheduler(pulumi.ComponentResource):
             self._kube_batch(args, child)
         self.scheduler_name = pulumi.Output.from_input(sched.scheduler_name)
         self.training_queue = pulumi.Output.from_input(sched.training_queue.name)
+        self.training_queues = pulumi.Output.from_input(sched.training_queue_names(args.pool_gpus))
         self.inference_queue = pulumi.Output.from_input(sched.inference_queue.name)
         self.register_outputs(
             {
                 "scheduler_name": self.scheduler_name,
                 "training_queue": self.training_queue,
+                "training_queues": self.training_queues,
                 "inference_queue": self.inference_queue,
             }
         )
@@ -238,7 +268,7 @@ class GangScheduler(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[conf, *crds]),
         )
-        for queue in (args.scheduling.training_queue, args.scheduling.inference_queue):
+        for queue in args.queues():
             self.queues[queue.name] = k8s.apiextensions.CustomResource(
                 f"queue-{queue.name}",
                 api_version="scheduling.incubator.k8s.io/v1alpha1",

@@ -48,7 +48,8 @@ class TrainingJobArgs:
             namespace=cfg.training_namespace,
             engine=cfg.scheduling.engine,
             scheduler_name=cfg.scheduling.scheduler_name,
-            queue=cfg.scheduling.training_queue.name,
+            # The pool's own queue when training queues are per pool (see GangSchedulerArgs.queues).
+            queue=cfg.scheduling.training_queue_names(p.name for p in cfg.pools)[job.pool],
             priority_class=cfg.priorities.training.name,
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,

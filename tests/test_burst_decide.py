@@ -17,14 +17,16 @@ from agents.burst_controller.decide import (
     BurstState,
     Mode,
     PodRef,
+    PoolGpus,
     Snapshot,
     VirtualNode,
     decide,
+    effective_free_gpus,
     state_from_snapshot,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.settings import BurstSettings, SettingsError
-from agents.burst_controller.view import ClusterView
+from agents.burst_controller.view import ClusterView, pod_pool
 
 S = BurstSettings(
     open_below_free_gpus=1,
@@ -48,9 +50,12 @@ def snap(
     age: float = 1.0,
     synced: bool = True,
     cost: tuple[PodRef, ...] = (),
+    pools: Mapping[str, tuple[int, int]] | None = None,
 ) -> Snapshot:
+    """`pools`: pool → (free, pending training), the part of `free`/`pending_train` that belongs to it."""
     nodes = vnodes if vnodes is not None else {"vk-a": ("NoSchedule", 0)}
     return Snapshot(
+        pools={p: PoolGpus(f, t) for p, (f, t) in (pools or {}).items()},
         synced=synced,
         observed_at=NOW - age,
         onprem_allocatable_gpus=alloc,
@@ -171,6 +176,35 @@ TABLE = [
         (),
         Mode.OPEN,
     ),
+    # Per pool: a gang pending for full pool A can only take A's GPUs; idle pool B stays inference's.
+    (
+        "gang-pending-on-pool-a-pool-b-idle-no-open",
+        snap(64, pending_train=64, pools={"a": (0, 64), "b": (64, 0)}),
+        replace(CLOSED, low_since=NOW - 600),
+        (),
+        Mode.CLOSED,
+    ),
+    (
+        "gang-pending-on-pool-a-pool-b-idle-close-allowed",
+        snap(64, pending_train=64, pools={"a": (0, 64), "b": (64, 0)}, vnodes=OPEN_NODES),
+        replace(OPEN, close_since=NOW - 600),
+        (CLOSE_A,),
+        Mode.CLOSED,
+    ),
+    (
+        "gang-pending-on-pool-a-pool-b-full-opens",
+        snap(0, pending_train=64, pools={"a": (0, 64), "b": (0, 0)}),
+        replace(CLOSED, low_since=NOW - 60),
+        (OPEN_A,),
+        Mode.OPEN,
+    ),
+    (
+        "gang-pending-on-pool-a-pool-b-idle-but-external-does-not-fit",
+        snap(64, pending_train=64, pools={"a": (0, 64), "b": (64, 0)}, vnodes={"vk-a": (None, 60)}),
+        replace(OPEN, close_since=NOW - 600),
+        (),
+        Mode.OPEN,
+    ),
     (
         "inference-pending-within-grace",
         snap(4, pending_inf=2),
@@ -234,6 +268,26 @@ def test_decision_table(
     assert decision.state.mode is mode
     assert decision.state.last_now == NOW
     assert all(a.kind is not ActionKind.CLOSE_NODE or a.node for a in decision.actions)
+
+
+@pytest.mark.parametrize(
+    ("free", "pending", "pools", "expected"),
+    [
+        (64, 64, {}, 0),  # no breakdown: free − pending, as before
+        (64, 64, {"a": (0, 64), "b": (64, 0)}, 64),  # A's backlog cannot use B's idle GPUs
+        (16, 64, {"a": (16, 64)}, 0),  # A's backlog takes all of A, and no more
+        (24, 32, {"a": (8, 16), "b": (16, 16)}, 0),  # per pool: max(0, 8 − 16) + max(0, 16 − 16)
+        (40, 20, {"a": (16, 8), "b": (8, 0)}, 20),  # 8 + 8 + (16 free − 12 pending outside any pool)
+        (8, 30, {"a": (8, 0)}, -22),  # pending without a pool still nets cluster-wide (may go negative)
+    ],
+    ids=["no-pools", "a-backlog-b-idle", "a-only", "both-pools", "with-unpooled", "unpooled-negative"],
+)
+def test_effective_free_is_netted_per_pool(
+    free: int, pending: int, pools: dict[str, tuple[int, int]], expected: int
+) -> None:
+    snapshot = snap(free, pending_train=pending, pools=pools)
+    assert effective_free_gpus(snapshot) == expected
+    assert decide(snapshot, OPEN, NOW, S).effective_free_gpus == expected
 
 
 def test_flip_records_time_and_reason() -> None:
@@ -410,6 +464,54 @@ def test_view_aggregates_exclude_thermal_and_cordoned_nodes() -> None:
     assert snapshot.synced and snapshot.observed_at == NOW
 
 
+def test_view_nets_pending_training_per_pool() -> None:
+    nodes = [onprem_node("a1", 8, pool="a"), onprem_node("a2", 8, pool="a"), onprem_node("b1", 8, pool="b"),
+             onprem_node("b2", 8, pool="b"), virtual_node("vk-a")]
+    pods = [
+        gpu_pod("ta", 8, node="a1", workload="training"),
+        gpu_pod("ia", 8, node="a2"),
+        gpu_pod("ib", 2, node="b1"),
+        gpu_pod("wait-a", 16, unschedulable=True, workload="training", pool="a"),
+        gpu_pod("wait-any", 4, unschedulable=True, workload="training"),
+        gpu_pod("wait-missing", 8, unschedulable=True, workload="training", pool="gone"),
+    ]
+    view = ClusterView.from_lists(nodes, pods, S, NOW)
+    snapshot = view.snapshot()
+    assert (snapshot.onprem_free_gpus, snapshot.pending_training_gpus) == (14, 28)
+    assert snapshot.pools == {"b": PoolGpus(14, 0), "a": PoolGpus(0, 16), "gone": PoolGpus(0, 8)}
+    # b's 14 free GPUs minus the 4 pending for any pool; a's and the missing pool's backlog take nothing else.
+    assert effective_free_gpus(snapshot) == 10
+    view.apply_pod("DELETED", gpu_pod("ia", 8, node="a2"))
+    assert view.snapshot().pools["a"] == PoolGpus(8, 16)
+    view.apply_node("MODIFIED", onprem_node("b1", 8, pool="b", unschedulable=True))
+    assert view.snapshot().pools["b"] == PoolGpus(8, 0)
+    view.apply_node("DELETED", onprem_node("b2", 8, pool="b"))
+    assert "b" not in view.snapshot().pools
+
+
+@pytest.mark.parametrize(
+    ("spec", "pool"),
+    [
+        ({"nodeSelector": {"gpucluster.io/pool": "a"}}, "a"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["a"]}]}]}}}}, "a"),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["a", "b"]}]}]}}}}, ""),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]}]}]}}}},
+         ""),
+        ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "NotIn", "values": ["a"]}]}]}}}}, ""),
+        ({}, ""),
+    ],
+    ids=["node-selector", "same-pool-in-every-term", "two-values", "one-term-unpinned", "not-in", "none"],
+)
+def test_pod_pool_from_required_affinity(spec: dict[str, Any], pool: str) -> None:
+    assert pod_pool({"spec": spec}, "gpucluster.io/pool") == pool
+
+
 def test_view_incremental_matches_full_list() -> None:
     rng = random.Random(7)
     view = ClusterView(S)
@@ -427,7 +529,7 @@ def test_view_incremental_matches_full_list() -> None:
                 obj = (
                     virtual_node(name, burst_effect=rng.choice([None, "NoSchedule"]))
                     if name.endswith("7")
-                    else onprem_node(name, 8, thermal=rng.random() < 0.2)
+                    else onprem_node(name, 8, thermal=rng.random() < 0.2, pool=rng.choice(["a", "b"]))
                 )
                 nodes[name] = obj
                 view.apply_node("MODIFIED", obj)
@@ -445,6 +547,7 @@ def test_view_incremental_matches_full_list() -> None:
                     unschedulable=rng.random() < 0.5,
                     phase=rng.choice([None, None, "Succeeded"]),
                     deletion_cost=rng.choice([None, -100]),
+                    pool=rng.choice([None, "a", "b", "c"]),
                 )
                 pods[name] = obj
                 view.apply_pod("ADDED", obj)

@@ -273,3 +273,74 @@ def test_whole_day() -> None:
     # The day ends closed, with everything back home.
     assert all(any(t["key"] == S.taint_key for t in cluster.nodes[n]["spec"]["taints"]) for n in ("vk-a", "vk-b"))
     assert [p for p in cluster.pods.values() if p["spec"].get("nodeName", "").startswith("vk-")] == []
+
+
+def run_two_pools(gang_names_pool: bool) -> tuple[list[tuple[int, Mode]], int]:
+    """Pool a is full of training with another gang pending for it all day; pool b serves inference.
+
+    Inference spikes from 02:00 to 03:00 beyond pool b (32 GPUs), so the burst opens; after the spike pool b
+    has room again. Whether the burst can close depends on netting a's backlog against a's GPUs only.
+    """
+    view = ClusterView(S)
+    view.replace_nodes([], 0)
+    view.replace_pods([], 0)
+    pool_b = [f"b{i}" for i in range(4)]
+    for i in range(4):
+        view.apply_node("ADDED", onprem_node(f"a{i}", 8, pool="a"))
+        view.apply_node("ADDED", onprem_node(pool_b[i], 8, pool="b"))
+        view.apply_pod("ADDED", gpu_pod(f"run-{i}", 8, node=f"a{i}", workload="training", namespace="train"))
+    for i in range(2):
+        view.apply_pod("ADDED", gpu_pod(f"wait-{i}", 8, workload="training", namespace="train", unschedulable=True,
+                                        pool="a" if gang_names_pool else None))
+    closed = virtual_node("vk-a", gpus=VIRTUAL_CAPACITY)
+    view.apply_node("ADDED", closed)
+    placed: dict[str, str | None] = {}  # inference pod -> node (None: unschedulable)
+    is_open = False
+    state: BurstState | None = None
+    flips: list[tuple[int, Mode]] = []
+    for t in range(0, 6 * HOUR, STEP):
+        target = 40 if 2 * HOUR <= t < 3 * HOUR else 8
+        while len(placed) < target:
+            placed[f"inf-{len(placed)}"] = None
+        if len(placed) > target:  # scale-down removes external pods first (their deletion cost)
+            for name in sorted(placed, key=lambda n: (placed[n] != "vk-a", n))[: len(placed) - target]:
+                view.apply_pod("DELETED", gpu_pod(name, 1))
+                del placed[name]
+        if not is_open and t % DESCHEDULE_EVERY == 0:  # the descheduler brings a few home per cycle
+            for name in [n for n, node in placed.items() if node == "vk-a"][:DESCHEDULE_MAX]:
+                view.apply_pod("DELETED", gpu_pod(name, 1, node="vk-a"))
+                placed[name] = None
+        used = {n: sum(1 for node in placed.values() if node == n) for n in [*pool_b, "vk-a"]}
+        for name, node in placed.items():
+            if node is not None:
+                continue
+            home = next((n for n in pool_b if used[n] < 8), None)
+            where = home or ("vk-a" if is_open and used["vk-a"] < VIRTUAL_CAPACITY else None)
+            if where is not None:
+                used[where] += 1
+            placed[name] = where
+            view.apply_pod("MODIFIED", gpu_pod(name, 1, node=where, unschedulable=where is None))
+        view.mark_fresh(t)
+        snapshot = view.snapshot()
+        state = state or state_from_snapshot(snapshot, t)
+        decision = decide(snapshot, state, t, S)
+        state = decision.state
+        if decision.flipped is not None:
+            flips.append((t, decision.flipped))
+        for action in decision.actions:
+            if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE):
+                is_open = action.kind is ActionKind.OPEN_NODE
+                view.apply_node("MODIFIED", virtual_node("vk-a", gpus=VIRTUAL_CAPACITY,
+                                                         burst_effect=None if is_open else "NoSchedule"))
+    return flips, sum(1 for node in placed.values() if node == "vk-a")
+
+
+def test_backlog_on_one_pool_does_not_keep_the_burst_open() -> None:
+    flips, external = run_two_pools(gang_names_pool=True)
+    assert [m for _, m in flips] == [Mode.OPEN, Mode.CLOSED]
+    assert 2 * HOUR < flips[0][0] < 2 * HOUR + 120
+    assert 3 * HOUR + 600 <= flips[1][0] < 3 * HOUR + 600 + 2 * STEP
+    assert external == 0  # back home by the end of the day
+    # The same pending gang without a pool in its affinity counts against every pool: the burst stays open.
+    flips, _ = run_two_pools(gang_names_pool=False)
+    assert [m for _, m in flips] == [Mode.OPEN]

@@ -131,6 +131,25 @@ def test_kube_batch_accepted_on_old_kubernetes() -> None:
     assert cfg.scheduling.scheduler_name == "kube-batch"
 
 
+def test_training_queue_per_pool_defaults_to_more_than_one_pool() -> None:
+    prod = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert prod.scheduling.training_queue_per_pool is None
+    assert prod.scheduling.training_queue_names(p.name for p in prod.pools) == {
+        "h100-a": "training-h100-a", "h200-b": "training-h200-b"}
+    local = parse_config(raw_from_stack("local"), "Pulumi.local.yaml")
+    assert local.scheduling.training_queue_names(["local-gpu"]) == {"local-gpu": "training"}
+    raw = raw_from_stack("prod")
+    raw["scheduling"]["trainingQueuePerPool"] = False
+    shared = parse_config(raw, "Pulumi.prod.yaml")
+    assert shared.scheduling.training_queue_names(["h100-a", "h200-b"]) == {"h100-a": "training", "h200-b": "training"}
+
+
+def test_per_pool_training_queue_colliding_with_the_inference_queue() -> None:
+    msg = fails("prod", lambda c: c[P + "scheduling"].update({"inferenceQueue": {"name": "training-h200-b"}}))
+    assert ("scheduling.inferenceQueue.name: collides with the training queue of pool 'h200-b'; choose another "
+            'name (got "training-h200-b")') in msg
+
+
 def test_burst_band_must_be_a_band() -> None:
     msg = fails("local", lambda c: c[P + "burst"].update({"openBelowFreeGpus": 8, "closeAtFreeGpus": 8}))
     assert "burst: closeAtFreeGpus (8) must be greater than openBelowFreeGpus (8); otherwise the taint flaps" in msg

@@ -34,8 +34,10 @@ def _prerequisites() -> str | None:
     missing = control.binaries_missing(Layout(BUILT))
     if missing:
         return f"local control plane not built ({', '.join(missing)}); run `make localcluster`"
-    if not stackup.ENGINE_BIN.exists():
-        return "the Pulumi engine is not built (.state/engine/bin/pulumi); run `make engine`"
+    if control.binaries_missing(Layout(BUILT), control.VOLCANO):
+        return "Volcano is not built (the gang scheduler); run `make localcluster`"
+    if not stackup.ENGINE_BIN.exists() or not any((stackup.ENGINE_BIN.parents[1] / "providers").iterdir()):
+        return "the Pulumi engine is not built (.state/engine: CLI and kubernetes provider); run `make engine`"
     cfg = load_stack_config(ROOT, "local")
     if cfg is None:
         return "Pulumi.local.yaml or the components package is missing"
@@ -56,7 +58,7 @@ def stack(tmp_path_factory):
     lay = Layout(state)
     try:
         control.up(lay, timeout=300)
-        stackup.pulumi_up(lay, "local", extra_env={"PULUMI_BACKEND_URL": f"file://{backend}"})
+        stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}")
         notes = stackup.start_agents(lay, "local")
         yield lay, load_stack_config(ROOT, "local"), notes
     finally:

@@ -63,15 +63,40 @@ def test_volcano_chart_values_carry_our_scheduler_conf(prod: RunResult) -> None:
     assert values["custom"]["scheduler_nodeSelector"] == {"gpucluster.io/pool": "system"}
 
 
-def test_queues(prod: RunResult) -> None:
-    training = prod.one("Queue", "training").inputs["spec"]
-    inference = prod.one("Queue", "inference").inputs["spec"]
-    assert training == {"weight": 8, "reclaimable": False}
-    assert inference == {"weight": 2, "reclaimable": True}
+def test_queues_one_training_queue_per_pool(prod: RunResult) -> None:
+    # Two pools: each gets its own training queue, capped at the pool's GPUs, so Volcano's enqueue gate
+    # admits gangs per pool (a gang waiting for a full h100-a pool does not hold h200-b's room).
+    assert sorted(r.metadata["name"] for r in prod.by_kind("Queue")) == [
+        "inference", "training-h100-a", "training-h200-b"]
+    for pool in ("h100-a", "h200-b"):
+        spec = prod.one("Queue", f"training-{pool}").inputs["spec"]
+        assert spec == {"weight": 8, "reclaimable": False, "capability": {"nvidia.com/gpu": 1024}}
+    assert prod.one("Queue", "inference").inputs["spec"] == {"weight": 2, "reclaimable": True}
+
+
+def test_one_shared_training_queue_when_asked(run_stack: StackRunner) -> None:
+    def shared(c: dict[str, Any]) -> None:
+        c[P + "scheduling"]["trainingQueuePerPool"] = False
+        c[P + "training"]["jobs"][0]["enabled"] = True
+
+    result = run_stack("prod", shared)
+    assert sorted(r.metadata["name"] for r in result.by_kind("Queue")) == ["inference", "training"]
+    assert result.one("Queue", "training").inputs["spec"] == {"weight": 8, "reclaimable": False}
+    assert _gang(result, "llm-pretrain-70b")["queue"] == "training"
+
+
+def test_per_pool_capability_is_capped_by_the_training_queue_capability(run_stack: StackRunner) -> None:
+    def capped(c: dict[str, Any]) -> None:
+        c[P + "scheduling"]["trainingQueue"]["gpuCapability"] = 512
+
+    result = run_stack("prod", capped)
+    spec = result.one("Queue", "training-h100-a").inputs["spec"]
+    assert spec["capability"] == {"nvidia.com/gpu": 512}
 
 
 def test_local_stack_uses_the_preinstalled_volcano(local: RunResult) -> None:
     assert local.by_type("kubernetes:helm.sh/v4:Chart") == []
+    # One pool: one training queue under its configured name, as before.
     assert {r.metadata["name"] for r in local.by_kind("Queue")} == {"training", "inference"}
 
 
@@ -141,6 +166,7 @@ def test_prod_example_job_is_disabled_but_can_be_enabled(prod: RunResult, run_st
     result = run_stack("prod", enable)
     spec = _gang(result, "llm-pretrain-70b")
     assert spec["minAvailable"] == 64
+    assert spec["queue"] == "training-h100-a"  # the queue of the job's own pool
     assert spec["maxRetry"] == 20
 
 
@@ -151,7 +177,7 @@ def test_outputs(prod: RunResult) -> None:
 
 def test_children_are_parented_to_their_component(prod: RunResult) -> None:
     by_urn = prod.by_urn()
-    queue = prod.one("Queue", "training")
+    queue = prod.one("Queue", "training-h100-a")
     assert by_urn[queue.parent].type == "gpu-cluster:scheduling:GangScheduler"
     patch = next(iter(prod.by_type("kubernetes:core/v1:NodePatch")))
     assert by_urn[patch.parent].type == "gpu-cluster:nodes:GpuNodePools"

@@ -161,6 +161,7 @@ def test_prod_stack_settings_reach_the_simulation() -> None:
         16, 64, 60.0, 900.0)
     assert setup.model.descheduler == DeschedulerLimits(120.0, 2, 8, 8, 600.0)
     assert setup.model.onprem_gpus == 2048
+    assert setup.model.queue_per_pool  # two pools: one training queue each, as the stack deploys
     assert [(p.node_name, p.gpus) for p in setup.model.providers] == [("vk-lambda-east", 256), ("vk-dr-cluster", 128)]
     assert [s.name for s in setup.model.services] == ["sdxl-turbo", "llama-70b-chat", "whisper-large"]
     big = setup.model.scaled_to(4096)
@@ -251,6 +252,36 @@ def test_one_training_queue_over_two_pools_idles_the_other_pool() -> None:
     ungated = Simulator(replace(model, enqueue_gate=False), Workload(gangs, (), FLAT), no_burst(), 500.0)
     ungated.run()
     assert (ungated.train_gpus, ungated.pending_training_gpus()) == (16, 8)
+
+
+def test_one_training_queue_per_pool_admits_the_idle_pools_gang() -> None:
+    # Same gangs, one queue per pool: B-1 has its own pool's room and starts at once; A-2 finds pool a's
+    # queue full (A-1 holds its capability), so it is not Inqueue and has no pods yet.
+    gangs = (Gang(0.0, 1, 1000.0, "a"), Gang(1.0, 1, 1000.0, "a"), Gang(2.0, 1, 1000.0, "b"))
+    model = replace(_training_only((PoolModel("a", 1, 8), PoolModel("b", 1, 8)), True), queue_per_pool=True)
+    sim = Simulator(model, Workload(gangs, (), FLAT), no_burst(), 500.0, check=True)
+    sim.run()
+    assert (sim.train_gpus, sim.pending_training_gpus(), list(sim.waiting)) == (16, 0, [1])
+    assert sim.pool_gpus() == {"a": (0, 0), "b": (0, 0)}
+    out = simulate(model, Workload(gangs, (), FLAT), no_burst(), 3000.0, check=True)
+    assert out.gangs_admitted == 3
+    assert out.gang_wait_hours_mean == pytest.approx((0 + 999 + 0) / 3 / 3600)
+
+
+def test_the_core_sees_pending_training_per_pool() -> None:
+    # One queue over two pools: A-2 is Inqueue for full pool a while pool b is idle. Fed per pool, the core
+    # nets A-2 against pool a only (8 effective free GPUs); fed cluster-wide totals, against everything (0).
+    gangs = (Gang(0.0, 1, 1000.0, "a"), Gang(1.0, 1, 1000.0, "a"), Gang(2.0, 1, 1000.0, "b"))
+    model = _training_only((PoolModel("a", 1, 8), PoolModel("b", 1, 8)), True)
+    for per_pool, pools, effective in ((True, {"a": core.PoolGpus(0, 8), "b": core.PoolGpus(8, 0)}, 8),
+                                       (False, {}, 0)):
+        policy = replace(OURS, pool_accounting=per_pool)
+        sim = Simulator(model, Workload(gangs, (), FLAT), policy, 500.0, check=True)
+        sim.run()
+        assert sim.controller is not None
+        snapshot = sim.controller.snapshot(500.0)
+        assert (snapshot.onprem_free_gpus, snapshot.pending_training_gpus, dict(snapshot.pools)) == (8, 8, pools)
+        assert core.effective_free_gpus(snapshot) == effective
 
 
 def test_warm_up_is_not_measured() -> None:

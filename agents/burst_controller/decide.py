@@ -66,8 +66,21 @@ class PodRef:
 
 
 @dataclass(frozen=True)
+class PoolGpus:
+    """One on-prem pool's share of the totals: free GPUs on its nodes, GPUs of training pods pending for it."""
+
+    free: int = 0
+    pending_training: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """Aggregates of the cluster at one instant; built in O(virtual nodes) by the incremental view."""
+    """Aggregates of the cluster at one instant; built in O(virtual nodes + pools) by the incremental view.
+
+    `onprem_free_gpus` and `pending_training_gpus` are cluster-wide totals; `pools` breaks down the part
+    of each that belongs to a known pool (nodes labelled with a pool; training pods whose required
+    affinity names one pool). Whatever `pools` does not cover counts cluster-wide.
+    """
 
     synced: bool
     observed_at: float | None
@@ -77,10 +90,29 @@ class Snapshot:
     pending_training_gpus: int = 0
     virtual_nodes: Mapping[str, VirtualNode] = field(default_factory=dict)
     pods_needing_cost: tuple[PodRef, ...] = ()
+    pools: Mapping[str, PoolGpus] = field(default_factory=dict)
 
     @property
     def external_gpus_in_use(self) -> int:
         return sum(v.gpus_in_use for v in self.virtual_nodes.values())
+
+
+def effective_free_gpus(snapshot: Snapshot) -> int:
+    """Free on-prem GPUs that inference can count on once pending training has taken what it needs.
+
+    Per pool: max(0, free − pending training), because a gang pending for pool A can only take pool A's
+    GPUs; idle GPUs in pool B stay available to inference however large A's backlog is (and A's backlog
+    cannot drive B below zero). GPUs and pending pods that belong to no known pool are netted cluster-wide,
+    as before. With no pool breakdown this is exactly free − pending training. O(pools).
+    """
+    free_rest = snapshot.onprem_free_gpus
+    pending_rest = snapshot.pending_training_gpus
+    total = 0
+    for pool in snapshot.pools.values():
+        free_rest -= pool.free
+        pending_rest -= pool.pending_training
+        total += max(0, pool.free - pool.pending_training)
+    return total + free_rest - pending_rest
 
 
 @dataclass(frozen=True)
@@ -101,7 +133,7 @@ class Decision:
     state: BurstState
     reasons: tuple[str, ...]
     flipped: Mode | None = None  # the mode entered by this decision, if any
-    effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand
+    effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand, per pool
     close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
 
 
@@ -147,7 +179,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         state = replace(state, low_since=None, pending_since=None, close_since=None)
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
 
-    effective_free = snapshot.onprem_free_gpus - snapshot.pending_training_gpus
+    effective_free = effective_free_gpus(snapshot)
     external = snapshot.external_gpus_in_use
     close_needs = settings.close_at_free_gpus + external
     low = effective_free < settings.open_below_free_gpus

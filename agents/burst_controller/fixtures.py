@@ -92,9 +92,13 @@ def gpu_pod(
     phase: str | None = None,
     unschedulable: bool = False,
     deletion_cost: int | None = None,
+    pool: str | None = None,
     settings: BurstSettings = _DEFAULT,
 ) -> dict[str, Any]:
-    """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict."""
+    """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict.
+
+    `pool` confines the pod to one on-prem pool with required node affinity, as the training template does.
+    """
     conditions: list[dict[str, Any]] = []
     if node is None and unschedulable:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
@@ -106,6 +110,13 @@ def gpu_pod(
     }
     if node is not None:
         spec["nodeName"] = node
+    if pool is not None:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": settings.location_label, "operator": "In", "values": ["onprem"]},
+                {"key": settings.pool_label, "operator": "In", "values": [pool]},
+            ]}]
+        }}}
     return {
         "metadata": {
             "name": name,

@@ -15,7 +15,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from agents.burst_controller.decide import PodRef, Snapshot, VirtualNode
+from agents.burst_controller.decide import PodRef, PoolGpus, Snapshot, VirtualNode
 from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
 
 ONPREM = "onprem"
@@ -79,10 +79,36 @@ def pod_gpus(pod: Obj, gpu_resource: str) -> int:
     return max(app, init)
 
 
+def pod_pool(pod: Obj, pool_label: str) -> str:
+    """The one pool a pod is confined to, or "" when it may land in more than one (or any).
+
+    A nodeSelector on the pool label decides; otherwise every required nodeSelectorTerm (terms are ORed)
+    must pin the label to the same single value with `In`. O(size of the pod's affinity), not of the cluster.
+    """
+    spec = pod.get("spec") or {}
+    selected = (spec.get("nodeSelector") or {}).get(pool_label)
+    if selected:
+        return str(selected)
+    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    found = ""
+    for term in required.get("nodeSelectorTerms") or ():
+        pinned = ""
+        for expr in (term or {}).get("matchExpressions") or ():
+            values = expr.get("values") or []
+            if expr.get("key") == pool_label and expr.get("operator") == "In" and len(values) == 1:
+                pinned = str(values[0])
+        if not pinned or (found and pinned != found):
+            return ""
+        found = pinned
+    return found
+
+
 @dataclass(slots=True)
 class _Node:
     name: str
     kind: str = MISSING
+    pool: str = ""
     allocatable: int = 0
     eligible: bool = False
     requested: int = 0
@@ -108,6 +134,7 @@ class _Pod:
     node: str
     gpus: int
     workload: str
+    pool: str  # the one pool a pending training pod is confined to; "" = any (counted cluster-wide)
     live: bool
     unschedulable: bool
     deleting: bool
@@ -137,6 +164,9 @@ class ClusterView:
         self.onprem_free = 0
         self.pending_inference = 0
         self.pending_training = 0
+        # Per on-prem pool: free GPUs on its eligible nodes, GPUs of training pods pending for it.
+        self._pool_free: dict[str, int] = {}
+        self._pool_pending: dict[str, int] = {}
         self.nodes_synced = False
         self.pods_synced = False
         self.observed_at: float | None = None
@@ -186,14 +216,14 @@ class ClusterView:
                 return
             rec = self._nodes[name] = _Node(name)
         self.onprem_allocatable -= rec.onprem_alloc()
-        self.onprem_free -= rec.onprem_free()
+        self._add_free(rec, -rec.onprem_free())
         was_virtual = rec.kind == VIRTUAL
         if event_type == "DELETED":
-            rec.kind, rec.allocatable, rec.eligible, rec.taints = MISSING, 0, False, []
+            rec.kind, rec.allocatable, rec.eligible, rec.taints, rec.pool = MISSING, 0, False, [], ""
         else:
             self._read_node(rec, node)
         self.onprem_allocatable += rec.onprem_alloc()
-        self.onprem_free += rec.onprem_free()
+        self._add_free(rec, rec.onprem_free())
         if rec.kind == VIRTUAL:
             self._virtual.add(name)
         else:
@@ -230,6 +260,7 @@ class ClusterView:
         else:
             rec.kind = OTHER
         rec.allocatable = allocatable
+        rec.pool = str(labels.get(s.pool_label, "")) if rec.kind == ONPREM else ""
         blocked = any(
             t.get("effect") in _BLOCKING_EFFECTS
             and (t.get("key") == s.thermal_taint_key or t.get("key") in _UNSCHEDULABLE_TAINTS)
@@ -288,13 +319,16 @@ class ClusterView:
                 for c in status.get("conditions") or ()
             )
         )
+        workload = str((meta.get("labels") or {}).get(s.workload_label, ""))
         return _Pod(
             key=f"{namespace}/{name}",
             namespace=namespace,
             name=name,
             node=node,
             gpus=pod_gpus(pod, s.gpu_resource),
-            workload=str((meta.get("labels") or {}).get(s.workload_label, "")),
+            workload=workload,
+            # Only pending training is netted per pool; other pods skip the affinity walk.
+            pool=pod_pool(pod, s.pool_label) if unschedulable and workload == "training" else "",
             live=phase not in _TERMINAL_PHASES,
             unschedulable=unschedulable,
             deleting=meta.get("deletionTimestamp") is not None,
@@ -316,12 +350,18 @@ class ClusterView:
                 self.pending_inference += sign * pod.gpus
             elif pod.workload == "training":
                 self.pending_training += sign * pod.gpus
+                if pod.pool:
+                    left = self._pool_pending.get(pod.pool, 0) + sign * pod.gpus
+                    if left:
+                        self._pool_pending[pod.pool] = left
+                    else:
+                        del self._pool_pending[pod.pool]
         if not pod.node:
             return
         rec = self._nodes.get(pod.node)
         if rec is None:
             rec = self._nodes[pod.node] = _Node(pod.node)
-        self.onprem_free -= rec.onprem_free()
+        self._add_free(rec, -rec.onprem_free())
         if sign > 0:
             rec.pods.add(pod.key)
             if pod.live:
@@ -330,11 +370,19 @@ class ClusterView:
             rec.pods.discard(pod.key)
             if pod.live:
                 rec.requested -= pod.gpus
-        self.onprem_free += rec.onprem_free()
+        self._add_free(rec, rec.onprem_free())
         if sign > 0:
             self._update_cost_need(pod)
         elif rec.kind == MISSING and not rec.pods:
             del self._nodes[pod.node]
+
+    def _add_free(self, rec: _Node, gpus: int) -> None:
+        """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's."""
+        if not gpus:
+            return
+        self.onprem_free += gpus
+        if rec.pool:
+            self._pool_free[rec.pool] = self._pool_free.get(rec.pool, 0) + gpus
 
     def _update_cost_need(self, pod: _Pod) -> None:
         rec = self._nodes.get(pod.node)
@@ -376,7 +424,23 @@ class ClusterView:
             pending_training_gpus=self.pending_training,
             virtual_nodes=virtual,
             pods_needing_cost=tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle)),
+            pools=self._pools(),
         )
+
+    def _pools(self) -> dict[str, PoolGpus]:
+        """Every pool seen on a node or named by pending training; O(pools).
+
+        Training pending for a pool without (free) nodes nets to zero there: it can take no other pool's
+        GPUs, so it must not keep the burst open (a pod naming a pool that does not exist never starts).
+        """
+        free, pending = self._pool_free, self._pool_pending
+        # Pools with nothing free and nothing pending add nothing; leaving them out keeps the snapshot the
+        # same whichever order events arrived in (a drained pool's entry lingers at zero).
+        return {
+            pool: PoolGpus(free=free.get(pool, 0), pending_training=pending.get(pool, 0))
+            for pool in free.keys() | pending.keys()
+            if free.get(pool, 0) or pending.get(pool, 0)
+        }
 
 
 def _name(obj: Obj) -> str:

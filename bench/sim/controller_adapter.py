@@ -26,6 +26,7 @@ from agents.burst_controller.decide import (
     Decision,
     Mode,
     PodRef,
+    PoolGpus,
     Snapshot,
     VirtualNode,
     decide,
@@ -43,6 +44,7 @@ __all__ = [
     "Decision",
     "Mode",
     "PodRef",
+    "PoolGpus",
     "Snapshot",
     "TickStats",
     "VirtualNode",
@@ -97,6 +99,7 @@ class ClusterPort(Protocol):
     def onprem_free_gpus(self) -> int: ...
     def pending_inference_gpus(self) -> int: ...
     def pending_training_gpus(self) -> int: ...
+    def pool_gpus(self) -> dict[str, tuple[int, int]]: ...
     def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]: ...
     def pods_needing_cost(self, limit: int) -> list[tuple[str, str]]: ...
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
@@ -117,9 +120,10 @@ class ControllerAdapter:
     """Runs the real core once per controller tick against the simulated cluster."""
 
     def __init__(self, settings: BurstSettings, port: ClusterPort, exact_ticks: bool = False,
-                 on_flip: Callable[[Mode, float], None] | None = None) -> None:
+                 on_flip: Callable[[Mode, float], None] | None = None, per_pool: bool = True) -> None:
         self.settings = settings
         self.port = port
+        self.per_pool = per_pool
         self.exact_ticks = exact_ticks
         self.on_flip = on_flip
         self.decide_fn: Callable[[Snapshot, BurstState, float, BurstSettings], Decision] = decide
@@ -151,6 +155,9 @@ class ControllerAdapter:
             pending_training_gpus=port.pending_training_gpus(),
             virtual_nodes=nodes,
             pods_needing_cost=refs,
+            # pool -> (free on-prem GPUs, GPUs of Inqueue gangs for the pool), as the view nets them.
+            pools={p: PoolGpus(free, pending) for p, (free, pending) in port.pool_gpus().items()}
+            if self.per_pool else {},
         )
 
     def start(self, now: float) -> None:

@@ -13,7 +13,8 @@ What is modelled, and how:
   choosing empty nodes first and then the nodes with the fewest inference GPUs, whose inference pods it
   deletes outright (a batch scheduler's preemption does not wait for PDBs). Gangs pass Volcano's enqueue
   (pods exist only once the queue has room for them) and allocate (in arrival order, smaller gangs
-  backfilling past larger ones), as the stack's scheduler configuration has it.
+  backfilling past larger ones), as the stack's scheduler configuration has it. The enqueue room is
+  cluster-wide with one training queue, per pool with one queue per pool (`ClusterModel.queue_per_pool`).
 - Inference pods are bin-packed (best fit) onto nodes without training; when none fits they go to the first
   virtual node that is open (our taint absent) and has GPU and pod room, else they stay pending
   (unschedulable). A pod is Ready after the on-prem or external start latency.
@@ -198,7 +199,7 @@ class Simulator:
             if policy.settings is None:
                 raise ValueError(f"policy {policy.name!r}: the controller needs settings")
             self.controller = ControllerAdapter(policy.settings, self, exact_ticks=exact_ticks,
-                                                on_flip=self._on_flip)
+                                                on_flip=self._on_flip, per_pool=policy.pool_accounting)
 
     # ------------------------------------------------------------------ construction
 
@@ -241,6 +242,10 @@ class Simulator:
         self.min_gpn = min(self.zone_gpn, default=1)
         self.buckets: list[list[dict[int, None]]] = [[{} for _ in range(g + 1)] for g in self.zone_gpn]
         self.zone_avail = [0] * len(self.zone_gpn)  # nodes without training
+        # GPUs per zone held by training, by inference on-prem, and asked for by Inqueue gangs.
+        self.zone_train = [0] * len(self.zone_gpn)
+        self.zone_inf = [0] * len(self.zone_gpn)
+        self.zone_pend = [0] * len(self.zone_gpn)
         for i, z in enumerate(self.node_zone):
             self.buckets[z][self.node_free[i]][i] = None
             self.zone_avail[z] += 1
@@ -278,10 +283,20 @@ class Simulator:
     def pending_training_gpus(self) -> int:
         return self.pending_train_gpus
 
+    def pool_gpus(self) -> dict[str, tuple[int, int]]:
+        """Per pool: (free on-prem GPUs, GPUs of Inqueue gangs waiting for it); O(zones)."""
+        out: dict[str, tuple[int, int]] = {}
+        for z in self.zones:
+            free = self.zone_nodes[z] * self.zone_gpn[z] - self.zone_train[z] - self.zone_inf[z]
+            f, p = out.get(self.zone_pool[z], (0, 0))
+            out[self.zone_pool[z]] = (f + free, p + self.zone_pend[z])
+        return out
+
     def quiet_key(self) -> tuple[object, ...]:
         """Everything the core's input depends on, cheaply: equal keys mean equal snapshots (but the clock)."""
         return (self.train_gpus + self.onprem_inf_gpus, self.pending_inf_gpus, self.pending_train_gpus,
-                tuple(self.vn_used), tuple(self.vn_taint), tuple(self.vn_changed), len(self.needing_cost))
+                tuple(self.vn_used), tuple(self.vn_taint), tuple(self.vn_changed), len(self.needing_cost),
+                tuple(self.zone_train), tuple(self.zone_inf), tuple(self.zone_pend))
 
     def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]:
         return [
@@ -486,19 +501,27 @@ class Simulator:
         Only Inqueue gangs have (unschedulable) pods, so only they count as pending training GPUs.
         """
         if self.waiting:
-            room = self.train_capacity - self.train_gpus - self.pending_train_gpus
+            per_pool = self.model.queue_per_pool
+            # Room per training queue: key -1 is the one queue over every pool, else the pool's zone.
+            rooms: dict[int, int] = (
+                {z: self.zone_nodes[z] * self.zone_gpn[z] - self.zone_train[z] - self.zone_pend[z]
+                 for z in self.train_zone.values()}
+                if per_pool else {-1: self.train_capacity - self.train_gpus - self.pending_train_gpus}
+            )
             if not self.model.enqueue_gate:
-                room = 1 << 60  # every gang Inqueue on arrival: its pods count as pending at once
+                rooms = dict.fromkeys(rooms, 1 << 60)  # every gang Inqueue on arrival: pending at once
             for index in list(self.waiting):
-                if room < self.min_gpn:
+                if max(rooms.values()) < self.min_gpn:
                     break
                 gang = self.gangs[index]
                 z = self.train_zone[gang.pool]
+                key = z if per_pool else -1
                 gpus = gang.nodes * self.zone_gpn[z]
-                if gpus <= room:
+                if gpus <= rooms[key]:
                     self.queue[z][index] = self.waiting.pop(index)
                     self.pending_train_gpus += gpus
-                    room -= gpus
+                    self.zone_pend[z] += gpus
+                    rooms[key] -= gpus
         for z, queue in self.queue.items():
             if not queue or self.zone_avail[z] == 0:
                 continue
@@ -538,6 +561,8 @@ class Simulator:
             self.node_free[node] = 0
         self.train_gpus += gang.nodes * gpn
         self.pending_train_gpus -= gang.nodes * gpn
+        self.zone_train[z] += gang.nodes * gpn
+        self.zone_pend[z] -= gang.nodes * gpn
         self.jobs[index] = (z, chosen)
         if self.now >= self.warmup:
             self.gang_waits.append(self.now - arrived)
@@ -554,6 +579,7 @@ class Simulator:
             self.buckets[z][gpn][node] = None
         self.zone_avail[z] += len(nodes)
         self.train_gpus -= len(nodes) * gpn
+        self.zone_train[z] -= len(nodes) * gpn
         self._capacity_changed = True
         self._admit_dirty = True
 
@@ -575,6 +601,7 @@ class Simulator:
                     self.node_pods[node][pod.id] = None
                     pod.node = node
                     self.onprem_inf_gpus += g
+                    self.zone_inf[z] += g
                     self._start_pod(pod, self.onprem_lat)
                     return True
         for v in range(len(self.vn_name)):
@@ -641,6 +668,7 @@ class Simulator:
         if node >= 0:
             del self.node_pods[node][pid]
             self.onprem_inf_gpus -= g
+            self.zone_inf[self.node_zone[node]] -= g
             if self.node_job[node] == -1:
                 z = self.node_zone[node]
                 f = self.node_free[node]
@@ -842,6 +870,13 @@ class Simulator:
         queued = sum(self.gangs[i].nodes * self.zone_gpn[z] for z, q in self.queue.items() for i in q)
         assert queued == self.pending_train_gpus
         assert self.train_gpus + self.pending_train_gpus <= self.train_capacity or not self.model.enqueue_gate
+        for z in self.zones:
+            assert self.zone_train[z] == sum(len(n) * self.zone_gpn[z] for zz, n in self.jobs.values() if zz == z)
+            assert self.zone_inf[z] == sum(self.pods[p].gpus for i in range(len(self.node_zone))
+                                           if self.node_zone[i] == z for p in self.node_pods[i])
+            assert self.zone_pend[z] == sum(self.gangs[i].nodes * self.zone_gpn[z] for i in self.queue[z])
+            if self.model.queue_per_pool and self.model.enqueue_gate:
+                assert self.zone_train[z] + self.zone_pend[z] <= self.zone_nodes[z] * self.zone_gpn[z]
         assert not set(self.waiting) & {i for q in self.queue.values() for i in q}
 
 

@@ -71,6 +71,9 @@ class ClusterModel:
     # pods exist only once the training queue's allocated + Inqueue GPUs leave room for it. False models a
     # scheduler that creates every gang's pods on submission (all queued training counts as pending).
     enqueue_gate: bool = True
+    # One training queue per pool (`scheduling.trainingQueuePerPool`): the enqueue gate then counts room per
+    # pool (allocated + Inqueue GPUs of that pool's queue within the pool's GPUs) instead of cluster-wide.
+    queue_per_pool: bool = False
 
     @property
     def onprem_gpus(self) -> int:
@@ -100,7 +103,8 @@ class ClusterModel:
             max_total=d.max_pods_total,
             min_pod_age_s=float(d.min_pod_age_seconds),
         )
-        return cls(pools, providers, services, limits, latencies or Latencies())
+        return cls(pools, providers, services, limits, latencies or Latencies(),
+                   queue_per_pool=cfg.scheduling.queue_per_pool(len(cfg.pools)))
 
     def scaled_to(self, gpus: int) -> ClusterModel:
         """The same shape at another size: node counts, provider GPUs and replica bounds scale together."""

@@ -38,6 +38,10 @@ class Policy:
     descheduler: DeschedulerLimits | None = None
     reserved_inference_gpus: int = 0
     zero_lag: bool = False
+    # Feed the core per-pool free and pending-training GPUs (what the view learns from pool labels and
+    # training pods' required affinity). False feeds cluster-wide totals only: the core before per-pool
+    # accounting, kept as a baseline.
+    pool_accounting: bool = True
 
 
 def static_partition(model: ClusterModel, spec: WorkloadSpec) -> Policy:
