@@ -82,4 +82,5 @@ def test_summary_rows_for_prod() -> None:
     assert weka.startswith("weka (csi.weka.io), 60 GB/s declared, margin +26.7 GB/s (1.80×, 17 s per checkpoint)")
     assert weka.endswith("protected + retainOnDelete: PersistentVolumeClaim training/checkpoints-weka-ckpt")
     assert "margin +6.7 GB/s (1.20×" in rows["checkpoint vast-ckpt"]
-    assert rows["checkpoint throughput check"].startswith("weekly CronJob on 'weka-ckpt': 32 nodes × 8 fio writers (256)")
+    check = rows["checkpoint throughput check"]
+    assert check.startswith("weekly CronJob on 'weka-ckpt': 32 nodes × 8 fio writers (256)")
