@@ -19,7 +19,13 @@ from agents.burst_controller.settings import BurstSettings
 from components import images
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels, selector_labels
-from components.security import container_security_context, pod_security_context, resources
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 
 APP = "burst-controller"
 LEASE_NAME = "burst-controller"
@@ -139,7 +145,7 @@ class BurstController(pulumi.ComponentResource):
         port = args.burst.metrics_port
         self.deployment = k8s.apps.v1.Deployment(
             APP,
-            metadata=meta(name=APP, namespace=ns, labels=labels),
+            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 # One leader, one warm standby: the Lease, not the replica count, guarantees one writer.
                 replicas=args.burst.replicas,

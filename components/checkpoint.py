@@ -247,6 +247,8 @@ def check_job_spec(args: CheckArgs) -> k8s.batch.v1.JobSpecArgs:
         restart_policy="Never",
         affinity=cast(Any, affinity),
         tolerations=pool_tolerations(keys, [args.pool]),
+        # fio and the reducer only touch the shared volume; they never call the Kubernetes API.
+        automount_service_account_token=False,
         security_context=pod_security_context(),
         containers=[container],
         volumes=[

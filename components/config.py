@@ -455,6 +455,9 @@ class InferenceService(_Model):
     memory: str = "64Gi"
     max_unavailable: PositiveInt = 1
     readiness_path: str = "/healthz"
+    #: How long a replica may take to load its model before the readiness path must answer; until then the
+    #: liveness probe (same path) does not run, so a slow load is never killed as a hang.
+    startup_timeout_seconds: Annotated[int, Field(ge=30, le=7200)] = 1800
     pool: DnsLabel | None = None
     traffic: Traffic
     scaling: Scaling = Scaling()

@@ -23,12 +23,20 @@ import yaml
 
 from components.config import ClusterConfig, Descheduler, Priorities
 from components.naming import INFERENCE, Keys, common_labels
-from components.security import container_security_context, pod_security_context, resources
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 
 APP = "descheduler"
 POLICY_FILE = "policy.yaml"
 POLICY_DIR = "/policy-dir"
 PROFILE = "burst-return"
+#: A descheduling pass that has not finished by then is killed, so the next scheduled cycle can run.
+DEADLINE_SECONDS = 600
 Rule = k8s.rbac.v1.PolicyRuleArgs
 
 #: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time) and
@@ -143,7 +151,7 @@ class GradualReturn(pulumi.ComponentResource):
         )
         self.cron_job = k8s.batch.v1.CronJob(
             APP,
-            metadata=meta(name=APP, namespace=ns, labels=labels),
+            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
             spec=k8s.batch.v1.CronJobSpecArgs(
                 schedule=d.schedule,
                 # Two overlapping cycles would double the per-cycle eviction limits.
@@ -155,6 +163,8 @@ class GradualReturn(pulumi.ComponentResource):
                     metadata=meta(labels=labels),
                     spec=k8s.batch.v1.JobSpecArgs(
                         backoff_limit=0,
+                        # One pass takes seconds; under Forbid a hung run would block every later cycle.
+                        active_deadline_seconds=DEADLINE_SECONDS,
                         template=k8s.core.v1.PodTemplateSpecArgs(
                             metadata=meta(labels=labels),
                             spec=k8s.core.v1.PodSpecArgs(

@@ -27,7 +27,13 @@ import yaml
 from components import images
 from components.config import ClusterConfig, Queue, Scheduling, SchedulingEngine
 from components.naming import common_labels, selector_labels
-from components.security import container_security_context, pod_security_context, resources
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 
 VOLCANO_NAMESPACE = "volcano-system"
 KUBE_BATCH_NAMESPACE = "kube-batch"
@@ -238,7 +244,14 @@ class GangScheduler(pulumi.ComponentResource):
         )
         k8s.apps.v1.Deployment(
             "kube-batch",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name="kube-batch", namespace=KUBE_BATCH_NAMESPACE, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name="kube-batch", namespace=KUBE_BATCH_NAMESPACE, labels=labels,
+                annotations=checkov_skips({
+                    "CKV_K8S_38": API_CLIENT,
+                    "CKV_K8S_8": "legacy kube-batch v0.5 has no documented health endpoint to probe",
+                    "CKV_K8S_9": "legacy kube-batch v0.5 has no documented readiness endpoint and serves no Service",
+                }),
+            ),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=1,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),

@@ -24,7 +24,7 @@ custom.metrics.k8s.io and external.metrics.k8s.io, leaving metrics.k8s.io to met
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -50,7 +50,13 @@ from components.naming import (
 )
 from components.node_pools import pool_toleration
 from components.providers import provider_toleration
-from components.security import container_security_context, pod_security_context, resources
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 from components.stack import secret_value
 from components.workloads import gpu_resources, prefer_onprem_affinity
 
@@ -64,6 +70,12 @@ DEFAULT_SERIES: dict[ScalingMetric, str] = {
 #: The label on queue-depth series that names the inference service the queue feeds.
 QUEUE_SERVICE_LABEL = "service"
 ADAPTED = (ScalingMetric.QUEUE_DEPTH, ScalingMetric.IN_FLIGHT)
+#: Probe period for the startup and liveness probes on the server's readiness path.
+PROBE_PERIOD_SECONDS = 10
+#: Liveness restarts a replica only after a minute of failed checks, each allowed 5 s: a server busy with
+#: long generations answers its health path slowly, and restarting it under load would make it worse.
+LIVENESS_FAILURES = 6
+LIVENESS_TIMEOUT_SECONDS = 5
 
 
 def series(service: InferenceService) -> str:
@@ -116,6 +128,33 @@ def tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
             k8s.core.v1.TolerationArgs(key=keys.thermal_taint, operator="Equal", value="hot", effect="NoSchedule")
         )
     return out
+
+
+class ServerProbes(NamedTuple):
+    startup: k8s.core.v1.ProbeArgs
+    readiness: k8s.core.v1.ProbeArgs
+    liveness: k8s.core.v1.ProbeArgs
+
+
+def server_probes(service: InferenceService) -> ServerProbes:
+    """Startup, readiness and liveness on the server's readiness path.
+
+    The startup probe gives a replica ``startupTimeoutSeconds`` to load its model; only then does the
+    liveness probe run, so a slow load is never mistaken for a hang, and a wedged server is restarted.
+    """
+    def probe(period_seconds: int, failure_threshold: int, timeout_seconds: int | None = None) -> k8s.core.v1.ProbeArgs:
+        return k8s.core.v1.ProbeArgs(
+            http_get=k8s.core.v1.HTTPGetActionArgs(path=service.readiness_path, port="http"),
+            period_seconds=period_seconds, failure_threshold=failure_threshold, timeout_seconds=timeout_seconds,
+        )
+
+    period = PROBE_PERIOD_SECONDS
+    return ServerProbes(
+        startup=probe(period_seconds=period, failure_threshold=-(-service.startup_timeout_seconds // period)),
+        readiness=probe(period_seconds=5, failure_threshold=3),
+        liveness=probe(period_seconds=period, timeout_seconds=LIVENESS_TIMEOUT_SECONDS,
+                       failure_threshold=LIVENESS_FAILURES),
+    )
 
 
 def hpa_metric(service: InferenceService) -> k8s.autoscaling.v2.MetricSpecArgs:
@@ -183,8 +222,10 @@ class InferenceServiceComponent(pulumi.ComponentResource):
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
         child = pulumi.ResourceOptions(parent=self)
+        probes = server_probes(svc)
         env: list[k8s.core.v1.EnvVarArgs] = []
         deps: list[pulumi.Resource] = []
+        skips: dict[str, str] = {}
         traffic = svc.traffic
         if traffic.shape is TrafficShape.QUEUE_WORKER:
             env.append(k8s.core.v1.EnvVarArgs(name="QUEUE_URL", value=traffic.queue_url))
@@ -202,9 +243,10 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                     value_from=k8s.core.v1.EnvVarSourceArgs(secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
                         name=f"{svc.name}-queue", key="credentials")),
                 ))
+                skips["CKV_K8S_35"] = "the worker image reads queue credentials from env; secretKeyRef, never literal"
         self.deployment = k8s.apps.v1.Deployment(
             svc.name,
-            metadata=meta(name=svc.name, namespace=ns, labels=labels),
+            metadata=meta(name=svc.name, namespace=ns, labels=labels, annotations=checkov_skips(skips) or None),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 strategy=k8s.apps.v1.DeploymentStrategyArgs(
@@ -222,6 +264,8 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                         priority_class_name=args.priority_class,
                         affinity=prefer_onprem_affinity(keys, svc.pool),
                         tolerations=tolerations(args),
+                        # The server never calls the Kubernetes API: no token in the pod.
+                        automount_service_account_token=False,
                         security_context=pod_security_context(),
                         termination_grace_period_seconds=60,
                         containers=[k8s.core.v1.ContainerArgs(
@@ -230,11 +274,9 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                             args=svc.args or None,
                             env=env or None,
                             ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=svc.port)],
-                            readiness_probe=k8s.core.v1.ProbeArgs(
-                                http_get=k8s.core.v1.HTTPGetActionArgs(path=svc.readiness_path, port="http"),
-                                period_seconds=5,
-                                failure_threshold=3,
-                            ),
+                            startup_probe=probes.startup,
+                            readiness_probe=probes.readiness,
+                            liveness_probe=probes.liveness,
                             resources=gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
                             security_context=container_security_context(),
                             volume_mounts=[k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
@@ -413,7 +455,8 @@ class PrometheusAdapter(pulumi.ComponentResource):
         )
         deployment = k8s.apps.v1.Deployment(
             ADAPTER,
-            metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
+            metadata=meta(name=ADAPTER, namespace=ns, labels=labels,
+                          annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=a.replicas,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
@@ -423,6 +466,16 @@ class PrometheusAdapter(pulumi.ComponentResource):
                         service_account_name=ADAPTER,
                         priority_class_name=args.priority_class,
                         node_selector=args.system_pool_selector,
+                        # Replicas on different nodes: one node down must not take every HPA's metrics with it.
+                        affinity=k8s.core.v1.AffinityArgs(pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+                            preferred_during_scheduling_ignored_during_execution=[k8s.core.v1.WeightedPodAffinityTermArgs(
+                                weight=100,
+                                pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
+                                    topology_key="kubernetes.io/hostname",
+                                    label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                                ),
+                            )],
+                        )),
                         security_context=pod_security_context(),
                         containers=[k8s.core.v1.ContainerArgs(
                             name=ADAPTER,
@@ -439,6 +492,14 @@ class PrometheusAdapter(pulumi.ComponentResource):
                             readiness_probe=k8s.core.v1.ProbeArgs(
                                 http_get=k8s.core.v1.HTTPGetActionArgs(path="/readyz", port="https", scheme="HTTPS"),
                                 period_seconds=10,
+                            ),
+                            # The generic API server's own liveness endpoint: it does not depend on Prometheus.
+                            liveness_probe=k8s.core.v1.ProbeArgs(
+                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/livez", port="https", scheme="HTTPS"),
+                                initial_delay_seconds=30,
+                                period_seconds=10,
+                                timeout_seconds=5,
+                                failure_threshold=6,
                             ),
                             resources=resources("250m", "512Mi"),
                             security_context=container_security_context(),
@@ -458,6 +519,14 @@ class PrometheusAdapter(pulumi.ComponentResource):
                 ),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *bindings]),
+        )
+        # An unavailable APIService stops every custom/external-metric HPA: drains take one replica at a time.
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{ADAPTER}-pdb",
+            metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
+            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)),
+            opts=child,
         )
         service = k8s.core.v1.Service(
             f"{ADAPTER}-service",

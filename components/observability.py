@@ -38,7 +38,13 @@ from components.alert_rules import AlertThresholds, build_rule_spec
 from components.config import ClusterConfig, GpuPool, Observability
 from components.dashboards import gpu_fleet
 from components.naming import ONPREM, Keys, common_labels, selector_labels
-from components.security import container_security_context, pod_security_context, resources
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 
 DCGM_APP = "dcgm-exporter"
 IB_APP = "ib-exporter"
@@ -59,6 +65,17 @@ Rule = k8s.rbac.v1.PolicyRuleArgs
 GUARD_CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
 )
+#: dcgm-exporter's allow-listed privileges (components.security.PRIVILEGE_ALLOW_LIST), skipped in checkov
+#: on its DaemonSet only.
+DCGM_CHECKOV_SKIPS = {
+    "CKV_K8S_23": "DCGM host engine runs as root (allow-listed in components.security)",
+    "CKV_K8S_40": "DCGM host engine runs as root, uid 0 (allow-listed in components.security)",
+    "CKV_K8S_25": "adds SYS_ADMIN only, for DCGM profiling fields (allow-listed in components.security)",
+    "CKV_K8S_39": "CAP_SYS_ADMIN for DCGM profiling fields; never privileged (allow-listed)",
+}
+#: Node events are recorded in ``default``; the guard's Role there only creates events.
+GUARD_EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
+
 #: In ``default`` only, where node events live.
 GUARD_EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
 
@@ -313,7 +330,7 @@ class ObservabilityStack(pulumi.ComponentResource):
         ]
         daemonset = k8s.apps.v1.DaemonSet(
             DCGM_APP,
-            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels),
+            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels, annotations=checkov_skips(DCGM_CHECKOV_SKIPS)),
             spec=k8s.apps.v1.DaemonSetSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
@@ -493,20 +510,23 @@ class ObservabilityStack(pulumi.ComponentResource):
         )
         event_role = k8s.rbac.v1.Role(
             f"{GUARD_APP}-events-role",
-            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels),
+            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels,
+                          annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS)),
             rules=list(GUARD_EVENT_RULES),
             opts=child,
         )
         event_binding = k8s.rbac.v1.RoleBinding(
             f"{GUARD_APP}-events-binding",
-            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels),
+            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels,
+                          annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS)),
             role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=GUARD_APP),
             subjects=[subject],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[event_role, sa]),
         )
         deployment = k8s.apps.v1.Deployment(
             GUARD_APP,
-            metadata=meta(name=GUARD_APP, namespace=ns, labels=labels),
+            metadata=meta(name=GUARD_APP, namespace=ns, labels=labels,
+                          annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 # One writer of node taints; Recreate so an update never runs two guards at once.
                 replicas=1,

@@ -6,6 +6,7 @@ more than the restricted profile and exactly what it gets. The policy pack reads
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi_kubernetes as k8s
@@ -17,6 +18,13 @@ PRIVILEGE_ALLOW_LIST: dict[str, str] = {
 }
 
 RUN_AS_USER = 65532
+
+#: checkov reads per-object skips from annotations with this prefix (``checkov.io/skip1`` …), each valued
+#: ``<CHECK_ID>=<reason>``. A skip on one object leaves the check on for every other object.
+CHECKOV_SKIP_PREFIX = "checkov.io/skip"
+
+#: Why controllers keep their ServiceAccount token (checkov CKV_K8S_38); their RBAC lists exactly what they call.
+API_CLIENT = "a controller that calls the Kubernetes API with its ServiceAccount token; its RBAC lists what it calls"
 
 
 def pod_security_context(**overrides: Any) -> k8s.core.v1.PodSecurityContextArgs:
@@ -42,6 +50,20 @@ def container_security_context(**overrides: Any) -> k8s.core.v1.SecurityContextA
     }
     args.update(overrides)
     return k8s.core.v1.SecurityContextArgs(**args)
+
+
+def checkov_skips(reasons: Mapping[str, str]) -> dict[str, str]:
+    """Annotations that skip the named checkov checks on one object only, each with its reason.
+
+    Narrower than a global skip in ``.checkov.yaml``: the same finding on any other object still fails.
+    checkov splits the value at ``=``, so a reason must not contain one.
+    """
+    out: dict[str, str] = {}
+    for index, (check, reason) in enumerate(sorted(reasons.items()), start=1):
+        if "=" in reason or len(reason.strip()) < 20:
+            raise ValueError(f"checkov skip {check}: give a reason of 20+ characters without '=' (got {reason!r})")
+        out[f"{CHECKOV_SKIP_PREFIX}{index}"] = f"{check}={reason}"
+    return out
 
 
 def resources(cpu: str, memory: str, cpu_limit: str | None = None) -> k8s.core.v1.ResourceRequirementsArgs:

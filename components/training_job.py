@@ -108,6 +108,10 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "schedulerName": args.scheduler_name,
             "priorityClassName": args.priority_class,
             "restartPolicy": "Never",
+            # The runtime's default seccomp filter: NCCL, IB verbs and CUDA work through device ioctls, mmap and
+            # sockets, which it allows. Users' images may run as root, so non-root is left to the namespace's
+            # Pod Security admission; allowPrivilegeEscalation stays false on the container.
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "affinity": onprem_required_affinity(keys, job.pool),
             "tolerations": [
                 {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}

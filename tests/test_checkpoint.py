@@ -174,6 +174,10 @@ def test_prod_runs_the_check_weekly_at_a_drawn_time(prod: RunResult) -> None:
     minute, hour, dom, month, weekday = cron.inputs["spec"]["schedule"].split()
     assert 0 <= int(minute) <= 59 and 0 <= int(hour) <= 23 and 0 <= int(weekday) <= 6
     assert (dom, month) == ("*", "*")
+    pod = cron.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "annotations" not in cron.metadata or not any(
+        k.startswith("checkov.io/") for k in cron.metadata["annotations"])
     draws = prod.by_type("random:index/randomInteger:RandomInteger")
     assert {d.inputs["max"] for d in draws} == {59, 23, 6}
 
@@ -206,6 +210,8 @@ def test_prod_throughput_check_job(run_stack: Any) -> None:
     assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert fio["securityContext"]["readOnlyRootFilesystem"] is True
+    # fio never calls the Kubernetes API: no token in the pod.
+    assert pod["automountServiceAccountToken"] is False
 
 
 def seed_value(inputs: dict[str, Any]) -> int:

@@ -116,10 +116,13 @@ def test_kube_batch_legacy_engine(run_stack: StackRunner) -> None:
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     assert "*" not in verbs
     assert all("*" not in rule["resources"] for rule in role["rules"])
+    skips = result.one("Deployment", "kube-batch").metadata["annotations"]
+    assert sorted(v.split("=", 1)[0] for v in skips.values()) == ["CKV_K8S_38", "CKV_K8S_8", "CKV_K8S_9"]
     job = result.one("Job", "smoke-gang").inputs
     assert job["apiVersion"] == "batch/v1"
     template = job["spec"]["template"]
     assert template["spec"]["schedulerName"] == "kube-batch"
+    assert template["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "smoke-gang"
     podgroup = next(r for r in result.by_kind("PodGroup"))
     assert podgroup.inputs["spec"]["minMember"] == 4
@@ -151,6 +154,8 @@ def test_training_gang(local: RunResult) -> None:
         {"key": "gpucluster.io/pool", "operator": "Equal", "value": "local-gpu", "effect": "NoSchedule"}
     ]
     container = pod["containers"][0]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False}
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "480"

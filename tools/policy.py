@@ -152,7 +152,9 @@ def docs() -> str:
         "",
         "Locally: `make diff BASE=main` prints the same markdown and writes it to `.state/diff.md`;",
         "`make policy STACK=prod` prints the violation table; `make checkov` and `make actionlint` run the",
-        "scanners (`.checkov.yaml` lists every skipped check with its reason).",
+        "scanners (`.checkov.yaml` lists the platform-wide skips with their reasons; an exception for one object",
+        "is a `checkov.io/skip<N>: <CHECK_ID>=<reason>` annotation on that object, written by",
+        "`components.security.checkov_skips`).",
         "",
     ]
     return "\n".join(lines)
