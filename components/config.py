@@ -952,6 +952,9 @@ class TrainingJob(_Model):
     pool: DnsLabel
     workers: PositiveInt
     gpus_per_worker: PositiveInt = 8
+    #: Per-worker CPU and memory requests; size them below the pool's allocatable or the gang never fits.
+    cpu_per_worker: str = "64"
+    memory_per_worker: str = "1024Gi"
     max_retries: NonNegativeInt = 5
     command: list[str] = Field(default_factory=list)
     checkpoint: CheckpointMount | None = None

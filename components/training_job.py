@@ -87,7 +87,9 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     keys = Keys(args.label_prefix)
     job = args.job
     labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
-    env = [*nccl_env(args.nccl), *checkpoint_env(job), {"name": "WORLD_SIZE", "value": str(job.workers)}]
+    # Rank, world size and the rendezvous address come from Volcano's pytorch plugin (MASTER_ADDR,
+    # MASTER_PORT, WORLD_SIZE, RANK); setting them here too would give the pod two conflicting values.
+    env = [*nccl_env(args.nccl), *checkpoint_env(job)]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if job.checkpoint is not None:
@@ -98,7 +100,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                 "claimName": args.checkpoint_claim or checkpoint_claim_name(job.checkpoint.filesystem)
             },
         })
-    resources = gpu_resources(args.gpu_resource, job.gpus_per_worker, "64", "1024Gi")
+    resources = gpu_resources(args.gpu_resource, job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker)
     return {
         "metadata": {
             "labels": labels,

@@ -160,6 +160,9 @@ def test_training_gang(local: RunResult) -> None:
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "480"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == container["resources"]["requests"]["nvidia.com/gpu"]
+    assert container["resources"]["requests"]["cpu"] == "4"
+    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"] == "16Gi"
+    assert "WORLD_SIZE" not in env, "the pytorch plugin owns rank and world size"
 
 
 def test_prod_example_job_is_disabled_but_can_be_enabled(prod: RunResult, run_stack: StackRunner) -> None:
