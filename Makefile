@@ -29,8 +29,9 @@ test: lint unit
 render: venv
 	$(PY) -m tools.render --stack $(STACK) --out $(OUT)
 
+# MOCK=1 skips the real engine (and its first build) and previews on the mock runtime only.
 preview: venv
-	$(PY) -m tools.preview --stack $(STACK)
+	$(PY) -m tools.preview --stack $(STACK) $(if $(MOCK),--mock-only)
 
 # Capability targets live in mk/*.mk, one file per capability, so they can change independently.
 -include mk/*.mk

@@ -120,8 +120,11 @@ def real_engine_preview(stack: str, console: Console) -> int | None:
         runner: Any = importlib.import_module("tools.engine_runner")
     except ImportError:
         return None
-    if not runner.engine_available() and not runner.ensure_engine():
-        return None
+    if not runner.engine_available():
+        console.print("preview: building the real engine from Go modules first (cold: ~45 min on 2 cores; "
+                      "`make preview MOCK=1` skips it)")
+        if not runner.ensure_engine():
+            return None
     proc = runner.real_preview(stack, policy_pack=True)
     # The engine's own output, unwrapped: its diff lines are wider than a terminal's default.
     sys.stdout.write(proc.stdout)
