@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) and copies the
-# Volcano CRDs of the pinned module into .state/localcluster/crd.
+# Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) from three
+# modules (., addons, volcano) and copies the Volcano CRDs of the pinned module into .state/localcluster/crd.
 # Cached: a stamp holds the hash of every go.mod/go.sum, our mains and this script; a warm run only hashes.
 # One binary at a time with -p ${GO_BUILD_P:-2}: the machine is shared with other Go builds.
 set -euo pipefail
@@ -13,9 +13,10 @@ par="${GO_BUILD_P:-2}"
 
 # The Kubernetes release the core module pins (go.mod); reported by the API server's /version.
 k8s_version="v1.35.3"
-core=(etcd kube-apiserver kube-controller-manager kube-scheduler vc-scheduler vc-controller-manager)
+core=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 addons=(kwok descheduler)
-volcano_crds=(scheduling.volcano.sh_queues scheduling.volcano.sh_podgroups batch.volcano.sh_jobs bus.volcano.sh_commands)
+volcano=(vc-scheduler vc-controller-manager)
+prom_operator="github.com/prometheus-operator/prometheus-operator@v0.85.0"
 
 key() {
   (cd "$here" && find . \( -name go.mod -o -name go.sum -o -name '*.go' -o -name build.sh \) -print0 \
@@ -25,8 +26,8 @@ key() {
 want="$(key)"
 have="$(cat "$bin/.stamp" 2>/dev/null || true)"
 complete=1
-for b in "${core[@]}" "${addons[@]}"; do [ -x "$bin/$b" ] || complete=0; done
-for c in "${volcano_crds[@]}"; do [ -s "$crd/$c.yaml" ] || complete=0; done
+for b in "${core[@]}" "${addons[@]}" "${volcano[@]}"; do [ -x "$bin/$b" ] || complete=0; done
+[ -s "$crd/scheduling.volcano.sh_podgroups.yaml" ] && [ -s "$crd/monitoring.coreos.com_servicemonitors.yaml" ] || complete=0
 if [ "$want" = "$have" ] && [ "$complete" = 1 ]; then
   echo "localcluster: binaries up to date in $bin"
   exit 0
@@ -46,12 +47,18 @@ total=$SECONDS
 # kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
 build "$here/addons" kwok ""
-for b in vc-scheduler vc-controller-manager; do build "$here" "$b" "$version_flags"; done
+for b in "${volcano[@]}"; do build "$here/volcano" "$b" ""; done
 build "$here/addons" descheduler ""
 
-volcano_dir="$(cd "$here" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
-for c in "${volcano_crds[@]}"; do
-  install -m 0644 "$volcano_dir/config/crd/volcano/bases/$c.yaml" "$crd/$c.yaml"
+# Every CRD Volcano's scheduler and controllers watch (their informers wait for all of them).
+volcano_dir="$(cd "$here/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)"
+rm -f "$crd"/*.yaml
+install -m 0644 "$volcano_dir"/config/crd/volcano/bases/*.yaml "$crd/"
+# The monitoring CRDs a production cluster gets from prometheus-operator: the stack declares
+# ServiceMonitors and PrometheusRules. Fetched (checksum-verified) from the module proxy.
+prom_dir="$(cd "$here" && go mod download -json "$prom_operator" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+for c in servicemonitors podmonitors prometheusrules; do
+  install -m 0644 "$prom_dir/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$crd/"
 done
 echo "$want" > "$bin/.stamp"
 echo "localcluster: built everything in $((SECONDS - total))s"

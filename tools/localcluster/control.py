@@ -42,6 +42,9 @@ DEFAULT_STATE = ROOT / ".state" / "localcluster"
 #: Components of the control plane proper, in start order (stopped in reverse).
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
                  "vc-controller-manager", "vc-scheduler")
+#: Without these there is no cluster; Volcano's two are started when built (a warning otherwise).
+REQUIRED = CONTROL_PLANE[:5]
+VOLCANO = CONTROL_PLANE[5:]
 
 
 class ClusterError(RuntimeError):
@@ -55,22 +58,29 @@ def say(msg: str) -> None:
 # --------------------------------------------------------------------------- processes
 
 
+def _start_ticks(pid: int) -> int | None:
+    """The process start time (clock ticks since boot) from /proc: with the pid it names one process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
 @dataclass(frozen=True)
 class Proc:
     name: str
     pid: int
     argv: list[str]
     log: str
+    start_ticks: int | None = None
 
     def alive(self) -> bool:
-        try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        stat = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[-1].split()
-        if stat and stat[0] == "Z":
-            return False
-        return bool(cmdline) and cmdline[0].decode(errors="replace") == self.argv[0]
+        """Still running and still the process we started (not a reused pid)."""
+        ticks = _start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks
 
 
 def _record(lay: Layout, name: str) -> Path:
@@ -82,7 +92,8 @@ def load_proc(lay: Layout, name: str) -> Proc | None:
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    return Proc(name=name, pid=int(data["pid"]), argv=list(data["argv"]), log=str(data["log"]))
+    return Proc(name=name, pid=int(data["pid"]), argv=list(data["argv"]), log=str(data["log"]),
+                start_ticks=data.get("start_ticks"))
 
 
 def recorded(lay: Layout) -> list[Proc]:
@@ -103,8 +114,9 @@ def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str,
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
             start_new_session=True, env={**os.environ, **(env or {})},
         )
-    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log))
-    _record(lay, name).write_text(json.dumps({"pid": proc.pid, "argv": proc.argv, "log": proc.log}))
+    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=_start_ticks(child.pid))
+    _record(lay, name).write_text(json.dumps(
+        {"pid": proc.pid, "argv": proc.argv, "log": proc.log, "start_ticks": proc.start_ticks}))
     return proc
 
 
@@ -227,6 +239,21 @@ def apply_crds(lay: Layout) -> list[str]:
     return names
 
 
+#: RuntimeClasses a GPU node gets from the NVIDIA GPU operator; pods naming them are rejected otherwise.
+RUNTIME_CLASSES = ("nvidia",)
+
+
+def apply_runtime_classes(lay: Layout) -> None:
+    from kubernetes import client
+
+    node_api: Any = client.NodeV1Api(api_client(lay))
+    have = {rc.metadata.name for rc in node_api.list_runtime_class().items}
+    for name in RUNTIME_CLASSES:
+        if name not in have:
+            node_api.create_runtime_class(
+                {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name})
+
+
 def crds_established(lay: Layout, names: Sequence[str]) -> bool:
     from kubernetes import client
 
@@ -261,8 +288,14 @@ def default_service_account(lay: Layout) -> bool:
 # --------------------------------------------------------------------------- up / down / status
 
 
-def binaries_missing(lay: Layout) -> list[str]:
-    return [name for name in CONTROL_PLANE if not os.access(lay.bin / name, os.X_OK)]
+def binaries_missing(lay: Layout, names: Sequence[str] = REQUIRED) -> list[str]:
+    return [name for name in names if not os.access(lay.bin / name, os.X_OK)]
+
+
+def expected(lay: Layout) -> tuple[str, ...]:
+    """The components this build can run: the required ones, and Volcano's when built."""
+    volcano = not binaries_missing(lay, VOLCANO) and any(lay.crd.glob("*.yaml"))
+    return CONTROL_PLANE if volcano else REQUIRED
 
 
 def is_up(lay: Layout) -> bool:
@@ -270,7 +303,7 @@ def is_up(lay: Layout) -> bool:
     if ports is None:
         return False
     procs = {p.name: p for p in recorded(lay)}
-    if not all(name in procs and procs[name].alive() for name in CONTROL_PLANE):
+    if not all(name in procs and procs[name].alive() for name in expected(lay)):
         return False
     try:
         return api_get(lay, ports["apiserver"], "/readyz")[0] == 200
@@ -309,16 +342,23 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
         start_process(lay, name, cmds[name])
 
     apply_nodes(lay, plan)
-    crds = apply_crds(lay)
-    wait_for("Volcano CRDs established", lambda: crds_established(lay, crds), 60)
-    for name in ("vc-controller-manager", "vc-scheduler"):
-        start_process(lay, name, cmds[name])
+    apply_runtime_classes(lay)
+    start_process(lay, "provisioner", [sys.executable, "-m", "tools.localcluster.provisioner",
+                                       f"--kubeconfig={lay.kubeconfig}"], env={"PYTHONPATH": str(ROOT)})
+    if expected(lay) == CONTROL_PLANE:
+        crds = apply_crds(lay)
+        wait_for("Volcano CRDs established", lambda: crds_established(lay, crds), 60)
+        for name in VOLCANO:
+            start_process(lay, name, cmds[name])
+    else:
+        say(f"warning: Volcano not built ({', '.join(binaries_missing(lay, VOLCANO)) or 'no CRDs'}); "
+            "gang scheduling is unavailable")
 
     kwok = load_proc(lay, "kwok")
     wait_for(f"{len(plan.nodes)} nodes Ready", lambda: nodes_ready(lay, plan), timeout, kwok)
     kcm = load_proc(lay, "kube-controller-manager")
     wait_for("the default service account", lambda: default_service_account(lay), timeout, kcm)
-    for name in CONTROL_PLANE:
+    for name in expected(lay):
         proc = load_proc(lay, name)
         if proc is None or not proc.alive():
             log = proc.log if proc else "?"
@@ -349,7 +389,7 @@ def status(lay: Layout, out: Any = sys.stdout) -> bool:
     for name in names:
         proc = procs.get(name)
         state = f"running (pid {proc.pid})" if proc and proc.alive() else "stopped"
-        healthy = healthy and (state != "stopped" or name not in CONTROL_PLANE)
+        healthy = healthy and (state != "stopped" or name not in expected(lay))
         print(f"{name:26} {state}", file=out)
     if not is_up(lay):
         print("control plane: down", file=out)

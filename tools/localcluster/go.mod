@@ -1,19 +1,15 @@
-// Go tools module for the local control plane: etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler and Volcano's scheduler and controllers, all at Kubernetes 1.35 (Volcano v1.15 tracks
-// 1.35). Each cmd/* is a small main of our own that calls the upstream app package; kwok and the
-// descheduler live in ./addons (they track 1.36 and only talk to the API server as clients).
+// Go tools module for the local control plane: etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler at Kubernetes 1.35. Each cmd/* is a small main of our own that calls the upstream app
+// package. kwok and the descheduler live in ./addons (1.36 client libraries), Volcano in ./volcano
+// (1.34); as API clients they tolerate one minor of skew.
 module gpucluster.local/tools/localcluster
 
 go 1.26.0
 
 require (
-	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/server/v3 v3.6.5
-	k8s.io/apiserver v0.35.3
 	k8s.io/component-base v0.35.3
-	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubernetes v1.35.3
-	volcano.sh/volcano v1.15.1
 )
 
 require (
@@ -43,7 +39,6 @@ require (
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
-	github.com/elastic/go-elasticsearch/v7 v7.17.7 // indirect
 	github.com/emicklei/go-restful/v3 v3.12.2 // indirect
 	github.com/euank/go-kmsg-parser v2.0.0+incompatible // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
@@ -90,7 +85,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/libopenstorage/openstorage v1.0.0 // indirect
 	github.com/mistifyio/go-zfs v2.1.2-0.20190413222219-f784269be439+incompatible // indirect
-	github.com/mitchellh/mapstructure v1.5.0 // indirect
 	github.com/moby/spdystream v0.5.1 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
@@ -105,7 +99,6 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/opencontainers/runtime-spec v1.2.1 // indirect
 	github.com/opencontainers/selinux v1.13.0 // indirect
-	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
@@ -116,6 +109,7 @@ require (
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.0 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/stoewer/go-strcase v1.3.0 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
@@ -158,10 +152,10 @@ require (
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
-	gopkg.in/yaml.v2 v2.4.0 // indirect
 	k8s.io/api v0.35.3 // indirect
 	k8s.io/apiextensions-apiserver v0.35.0 // indirect
 	k8s.io/apimachinery v0.35.3 // indirect
+	k8s.io/apiserver v0.35.3 // indirect
 	k8s.io/client-go v0.35.3 // indirect
 	k8s.io/cloud-provider v0.35.3 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
@@ -173,6 +167,7 @@ require (
 	k8s.io/dynamic-resource-allocation v0.35.3 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kms v0.35.3 // indirect
 	k8s.io/kube-aggregator v0.0.0 // indirect
 	k8s.io/kube-controller-manager v0.0.0 // indirect
@@ -190,13 +185,11 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.2-0.20260122202528-d9cc6641c482 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
-	stathat.com/c/consistent v1.0.0 // indirect
-	volcano.sh/apis v1.15.1 // indirect
 )
 
 // k8s.io/kubernetes points every staging module at ./staging/src; a consumer maps each one to the
-// published v0.35.3 tag. The first lines re-declare Volcano's own replace directives; its staging
-// volcano.sh/apis is not in the module zip, so the published apis release stands in for it.
+// published v0.35.3 tag. grpc and the OTLP exporter are pinned above what 1.35.3 asks for: these are
+// the versions the control plane was built and verified with (shared with Volcano v1.15's pins).
 replace (
 	cloud.google.com/go => cloud.google.com/go v0.100.2
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc => go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.42.0
@@ -232,5 +225,4 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.35.3
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.3
 	k8s.io/sample-controller => k8s.io/sample-controller v0.35.3
-	volcano.sh/apis => volcano.sh/apis v1.14.0
 )

@@ -61,11 +61,8 @@ class NodeSpec:
             "kind": "Node",
             "metadata": {"name": self.name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
             "spec": {"taints": [t.manifest() for t in self.taints]},
-            "status": {
-                "capacity": capacity,
-                "allocatable": dict(capacity),
-                "nodeInfo": {"kubeletVersion": "fake", "operatingSystem": "linux", "architecture": "amd64"},
-            },
+            # kwok's node-initialize stage keeps capacity/allocatable and fills conditions and nodeInfo.
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
         }
 
 

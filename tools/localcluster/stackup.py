@@ -44,16 +44,22 @@ def ensure_engine() -> None:
     _run(["bash", "tools/engine/build.sh"], what="engine: building (cold; see tools/engine)")
 
 
-def pulumi_env(lay: Layout) -> dict[str, str]:
-    return {"KUBECONFIG": str(lay.kubeconfig)}
+def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None) -> None:
+    """``pulumi up --yes`` of ``stack`` against the local cluster, through the project's engine runner.
 
+    The engine gets its own copy of the stack config (tools/engine_runner), so nothing is written back
+    to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend.
+    """
+    from tools import engine_runner
 
-def pulumi_up(lay: Layout, stack: str, extra_env: dict[str, str] | None = None) -> None:
-    env = {**pulumi_env(lay), **(extra_env or {})}
-    subprocess.run([str(PULUMI), "stack", "select", "--create", stack], cwd=ROOT,
-                   env={**os.environ, **env}, check=False, capture_output=True)
-    _run([str(PULUMI), "up", "--yes", "--skip-preview", "--stack", stack, "--non-interactive"], env=env,
-         what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
+    copies = Path(backend_url[len("file://"):]) / "config" if backend_url else engine_runner.CONFIG_COPIES
+    config = engine_runner._prepare_config(stack, ROOT, copies, {}, backend_url)
+    env = {"KUBECONFIG": str(lay.kubeconfig), "NO_COLOR": "1"}
+    if backend_url:
+        env["PULUMI_BACKEND_URL"] = backend_url
+    # --refresh: the local cluster is recreated by every down/up, so the stack's record may be stale.
+    _run([str(PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, "--config-file", str(config),
+          "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
 
 
 # --------------------------------------------------------------------------- agent configuration
@@ -187,16 +193,21 @@ def summary(lay: Layout, plan: NodePlan) -> str:
 def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
     started = time.monotonic()
     plan = control.up(lay, stack=stack)
-    notes: list[str] = []
+    failed: str | None = None
     if not skip_pulumi:
         ensure_engine()
-        pulumi_up(lay, stack)
+        try:
+            pulumi_up(lay, stack)
+        except control.ClusterError as err:  # still start what can run and show where things stand
+            failed = str(err)
     notes = start_agents(lay, stack)
     print(summary(lay, plan))
     for note in notes:
         print(f"  note: {note}")
+    if failed:
+        print(f"  FAILED: {failed}")
     control.say(f"make up finished in {time.monotonic() - started:.1f}s")
-    return 0
+    return 1 if failed else 0
 
 
 def down(lay: Layout) -> int:

@@ -5,6 +5,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,12 +38,10 @@ func writeDefaultStages() (string, error) {
 		podfast.DefaultPodComplete,
 		podfast.DefaultPodDelete,
 	}
-	dir, err := os.MkdirTemp("", "kwok-stages-")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "stages.yaml")
-	return path, os.WriteFile(path, []byte(strings.Join(docs, "\n---\n")), 0o600)
+	data := []byte(strings.Join(docs, "\n---\n"))
+	// One file per content, rewritten in place on every start: nothing accumulates in the temp dir.
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("kwok-default-stages-%x.yaml", sha256.Sum256(data)))
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 func main() {

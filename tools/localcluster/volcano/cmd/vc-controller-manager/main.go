@@ -40,11 +40,6 @@ func main() {
 	fs := pflag.CommandLine
 	opts := options.NewServerOption()
 	opts.AddFlags(fs, registered())
-	framework.ForeachController(func(c framework.Controller) {
-		if fp, ok := c.(framework.FlagProvider); ok {
-			fp.AddFlags(fs)
-		}
-	})
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fs)
 	commonutil.LeaderElectionDefault(&opts.LeaderElection)
 	opts.LeaderElection.ResourceName = "vc-controller-manager"
