@@ -26,6 +26,7 @@ from components.security import (
     pod_security_context,
     resources,
 )
+from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
 APP = "burst-controller"
 LEASE_NAME = "burst-controller"
@@ -181,15 +182,8 @@ class BurstController(pulumi.ComponentResource):
                                 ),
                             )],
                             ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
-                            readiness_probe=k8s.core.v1.ProbeArgs(
-                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
-                                period_seconds=10,
-                            ),
-                            liveness_probe=k8s.core.v1.ProbeArgs(
-                                http_get=k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics"),
-                                period_seconds=20,
-                                failure_threshold=6,
-                            ),
+                            readiness_probe=metrics_readiness_probe(),
+                            liveness_probe=metrics_liveness_probe(),
                             resources=resources("100m", "256Mi"),
                             security_context=container_security_context(),
                             volume_mounts=[k8s.core.v1.VolumeMountArgs(

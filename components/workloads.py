@@ -63,3 +63,16 @@ def gpu_resources(gpu_resource: str, gpus: int, cpu: str, memory: str) -> k8s.co
         requests={gpu_resource: str(gpus), "cpu": cpu, "memory": memory},
         limits={gpu_resource: str(gpus), "memory": memory},
     )
+
+
+_METRICS_GET = k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics")
+
+
+def metrics_readiness_probe() -> k8s.core.v1.ProbeArgs:
+    """Readiness on an agent's metrics port (named ``metrics``): it answers once the process serves."""
+    return k8s.core.v1.ProbeArgs(http_get=_METRICS_GET, period_seconds=10)
+
+
+def metrics_liveness_probe() -> k8s.core.v1.ProbeArgs:
+    """Liveness on the metrics port, tolerating two minutes of failures before a restart."""
+    return k8s.core.v1.ProbeArgs(http_get=_METRICS_GET, period_seconds=20, failure_threshold=6)
