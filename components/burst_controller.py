@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from agents.burst_controller.settings import BurstSettings
-from components import images
+from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels, selector_labels
 from components.security import (
@@ -26,13 +26,13 @@ from components.security import (
     pod_security_context,
     resources,
 )
-from components.workloads import metrics_liveness_probe, metrics_readiness_probe
+from components.workloads import metrics_liveness_probe, metrics_readiness_probe, spread_across_nodes
 
 APP = "burst-controller"
 LEASE_NAME = "burst-controller"
 SETTINGS_FILE = "settings.yaml"
 CONFIG_DIR = "/etc/burst-controller"
-Rule = k8s.rbac.v1.PolicyRuleArgs
+Rule = rbac.Rule
 
 #: Cluster-wide: read nodes and pods; patch node taints and pods' deletion-cost annotation. Nothing else.
 CLUSTER_RULES: tuple[Rule, ...] = (
@@ -118,30 +118,14 @@ class BurstController(pulumi.ComponentResource):
             data={SETTINGS_FILE: settings_document(args.settings)},
             opts=child,
         )
-        sa = k8s.core.v1.ServiceAccount(f"{APP}-sa", metadata=meta(name=APP, namespace=ns, labels=labels), opts=child)
-        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=APP, namespace=ns)
-        cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{APP}-role", metadata=meta(name=role_name, labels=labels), rules=list(CLUSTER_RULES), opts=child
+        account = rbac.service_account(APP, ns, labels, self)
+        cluster = rbac.cluster_role_with_binding(
+            f"{APP}-role", f"{APP}-binding", name=role_name, rules=CLUSTER_RULES, subject=account.subject,
+            labels=labels, parent=self, depends_on=[account.service_account],
         )
-        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{APP}-binding",
-            metadata=meta(name=role_name, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, sa]),
-        )
-        role = k8s.rbac.v1.Role(
-            f"{APP}-ns-role",
-            metadata=meta(name=APP, namespace=ns, labels=labels),
-            rules=namespace_rules(LEASE_NAME),
-            opts=child,
-        )
-        binding = k8s.rbac.v1.RoleBinding(
-            f"{APP}-ns-binding",
-            metadata=meta(name=APP, namespace=ns, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=APP),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        local = rbac.namespaced_role_with_binding(
+            f"{APP}-ns-role", f"{APP}-ns-binding", name=APP, namespace=ns, rules=namespace_rules(LEASE_NAME),
+            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
         )
         port = args.burst.metrics_port
         self.deployment = k8s.apps.v1.Deployment(
@@ -158,19 +142,7 @@ class BurstController(pulumi.ComponentResource):
                         priority_class_name=args.priority_class,
                         node_selector=args.system_pool_selector,
                         security_context=pod_security_context(),
-                        affinity=k8s.core.v1.AffinityArgs(
-                            pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
-                                preferred_during_scheduling_ignored_during_execution=[
-                                    k8s.core.v1.WeightedPodAffinityTermArgs(
-                                        weight=100,
-                                        pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
-                                            topology_key="kubernetes.io/hostname",
-                                            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                                        ),
-                                    )
-                                ]
-                            )
-                        ),
+                        affinity=spread_across_nodes(selector),
                         containers=[k8s.core.v1.ContainerArgs(
                             name=APP,
                             image=args.image,
@@ -196,7 +168,7 @@ class BurstController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster_binding, binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, local.binding]),
         )
         k8s.policy.v1.PodDisruptionBudget(
             f"{APP}-pdb",

@@ -21,6 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components import rbac
 from components.config import ClusterConfig, Descheduler, Priorities
 from components.naming import INFERENCE, Keys, common_labels
 from components.security import (
@@ -37,7 +38,7 @@ POLICY_DIR = "/policy-dir"
 PROFILE = "burst-return"
 #: A descheduling pass that has not finished by then is killed, so the next scheduled cycle can run.
 DEADLINE_SECONDS = 600
-Rule = k8s.rbac.v1.PolicyRuleArgs
+Rule = rbac.Rule
 
 #: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time) and
 #: metrics.k8s.io (only LowNodeUtilization with real usage reads it).
@@ -138,16 +139,10 @@ class GradualReturn(pulumi.ComponentResource):
             data={POLICY_FILE: document},
             opts=child,
         )
-        sa = k8s.core.v1.ServiceAccount(f"{APP}-sa", metadata=meta(name=APP, namespace=ns, labels=labels), opts=child)
-        role = k8s.rbac.v1.ClusterRole(
-            f"{APP}-role", metadata=meta(name=role_name, labels=labels), rules=list(RULES), opts=child
-        )
-        binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{APP}-binding",
-            metadata=meta(name=role_name, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
-            subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=APP, namespace=ns)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
+        account = rbac.service_account(APP, ns, labels, self)
+        grant = rbac.cluster_role_with_binding(
+            f"{APP}-role", f"{APP}-binding", name=role_name, rules=RULES, subject=account.subject,
+            labels=labels, parent=self, depends_on=[account.service_account],
         )
         self.cron_job = k8s.batch.v1.CronJob(
             APP,
@@ -192,7 +187,7 @@ class GradualReturn(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, grant.binding]),
         )
         self.schedule = pulumi.Output.from_input(d.schedule)
         self.register_outputs({"schedule": self.schedule})

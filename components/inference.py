@@ -30,6 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components import rbac
 from components.config import (
     ClusterConfig,
     ExternalProvider,
@@ -58,7 +59,7 @@ from components.security import (
     resources,
 )
 from components.stack import secret_value
-from components.workloads import gpu_resources, prefer_onprem_affinity
+from components.workloads import gpu_resources, prefer_onprem_affinity, spread_across_nodes
 
 ADAPTER = "prometheus-adapter"
 ADAPTER_PORT = 6443
@@ -414,37 +415,26 @@ class PrometheusAdapter(pulumi.ComponentResource):
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
         child = pulumi.ResourceOptions(parent=self)
-        ref = k8s.rbac.v1.RoleRefArgs
         empty = k8s.core.v1.EmptyDirVolumeSourceArgs()
-        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=ADAPTER, namespace=ns)
-        sa = k8s.core.v1.ServiceAccount(f"{ADAPTER}-sa", metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
-                                        opts=child)
-        reader = k8s.rbac.v1.ClusterRole(
-            f"{ADAPTER}-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}", labels=labels),
-            rules=list(ADAPTER_RULES), opts=child,
+        account = rbac.service_account(ADAPTER, ns, labels, self)
+        subject = account.subject
+        reader = rbac.cluster_role_with_binding(
+            f"{ADAPTER}-reader", f"{ADAPTER}-reader", name=f"gpu-cluster:{ADAPTER}", rules=ADAPTER_RULES,
+            subject=subject, labels=labels, parent=self, depends_on=[account.service_account],
         )
-        after_sa = pulumi.ResourceOptions(parent=self, depends_on=[sa, reader])
+        after_sa = [account.service_account, reader.role]
         bindings = [
-            k8s.rbac.v1.ClusterRoleBinding(
-                f"{ADAPTER}-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}", labels=labels),
-                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                             name=f"gpu-cluster:{ADAPTER}"),
-                subjects=[subject], opts=after_sa,
-            ),
+            reader.binding,
             # An aggregated API server delegates authn/authz to the kube-apiserver...
-            k8s.rbac.v1.ClusterRoleBinding(
-                f"{ADAPTER}-auth-delegator", metadata=meta(name=f"gpu-cluster:{ADAPTER}:auth-delegator",
-                                                           labels=labels),
-                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="system:auth-delegator"),
-                subjects=[subject], opts=after_sa,
+            rbac.bind_cluster_role(
+                f"{ADAPTER}-auth-delegator", name=f"gpu-cluster:{ADAPTER}:auth-delegator",
+                role="system:auth-delegator", subject=subject, labels=labels, parent=self, depends_on=after_sa,
             ),
             # ...and reads the client-CA ConfigMap in kube-system.
-            k8s.rbac.v1.RoleBinding(
-                f"{ADAPTER}-auth-reader", metadata=meta(name=f"gpu-cluster:{ADAPTER}:auth-reader",
-                                                        namespace="kube-system", labels=labels),
-                role_ref=ref(api_group="rbac.authorization.k8s.io", kind="Role",
-                             name="extension-apiserver-authentication-reader"),
-                subjects=[subject], opts=after_sa,
+            rbac.bind_role(
+                f"{ADAPTER}-auth-reader", name=f"gpu-cluster:{ADAPTER}:auth-reader", namespace="kube-system",
+                role="extension-apiserver-authentication-reader", subject=subject, labels=labels, parent=self,
+                depends_on=after_sa,
             ),
         ]
         config = k8s.core.v1.ConfigMap(
@@ -467,15 +457,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
                         priority_class_name=args.priority_class,
                         node_selector=args.system_pool_selector,
                         # Replicas on different nodes: one node down must not take every HPA's metrics with it.
-                        affinity=k8s.core.v1.AffinityArgs(pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
-                            preferred_during_scheduling_ignored_during_execution=[k8s.core.v1.WeightedPodAffinityTermArgs(
-                                weight=100,
-                                pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
-                                    topology_key="kubernetes.io/hostname",
-                                    label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                                ),
-                            )],
-                        )),
+                        affinity=spread_across_nodes(selector),
                         security_context=pod_security_context(),
                         containers=[k8s.core.v1.ContainerArgs(
                             name=ADAPTER,

@@ -33,7 +33,7 @@ import pulumi_kubernetes as k8s
 
 from agents.thermal_guard.settings import ThermalSettings
 from agents.thermal_guard.shell import EVENT_NAMESPACE
-from components import dcgm_counters, images
+from components import dcgm_counters, images, rbac
 from components.alert_rules import AlertThresholds, build_rule_spec
 from components.config import ClusterConfig, GpuPool, Observability
 from components.dashboards import gpu_fleet
@@ -60,7 +60,7 @@ GUARD_SETTINGS_KEY = "settings.json"
 DASHBOARD_KEY = "gpu-fleet.json"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 
-Rule = k8s.rbac.v1.PolicyRuleArgs
+Rule = rbac.Rule
 
 #: Cluster-wide, exactly what the guard's shell calls: read nodes, patch their taints/labels/annotations.
 GUARD_CLUSTER_RULES: tuple[Rule, ...] = (
@@ -299,24 +299,69 @@ class ObservabilityStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
         )
 
+    # ------------------------------------------------------------------ GPU-node DaemonSets
+
+    def _gpu_node_daemonset(
+        self,
+        app: str,
+        labels: dict[str, str],
+        port: int,
+        *,
+        pod_security: k8s.core.v1.PodSecurityContextArgs,
+        container: k8s.core.v1.ContainerArgs,
+        volumes: list[k8s.core.v1.VolumeArgs],
+        depends_on: list[pulumi.Resource],
+        annotations: dict[str, str] | None = None,
+        runtime_class: str | None = None,
+    ) -> k8s.apps.v1.DaemonSet:
+        """A telemetry exporter on every node of our GPU pools, with its tokenless ServiceAccount and scraping.
+
+        The exporters read the node, never the API server: no token is mounted. Rolling 10% at a time keeps
+        most of the fleet measured during an update.
+        """
+        args = self.args
+        ns = args.system_namespace
+        meta = k8s.meta.v1.ObjectMetaArgs
+        sa = rbac.service_account(app, ns, labels, self, automount_token=False).service_account
+        daemonset = k8s.apps.v1.DaemonSet(
+            app,
+            metadata=meta(name=app, namespace=ns, labels=labels, annotations=annotations),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="10%"),
+                ),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=app,
+                        automount_service_account_token=False,
+                        priority_class_name=args.priority_class,
+                        runtime_class_name=runtime_class,
+                        affinity=_gpu_pool_affinity(args),
+                        tolerations=_gpu_node_tolerations(args),
+                        security_context=pod_security,
+                        containers=[container],
+                        volumes=volumes,
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, sa]),
+        )
+        self._service_and_monitor(app, labels, ns, port, [daemonset])
+        return daemonset
+
     # ------------------------------------------------------------------ DCGM
 
     def _dcgm_exporter(self) -> k8s.apps.v1.DaemonSet:
         args = self.args
         ns = args.system_namespace
         labels = common_labels(DCGM_APP, "gpu-telemetry", args.dcgm_image.rsplit(":", 1)[-1])
-        selector = selector_labels(labels)
-        meta = k8s.meta.v1.ObjectMetaArgs
         counters = k8s.core.v1.ConfigMap(
             f"{DCGM_APP}-counters",
-            metadata=meta(name=f"{DCGM_APP}-counters", namespace=ns, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{DCGM_APP}-counters", namespace=ns, labels=labels),
             data={COUNTERS_KEY: dcgm_counters.render()},
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        sa = k8s.core.v1.ServiceAccount(
-            f"{DCGM_APP}-sa",
-            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels),
-            automount_service_account_token=False,
             opts=pulumi.ResourceOptions(parent=self),
         )
         env = [
@@ -329,151 +374,91 @@ class ObservabilityStack(pulumi.ComponentResource):
             # alert rules find the node by it.
             _node_name_env(),
         ]
-        daemonset = k8s.apps.v1.DaemonSet(
+        return self._gpu_node_daemonset(
             DCGM_APP,
-            metadata=meta(name=DCGM_APP, namespace=ns, labels=labels, annotations=checkov_skips(DCGM_CHECKOV_SKIPS)),
-            spec=k8s.apps.v1.DaemonSetSpecArgs(
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="10%"),
+            labels,
+            DCGM_PORT,
+            annotations=checkov_skips(DCGM_CHECKOV_SKIPS),
+            runtime_class=args.observability.dcgm_runtime_class,
+            # DCGM's host engine needs root; it gets SYS_ADMIN only (allow-listed), never privileged.
+            pod_security=pod_security_context(run_as_non_root=False, run_as_user=0, run_as_group=0, fs_group=None),
+            container=k8s.core.v1.ContainerArgs(
+                name=DCGM_APP,
+                image=args.dcgm_image,
+                env=env,
+                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=DCGM_PORT)],
+                readiness_probe=k8s.core.v1.ProbeArgs(
+                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
+                    period_seconds=10,
                 ),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=DCGM_APP,
-                        automount_service_account_token=False,
-                        priority_class_name=args.priority_class,
-                        runtime_class_name=args.observability.dcgm_runtime_class,
-                        affinity=_gpu_pool_affinity(args),
-                        tolerations=_gpu_node_tolerations(args),
-                        # DCGM's host engine needs root; it gets SYS_ADMIN only (allow-listed), never privileged.
-                        security_context=pod_security_context(
-                            run_as_non_root=False, run_as_user=0, run_as_group=0, fs_group=None
-                        ),
-                        containers=[
-                            k8s.core.v1.ContainerArgs(
-                                name=DCGM_APP,
-                                image=args.dcgm_image,
-                                env=env,
-                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=DCGM_PORT)],
-                                readiness_probe=k8s.core.v1.ProbeArgs(
-                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
-                                    period_seconds=10,
-                                ),
-                                liveness_probe=k8s.core.v1.ProbeArgs(
-                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
-                                    initial_delay_seconds=45,
-                                    period_seconds=20,
-                                    failure_threshold=6,
-                                ),
-                                resources=resources("100m", "512Mi"),
-                                security_context=container_security_context(
-                                    run_as_non_root=False,
-                                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=["SYS_ADMIN"]),
-                                ),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(
-                                        name="counters", mount_path=DCGM_CONFIG_DIR, read_only=True
-                                    ),
-                                    k8s.core.v1.VolumeMountArgs(
-                                        name="pod-resources", mount_path=POD_RESOURCES_DIR, read_only=True
-                                    ),
-                                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
-                                ],
-                            )
-                        ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="counters",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{DCGM_APP}-counters"),
-                            ),
-                            k8s.core.v1.VolumeArgs(
-                                name="pod-resources",
-                                host_path=k8s.core.v1.HostPathVolumeSourceArgs(
-                                    path=POD_RESOURCES_DIR, type="Directory"
-                                ),
-                            ),
-                            k8s.core.v1.VolumeArgs(
-                                name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")
-                            ),
-                        ],
-                    ),
+                liveness_probe=k8s.core.v1.ProbeArgs(
+                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port="metrics"),
+                    initial_delay_seconds=45,
+                    period_seconds=20,
+                    failure_threshold=6,
                 ),
+                resources=resources("100m", "512Mi"),
+                security_context=container_security_context(
+                    run_as_non_root=False,
+                    capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=["SYS_ADMIN"]),
+                ),
+                volume_mounts=[
+                    k8s.core.v1.VolumeMountArgs(name="counters", mount_path=DCGM_CONFIG_DIR, read_only=True),
+                    k8s.core.v1.VolumeMountArgs(name="pod-resources", mount_path=POD_RESOURCES_DIR, read_only=True),
+                    k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                ],
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[counters, sa]),
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="counters",
+                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{DCGM_APP}-counters"),
+                ),
+                k8s.core.v1.VolumeArgs(
+                    name="pod-resources",
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=POD_RESOURCES_DIR, type="Directory"),
+                ),
+                k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
+            ],
+            depends_on=[counters],
         )
-        self._service_and_monitor(DCGM_APP, labels, ns, DCGM_PORT, [daemonset])
-        return daemonset
 
     # ------------------------------------------------------------------ InfiniBand
 
     def _ib_exporter(self) -> k8s.apps.v1.DaemonSet:
         args = self.args
-        ns = args.system_namespace
         port = args.observability.ib_exporter_port
         labels = common_labels(IB_APP, "network-telemetry", images.AGENT_VERSION)
-        selector = selector_labels(labels)
-        meta = k8s.meta.v1.ObjectMetaArgs
-        sa = k8s.core.v1.ServiceAccount(
-            f"{IB_APP}-sa",
-            metadata=meta(name=IB_APP, namespace=ns, labels=labels),
-            automount_service_account_token=False,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        daemonset = k8s.apps.v1.DaemonSet(
+        return self._gpu_node_daemonset(
             IB_APP,
-            metadata=meta(name=IB_APP, namespace=ns, labels=labels),
-            spec=k8s.apps.v1.DaemonSetSpecArgs(
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_unavailable="10%"),
+            labels,
+            port,
+            pod_security=pod_security_context(),
+            container=k8s.core.v1.ContainerArgs(
+                name=IB_APP,
+                image=args.ib_image,
+                args=[f"--sysfs-root={HOST_SYS}", f"--listen-address=0.0.0.0:{port}"],
+                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
+                readiness_probe=k8s.core.v1.ProbeArgs(
+                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+                    period_seconds=10,
                 ),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=IB_APP,
-                        automount_service_account_token=False,
-                        priority_class_name=args.priority_class,
-                        affinity=_gpu_pool_affinity(args),
-                        tolerations=_gpu_node_tolerations(args),
-                        security_context=pod_security_context(),
-                        containers=[
-                            k8s.core.v1.ContainerArgs(
-                                name=IB_APP,
-                                image=args.ib_image,
-                                args=[f"--sysfs-root={HOST_SYS}", f"--listen-address=0.0.0.0:{port}"],
-                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
-                                readiness_probe=k8s.core.v1.ProbeArgs(
-                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
-                                    period_seconds=10,
-                                ),
-                                liveness_probe=k8s.core.v1.ProbeArgs(
-                                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
-                                    period_seconds=20,
-                                    failure_threshold=6,
-                                ),
-                                resources=resources("50m", "64Mi", cpu_limit="500m"),
-                                security_context=container_security_context(),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(name="sys", mount_path=HOST_SYS, read_only=True)
-                                ],
-                            )
-                        ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="sys",
-                                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/sys", type="Directory"),
-                            )
-                        ],
-                    ),
+                liveness_probe=k8s.core.v1.ProbeArgs(
+                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+                    period_seconds=20,
+                    failure_threshold=6,
                 ),
+                resources=resources("50m", "64Mi", cpu_limit="500m"),
+                security_context=container_security_context(),
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="sys", mount_path=HOST_SYS, read_only=True)],
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[sa]),
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="sys",
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/sys", type="Directory"),
+                )
+            ],
+            depends_on=[],
         )
-        self._service_and_monitor(IB_APP, labels, ns, port, [daemonset])
-        return daemonset
 
     # ------------------------------------------------------------------ thermal guard
 
@@ -492,37 +477,15 @@ class ObservabilityStack(pulumi.ComponentResource):
             data={GUARD_SETTINGS_KEY: settings_document(args.guard_settings)},
             opts=child,
         )
-        sa = k8s.core.v1.ServiceAccount(
-            f"{GUARD_APP}-sa", metadata=meta(name=GUARD_APP, namespace=ns, labels=labels), opts=child
+        account = rbac.service_account(GUARD_APP, ns, labels, self)
+        cluster = rbac.cluster_role_with_binding(
+            f"{GUARD_APP}-role", f"{GUARD_APP}-binding", name=role_name, rules=GUARD_CLUSTER_RULES,
+            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
         )
-        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=GUARD_APP, namespace=ns)
-        cluster_role = k8s.rbac.v1.ClusterRole(
-            f"{GUARD_APP}-role",
-            metadata=meta(name=role_name, labels=labels),
-            rules=list(GUARD_CLUSTER_RULES),
-            opts=child,
-        )
-        cluster_binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{GUARD_APP}-binding",
-            metadata=meta(name=role_name, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_role, sa]),
-        )
-        event_role = k8s.rbac.v1.Role(
-            f"{GUARD_APP}-events-role",
-            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels,
-                          annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS)),
-            rules=list(GUARD_EVENT_RULES),
-            opts=child,
-        )
-        event_binding = k8s.rbac.v1.RoleBinding(
-            f"{GUARD_APP}-events-binding",
-            metadata=meta(name=GUARD_APP, namespace=EVENT_NAMESPACE, labels=labels,
-                          annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS)),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=GUARD_APP),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[event_role, sa]),
+        events = rbac.namespaced_role_with_binding(
+            f"{GUARD_APP}-events-role", f"{GUARD_APP}-events-binding", name=GUARD_APP, namespace=EVENT_NAMESPACE,
+            rules=GUARD_EVENT_RULES, subject=account.subject, labels=labels, parent=self,
+            depends_on=[account.service_account], annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS),
         )
         deployment = k8s.apps.v1.Deployment(
             GUARD_APP,
@@ -569,7 +532,7 @@ class ObservabilityStack(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster_binding, event_binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, events.binding]),
         )
         self._service_and_monitor(GUARD_APP, labels, ns, port, [deployment])
         return deployment

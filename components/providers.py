@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import rbac
 from components.config import ClusterConfig, ExternalProvider, ProviderKind
 from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels, selector_labels
 from components.security import (
@@ -52,7 +53,7 @@ VK_CHECKOV_SKIPS = {
                  "Lease and the node goes NotReady",
     "CKV_K8S_9": "serves no Service traffic; the virtual node reports readiness through its node Lease",
 }
-Rule = k8s.rbac.v1.PolicyRuleArgs
+Rule = rbac.Rule
 
 
 def _rule(groups: list[str], resources_: list[str], verbs: list[str]) -> Rule:
@@ -255,33 +256,16 @@ class ExternalGpuProvider(pulumi.ComponentResource):
             string_data={CREDENTIALS_KEY: secret_value(p.credentials_secret)},
             opts=child,
         )
-        sa = k8s.core.v1.ServiceAccount(
-            f"{app}-sa", metadata=meta(name=app, namespace=ns, labels=labels), opts=child
-        )
+        account = rbac.service_account(app, ns, labels, self)
         role_name = f"gpu-cluster:{app}"
-        role = k8s.rbac.v1.ClusterRole(
-            f"{app}-role", metadata=meta(name=role_name, labels=labels), rules=list(preset.rules), opts=child
+        cluster = rbac.cluster_role_with_binding(
+            f"{app}-role", f"{app}-binding", name=role_name, rules=preset.rules, subject=account.subject,
+            labels=labels, parent=self, depends_on=[account.service_account],
         )
-        subject = k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=ns)
-        binding = k8s.rbac.v1.ClusterRoleBinding(
-            f"{app}-binding",
-            metadata=meta(name=role_name, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role_name),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[role, sa]),
-        )
-        lease_role = k8s.rbac.v1.Role(
-            f"{app}-lease-role",
-            metadata=meta(name=role_name, namespace=NODE_LEASE_NAMESPACE, labels=labels),
-            rules=list(LEASE_RULES),
-            opts=child,
-        )
-        lease_binding = k8s.rbac.v1.RoleBinding(
-            f"{app}-lease-binding",
-            metadata=meta(name=role_name, namespace=NODE_LEASE_NAMESPACE, labels=labels),
-            role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=role_name),
-            subjects=[subject],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[lease_role, sa]),
+        lease = rbac.namespaced_role_with_binding(
+            f"{app}-lease-role", f"{app}-lease-binding", name=role_name, namespace=NODE_LEASE_NAMESPACE,
+            rules=LEASE_RULES, subject=account.subject, labels=labels, parent=self,
+            depends_on=[account.service_account],
         )
 
         volumes = [k8s.core.v1.VolumeArgs(name="credentials", secret=k8s.core.v1.SecretVolumeSourceArgs(
@@ -354,7 +338,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*config_deps, binding, lease_binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*config_deps, cluster.binding, lease.binding]),
         )
         # The node exists once the virtual kubelet registered it; labels go on by server-side apply.
         self.node_patch = k8s.core.v1.NodePatch(

@@ -76,3 +76,23 @@ def metrics_readiness_probe() -> k8s.core.v1.ProbeArgs:
 def metrics_liveness_probe() -> k8s.core.v1.ProbeArgs:
     """Liveness on the metrics port, tolerating two minutes of failures before a restart."""
     return k8s.core.v1.ProbeArgs(http_get=_METRICS_GET, period_seconds=20, failure_threshold=6)
+
+
+def spread_across_nodes(selector: dict[str, str]) -> k8s.core.v1.AffinityArgs:
+    """Preferred anti-affinity by hostname: replicas on different nodes, so one node down leaves a replica.
+
+    Preferred, not required: with fewer nodes than replicas the extra replica still schedules.
+    """
+    return k8s.core.v1.AffinityArgs(
+        pod_anti_affinity=k8s.core.v1.PodAntiAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                k8s.core.v1.WeightedPodAffinityTermArgs(
+                    weight=100,
+                    pod_affinity_term=k8s.core.v1.PodAffinityTermArgs(
+                        topology_key="kubernetes.io/hostname",
+                        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                    ),
+                )
+            ]
+        )
+    )
