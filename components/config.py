@@ -240,6 +240,17 @@ class Queue(_Model):
     weight: PositiveInt = 1
     gpu_capability: PositiveInt | None = None
     reclaimable: bool = True
+    #: GPUs the queue deserves (Volcano ``capacity`` plugin): what it may reclaim up to from reclaimable
+    #: queues, and above which its own pods are reclaim victims. Unset: a training queue deserves every GPU
+    #: of its pool(s); the inference queue deserves none, so all of its pods stay reclaimable.
+    gpu_deserved: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _deserved_within_capability(self) -> Self:
+        if (self.gpu_deserved is not None and self.gpu_capability is not None
+                and self.gpu_deserved > self.gpu_capability):
+            raise ValueError(f"gpuDeserved ({self.gpu_deserved}) exceeds gpuCapability ({self.gpu_capability})")
+        return self
 
 
 class SchedulingEngine(StrEnum):

@@ -69,6 +69,9 @@ def policy(d: Descheduler, priorities: Priorities, keys: Keys) -> dict[str, Any]
                 "priorityThreshold": {"value": priority_threshold(priorities)},
                 "minPodAge": f"{d.min_pod_age_seconds}s",
                 "nodeFit": True,
+                # Inference pods mount an emptyDir for /tmp (read-only root filesystem); the evictor
+                # protects pods with local storage by default, which would pin them to the virtual node.
+                "podProtections": {"defaultDisabled": ["PodsWithLocalStorage"]},
             },
         },
         {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [keys.burst_taint]}},

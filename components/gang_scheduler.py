@@ -4,11 +4,16 @@ Decision (see README, "Scheduling decision"): training *and* inference pods on G
 the same gang scheduler (Volcano by default). A batch scheduler cannot preempt pods that the
 default scheduler placed, and two schedulers on the same nodes double-book GPUs; with a single
 scheduler the capacity view is one, and a pending training gang gets GPUs through Volcano's
-``reclaim`` action (training queue takes back from the reclaimable inference queue) and ``preempt``
-action (higher PriorityClass wins inside a queue). Inference pods are annotated preemptable, training
-pods are not. With more than one pool, training gets one queue per pool (capability = the pool's GPUs)
-so that Volcano's enqueue gate, which admits a gang only while its queue has room, never lets a gang
-waiting for one pool keep gangs for another, idle pool out.
+``reclaim`` action: the training queue takes GPUs back from the reclaimable inference queue. Queue
+shares come from the ``capacity`` plugin with explicit ``deserved`` amounts, not from ``proportion``'s
+weights: a training queue deserves every on-prem GPU of its pool(s) and the inference queue deserves
+nothing, so every inference pod is always a reclaim victim and a gang that wants the whole pool can
+get it (with ``proportion`` a queue reclaims only up to its weighted share, so such a gang never
+starts). ``preempt`` (higher PriorityClass wins) only picks victims inside the preemptor's own queue.
+Inference pods are annotated preemptable, training pods are not. With more than one pool, training
+gets one queue per pool (capability and deserved = the pool's GPUs) so that Volcano's enqueue gate,
+which admits a gang only while its queue has room, never lets a gang waiting for one pool keep gangs
+for another, idle pool out.
 
 Volcano's own controllers come from its pinned Helm chart (values built and tested here); the queues
 and the scheduler configuration we depend on are first-class objects or chart values, so tests and
@@ -69,16 +74,22 @@ class GangSchedulerArgs:
         the training queue's weight and a capability of that pool's GPUs (capped by
         ``trainingQueue.gpuCapability`` when set). The capability is what makes Volcano's enqueue gate per
         pool: a gang waiting for a busy pool only holds room in its own pool's queue.
+
+        Deserved GPUs (Volcano ``capacity`` plugin): a training queue deserves every GPU of the pool(s) it
+        serves, unless ``gpuDeserved`` says otherwise, so it may reclaim all of them from inference; the
+        inference queue deserves none by default, which makes each of its pods an immediate reclaim victim.
         """
         sched = self.scheduling
         base = sched.training_queue
         names = sched.training_queue_names(self.pool_gpus)
         if not sched.queue_per_pool(len(self.pool_gpus)):
-            return [base, sched.inference_queue]
+            deserved = sum(self.pool_gpus.values()) if base.gpu_deserved is None else base.gpu_deserved
+            return [base.model_copy(update={"gpu_deserved": deserved}), sched.inference_queue]
         training = [
             base.model_copy(update={
                 "name": names[pool],
                 "gpu_capability": gpus if base.gpu_capability is None else min(gpus, base.gpu_capability),
+                "gpu_deserved": gpus if base.gpu_deserved is None else min(gpus, base.gpu_deserved),
             })
             for pool, gpus in self.pool_gpus.items()
         ]
@@ -95,7 +106,12 @@ KUBE_BATCH_CONF = {
 
 
 def volcano_scheduler_conf() -> dict[str, Any]:
-    """The scheduler configuration: gang first, priority decides preemption, queues share by weight."""
+    """The scheduler configuration: gang first, priority orders jobs, queues share by explicit deserved GPUs.
+
+    ``capacity`` (not ``proportion``): reclaim between queues follows each queue's ``deserved`` amount, so
+    the training queue, which deserves every on-prem GPU, can take all of them back from inference. The
+    two plugins must not be enabled together (both answer the same queue questions).
+    """
     return {
         "actions": ", ".join(VOLCANO_ACTIONS),
         "tiers": [
@@ -104,7 +120,7 @@ def volcano_scheduler_conf() -> dict[str, Any]:
                 "plugins": [
                     {"name": "drf"},
                     {"name": "predicates"},
-                    {"name": "proportion"},
+                    {"name": "capacity"},
                     {"name": "nodeorder"},
                     {"name": "binpack"},
                 ]
@@ -133,6 +149,8 @@ def queue_spec(queue: Queue, gpu_resource: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"weight": queue.weight, "reclaimable": queue.reclaimable}
     if queue.gpu_capability is not None:
         spec["capability"] = {gpu_resource: queue.gpu_capability}
+    if queue.gpu_deserved is not None:
+        spec["deserved"] = {gpu_resource: queue.gpu_deserved}
     return spec
 
 

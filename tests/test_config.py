@@ -119,7 +119,7 @@ def test_thermal_threshold_above_hardware_limit() -> None:
 
 def test_kube_batch_refused_on_modern_kubernetes() -> None:
     msg = fails("local", lambda c: c[P + "scheduling"].update({"engine": "kube-batch"}))
-    assert "scheduling.engine: 'kube-batch' supports Kubernetes 1.13–1.24, but kubernetesVersion is 1.34" in msg
+    assert "scheduling.engine: 'kube-batch' supports Kubernetes 1.13–1.24, but kubernetesVersion is 1.35" in msg
     assert "policy/v1beta1" in msg
 
 

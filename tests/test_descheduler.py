@@ -36,6 +36,7 @@ def test_policy_is_only_the_burst_return(prod: RunResult) -> None:
                     "priorityThreshold": {"value": 10_001},
                     "minPodAge": "600s",
                     "nodeFit": True,
+                    "podProtections": {"defaultDisabled": ["PodsWithLocalStorage"]},
                 }},
                 {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": ["gpucluster.io/burst"]}},
             ],

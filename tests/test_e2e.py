@@ -6,7 +6,9 @@ stack deployed. Then, with timeouts and in order: a training gang that needs eve
 preempts inference, the burst taint leaves the virtual node, inference becomes ready there, the gang
 starts together and only on-prem; after training ends the taint returns as NoSchedule and the
 descheduler brings inference back no faster than its per-cycle limit. A sampler checks throughout
-that ready inference never drops below the service minimum and that no taint is ever NoExecute.
+that no taint is ever NoExecute and that the gang never runs partially, and that ready inference never
+drops below minReplicas - maxUnavailable (the PDB's floor) while it returns; the fewest ready replicas of
+each phase are reported.
 
 Per-phase timings are printed and written to .state/localcluster/e2e-phases.json.
 """
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 
 from tools.localcluster import control, stackup
-from tools.localcluster.plan import Layout, load_stack_config
+from tools.localcluster.plan import Layout, load_stack_config, stack_config_values
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
@@ -56,9 +58,14 @@ def stack(tmp_path_factory):
     (state / "crd").symlink_to(BUILT / "crd")
     backend = tmp_path_factory.mktemp("e2e-backend")
     lay = Layout(state)
+    # The scenario submits its own gang (from the stack's job config); the stack's declared jobs stay off, or
+    # one could take every GPU before inference exists and `pulumi up` would wait on the Deployment.
+    raw = stack_config_values(ROOT / "Pulumi.local.yaml")
+    training = dict(raw.get("training") or {})
+    training["jobs"] = [{**job, "enabled": False} for job in training.get("jobs", [])]
     try:
         control.up(lay, timeout=300)
-        stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}")
+        stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}", extra={"gpu-cluster:training": training})
         notes = stackup.start_agents(lay, "local")
         yield lay, load_stack_config(ROOT, "local"), notes
     finally:
@@ -131,6 +138,9 @@ class Sampler(threading.Thread):
         self.c, self.service, self.job, self.workers = cluster, service, job, workers
         self.stop = threading.Event()
         self.min_ready = 10**9
+        #: The scenario's current phase (set by the test) and the fewest ready replicas sampled in each.
+        self.phase = "preempt"
+        self.min_by_phase: dict[str, int] = {}
         self.effects: set[str] = set()
         self.partial_gang: list[int] = []
         self.errors: list[str] = []
@@ -140,6 +150,7 @@ class Sampler(threading.Thread):
             try:
                 ready = sum(self.c.ready_by_location(self.service).values())
                 self.min_ready = min(self.min_ready, ready)
+                self.min_by_phase[self.phase] = min(self.min_by_phase.get(self.phase, ready), ready)
                 self.effects |= {t.effect for t in self.c.burst_taints()}
                 running = [p for p in self.c.gang_pods(self.job) if p.status.phase == "Running"]
                 if 0 < len(running) < self.workers:
@@ -165,7 +176,7 @@ def test_burst_scenario(stack):
     if any(n.startswith("descheduler") for n in notes):
         pytest.fail(f"descheduler did not start: {notes}")
 
-    # The stack may already run its own gang; the scenario starts with inference only.
+    # The scenario starts with inference only (a gang left from elsewhere would skew it).
     for vcjob in c.custom.list_namespaced_custom_object(
             "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs")["items"]:
         c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
@@ -211,6 +222,7 @@ def test_burst_scenario(stack):
 
         # Training ends: the taint returns (NoSchedule) and inference comes back gradually.
         ended = time.monotonic()
+        sampler.phase = "return"
         c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
                                                  "e2e-gang")
         wait("the burst taint back on the virtual node", lambda: len(c.burst_taints()) == len(cfg.providers), 300)
@@ -223,14 +235,26 @@ def test_burst_scenario(stack):
     finally:
         sampler.stop.set()
         sampler.join(5)
+        for phase, fewest in sampler.min_by_phase.items():
+            phases[f"min_ready_{phase}"] = fewest
         PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
         PHASES_FILE.write_text(json.dumps(phases, indent=2, sort_keys=True) + "\n")
         print("\nburst scenario phases:", json.dumps(phases, indent=2, sort_keys=True))
+        print("fewest ready inference replicas per phase:", sampler.min_by_phase)
 
     assert sampler.effects <= {"NoSchedule"}, f"burst taint effects seen: {sampler.effects}"
     assert not sampler.partial_gang, f"gang partially running at samples: {sampler.partial_gang[:10]}"
     cycles = _evictions_per_cycle(lay.logs / "descheduler.log")
     limit = min(cfg.descheduler.max_pods_total, cfg.descheduler.max_pods_per_node)
     assert cycles and max(cycles) <= limit, f"evictions per descheduler cycle {cycles}, limit {limit}"
-    assert sampler.min_ready >= service.min_replicas, (
-        f"ready {service.name} replicas dropped to {sampler.min_ready} (minimum {service.min_replicas})")
+    # While inference returns, the descheduler evicts through the eviction API (the service's PDB allows
+    # maxUnavailable) within its per-cycle limits, and only pods that fit elsewhere (nodeFit): ready replicas
+    # stay at or above minReplicas - maxUnavailable. An evicted replica is gone before its replacement is
+    # ready, so with replicas == minReplicas the minimum itself cannot hold at every instant. During
+    # preemption not even that: Volcano's reclaim deletes victims outright and their replacements wait for
+    # the burst to open (openHoldSeconds after on-prem ran out); that dip is printed, not asserted.
+    returned = sampler.min_by_phase.get("return", 0)
+    floor = service.min_replicas - service.max_unavailable
+    assert returned >= floor, (
+        f"ready {service.name} replicas dropped to {returned} while returning (floor {floor} = minReplicas "
+        f"{service.min_replicas} - maxUnavailable {service.max_unavailable}); fewest per phase: {sampler.min_by_phase}")

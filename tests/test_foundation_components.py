@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import pytest
 import yaml
 
+from components.config import ConfigError, parse_config
 from components.gang_scheduler import VOLCANO_ACTIONS
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult
+from tools.mockrt import RunResult, raw_from_stack
 
 P = "gpu-cluster:"
 
@@ -60,6 +63,10 @@ def test_volcano_chart_values_carry_our_scheduler_conf(prod: RunResult) -> None:
     assert [a.strip() for a in conf["actions"].split(",")] == VOLCANO_ACTIONS
     first_tier = [p["name"] for p in conf["tiers"][0]["plugins"]]
     assert first_tier == ["priority", "gang", "conformance"]
+    # Queue shares come from explicit deserved amounts (capacity), never from weights (proportion):
+    # with proportion a training queue reclaims only up to its weighted share of the GPUs.
+    second_tier = [p["name"] for p in conf["tiers"][1]["plugins"]]
+    assert "capacity" in second_tier and "proportion" not in second_tier
     assert values["custom"]["scheduler_nodeSelector"] == {"gpucluster.io/pool": "system"}
 
 
@@ -70,7 +77,9 @@ def test_queues_one_training_queue_per_pool(prod: RunResult) -> None:
         "inference", "training-h100-a", "training-h200-b"]
     for pool in ("h100-a", "h200-b"):
         spec = prod.one("Queue", f"training-{pool}").inputs["spec"]
-        assert spec == {"weight": 8, "reclaimable": False, "capability": {"nvidia.com/gpu": 1024}}
+        assert spec == {"weight": 8, "reclaimable": False, "capability": {"nvidia.com/gpu": 1024},
+                        "deserved": {"nvidia.com/gpu": 1024}}
+    # Inference deserves nothing: every inference pod is a reclaim victim for a training queue.
     assert prod.one("Queue", "inference").inputs["spec"] == {"weight": 2, "reclaimable": True}
 
 
@@ -81,7 +90,9 @@ def test_one_shared_training_queue_when_asked(run_stack: StackRunner) -> None:
 
     result = run_stack("prod", shared)
     assert sorted(r.metadata["name"] for r in result.by_kind("Queue")) == ["inference", "training"]
-    assert result.one("Queue", "training").inputs["spec"] == {"weight": 8, "reclaimable": False}
+    # One queue over both pools deserves all of their GPUs.
+    assert result.one("Queue", "training").inputs["spec"] == {
+        "weight": 8, "reclaimable": False, "deserved": {"nvidia.com/gpu": 2048}}
     assert _gang(result, "llm-pretrain-70b")["queue"] == "training"
 
 
@@ -92,6 +103,24 @@ def test_per_pool_capability_is_capped_by_the_training_queue_capability(run_stac
     result = run_stack("prod", capped)
     spec = result.one("Queue", "training-h100-a").inputs["spec"]
     assert spec["capability"] == {"nvidia.com/gpu": 512}
+    # Deserved is the pool's GPUs unless set; it may not exceed what the queue can hold.
+    assert spec["deserved"] == {"nvidia.com/gpu": 1024}
+
+
+def test_queue_deserved_from_config_and_its_bound(run_stack: StackRunner) -> None:
+    def deserved(c: dict[str, Any]) -> None:
+        c[P + "scheduling"]["trainingQueue"]["gpuDeserved"] = 600
+
+    result = run_stack("prod", deserved)
+    assert result.one("Queue", "training-h100-a").inputs["spec"]["deserved"] == {"nvidia.com/gpu": 600}
+
+    raw = copy.deepcopy(raw_from_stack("prod"))
+    raw["scheduling"]["trainingQueue"].update(gpuCapability=512, gpuDeserved=600)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, "Pulumi.prod.yaml")
+    message = str(info.value)
+    assert "Pulumi.prod.yaml" in message and "scheduling.trainingQueue" in message
+    assert "gpuDeserved (600) exceeds gpuCapability (512)" in message
 
 
 def test_local_stack_uses_the_preinstalled_volcano(local: RunResult) -> None:

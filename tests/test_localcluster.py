@@ -23,6 +23,7 @@ from tools.localcluster.plan import (
     component_commands,
     default_plan,
     load_plan,
+    load_stack_config,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +59,42 @@ def test_local_stack_plan_loads():
     assert plan.by_kind("virtual"), f"no virtual node in the plan from {plan.source}"
     for node in plan.by_kind("virtual"):
         assert any(t.key == VK_PROVIDER_TAINT and t.effect == "NoSchedule" for t in node.taints)
+
+
+def test_virtual_node_carries_the_taint_inference_tolerates():
+    # The stack's virtual kubelet sets VKUBELET_TAINT_VALUE = the provider's name (not its --provider
+    # binary name); a kwok node must carry the same, or inference can never burst onto it.
+    from components.providers import provider_toleration
+
+    cfg = load_stack_config(ROOT, "local")
+    assert cfg is not None
+    plan = load_plan(ROOT, "local")
+    for prov in cfg.providers:
+        [node] = [n for n in plan.by_kind("virtual") if n.name == prov.node_name]
+        tol = provider_toleration(prov)
+        assert [(t.key, t.value) for t in node.taints] == [(tol.key, tol.value)] == [(VK_PROVIDER_TAINT, prov.name)]
+
+
+def test_local_volcano_runs_the_stack_scheduler_conf():
+    # No fallback: the local scheduler decides exactly as the one the stack ships.
+    from components.gang_scheduler import volcano_scheduler_conf
+    from tools.localcluster.plan import volcano_conf
+
+    assert volcano_conf() == volcano_scheduler_conf()
+
+
+def test_csinode_registers_every_driver_on_a_node():
+    # Volcano counts a pod's CSI volumes as attachable-volumes-csi-<driver>; only nodes with the driver
+    # in their CSINode offer it, so the local nodes need the entry a CSI node plugin would register.
+    from tools.localcluster.provisioner import csinode_for
+
+    assert csinode_for("gpu-local-01", ["nfs.csi.k8s.io", "b.csi"]) == {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": "gpu-local-01"},
+        "spec": {"drivers": [{"name": "b.csi", "nodeID": "gpu-local-01"},
+                             {"name": "nfs.csi.k8s.io", "nodeID": "gpu-local-01"}]},
+    }
 
 
 def test_every_component_listens_on_loopback_only(tmp_path):

@@ -67,7 +67,8 @@ class ClusterModel:
     services: tuple[ServiceModel, ...]
     descheduler: DeschedulerLimits
     latencies: Latencies = Latencies()
-    # Volcano's enqueue action with the proportion plugin (the stack's scheduler configuration): a gang's
+    # Volcano's enqueue action with the capacity plugin (the stack's scheduler configuration; the same gate
+    # as proportion's: allocated + Inqueue + minResources within the queue's capability): a gang's
     # pods exist only once the training queue's allocated + Inqueue GPUs leave room for it. False models a
     # scheduler that creates every gang's pods on submission (all queued training counts as pending).
     enqueue_gate: bool = True

@@ -9,6 +9,7 @@ Without a loadable stack file a built-in plan of the same shape is used.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,11 +141,14 @@ def plan_from_config(cfg: Any, source: str) -> NodePlan:
 
     for name in expand_node_names(cfg.system_pool.nodes):
         nodes.append(_system_node(name, cfg.system_pool.name, prefix))
+    from components.providers import provider_taint
+
     for prov in cfg.providers:
-        # virtual-kubelet taints its node with the provider binary's --provider name.
-        vk_name = getattr(prov, "vk_provider", None) or prov.name
+        # The taint the stack's virtual kubelet sets (VKUBELET_TAINT_VALUE), which is what inference
+        # tolerates: the provider's name, not the binary's --provider (a kwok node runs no kubelet to set it).
         nodes.append(_virtual_node(prov.node_name, prov.name, prov.gpus, prov.gpu_model, prefix,
-                                   cpu=prov.cpu, memory_gi=prov.memory_gi, pods=prov.pods, vk_provider=vk_name))
+                                   cpu=prov.cpu, memory_gi=prov.memory_gi, pods=prov.pods,
+                                   vk_provider=provider_taint(prov)["value"]))
     return NodePlan(nodes=tuple(nodes), gpu_resource=cfg.gpu_resource, label_prefix=prefix, source=source)
 
 
@@ -294,7 +298,8 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
             f"--scheduler-conf={lay.volcano_conf}", "--scheduler-name=volcano", "--schedule-period=1s",
             f"--listen-address=127.0.0.1:{ports['vc_scheduler_metrics']}",
             f"--healthz-address=127.0.0.1:{ports['vc_scheduler_healthz']}", "--enable-healthz=true",
-            "--logtostderr", "--v=2",
+            # LOCALCLUSTER_VC_V=4 logs every reclaim/preempt decision (victims, queue shares).
+            "--logtostderr", f"--v={os.environ.get('LOCALCLUSTER_VC_V', '2')}",
         ],
     }
 
@@ -308,21 +313,12 @@ def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "
     ]
 
 
-#: Volcano scheduler configuration when the stack's own cannot be imported.
-FALLBACK_VOLCANO_CONF: dict[str, Any] = {
-    "actions": "enqueue, allocate, preempt, backfill",
-    "tiers": [
-        {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-        {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"}, {"name": "nodeorder"}]},
-    ],
-}
-
-
 def volcano_conf() -> dict[str, Any]:
-    """The stack's Volcano scheduler configuration, so the local scheduler decides as production does."""
-    try:
-        from components.gang_scheduler import volcano_scheduler_conf
-    except ImportError:
-        return FALLBACK_VOLCANO_CONF
+    """The stack's Volcano scheduler configuration, so the local scheduler decides as production does.
+
+    No fallback: a local cluster running any other configuration would prove nothing about the stack.
+    """
+    from components.gang_scheduler import volcano_scheduler_conf
+
     conf: dict[str, Any] = volcano_scheduler_conf()
     return conf

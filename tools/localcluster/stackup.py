@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +45,18 @@ def ensure_engine() -> None:
     _run(["bash", "tools/engine/build.sh"], what="engine: building (cold; see tools/engine)")
 
 
-def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None) -> None:
+def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
+              extra: Mapping[str, Any] | None = None) -> None:
     """``pulumi up --yes`` of ``stack`` against the local cluster, through the project's engine runner.
 
     The engine gets its own copy of the stack config (tools/engine_runner), so nothing is written back
-    to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend.
+    to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend, and
+    ``extra`` overrides config values in that copy only (full keys or dotted paths).
     """
     from tools import engine_runner
 
     copies = Path(backend_url[len("file://"):]) / "config" if backend_url else engine_runner.CONFIG_COPIES
-    config = engine_runner._prepare_config(stack, ROOT, copies, {}, backend_url)
+    config = engine_runner._prepare_config(stack, ROOT, copies, extra or {}, backend_url)
     env = {"KUBECONFIG": str(lay.kubeconfig), "NO_COLOR": "1"}
     if backend_url:
         env["PULUMI_BACKEND_URL"] = backend_url

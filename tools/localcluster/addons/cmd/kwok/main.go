@@ -29,13 +29,33 @@ func hasConfigFlag(args []string) bool {
 	})
 }
 
+// jobOwner is how kwok's embedded pod-complete stage picks the pods it finishes: any owner of kind "Job".
+const jobOwner = `- key: '.metadata.ownerReferences.[].kind'
+      operator: 'In'
+      values:
+      - 'Job'`
+
+// podComplete is kwok's embedded pod-complete stage narrowed to pods of batch/v1 Jobs (and CronJobs).
+// Upstream matches the owner kind only, which also finishes every pod of a Volcano Job (kind Job in
+// batch.volcano.sh) the moment it runs: a training gang would complete instantly and never hold its GPUs.
+func podComplete() string {
+	narrowed := strings.Replace(podfast.DefaultPodComplete, jobOwner, `- key: '.metadata.ownerReferences.[].apiVersion'
+      operator: 'In'
+      values:
+      - 'batch/v1'`, 1)
+	if narrowed == podfast.DefaultPodComplete {
+		panic("kwok's pod-complete stage changed: its Job owner selector was not found")
+	}
+	return narrowed
+}
+
 // writeDefaultStages writes kwok's embedded stages to one multi-document file and returns its path.
 func writeDefaultStages() (string, error) {
 	docs := []string{
 		nodefast.DefaultNodeInit,
 		nodelease.DefaultNodeHeartbeatWithLease,
 		podfast.DefaultPodReady,
-		podfast.DefaultPodComplete,
+		podComplete(),
 		podfast.DefaultPodDelete,
 	}
 	data := []byte(strings.Join(docs, "\n---\n"))
