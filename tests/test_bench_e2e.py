@@ -1,0 +1,20 @@
+"""The e2e phase report reads what `make e2e` wrote, and says so when it has not run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.bench_e2e import run
+
+
+def test_reports_the_phases(tmp_path: Path) -> None:
+    path = tmp_path / "e2e-phases.json"
+    path.write_text(json.dumps({"time_to_open_s": 8.29683, "min_ready_return": 3}))
+    result = run(path)
+    assert result["time_to_open_s"] == 8.3
+    assert result["min_ready_return"] == 3
+
+
+def test_says_when_not_run(tmp_path: Path) -> None:
+    assert run(tmp_path / "missing.json")["status"] == "not run here: run `make e2e` first"
