@@ -94,7 +94,7 @@ class BurstControllerArgs:
             namespace=cfg.system_namespace,
             image=images.agent_image(APP),
             priority_class=cfg.priorities.system.name,
-            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
         )
 
 

@@ -11,7 +11,7 @@ from components.config import ClusterConfig, TierName
 from components.descheduler import DeschedulerArgs, GradualReturn
 from components.gang_scheduler import GangScheduler, GangSchedulerArgs
 from components.inference import InferencePlatform
-from components.naming import Keys, common_labels
+from components.naming import common_labels
 from components.node_pools import GpuNodePools, NodePoolsArgs
 from components.observability import ObservabilityArgs, ObservabilityStack
 from components.priority import PriorityTiers, PriorityTiersArgs
@@ -55,14 +55,13 @@ class UnifiedGpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:index:UnifiedGpuCluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        keys = Keys(cfg.label_prefix)
         self.namespaces = PlatformNamespaces("namespaces", cfg, child)
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=list(self.namespaces.namespaces.values()))
         self.priorities = PriorityTiers("priorities", PriorityTiersArgs.from_config(cfg), child)
         self.node_pools = GpuNodePools("node-pools", NodePoolsArgs.from_config(cfg), child)
         self.scheduler = GangScheduler(
             "gang-scheduler",
-            GangSchedulerArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM], keys.pool),
+            GangSchedulerArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM]),
             pulumi.ResourceOptions(parent=self, depends_on=[self.priorities]),
         )
         self.checkpoints = CheckpointStorage("checkpoints", CheckpointStorageArgs.from_config(cfg), after_ns)

@@ -1014,6 +1014,11 @@ class ClusterConfig(_Model):
         return int(major), int(minor)
 
     @property
+    def system_pool_selector(self) -> dict[str, str]:
+        """The node selector that places platform components on the system pool."""
+        return {f"{self.label_prefix}/pool": self.system_pool.name}
+
+    @property
     def onprem_gpus(self) -> int:
         return sum(p.gpu_count for p in self.pools)
 
@@ -1235,9 +1240,3 @@ def raw_from_pulumi_config(config: Mapping[str, Any], project: str = PROJECT) ->
         raw[name] = value
     return raw
 
-
-#: Config keys that hold secrets rather than cluster shape; validated by their consumers.
-def secret_key_names(cfg: ClusterConfig) -> set[str]:
-    names = {p.credentials_secret for p in cfg.providers}
-    names |= {s.traffic.queue_credentials_secret for s in cfg.inference.services if s.traffic.queue_credentials_secret}
-    return names

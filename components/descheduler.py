@@ -117,7 +117,7 @@ class DeschedulerArgs:
             label_prefix=cfg.label_prefix,
             namespace=cfg.system_namespace,
             priority_class=cfg.priorities.system.name,
-            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
         )
 
 

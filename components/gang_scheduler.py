@@ -58,12 +58,12 @@ class GangSchedulerArgs:
     pool_gpus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, cfg: ClusterConfig, system_priority_class: str, system_pool_label: str) -> GangSchedulerArgs:
+    def from_config(cls, cfg: ClusterConfig, system_priority_class: str) -> GangSchedulerArgs:
         return cls(
             scheduling=cfg.scheduling,
             gpu_resource=cfg.gpu_resource,
             system_priority_class=system_priority_class,
-            system_pool_selector={system_pool_label: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
             pool_gpus={p.name: p.gpu_count for p in cfg.pools},
         )
 

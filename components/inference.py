@@ -365,7 +365,7 @@ class MetricsAdapterArgs:
             prometheus_url=url,
             services=[s for s in cfg.inference.services if s.scaling.metric in ADAPTED],
             priority_class=cfg.priorities.system.name,
-            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
         )
 
 

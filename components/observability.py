@@ -153,7 +153,7 @@ class ObservabilityArgs:
             system_namespace=cfg.system_namespace,
             monitoring_namespace=cfg.monitoring_namespace,
             priority_class=cfg.priorities.system.name,
-            system_pool_selector={keys.pool: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
             thresholds=alert_thresholds(cfg),
             guard_settings=thermal_settings(cfg),
             dashboard=gpu_fleet.DashboardOptions(

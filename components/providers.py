@@ -228,7 +228,7 @@ class ExternalGpuProviderArgs:
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
             priority_class=cfg.priorities.system.name,
-            system_pool_selector={Keys(cfg.label_prefix).pool: cfg.system_pool.name},
+            system_pool_selector=cfg.system_pool_selector,
         )
 
 
