@@ -4,7 +4,8 @@ Two replicas, one active: leader election through a Lease in the system namespac
 or a crash hands over within the lease duration and never leaves two writers. Its settings come from
 the stack's ``burst`` section, rendered with the agent's own :class:`BurstSettings` so a key the agent
 does not know fails here, at preview, not at start-up in the cluster. RBAC is exactly what the shell
-calls: nodes and pods get/list/watch/patch cluster-wide; leases and events in its own namespace.
+calls: nodes and pods get/list/watch/patch cluster-wide (taints, deletion cost, the handover gate); leases
+and events in its own namespace; with the handover on, the scale of the named standby Deployments only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.settings import BurstSettings, standby_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels, selector_labels
@@ -51,7 +52,20 @@ def namespace_rules(lease_name: str) -> list[Rule]:
     ]
 
 
-def settings_for(burst: Burst, label_prefix: str, gpu_resource: str, namespace: str) -> BurstSettings:
+def handover_rules(services: list[str]) -> list[Rule]:
+    """In the inference namespace: read and write the scale of each standby Deployment, nothing else."""
+    names = [standby_deployment(s) for s in services]
+    return [Rule(api_groups=["apps"], resources=["deployments/scale"], resource_names=names, verbs=["get", "patch"])]
+
+
+def settings_for(
+    burst: Burst,
+    label_prefix: str,
+    gpu_resource: str,
+    namespace: str,
+    handover_services: dict[str, int] | None = None,
+    inference_namespace: str = "inference",
+) -> BurstSettings:
     """The agent's settings from the stack's burst section (the agent validates them again at start)."""
     return BurstSettings(
         label_prefix=label_prefix,
@@ -69,6 +83,9 @@ def settings_for(burst: Burst, label_prefix: str, gpu_resource: str, namespace: 
         namespace=namespace,
         lease_name=LEASE_NAME,
         event_namespace=namespace,
+        handover_services=dict(handover_services or {}),
+        handover_timeout_seconds=float(burst.handover.timeout_seconds),
+        inference_namespace=inference_namespace,
     )
 
 
@@ -90,7 +107,11 @@ class BurstControllerArgs:
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
         return cls(
             burst=cfg.burst,
-            settings=settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace),
+            settings=settings_for(
+                cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace,
+                handover_services=cfg.handover_services,
+                inference_namespace=cfg.inference_namespace,
+            ),
             namespace=cfg.system_namespace,
             image=images.agent_image(APP),
             priority_class=cfg.priorities.system.name,
@@ -127,6 +148,14 @@ class BurstController(pulumi.ComponentResource):
             f"{APP}-ns-role", f"{APP}-ns-binding", name=APP, namespace=ns, rules=namespace_rules(LEASE_NAME),
             subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
         )
+        grants = [cluster.binding, local.binding]
+        if args.settings.handover_services:
+            grants.append(rbac.namespaced_role_with_binding(
+                f"{APP}-handover-role", f"{APP}-handover-binding", name=f"{APP}-handover",
+                namespace=args.settings.inference_namespace,
+                rules=handover_rules(list(args.settings.handover_services)),
+                subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
+            ).binding)
         port = args.burst.metrics_port
         self.deployment = k8s.apps.v1.Deployment(
             APP,
@@ -168,7 +197,7 @@ class BurstController(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, local.binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *grants]),
         )
         k8s.policy.v1.PodDisruptionBudget(
             f"{APP}-pdb",
@@ -210,6 +239,8 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         ("burst opens", f"free on-prem GPUs < {b.open_below_free_gpus} for {b.open_hold_seconds}s, "
                         f"or GPU pods pending > {b.pending_grace_seconds}s"),
         ("burst closes", f"free on-prem GPUs ≥ {b.close_at_free_gpus} for {b.close_hold_seconds}s"),
+        ("handover", f"training gated until standby replicas cover displaced inference (timeout "
+                     f"{b.handover.timeout_seconds}s)" if cfg.handover_active else "off"),
         ("external pods", f"pod-deletion-cost {b.external_deletion_cost} (scaled down first)"),
         ("burst controller", f"{b.replicas} replicas, one leader (Lease {LEASE_NAME}), "
                              f"resync {b.resync_seconds}s, stale after {b.stale_after_seconds}s"),

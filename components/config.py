@@ -518,6 +518,19 @@ class Inference(_Model):
 # --------------------------------------------------------------------------- burst and return
 
 
+class Handover(_Model):
+    """Make before break: inference a gang (or the return home) takes away is replaced first.
+
+    Training pods start behind a scheduling gate; the burst controller scales each inference service's
+    standby Deployment on virtual nodes to cover the replicas at risk, then lifts the gate (or closes the
+    burst). Ready replicas stay at or above minReplicas throughout; `timeoutSeconds` bounds how long
+    training waits for the standby, because training outranks inference.
+    """
+
+    enabled: bool = True
+    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 300
+
+
 class Burst(_Model):
     """Thresholds of the burst controller. The close threshold sits above the open one (hysteresis)."""
 
@@ -532,6 +545,7 @@ class Burst(_Model):
     stale_after_seconds: PositiveInt = 120
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9102
+    handover: Handover = Handover()
 
     @model_validator(mode="after")
     def _band(self) -> Self:
@@ -1017,6 +1031,16 @@ class ClusterConfig(_Model):
     def system_pool_selector(self) -> dict[str, str]:
         """The node selector that places platform components on the system pool."""
         return {f"{self.label_prefix}/pool": self.system_pool.name}
+
+    @property
+    def handover_active(self) -> bool:
+        """Training waits at the handover gate: only with inference to protect and somewhere to put a standby."""
+        return self.burst.handover.enabled and bool(self.providers) and bool(self.inference.services)
+
+    @property
+    def handover_services(self) -> dict[str, int]:
+        """Inference services the handover protects, with the minimum each keeps ready; empty when off."""
+        return {s.name: s.min_replicas for s in self.inference.services} if self.handover_active else {}
 
     @property
     def onprem_gpus(self) -> int:

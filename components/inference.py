@@ -30,6 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from agents.burst_controller.settings import standby_deployment
 from components import rbac
 from components.config import (
     ClusterConfig,
@@ -42,7 +43,9 @@ from components.config import (
     TrafficShape,
 )
 from components.naming import (
+    EXTERNAL,
     INFERENCE,
+    STANDBY,
     VOLCANO_PREEMPTABLE_ANNOTATION,
     VOLCANO_QUEUE_ANNOTATION,
     Keys,
@@ -97,6 +100,8 @@ class InferenceServiceArgs:
     gateway: GatewayRef
     #: Inference runs fine on a hot GPU (training does not), so by default it tolerates the thermal taint.
     tolerates_thermal: bool = True
+    #: A standby Deployment on virtual nodes for the make-before-break handover (config.Handover).
+    standby: bool = False
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, service: InferenceService) -> InferenceServiceArgs:
@@ -116,6 +121,7 @@ class InferenceServiceArgs:
             providers=providers,
             gateway=cfg.inference.gateway,
             tolerates_thermal=cfg.observability.inference_tolerates_thermal,
+            standby=cfg.handover_active and bool(providers),
         )
 
 
@@ -208,6 +214,83 @@ def hpa_behavior(service: InferenceService) -> k8s.autoscaling.v2.HorizontalPodA
     )
 
 
+def standby_tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
+    """A standby runs on virtual nodes whatever the burst mode: it alone tolerates the burst taint."""
+    keys = Keys(args.label_prefix)
+    burst = k8s.core.v1.TolerationArgs(key=keys.burst_taint, operator="Exists", effect="NoSchedule")
+    return [*tolerations(args), burst]
+
+
+def external_required_affinity(keys: Keys, providers: list[ExternalProvider]) -> k8s.core.v1.AffinityArgs:
+    """Required: a virtual node of one of the service's eligible providers, never an on-prem GPU."""
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
+                    k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[EXTERNAL]),
+                    k8s.core.v1.NodeSelectorRequirementArgs(
+                        key=keys.provider, operator="In", values=[p.name for p in providers]),
+                ])]
+            )
+        )
+    )
+
+
+def standby_labels(labels: dict[str, str], keys: Keys, service: str, version: str) -> dict[str, str]:
+    """Own name (so neither Deployment adopts the other's pods), same service label, role=standby."""
+    return {**common_labels(standby_deployment(service), "inference", version), keys.workload: INFERENCE,
+            keys.service: service, keys.role: STANDBY}
+
+
+def surge_first() -> k8s.apps.v1.DeploymentStrategyArgs:
+    """GPUs are scarce: add one replica before taking one away."""
+    return k8s.apps.v1.DeploymentStrategyArgs(
+        type="RollingUpdate", rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0)
+    )
+
+
+def server_pod_template(
+    args: InferenceServiceArgs,
+    labels: dict[str, str],
+    env: list[k8s.core.v1.EnvVarArgs],
+    affinity: k8s.core.v1.AffinityArgs,
+    pod_tolerations: list[k8s.core.v1.TolerationArgs],
+) -> k8s.core.v1.PodTemplateSpecArgs:
+    """The inference server pod; the main and the standby Deployment differ only in labels and placement."""
+    svc = args.service
+    probes = server_probes(svc)
+    return k8s.core.v1.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            labels=labels,
+            annotations={VOLCANO_QUEUE_ANNOTATION: args.queue, VOLCANO_PREEMPTABLE_ANNOTATION: "true"},
+        ),
+        spec=k8s.core.v1.PodSpecArgs(
+            scheduler_name=args.scheduler_name,
+            priority_class_name=args.priority_class,
+            affinity=affinity,
+            tolerations=pod_tolerations,
+            # The server never calls the Kubernetes API: no token in the pod.
+            automount_service_account_token=False,
+            security_context=pod_security_context(),
+            termination_grace_period_seconds=60,
+            containers=[k8s.core.v1.ContainerArgs(
+                name="server",
+                image=svc.image,
+                args=svc.args or None,
+                env=env or None,
+                ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=svc.port)],
+                startup_probe=probes.startup,
+                readiness_probe=probes.readiness,
+                liveness_probe=probes.liveness,
+                resources=gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
+                security_context=container_security_context(),
+                volume_mounts=[k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
+            )],
+            volumes=[k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())],
+        ),
+    )
+
+
 class InferenceServiceComponent(pulumi.ComponentResource):
     """One service: Deployment (no replicas: the HPA owns them), Service, HPA, PDB, traffic wiring."""
 
@@ -223,7 +306,6 @@ class InferenceServiceComponent(pulumi.ComponentResource):
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
         child = pulumi.ResourceOptions(parent=self)
-        probes = server_probes(svc)
         env: list[k8s.core.v1.EnvVarArgs] = []
         deps: list[pulumi.Resource] = []
         skips: dict[str, str] = {}
@@ -245,54 +327,44 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                         name=f"{svc.name}-queue", key="credentials")),
                 ))
                 skips["CKV_K8S_35"] = "the worker image reads queue credentials from env; secretKeyRef, never literal"
+        # Service and PDB select by service, so the standby's pods serve traffic and count as available.
+        serving = {k: v for k, v in labels.items() if k in ("app.kubernetes.io/component", "app.kubernetes.io/part-of")}
+        serving[keys.service] = svc.name
+        annotations = checkov_skips(skips) or None
         self.deployment = k8s.apps.v1.Deployment(
             svc.name,
-            metadata=meta(name=svc.name, namespace=ns, labels=labels, annotations=checkov_skips(skips) or None),
+            metadata=meta(name=svc.name, namespace=ns, labels=labels, annotations=annotations),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(
-                    type="RollingUpdate",
-                    # GPUs are scarce: add one replica before taking one away.
-                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=1, max_unavailable=0),
-                ),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(
-                        labels=labels,
-                        annotations={VOLCANO_QUEUE_ANNOTATION: args.queue, VOLCANO_PREEMPTABLE_ANNOTATION: "true"},
-                    ),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        scheduler_name=args.scheduler_name,
-                        priority_class_name=args.priority_class,
-                        affinity=prefer_onprem_affinity(keys, svc.pool),
-                        tolerations=tolerations(args),
-                        # The server never calls the Kubernetes API: no token in the pod.
-                        automount_service_account_token=False,
-                        security_context=pod_security_context(),
-                        termination_grace_period_seconds=60,
-                        containers=[k8s.core.v1.ContainerArgs(
-                            name="server",
-                            image=svc.image,
-                            args=svc.args or None,
-                            env=env or None,
-                            ports=[k8s.core.v1.ContainerPortArgs(name="http", container_port=svc.port)],
-                            startup_probe=probes.startup,
-                            readiness_probe=probes.readiness,
-                            liveness_probe=probes.liveness,
-                            resources=gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
-                            security_context=container_security_context(),
-                            volume_mounts=[k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
-                        )],
-                        volumes=[k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())],
-                    ),
+                strategy=surge_first(),
+                template=server_pod_template(
+                    args, labels, env, prefer_onprem_affinity(keys, svc.pool), tolerations(args)
                 ),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )
+        if args.standby:
+            # Make before break (config.Handover): replicas on virtual nodes only, scaled by the burst
+            # controller through the scale subresource; Pulumi creates it at zero and leaves the count alone.
+            standby = standby_labels(labels, keys, svc.name, version)
+            k8s.apps.v1.Deployment(
+                f"{svc.name}-standby",
+                metadata=meta(name=standby_deployment(svc.name), namespace=ns, labels=standby, annotations=annotations),
+                spec=k8s.apps.v1.DeploymentSpecArgs(
+                    replicas=0,
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(standby)),
+                    strategy=surge_first(),
+                    template=server_pod_template(
+                        args, standby, env, external_required_affinity(keys, args.providers), standby_tolerations(args)
+                    ),
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
+            )
         service = k8s.core.v1.Service(
             f"{svc.name}-service",
             metadata=meta(name=svc.name, namespace=ns, labels=labels),
             spec=k8s.core.v1.ServiceSpecArgs(
-                selector=selector,
+                selector=serving,
                 ports=[k8s.core.v1.ServicePortArgs(name="http", port=svc.port, target_port="http")],
             ),
             opts=child,
@@ -316,7 +388,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
             metadata=meta(name=svc.name, namespace=ns, labels=labels),
             spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
                 max_unavailable=svc.max_unavailable,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=serving),
                 # A replica stuck unready protects nothing; let drains and the descheduler move it.
                 unhealthy_pod_eviction_policy="AlwaysAllow",
             ),

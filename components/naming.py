@@ -69,11 +69,23 @@ class Keys:
     def job(self) -> str:
         return f"{self.prefix}/job"
 
+    @property
+    def role(self) -> str:
+        """Marks the standby replicas of an inference service (value ``standby``)."""
+        return f"{self.prefix}/role"
+
+    @property
+    def handover_gate(self) -> str:
+        """Scheduling gate on training pods; the burst controller lifts it once the handover is covered."""
+        return f"{self.prefix}/handover"
+
 
 ONPREM = "onprem"
 EXTERNAL = "external"
 TRAINING = "training"
 INFERENCE = "inference"
+#: Value of the role label on an inference service's standby replicas (see config.Handover).
+STANDBY = "standby"
 SYSTEM = "system"
 
 #: The taint every virtual-kubelet provider puts on its node.

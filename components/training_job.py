@@ -38,6 +38,8 @@ class TrainingJobArgs:
     gpu_resource: str
     #: The checkpoint claim to mount: the filesystem's stable object name (it survives renames).
     checkpoint_claim: str | None = None
+    #: Workers start behind the handover scheduling gate (lifted by the burst controller; see config.Handover).
+    handover_gate: bool = False
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -54,6 +56,8 @@ class TrainingJobArgs:
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
             checkpoint_claim=cfg.filesystem(job.checkpoint.filesystem).object_name if job.checkpoint else None,
+            # kube-batch predates scheduling gates; only Volcano honours them.
+            handover_gate=cfg.handover_active and cfg.scheduling.engine is SchedulingEngine.VOLCANO,
         )
 
 
@@ -114,6 +118,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             # sockets, which it allows. Users' images may run as root, so non-root is left to the namespace's
             # Pod Security admission; allowPrivilegeEscalation stays false on the container.
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "schedulingGates": [{"name": keys.handover_gate}] if args.handover_gate else None,
             "affinity": onprem_required_affinity(keys, job.pool),
             "tolerations": [
                 {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}

@@ -329,6 +329,35 @@ def is_inference(pod: PodTemplate, ctx: RuleContext) -> bool:
     )
 
 
+def _required_terms(pod: PodTemplate) -> list[Mapping[str, Any]]:
+    node_affinity = _map(_map(pod.spec.get("affinity")).get("nodeAffinity"))
+    required = _map(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    return [_map(t) for t in _seq(required.get("nodeSelectorTerms"))]
+
+
+def _term_only_virtual(term: Mapping[str, Any], ctx: RuleContext) -> bool:
+    return any(
+        e.get("key") == ctx.keys.location and e.get("operator") == "In" and _seq(e.get("values")) == ["external"]
+        for e in (_map(x) for x in _seq(term.get("matchExpressions")))
+    )
+
+
+def is_standby(pod: PodTemplate, ctx: RuleContext) -> bool:
+    """An inference standby: labelled role=standby and required onto virtual nodes only (every term)."""
+    terms = _required_terms(pod)
+    return (
+        is_inference(pod, ctx)
+        and pod.labels.get(ctx.keys.role) == "standby"
+        and bool(terms)
+        and all(_term_only_virtual(t, ctx) for t in terms)
+    )
+
+
+def _standby_deployment(res: Resource, ctx: RuleContext) -> bool:
+    pods = pod_templates(res)
+    return res.kind == "Deployment" and bool(pods) and all(is_standby(p, ctx) for p in pods)
+
+
 def inference_deployments(resources: Iterable[Resource], ctx: RuleContext) -> list[Resource]:
     return [
         r for r in resources
@@ -556,6 +585,8 @@ def check_no_noexecute(res: Resource, ctx: RuleContext) -> list[str]:
 def check_inference_no_replicas(res: Resource, ctx: RuleContext) -> list[str]:
     if res.kind != "Deployment" or not any(is_inference(p, ctx) for p in pod_templates(res)):
         return []
+    if _standby_deployment(res, ctx):  # the burst controller owns a standby's count, not an HPA
+        return []
     if _map(res.props.get("spec")).get("replicas") is not None:
         return ["inference Deployment sets spec.replicas; every `pulumi up` would reset what the HPA chose. "
                 "Remove spec.replicas and let the HorizontalPodAutoscaler own the count"]
@@ -568,7 +599,12 @@ def check_inference_no_burst_toleration(res: Resource, ctx: RuleContext) -> list
         if not is_inference(pod, ctx):
             continue
         for tol in (_map(t) for t in _seq(pod.spec.get("tolerations"))):
-            if tol.get("key") == ctx.keys.burst_taint:
+            if tol.get("key") == ctx.keys.burst_taint and is_standby(pod, ctx):
+                continue  # it can only ever land on virtual nodes: the taint closes nothing for it
+            if tol.get("key") == ctx.keys.burst_taint and pod.labels.get(ctx.keys.role) == "standby":
+                out.append(f"{pod.where}: a standby tolerates the burst taint but may land on-prem; require "
+                           f"'{ctx.keys.location} In [external]' in every required node affinity term")
+            elif tol.get("key") == ctx.keys.burst_taint:
                 out.append(f"{pod.where}: inference tolerates the burst taint {ctx.keys.burst_taint}; remove that "
                            "toleration (tolerate only the provider's taint) so closing burst capacity keeps new "
                            "pods on-prem")
@@ -595,7 +631,7 @@ def check_inference_autoscaled(resources: Sequence[Resource], ctx: RuleContext) 
             f"namespace '{d.namespace}' targeting it; add one with scaleTargetRef kind Deployment, "
             f"name {d.object_name}")
         for d in inference_deployments(resources, ctx)
-        if (d.namespace, d.object_name) not in scaled
+        if (d.namespace, d.object_name) not in scaled and not _standby_deployment(d, ctx)
     ]
 
 
@@ -984,15 +1020,18 @@ RULES: list[Rule] = [
          "NoExecute (node patches, provider args, controller config).",
          M, "NoExecute evicts every running inference pod at once; the return must be gradual",
          check=check_no_noexecute),
-    Rule("inference-no-fixed-replicas", "Inference Deployments leave spec.replicas unset.",
+    Rule("inference-no-fixed-replicas", "Inference Deployments leave spec.replicas unset (a standby pinned to "
+         "virtual nodes excepted: the burst controller scales it).",
          M, "a fixed count fights the HPA on every update", check=check_inference_no_replicas),
-    Rule("inference-autoscaled", "Every inference Deployment has an HPA or KEDA ScaledObject targeting it.",
+    Rule("inference-autoscaled", "Every inference Deployment (standbys excepted) has an HPA or KEDA ScaledObject "
+         "targeting it.",
          M, "without autoscaling, bursting adds no capacity and production falls over",
          stack_check=check_inference_autoscaled),
     Rule("inference-pdb", "Every inference Deployment has a PodDisruptionBudget selecting its pods.",
          M, "without a PDB, drains and the descheduler can take all replicas at once",
          stack_check=check_inference_pdb),
-    Rule("inference-no-burst-toleration", "Inference pods do not tolerate the burst taint (nor every taint).",
+    Rule("inference-no-burst-toleration", "Inference pods do not tolerate the burst taint (nor every taint); "
+         "only a standby required onto virtual nodes may.",
          M, "the burst taint is how the controller closes external capacity",
          check=check_inference_no_burst_toleration),
     Rule("descheduler-bounded", "The descheduler policy has eviction limits within the stack config and a "

@@ -118,3 +118,33 @@ def test_close_threshold_must_be_reachable() -> None:
 def test_staleness_must_exceed_the_watch_timeout() -> None:
     message = _error(lambda raw: raw["burst"].update(staleAfterSeconds=30))
     assert "burst: staleAfterSeconds (30) must exceed 60" in message
+
+
+def test_handover_settings_name_every_service_with_its_minimum(prod: RunResult, local: RunResult) -> None:
+    assert settings(prod).handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4, "whisper-large": 2}
+    assert settings(local).handover_services == {"sdxl-turbo": 4}
+    assert settings(local).inference_namespace == "inference"
+    assert settings(prod).handover_timeout_seconds == 300.0
+
+
+def test_handover_rbac_is_the_scale_of_the_named_standbys_only(prod: RunResult) -> None:
+    role = prod.one("Role", "burst-controller-handover")
+    assert role.metadata["namespace"] == "inference"
+    assert role.inputs["rules"] == [{
+        "apiGroups": ["apps"], "resources": ["deployments/scale"],
+        "resourceNames": ["sdxl-turbo-standby", "llama-70b-chat-standby", "whisper-large-standby"],
+        "verbs": ["get", "patch"],
+    }]
+    binding = prod.one("RoleBinding", "burst-controller-handover")
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
+
+
+def test_handover_off_leaves_no_grant_and_no_services(run_stack: Any) -> None:
+    result = run_stack("local", lambda c: c["gpu-cluster:burst"].update({"handover": {"enabled": False}}))
+    assert settings(result).handover_services == {}
+    assert [r for r in result.by_kind("Role") if r.metadata.get("name") == "burst-controller-handover"] == []
+
+
+def test_handover_timeout_is_bounded() -> None:
+    message = _error(lambda raw: raw["burst"].update(handover={"timeoutSeconds": 0}))
+    assert "burst.handover.timeoutSeconds" in message

@@ -62,7 +62,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.rv = 100
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {NODES: {}, PODS: {}, "leases": {}}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {NODES: {}, PODS: {}, "leases": {}, "scales": {}}
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []
         self.compacted = 0
         self.events: list[dict[str, Any]] = []
@@ -163,6 +163,9 @@ class FakeApi:
                 if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
                     self.obj(method, PODS, f"{m.group(1)}/{m.group(2)}")
                     return
+                if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/scale", path):
+                    self.scale(method, f"{m.group(1)}/{m.group(2)}")
+                    return
                 if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path):
                     event = self.body()
                     event["metadata"]["namespace"] = m.group(1)
@@ -209,13 +212,32 @@ class FakeApi:
                 if method == "GET":
                     self.send_json(200, current)
                     return
-                assert self.headers["Content-Type"] == "application/merge-patch+json"
                 patch = self.body()
+                if self.headers["Content-Type"] == "application/strategic-merge-patch+json":
+                    # Only what the controller sends: delete one scheduling gate by its merge key.
+                    doomed = {g["name"] for g in patch["spec"]["schedulingGates"] if g.get("$patch") == "delete"}
+                    gates = [g for g in current["spec"].get("schedulingGates", []) if g["name"] not in doomed]
+                    current["spec"]["schedulingGates"] = gates
+                    self.send_json(200, api.put(kind, current))
+                    return
+                assert self.headers["Content-Type"] == "application/merge-patch+json"
                 want_rv = (patch.get("metadata") or {}).get("resourceVersion")
                 if want_rv is not None and want_rv != current["metadata"]["resourceVersion"]:
                     self.status(409, "Conflict")
                     return
                 self.send_json(200, api.put(kind, merge_patch(current, patch)))
+
+            def scale(self, method: str, key: str) -> None:
+                current = api.objects["scales"].get(key)
+                if current is None:
+                    if method == "PATCH":
+                        self.body()
+                    self.status(404, "NotFound")
+                    return
+                if method == "PATCH":
+                    assert self.headers["Content-Type"] == "application/merge-patch+json"
+                    current = api.put("scales", merge_patch(current, self.body()))
+                self.send_json(200, current)
 
             def lease(self, method: str, namespace: str, name: str | None) -> None:
                 if method == "POST":
@@ -597,3 +619,58 @@ def test_run_loop_opens_nodes(api: tuple[FakeApi, str]) -> None:
     assert not thread.is_alive()
     assert fake.node("vk-a")["spec"]["taints"] == [VK_TAINT]
     assert fake.objects["leases"]["gpu-burst/burst-controller"]["spec"].get("holderIdentity") is None
+
+
+def test_handover_scales_standby_then_lifts_only_our_gate(api: tuple[FakeApi, str]) -> None:
+    fake, url = api
+    settings = BurstSettings(**{**json.loads(S.to_json()), "handover_services": {"svc": 2}, "close_at_free_gpus": 4,
+                                "open_below_free_gpus": 1})
+    fake.put(NODES, onprem_node("n1", 8, pool="a"))
+    fake.put(NODES, virtual_node("vk-a"))
+    for i in range(2):
+        fake.put(PODS, gpu_pod(f"svc-{i}", node="n1", service="svc", namespace="inference"))
+    worker = gpu_pod("gang-0", 8, workload="training", namespace="training", pool="a", gated=True)
+    worker["spec"]["schedulingGates"].append({"name": "example.com/quota"})
+    fake.put(PODS, worker)
+    scale = {"kind": "Scale", "metadata": {"name": "svc-standby", "namespace": "inference"}, "spec": {"replicas": 0}}
+    fake.put("scales", scale)
+    clock = Clock()
+    sh = make_shell(url, clock, settings=settings)
+    lead_and_sync(sh)
+
+    first = sh.reconcile()
+    assert first is not None and first.standby == {"svc": 2}
+    assert fake.objects["scales"]["inference/svc-standby"]["spec"]["replicas"] == 2
+    assert [g["name"] for g in fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"]] == [
+        "gpucluster.io/handover", "example.com/quota"]
+    assert metric(sh, "gpucluster_burst_standby_replicas", service="svc") == 2
+    assert metric(sh, "gpucluster_burst_gated_training_pods") == 1
+    # The same wish again (pods not up yet) is not written twice.
+    scale_patches = [r for r in fake.requests if r[0] == "PATCH" and r[1].endswith("/scale")]
+    sh.reconcile()
+    assert [r for r in fake.requests if r[0] == "PATCH" and r[1].endswith("/scale")] == scale_patches
+
+    # The standby is ready on the virtual node: the gang is released, other gates stay.
+    for i in range(2):
+        sh.view.apply_pod("ADDED", gpu_pod(f"svc-standby-{i}", node="vk-a", service="svc", standby=True,
+                                           namespace="inference"))
+    decision = sh.reconcile()
+    assert decision is not None and any(a.kind.value == "ungate" for a in decision.actions)
+    assert fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
+    assert metric(sh, "gpucluster_burst_actions_total", kind="ungate") == 1
+    assert metric(sh, "gpucluster_burst_gated_training_pods") == 0
+
+
+def test_missing_standby_deployment_is_reported_not_fatal(api: tuple[FakeApi, str]) -> None:
+    fake, url = api
+    settings = BurstSettings(**{**json.loads(S.to_json()), "handover_services": {"svc": 1}})
+    fake.put(NODES, onprem_node("n1", 8, pool="a"))
+    fake.put(NODES, virtual_node("vk-a"))
+    fake.put(PODS, gpu_pod("svc-0", node="n1", service="svc", namespace="inference"))
+    fake.put(PODS, gpu_pod("gang-0", 8, workload="training", namespace="training", pool="a", gated=True))
+    sh = make_shell(url, Clock(), settings=settings)
+    lead_and_sync(sh)
+    decision = sh.reconcile()
+    assert decision is not None and decision.standby == {"svc": 1}
+    assert metric(sh, "gpucluster_burst_actions_total", kind="set_standby") is None
+    assert fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"]  # still waiting (until the timeout)

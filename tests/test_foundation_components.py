@@ -192,6 +192,18 @@ def test_training_gang(local: RunResult) -> None:
     assert container["resources"]["requests"]["cpu"] == "4"
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"] == "16Gi"
     assert "WORLD_SIZE" not in env, "the pytorch plugin owns rank and world size"
+    # Workers wait at the handover gate until the burst controller has covered the inference they displace.
+    assert pod["schedulingGates"] == [{"name": "gpucluster.io/handover"}]
+
+
+def test_no_handover_gate_when_off_or_under_kube_batch(run_stack: StackRunner) -> None:
+    off = run_stack("local", lambda c: c["gpu-cluster:burst"].update({"handover": {"enabled": False}}))
+    assert "schedulingGates" not in _gang(off, "smoke-gang")["tasks"][0]["template"]["spec"]
+
+    def no_inference(c: dict[str, Any]) -> None:
+        c["gpu-cluster:inference"] = {"services": []}
+
+    assert "schedulingGates" not in _gang(run_stack("local", no_inference), "smoke-gang")["tasks"][0]["template"]["spec"]
 
 
 def test_prod_example_job_is_disabled_but_can_be_enabled(prod: RunResult, run_stack: StackRunner) -> None:

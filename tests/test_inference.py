@@ -66,8 +66,8 @@ def test_inference_can_be_kept_off_hot_nodes(run_stack: Any) -> None:
 def test_no_inference_pod_tolerates_the_burst_taint(prod: RunResult, local: RunResult) -> None:
     for result in (prod, local):
         for deployment in result.by_kind("Deployment"):
-            if deployment.metadata.get("namespace") != NS:
-                continue
+            if deployment.metadata.get("namespace") != NS or deployment.name.endswith("-standby"):
+                continue  # a standby pinned to virtual nodes tolerates it by design (next tests)
             for toleration in deployment.inputs["spec"]["template"]["spec"].get("tolerations", []):
                 assert toleration.get("key") not in (BURST_TAINT, None), toleration
                 assert toleration["effect"] == "NoSchedule"
@@ -147,9 +147,11 @@ def test_gateway_route_points_at_the_all_locations_service(prod: RunResult) -> N
         "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
                    "backendRefs": [{"group": "", "kind": "Service", "name": "llama-70b-chat", "port": 8000}]}],
     }
-    service = prod.one("Service", "llama-70b-chat")
-    assert service.inputs["spec"]["selector"] == prod.one("Deployment", "llama-70b-chat").inputs["spec"][
-        "selector"]["matchLabels"]
+    # The Service selects every replica of the service, on-prem, external and standby alike.
+    selector = prod.one("Service", "llama-70b-chat").inputs["spec"]["selector"]
+    for deployment in ("llama-70b-chat", "llama-70b-chat-standby"):
+        labels = prod.one("Deployment", deployment).inputs["spec"]["template"]["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in selector.items()), deployment
     with pytest.raises(LookupError):
         prod.one("HTTPRoute", "sdxl-turbo")
 
@@ -264,3 +266,63 @@ def test_gateway_takes_no_queue() -> None:
 def test_queue_worker_needs_a_queue() -> None:
     message = _error(lambda raw: raw["inference"]["services"][0]["traffic"].pop("queueUrl"))
     assert "inference.services[0].traffic: shape 'queue-worker' needs queueUrl" in message
+
+
+# --------------------------------------------------------------------------- make-before-break standby
+
+def standby_for(result: RunResult, name: str) -> Any:
+    return result.one("Deployment", f"{name}-standby")
+
+
+def test_standby_deployment_starts_at_zero_owned_by_the_controller(prod: RunResult, local: RunResult) -> None:
+    for result, names in ((prod, ["sdxl-turbo", "llama-70b-chat", "whisper-large"]), (local, ["sdxl-turbo"])):
+        for name in names:
+            standby = standby_for(result, name)
+            assert standby.inputs["spec"]["replicas"] == 0
+            # Pulumi creates it at zero and never resets what the burst controller scaled it to.
+            assert standby.ignore_changes == ["spec.replicas"]
+            labels = standby.inputs["spec"]["template"]["metadata"]["labels"]
+            assert labels["gpucluster.io/role"] == "standby"
+            assert labels["gpucluster.io/service"] == name
+            # Neither Deployment's selector matches the other's pods.
+            main = result.one("Deployment", name)
+            main_labels = main.inputs["spec"]["template"]["metadata"]["labels"]
+            main_selector = main.inputs["spec"]["selector"]["matchLabels"]
+            standby_selector = standby.inputs["spec"]["selector"]["matchLabels"]
+            assert not all(labels.get(k) == v for k, v in main_selector.items())
+            assert not all(main_labels.get(k) == v for k, v in standby_selector.items())
+            assert "gpucluster.io/role" not in main_labels
+            # The same server: image, resources, probes.
+            main_c = main.inputs["spec"]["template"]["spec"]["containers"]
+            assert standby.inputs["spec"]["template"]["spec"]["containers"] == main_c
+
+
+def test_standby_runs_only_on_eligible_virtual_nodes_whatever_the_burst_mode(prod: RunResult) -> None:
+    spec = standby_for(prod, "sdxl-turbo").inputs["spec"]["template"]["spec"]
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [
+            {"key": "gpucluster.io/location", "operator": "In", "values": ["external"]},
+            {"key": "gpucluster.io/provider", "operator": "In", "values": ["lambda-east", "dr-cluster"]},
+        ]}]
+    burst = [t for t in spec["tolerations"] if t["key"] == BURST_TAINT]
+    assert burst == [{"key": BURST_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["schedulerName"] == "volcano" and spec["priorityClassName"] == "gpu-inference"
+
+
+def test_service_and_pdb_count_standby_replicas(prod: RunResult) -> None:
+    standby_labels = standby_for(prod, "sdxl-turbo").inputs["spec"]["template"]["metadata"]["labels"]
+    main_labels = prod.one("Deployment", "sdxl-turbo").inputs["spec"]["template"]["metadata"]["labels"]
+    service_selector = prod.one("Service", "sdxl-turbo").inputs["spec"]["selector"]
+    pdb_selector = prod.one("PodDisruptionBudget", "sdxl-turbo").inputs["spec"]["selector"]["matchLabels"]
+    for selector in (service_selector, pdb_selector):
+        assert selector["gpucluster.io/service"] == "sdxl-turbo"
+        for labels in (standby_labels, main_labels):
+            assert all(labels.get(k) == v for k, v in selector.items()), (selector, labels)
+    # ...and not another service's pods.
+    other = prod.one("Deployment", "whisper-large").inputs["spec"]["template"]["metadata"]["labels"]
+    assert not all(other.get(k) == v for k, v in service_selector.items())
+
+
+def test_handover_off_renders_no_standby(run_stack: Any) -> None:
+    result = run_stack("local", lambda c: c["gpu-cluster:burst"].update({"handover": {"enabled": False}}))
+    assert [d.name for d in result.by_kind("Deployment") if d.name.endswith("-standby")] == []

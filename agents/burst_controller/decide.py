@@ -7,6 +7,12 @@ and which provider a pod lands on is already decided by the scheduler (preferred
 pod-deletion-cost; opening only some providers would add a second placement policy that fights the first.
 Per-node reconciliation still happens: a virtual node whose taint disagrees with the mode (new node,
 hand edit, a NoExecute variant) is brought back in line.
+
+Make-before-break handover: training pods are created behind a scheduling gate, and inference replicas
+that a gang is about to reclaim (or that the descheduler is about to move home) count as at risk. Each
+service's standby Deployment, pinned to virtual nodes, is scaled to cover its at-risk replicas; only when
+the standby is ready does the core lift the gate (or close the burst), so ready replicas never drop below
+the service's minimum. A timeout bounds the wait: training outranks inference.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ class ActionKind(enum.StrEnum):
     OPEN_NODE = "open_node"
     CLOSE_NODE = "close_node"
     SET_DELETION_COST = "set_deletion_cost"
+    SET_STANDBY = "set_standby"  # scale a service's standby Deployment to `replicas`
+    UNGATE = "ungate"  # lift the handover scheduling gate from a training pod
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class Action:
     namespace: str = ""
     pod: str = ""
     deletion_cost: int = 0
+    service: str = ""
+    replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,19 @@ class PoolGpus:
 
 
 @dataclass(frozen=True)
+class ServiceReplicas:
+    """One inference service's pods as the handover sees them (main = the HPA's Deployment)."""
+
+    min_replicas: int
+    main_live: int = 0  # not terminal, not being deleted, scheduled or not
+    main_ready: int = 0
+    main_ready_external: int = 0
+    main_ready_onprem: Mapping[str, int] = field(default_factory=dict)  # per on-prem pool ("" = no pool)
+    standby_live: int = 0
+    standby_ready: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Aggregates of the cluster at one instant; built in O(virtual nodes + pools) by the incremental view.
 
@@ -91,6 +114,11 @@ class Snapshot:
     virtual_nodes: Mapping[str, VirtualNode] = field(default_factory=dict)
     pods_needing_cost: tuple[PodRef, ...] = ()
     pools: Mapping[str, PoolGpus] = field(default_factory=dict)
+    services: Mapping[str, ServiceReplicas] = field(default_factory=dict)
+    # GPUs of training pods not bound to a node yet (gated, pending, or being placed by a reclaim), per pool
+    # ("" = not confined to one pool); the pods behind the handover gate.
+    unplaced_training: Mapping[str, int] = field(default_factory=dict)
+    gated_pods: tuple[PodRef, ...] = ()
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -124,6 +152,7 @@ class BurstState:
     low_since: float | None = None  # free on-prem GPUs below the open threshold since
     pending_since: float | None = None  # inference GPU pods pending since
     close_since: float | None = None  # close condition true since
+    gated_since: float | None = None  # training pods behind the handover gate since
     last_now: float | None = None
 
 
@@ -135,6 +164,7 @@ class Decision:
     flipped: Mode | None = None  # the mode entered by this decision, if any
     effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand, per pool
     close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
+    standby: Mapping[str, int] = field(default_factory=dict)  # standby replicas wanted per service
 
 
 def state_from_snapshot(snapshot: Snapshot, now: float) -> BurstState:
@@ -159,7 +189,7 @@ def _hold(since: float | None, active: bool, now: float) -> float | None:
 
 def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings) -> Decision:
     """Decide the burst mode and the per-node/per-pod actions that make the cluster match it."""
-    blind = replace(state, low_since=None, pending_since=None, close_since=None, last_now=now)
+    blind = replace(state, low_since=None, pending_since=None, close_since=None, gated_since=None, last_now=now)
     if state.last_now is not None and now < state.last_now:
         return Decision((), blind, (f"clock moved back {state.last_now - now:.1f}s: no flip, holds restart",))
     if state.changed_at is not None and now < state.changed_at:
@@ -176,7 +206,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     gap = 0.0 if state.last_now is None else now - state.last_now
     if gap > settings.stale_after_seconds:
         # We were not looking in between; a condition is only "sustained" if we saw it sustained.
-        state = replace(state, low_since=None, pending_since=None, close_since=None)
+        state = replace(state, low_since=None, pending_since=None, close_since=None, gated_since=None)
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
 
     effective_free = effective_free_gpus(snapshot)
@@ -207,17 +237,41 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         can_close = not pending and effective_free >= close_needs
         close_since = _hold(state.close_since, can_close, now)
         if close_since is not None and now - close_since >= settings.close_hold_seconds:
-            flipped = Mode.CLOSED
-            close_since = None
-            reasons.append(
-                f"close: {effective_free} effective free on-prem GPUs >= {settings.close_at_free_gpus} "
-                f"+ {external} in use externally for {now - (state.close_since or now):.0f}s"
-            )
+            # Closing sends external replicas home: the standby covers them first (make before break).
+            home = plan_standby(snapshot, returning=True)
+            waited = now - close_since - settings.close_hold_seconds
+            if home.covered or waited >= settings.handover_timeout_seconds:
+                flipped = Mode.CLOSED
+                reasons.append(
+                    f"close: {effective_free} effective free on-prem GPUs >= {settings.close_at_free_gpus} "
+                    f"+ {external} in use externally for {now - close_since:.0f}s"
+                    + ("" if home.covered else f"; standby not ready after {waited:.0f}s, closing anyway")
+                )
+                close_since = None
+            else:
+                reasons.append(f"close waits for the standby: {home.describe()}")
 
     if flipped is not None:
         mode = flipped
         changed_at = now
         low_since = pending_since = close_since = None
+
+    # Replicas at risk: on-prem ones a gated gang will reclaim, and (closed, or about to close) external
+    # ones the descheduler will move home.
+    closing = close_since is not None and now - close_since >= settings.close_hold_seconds
+    plan = plan_standby(snapshot, returning=mode is Mode.CLOSED or closing)
+    gated_since = _hold(state.gated_since, bool(snapshot.gated_pods), now)
+    ungate = False
+    if gated_since is not None:
+        waited = now - gated_since
+        if plan.gang_covered:
+            ungate = True
+            reasons.append(f"handover: standby covers the replicas the gang displaces; {len(snapshot.gated_pods)} "
+                           "training pods released")
+        elif waited >= settings.handover_timeout_seconds:
+            ungate = True
+            reasons.append(f"handover: standby not ready after {waited:.0f}s ({plan.describe()}); training "
+                           f"outranks inference, {len(snapshot.gated_pods)} training pods released")
 
     actions: list[Action] = []
     for node in sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name):
@@ -225,6 +279,11 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
             actions.append(Action(ActionKind.OPEN_NODE, node=node.name))
         elif mode is Mode.CLOSED and node.taint_effect != "NoSchedule":
             actions.append(Action(ActionKind.CLOSE_NODE, node=node.name))
+    for service, replicas in sorted(plan.targets.items()):
+        if replicas != snapshot.services[service].standby_live:
+            actions.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
+    if ungate:
+        actions.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in snapshot.gated_pods)
     for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]:
         actions.append(
             Action(
@@ -240,6 +299,62 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         low_since=low_since,
         pending_since=pending_since,
         close_since=close_since,
+        gated_since=None if ungate else gated_since,
         last_now=now,
     )
-    return Decision(tuple(actions), new_state, tuple(reasons), flipped, effective_free, close_needs)
+    return Decision(
+        tuple(actions), new_state, tuple(reasons), flipped, effective_free, close_needs, dict(plan.targets)
+    )
+
+
+@dataclass(frozen=True)
+class StandbyPlan:
+    """Standby replicas wanted per service and whether the ready ones cover what is at risk."""
+
+    targets: Mapping[str, int]
+    at_risk: Mapping[str, int]
+    ready: Mapping[str, int]
+    gang_at_risk: bool
+
+    @property
+    def covered(self) -> bool:
+        return all(self.ready[s] >= n for s, n in self.targets.items())
+
+    @property
+    def gang_covered(self) -> bool:
+        """The gated gang may start: nothing it displaces is at risk, or the standby covers it."""
+        return not self.gang_at_risk or self.covered
+
+    def describe(self) -> str:
+        parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk" for s, n in self.targets.items()]
+        return ", ".join(parts) or "nothing at risk"
+
+
+def plan_standby(snapshot: Snapshot, returning: bool) -> StandbyPlan:
+    """Standby per service = replicas at risk that the rest cannot cover, capped at minReplicas.
+
+    On-prem replicas are at risk in a pool where unplaced training (gated, or released and not bound yet)
+    wants more GPUs than are free: a gang will reclaim them. With `returning`, external replicas are at
+    risk too (the descheduler moves them home).
+    Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
+    time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
+    """
+    free = {name: pool.free for name, pool in snapshot.pools.items()}
+    unplaced = snapshot.unplaced_training
+    all_pools = unplaced.get("", 0) > snapshot.onprem_free_gpus
+    risky_pools = {p for p, gpus in unplaced.items() if p and gpus > free.get(p, 0)}
+    targets: dict[str, int] = {}
+    at_risk: dict[str, int] = {}
+    ready: dict[str, int] = {}
+    gang_at_risk = False
+    for name, svc in snapshot.services.items():
+        onprem_risk = sum(n for pool, n in svc.main_ready_onprem.items() if all_pools or pool in risky_pools)
+        gang_at_risk = gang_at_risk or onprem_risk > 0
+        risk = onprem_risk + (svc.main_ready_external if returning else 0)
+        if risk == 0 and svc.standby_live == 0:
+            continue
+        goal = max(svc.min_replicas, svc.main_live)
+        targets[name] = max(0, min(goal - (svc.main_ready - risk), svc.min_replicas))
+        at_risk[name] = risk
+        ready[name] = svc.standby_ready
+    return StandbyPlan(targets, at_risk, ready, gang_at_risk)

@@ -93,15 +93,25 @@ def gpu_pod(
     unschedulable: bool = False,
     deletion_cost: int | None = None,
     pool: str | None = None,
+    service: str | None = None,
+    standby: bool = False,
+    ready: bool | None = None,
+    gated: bool = False,
+    deleting: bool = False,
     settings: BurstSettings = _DEFAULT,
 ) -> dict[str, Any]:
     """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict.
 
     `pool` confines the pod to one on-prem pool with required node affinity, as the training template does.
+    `service`/`standby` label an inference replica; `ready` (default: running) sets its Ready condition;
+    `gated` holds a pending pod at the handover scheduling gate.
     """
     conditions: list[dict[str, Any]] = []
     if node is None and unschedulable:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable"})
+    running = (phase or ("Running" if node else "Pending")) == "Running"
+    if ready if ready is not None else running:
+        conditions.append({"type": "Ready", "status": "True"})
     annotations = {}
     if deletion_cost is not None:
         annotations["controller.kubernetes.io/pod-deletion-cost"] = str(deletion_cost)
@@ -110,6 +120,8 @@ def gpu_pod(
     }
     if node is not None:
         spec["nodeName"] = node
+    if gated:
+        spec["schedulingGates"] = [{"name": settings.handover_gate}]
     if pool is not None:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
@@ -117,13 +129,16 @@ def gpu_pod(
                 {"key": settings.pool_label, "operator": "In", "values": [pool]},
             ]}]
         }}}
+    labels = {settings.workload_label: workload}
+    if service is not None:
+        labels[settings.service_label] = service
+    if standby:
+        labels[settings.role_label] = "standby"
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {settings.workload_label: workload},
-            "annotations": annotations,
-        },
+        "metadata": meta,
         "spec": spec,
         "status": {"phase": phase or ("Running" if node else "Pending"), "conditions": conditions},
     }

@@ -56,6 +56,14 @@ class BurstSettings:
     api_retry_attempts: int = 5
     backoff_base_seconds: float = 0.5
     backoff_max_seconds: float = 10.0
+    # Make-before-break handover: inference service -> minReplicas. Training pods carry the handover
+    # scheduling gate; the controller scales each service's standby Deployment on virtual nodes until the
+    # replicas a gang (or the return home) is about to take away are covered, and only then lifts the gate
+    # or closes the burst. Empty: no standby is managed and gated pods are released at once.
+    handover_services: dict[str, int] = field(default_factory=dict)
+    # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
+    handover_timeout_seconds: float = 300.0
+    inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
     pool_label: str = field(default="", init=False)
     location_label: str = field(default="", init=False)
@@ -63,6 +71,9 @@ class BurstSettings:
     workload_label: str = field(default="", init=False)
     thermal_taint_key: str = field(default="", init=False)
     changed_at_annotation: str = field(default="", init=False)
+    service_label: str = field(default="", init=False)
+    role_label: str = field(default="", init=False)
+    handover_gate: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         p = self.label_prefix
@@ -73,6 +84,9 @@ class BurstSettings:
             "workload_label": f"{p}/workload",
             "thermal_taint_key": f"{p}/thermal",
             "changed_at_annotation": f"{p}/burst-changed-at",
+            "service_label": f"{p}/service",
+            "role_label": f"{p}/role",
+            "handover_gate": f"{p}/handover",
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -95,7 +109,13 @@ class BurstSettings:
                 f"close_at_free_gpus: must exceed open_below_free_gpus ({self.open_below_free_gpus}) "
                 f"or the taint flaps, got {self.close_at_free_gpus}"
             )
-        holds = ("open_hold_seconds", "close_hold_seconds", "pending_grace_seconds", "backoff_base_seconds")
+        holds = (
+            "open_hold_seconds",
+            "close_hold_seconds",
+            "pending_grace_seconds",
+            "backoff_base_seconds",
+            "handover_timeout_seconds",
+        )
         for name in holds:
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
@@ -125,7 +145,19 @@ class BurstSettings:
             )
         if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
             raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
-        for name in ("namespace", "lease_name", "event_namespace", "gpu_resource", "taint_value"):
+        for service, minimum in self.handover_services.items():
+            if not service or isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+                raise SettingsError(
+                    f"handover_services: {service!r} must map to a minReplicas >= 1, got {minimum!r}"
+                )
+        for name in (
+            "namespace",
+            "lease_name",
+            "event_namespace",
+            "gpu_resource",
+            "taint_value",
+            "inference_namespace",
+        ):
             if not getattr(self, name):
                 raise SettingsError(f"{name}: must not be empty")
 
@@ -165,9 +197,18 @@ class BurstSettings:
         return json.dumps({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init})
 
 
+def standby_deployment(service: str) -> str:
+    """Name of a service's standby Deployment (the deploying component and the controller agree on it)."""
+    return f"{service}-standby"
+
+
 def _coerce(key: str, type_name: Any, value: Any, source: str) -> Any:
     """Accept the value types a ConfigMap realistically carries; reject bools posing as numbers."""
     kind = str(type_name)
+    if kind == "dict[str, int]":
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{source}: key {key!r} must be a mapping of names to integers, got {value!r}")
+        return {str(k): _coerce(f"{key}.{k}", "int", v, source) for k, v in value.items()}
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise SettingsError(f"{source}: key {key!r} must be an integer, got {value!r}")

@@ -8,6 +8,10 @@ Failure behaviour (each is counted in `gpucluster_burst_errors_total{kind}`):
   fails is simply re-emitted by the next decision because the view still shows the mismatch;
 - lease lost or not renewed within the renew deadline: stop acting at once; another replica takes over
   once the lease has not changed for its duration.
+
+Handover actions are idempotent: scaling a standby Deployment writes the wanted count through the scale
+subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
+of our gate alone, so other gates on the pod stay and a pod already released is a no-op.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from agents.burst_controller.decide import (
     decide,
     state_from_snapshot,
 )
-from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
+from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings, standby_deployment
 from agents.burst_controller.view import ClusterView
 
 log = logging.getLogger("burst_controller")
@@ -47,6 +51,7 @@ NODES = "nodes"
 PODS = "pods"
 LIST_PAGE = 500  # keeps each list response small on clusters with tens of thousands of pods
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "burst-controller"
 
 
@@ -133,12 +138,25 @@ class Metrics:
         self.actions = Counter(
             "gpucluster_burst_actions", "Actions applied successfully", ["kind"], registry=r
         )
+        self.standby = Gauge(
+            "gpucluster_burst_standby_replicas",
+            "Standby replicas wanted per inference service (covering replicas at risk of a handover)",
+            ["service"],
+            registry=r,
+        )
+        self.gated = Gauge(
+            "gpucluster_burst_gated_training_pods",
+            "Training pods held at the handover gate until the standby covers what they displace",
+            registry=r,
+        )
         self._node_labels: set[tuple[str, str]] = set()
 
     def observe(self, snapshot: Snapshot, decision: Decision, state: BurstState) -> None:
         self.observe_inputs(snapshot)
         if decision.effective_free_gpus is not None:
             self.effective_free.set(decision.effective_free_gpus)
+        for service in snapshot.services:
+            self.standby.labels(service).set(decision.standby.get(service, 0))
         self.mode_open.set(1 if state.mode is Mode.OPEN else 0)
 
     def observe_inputs(self, snapshot: Snapshot) -> None:
@@ -148,6 +166,7 @@ class Metrics:
         self.pending.labels("inference").set(snapshot.pending_inference_gpus)
         self.pending.labels("training").set(snapshot.pending_training_gpus)
         self.external.set(snapshot.external_gpus_in_use)
+        self.gated.set(len(snapshot.gated_pods))
         labels = {(v.name, v.provider) for v in snapshot.virtual_nodes.values()}
         for gone in self._node_labels - labels:
             self.node_open.remove(*gone)
@@ -294,6 +313,9 @@ class BurstShell:
     ) -> None:
         self.settings = settings
         self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        # Standby counts written since the last resync: a decision repeats its wish until pods show up.
+        self._standby_written: dict[str, int] = {}
         self.identity = identity or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or Metrics()
         self.clock = clock
@@ -458,7 +480,7 @@ class BurstShell:
                 break
             if self.apply(action):
                 self.metrics.actions.labels(action.kind.value).inc()
-                if action.kind is not ActionKind.SET_DELETION_COST:
+                if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE):
                     self._event(action, decision)
         with self.lock:
             after = self.view.snapshot()
@@ -470,6 +492,10 @@ class BurstShell:
         try:
             if action.kind is ActionKind.SET_DELETION_COST:
                 return self._set_deletion_cost(action.namespace, action.pod, action.deletion_cost)
+            if action.kind is ActionKind.SET_STANDBY:
+                return self._set_standby(action.service, action.replicas)
+            if action.kind is ActionKind.UNGATE:
+                return self._ungate(action.namespace, action.pod)
             return self._set_taint(action.node, close=action.kind is ActionKind.CLOSE_NODE)
         except CallFailed as exc:
             self._error(exc.kind)
@@ -574,6 +600,61 @@ class BurstShell:
             raise
         return True
 
+    def _set_standby(self, service: str, replicas: int) -> bool:
+        """Scale the service's standby Deployment; a count already written since the last resync is skipped."""
+        if self._standby_written.get(service) == replicas:
+            return False
+        s = self.settings
+        name = standby_deployment(service)
+
+        def patch() -> None:
+            self.apps.patch_namespaced_deployment_scale(
+                name,
+                s.inference_namespace,
+                {"spec": {"replicas": replicas}},
+                _content_type=MERGE_PATCH,
+                _request_timeout=s.request_timeout_seconds,
+            )
+
+        try:
+            self._retrying(patch)
+        except CallFailed as exc:
+            if exc.kind == "not_found":
+                log.warning("standby Deployment %s/%s not found: no standby for %s", s.inference_namespace, name,
+                            service)
+                return False
+            raise
+        self._standby_written[service] = replicas
+        log.info("standby %s: %d replicas", service, replicas)
+        return True
+
+    def _ungate(self, namespace: str, pod: str) -> bool:
+        """Remove only our scheduling gate (a strategic-merge delete keyed by the gate's name)."""
+        s = self.settings
+        body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": s.handover_gate}]}}
+
+        def patch() -> None:
+            obj = self._json(
+                self.core.patch_namespaced_pod(
+                    pod,
+                    namespace,
+                    body,
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=s.request_timeout_seconds,
+                )
+            )
+            with self.lock:
+                self.view.apply_pod("MODIFIED", obj)
+
+        try:
+            self._retrying(patch)
+        except CallFailed as exc:
+            if exc.kind == "not_found":
+                return False
+            raise
+        return True
+
     def _event(self, action: Action, decision: Decision) -> None:
         s = self.settings
         opened = action.kind is ActionKind.OPEN_NODE
@@ -630,6 +711,7 @@ class BurstShell:
                     # A periodic full list repairs anything a missed event could have left wrong.
                     for cursor in self.cursors.values():
                         cursor.needs_list = True
+                    self._standby_written.clear()
                     last_resync = time.monotonic()
                 try:
                     self.reconcile()

@@ -15,7 +15,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from agents.burst_controller.decide import PodRef, PoolGpus, Snapshot, VirtualNode
+from agents.burst_controller.decide import PodRef, PoolGpus, ServiceReplicas, Snapshot, VirtualNode
 from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
 
 ONPREM = "onprem"
@@ -139,6 +139,27 @@ class _Pod:
     unschedulable: bool
     deleting: bool
     cost_ok: bool
+    gated: bool = False  # a training pod behind the handover scheduling gate
+    service: str = ""  # the handover service this inference pod belongs to ("" = none we track)
+    standby: bool = False
+    ready: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        """Training demand not placed yet: unschedulable, or held at the handover gate."""
+        return (self.unschedulable or self.gated) and self.gpus > 0
+
+
+@dataclass(slots=True)
+class _ServiceCounts:
+    """Running sums for one handover service; updated by pod contributions like the GPU totals."""
+
+    main_live: int = 0
+    main_ready: int = 0
+    main_ready_external: int = 0
+    main_ready_onprem: dict[str, int] = field(default_factory=dict)
+    standby_live: int = 0
+    standby_ready: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,9 @@ class ClusterView:
         # Per on-prem pool: free GPUs on its eligible nodes, GPUs of training pods pending for it.
         self._pool_free: dict[str, int] = {}
         self._pool_pending: dict[str, int] = {}
+        self._services = {name: _ServiceCounts() for name in settings.handover_services}
+        self._gated: dict[str, PodRef] = {}
+        self._unplaced_gpus: dict[str, int] = {}  # training not bound to a node yet, per pool ("" = any)
         self.nodes_synced = False
         self.pods_synced = False
         self.observed_at: float | None = None
@@ -218,10 +242,16 @@ class ClusterView:
         self.onprem_allocatable -= rec.onprem_alloc()
         self._add_free(rec, -rec.onprem_free())
         was_virtual = rec.kind == VIRTUAL
+        where = (rec.kind, rec.pool)
         if event_type == "DELETED":
             rec.kind, rec.allocatable, rec.eligible, rec.taints, rec.pool = MISSING, 0, False, [], ""
         else:
             self._read_node(rec, node)
+        if self._services and where != (rec.kind, rec.pool):
+            # Rare (a node appears after its pods, or is relabelled); pods per node are few.
+            for key in rec.pods:
+                self._count_service(self._pods[key], *where, -1)
+                self._count_service(self._pods[key], rec.kind, rec.pool, +1)
         self.onprem_allocatable += rec.onprem_alloc()
         self._add_free(rec, rec.onprem_free())
         if rec.kind == VIRTUAL:
@@ -319,7 +349,12 @@ class ClusterView:
                 for c in status.get("conditions") or ()
             )
         )
-        workload = str((meta.get("labels") or {}).get(s.workload_label, ""))
+        labels = meta.get("labels") or {}
+        workload = str(labels.get(s.workload_label, ""))
+        gated = not node and any(
+            isinstance(g, dict) and g.get("name") == s.handover_gate for g in spec.get("schedulingGates") or ()
+        )
+        service = str(labels.get(s.service_label, "")) if workload == "inference" else ""
         return _Pod(
             key=f"{namespace}/{name}",
             namespace=namespace,
@@ -328,11 +363,16 @@ class ClusterView:
             gpus=pod_gpus(pod, s.gpu_resource),
             workload=workload,
             # Only pending training is netted per pool; other pods skip the affinity walk.
-            pool=pod_pool(pod, s.pool_label) if unschedulable and workload == "training" else "",
+            pool=pod_pool(pod, s.pool_label) if not node and workload == "training" else "",
             live=phase not in _TERMINAL_PHASES,
             unschedulable=unschedulable,
             deleting=meta.get("deletionTimestamp") is not None,
             cost_ok=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION) == self._cost_value,
+            gated=gated and workload == "training",
+            service=service if service in self._services else "",
+            standby=labels.get(s.role_label) == "standby",
+            ready=phase == "Running"
+            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
         )
 
     def _set_pod(self, key: str, new: _Pod | None) -> None:
@@ -345,20 +385,25 @@ class ClusterView:
             self._pod_contribution(new, +1)
 
     def _pod_contribution(self, pod: _Pod, sign: int) -> None:
-        if pod.unschedulable and pod.gpus:
-            if pod.workload == "inference":
-                self.pending_inference += sign * pod.gpus
-            elif pod.workload == "training":
-                self.pending_training += sign * pod.gpus
-                if pod.pool:
-                    left = self._pool_pending.get(pod.pool, 0) + sign * pod.gpus
-                    if left:
-                        self._pool_pending[pod.pool] = left
-                    else:
-                        del self._pool_pending[pod.pool]
+        if pod.unschedulable and pod.gpus and pod.workload == "inference" and not pod.standby:
+            # A standby waiting for room on a virtual node is no reason to open the burst.
+            self.pending_inference += sign * pod.gpus
+        elif pod.waiting and pod.workload == "training":
+            self.pending_training += sign * pod.gpus
+            if pod.pool:
+                _add(self._pool_pending, pod.pool, sign * pod.gpus)
+        if pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus:
+            _add(self._unplaced_gpus, pod.pool, sign * pod.gpus)
+        if pod.gated:
+            if sign > 0:
+                self._gated[pod.key] = PodRef(pod.namespace, pod.name)
+            else:
+                self._gated.pop(pod.key, None)
+        rec = self._nodes.get(pod.node) if pod.node else None
+        if pod.service:
+            self._count_service(pod, rec.kind if rec else MISSING, rec.pool if rec else "", sign)
         if not pod.node:
             return
-        rec = self._nodes.get(pod.node)
         if rec is None:
             rec = self._nodes[pod.node] = _Node(pod.node)
         self._add_free(rec, -rec.onprem_free())
@@ -375,6 +420,24 @@ class ClusterView:
             self._update_cost_need(pod)
         elif rec.kind == MISSING and not rec.pods:
             del self._nodes[pod.node]
+
+    def _count_service(self, pod: _Pod, kind: str, pool: str, sign: int) -> None:
+        """Add (sign 1) or remove (-1) one pod of a handover service, by role, readiness and location."""
+        if not pod.service or not pod.live or pod.deleting:
+            return
+        counts = self._services[pod.service]
+        if pod.standby:
+            counts.standby_live += sign
+            counts.standby_ready += sign * pod.ready
+            return
+        counts.main_live += sign
+        if not pod.ready:
+            return
+        counts.main_ready += sign
+        if kind == VIRTUAL:
+            counts.main_ready_external += sign
+        elif kind == ONPREM:
+            _add(counts.main_ready_onprem, pool, sign)
 
     def _add_free(self, rec: _Node, gpus: int) -> None:
         """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's."""
@@ -425,6 +488,20 @@ class ClusterView:
             virtual_nodes=virtual,
             pods_needing_cost=tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle)),
             pools=self._pools(),
+            services={
+                name: ServiceReplicas(
+                    min_replicas=self._s.handover_services[name],
+                    main_live=c.main_live,
+                    main_ready=c.main_ready,
+                    main_ready_external=c.main_ready_external,
+                    main_ready_onprem=dict(c.main_ready_onprem),
+                    standby_live=c.standby_live,
+                    standby_ready=c.standby_ready,
+                )
+                for name, c in self._services.items()
+            },
+            unplaced_training=dict(self._unplaced_gpus),
+            gated_pods=tuple(self._gated.values()),
         )
 
     def _pools(self) -> dict[str, PoolGpus]:
@@ -441,6 +518,15 @@ class ClusterView:
             for pool in free.keys() | pending.keys()
             if free.get(pool, 0) or pending.get(pool, 0)
         }
+
+
+def _add(counter: dict[str, int], key: str, delta: int) -> None:
+    """Add to a sparse counter, dropping keys that reach zero (so equal sums give equal snapshots)."""
+    left = counter.get(key, 0) + delta
+    if left:
+        counter[key] = left
+    else:
+        counter.pop(key, None)
 
 
 def _name(obj: Obj) -> str:

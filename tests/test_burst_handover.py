@@ -1,0 +1,338 @@
+"""Make-before-break handover: decision tables for the standby and the training gate, and the view's counts.
+
+A gang waits at the handover gate while the standby on virtual nodes comes up to cover the inference it
+will reclaim; closing the burst waits the same way for the replicas the descheduler will move home.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from agents.burst_controller.decide import (
+    Action,
+    ActionKind,
+    BurstState,
+    Decision,
+    Mode,
+    PodRef,
+    PoolGpus,
+    ServiceReplicas,
+    Snapshot,
+    VirtualNode,
+    decide,
+    plan_standby,
+)
+from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
+from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.view import ClusterView
+
+S = BurstSettings(
+    open_below_free_gpus=1,
+    close_at_free_gpus=4,
+    open_hold_seconds=5,
+    close_hold_seconds=20,
+    pending_grace_seconds=5,
+    handover_timeout_seconds=60,
+    handover_services={"svc": 4},
+)
+NOW = 10_000.0
+GANG = tuple(PodRef("training", f"gang-worker-{i}") for i in range(4))
+CLOSED = BurstState(Mode.CLOSED, changed_at=1000.0, last_now=NOW - 1)
+OPEN = BurstState(Mode.OPEN, changed_at=1000.0, last_now=NOW - 1)
+
+
+def svc(
+    live: int = 4,
+    ready: int | None = None,
+    onprem: Mapping[str, int] | None = None,
+    external: int = 0,
+    standby: int = 0,
+    standby_ready: int | None = None,
+    minimum: int = 4,
+) -> ServiceReplicas:
+    onprem = {"a": live} if onprem is None else onprem
+    ready = sum(onprem.values()) + external if ready is None else ready
+    return ServiceReplicas(
+        min_replicas=minimum,
+        main_live=live,
+        main_ready=ready,
+        main_ready_external=external,
+        main_ready_onprem=dict(onprem),
+        standby_live=standby,
+        standby_ready=standby if standby_ready is None else standby_ready,
+    )
+
+
+def snap(
+    service: ServiceReplicas | None,
+    *,
+    free: Mapping[str, int] | None = None,
+    unplaced: Mapping[str, int] | None = None,
+    gated: tuple[PodRef, ...] = (),
+    external_used: int = 0,
+    burst: str | None = "NoSchedule",
+    pending_inf: int = 0,
+) -> Snapshot:
+    """Pool `a`: 32 GPUs; `free` per pool; `unplaced` training GPUs per pool (gated or not bound yet)."""
+    free = {"a": 28} if free is None else free
+    unplaced = unplaced or {}
+    return Snapshot(
+        synced=True,
+        observed_at=NOW - 1,
+        onprem_allocatable_gpus=64,
+        onprem_free_gpus=sum(free.values()),
+        pending_inference_gpus=pending_inf,
+        pending_training_gpus=sum(unplaced.values()),
+        virtual_nodes={"vk": VirtualNode("vk", "cloud", burst, external_used)},
+        pools={p: PoolGpus(free.get(p, 0), unplaced.get(p, 0)) for p in free.keys() | unplaced.keys()},
+        services={} if service is None else {"svc": service},
+        unplaced_training=unplaced,
+        gated_pods=gated,
+    )
+
+
+def kinds(decision: Decision, kind: ActionKind) -> list[Action]:
+    return [a for a in decision.actions if a.kind is kind]
+
+
+def standby_of(decision: Decision) -> int | None:
+    found = kinds(decision, ActionKind.SET_STANDBY)
+    assert len(found) <= 1
+    return found[0].replicas if found else None
+
+
+# id, snapshot, state, standby replicas set (None: no scale action), gang released
+GATE_TABLE = [
+    # The gang fits in free GPUs: nothing is reclaimed, so nothing waits.
+    ("fits-in-free", snap(svc(), free={"a": 32}, unplaced={"a": 32}, gated=GANG), CLOSED, None, True),
+    # The gang needs the GPUs inference holds: standby first, gate stays.
+    ("needs-reclaim-scales-standby", snap(svc(), unplaced={"a": 32}, gated=GANG), CLOSED, 4, False),
+    # Standby asked for, pods not ready yet: still waiting, no new scale action.
+    ("standby-starting", snap(svc(standby=4, standby_ready=2), unplaced={"a": 32}, gated=GANG), CLOSED, None, False),
+    ("standby-ready-releases", snap(svc(standby=4), unplaced={"a": 32}, gated=GANG), CLOSED, None, True),
+    # The gang is in pool b; inference runs in pool a: not at risk.
+    ("other-pool-not-at-risk", snap(svc(), free={"a": 28, "b": 0}, unplaced={"b": 32}, gated=GANG), CLOSED, None,
+     True),
+    # Released but not bound yet (reclaim in progress): inference is still at risk, the standby stays.
+    ("released-not-bound-keeps-standby", snap(svc(standby=4), unplaced={"a": 32}), CLOSED, None, False),
+    # Reclaimed: main replicas pending elsewhere; the standby bridges until they are ready.
+    ("reclaimed-bridges", snap(svc(ready=0, onprem={}, standby=4), free={"a": 0}), OPEN, None, False),
+    ("replacements-half-ready", snap(svc(onprem={}, external=2, standby=4), free={"a": 0}), OPEN, 2, False),
+    ("replacements-ready-scale-down", snap(svc(onprem={}, external=4, standby=4), free={"a": 0}), OPEN, 0, False),
+    # HPA above the minimum: cover up to the goal, capped at minReplicas of standby.
+    ("hpa-above-min-capped", snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, 4, False),
+    # Part of the service is safe elsewhere: only the shortfall below the goal is covered.
+    ("partly-safe", snap(svc(onprem={"a": 2}, external=2), unplaced={"a": 32}, gated=GANG), OPEN, 2, False),
+    # Nothing at risk and no standby running: no action at all (steady state).
+    ("steady", snap(svc()), CLOSED, None, False),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "state", "standby", "released"), [t[1:] for t in GATE_TABLE],
+                         ids=[t[0] for t in GATE_TABLE])
+def test_gate_and_standby_table(snapshot: Snapshot, state: BurstState, standby: int | None, released: bool) -> None:
+    decision = decide(snapshot, state, NOW, S)
+    assert standby_of(decision) == standby, decision
+    ungated = kinds(decision, ActionKind.UNGATE)
+    assert ungated == ([Action(ActionKind.UNGATE, namespace="training", pod=r.name) for r in GANG] if released else [])
+    if released:
+        assert decision.state.gated_since is None
+    elif snapshot.gated_pods:
+        assert decision.state.gated_since == NOW
+
+
+def test_gate_times_out_because_training_outranks_inference() -> None:
+    waiting = snap(svc(standby=4, standby_ready=0), unplaced={"a": 32}, gated=GANG)
+    state = replace(CLOSED, gated_since=NOW - 59)
+    assert kinds(decide(waiting, state, NOW, S), ActionKind.UNGATE) == []
+    decision = decide(waiting, replace(CLOSED, gated_since=NOW - 60), NOW, S)
+    assert len(kinds(decision, ActionKind.UNGATE)) == 4
+    assert any("training outranks inference" in r and "svc standby 0/4 ready" in r for r in decision.reasons)
+
+
+def test_gate_released_at_once_without_handover_services() -> None:
+    off = replace(S, handover_services={})
+    decision = decide(snap(None, unplaced={"a": 32}, gated=GANG), CLOSED, NOW, off)
+    assert len(kinds(decision, ActionKind.UNGATE)) == 4
+    assert standby_of(decision) is None
+
+
+def test_gated_demand_opens_the_burst_like_pending_training() -> None:
+    # Gated GPUs count as pending training: effective free = 28 - 32 < 1, so the burst opens after its hold.
+    snapshot = snap(svc(standby=4, standby_ready=0), unplaced={"a": 32}, gated=GANG)
+    first = decide(snapshot, CLOSED, NOW, S)
+    assert first.effective_free_gpus == 0 and first.flipped is None
+    later = decide(snapshot, first.state, NOW + 5, S)
+    assert later.flipped is Mode.OPEN
+
+
+def close_ready(service: ServiceReplicas) -> tuple[Snapshot, BurstState]:
+    """Open, the close condition held for the whole hold: external replicas are about to be sent home."""
+    snapshot = snap(service, free={"a": 32}, external_used=4, burst=None)
+    return snapshot, replace(OPEN, close_since=NOW - 20)
+
+
+def test_close_waits_for_standby_then_closes() -> None:
+    snapshot, state = close_ready(svc(onprem={}, external=4))
+    waiting = decide(snapshot, state, NOW, S)
+    assert waiting.flipped is None and waiting.state.mode is Mode.OPEN
+    assert standby_of(waiting) == 4
+    assert any(r.startswith("close waits for the standby: svc standby 0/4 ready, 4 at risk") for r in waiting.reasons)
+    assert waiting.state.close_since == NOW - 20  # the hold is kept: close as soon as the standby is ready
+    ready, _ = close_ready(svc(onprem={}, external=4, standby=4))
+    closed = decide(ready, waiting.state, NOW + 3, S)
+    assert closed.flipped is Mode.CLOSED
+    assert kinds(closed, ActionKind.CLOSE_NODE) == [Action(ActionKind.CLOSE_NODE, node="vk")]
+    assert standby_of(closed) is None  # still wanted: the replicas are on their way home
+
+
+def test_close_goes_ahead_after_the_handover_timeout() -> None:
+    snapshot, state = close_ready(svc(onprem={}, external=4))
+    decision = decide(snapshot, replace(state, close_since=NOW - 20 - 60), NOW, S)
+    assert decision.flipped is Mode.CLOSED
+    assert any("closing anyway" in r for r in decision.reasons)
+
+
+def test_return_home_shrinks_the_standby_as_replicas_arrive() -> None:
+    # Closed: two replicas already home, two still external (to be descheduled); the standby covers the two.
+    decision = decide(snap(svc(onprem={"a": 2}, external=2, standby=4), free={"a": 30}), CLOSED, NOW, S)
+    assert standby_of(decision) == 2
+    home = decide(snap(svc(onprem={"a": 4}, external=0, standby=2), free={"a": 28}), CLOSED, NOW, S)
+    assert standby_of(home) == 0
+
+
+def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken() -> None:
+    """Property: once the standby is ready at its target, losing every at-risk replica keeps >= minimum ready."""
+    rng = random.Random(3)
+    for _ in range(2000):
+        minimum = rng.randint(1, 6)
+        live = rng.randint(minimum, 12)
+        onprem_a, onprem_b = rng.randint(0, live), 0
+        onprem_b = rng.randint(0, live - onprem_a)
+        external = rng.randint(0, live - onprem_a - onprem_b)
+        service = svc(live=live, onprem={"a": onprem_a, "b": onprem_b}, external=external,
+                      standby=rng.randint(0, 3), minimum=minimum)
+        snapshot = snap(service, free={"a": rng.randint(0, 8), "b": 8}, unplaced={"a": rng.choice([0, 32])})
+        returning = rng.random() < 0.5
+        plan = plan_standby(snapshot, returning)
+        risk = onprem_a if snapshot.unplaced_training.get("a", 0) > snapshot.pools["a"].free else 0
+        risk += external if returning else 0
+        if risk == 0 and service.standby_live == 0:
+            assert "svc" not in plan.targets
+            continue
+        target = plan.targets["svc"]
+        assert 0 <= target <= minimum
+        assert service.main_ready - risk + target >= minimum
+
+
+def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
+    s = S
+    nodes = [onprem_node("n1", 8, pool="a"), onprem_node("n2", 8, pool="b"), virtual_node("vk", gpus=16)]
+    pods = [
+        gpu_pod("m1", node="n1", service="svc", namespace="inference"),
+        gpu_pod("m2", node="n2", service="svc", namespace="inference"),
+        gpu_pod("m3", node="vk", service="svc", namespace="inference"),
+        gpu_pod("m4", node="n1", service="svc", namespace="inference", ready=False),
+        gpu_pod("m5", service="svc", namespace="inference", unschedulable=True),
+        gpu_pod("m6", node="n1", service="svc", namespace="inference", deleting=True),
+        gpu_pod("sb1", node="vk", service="svc", standby=True, namespace="inference"),
+        gpu_pod("sb2", service="svc", standby=True, namespace="inference", unschedulable=True),
+        gpu_pod("other", node="n1", service="not-tracked", namespace="inference"),
+        gpu_pod("g0", 8, workload="training", namespace="training", pool="a", gated=True),
+        gpu_pod("g1", 8, workload="training", namespace="training", pool="a", gated=True),
+        gpu_pod("t0", 8, workload="training", namespace="training", pool="b"),  # released, not bound yet
+    ]
+    snapshot = ClusterView.from_lists(nodes, pods, s, NOW).snapshot()
+    assert snapshot.services["svc"] == ServiceReplicas(
+        min_replicas=4, main_live=5, main_ready=3, main_ready_external=1, main_ready_onprem={"a": 1, "b": 1},
+        standby_live=2, standby_ready=1,
+    )
+    # A pending standby is no reason to open the burst; the pending main replica is.
+    assert snapshot.pending_inference_gpus == 1
+    assert set(snapshot.gated_pods) == {PodRef("training", "g0"), PodRef("training", "g1")}
+    # Gated pods are pending training demand (they net against their pool's free GPUs).
+    assert snapshot.pending_training_gpus == 16
+    assert snapshot.pools["a"].pending_training == 16
+    assert snapshot.unplaced_training == {"a": 16, "b": 8}
+
+
+def test_view_moves_counts_when_a_node_appears_after_its_pods() -> None:
+    view = ClusterView(S)
+    view.apply_pod("ADDED", gpu_pod("m1", node="n1", service="svc", namespace="inference"))
+    view.apply_pod("ADDED", gpu_pod("m2", node="vk", service="svc", namespace="inference"))
+    before = view.snapshot().services["svc"]
+    assert (before.main_ready, before.main_ready_external, dict(before.main_ready_onprem)) == (2, 0, {})
+    view.apply_node("ADDED", onprem_node("n1", 8, pool="a"))
+    view.apply_node("ADDED", virtual_node("vk"))
+    after = view.snapshot().services["svc"]
+    assert (after.main_ready_external, dict(after.main_ready_onprem)) == (1, {"a": 1})
+    view.apply_node("DELETED", onprem_node("n1", 8, pool="a"))
+    assert dict(view.snapshot().services["svc"].main_ready_onprem) == {}
+
+
+def test_view_incremental_service_counts_match_full_list() -> None:
+    rng = random.Random(11)
+    view = ClusterView(S)
+    view.replace_nodes([], NOW)
+    view.replace_pods([], NOW)
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for step in range(3000):
+        if rng.random() < 0.15:
+            name = f"n{rng.randrange(12)}"
+            if rng.random() < 0.2 and name in nodes:
+                view.apply_node("DELETED", nodes.pop(name))
+            else:
+                nodes[name] = (virtual_node(name) if name.endswith("3")
+                               else onprem_node(name, 8, pool=rng.choice(["a", "b"])))
+                view.apply_node("MODIFIED", nodes[name])
+        else:
+            name = f"p{rng.randrange(120)}"
+            if rng.random() < 0.25 and name in pods:
+                view.apply_pod("DELETED", pods.pop(name))
+            else:
+                training = rng.random() < 0.3
+                node = rng.choice([None, *[f"n{i}" for i in range(12)]])
+                pods[name] = gpu_pod(
+                    name, rng.randrange(1, 9) if training else 1, node=node,
+                    workload="training" if training else "inference",
+                    service=None if training else rng.choice(["svc", "svc", "other"]),
+                    standby=rng.random() < 0.3, ready=rng.choice([None, False]),
+                    gated=training and node is None and rng.random() < 0.5,
+                    unschedulable=rng.random() < 0.5, deleting=rng.random() < 0.1,
+                    pool=rng.choice([None, "a", "b"]) if training else None,
+                    phase=rng.choice([None, None, "Succeeded"]),
+                )
+                view.apply_pod("MODIFIED", pods[name])
+        if step % 300 == 0 or step == 2999:
+            full = ClusterView.from_lists(nodes.values(), pods.values(), S, NOW).snapshot()
+            got = view.snapshot()
+            assert got.services == full.services
+            assert got.unplaced_training == full.unplaced_training
+            assert sorted(got.gated_pods, key=str) == sorted(full.gated_pods, key=str)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"handover_services": {"svc": 0}}, "'svc' must map to a minReplicas >= 1"),
+        ({"handover_services": ["svc"]}, "must be a mapping of names to integers"),
+        ({"handover_services": {"svc": "four"}}, "key 'handover_services.svc' must be an integer"),
+        ({"handover_timeout_seconds": -1}, "handover_timeout_seconds: must be >= 0"),
+        ({"inference_namespace": ""}, "inference_namespace: must not be empty"),
+    ],
+)
+def test_handover_settings_errors_name_the_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        BurstSettings.from_mapping(data, source="settings.yaml")
+
+
+def test_handover_settings_round_trip() -> None:
+    again = BurstSettings.from_mapping(__import__("json").loads(S.to_json()))
+    assert again.handover_services == {"svc": 4} and again.handover_timeout_seconds == 60
+    assert (again.handover_gate, again.role_label) == ("gpucluster.io/handover", "gpucluster.io/role")
