@@ -314,6 +314,7 @@ def test_view_incremental_service_counts_match_full_list() -> None:
             got = view.snapshot()
             assert got.services == full.services
             assert got.unplaced_training == full.unplaced_training
+            assert got.standby_external_gpus == full.standby_external_gpus
             assert sorted(got.gated_pods, key=str) == sorted(full.gated_pods, key=str)
 
 
@@ -336,3 +337,24 @@ def test_handover_settings_round_trip() -> None:
     again = BurstSettings.from_mapping(__import__("json").loads(S.to_json()))
     assert again.handover_services == {"svc": 4} and again.handover_timeout_seconds == 60
     assert (again.handover_gate, again.role_label) == ("gpucluster.io/handover", "gpucluster.io/role")
+
+
+def test_standby_gpus_need_no_room_on_prem_to_close() -> None:
+    # 4 main replicas and 4 standby replicas external; 12 free on-prem, close threshold 4: the main ones fit
+    # (4 + 4 <= 12); counting the standby too (4 + 8 > 12) would hold the close back for another hold.
+    service = svc(onprem={}, external=4, standby=4)
+    snapshot = replace(snap(service, free={"a": 12}, external_used=8, burst=None), standby_external_gpus=4)
+    decision = decide(snapshot, replace(OPEN, close_since=NOW - 20), NOW, S)
+    assert decision.close_needs_gpus == 8
+    assert decision.flipped is Mode.CLOSED
+
+
+def test_view_counts_standby_gpus_on_virtual_nodes_only() -> None:
+    nodes = [onprem_node("n1", 8, pool="a"), virtual_node("vk", gpus=16)]
+    pods = [
+        gpu_pod("sb1", 2, node="vk", service="svc", standby=True, namespace="inference"),
+        gpu_pod("sb2", 2, service="svc", standby=True, namespace="inference", unschedulable=True),
+        gpu_pod("m1", 2, node="vk", service="svc", namespace="inference"),
+    ]
+    snapshot = ClusterView.from_lists(nodes, pods, S, NOW).snapshot()
+    assert (snapshot.external_gpus_in_use, snapshot.standby_external_gpus) == (4, 2)

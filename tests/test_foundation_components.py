@@ -203,7 +203,8 @@ def test_no_handover_gate_when_off_or_under_kube_batch(run_stack: StackRunner) -
     def no_inference(c: dict[str, Any]) -> None:
         c["gpu-cluster:inference"] = {"services": []}
 
-    assert "schedulingGates" not in _gang(run_stack("local", no_inference), "smoke-gang")["tasks"][0]["template"]["spec"]
+    template = _gang(run_stack("local", no_inference), "smoke-gang")["tasks"][0]["template"]
+    assert "schedulingGates" not in template["spec"]
 
 
 def test_prod_example_job_is_disabled_but_can_be_enabled(prod: RunResult, run_stack: StackRunner) -> None:

@@ -119,6 +119,9 @@ class Snapshot:
     # ("" = not confined to one pool); the pods behind the handover gate.
     unplaced_training: Mapping[str, int] = field(default_factory=dict)
     gated_pods: tuple[PodRef, ...] = ()
+    # GPUs of standby replicas on virtual nodes: they are scaled away, never sent home, so closing needs
+    # no on-prem room for them.
+    standby_external_gpus: int = 0
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -210,7 +213,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
 
     effective_free = effective_free_gpus(snapshot)
-    external = snapshot.external_gpus_in_use
+    external = snapshot.external_gpus_in_use - snapshot.standby_external_gpus
     close_needs = settings.close_at_free_gpus + external
     low = effective_free < settings.open_below_free_gpus
     pending = snapshot.pending_inference_gpus > 0

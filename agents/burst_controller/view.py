@@ -190,6 +190,7 @@ class ClusterView:
         self._pool_pending: dict[str, int] = {}
         self._services = {name: _ServiceCounts() for name in settings.handover_services}
         self._gated: dict[str, PodRef] = {}
+        self.standby_external_gpus = 0
         self._unplaced_gpus: dict[str, int] = {}  # training not bound to a node yet, per pool ("" = any)
         self.nodes_synced = False
         self.pods_synced = False
@@ -427,6 +428,8 @@ class ClusterView:
             return
         counts = self._services[pod.service]
         if pod.standby:
+            if kind == VIRTUAL:
+                self.standby_external_gpus += sign * pod.gpus
             counts.standby_live += sign
             counts.standby_ready += sign * pod.ready
             return
@@ -501,6 +504,7 @@ class ClusterView:
                 for name, c in self._services.items()
             },
             unplaced_training=dict(self._unplaced_gpus),
+            standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),
         )
 

@@ -98,9 +98,21 @@ def burst_settings_from_stack(stack: str) -> str:
     cfg = load_stack_config(ROOT, stack)
     if cfg is None:
         raise control.ClusterError(f"Pulumi.{stack}.yaml not found; cannot derive burst controller settings")
-    from components.burst_controller import settings_document, settings_for
+    from components.burst_controller import BurstControllerArgs, settings_document
 
-    return settings_document(settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace))
+    return settings_document(BurstControllerArgs.from_config(cfg).settings)
+
+
+def deployed_thermal_settings(lay: Layout, overrides: Mapping[str, Any] | None = None) -> str | None:
+    """The thermal guard's settings as the stack deployed them, with `overrides` (e.g. a local Prometheus)."""
+    import json
+
+    from components.observability import GUARD_APP, GUARD_SETTINGS_KEY
+
+    for cm in _configmaps(lay):
+        if cm.metadata.name.startswith(GUARD_APP) and GUARD_SETTINGS_KEY in (cm.data or {}):
+            return json.dumps({**json.loads(cm.data[GUARD_SETTINGS_KEY]), **(overrides or {})}, sort_keys=True)
+    return None
 
 
 def _console_script(name: str) -> str | None:
@@ -108,8 +120,12 @@ def _console_script(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name)
 
 
-def start_agents(lay: Layout, stack: str) -> list[str]:
-    """Start the burst controller, thermal guard and descheduler; returns what could not start and why."""
+def start_agents(lay: Layout, stack: str, thermal_overrides: Mapping[str, Any] | None = None) -> list[str]:
+    """Start the burst controller, thermal guard and descheduler; returns what could not start and why.
+
+    The guard reads GPU temperatures from the Prometheus its deployed settings name; `thermal_overrides`
+    points it elsewhere (the end-to-end test runs a Prometheus of its own) or shortens its hold.
+    """
     notes: list[str] = []
     ports = control.load_ports(lay) or {}
     extra = control.free_ports(["burst_metrics", "thermal_metrics"])
@@ -126,11 +142,15 @@ def start_agents(lay: Layout, stack: str) -> list[str]:
         notes.append("burst-controller: console script not installed (make venv)")
 
     thermal = _console_script("thermal-guard")
-    if thermal and (ROOT / "agents" / "thermal_guard" / "cli.py").exists():
+    thermal_settings = deployed_thermal_settings(lay, thermal_overrides)
+    if thermal and thermal_settings:
+        thermal_conf = lay.state / "thermal-guard.json"
+        thermal_conf.write_text(thermal_settings)
         control.start_process(lay, "thermal-guard", [
-            thermal, "--kubeconfig", str(lay.kubeconfig), "--metrics-port", str(extra["thermal_metrics"])])
+            thermal, "--config", str(thermal_conf), "--kubeconfig", str(lay.kubeconfig),
+            "--metrics-port", str(extra["thermal_metrics"])])
     else:
-        notes.append("thermal-guard: agent not available yet (agents/thermal_guard/cli.py)")
+        notes.append("thermal-guard: console script not installed or no settings deployed; not started")
 
     policy = deployed_descheduler_policy(lay)
     if policy and ports:
