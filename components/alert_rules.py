@@ -95,6 +95,9 @@ class AlertThresholds:
     """``gpucluster.io/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""
     extra_labels: dict[str, str] = field(default_factory=dict)
     """Added to every alert (e.g. ``cluster``) for routing."""
+    handover_timeout_seconds: int = 300
+    """The burst controller releases gated training after this long; held longer means it cannot act."""
+    controller_absent_seconds: int = 120
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -115,6 +118,8 @@ class AlertThresholds:
             "ib_link_hold_seconds",
             "hang_window_seconds",
             "repeated_xid_count",
+            "handover_timeout_seconds",
+            "controller_absent_seconds",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -539,6 +544,37 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
     ]
 
 
+def _burst(t: AlertThresholds) -> list[dict[str, Any]]:
+    """The burst controller is in the training path (it lifts the handover gate): its absence pages."""
+    return [
+        _alert(
+            t,
+            "BurstControllerNoLeader",
+            "max(gpucluster_burst_leader) < 1 or absent(gpucluster_burst_leader)",
+            CRITICAL,
+            "burst",
+            "No burst controller replica leads",
+            "No replica of the burst controller holds its Lease (or none is scraped). Nothing opens or closes "
+            "external capacity, and new training pods stay behind the handover scheduling gate. Action: check "
+            "the burst-controller Deployment in the system namespace (crash loop, RBAC, API reachability).",
+            duration(t.controller_absent_seconds),
+        ),
+        _alert(
+            t,
+            "TrainingHeldAtHandoverGate",
+            "max(gpucluster_burst_gated_training_pods) > 0",
+            WARNING,
+            "burst",
+            "{{ $value }} training pods held at the handover gate",
+            "Training pods have waited at the handover scheduling gate past the controller's timeout "
+            f"({t.handover_timeout_seconds}s), so it cannot release them (pod patch refused, lease lost). "
+            "Action: read the burst controller's log and errors metric; as a last resort remove the "
+            "gpucluster.io/handover gate from the pods by hand.",
+            duration(t.handover_timeout_seconds + 120),
+        ),
+    ]
+
+
 def build_rule_spec(thresholds: AlertThresholds | None = None) -> dict[str, Any]:
     """The ``PrometheusRule`` ``spec`` (``{"groups": [...]}``) for ``thresholds`` (defaults if ``None``)."""
     t = thresholds or AlertThresholds()
@@ -551,6 +587,7 @@ def build_rule_spec(thresholds: AlertThresholds | None = None) -> dict[str, Any]
             {"name": "gpucluster.training", "rules": _training(t)},
             {"name": "gpucluster.checkpoint", "rules": _checkpoint(t)},
             {"name": "gpucluster.thermal-guard", "rules": _guard(t)},
+            {"name": "gpucluster.burst", "rules": _burst(t)},
         ]
     }
 

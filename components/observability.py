@@ -99,6 +99,7 @@ def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
         heartbeat_metric=o.step_heartbeat_metric,
         checkpoint_budget_seconds=float(cfg.checkpoint.budget.seconds),
         workload_label=kube_state_label(Keys(cfg.label_prefix).workload),
+        handover_timeout_seconds=cfg.burst.handover.timeout_seconds,
     )
 
 

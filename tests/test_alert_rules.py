@@ -31,6 +31,9 @@ def promtool() -> str:
     return PROMTOOL
 
 
+LEADER = "gpucluster_burst_leader"
+
+
 def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
     return {"series": f"{name}{{{inner}}}", "values": values}
@@ -350,6 +353,16 @@ CASES = [
         "1m",
         [({"node": "gpu-node-1"}, 1)],
     ),
+    Case("no leader pages", "BurstControllerNoLeader",
+         [series(LEADER, {"pod": "a"}, "0x12"), series(LEADER, {"pod": "b"}, "0x12")], "2m", [({}, 0)]),
+    Case("one leader is quiet", "BurstControllerNoLeader",
+         [series(LEADER, {"pod": "a"}, "1x12"), series(LEADER, {"pod": "b"}, "0x12")], "2m"),
+    Case("no controller scraped pages", "BurstControllerNoLeader",
+         [series("up", {"job": "other"}, "1x12")], "2m", [({}, 1)]),
+    Case("gate held past the timeout warns", "TrainingHeldAtHandoverGate",
+         [series("gpucluster_burst_gated_training_pods", {"pod": "a"}, "4x40")], "7m", [({}, 4)]),
+    Case("gate released within the timeout is quiet", "TrainingHeldAtHandoverGate",
+         [series("gpucluster_burst_gated_training_pods", {"pod": "a"}, "4x16 0x24")], "7m"),
 ]
 
 
@@ -363,7 +376,7 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_promtool_check_rules_accepts_the_rendered_rules(rules_file: Path) -> None:
     result = subprocess.run([promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 24 rules found" in result.stdout
+    assert "SUCCESS: 26 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -403,11 +416,11 @@ def test_promtool_unit(case: Case, rules_file: Path, tmp_path: Path) -> None:
 def test_every_alert_has_summary_description_and_severity() -> None:
     spec = build_rule_spec()
     names = alert_names(spec)
-    assert len(names) == len(set(names)) == 24
+    assert len(names) == len(set(names)) == 26
     for group in spec["groups"]:
         for r in group["rules"]:
             assert r["labels"]["severity"] in {"critical", "warning"}, r["alert"]
-            assert r["labels"]["component"] in {"gpu", "nvlink", "infiniband", "training", "checkpoint"}
+            assert r["labels"]["component"] in {"gpu", "nvlink", "infiniband", "training", "checkpoint", "burst"}
             assert set(r["annotations"]) == {"summary", "description"}, r["alert"]
             assert "Action:" in r["annotations"]["description"], r["alert"]
 
