@@ -475,6 +475,8 @@ class BurstShell:
         if decision.flipped is not None:
             self.metrics.flips.labels(decision.flipped.value).inc()
             log.info("burst %s: %s", decision.flipped.value, "; ".join(decision.reasons))
+        if any(a.kind is ActionKind.UNGATE for a in decision.actions):
+            log.info("%s", "; ".join(r for r in decision.reasons if r.startswith("handover")))
         for action in decision.actions:
             if not self.elector.is_leader:  # the lease may lapse while we work through a batch
                 break
