@@ -8,8 +8,10 @@ under 60 s. Run time is reported as wall and CPU seconds: the machine is shared,
 simulator itself costs.
 
 The policy rows run the stack as it deploys (one training queue per pool; the core fed per-pool free and
-pending-training GPUs). The "before" row is the product without either change, and two rows show each
-change alone; the HPA headroom row is a sensitivity (a per-service HPA target), not a stack default.
+pending-training GPUs; the make-before-break handover on), and "controller without handover" the same without the
+handover, so the two rows show what the standby buys and costs. The "before" row is the product without the
+two per-pool changes (handover on), and two rows show each change alone; the HPA headroom row is a
+sensitivity (a per-service HPA target), not a stack default.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ PLOT = Path(".state/simulate/bench.png")
 KEYS = ("onprem_gpu_utilization", "training_gpu_utilization", "inference_availability",
         "worst_window_availability", "external_gpu_hours", "evictions_per_hour", "taint_flips",
         "preemptions", "descheduler_evictions", "burst_open_share", "return_minutes_mean", "return_minutes_max",
-        "gang_wait_hours_mean", "events", "decide_calls", "decide_skipped")
+        "gang_wait_hours_mean", "standby_gpu_hours", "events", "decide_calls", "decide_skipped")
 
 
 def _timed(sim: Simulator) -> tuple[Outcome, float, float]:
@@ -142,6 +144,8 @@ def run() -> dict[str, Any]:
             "utilization_at_least_97": ours["onprem_gpu_utilization"] >= 0.97,
             "fewer_flips_than_naive": ours["taint_flips"] < naive["taint_flips"],
             "fewer_evictions_than_naive": ours["evictions_per_hour"] < naive["evictions_per_hour"],
+            "handover_raises_availability": ours["inference_availability"]
+            > policies["controller without handover"]["inference_availability"],
             "run_under_60s_cpu": ours["runtime_cpu_s"] < 60.0,
             "run_under_60s_wall": ours["runtime_wall_s"] < 60.0,
         },

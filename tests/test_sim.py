@@ -140,15 +140,18 @@ def test_conservation_under_every_policy() -> None:
 def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
     policy = Policy("controller", CONTROLLER, settings, model.descheduler)
-    runs = [
-        Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, exact_ticks=exact).run()
-        for exact in (False, False, True)
-    ]
+    assert settings.handover_services  # the stack's default: the handover is on
+    sims = [Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, exact_ticks=exact)
+            for exact in (False, False, True)]
+    runs = [sim.run() for sim in sims]
     keep = ("decide_calls", "decide_skipped", "runtime_s")
     a, b, c = ({k: v for k, v in r.summary().items() if k not in keep} for r in runs)
     assert a == b == c
     assert runs[0].samples == runs[2].samples
     assert runs[0].decide_skipped > 0 and runs[2].decide_skipped == 0
+    # The handover was exercised, identically: gangs gated and released, standby scaled up and down.
+    stats = [(sim.controller.stats.standby_scales, sim.controller.stats.ungates) for sim in sims if sim.controller]
+    assert stats[0] == stats[1] == stats[2] and min(stats[0]) > 0 and runs[0].standby_gpu_hours > 0
     other = default_workload(model, 0.75, seed=8, warmup_days=0.25)
     assert generate([("p", 4)], ["s"], 86400.0, 7) == generate([("p", 4)], ["s"], 86400.0, 7)
     assert other.gangs != workload.gangs
@@ -291,3 +294,137 @@ def test_warm_up_is_not_measured() -> None:
     assert out.inference_availability == 1.0
     assert out.external_gpu_hours == pytest.approx((2 * (4740 - 2000) + 60) / 3600)
     assert out.training_gpu_utilization == pytest.approx(8 * (4600 - 2000) / (8 * 4000))
+
+
+# The handover on the one-node cluster: the service (minReplicas 2) is protected, the gate times out after 300 s.
+HANDOVER = replace(SETTINGS, handover_services={"svc": 2}, handover_timeout_seconds=300.0)
+WITH_HANDOVER = replace(OURS, settings=HANDOVER)
+
+
+class LowestReady(Simulator):
+    """Records the fewest ready replicas (main + standby) the service had after any event once it first started."""
+
+    lowest = 1 << 30
+
+    def check(self) -> None:
+        super().check()
+        if self.now > ONE.latencies.onprem_start_s:
+            svc = self.services[0]
+            self.lowest = min(self.lowest, len(svc.ready) + len(svc.sb_ready))
+
+
+def _spied(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, core.Snapshot, core.Decision]]:
+    seen: list[tuple[float, core.Snapshot, core.Decision]] = []
+
+    def spy(snapshot: core.Snapshot, state: core.BurstState, now: float, settings: BurstSettings) -> core.Decision:
+        decision = core.decide(snapshot, state, now, settings)
+        seen.append((now, snapshot, decision))
+        return decision
+
+    assert sim.controller is not None
+    monkeypatch.setattr(sim.controller, "decide_fn", spy)
+    return seen
+
+
+def _actions(seen: list[tuple[float, core.Snapshot, core.Decision]], kind: core.ActionKind) -> list[tuple[float, int]]:
+    return [(now, a.replicas) for now, _, d in seen for a in d.actions if a.kind is kind]
+
+
+def test_handover_keeps_min_ready_and_starts_the_gang_once_the_standby_is_ready(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = LowestReady(ONE, JOB, WITH_HANDOVER, 6000.0, check=True)
+    seen = _spied(sim, monkeypatch)
+    out = sim.run()
+    # 1000 s: the gang is Inqueue behind the gate and needs the node inference holds: standby 2 on the (still
+    # tainted) virtual node, Ready at 1180 s; the core lifts the gate at that tick and the gang preempts both
+    # main pods, whose external replacements are Ready at 1360 s, when the standby goes back to zero.
+    # Closing waits the same way: close hold over at 4900 s, standby Ready at 5080 s, then the descheduler
+    # moves the main pods home (5100 s, 5160 s; it leaves the standby alone) and the standby leaves at 5220 s.
+    assert sim.lowest == ONE.services[0].min_replicas
+    assert out.inference_availability == pytest.approx((6000 - 60) / 6000)  # only the very first start
+    lat = ONE.latencies.external_start_s
+    assert out.gang_wait_hours_mean * 3600 == pytest.approx(lat)
+    ungated = [(now, snap.services["svc"]) for now, snap, d in seen
+               if any(a.kind is core.ActionKind.UNGATE for a in d.actions)]
+    assert [(now, s.standby_ready, s.main_ready_onprem) for now, s in ungated] == [(1000 + lat, 2, {"gpu": 2})]
+    assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (1360.0, 0), (4900.0, 2), (5160.0, 1),
+                                                           (5220.0, 0)]
+    assert [(d.flipped, now) for now, _, d in seen if d.flipped] == [(core.Mode.OPEN, 1060.0),
+                                                                     (core.Mode.CLOSED, 4900 + lat)]
+    assert (out.preemptions, out.descheduler_evictions) == (2, 2)
+    assert out.standby_gpu_hours == pytest.approx((2 * 360 + 260 + 320) / 3600)
+    assert out.external_gpu_hours == pytest.approx((2 * (1360 - 1000) + 2 * (5100 - 1180) + 60) / 3600
+                                                   + (260 + 320) / 3600)
+    svc = sim.services[0]
+    assert (svc.sb_replicas, svc.sb_count(), sim.sb_ext_gpus, sim.ext_gpus, list(sim.gated)) == (0, 0, 0, 0, [])
+    # The same cluster without the handover: the gang deletes both replicas at once; none ready for 210 s.
+    bare = LowestReady(ONE, JOB, OURS, 6000.0, check=True)
+    dipped = bare.run()
+    assert bare.lowest == 0 and dipped.gang_wait_hours_mean == 0.0
+    assert dipped.inference_availability == pytest.approx((6000 - 60 - 210) / 6000)
+
+
+@pytest.mark.parametrize("room", [(0, 100), (16, 0)], ids=["no-gpu-room", "no-pod-room"])
+def test_handover_timeout_releases_the_gang_when_the_standby_cannot_start(
+        room: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    model = replace(ONE, providers=(ProviderModel("cloud", "vk-cloud", *room),))
+    # Mid-wait: the gang is gated, the standby is asked for but finds no room; a waiting standby is not
+    # pending inference (it is no reason to open the burst).
+    waiting = Simulator(model, JOB, WITH_HANDOVER, 1100.0, check=True)
+    waiting.run()
+    assert waiting.controller is not None
+    snapshot = waiting.controller.snapshot(1100.0)
+    assert snapshot.gated_pods == (core.PodRef("training", "gang-0"),)
+    assert dict(snapshot.unplaced_training) == {"gpu": 8} and snapshot.pending_training_gpus == 8
+    assert snapshot.pending_inference_gpus == 0 and snapshot.standby_external_gpus == 0
+    assert snapshot.services["svc"] == core.ServiceReplicas(2, main_live=2, main_ready=2, main_ready_onprem={"gpu": 2},
+                                                           standby_live=2, standby_ready=0)
+    sim = Simulator(model, JOB, WITH_HANDOVER, 6000.0, check=True)
+    seen = _spied(sim, monkeypatch)
+    out = sim.run()
+    released = [(now, d.reasons) for now, _, d in seen if any(a.kind is core.ActionKind.UNGATE for a in d.actions)]
+    assert [now for now, _ in released] == [1000 + HANDOVER.handover_timeout_seconds]
+    assert any("training outranks inference" in r for r in released[0][1])
+    assert out.gang_wait_hours_mean * 3600 == pytest.approx(HANDOVER.handover_timeout_seconds)
+    assert out.standby_gpu_hours == 0.0 and out.external_gpu_hours == 0.0
+    # The replacements wait for the node too (Ready at 4960 s); then the standby is no longer wanted.
+    assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (4960.0, 0)]
+    assert (sim.services[0].sb_count(), len(sim.sb_pending)) == (0, 0)
+
+
+def test_quiet_ticks_match_exact_ticks_through_a_handover() -> None:
+    model = replace(ONE, providers=(ProviderModel("cloud", "vk-cloud", 16, 100),))
+    runs = [Simulator(model, JOB, WITH_HANDOVER, 6000.0, check=True, exact_ticks=exact) for exact in (False, True)]
+    quiet, exact = (r.run() for r in runs)
+    keep = ("decide_calls", "decide_skipped", "runtime_s")
+    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
+        k: v for k, v in exact.summary().items() if k not in keep}
+    assert quiet.standby_gpu_hours > 0 and quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    stats = [r.controller.stats for r in runs if r.controller is not None]
+    assert [(s.standby_scales, s.ungates, s.flips) for s in stats] == [(5, 1, 2)] * 2
+
+
+def test_prod_stack_handover_reaches_the_simulation() -> None:
+    from components.burst_controller import settings_for
+    from components.config import parse_config
+    from tools.mockrt import raw_from_stack
+
+    cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    deployed = settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, "gpu-burst", cfg.handover_services)
+    setup = load_stack("prod")
+    s = setup.settings
+    assert s.handover_services == deployed.handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4,
+                                                                  "whisper-large": 2}
+    assert s.handover_timeout_seconds == deployed.handover_timeout_seconds == 300.0
+    policies = {p.name: p for p in all_policies(setup.model, s, WorkloadSpec())}
+    assert list(policies) == ["static partition", "no burst", "naive burst", "controller without handover",
+                              "controller", "oracle"]
+    handed = {name: p.settings.handover_services for name, p in policies.items() if p.settings is not None}
+    assert handed == {"naive burst": {}, "controller without handover": {}, "controller": s.handover_services}
+    workload = Workload((), (), FLAT)
+    sim = Simulator(setup.model, workload, policies["controller"], 30.0)
+    sim.run()
+    assert sim.handover and sim.controller is not None
+    snapshot = sim.controller.snapshot(30.0)
+    assert {name: r.min_replicas for name, r in snapshot.services.items()} == s.handover_services
+    assert not Simulator(setup.model, workload, policies["controller without handover"], 30.0).handover

@@ -3,13 +3,18 @@
 The simulator keeps its own aggregates (it has no API objects), so instead of feeding `ClusterView` JSON it
 builds the core's `Snapshot` directly with the same meaning the view gives each field: on-prem free GPUs on
 schedulable nodes, GPUs of inference/training pods the scheduler could not place, virtual nodes with our
-taint's effect and the GPUs bound to them, and live external pods still lacking the deletion cost. The
-decision itself is `agents.burst_controller.decide.decide`, called as the shell calls it.
+taint's effect and the GPUs bound to them, and live external pods still lacking the deletion cost. For the
+handover: per handover service its main and standby pods by readiness and place, the standby's GPUs on
+virtual nodes, the gated gangs, and unplaced training per pool. In the simulator every Inqueue gang is
+unplaced (gated, or released and waiting for whole nodes; a gang binds all its nodes at once), so unplaced
+training equals pending training per pool. The decision itself is `agents.burst_controller.decide.decide`,
+called as the shell calls it.
 
 Quiet ticks: when the inputs are identical to the previous call, and that call flipped nothing, emitted no
-action and left every hold timer unset, calling the core again can only return the same answer (its
-conditions are all false and stay false), so the call is skipped and counted. The only field that would
-differ is `last_now`, whose one effect (restarting holds after a long gap) is a no-op while no hold runs.
+action and left every hold timer unset (the handover's gate timer included), calling the core again can only
+return the same answer (its conditions are all false and stay false), so the call is skipped and counted.
+The only field that would differ is `last_now`, whose one effect (restarting holds after a long gap) is a
+no-op while no hold runs.
 `exact_ticks=True` turns the shortcut off; a test checks both give identical outcomes.
 """
 
@@ -27,6 +32,7 @@ from agents.burst_controller.decide import (
     Mode,
     PodRef,
     PoolGpus,
+    ServiceReplicas,
     Snapshot,
     VirtualNode,
     decide,
@@ -45,6 +51,7 @@ __all__ = [
     "Mode",
     "PodRef",
     "PoolGpus",
+    "ServiceReplicas",
     "Snapshot",
     "TickStats",
     "VirtualNode",
@@ -69,21 +76,27 @@ _BURST_KEYS = (
 
 
 def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> BurstSettings:
-    """The controller settings the stack deploys: its `burst` section plus label prefix and GPU resource."""
+    """The controller settings the stack deploys: its `burst` section plus label prefix, GPU resource and the
+    handover (services with their minReplicas, empty when the handover is off; the gate's timeout), as
+    `components.burst_controller.settings_for` builds them."""
     data: dict[str, Any] = {k: getattr(cfg.burst, k) for k in _BURST_KEYS}
     data["label_prefix"] = cfg.label_prefix
     data["gpu_resource"] = cfg.gpu_resource
+    data["handover_services"] = dict(cfg.handover_services)
+    data["handover_timeout_seconds"] = float(cfg.burst.handover.timeout_seconds)
     return BurstSettings.from_mapping(data, source=f"{stack_file} (burst)")
 
 
 def naive_settings(settings: BurstSettings) -> BurstSettings:
-    """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds."""
+    """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds — and no
+    handover (it opens at once and comes back at once, it does not make before it breaks)."""
     data: dict[str, Any] = dict(_init_fields(settings))
     data.update(
         open_hold_seconds=0.0,
         close_hold_seconds=0.0,
         pending_grace_seconds=0.0,
         close_at_free_gpus=settings.open_below_free_gpus + 1,
+        handover_services={},
     )
     return BurstSettings.from_mapping(data, source="naive burst")
 
@@ -105,6 +118,11 @@ class ClusterPort(Protocol):
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
     def quiet_key(self) -> tuple[object, ...]: ...
+    def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int]]: ...
+    def gated_pods(self) -> list[tuple[str, str]]: ...
+    def standby_external_gpus(self) -> int: ...
+    def set_standby(self, service: str, replicas: int) -> None: ...
+    def ungate(self, namespace: str, pod: str) -> None: ...
 
 
 @dataclass
@@ -114,6 +132,8 @@ class TickStats:
     flips: int = 0
     node_patches: int = 0
     cost_patches: int = 0
+    standby_scales: int = 0
+    ungates: int = 0
 
 
 class ControllerAdapter:
@@ -146,18 +166,33 @@ class ControllerAdapter:
             }
         nodes = self._nodes
         refs = tuple(PodRef(ns, name) for ns, name in port.pods_needing_cost(self.settings.max_cost_patches_per_cycle))
+        pools = port.pool_gpus()  # pool -> (free on-prem GPUs, GPUs of Inqueue gangs for the pool)
+        pending_training = port.pending_training_gpus()
+        # Unplaced training is a sparse map, as the view keeps it; without per-pool accounting every gang
+        # counts under "" (not confined to one pool), like the rest of that baseline's input.
+        if self.per_pool:
+            unplaced = {p: pending for p, (_, pending) in pools.items() if pending}
+        else:
+            unplaced = {"": pending_training} if pending_training else {}
+        services = {
+            name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
+                                  main_ready_onprem=onprem, standby_live=sb_live, standby_ready=sb_ready)
+            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready) in port.service_replicas().items()
+        }
         return Snapshot(
             synced=True,
             observed_at=now,
             onprem_allocatable_gpus=port.onprem_allocatable_gpus(),
             onprem_free_gpus=port.onprem_free_gpus(),
             pending_inference_gpus=port.pending_inference_gpus(),
-            pending_training_gpus=port.pending_training_gpus(),
+            pending_training_gpus=pending_training,
             virtual_nodes=nodes,
             pods_needing_cost=refs,
-            # pool -> (free on-prem GPUs, GPUs of Inqueue gangs for the pool), as the view nets them.
-            pools={p: PoolGpus(free, pending) for p, (free, pending) in port.pool_gpus().items()}
-            if self.per_pool else {},
+            pools={p: PoolGpus(free, pending) for p, (free, pending) in pools.items()} if self.per_pool else {},
+            services=services,
+            unplaced_training=unplaced,
+            gated_pods=tuple(PodRef(ns, name) for ns, name in port.gated_pods()),
+            standby_external_gpus=port.standby_external_gpus(),
         )
 
     def start(self, now: float) -> None:
@@ -190,6 +225,12 @@ class ControllerAdapter:
             elif action.kind is ActionKind.SET_DELETION_COST:
                 port.set_deletion_cost(action.namespace, action.pod, action.deletion_cost)
                 self.stats.cost_patches += 1
+            elif action.kind is ActionKind.SET_STANDBY:
+                port.set_standby(action.service, action.replicas)
+                self.stats.standby_scales += 1
+            elif action.kind is ActionKind.UNGATE:
+                port.ungate(action.namespace, action.pod)
+                self.stats.ungates += 1
         if decision.flipped is not None:
             self.stats.flips += 1
             if self.on_flip is not None:
@@ -201,6 +242,7 @@ class ControllerAdapter:
             and st.low_since is None
             and st.pending_since is None
             and st.close_since is None
+            and st.gated_since is None
         )
         # A quiet decision applied no action, so the key read before it still describes the cluster.
         self._quiet_key = key if quiet else None

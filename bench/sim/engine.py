@@ -25,6 +25,13 @@ What is modelled, and how:
 - The descheduler every interval: on virtual nodes that carry our NoSchedule taint it evicts pods older than
   the minimum age, within the per-node/namespace/total limits, only when the pod fits on-prem (nodeFit) and
   the service's PDB (maxUnavailable) allows; the ReplicaSet's replacement is scheduled at once.
+- The make-before-break handover, when the controller's settings name handover services: an Inqueue gang's
+  pods are gated (not allocated) until the core sends UNGATE; gated and released-but-unbound gangs are the
+  core's unplaced training. Each service has a standby Deployment the core scales (SET_STANDBY): its pods
+  go only to virtual nodes with GPU and pod room, whatever our taint says (they tolerate it), are Ready
+  after the external start latency, serve traffic and count in the service's PDB, but are not the HPA's
+  replicas; no gang preempts them (they are never on-prem) and the descheduler leaves them (they tolerate
+  the taint). Scale-down deletes not-ready standby pods first. Their GPUs are external GPUs.
 """
 
 from __future__ import annotations
@@ -45,12 +52,13 @@ _ARRIVAL, _JOB_END, _POD_READY, _HPA, _CTRL, _DESCHED, _SAMPLE = range(7)
 _PENDING, _STARTING, _READY = 0, 1, 2
 WINDOW_S = 300.0
 INFERENCE_NAMESPACE = "inference"
+TRAINING_NAMESPACE = "training"
 
 
 class _Pod:
-    __slots__ = ("cost", "created", "gpus", "id", "node", "state", "svc")
+    __slots__ = ("cost", "created", "gpus", "id", "node", "standby", "state", "svc")
 
-    def __init__(self, pid: int, svc: int, gpus: int, created: float) -> None:
+    def __init__(self, pid: int, svc: int, gpus: int, created: float, standby: bool = False) -> None:
         self.id = pid
         self.svc = svc
         self.gpus = gpus
@@ -58,6 +66,7 @@ class _Pod:
         self.state = _PENDING
         self.node = -1  # >= 0: on-prem node index; <= -2: virtual node -(node + 2); -1: unplaced
         self.cost = False
+        self.standby = standby  # a pod of the service's standby Deployment (handover), not the HPA's
 
 
 class _Service:
@@ -65,6 +74,7 @@ class _Service:
         "demand",
         "down_s",
         "gpus",
+        "handover",
         "history",
         "history_up",
         "max",
@@ -73,12 +83,19 @@ class _Service:
         "name",
         "pending",
         "ready",
+        "ready_ext",
+        "ready_zone",
         "replicas",
+        "sb_pending",
+        "sb_ready",
+        "sb_replicas",
+        "sb_starting",
         "starting",
         "up_s",
     )
 
-    def __init__(self, name: str, gpus: int, lo: int, hi: int, maxunav: int, up_s: float, down_s: float) -> None:
+    def __init__(self, name: str, gpus: int, lo: int, hi: int, maxunav: int, up_s: float, down_s: float,
+                 zones: int = 0) -> None:
         self.name = name
         self.gpus = gpus
         self.min = lo
@@ -93,9 +110,21 @@ class _Service:
         self.pending: dict[int, None] = {}
         self.starting: dict[int, None] = {}
         self.ready: dict[int, None] = {}
+        # What the handover core reads, kept as the pods change: ready main pods on virtual nodes and per
+        # on-prem zone, and the standby Deployment's target and pods.
+        self.handover = False  # named in the controller's handover services: the core sees this service
+        self.ready_ext = 0
+        self.ready_zone = [0] * zones
+        self.sb_replicas = 0
+        self.sb_pending: dict[int, None] = {}
+        self.sb_starting: dict[int, None] = {}
+        self.sb_ready: dict[int, None] = {}
 
     def count(self) -> int:
         return len(self.pending) + len(self.starting) + len(self.ready)
+
+    def sb_count(self) -> int:
+        return len(self.sb_pending) + len(self.sb_starting) + len(self.sb_ready)
 
 
 @dataclass
@@ -125,6 +154,7 @@ class Outcome:
     events: int = 0
     decide_calls: int = 0
     decide_skipped: int = 0
+    standby_gpu_hours: float = 0.0  # part of external_gpu_hours: the handover's standby replicas
     runtime_s: float = 0.0
     samples: list[tuple[float, int, int, int, int]] = field(default_factory=list, repr=False)
 
@@ -159,15 +189,27 @@ class Simulator:
         self._build_virtual()
         self.services = [
             _Service(s.name, s.gpus_per_replica, s.min_replicas, s.max_replicas, s.max_unavailable,
-                     s.scale_up_stabilization_s, s.scale_down_stabilization_s)
+                     s.scale_up_stabilization_s, s.scale_down_stabilization_s, len(self.zone_gpn))
             for s in model.services
         ]
+        self.service_index = {svc.name: i for i, svc in enumerate(self.services)}
         self.pods: dict[int, _Pod] = {}
         self._next_pod = 0
         self.pending: dict[int, None] = {}  # unplaced inference pods, FIFO
         self.pending_inf_gpus = 0
         self.onprem_inf_gpus = 0
         self.ext_gpus = 0
+        # Handover: standby pods waiting for virtual-node room (FIFO, not pending inference: they never open
+        # the burst), standby GPUs on virtual nodes, gangs behind the gate, and a counter that changes
+        # whenever anything the core reads about the handover changes (the quiet-tick key).
+        handover = policy.settings.handover_services if policy.burst == CONTROLLER and policy.settings else {}
+        for svc in self.services:
+            svc.handover = svc.name in handover
+        self.handover = bool(handover)
+        self.sb_pending: dict[int, None] = {}
+        self.sb_ext_gpus = 0
+        self.gated: dict[int, None] = {}  # Inqueue gangs whose pods carry the handover gate, in order
+        self.handover_seq = 0
         self.train_gpus = 0
         self._capacity_changed = False
         self._admit_dirty = False
@@ -180,7 +222,7 @@ class Simulator:
         self.waiting: dict[int, float] = {}  # gangs not yet Inqueue (no pods): gang -> arrival
         self.jobs: dict[int, tuple[int, list[int]]] = {}
         # Metrics.
-        self._a_train = self._a_inf = self._a_ext = self._a_open = 0.0
+        self._a_train = self._a_inf = self._a_ext = self._a_open = self._a_standby = 0.0
         self._a_served = self._a_demand = 0.0
         self._served = self._demanded = 0.0
         self._avail_dirty = True
@@ -296,7 +338,33 @@ class Simulator:
         """Everything the core's input depends on, cheaply: equal keys mean equal snapshots (but the clock)."""
         return (self.train_gpus + self.onprem_inf_gpus, self.pending_inf_gpus, self.pending_train_gpus,
                 tuple(self.vn_used), tuple(self.vn_taint), tuple(self.vn_changed), len(self.needing_cost),
-                tuple(self.zone_train), tuple(self.zone_inf), tuple(self.zone_pend))
+                tuple(self.zone_train), tuple(self.zone_inf), tuple(self.zone_pend), self.handover_seq)
+
+    def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int]]:
+        """Per handover service: (minReplicas, main live, main ready, main ready on virtual nodes, main ready
+        per on-prem pool, standby live, standby ready); O(services × zones) from the kept counts.
+
+        minReplicas is the simulated service's own (the stack derives its handover services from the same
+        field), so a model scaled to another size keeps the standby's cap and the HPA's floor equal.
+        """
+        out: dict[str, tuple[int, int, int, int, dict[str, int], int, int]] = {}
+        for svc in self.services:
+            if not svc.handover:
+                continue
+            onprem: dict[str, int] = {}
+            for z, n in enumerate(svc.ready_zone):
+                if n:
+                    onprem[self.zone_pool[z]] = onprem.get(self.zone_pool[z], 0) + n
+            out[svc.name] = (svc.min, svc.count(), len(svc.ready), svc.ready_ext, onprem, svc.sb_count(),
+                             len(svc.sb_ready))
+        return out
+
+    def gated_pods(self) -> list[tuple[str, str]]:
+        """One pod reference per gated gang (the core releases them all at once anyway)."""
+        return [(TRAINING_NAMESPACE, f"gang-{index}") for index in self.gated]
+
+    def standby_external_gpus(self) -> int:
+        return self.sb_ext_gpus
 
     def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]:
         return [
@@ -327,6 +395,20 @@ class Simulator:
         if p is not None:
             p.cost = cost < 0
             self.needing_cost.pop(pid, None)
+
+    def set_standby(self, service: str, replicas: int) -> None:
+        s = self.service_index.get(service)
+        if s is None:
+            return  # a handover service the model does not run: no standby Deployment to scale
+        self.services[s].sb_replicas = replicas
+        self._reconcile_standby(s)
+
+    def ungate(self, namespace: str, pod: str) -> None:
+        index = int(pod.removeprefix("gang-"))
+        if index in self.gated:
+            del self.gated[index]
+            self.handover_seq += 1
+            self._admit_dirty = True  # allocate at the end of this event, as the scheduler would at once
 
     def _on_flip(self, mode: Mode, now: float) -> None:
         if now >= self.warmup:
@@ -402,7 +484,7 @@ class Simulator:
         for s in self.services:
             d = s.demand * s.gpus
             demanded += d
-            ready = len(s.ready) * s.gpus
+            ready = (len(s.ready) + len(s.sb_ready)) * s.gpus  # the standby serves traffic too
             served += ready if ready < d else d
         self._served, self._demanded = served, demanded
         self._avail_dirty = False
@@ -415,6 +497,7 @@ class Simulator:
         self._a_train += self.train_gpus * dt
         self._a_inf += self.onprem_inf_gpus * dt
         self._a_ext += self.ext_gpus * dt
+        self._a_standby += self.sb_ext_gpus * dt
         if any(x is None for x in self.vn_taint):
             self._a_open += dt
         if self._avail_dirty:
@@ -453,6 +536,7 @@ class Simulator:
             inference_availability=self._a_served / self._a_demand if self._a_demand else 1.0,
             worst_window_availability=min(windows) if windows else 1.0,
             external_gpu_hours=self._a_ext / 3600.0,
+            standby_gpu_hours=self._a_standby / 3600.0,
             evictions_per_hour=(self.preemptions + self.desched_evictions) / hours if hours else 0.0,
             preemptions=self.preemptions,
             descheduler_evictions=self.desched_evictions,
@@ -498,7 +582,8 @@ class Simulator:
         training queue's allocated plus Inqueue GPUs stay within the queue's real capability (all on-prem
         GPUs training may use); a gang that does not fit is passed over, not waited for. allocate: an Inqueue
         gang starts when its pool has enough nodes without training (inference on them is preempted).
-        Only Inqueue gangs have (unschedulable) pods, so only they count as pending training GPUs.
+        Only Inqueue gangs have (unschedulable) pods, so only they count as pending training GPUs. With the
+        handover on, an Inqueue gang's pods carry the gate: allocate passes it over until the core lifts it.
         """
         if self.waiting:
             per_pool = self.model.queue_per_pool
@@ -522,12 +607,16 @@ class Simulator:
                     self.pending_train_gpus += gpus
                     self.zone_pend[z] += gpus
                     rooms[key] -= gpus
+                    if self.handover:
+                        self.gated[index] = None  # the pods are created behind the handover gate
+                        self.handover_seq += 1
+        gated = self.gated
         for z, queue in self.queue.items():
             if not queue or self.zone_avail[z] == 0:
                 continue
             for index in list(queue):
                 gang = self.gangs[index]
-                if gang.nodes > self.zone_avail[z]:
+                if gang.nodes > self.zone_avail[z] or index in gated:
                     continue
                 arrived = queue.pop(index)
                 self._start_gang(index, gang, z, arrived)
@@ -535,6 +624,7 @@ class Simulator:
                     break
 
     def _start_gang(self, index: int, gang: Gang, z: int, arrived: float) -> None:
+        assert index not in self.gated
         gpn = self.zone_gpn[z]
         buckets = self.buckets[z]
         chosen: list[int] = []
@@ -587,6 +677,8 @@ class Simulator:
 
     def _place(self, pod: _Pod) -> bool:
         g = pod.gpus
+        if pod.standby:
+            return self._place_virtual(pod, any_taint=True)
         buckets = self.buckets
         for f in range(g, self.max_gpn + 1):
             for z in self.inf_zones:
@@ -604,8 +696,13 @@ class Simulator:
                     self.zone_inf[z] += g
                     self._start_pod(pod, self.onprem_lat)
                     return True
+        return self._place_virtual(pod, any_taint=False)
+
+    def _place_virtual(self, pod: _Pod, any_taint: bool) -> bool:
+        """The first virtual node with GPU and pod room that is open (or any, for a pod tolerating our taint)."""
+        g = pod.gpus
         for v in range(len(self.vn_name)):
-            if self.vn_taint[v] is None and self.vn_used[v] + g <= self.vn_cap[v] \
+            if (any_taint or self.vn_taint[v] is None) and self.vn_used[v] + g <= self.vn_cap[v] \
                     and len(self.vn_pods[v]) < self.vn_podcap[v]:
                 self.vn_used[v] += g
                 self.vn_pods[v][pod.id] = None
@@ -613,16 +710,20 @@ class Simulator:
                 self.ext_gpus += g
                 if self.controller is not None:
                     self.needing_cost[pod.id] = None
+                if pod.standby:
+                    self.sb_ext_gpus += g
+                    self.handover_seq += 1
                 self._start_pod(pod, self.external_lat)
                 return True
         return False
 
     def _start_pod(self, pod: _Pod, latency: float) -> None:
         svc = self.services[pod.svc]
-        if pod.state == _PENDING and pod.id in svc.pending:
-            del svc.pending[pod.id]
+        pending, starting = (svc.sb_pending, svc.sb_starting) if pod.standby else (svc.pending, svc.starting)
+        if pod.state == _PENDING and pod.id in pending:
+            del pending[pod.id]
         pod.state = _STARTING
-        svc.starting[pod.id] = None
+        starting[pod.id] = None
         if latency <= 0:
             self._pod_ready(pod.id)
         else:
@@ -633,10 +734,21 @@ class Simulator:
         if pod is None or pod.state != _STARTING:
             return
         svc = self.services[pod.svc]
-        del svc.starting[pid]
-        svc.ready[pid] = None
         pod.state = _READY
         self._avail_dirty = True
+        if pod.standby:
+            del svc.sb_starting[pid]
+            svc.sb_ready[pid] = None
+            self.handover_seq += 1
+            return
+        del svc.starting[pid]
+        svc.ready[pid] = None
+        if pod.node <= -2:
+            svc.ready_ext += 1
+        else:
+            svc.ready_zone[self.node_zone[pod.node]] += 1
+        if svc.handover:
+            self.handover_seq += 1
 
     def _create_pod(self, s: int) -> None:
         svc = self.services[s]
@@ -645,15 +757,43 @@ class Simulator:
         pod = _Pod(pid, s, svc.gpus, self.now)
         self.pods[pid] = pod
         svc.pending[pid] = None
+        if svc.handover:
+            self.handover_seq += 1
         if not self._place(pod):
             self.pending[pid] = None
             self.pending_inf_gpus += pod.gpus
 
+    def _create_standby(self, s: int) -> None:
+        svc = self.services[s]
+        pid = self._next_pod
+        self._next_pod += 1
+        pod = _Pod(pid, s, svc.gpus, self.now, standby=True)
+        self.pods[pid] = pod
+        svc.sb_pending[pid] = None
+        self.handover_seq += 1
+        if not self._place(pod):
+            self.sb_pending[pid] = None
+
     def _remove_pod(self, pod: _Pod) -> None:
         svc = self.services[pod.svc]
         pid = pod.id
+        node = pod.node
+        g = pod.gpus
         del self.pods[pid]
-        if pod.state == _PENDING:
+        if pod.standby or svc.handover:
+            self.handover_seq += 1
+        if pod.standby:
+            if pod.state == _PENDING:
+                del svc.sb_pending[pid]
+                self.sb_pending.pop(pid, None)
+            elif pod.state == _STARTING:
+                del svc.sb_starting[pid]
+            else:
+                del svc.sb_ready[pid]
+                self._avail_dirty = True
+            if node <= -2:
+                self.sb_ext_gpus -= g
+        elif pod.state == _PENDING:
             del svc.pending[pid]
             if pid in self.pending:
                 del self.pending[pid]
@@ -663,8 +803,10 @@ class Simulator:
         else:
             del svc.ready[pid]
             self._avail_dirty = True
-        node = pod.node
-        g = pod.gpus
+            if node <= -2:
+                svc.ready_ext -= 1
+            else:
+                svc.ready_zone[self.node_zone[node]] -= 1
         if node >= 0:
             del self.node_pods[node][pid]
             self.onprem_inf_gpus -= g
@@ -698,6 +840,20 @@ class Simulator:
             for pod in self._deletion_order(svc, -diff):
                 self._remove_pod(pod)
 
+    def _reconcile_standby(self, s: int) -> None:
+        """The standby Deployment's ReplicaSet: scale to `sb_replicas`, deleting unplaced, then not ready, newest
+        first (standby pods all sit on virtual nodes with the same deletion cost: that is the whole ranking)."""
+        svc = self.services[s]
+        diff = svc.sb_replicas - svc.sb_count()
+        for _ in range(diff):
+            self._create_standby(s)
+        for group in (svc.sb_pending, svc.sb_starting, svc.sb_ready):
+            for pid in reversed(list(group)):
+                if diff >= 0:
+                    return
+                self._remove_pod(self.pods[pid])
+                diff += 1
+
     def _deletion_order(self, svc: _Service, n: int) -> list[_Pod]:
         """Upstream ReplicaSet ranking, reduced to what differs here: unplaced, not ready, cost, newest."""
         out: list[_Pod] = []
@@ -721,7 +877,7 @@ class Simulator:
         return out
 
     def _retry_pending(self) -> None:
-        if not self.pending:
+        if not self.pending and not self.sb_pending:
             return
         failed_at = 1 << 30
         for pid in list(self.pending):
@@ -731,6 +887,15 @@ class Simulator:
             if self._place(pod):
                 del self.pending[pid]
                 self.pending_inf_gpus -= pod.gpus
+            else:
+                failed_at = pod.gpus
+        failed_at = 1 << 30  # standby pods have their own placement (any virtual node): own cut-off
+        for pid in list(self.sb_pending):
+            pod = self.pods[pid]
+            if pod.gpus >= failed_at:
+                continue
+            if self._place(pod):
+                del self.sb_pending[pid]
             else:
                 failed_at = pod.gpus
 
@@ -791,7 +956,7 @@ class Simulator:
                 if self.onprem_free_gpus() == 0:
                     return
                 pod = self.pods[pid]
-                if not self._fits_onprem(pod.gpus):
+                if pod.standby or not self._fits_onprem(pod.gpus):
                     continue
                 s = pod.svc
                 self._remove_pod(pod)
@@ -817,11 +982,13 @@ class Simulator:
                 if per_node <= 0 or total <= 0:
                     break
                 pod = self.pods.get(pid)
-                if pod is None or t - pod.created < lim.min_pod_age_s:
-                    continue
+                if pod is None or pod.standby or t - pod.created < lim.min_pod_age_s:
+                    continue  # a standby pod tolerates our taint: not the descheduler's to move
                 svc = self.services[pod.svc]
-                healthy_after = len(svc.ready) - (1 if pod.state == _READY else 0)
-                if healthy_after < svc.replicas - svc.maxunav:
+                # The PDB selects by service, so standby pods count as healthy and their Deployment's scale
+                # as expected pods.
+                healthy_after = len(svc.ready) + len(svc.sb_ready) - (1 if pod.state == _READY else 0)
+                if healthy_after < svc.replicas + svc.sb_replicas - svc.maxunav:
                     continue  # PDB: the eviction API refuses
                 if not self._fits_onprem(pod.gpus):
                     continue  # nodeFit
@@ -860,13 +1027,32 @@ class Simulator:
             assert len(self.vn_pods[v]) <= self.vn_podcap[v]
         assert sum(self.vn_used) == self.ext_gpus
         seen = 0
-        for svc in self.services:
-            seen += svc.count()
+        for s, svc in enumerate(self.services):
+            seen += svc.count() + svc.sb_count()
             assert svc.count() == svc.replicas, f"{svc.name}: {svc.count()} pods for {svc.replicas} replicas"
+            assert svc.sb_count() == svc.sb_replicas, f"{svc.name}: {svc.sb_count()} standby for {svc.sb_replicas}"
+            assert svc.handover or not svc.sb_replicas, f"{svc.name}: a standby without the handover"
+            for role, groups in ((False, (svc.pending, svc.starting, svc.ready)),
+                                 (True, (svc.sb_pending, svc.sb_starting, svc.sb_ready))):
+                for state, group in enumerate(groups):
+                    for pid in group:
+                        pod = self.pods[pid]
+                        assert (pod.svc, pod.standby, pod.state) == (s, role, state), f"pod {pid} misfiled"
+                        assert (pod.node == -1) == (state == _PENDING), f"pod {pid}: placement and state disagree"
+                        assert not (role and pod.node >= 0), f"standby pod {pid} on-prem"
+            # The counts the core reads, kept incrementally, against a recount.
+            ready = [self.pods[p] for p in svc.ready]
+            assert svc.ready_ext == sum(1 for p in ready if p.node <= -2)
+            assert svc.ready_zone == [sum(1 for p in ready if p.node >= 0 and self.node_zone[p.node] == z)
+                                      for z in self.zones]
         assert seen == len(self.pods)
         placed = sum(len(p) for p in self.node_pods) + sum(len(p) for p in self.vn_pods)
-        assert placed + len(self.pending) == len(self.pods)
+        assert placed + len(self.pending) + len(self.sb_pending) == len(self.pods)
         assert sum(self.pods[p].gpus for p in self.pending) == self.pending_inf_gpus
+        assert all(not self.pods[p].standby for p in self.pending)
+        assert all(self.pods[p].standby and self.pods[p].node == -1 for p in self.sb_pending)
+        assert self.sb_ext_gpus == sum(self.pods[p].gpus for v in self.vn_pods for p in v if self.pods[p].standby)
+        assert set(self.needing_cost) <= {p for v in self.vn_pods for p in v}
         queued = sum(self.gangs[i].nodes * self.zone_gpn[z] for z, q in self.queue.items() for i in q)
         assert queued == self.pending_train_gpus
         assert self.train_gpus + self.pending_train_gpus <= self.train_capacity or not self.model.enqueue_gate
@@ -877,7 +1063,10 @@ class Simulator:
             assert self.zone_pend[z] == sum(self.gangs[i].nodes * self.zone_gpn[z] for i in self.queue[z])
             if self.model.queue_per_pool and self.model.enqueue_gate:
                 assert self.zone_train[z] + self.zone_pend[z] <= self.zone_nodes[z] * self.zone_gpn[z]
-        assert not set(self.waiting) & {i for q in self.queue.values() for i in q}
+        inqueue = {i for q in self.queue.values() for i in q}
+        assert not set(self.waiting) & inqueue
+        assert set(self.gated) <= inqueue, "a gated gang that is not Inqueue"
+        assert self.handover or not self.gated, "gangs gated without the handover"
 
 
 def simulate(model: ClusterModel, workload: Workload, policy: Policy, seconds: float, warmup_s: float = 0.0,

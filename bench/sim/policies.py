@@ -8,8 +8,13 @@
 - naive burst: the controller's own core with zero holds and adjacent thresholds (open below N free GPUs,
   close at N + 1 plus the external GPUs), and a descheduler without per-cycle limits or minimum pod age
   that runs every controller tick — "open at once, come back at once". Using the real core (rather than a
-  policy of its own) isolates the effect of hysteresis and gradual return from everything else.
-- controller: the core with the stack's settings and the descheduler with the stack's limits.
+  policy of its own) isolates the effect of hysteresis and gradual return from everything else. No handover:
+  a gang starts as soon as it can and deletes the inference in its way.
+- controller without handover: the stack's settings with no handover services, the product before the
+  make-before-break handover: isolates what the standby buys (availability) and costs (external GPUs, gang
+  wait).
+- controller: the core with the stack's settings (handover included, as the stack deploys it by default)
+  and the descheduler with the stack's limits.
 - oracle: an upper bound, not a policy one could run — zero pod start latency, an HPA that matches demand
   exactly every period, virtual nodes always open, and external pods moved on-prem instantly whenever a
   GPU frees. Availability is then limited only by total capacity; utilisation by training's own demand.
@@ -18,7 +23,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents.burst_controller.settings import BurstSettings
 from bench.sim.controller_adapter import naive_settings
@@ -66,6 +71,10 @@ def controller(model: ClusterModel, settings: BurstSettings) -> Policy:
     return Policy("controller", CONTROLLER, settings, model.descheduler)
 
 
+def controller_no_handover(model: ClusterModel, settings: BurstSettings) -> Policy:
+    return Policy("controller without handover", CONTROLLER, replace(settings, handover_services={}), model.descheduler)
+
+
 def oracle(model: ClusterModel) -> Policy:
     return Policy("oracle", ALWAYS, zero_lag=True)
 
@@ -76,6 +85,7 @@ def all_policies(model: ClusterModel, settings: BurstSettings, spec: WorkloadSpe
         static_partition(model, spec),
         no_burst(),
         naive_burst(model, settings),
+        controller_no_handover(model, settings),
         controller(model, settings),
         oracle(model),
     ]

@@ -224,6 +224,8 @@ def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
         except control.ClusterError as err:  # still start what can run and show where things stand
             failed = str(err)
     notes = start_agents(lay, stack)
+    if not failed:
+        settle_handover(lay, plan)
     print(summary(lay, plan))
     for note in notes:
         print(f"  note: {note}")
@@ -231,6 +233,29 @@ def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
         print(f"  FAILED: {failed}")
     control.say(f"make up finished in {time.monotonic() - started:.1f}s")
     return 1 if failed else 0
+
+
+def settle_handover(lay: Layout, plan: NodePlan, timeout: float = 120.0) -> None:
+    """Wait (bounded) until no training pod waits at the handover gate, so the summary shows where things run.
+
+    A stack that declares a gang starts it behind the gate while the burst controller was not yet running;
+    the controller then brings up the standby, releases the gang, and inference moves to the virtual node.
+    """
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    gate = f"{plan.label_prefix}/handover"
+    started = time.monotonic()
+    gated: list[str] = []
+    while time.monotonic() - started < timeout:
+        gated = [p.metadata.name for p in api.list_pod_for_all_namespaces().items
+                 if any(g.name == gate for g in (p.spec.scheduling_gates or []))]
+        if not gated:
+            if time.monotonic() - started > 1:
+                control.say(f"handover settled in {time.monotonic() - started:.1f}s")
+            return
+        time.sleep(1)
+    control.say(f"{len(gated)} training pods still wait at the handover gate after {timeout:.0f}s: {gated[:4]}")
 
 
 def down(lay: Layout) -> int:
