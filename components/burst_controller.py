@@ -85,6 +85,7 @@ def settings_for(
         event_namespace=namespace,
         handover_services=dict(handover_services or {}),
         handover_timeout_seconds=float(burst.handover.timeout_seconds),
+        handover_cover=burst.handover.cover,
         inference_namespace=inference_namespace,
     )
 

@@ -529,6 +529,9 @@ class Handover(_Model):
 
     enabled: bool = True
     timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 300
+    #: ``current``: the standby replaces every replica at risk, up to the service's current count (capacity
+    #: survives the handover); ``minimum``: only up to minReplicas (the floor survives, fewer external GPUs).
+    cover: Literal["current", "minimum"] = "current"
 
 
 class Burst(_Model):

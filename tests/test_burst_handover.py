@@ -124,8 +124,8 @@ GATE_TABLE = [
     ("reclaimed-bridges", snap(svc(ready=0, onprem={}, standby=4), free={"a": 0}), OPEN, None, False),
     ("replacements-half-ready", snap(svc(onprem={}, external=2, standby=4), free={"a": 0}), OPEN, 2, False),
     ("replacements-ready-scale-down", snap(svc(onprem={}, external=4, standby=4), free={"a": 0}), OPEN, 0, False),
-    # HPA above the minimum: cover up to the goal, capped at minReplicas of standby.
-    ("hpa-above-min-capped", snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, 4, False),
+    # HPA above the minimum: the standby covers the current count (capacity survives the handover).
+    ("hpa-above-min-covers-current", snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, 10, False),
     # Part of the service is safe elsewhere: only the shortfall below the goal is covered.
     ("partly-safe", snap(svc(onprem={"a": 2}, external=2), unplaced={"a": 32}, gated=GANG), OPEN, 2, False),
     # Nothing at risk and no standby running: no action at all (steady state).
@@ -153,6 +153,26 @@ def test_gate_times_out_because_training_outranks_inference() -> None:
     decision = decide(waiting, replace(CLOSED, gated_since=NOW - 60), NOW, S)
     assert len(kinds(decision, ActionKind.UNGATE)) == 4
     assert any("training outranks inference" in r and "svc standby 0/4 ready" in r for r in decision.reasons)
+
+
+def test_each_gated_pod_waits_its_own_timeout() -> None:
+    # Gang A was gated 60 s ago, gang B 5 s ago; the standby is not ready: only A's pods go.
+    a, b = PodRef("training", "a-0"), PodRef("training", "b-0")
+    waiting = replace(snap(svc(standby=4, standby_ready=0), unplaced={"a": 64}, gated=(a, b)),
+                      gated_at={a: NOW - 60, b: NOW - 5})
+    decision = decide(waiting, replace(CLOSED, gated_since=NOW - 60), NOW, S)
+    assert kinds(decision, ActionKind.UNGATE) == [Action(ActionKind.UNGATE, namespace="training", pod="a-0")]
+    assert decision.state.gated_since == NOW - 60  # B still waits
+
+
+def test_a_gang_waits_only_for_the_services_it_displaces() -> None:
+    # Service "svc" runs on-prem in pool a (the gang's pool); "other" is external and still bridging an earlier
+    # handover (standby not ready). The gang waits for svc's standby only.
+    other = svc(onprem={}, external=2, standby=2, standby_ready=0, live=4)
+    snapshot = replace(snap(svc(standby=4), unplaced={"a": 32}, gated=GANG),
+                       services={"svc": svc(standby=4), "other": other})
+    decision = decide(snapshot, CLOSED, NOW, replace(S, handover_services={"svc": 4, "other": 4}))
+    assert len(kinds(decision, ActionKind.UNGATE)) == 4
 
 
 def test_gate_released_at_once_without_handover_services() -> None:
@@ -206,8 +226,16 @@ def test_return_home_shrinks_the_standby_as_replicas_arrive() -> None:
     assert standby_of(home) == 0
 
 
-def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken() -> None:
-    """Property: once the standby is ready at its target, losing every at-risk replica keeps >= minimum ready."""
+def test_cover_minimum_caps_the_standby_at_min_replicas() -> None:
+    decision = decide(snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, NOW,
+                      replace(S, handover_cover="minimum"))
+    assert standby_of(decision) == 4
+
+
+@pytest.mark.parametrize("cover", ["current", "minimum"])
+def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken(cover: str) -> None:
+    """Property: once the standby is ready at its target, losing every at-risk replica keeps >= minimum ready
+    (and, covering the current count, keeps every replica the service had)."""
     rng = random.Random(3)
     for _ in range(2000):
         minimum = rng.randint(1, 6)
@@ -219,15 +247,16 @@ def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken() -> None
                       standby=rng.randint(0, 3), minimum=minimum)
         snapshot = snap(service, free={"a": rng.randint(0, 8), "b": 8}, unplaced={"a": rng.choice([0, 32])})
         returning = rng.random() < 0.5
-        plan = plan_standby(snapshot, returning)
+        plan = plan_standby(snapshot, returning, cover)
         risk = onprem_a if snapshot.unplaced_training.get("a", 0) > snapshot.pools["a"].free else 0
         risk += external if returning else 0
         if risk == 0 and service.standby_live == 0:
             assert "svc" not in plan.targets
             continue
         target = plan.targets["svc"]
-        assert 0 <= target <= minimum
-        assert service.main_ready - risk + target >= minimum
+        goal = max(minimum, live)
+        assert 0 <= target <= (goal if cover == "current" else minimum)
+        assert service.main_ready - risk + target >= (goal if cover == "current" else minimum)
 
 
 def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
@@ -243,7 +272,8 @@ def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
         gpu_pod("sb1", node="vk", service="svc", standby=True, namespace="inference"),
         gpu_pod("sb2", service="svc", standby=True, namespace="inference", unschedulable=True),
         gpu_pod("other", node="n1", service="not-tracked", namespace="inference"),
-        gpu_pod("g0", 8, workload="training", namespace="training", pool="a", gated=True),
+        {**(g0 := gpu_pod("g0", 8, workload="training", namespace="training", pool="a", gated=True)),
+         "metadata": {**g0["metadata"], "creationTimestamp": "2023-11-14T22:13:20Z"}},
         gpu_pod("g1", 8, workload="training", namespace="training", pool="a", gated=True),
         gpu_pod("t0", 8, workload="training", namespace="training", pool="b"),  # released, not bound yet
     ]
@@ -255,6 +285,7 @@ def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
     # A pending standby is no reason to open the burst; the pending main replica is.
     assert snapshot.pending_inference_gpus == 1
     assert set(snapshot.gated_pods) == {PodRef("training", "g0"), PodRef("training", "g1")}
+    assert snapshot.gated_at == {PodRef("training", "g0"): 1_700_000_000.0}
     # Gated pods are pending training demand (they net against their pool's free GPUs).
     assert snapshot.pending_training_gpus == 16
     assert snapshot.pools["a"].pending_training == 16

@@ -119,6 +119,9 @@ class Snapshot:
     # ("" = not confined to one pool); the pods behind the handover gate.
     unplaced_training: Mapping[str, int] = field(default_factory=dict)
     gated_pods: tuple[PodRef, ...] = ()
+    # When each gated pod was created (epoch seconds), so each waits its own timeout; pods missing here
+    # share the controller's one timer (BurstState.gated_since).
+    gated_at: Mapping[PodRef, float] = field(default_factory=dict)
     # GPUs of standby replicas on virtual nodes: they are scaled away, never sent home, so closing needs
     # no on-prem room for them.
     standby_external_gpus: int = 0
@@ -262,19 +265,21 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     # Replicas at risk: on-prem ones a gated gang will reclaim, and (closed, or about to close) external
     # ones the descheduler will move home.
     closing = close_since is not None and now - close_since >= settings.close_hold_seconds
-    plan = plan_standby(snapshot, returning=mode is Mode.CLOSED or closing)
+    plan = plan_standby(snapshot, returning=mode is Mode.CLOSED or closing, cover=settings.handover_cover)
     gated_since = _hold(state.gated_since, bool(snapshot.gated_pods), now)
-    ungate = False
+    released: tuple[PodRef, ...] = ()
     if gated_since is not None:
-        waited = now - gated_since
         if plan.gang_covered:
-            ungate = True
-            reasons.append(f"handover: standby covers the replicas the gang displaces; {len(snapshot.gated_pods)} "
+            released = snapshot.gated_pods
+            reasons.append(f"handover: standby covers the replicas the gang displaces; {len(released)} "
                            "training pods released")
-        elif waited >= settings.handover_timeout_seconds:
-            ungate = True
-            reasons.append(f"handover: standby not ready after {waited:.0f}s ({plan.describe()}); training "
-                           f"outranks inference, {len(snapshot.gated_pods)} training pods released")
+        else:
+            timeout = settings.handover_timeout_seconds
+            released = tuple(r for r in snapshot.gated_pods if now - snapshot.gated_at.get(r, gated_since) >= timeout)
+            if released:
+                reasons.append(f"handover: standby not ready after {timeout:.0f}s ({plan.describe()}); training "
+                               f"outranks inference, {len(released)} training pods released")
+    ungate = len(released) == len(snapshot.gated_pods) > 0
 
     actions: list[Action] = []
     for node in sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name):
@@ -285,8 +290,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     for service, replicas in sorted(plan.targets.items()):
         if replicas != snapshot.services[service].standby_live:
             actions.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
-    if ungate:
-        actions.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in snapshot.gated_pods)
+    actions.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
     for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]:
         actions.append(
             Action(
@@ -317,7 +321,8 @@ class StandbyPlan:
     targets: Mapping[str, int]
     at_risk: Mapping[str, int]
     ready: Mapping[str, int]
-    gang_at_risk: bool
+    #: Services with on-prem replicas a waiting gang will reclaim.
+    gang_services: frozenset[str] = frozenset()
 
     @property
     def covered(self) -> bool:
@@ -325,16 +330,19 @@ class StandbyPlan:
 
     @property
     def gang_covered(self) -> bool:
-        """The gated gang may start: nothing it displaces is at risk, or the standby covers it."""
-        return not self.gang_at_risk or self.covered
+        """The gated gang may start: the standby of every service it displaces is ready (others do not count)."""
+        return all(self.ready[s] >= self.targets[s] for s in self.gang_services)
 
     def describe(self) -> str:
         parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk" for s, n in self.targets.items()]
         return ", ".join(parts) or "nothing at risk"
 
 
-def plan_standby(snapshot: Snapshot, returning: bool) -> StandbyPlan:
-    """Standby per service = replicas at risk that the rest cannot cover, capped at minReplicas.
+def plan_standby(snapshot: Snapshot, returning: bool, cover: str = "current") -> StandbyPlan:
+    """Standby per service = replicas at risk that the rest cannot cover.
+
+    `cover` "current" replaces every replica at risk up to the service's current replica count (capacity is
+    kept through the handover); "minimum" only up to minReplicas (the floor is kept, at less external cost).
 
     On-prem replicas are at risk in a pool where unplaced training (gated, or released and not bound yet)
     wants more GPUs than are free: a gang will reclaim them. With `returning`, external replicas are at
@@ -349,15 +357,17 @@ def plan_standby(snapshot: Snapshot, returning: bool) -> StandbyPlan:
     targets: dict[str, int] = {}
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}
-    gang_at_risk = False
+    gang: set[str] = set()
     for name, svc in snapshot.services.items():
         onprem_risk = sum(n for pool, n in svc.main_ready_onprem.items() if all_pools or pool in risky_pools)
-        gang_at_risk = gang_at_risk or onprem_risk > 0
+        if onprem_risk:
+            gang.add(name)
         risk = onprem_risk + (svc.main_ready_external if returning else 0)
         if risk == 0 and svc.standby_live == 0:
             continue
         goal = max(svc.min_replicas, svc.main_live)
-        targets[name] = max(0, min(goal - (svc.main_ready - risk), svc.min_replicas))
+        cap = goal if cover == "current" else svc.min_replicas
+        targets[name] = max(0, min(goal - (svc.main_ready - risk), cap))
         at_risk[name] = risk
         ready[name] = svc.standby_ready
-    return StandbyPlan(targets, at_risk, ready, gang_at_risk)
+    return StandbyPlan(targets, at_risk, ready, frozenset(gang))

@@ -63,6 +63,9 @@ class BurstSettings:
     handover_services: dict[str, int] = field(default_factory=dict)
     # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
     handover_timeout_seconds: float = 300.0
+    # "current": the standby replaces every replica at risk up to the service's current count (capacity is
+    # kept); "minimum": only up to minReplicas (the floor is kept, fewer external GPUs).
+    handover_cover: str = "current"
     inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
     pool_label: str = field(default="", init=False)
@@ -145,6 +148,8 @@ class BurstSettings:
             )
         if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
             raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
+        if self.handover_cover not in ("current", "minimum"):
+            raise SettingsError(f"handover_cover: must be 'current' or 'minimum', got {self.handover_cover!r}")
         for service, minimum in self.handover_services.items():
             if not service or isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
                 raise SettingsError(

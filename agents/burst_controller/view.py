@@ -140,6 +140,7 @@ class _Pod:
     deleting: bool
     cost_ok: bool
     gated: bool = False  # a training pod behind the handover scheduling gate
+    created: float | None = None  # creationTimestamp of a gated pod (its handover timeout counts from it)
     service: str = ""  # the handover service this inference pod belongs to ("" = none we track)
     standby: bool = False
     ready: bool = False
@@ -190,6 +191,7 @@ class ClusterView:
         self._pool_pending: dict[str, int] = {}
         self._services = {name: _ServiceCounts() for name in settings.handover_services}
         self._gated: dict[str, PodRef] = {}
+        self._gated_at: dict[PodRef, float] = {}
         self.standby_external_gpus = 0
         self._unplaced_gpus: dict[str, int] = {}  # training not bound to a node yet, per pool ("" = any)
         self.nodes_synced = False
@@ -370,6 +372,7 @@ class ClusterView:
             deleting=meta.get("deletionTimestamp") is not None,
             cost_ok=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION) == self._cost_value,
             gated=gated and workload == "training",
+            created=parse_timestamp(meta.get("creationTimestamp")) if gated else None,
             service=service if service in self._services else "",
             standby=labels.get(s.role_label) == "standby",
             ready=phase == "Running"
@@ -396,10 +399,14 @@ class ClusterView:
         if pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus:
             _add(self._unplaced_gpus, pod.pool, sign * pod.gpus)
         if pod.gated:
+            ref = PodRef(pod.namespace, pod.name)
             if sign > 0:
-                self._gated[pod.key] = PodRef(pod.namespace, pod.name)
+                self._gated[pod.key] = ref
+                if pod.created is not None:
+                    self._gated_at[ref] = pod.created
             else:
                 self._gated.pop(pod.key, None)
+                self._gated_at.pop(ref, None)
         rec = self._nodes.get(pod.node) if pod.node else None
         if pod.service:
             self._count_service(pod, rec.kind if rec else MISSING, rec.pool if rec else "", sign)
@@ -506,6 +513,7 @@ class ClusterView:
             unplaced_training=dict(self._unplaced_gpus),
             standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),
+            gated_at=dict(self._gated_at),
         )
 
     def _pools(self) -> dict[str, PoolGpus]:

@@ -84,6 +84,7 @@ def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> Burst
     data["gpu_resource"] = cfg.gpu_resource
     data["handover_services"] = dict(cfg.handover_services)
     data["handover_timeout_seconds"] = float(cfg.burst.handover.timeout_seconds)
+    data["handover_cover"] = cfg.burst.handover.cover
     return BurstSettings.from_mapping(data, source=f"{stack_file} (burst)")
 
 
