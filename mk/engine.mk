@@ -17,4 +17,3 @@ engine-optional:
 	  elif [ $$rc = 124 ]; then echo "engine: build passed its $(ENGINE_BUILD_BUDGET_S)s budget in this run; real-engine tests will skip (the Go cache keeps the progress for the next run)"; \
 	  else echo "engine: not built on this machine ($$(tail -n 1 $(STATE)/engine-build.log)); real-engine tests will skip"; fi
 
-unit: engine-optional

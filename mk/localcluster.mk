@@ -27,7 +27,6 @@ localcluster-optional:
 	  elif [ $$rc = 124 ]; then echo "localcluster: build passed its $(LOCALCLUSTER_BUILD_BUDGET_S)s budget in this run; its tests will skip (the Go cache keeps the progress for the next run)"; \
 	  else echo "localcluster: not built on this machine (see $(STATE)/localcluster/build-make.log); its tests will skip"; fi
 
-unit: localcluster-optional
 
 localcluster-status: venv
 	@$(LOCALCLUSTER) status
@@ -41,5 +40,5 @@ down: venv
 	@$(PY) -m tools.localcluster.stackup down
 
 # The end-to-end burst scenario on the real components (tests/test_e2e.py).
-e2e: venv localcluster
+e2e: venv localcluster engine observability-tools
 	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py

@@ -90,6 +90,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory) -> Iterator[tuple[str, FakeDcgmExporter]]:
     """A real Prometheus (the Debian package `make observability-tools` installs) scraping the fake exporter."""
+    reason = _prerequisites()
+    if reason:
+        pytest.skip(reason)
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: run `make observability-tools`")
@@ -114,10 +117,7 @@ def prometheus(tmp_path_factory) -> Iterator[tuple[str, FakeDcgmExporter]]:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus):
-    reason = _prerequisites()
-    if reason:
-        pytest.skip(reason)
-    prometheus_url, _ = prometheus
+    prometheus_url, _ = prometheus  # the prerequisites were checked there
     state = tmp_path_factory.mktemp("e2e-cluster")
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
