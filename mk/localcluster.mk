@@ -33,7 +33,7 @@ localcluster-status: venv
 
 # `make up`: the main job on the embedded default. Control plane, engine, `pulumi up --stack local`
 # against it, the burst controller and thermal guard as local processes, then a status summary.
-up: venv localcluster
+up: venv go-builds
 	@$(PY) -m tools.localcluster.stackup up --stack local
 
 down: venv
