@@ -389,3 +389,5 @@ def test_view_counts_standby_gpus_on_virtual_nodes_only() -> None:
     ]
     snapshot = ClusterView.from_lists(nodes, pods, S, NOW).snapshot()
     assert (snapshot.external_gpus_in_use, snapshot.standby_external_gpus) == (4, 2)
+    # Only the main replica needs the deletion cost (HPA scale-down order); the standby is external anyway.
+    assert snapshot.pods_needing_cost == (PodRef("inference", "m1"),)

@@ -708,7 +708,7 @@ class Simulator:
                 self.vn_pods[v][pod.id] = None
                 pod.node = -2 - v
                 self.ext_gpus += g
-                if self.controller is not None:
+                if self.controller is not None and not pod.standby:  # a standby is external anyway
                     self.needing_cost[pod.id] = None
                 if pod.standby:
                     self.sb_ext_gpus += g
