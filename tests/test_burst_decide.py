@@ -478,13 +478,17 @@ def test_view_nets_pending_training_per_pool() -> None:
     view = ClusterView.from_lists(nodes, pods, S, NOW)
     snapshot = view.snapshot()
     assert (snapshot.onprem_free_gpus, snapshot.pending_training_gpus) == (14, 28)
-    assert snapshot.pools == {"b": PoolGpus(14, 0), "a": PoolGpus(0, 16), "gone": PoolGpus(0, 8)}
+    assert snapshot.pools == {
+        "b": PoolGpus(14, 0, free_nodes={8: 1, 6: 1}),
+        "a": PoolGpus(0, 16, unplaced_pods={16: 1}),
+        "gone": PoolGpus(0, 8, unplaced_pods={8: 1}),
+    }
     # b's 14 free GPUs minus the 4 pending for any pool; a's and the missing pool's backlog take nothing else.
     assert effective_free_gpus(snapshot) == 10
     view.apply_pod("DELETED", gpu_pod("ia", 8, node="a2"))
-    assert view.snapshot().pools["a"] == PoolGpus(8, 16)
+    assert view.snapshot().pools["a"] == PoolGpus(8, 16, free_nodes={8: 1}, unplaced_pods={16: 1})
     view.apply_node("MODIFIED", onprem_node("b1", 8, pool="b", unschedulable=True))
-    assert view.snapshot().pools["b"] == PoolGpus(8, 0)
+    assert view.snapshot().pools["b"] == PoolGpus(8, 0, free_nodes={8: 1})
     view.apply_node("DELETED", onprem_node("b2", 8, pool="b"))
     assert "b" not in view.snapshot().pools
 

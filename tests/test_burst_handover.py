@@ -391,3 +391,44 @@ def test_view_counts_standby_gpus_on_virtual_nodes_only() -> None:
     assert (snapshot.external_gpus_in_use, snapshot.standby_external_gpus) == (4, 2)
     # Only the main replica needs the deletion cost (HPA scale-down order); the standby is external anyway.
     assert snapshot.pods_needing_cost == (PodRef("inference", "m1"),)
+
+
+@pytest.mark.parametrize(
+    ("free_nodes", "unplaced_pods", "fits"),
+    [
+        ({8: 2}, {8: 2}, True),  # two empty 8-GPU nodes hold two whole-node workers
+        ({2: 8}, {8: 2}, False),  # 16 free GPUs, 2 per node: no whole node for a worker
+        ({4: 2}, {2: 4}, True),  # four 2-GPU pods pack two per node
+        ({4: 1, 2: 1}, {4: 1, 2: 1}, True),  # largest first, best fit: 4 -> the 4, 2 -> the 2
+        ({6: 1}, {4: 1, 3: 1}, False),  # 7 GPUs wanted, 6 free on one node
+        ({8: 1, 2: 3}, {8: 1, 2: 3}, True),
+        ({8: 3}, {3: 7}, False),  # 2 per node fit (6 of 8): 6 pods, not 7
+    ],
+)
+def test_unplaced_training_fits_free_gpus_node_by_node(
+    free_nodes: dict[int, int], unplaced_pods: dict[int, int], fits: bool
+) -> None:
+    free = sum(f * n for f, n in free_nodes.items())
+    unplaced = sum(g * n for g, n in unplaced_pods.items())
+    pool = PoolGpus(free, unplaced, free_nodes=free_nodes, unplaced_pods=unplaced_pods)
+    snapshot = replace(snap(svc(), free={"a": free}, unplaced={"a": unplaced}, gated=GANG), pools={"a": pool})
+    plan = plan_standby(snapshot, returning=False)
+    assert plan.gang_services == (frozenset() if fits else frozenset({"svc"}))
+
+
+def test_scattered_free_gpus_do_not_release_a_whole_node_gang() -> None:
+    """Enough free GPUs by count but not by node: the gang would reclaim inference, so the standby comes first."""
+    nodes = [onprem_node(f"n{i}", 8, pool="a") for i in range(4)]
+    gang = [gpu_pod(f"g{i}", 8, workload="training", namespace="training", pool="a", gated=True) for i in range(2)]
+    inference = [gpu_pod(f"m{i}", 6, node=f"n{i}", service="svc", namespace="inference") for i in range(2)]
+    # Free: n0 2, n1 2, n2 8, n3 8: the two workers fit the two empty nodes; nothing is at risk.
+    fits = ClusterView.from_lists(nodes, inference + gang, S, NOW).snapshot()
+    assert fits.pools["a"].free_nodes == {2: 2, 8: 2}
+    assert len(kinds(decide(fits, CLOSED, NOW, S), ActionKind.UNGATE)) == 2
+    # One more replica on n2: 18 free GPUs >= 16 wanted by count, but only n3 holds a whole worker.
+    inference.append(gpu_pod("m2", 2, node="n2", service="svc", namespace="inference"))
+    scattered = ClusterView.from_lists(nodes, inference + gang, S, NOW).snapshot()
+    assert (scattered.pools["a"].free, scattered.unplaced_training) == (18, {"a": 16})
+    decision = decide(scattered, CLOSED, NOW, S)
+    assert kinds(decision, ActionKind.UNGATE) == []
+    assert standby_of(decision) == 4  # all three replicas may go; the goal is at least minReplicas (4)

@@ -349,6 +349,9 @@ def test_handover_keeps_min_ready_and_starts_the_gang_once_the_standby_is_ready(
     assert [(now, s.standby_ready, s.main_ready_onprem) for now, s in ungated] == [(1000 + lat, 2, {"gpu": 2})]
     assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (1360.0, 0), (4900.0, 2), (5160.0, 1),
                                                            (5220.0, 0)]
+    # What the core saw when it asked for the standby: the node by node picture the view keeps.
+    first = next(snap for now, snap, _ in seen if now == 1000.0)
+    assert first.pools["gpu"] == core.PoolGpus(6, 8, free_nodes={6: 1}, unplaced_pods={8: 1})
     assert [(d.flipped, now) for now, _, d in seen if d.flipped] == [(core.Mode.OPEN, 1060.0),
                                                                      (core.Mode.CLOSED, 4900 + lat)]
     assert (out.preemptions, out.descheduler_evictions) == (2, 2)

@@ -77,10 +77,17 @@ class PodRef:
 
 @dataclass(frozen=True)
 class PoolGpus:
-    """One on-prem pool's share of the totals: free GPUs on its nodes, GPUs of training pods pending for it."""
+    """One on-prem pool's share of the totals: free GPUs on its nodes, GPUs of training pods pending for it.
+
+    `free_nodes` (free GPUs on a node -> how many schedulable nodes have that many; empty when unknown) and
+    `unplaced_pods` (GPUs per unplaced training pod -> how many) let the handover tell whether waiting
+    training fits the free GPUs node by node: 16 free GPUs spread 2 per node hold no 8-GPU worker.
+    """
 
     free: int = 0
     pending_training: int = 0
+    free_nodes: Mapping[int, int] = field(default_factory=dict)
+    unplaced_pods: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -314,6 +321,45 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     )
 
 
+def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:
+    """Whether a pool's unplaced training fits its free GPUs without displacing anyone.
+
+    With the node breakdown: largest pods first, each into the fullest node that still holds it (best fit),
+    in batches per (pod size, node bucket), so the cost is O(sizes × buckets), not O(pods). Without it,
+    by GPU count alone.
+    """
+    if pool is None:
+        return unplaced_gpus <= 0
+    if not pool.unplaced_pods or not pool.free_nodes:
+        return unplaced_gpus <= pool.free
+    nodes = dict(pool.free_nodes)
+    for size in sorted(pool.unplaced_pods, reverse=True):
+        left = pool.unplaced_pods[size]
+        if size <= 0:
+            continue
+        for free in sorted(f for f in nodes if f >= size):
+            if not left:
+                break
+            count = nodes.get(free, 0)
+            per_node = free // size
+            if not count or not per_node:
+                continue
+            placed = min(left, count * per_node)
+            full, rest = divmod(placed, per_node)
+            used = full + (1 if rest else 0)
+            nodes[free] = count - used
+            if full:
+                leftover = free - per_node * size
+                nodes[leftover] = nodes.get(leftover, 0) + full
+            if rest:
+                leftover = free - rest * size
+                nodes[leftover] = nodes.get(leftover, 0) + 1
+            left -= placed
+        if left:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class StandbyPlan:
     """Standby replicas wanted per service and whether the ready ones cover what is at risk."""
@@ -350,10 +396,9 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: str = "current") ->
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
     """
-    free = {name: pool.free for name, pool in snapshot.pools.items()}
     unplaced = snapshot.unplaced_training
     all_pools = unplaced.get("", 0) > snapshot.onprem_free_gpus
-    risky_pools = {p for p, gpus in unplaced.items() if p and gpus > free.get(p, 0)}
+    risky_pools = {p for p, gpus in unplaced.items() if p and not _fits_free(gpus, snapshot.pools.get(p))}
     targets: dict[str, int] = {}
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}

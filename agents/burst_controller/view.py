@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from agents.burst_controller.decide import PodRef, PoolGpus, ServiceReplicas, Snapshot, VirtualNode
 from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
@@ -32,6 +32,7 @@ _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
 
 Obj = Mapping[str, Any]
+K = TypeVar("K", str, int)
 
 
 def parse_gpus(value: Any) -> int:
@@ -194,6 +195,9 @@ class ClusterView:
         self._gated_at: dict[PodRef, float] = {}
         self.standby_external_gpus = 0
         self._unplaced_gpus: dict[str, int] = {}  # training not bound to a node yet, per pool ("" = any)
+        # Per pool: free GPUs on a node -> nodes with that many; GPUs per unplaced training pod -> pods.
+        self._pool_free_nodes: dict[str, dict[int, int]] = {}
+        self._unplaced_pods: dict[str, dict[int, int]] = {}
         self.nodes_synced = False
         self.pods_synced = False
         self.observed_at: float | None = None
@@ -398,6 +402,7 @@ class ClusterView:
                 _add(self._pool_pending, pod.pool, sign * pod.gpus)
         if pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus:
             _add(self._unplaced_gpus, pod.pool, sign * pod.gpus)
+            _add(self._unplaced_pods.setdefault(pod.pool, {}), pod.gpus, sign)
         if pod.gated:
             ref = PodRef(pod.namespace, pod.name)
             if sign > 0:
@@ -450,12 +455,17 @@ class ClusterView:
             _add(counts.main_ready_onprem, pool, sign)
 
     def _add_free(self, rec: _Node, gpus: int) -> None:
-        """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's."""
+        """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's.
+
+        Callers always remove a node's whole free count and add it back after a change, so the pool's
+        histogram of free GPUs per node moves the node from one bucket to another.
+        """
         if not gpus:
             return
         self.onprem_free += gpus
         if rec.pool:
             self._pool_free[rec.pool] = self._pool_free.get(rec.pool, 0) + gpus
+            _add(self._pool_free_nodes.setdefault(rec.pool, {}), abs(gpus), 1 if gpus > 0 else -1)
 
     def _update_cost_need(self, pod: _Pod) -> None:
         rec = self._nodes.get(pod.node)
@@ -523,17 +533,22 @@ class ClusterView:
         Training pending for a pool without (free) nodes nets to zero there: it can take no other pool's
         GPUs, so it must not keep the burst open (a pod naming a pool that does not exist never starts).
         """
-        free, pending = self._pool_free, self._pool_pending
-        # Pools with nothing free and nothing pending add nothing; leaving them out keeps the snapshot the
+        free, pending, unplaced = self._pool_free, self._pool_pending, self._unplaced_pods
+        # Pools with nothing free, pending or unplaced add nothing; leaving them out keeps the snapshot the
         # same whichever order events arrived in (a drained pool's entry lingers at zero).
         return {
-            pool: PoolGpus(free=free.get(pool, 0), pending_training=pending.get(pool, 0))
-            for pool in free.keys() | pending.keys()
-            if free.get(pool, 0) or pending.get(pool, 0)
+            pool: PoolGpus(
+                free=free.get(pool, 0),
+                pending_training=pending.get(pool, 0),
+                free_nodes=dict(self._pool_free_nodes.get(pool) or {}),
+                unplaced_pods=dict(unplaced.get(pool) or {}),
+            )
+            for pool in free.keys() | pending.keys() | unplaced.keys()
+            if pool and (free.get(pool, 0) or pending.get(pool, 0) or unplaced.get(pool))
         }
 
 
-def _add(counter: dict[str, int], key: str, delta: int) -> None:
+def _add(counter: dict[K, int], key: K, delta: int) -> None:
     """Add to a sparse counter, dropping keys that reach zero (so equal sums give equal snapshots)."""
     left = counter.get(key, 0) + delta
     if left:

@@ -114,6 +114,7 @@ class ClusterPort(Protocol):
     def pending_inference_gpus(self) -> int: ...
     def pending_training_gpus(self) -> int: ...
     def pool_gpus(self) -> dict[str, tuple[int, int]]: ...
+    def pool_shapes(self) -> dict[str, tuple[dict[int, int], dict[int, int]]]: ...
     def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]: ...
     def pods_needing_cost(self, limit: int) -> list[tuple[str, str]]: ...
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
@@ -189,12 +190,23 @@ class ControllerAdapter:
             pending_training_gpus=pending_training,
             virtual_nodes=nodes,
             pods_needing_cost=refs,
-            pools={p: PoolGpus(free, pending) for p, (free, pending) in pools.items()} if self.per_pool else {},
+            pools=self._pools(pools) if self.per_pool else {},
             services=services,
             unplaced_training=unplaced,
             gated_pods=tuple(PodRef(ns, name) for ns, name in port.gated_pods()),
             standby_external_gpus=port.standby_external_gpus(),
         )
+
+    def _pools(self, pools: Mapping[str, tuple[int, int]]) -> dict[str, PoolGpus]:
+        """Free and pending GPUs per pool; with the handover, also free GPUs node by node and the waiting pods
+        (what the view keeps), so the core can tell whether a gang fits without reclaiming inference."""
+        if not self.settings.handover_services:
+            return {p: PoolGpus(free, pending) for p, (free, pending) in pools.items()}
+        shapes = self.port.pool_shapes()
+        return {
+            p: PoolGpus(free, pending, free_nodes=shapes.get(p, ({}, {}))[0], unplaced_pods=shapes.get(p, ({}, {}))[1])
+            for p, (free, pending) in pools.items()
+        }
 
     def start(self, now: float) -> None:
         """The restart path of the real controller: recover the mode from the taints."""

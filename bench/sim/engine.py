@@ -334,11 +334,32 @@ class Simulator:
             out[self.zone_pool[z]] = (f + free, p + self.zone_pend[z])
         return out
 
+    def pool_shapes(self) -> dict[str, tuple[dict[int, int], dict[int, int]]]:
+        """Per pool: (free GPUs on a node -> nodes without training with that many, GPUs per waiting gang pod ->
+        pods). Gangs here take whole nodes, so each Inqueue gang is `nodes` pods of the zone's GPUs per node.
+        O(zones × GPUs per node)."""
+        out: dict[str, tuple[dict[int, int], dict[int, int]]] = {}
+        for z in self.zones:
+            free_nodes, pods = out.setdefault(self.zone_pool[z], ({}, {}))
+            for f, nodes in enumerate(self.buckets[z]):
+                if f and nodes:
+                    free_nodes[f] = free_nodes.get(f, 0) + len(nodes)
+            gpn = self.zone_gpn[z]
+            if self.zone_pend[z]:
+                pods[gpn] = pods.get(gpn, 0) + self.zone_pend[z] // gpn
+        return out
+
     def quiet_key(self) -> tuple[object, ...]:
-        """Everything the core's input depends on, cheaply: equal keys mean equal snapshots (but the clock)."""
+        """Everything the core's input depends on, cheaply: equal keys mean equal snapshots (but the clock).
+
+        While training waits under the handover, where the free GPUs are (node by node) matters too.
+        """
+        shapes: tuple[object, ...] = ()
+        if self.handover and self.pending_train_gpus:
+            shapes = tuple(tuple(len(b) for b in self.buckets[z]) for z in self.zones if self.zone_pend[z])
         return (self.train_gpus + self.onprem_inf_gpus, self.pending_inf_gpus, self.pending_train_gpus,
                 tuple(self.vn_used), tuple(self.vn_taint), tuple(self.vn_changed), len(self.needing_cost),
-                tuple(self.zone_train), tuple(self.zone_inf), tuple(self.zone_pend), self.handover_seq)
+                tuple(self.zone_train), tuple(self.zone_inf), tuple(self.zone_pend), self.handover_seq, shapes)
 
     def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int]]:
         """Per handover service: (minReplicas, main live, main ready, main ready on virtual nodes, main ready
