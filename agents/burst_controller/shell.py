@@ -577,8 +577,12 @@ class BurstShell:
         return True
 
     def _set_deletion_cost(self, namespace: str, pod: str, cost: int) -> bool:
-        s = self.settings
         body = {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: str(cost)}}}
+        return self._patch_pod(namespace, pod, body, MERGE_PATCH)
+
+    def _patch_pod(self, namespace: str, pod: str, body: dict[str, Any], content_type: str) -> bool:
+        """Patch one pod with retries and feed the answer to the view; False when the pod is already gone."""
+        s = self.settings
 
         def patch() -> None:
             obj = self._json(
@@ -586,7 +590,7 @@ class BurstShell:
                     pod,
                     namespace,
                     body,
-                    _content_type=MERGE_PATCH,
+                    _content_type=content_type,
                     _preload_content=False,
                     _request_timeout=s.request_timeout_seconds,
                 )
@@ -597,7 +601,7 @@ class BurstShell:
         try:
             self._retrying(patch)
         except CallFailed as exc:
-            if exc.kind == "not_found":  # the pod went away first: nothing left to mark
+            if exc.kind == "not_found":  # the pod went away first: nothing left to change
                 return False
             raise
         return True
@@ -632,30 +636,8 @@ class BurstShell:
 
     def _ungate(self, namespace: str, pod: str) -> bool:
         """Remove only our scheduling gate (a strategic-merge delete keyed by the gate's name)."""
-        s = self.settings
-        body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": s.handover_gate}]}}
-
-        def patch() -> None:
-            obj = self._json(
-                self.core.patch_namespaced_pod(
-                    pod,
-                    namespace,
-                    body,
-                    _content_type=STRATEGIC_MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=s.request_timeout_seconds,
-                )
-            )
-            with self.lock:
-                self.view.apply_pod("MODIFIED", obj)
-
-        try:
-            self._retrying(patch)
-        except CallFailed as exc:
-            if exc.kind == "not_found":
-                return False
-            raise
-        return True
+        body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": self.settings.handover_gate}]}}
+        return self._patch_pod(namespace, pod, body, STRATEGIC_MERGE_PATCH)
 
     def _event(self, action: Action, decision: Decision) -> None:
         s = self.settings
