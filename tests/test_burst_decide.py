@@ -27,6 +27,7 @@ from agents.burst_controller.decide import (
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.settings import BurstSettings, SettingsError
 from agents.burst_controller.view import ClusterView, pod_pool
+from tests.churn import churn
 
 S = BurstSettings(
     open_below_free_gpus=1,
@@ -518,48 +519,29 @@ def test_pod_pool_from_required_affinity(spec: dict[str, Any], pool: str) -> Non
 
 def test_view_incremental_matches_full_list() -> None:
     rng = random.Random(7)
-    view = ClusterView(S)
-    view.replace_nodes([], NOW)
-    view.replace_pods([], NOW)
-    nodes: dict[str, dict[str, Any]] = {}
-    pods: dict[str, dict[str, Any]] = {}
-    for step in range(3000):
-        r = rng.random()
-        if r < 0.15:
-            name = f"n{rng.randrange(30)}"
-            if rng.random() < 0.2 and name in nodes:
-                view.apply_node("DELETED", nodes.pop(name))
-            else:
-                obj = (
-                    virtual_node(name, burst_effect=rng.choice([None, "NoSchedule"]))
-                    if name.endswith("7")
-                    else onprem_node(name, 8, thermal=rng.random() < 0.2, pool=rng.choice(["a", "b"]))
-                )
-                nodes[name] = obj
-                view.apply_node("MODIFIED", obj)
-        else:
-            name = f"p{rng.randrange(300)}"
-            if rng.random() < 0.25 and name in pods:
-                view.apply_pod("DELETED", pods.pop(name))
-            else:
-                node = rng.choice([None, *[f"n{i}" for i in range(30)]])
-                obj = gpu_pod(
-                    name,
-                    rng.randrange(0, 5),
-                    node=node,
-                    workload=rng.choice(["inference", "training", "system"]),
-                    unschedulable=rng.random() < 0.5,
-                    phase=rng.choice([None, None, "Succeeded"]),
-                    deletion_cost=rng.choice([None, -100]),
-                    pool=rng.choice([None, "a", "b", "c"]),
-                )
-                pods[name] = obj
-                view.apply_pod("ADDED", obj)
-        if step % 500 == 0 or step == 2999:
-            full = ClusterView.from_lists(nodes.values(), pods.values(), S, NOW).snapshot()
-            got = view.snapshot()
-            assert replace(got, pods_needing_cost=()) == replace(full, pods_needing_cost=())
-            assert sorted(got.pods_needing_cost, key=str) == sorted(full.pods_needing_cost, key=str)
+
+    def node(name: str) -> dict[str, Any]:
+        if name.endswith("7"):
+            return virtual_node(name, burst_effect=rng.choice([None, "NoSchedule"]))
+        return onprem_node(name, 8, thermal=rng.random() < 0.2, pool=rng.choice(["a", "b"]))
+
+    def pod(name: str) -> dict[str, Any]:
+        return gpu_pod(
+            name,
+            rng.randrange(0, 5),
+            node=rng.choice([None, *[f"n{i}" for i in range(30)]]),
+            workload=rng.choice(["inference", "training", "system"]),
+            unschedulable=rng.random() < 0.5,
+            phase=rng.choice([None, None, "Succeeded"]),
+            deletion_cost=rng.choice([None, -100]),
+            pool=rng.choice([None, "a", "b", "c"]),
+        )
+
+    def check(got: Snapshot, full: Snapshot) -> None:
+        assert replace(got, pods_needing_cost=()) == replace(full, pods_needing_cost=())
+        assert sorted(got.pods_needing_cost, key=str) == sorted(full.pods_needing_cost, key=str)
+
+    churn(S, rng, node_names=30, pod_names=300, make_node=node, make_pod=pod, check=check)
 
 
 def test_view_pod_before_node_and_relist_drops_missing() -> None:

@@ -30,6 +30,7 @@ from agents.burst_controller.decide import (
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.settings import BurstSettings, SettingsError
 from agents.burst_controller.view import ClusterView
+from tests.churn import churn
 
 S = BurstSettings(
     open_below_free_gpus=1,
@@ -308,45 +309,31 @@ def test_view_moves_counts_when_a_node_appears_after_its_pods() -> None:
 
 def test_view_incremental_service_counts_match_full_list() -> None:
     rng = random.Random(11)
-    view = ClusterView(S)
-    view.replace_nodes([], NOW)
-    view.replace_pods([], NOW)
-    nodes: dict[str, dict[str, Any]] = {}
-    pods: dict[str, dict[str, Any]] = {}
-    for step in range(3000):
-        if rng.random() < 0.15:
-            name = f"n{rng.randrange(12)}"
-            if rng.random() < 0.2 and name in nodes:
-                view.apply_node("DELETED", nodes.pop(name))
-            else:
-                nodes[name] = (virtual_node(name) if name.endswith("3")
-                               else onprem_node(name, 8, pool=rng.choice(["a", "b"])))
-                view.apply_node("MODIFIED", nodes[name])
-        else:
-            name = f"p{rng.randrange(120)}"
-            if rng.random() < 0.25 and name in pods:
-                view.apply_pod("DELETED", pods.pop(name))
-            else:
-                training = rng.random() < 0.3
-                node = rng.choice([None, *[f"n{i}" for i in range(12)]])
-                pods[name] = gpu_pod(
-                    name, rng.randrange(1, 9) if training else 1, node=node,
-                    workload="training" if training else "inference",
-                    service=None if training else rng.choice(["svc", "svc", "other"]),
-                    standby=rng.random() < 0.3, ready=rng.choice([None, False]),
-                    gated=training and node is None and rng.random() < 0.5,
-                    unschedulable=rng.random() < 0.5, deleting=rng.random() < 0.1,
-                    pool=rng.choice([None, "a", "b"]) if training else None,
-                    phase=rng.choice([None, None, "Succeeded"]),
-                )
-                view.apply_pod("MODIFIED", pods[name])
-        if step % 300 == 0 or step == 2999:
-            full = ClusterView.from_lists(nodes.values(), pods.values(), S, NOW).snapshot()
-            got = view.snapshot()
-            assert got.services == full.services
-            assert got.unplaced_training == full.unplaced_training
-            assert got.standby_external_gpus == full.standby_external_gpus
-            assert sorted(got.gated_pods, key=str) == sorted(full.gated_pods, key=str)
+
+    def node(name: str) -> dict[str, Any]:
+        return virtual_node(name) if name.endswith("3") else onprem_node(name, 8, pool=rng.choice(["a", "b"]))
+
+    def pod(name: str) -> dict[str, Any]:
+        training = rng.random() < 0.3
+        node = rng.choice([None, *[f"n{i}" for i in range(12)]])
+        return gpu_pod(
+            name, rng.randrange(1, 9) if training else 1, node=node,
+            workload="training" if training else "inference",
+            service=None if training else rng.choice(["svc", "svc", "other"]),
+            standby=rng.random() < 0.3, ready=rng.choice([None, False]),
+            gated=training and node is None and rng.random() < 0.5,
+            unschedulable=rng.random() < 0.5, deleting=rng.random() < 0.1,
+            pool=rng.choice([None, "a", "b"]) if training else None,
+            phase=rng.choice([None, None, "Succeeded"]),
+        )
+
+    def check(got: Snapshot, full: Snapshot) -> None:
+        assert got.services == full.services
+        assert got.unplaced_training == full.unplaced_training
+        assert got.standby_external_gpus == full.standby_external_gpus
+        assert sorted(got.gated_pods, key=str) == sorted(full.gated_pods, key=str)
+
+    churn(S, rng, node_names=12, pod_names=120, make_node=node, make_pod=pod, check=check, every=300)
 
 
 @pytest.mark.parametrize(
