@@ -121,7 +121,9 @@ class InferenceServiceArgs:
             providers=providers,
             gateway=cfg.inference.gateway,
             tolerates_thermal=cfg.observability.inference_tolerates_thermal,
-            standby=cfg.handover_active and bool(providers),
+            # One switch with the controller's handover_services; a gateway service always has a routable
+            # provider (the config refuses it otherwise), so the standby's provider list is never empty.
+            standby=cfg.handover_active,
         )
 
 
