@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from agents.burst_controller.settings import BurstSettings, standby_deployment
+from agents.burst_controller.contract import BurstSettings, standby_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels, selector_labels
@@ -58,35 +58,36 @@ def handover_rules(services: list[str]) -> list[Rule]:
     return [Rule(api_groups=["apps"], resources=["deployments/scale"], resource_names=names, verbs=["get", "patch"])]
 
 
-def settings_for(
-    burst: Burst,
-    label_prefix: str,
-    gpu_resource: str,
-    namespace: str,
-    handover_services: dict[str, int] | None = None,
-    inference_namespace: str = "inference",
-) -> BurstSettings:
-    """The agent's settings from the stack's burst section (the agent validates them again at start)."""
-    return BurstSettings(
-        label_prefix=label_prefix,
-        taint_key=Keys(label_prefix).burst_taint,
-        taint_value=burst.taint_value,
-        gpu_resource=gpu_resource,
-        open_below_free_gpus=burst.open_below_free_gpus,
-        close_at_free_gpus=burst.close_at_free_gpus,
-        open_hold_seconds=float(burst.open_hold_seconds),
-        close_hold_seconds=float(burst.close_hold_seconds),
-        pending_grace_seconds=float(burst.pending_grace_seconds),
-        external_deletion_cost=burst.external_deletion_cost,
-        resync_seconds=float(burst.resync_seconds),
-        stale_after_seconds=float(burst.stale_after_seconds),
-        namespace=namespace,
-        lease_name=LEASE_NAME,
-        event_namespace=namespace,
-        handover_services=dict(handover_services or {}),
-        handover_timeout_seconds=float(burst.handover.timeout_seconds),
-        handover_cover=burst.handover.cover,
-        inference_namespace=inference_namespace,
+def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
+    """The agent's settings as the stack deploys them: the one builder, used by this component and the simulator.
+
+    Every key comes from the stack (its ``burst`` section, label prefix, GPU resource, namespaces, the
+    handover); label and taint keys are derived by the contract from the prefix, never here. The agent
+    validates the same mapping again at start.
+    """
+    burst = cfg.burst
+    return BurstSettings.from_mapping(
+        {
+            "label_prefix": cfg.label_prefix,
+            "taint_value": burst.taint_value,
+            "gpu_resource": cfg.gpu_resource,
+            "open_below_free_gpus": burst.open_below_free_gpus,
+            "close_at_free_gpus": burst.close_at_free_gpus,
+            "open_hold_seconds": float(burst.open_hold_seconds),
+            "close_hold_seconds": float(burst.close_hold_seconds),
+            "pending_grace_seconds": float(burst.pending_grace_seconds),
+            "external_deletion_cost": burst.external_deletion_cost,
+            "resync_seconds": float(burst.resync_seconds),
+            "stale_after_seconds": float(burst.stale_after_seconds),
+            "namespace": cfg.system_namespace,
+            "lease_name": LEASE_NAME,
+            "event_namespace": cfg.system_namespace,
+            "handover_services": dict(cfg.handover_services),
+            "handover_timeout_seconds": float(burst.handover.timeout_seconds),
+            "handover_cover": burst.handover.cover,
+            "inference_namespace": cfg.inference_namespace,
+        },
+        source="stack config (burst)",
     )
 
 
@@ -108,11 +109,7 @@ class BurstControllerArgs:
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
         return cls(
             burst=cfg.burst,
-            settings=settings_for(
-                cfg.burst, cfg.label_prefix, cfg.gpu_resource, cfg.system_namespace,
-                handover_services=cfg.handover_services,
-                inference_namespace=cfg.inference_namespace,
-            ),
+            settings=settings_from_config(cfg),
             namespace=cfg.system_namespace,
             image=images.agent_image(APP),
             priority_class=cfg.priorities.system.name,

@@ -25,7 +25,7 @@ from agents.burst_controller.decide import (
     state_from_snapshot,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.settings import BurstSettings, SettingsError, load_file
 from agents.burst_controller.view import ClusterView, pod_pool
 from tests.churn import churn
 
@@ -396,7 +396,8 @@ def test_restart_then_decide_keeps_taints_until_hold() -> None:
 def test_settings_defaults() -> None:
     s = BurstSettings()
     assert (s.taint_key, s.taint_value, s.gpu_resource) == ("gpucluster.io/burst", "closed", "nvidia.com/gpu")
-    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.external_deletion_cost) == (1, 8, -100)
+    assert (s.open_below_free_gpus, s.close_at_free_gpus, s.external_deletion_cost) == (8, 32, -100)
+    assert s.resync_seconds == 30
     assert s.changed_at_annotation == "gpucluster.io/burst-changed-at"
     assert BurstSettings(label_prefix="example.org").taint_key == "example.org/burst"
 
@@ -404,8 +405,8 @@ def test_settings_defaults() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"close_at_free_gpus": 1}, "cfg.yaml: close_at_free_gpus: must exceed open_below_free_gpus (1)"),
-        ({"nope": 1}, "cfg.yaml: unknown key 'nope'; allowed keys: api_retry_attempts"),
+        ({"close_at_free_gpus": 8}, "cfg.yaml: close_at_free_gpus: must exceed open_below_free_gpus (8)"),
+        ({"nope": 1}, "cfg.yaml: unknown key 'nope'; allowed keys: action_backoff_base_seconds"),
         ({"open_hold_seconds": "soon"}, "cfg.yaml: key 'open_hold_seconds' must be a number of seconds"),
         ({"close_at_free_gpus": True}, "cfg.yaml: key 'close_at_free_gpus' must be an integer"),
         ({"open_hold_seconds": -1}, "cfg.yaml: open_hold_seconds: must be >= 0, got -1.0"),
@@ -422,15 +423,15 @@ def test_settings_errors_name_the_key(data: dict[str, object], message: str) -> 
 def test_settings_from_file(tmp_path: Path) -> None:
     path = tmp_path / "burst.yaml"
     path.write_text("open_below_free_gpus: 2\nclose_at_free_gpus: '16'\nclose_hold_seconds: 900\n")
-    s = BurstSettings.from_file(path)
+    s = load_file(path)
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.close_hold_seconds) == (2, 16, 900.0)
     assert BurstSettings.from_mapping(json.loads(s.to_json())) == s
     bad = tmp_path / "bad.json"
     bad.write_text('{"close_at_free_gpus": 0}')
     with pytest.raises(SettingsError, match=f"^{bad}: close_at_free_gpus"):
-        BurstSettings.from_file(bad)
+        load_file(bad)
     with pytest.raises(SettingsError, match="cannot read settings"):
-        BurstSettings.from_file(tmp_path / "missing.yaml")
+        load_file(tmp_path / "missing.yaml")
 
 
 # -- incremental view --------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from agents.burst_controller.settings import BurstSettings
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 
 S = BurstSettings(
+    open_below_free_gpus=1,
+    close_at_free_gpus=8,
     open_hold_seconds=0,
     close_hold_seconds=0,
     pending_grace_seconds=0,

@@ -408,12 +408,12 @@ def test_quiet_ticks_match_exact_ticks_through_a_handover() -> None:
 
 
 def test_prod_stack_handover_reaches_the_simulation() -> None:
-    from components.burst_controller import settings_for
+    from components.burst_controller import settings_from_config
     from components.config import parse_config
     from tools.mockrt import raw_from_stack
 
     cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
-    deployed = settings_for(cfg.burst, cfg.label_prefix, cfg.gpu_resource, "gpu-burst", cfg.handover_services)
+    deployed = settings_from_config(cfg)
     setup = load_stack("prod")
     s = setup.settings
     assert s.handover_services == deployed.handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4,

@@ -14,7 +14,7 @@ from types import FrameType
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.settings import SettingsError, load_file
 from agents.burst_controller.shell import BurstShell, Metrics
 
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        settings = BurstSettings.from_file(args.config)
+        settings = load_file(args.config)
     except SettingsError as exc:
         print(f"burst-controller: {exc}", file=sys.stderr)
         return 2

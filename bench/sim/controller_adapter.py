@@ -20,11 +20,11 @@ no-op while no hold runs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -38,7 +38,7 @@ from agents.burst_controller.decide import (
     decide,
     state_from_snapshot,
 )
-from agents.burst_controller.settings import BurstSettings
+from components import burst_controller as burst_component
 from components.config import ClusterConfig
 
 __all__ = [
@@ -61,37 +61,17 @@ __all__ = [
     "state_from_snapshot",
 ]
 
-#: Keys of the stack's `burst` section that are controller settings (snake_case, as the ConfigMap carries).
-_BURST_KEYS = (
-    "taint_value",
-    "open_below_free_gpus",
-    "close_at_free_gpus",
-    "open_hold_seconds",
-    "close_hold_seconds",
-    "pending_grace_seconds",
-    "external_deletion_cost",
-    "resync_seconds",
-    "stale_after_seconds",
-)
-
-
 def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> BurstSettings:
-    """The controller settings the stack deploys: its `burst` section plus label prefix, GPU resource and the
-    handover (services with their minReplicas, empty when the handover is off; the gate's timeout), as
-    `components.burst_controller.settings_for` builds them."""
-    data: dict[str, Any] = {k: getattr(cfg.burst, k) for k in _BURST_KEYS}
-    data["label_prefix"] = cfg.label_prefix
-    data["gpu_resource"] = cfg.gpu_resource
-    data["handover_services"] = dict(cfg.handover_services)
-    data["handover_timeout_seconds"] = float(cfg.burst.handover.timeout_seconds)
-    data["handover_cover"] = cfg.burst.handover.cover
-    return BurstSettings.from_mapping(data, source=f"{stack_file} (burst)")
+    """The controller settings the stack deploys, from the component's one builder (`stack_file` is unused
+    and kept for callers that name the file)."""
+    del stack_file
+    return burst_component.settings_from_config(cfg)
 
 
 def naive_settings(settings: BurstSettings) -> BurstSettings:
     """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds — and no
     handover (it opens at once and comes back at once, it does not make before it breaks)."""
-    data: dict[str, Any] = dict(_init_fields(settings))
+    data: dict[str, Any] = settings.to_mapping()
     data.update(
         open_hold_seconds=0.0,
         close_hold_seconds=0.0,
@@ -100,10 +80,6 @@ def naive_settings(settings: BurstSettings) -> BurstSettings:
         handover_services={},
     )
     return BurstSettings.from_mapping(data, source="naive burst")
-
-
-def _init_fields(settings: BurstSettings) -> Mapping[str, Any]:
-    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.init}
 
 
 class ClusterPort(Protocol):

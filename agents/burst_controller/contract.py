@@ -1,0 +1,336 @@
+"""The burst controller's contract with the rest of the project: names, bounds, the settings type and defaults.
+
+No I/O and nothing outside the standard library: the deploying component, the stack config's validators, the
+simulator and the controller itself all read their names and numbers from here, so they cannot drift apart.
+Reading the settings file is `settings.load_file`'s job. Label and annotation keys are derived from the
+stack's label prefix in one place (`BurstKeys`); the defaults are the reviewed values of the stack config's
+`burst` section.
+
+Every knob has a default that encodes the design (NoSchedule-only taint, asymmetric hysteresis); a bad value
+fails at start with an error that names the key and the file, never later at runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+"""Upstream annotation the ReplicaSet controller reads to choose which pods go first on scale-down."""
+
+GANG_ANNOTATION = "scheduling.k8s.io/group-name"
+"""PodGroup of a pod, set by Volcano's job controller (and by our kube-batch template): one gang per value."""
+
+VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
+"""virtual-kubelet's own default taint: the provider's, never ours to manage."""
+
+DEFAULT_LABEL_PREFIX = "gpucluster.io"
+
+# Bounds the stack config checks at preview time and the agent checks again at start.
+WATCH_TIMEOUT_SECONDS = 60
+"""Server-side timeout of one watch request; staleness must exceed it or a quiet cluster reads as blind."""
+MAX_TICK_SECONDS = 60.0
+"""Longest decision period: hold timers and the handover timeout are only as precise as the tick."""
+MAX_STALE_AFTER_SECONDS = 900
+"""Longest the controller may act on data it has not heard confirmed: beyond this it is acting blind."""
+
+
+class Cover(enum.StrEnum):
+    """How much of a service the handover's standby replaces."""
+
+    CURRENT = "current"  # every replica at risk, up to the current replica count: capacity survives
+    MINIMUM = "minimum"  # only up to minReplicas: the floor survives, at fewer external GPUs
+
+
+@dataclass(frozen=True)
+class BurstKeys:
+    """Every label, taint, annotation and gate name under the stack's prefix, derived once."""
+
+    prefix: str
+
+    @property
+    def pool(self) -> str:
+        return f"{self.prefix}/pool"
+
+    @property
+    def location(self) -> str:
+        return f"{self.prefix}/location"
+
+    @property
+    def provider(self) -> str:
+        return f"{self.prefix}/provider"
+
+    @property
+    def workload(self) -> str:
+        return f"{self.prefix}/workload"
+
+    @property
+    def service(self) -> str:
+        return f"{self.prefix}/service"
+
+    @property
+    def role(self) -> str:
+        return f"{self.prefix}/role"
+
+    @property
+    def burst_taint(self) -> str:
+        return f"{self.prefix}/burst"
+
+    @property
+    def thermal_taint(self) -> str:
+        return f"{self.prefix}/thermal"
+
+    @property
+    def changed_at_annotation(self) -> str:
+        return f"{self.prefix}/burst-changed-at"
+
+    @property
+    def handover_gate(self) -> str:
+        return f"{self.prefix}/handover"
+
+
+def standby_deployment(service: str) -> str:
+    """Name of a service's standby Deployment (the deploying component and the controller agree on it)."""
+    return f"{service}-standby"
+
+
+class SettingsError(ValueError):
+    """A settings value is missing, unknown or out of range; the message names the key."""
+
+
+@dataclass(frozen=True)
+class BurstSettings:
+    """All tunables of the controller; thresholds are GPU counts, durations are seconds.
+
+    Defaults equal the stack config's `burst` defaults (open below 8, close at 32, resync 30 s): those are
+    the reviewed values; the config's own defaults and bounds are read from here.
+    """
+
+    label_prefix: str = DEFAULT_LABEL_PREFIX
+    # Empty means "<label_prefix>/burst"; resolved in __post_init__ so the key follows the prefix.
+    taint_key: str = ""
+    taint_value: str = "closed"
+    gpu_resource: str = "nvidia.com/gpu"
+    # Hysteresis band: open below `open_below_free_gpus`, close at `close_at_free_gpus` + GPUs in use
+    # externally. The gap between the two is what keeps the taint from flapping.
+    open_below_free_gpus: int = 8
+    close_at_free_gpus: int = 32
+    open_hold_seconds: float = 60.0
+    close_hold_seconds: float = 600.0
+    pending_grace_seconds: float = 30.0
+    external_deletion_cost: int = -100
+    max_cost_patches_per_cycle: int = 50
+    resync_seconds: float = 30.0
+    tick_seconds: float = 5.0
+    stale_after_seconds: float = 120.0
+    watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS
+    namespace: str = "gpu-burst"
+    lease_name: str = "burst-controller"
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+    event_namespace: str = "default"
+    request_timeout_seconds: float = 10.0
+    api_retry_attempts: int = 5
+    backoff_base_seconds: float = 0.5
+    backoff_max_seconds: float = 10.0
+    # An action that failed (after its immediate retries) is not tried again before this delay, doubled per
+    # further failure up to the max, with jitter: a patch the API refuses for good cannot hammer it.
+    action_backoff_base_seconds: float = 2.0
+    action_backoff_max_seconds: float = 300.0
+    # Make-before-break handover: inference service -> minReplicas. Training pods carry the handover
+    # scheduling gate; the controller scales each service's standby Deployment on virtual nodes until the
+    # replicas a gang (or the return home) is about to take away are covered, and only then lifts the gate
+    # or closes the burst. Empty: no standby is managed and gated pods are released at once.
+    handover_services: dict[str, int] = field(default_factory=dict)
+    # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
+    handover_timeout_seconds: float = 300.0
+    handover_cover: Cover = Cover.CURRENT
+    inference_namespace: str = "inference"
+    # Derived names, filled from label_prefix.
+    pool_label: str = field(default="", init=False)
+    location_label: str = field(default="", init=False)
+    provider_label: str = field(default="", init=False)
+    workload_label: str = field(default="", init=False)
+    thermal_taint_key: str = field(default="", init=False)
+    changed_at_annotation: str = field(default="", init=False)
+    service_label: str = field(default="", init=False)
+    role_label: str = field(default="", init=False)
+    handover_gate: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        keys = BurstKeys(self.label_prefix)
+        derived = {
+            "pool_label": keys.pool,
+            "location_label": keys.location,
+            "provider_label": keys.provider,
+            "workload_label": keys.workload,
+            "thermal_taint_key": keys.thermal_taint,
+            "changed_at_annotation": keys.changed_at_annotation,
+            "service_label": keys.service,
+            "role_label": keys.role,
+            "handover_gate": keys.handover_gate,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+        if not self.taint_key:
+            object.__setattr__(self, "taint_key", keys.burst_taint)
+        if isinstance(self.handover_cover, str) and not isinstance(self.handover_cover, Cover):
+            try:
+                object.__setattr__(self, "handover_cover", Cover(self.handover_cover))
+            except ValueError:
+                raise SettingsError(
+                    f"handover_cover: must be 'current' or 'minimum', got {self.handover_cover!r}"
+                ) from None
+        self._validate()
+
+    @property
+    def keys(self) -> BurstKeys:
+        return BurstKeys(self.label_prefix)
+
+    def _validate(self) -> None:
+        if not self.label_prefix or "/" in self.label_prefix:
+            raise SettingsError(f"label_prefix: must be a DNS prefix without '/', got {self.label_prefix!r}")
+        if "/" not in self.taint_key:
+            raise SettingsError(f"taint_key: must look like '<prefix>/<name>', got {self.taint_key!r}")
+        if self.taint_key.startswith("virtual-kubelet.io/"):
+            raise SettingsError("taint_key: the provider's own taint is not ours to manage")
+        for name in ("open_below_free_gpus", "close_at_free_gpus", "max_cost_patches_per_cycle"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if self.close_at_free_gpus <= self.open_below_free_gpus:
+            raise SettingsError(
+                f"close_at_free_gpus: must exceed open_below_free_gpus ({self.open_below_free_gpus}) "
+                f"or the taint flaps, got {self.close_at_free_gpus}"
+            )
+        holds = (
+            "open_hold_seconds",
+            "close_hold_seconds",
+            "pending_grace_seconds",
+            "backoff_base_seconds",
+            "handover_timeout_seconds",
+            "action_backoff_base_seconds",
+        )
+        for name in holds:
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "resync_seconds",
+            "tick_seconds",
+            "stale_after_seconds",
+            "watch_timeout_seconds",
+            "lease_duration_seconds",
+            "renew_deadline_seconds",
+            "retry_period_seconds",
+            "request_timeout_seconds",
+            "api_retry_attempts",
+            "backoff_max_seconds",
+            "action_backoff_max_seconds",
+        ):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.tick_seconds > MAX_TICK_SECONDS:
+            raise SettingsError(f"tick_seconds: must be at most {MAX_TICK_SECONDS:g}, got {self.tick_seconds}")
+        if self.stale_after_seconds > MAX_STALE_AFTER_SECONDS:
+            raise SettingsError(
+                f"stale_after_seconds: must be at most {MAX_STALE_AFTER_SECONDS}, got {self.stale_after_seconds}"
+            )
+        if self.tick_seconds >= self.stale_after_seconds:
+            raise SettingsError(
+                f"tick_seconds: must be below stale_after_seconds ({self.stale_after_seconds}), otherwise "
+                f"every decision sees data older than the limit, got {self.tick_seconds}"
+            )
+        if self.renew_deadline_seconds >= self.lease_duration_seconds:
+            raise SettingsError(
+                "renew_deadline_seconds: must be below lease_duration_seconds "
+                f"({self.lease_duration_seconds}) so a leader steps down before another can take over"
+            )
+        if self.watch_timeout_seconds >= self.stale_after_seconds:
+            raise SettingsError(
+                f"watch_timeout_seconds: must be below stale_after_seconds ({self.stale_after_seconds}), "
+                "otherwise a quiet cluster looks stale"
+            )
+        if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
+            raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
+        for service, minimum in self.handover_services.items():
+            if not service or isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+                raise SettingsError(
+                    f"handover_services: {service!r} must map to a minReplicas >= 1, got {minimum!r}"
+                )
+        for name in (
+            "namespace",
+            "lease_name",
+            "event_namespace",
+            "gpu_resource",
+            "taint_value",
+            "inference_namespace",
+        ):
+            if not getattr(self, name):
+                raise SettingsError(f"{name}: must not be empty")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "settings") -> BurstSettings:
+        """Build settings from a plain mapping (a parsed ConfigMap); unknown keys are errors, not ignored."""
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in fields:
+                allowed = ", ".join(sorted(fields))
+                raise SettingsError(f"{source}: unknown key {key!r}; allowed keys: {allowed}")
+            kwargs[key] = _coerce(key, fields[key].type, value, source)
+        try:
+            return cls(**kwargs)
+        except SettingsError as exc:
+            raise SettingsError(f"{source}: {exc}") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The init fields as plain values, the shape `from_mapping` accepts."""
+        return {
+            f.name: (str(v) if isinstance(v := getattr(self, f.name), Cover) else v)
+            for f in dataclasses.fields(self)
+            if f.init
+        }
+
+    def to_json(self) -> str:
+        """Serialise the init fields (used by the deploying component for the ConfigMap)."""
+        return json.dumps(self.to_mapping())
+
+
+def _coerce(key: str, type_name: Any, value: Any, source: str) -> Any:
+    """Accept the value types a ConfigMap realistically carries; reject bools posing as numbers."""
+    kind = str(type_name)
+    if kind == "dict[str, int]":
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{source}: key {key!r} must be a mapping of names to integers, got {value!r}")
+        return {str(k): _coerce(f"{key}.{k}", "int", v, source) for k, v in value.items()}
+    if kind == "Cover":
+        try:
+            return Cover(value)
+        except ValueError:
+            allowed = " or ".join(repr(c.value) for c in Cover)
+            raise SettingsError(f"{source}: key {key!r} must be {allowed}, got {value!r}") from None
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise SettingsError(f"{source}: key {key!r} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise SettingsError(f"{source}: key {key!r} must be an integer, got {value!r}") from None
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise SettingsError(f"{source}: key {key!r} must be a number of seconds, got {value!r}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise SettingsError(f"{source}: key {key!r} must be a number of seconds, got {value!r}") from None
+        if not math.isfinite(number):
+            raise SettingsError(f"{source}: key {key!r} must be finite, got {value!r}")
+        return number
+    if not isinstance(value, str):
+        raise SettingsError(f"{source}: key {key!r} must be a string, got {value!r}")
+    return value
