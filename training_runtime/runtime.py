@@ -1,0 +1,114 @@
+"""The facade a training script uses: resume, heartbeat per step, checkpoint when due, close."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from training_runtime.checkpointer import AsyncCheckpointer, Capture
+from training_runtime.collective import Collective, FileCollective, LocalCollective, broadcast
+from training_runtime.metrics import TrainingMetrics
+from training_runtime.settings import Settings, SettingsError
+from training_runtime.store import CheckpointStore, Published, step_dir_name
+
+log = logging.getLogger("training_runtime")
+
+RENDEZVOUS = ".rendezvous"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    step: int
+    #: This rank's files of that checkpoint, as the snapshot named them.
+    files: dict[str, bytes]
+
+
+class TrainingRuntime:
+    def __init__(self, settings: Settings, collective: Collective | None = None) -> None:
+        self.settings = settings
+        self.dist = settings.dist
+        self.metrics = TrainingMetrics(settings.heartbeat_metric, self.dist.rank)
+        self.metrics.restarts.set(self.dist.attempt)
+        ck = settings.checkpoint
+        self.store = CheckpointStore(ck.directory) if ck else None
+        if collective is None:
+            if self.dist.world_size == 1:
+                collective = LocalCollective()
+            elif ck is not None:
+                collective = FileCollective(ck.directory / RENDEZVOUS, self.dist.rank, self.dist.world_size,
+                                            self.dist.attempt, settings.collective_timeout_seconds)
+            else:
+                raise SettingsError("WORLD_SIZE > 1 without CHECKPOINT_DIR: pass a collective (the PyTorch "
+                                    "adapter's) or set CHECKPOINT_DIR for the file rendezvous")
+        self.collective = collective
+        self.checkpointer: AsyncCheckpointer | None = None
+        if settings.metrics_port:
+            self.metrics.serve(settings.metrics_port)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, collective: Collective | None = None) -> TrainingRuntime:
+        return cls(Settings.from_env(os.environ if env is None else env), collective)
+
+    @property
+    def rank(self) -> int:
+        return self.dist.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.world_size
+
+    def resume(self) -> Resumed | None:
+        """Every rank gets the same step: rank 0 finds the newest complete checkpoint and shares its step.
+
+        Rank 0 verifies every file's checksum (each skipped checkpoint is logged with its reason); the other
+        ranks check sizes and then the checksums of the files they read, their own shard.
+        """
+        ck = self.settings.checkpoint
+        found: Published | None = None
+        if self.rank == 0 and ck is not None and ck.resume and self.store is not None:
+            found = self.store.latest_complete()
+            newer = [s for s in self.store.published_steps() if found is None or s > found.step]
+            if newer:
+                self.metrics.skipped.inc(len(newer))
+        step: int | None = broadcast(self.collective, found.step if found else None)
+        if self.rank == 0 and ck is not None:
+            self._drop_old_rendezvous(ck.directory / RENDEZVOUS)
+        start = step or 0
+        if self.store is not None and ck is not None:
+            self.checkpointer = AsyncCheckpointer(
+                self.store, ck, self.dist, self.collective, self.metrics,
+                timeout_seconds=self.settings.collective_timeout_seconds, start_step=start)
+        self.metrics.resumed_from.set(start)
+        if step is None or self.store is None:
+            log.info("rank %d: starting from scratch (attempt %d)", self.rank, self.dist.attempt)
+            return None
+        if found is None:
+            path = self.store.root / step_dir_name(step)
+            found = Published(step=step, path=path, manifest=self.store.verify(path, checksums=False))
+        log.info("rank %d: resuming from step %d (attempt %d)", self.rank, step, self.dist.attempt)
+        return Resumed(step=step, files=self.store.read_shard(found, self.rank))
+
+    def _drop_old_rendezvous(self, root: Path) -> None:
+        """Earlier attempts' rendezvous files: every rank of those attempts is gone (the gang restarted)."""
+        if root.is_dir():
+            for old in root.iterdir():
+                number = old.name.removeprefix("attempt-")
+                if number.isdigit() and int(number) < self.dist.attempt:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def step_done(self, step: int) -> None:
+        self.metrics.step_done(step)
+
+    def maybe_checkpoint(self, step: int, capture: Capture) -> bool:
+        """Checkpoint at ``step`` when the step or time interval is reached; stalls only for ``capture()``."""
+        if self.checkpointer is None:
+            return False
+        return self.checkpointer.maybe_save(step, capture)
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()

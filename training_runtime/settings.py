@@ -1,0 +1,172 @@
+"""Everything the runtime reads from its environment, in one place, with a clear error per bad value.
+
+The training template (``components/training_job.py``) sets these; a test checks that every variable
+the template sets is read here (or by PyTorch/NCCL themselves, listed in :data:`FRAMEWORK_ENV`).
+
+Rank, world size and the rendezvous address come from Volcano's ``pytorch`` job plugin: it appends
+``MASTER_ADDR`` (``<job>-<master task>-0.<job>``), ``MASTER_PORT`` (its ``--port``), ``WORLD_SIZE`` (the
+replicas of the master and worker tasks) and ``RANK`` (master: 0, worker pod *i*: *i* + 1) to every
+container. Our template runs one task that is both master and worker (``--master=worker
+--worker=worker``), and then the plugin numbers ranks 1..N (it checks the worker name first), so the
+template sets ``TRAINING_RANK_SOURCE=VC_TASK_INDEX``: the rank is the pod's index from Volcano's ``env``
+plugin (0..N-1), and rank 0 is the pod ``MASTER_ADDR`` names. Outside Volcano (torchrun, the local gang
+launcher) ``RANK`` is right and is the default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Volcano's pytorch plugin (pkg/controllers/job/plugins/distributed-framework/pytorch) and env plugin.
+RANK = "RANK"
+WORLD_SIZE = "WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+VC_TASK_INDEX = "VC_TASK_INDEX"
+# Set by the training template.
+RANK_SOURCE = "TRAINING_RANK_SOURCE"
+#: The gang's attempt: Volcano's ``volcano.sh/job-retry-count`` pod annotation through the downward API.
+ATTEMPT = "TRAINING_ATTEMPT"
+#: The one collective timeout: passed to ``init_process_group(timeout=...)``; also bounds the file rendezvous
+#: and the wait for every rank's shard at a checkpoint commit. No NCCL or PyTorch variable sets it.
+COLLECTIVE_TIMEOUT = "TRAINING_COLLECTIVE_TIMEOUT_SECONDS"
+METRICS_PORT = "TRAINING_METRICS_PORT"
+HEARTBEAT_METRIC = "TRAINING_HEARTBEAT_METRIC"
+CHECKPOINT_DIR = "CHECKPOINT_DIR"
+CHECKPOINT_INTERVAL_STEPS = "CHECKPOINT_INTERVAL_STEPS"
+CHECKPOINT_INTERVAL_SECONDS = "CHECKPOINT_INTERVAL_SECONDS"
+CHECKPOINT_KEEP_LAST = "CHECKPOINT_KEEP_LAST"
+CHECKPOINT_RESUME = "CHECKPOINT_RESUME"
+
+#: Read by PyTorch's ProcessGroupNCCL watchdog and by NCCL itself, not by this runtime.
+FRAMEWORK_ENV = frozenset({
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_NCCL_ENABLE_MONITORING",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+    "NCCL_DEBUG",
+})
+
+DEFAULT_HEARTBEAT_METRIC = "training_step_heartbeat_timestamp_seconds"
+DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 600.0
+
+
+class SettingsError(ValueError):
+    """A bad environment variable; the message names it and its value."""
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value if value not in (None, "") else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        if default is None:
+            raise SettingsError(f"{name} is not set")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a whole number") from None
+    if value < minimum:
+        raise SettingsError(f"{name}={raw!r}: expected at least {minimum}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the gang."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    attempt: int
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> DistEnv:
+        world = _int(env, WORLD_SIZE, 1, 1)
+        source = _get(env, RANK_SOURCE) or RANK
+        if source not in (RANK, VC_TASK_INDEX):
+            raise SettingsError(f"{RANK_SOURCE}={source!r}: expected {RANK} or {VC_TASK_INDEX}")
+        rank = _int(env, source, 0 if world == 1 else None, 0)
+        if rank >= world:
+            raise SettingsError(f"{source}={rank} is not below {WORLD_SIZE}={world}")
+        return cls(
+            rank=rank,
+            world_size=world,
+            master_addr=_get(env, MASTER_ADDR) or "127.0.0.1",
+            master_port=_int(env, MASTER_PORT, 23456, 1),
+            attempt=_int(env, ATTEMPT, 0, 0),
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    directory: Path
+    interval_steps: int
+    #: Also checkpoint when this much wall time passed since the last one (rank 0's clock decides).
+    interval_seconds: float | None
+    keep_last: int
+    resume: bool
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> CheckpointSettings | None:
+        directory = _get(env, CHECKPOINT_DIR)
+        if directory is None:
+            return None
+        resume = _get(env, CHECKPOINT_RESUME) or "latest"
+        if resume not in ("latest", "none"):
+            raise SettingsError(f"{CHECKPOINT_RESUME}={resume!r}: expected 'latest' or 'none'")
+        return cls(
+            directory=Path(directory),
+            interval_steps=_int(env, CHECKPOINT_INTERVAL_STEPS, 500, 1),
+            interval_seconds=_seconds(env, CHECKPOINT_INTERVAL_SECONDS, None),
+            keep_last=_int(env, CHECKPOINT_KEEP_LAST, 3, 1),
+            resume=resume == "latest",
+        )
+
+
+@dataclass(frozen=True)
+class Settings:
+    dist: DistEnv
+    checkpoint: CheckpointSettings | None
+    collective_timeout_seconds: float
+    #: 0: no /metrics endpoint (several ranks on one host in tests).
+    metrics_port: int
+    heartbeat_metric: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        metric = _get(env, HEARTBEAT_METRIC) or DEFAULT_HEARTBEAT_METRIC
+        if not metric.replace("_", "").replace(":", "").isalnum() or metric[0].isdigit():
+            raise SettingsError(f"{HEARTBEAT_METRIC}={metric!r}: expected a Prometheus metric name")
+        port = _int(env, METRICS_PORT, 0, 0)
+        if port > 65535:
+            raise SettingsError(f"{METRICS_PORT}={port}: expected a TCP port")
+        timeout = _seconds(env, COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_SECONDS)
+        assert timeout is not None
+        return cls(
+            dist=DistEnv.from_env(env),
+            checkpoint=CheckpointSettings.from_env(env),
+            collective_timeout_seconds=timeout,
+            metrics_port=port,
+            heartbeat_metric=metric,
+        )
