@@ -1,0 +1,336 @@
+"""The health guard's contract: the names it writes on nodes, its settings type and their defaults.
+
+Everything another program (the inference template, the burst controller, the alert rules, an operator with
+``kubectl``) must agree on lives here, so a name is spelled once. :func:`settings_from_config` is the one way
+from the stack configuration to the guard's settings; the component and the local cluster both use it.
+
+Signal → class defaults and their sources (NVIDIA's XID catalogue, docs.nvidia.com/deploy/xid-errors, and
+the DCGM field reference):
+
+* **fatal** — training *and* inference leave the node:
+  XID 48 (double-bit ECC), 64 (row-remapping recording failure), 74 (NVLink error), 79 (GPU fallen off
+  the bus), 95 (uncontained ECC), 119/120 (GSP firmware timeout/error: the GPU needs a reset); an increase of
+  ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``; ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` set (no spare rows left); an
+  InfiniBand port of a training rail not ACTIVE (``infiniband_state_id != 4``) for a minute.
+* **degraded** — training leaves, inference may stay:
+  hottest GPU at or above the thermal limit (78 °C) for the hold time, released below limit − band (73 °C);
+  XID 92 (high single-bit ECC rate) and 94 (contained ECC); NVLink CRC/replay error bursts and any NVLink
+  recovery; InfiniBand ``link_downed``/symbol-error bursts; correctable row remaps rising (a correctable-ECC
+  storm in a field this fleet collects).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if TYPE_CHECKING:  # the agent's image carries no components package; only the component calls this
+    from components.config import ClusterConfig
+
+
+class HealthClass(enum.StrEnum):
+    """How bad a node is; the taint value and the label value."""
+
+    DEGRADED = "degraded"
+    FATAL = "fatal"
+
+
+SEVERITY: Mapping[HealthClass, int] = {HealthClass.DEGRADED: 1, HealthClass.FATAL: 2}
+
+CONDITION_TYPE = "GpuHealthy"
+"""Node condition the guard owns: ``False`` while quarantined, ``True`` once released."""
+TAINT_EFFECT = "NoSchedule"
+"""Never NoExecute: the guard evicts through the Eviction API, so PodDisruptionBudgets are honoured."""
+EVENT_NAMESPACE = "default"
+"""Node events live in ``default``, where ``kubectl describe node`` looks for them."""
+OPT_OUT_VALUE = "disabled"
+APP = "health-guard"
+
+DCGM = "dcgm"
+IB = "ib"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Label, annotation and taint keys under the stack's prefix."""
+
+    prefix: str
+
+    @property
+    def taint(self) -> str:
+        """``<prefix>/gpu-health=<class>:NoSchedule``; also the label carrying the class."""
+        return f"{self.prefix}/gpu-health"
+
+    @property
+    def since(self) -> str:
+        return f"{self.prefix}/gpu-health-since"
+
+    @property
+    def reasons(self) -> str:
+        """Comma-separated signal names that quarantined the node: release needs exactly these healthy."""
+        return f"{self.prefix}/gpu-health-reasons"
+
+    @property
+    def detail(self) -> str:
+        return f"{self.prefix}/gpu-health-detail"
+
+    @property
+    def history(self) -> str:
+        """Epoch seconds of the node's recent quarantines: the rate limit and flap count survive restarts."""
+        return f"{self.prefix}/gpu-health-history"
+
+    @property
+    def repaired(self) -> str:
+        """Label or annotation an operator or repair system sets (any value) once a fatal node is fixed."""
+        return f"{self.prefix}/gpu-repaired"
+
+    @property
+    def opt_out(self) -> str:
+        """Label ``<prefix>/gpu-health-guard=disabled``: the guard leaves the node alone."""
+        return f"{self.prefix}/gpu-health-guard"
+
+    @property
+    def breaker(self) -> str:
+        """Annotation on the guard's Lease while its rate limit has tripped; a person removes it to reset."""
+        return f"{self.prefix}/gpu-health-breaker"
+
+    @property
+    def workload(self) -> str:
+        return f"{self.prefix}/workload"
+
+    @property
+    def pool(self) -> str:
+        return f"{self.prefix}/pool"
+
+
+_SIGNAL_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Exporter(_Model):
+    """Where a family of signals comes from, and how to tell whether it is still reporting."""
+
+    node_label: Annotated[str, Field(pattern=_LABEL_NAME)]
+    freshness_query: str = Field(min_length=1)
+    """PromQL giving, per node, the epoch seconds of the newest sample (``timestamp(...)``)."""
+
+
+class Signal(_Model):
+    """One health signal: a PromQL value per node compared with a threshold, mapped to a class."""
+
+    name: Annotated[str, Field(pattern=_SIGNAL_NAME)]
+    health_class: HealthClass
+    exporter: str
+    query: str = Field(min_length=1)
+    threshold: float
+    """Unhealthy at or above this."""
+    clear_below: float | None = None
+    """Healthy only below this (hysteresis); ``None``: below ``threshold``."""
+    hold_seconds: Annotated[int, Field(ge=0)] = 0
+    """How long the value must stay at or above the threshold before the node is quarantined."""
+    source: str = ""
+
+    @property
+    def clear(self) -> float:
+        return self.threshold if self.clear_below is None else self.clear_below
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> Self:
+        if self.clear_below is not None and self.clear_below > self.threshold:
+            raise ValueError(f"signal {self.name}: clear_below ({self.clear_below}) above threshold ({self.threshold})")
+        return self
+
+
+FATAL_XIDS: tuple[int, ...] = (48, 64, 74, 79, 95, 119, 120)
+DEGRADED_XIDS: tuple[int, ...] = (92, 94)
+XID_SOURCE = "NVIDIA XID catalogue, docs.nvidia.com/deploy/xid-errors"
+
+
+def xid_query(xids: tuple[int, ...] | list[int]) -> str:
+    """GPUs per node whose last XID is one of ``xids`` (dcgm-exporter keeps the last XID as a gauge)."""
+    alternatives = " or ".join(f"(DCGM_FI_DEV_XID_ERRORS == {x})" for x in xids)
+    return f"count by (Hostname) ({alternatives})"
+
+
+def default_exporters() -> dict[str, Exporter]:
+    return {
+        DCGM: Exporter(node_label="Hostname", freshness_query="max by (Hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"),
+        IB: Exporter(node_label="node", freshness_query="max by (node) (timestamp(infiniband_state_id))"),
+    }
+
+
+def default_signals(
+    threshold_celsius: float = 78.0,
+    band_celsius: float = 5.0,
+    hold_seconds: int = 120,
+    fatal_xids: tuple[int, ...] | list[int] = FATAL_XIDS,
+    degraded_xids: tuple[int, ...] | list[int] = DEGRADED_XIDS,
+) -> tuple[Signal, ...]:
+    """The documented defaults (module docstring), the thermal ones from the stack's thermal settings."""
+    fatal, degraded = HealthClass.FATAL, HealthClass.DEGRADED
+    ib_rails = 'and on (node, device, port) infiniband_port_info{link_layer="InfiniBand"}'
+    signals = [
+        Signal(name="xid-fatal", health_class=fatal, exporter=DCGM, query=xid_query(tuple(fatal_xids)),
+               threshold=1, source=XID_SOURCE),
+        Signal(name="ecc-uncorrectable", health_class=fatal, exporter=DCGM,
+               query="max by (Hostname) (increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]))", threshold=1,
+               source="DCGM field DCGM_FI_DEV_ECC_DBE_VOL_TOTAL; XID 48/95"),
+        Signal(name="row-remap-failure", health_class=fatal, exporter=DCGM,
+               query="max by (Hostname) (DCGM_FI_DEV_ROW_REMAP_FAILURE)", threshold=1,
+               source="DCGM field DCGM_FI_DEV_ROW_REMAP_FAILURE; NVIDIA A100/H100 row remapping guide"),
+        Signal(name="ib-port-down", health_class=fatal, exporter=IB,
+               query=f"count by (node) ((infiniband_state_id != 4) {ib_rails})", threshold=1, hold_seconds=60,
+               source="InfiniBand port logical state (4 = ACTIVE), ib-exporter"),
+        Signal(name="gpu-temperature", health_class=degraded, exporter=DCGM,
+               query="max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", threshold=threshold_celsius,
+               clear_below=threshold_celsius - band_celsius, hold_seconds=hold_seconds,
+               source="fleet lesson: a GPU held at >= 78 C throttles and slows the whole gang"),
+        Signal(name="xid-degraded", health_class=degraded, exporter=DCGM, query=xid_query(tuple(degraded_xids)),
+               threshold=1, source=XID_SOURCE),
+        Signal(name="nvlink-errors", health_class=degraded, exporter=DCGM,
+               query="max by (Hostname) (rate(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL[10m]) + "
+                     "rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[10m]) + "
+                     "rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL[10m]))",
+               threshold=0.1, source="DCGM NVLink CRC/replay counters; alert NvlinkErrorsRising"),
+        Signal(name="nvlink-recovery", health_class=degraded, exporter=DCGM,
+               query="max by (Hostname) (increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]))",
+               threshold=1, source="DCGM NVLink recovery counter; XID 74 precursor"),
+        Signal(name="ib-link-errors", health_class=degraded, exporter=IB,
+               query="max by (node) (increase(infiniband_link_downed_total[10m]) or "
+                     "(rate(infiniband_symbol_error_total[10m]) > 0.01) * 100)",
+               threshold=1, source="IBTA port counters link_downed, symbol_error (ib-exporter)"),
+        Signal(name="ecc-correctable-storm", health_class=degraded, exporter=DCGM,
+               query="max by (Hostname) (increase(DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS[1h]))", threshold=8,
+               source="DCGM field DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS; XID 92"),
+    ]
+    return tuple(signals)
+
+
+class HealthSettings(_Model):
+    """Everything the guard needs; the defaults are the platform's (see the module docstring)."""
+
+    label_prefix: Annotated[str, Field(pattern=_DNS_SUBDOMAIN)] = "gpucluster.io"
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
+    node_selector: str = "gpucluster.io/location=onprem"
+    poll_seconds: Annotated[int, Field(gt=0)] = 15
+    stale_after_seconds: Annotated[int, Field(gt=0)] = 120
+    """A node whose exporter has not reported for this long is not judged (never unhealthy, never healthy)."""
+    probation_seconds: Annotated[int, Field(ge=0)] = 1800
+    """Healthy this long (every quarantining signal reporting and clear) before a node is released."""
+    max_nodes_per_hour: Annotated[int, Field(ge=0)] = 2
+    max_nodes_quarantined: Annotated[int, Field(ge=0)] = 4
+    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = 10.0
+    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = 20.0
+    flap_limit: Annotated[int, Field(ge=2)] = 3
+    """This many quarantines within ``flap_window_seconds`` make even a degraded node wait for a repair mark."""
+    flap_window_seconds: Annotated[int, Field(gt=0)] = 86400
+    evict_inference_on_fatal: bool = True
+    namespace: str = "gpu-system"
+    """Where the Lease lives."""
+    lease_name: str = APP
+    lease_duration_seconds: Annotated[int, Field(gt=0)] = 30
+    exporters: dict[str, Exporter] = Field(default_factory=default_exporters)
+    signals: tuple[Signal, ...] = Field(default_factory=default_signals)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        problems: list[str] = []
+        names = [s.name for s in self.signals]
+        if not names:
+            problems.append("signals must list at least one signal")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            problems.append(f"signal names must be unique, repeated: {', '.join(dupes)}")
+        for s in self.signals:
+            if s.exporter not in self.exporters:
+                problems.append(f"signal {s.name}: exporter {s.exporter!r} is not one of {sorted(self.exporters)}")
+        if self.poll_seconds > self.stale_after_seconds:
+            problems.append(
+                f"poll_seconds ({self.poll_seconds}) must not exceed stale_after_seconds ({self.stale_after_seconds})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def names(self) -> Names:
+        return Names(self.label_prefix)
+
+    def signal(self, name: str) -> Signal:
+        return next(s for s in self.signals if s.name == name)
+
+
+class SettingsError(ValueError):
+    """Invalid settings; the message names every offending key and where it came from."""
+
+
+def parse_settings(raw: Any, source: str = "settings") -> HealthSettings:
+    """Settings from parsed JSON; every problem at once, each with its path and ``source``."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{source}: settings must be a JSON object, got {type(raw).__name__}")
+    try:
+        return HealthSettings.model_validate(raw)
+    except ValidationError as exc:
+        problems = [
+            f"{source}: {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        ]
+        raise SettingsError("; ".join(problems)) from None
+
+
+def settings_document(settings: HealthSettings) -> str:
+    """The ConfigMap file: every key spelled out, sorted for stable diffs."""
+    return settings.model_dump_json(indent=2) + "\n"
+
+
+def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings:
+    """The guard's settings from the stack: the one function the component and the local cluster use.
+
+    Thermal limit, band and hold come from ``observability`` (one source with the alert rules); the rest
+    from ``observability.health``. ``overrides`` replace top-level fields (e.g. a local Prometheus URL).
+    """
+    o = cfg.observability
+    h = o.health
+    signals = default_signals(
+        threshold_celsius=float(o.thermal_threshold_celsius),
+        band_celsius=float(o.thermal_warning_band_celsius),
+        hold_seconds=o.thermal_hold_seconds,
+        fatal_xids=tuple(h.fatal_xids),
+        degraded_xids=tuple(h.degraded_xids),
+    )
+    classes = dict(h.signal_classes)
+    unknown = sorted(set(classes) - {s.name for s in signals})
+    if unknown:
+        raise SettingsError(f"observability.health.signalClasses: unknown signal(s) {', '.join(unknown)}")
+    mapped = [
+        s.model_copy(update={"health_class": HealthClass(classes[s.name])}) if s.name in classes else s
+        for s in signals
+        if classes.get(s.name) != "off"
+    ]
+    values: dict[str, Any] = {
+        "label_prefix": cfg.label_prefix,
+        "prometheus_url": o.prometheus_url,
+        "node_selector": f"{cfg.label_prefix}/location=onprem",
+        "poll_seconds": h.poll_seconds,
+        "stale_after_seconds": h.stale_after_seconds,
+        "probation_seconds": h.probation_seconds,
+        "max_nodes_per_hour": h.max_nodes_per_hour,
+        "max_nodes_quarantined": h.max_nodes_quarantined,
+        "max_pool_percent_per_hour": h.max_pool_percent_per_hour,
+        "max_pool_percent_quarantined": h.max_pool_percent_quarantined,
+        "flap_limit": h.flap_limit,
+        "flap_window_seconds": h.flap_window_seconds,
+        "evict_inference_on_fatal": h.evict_inference_on_fatal,
+        "namespace": cfg.system_namespace,
+        "signals": [s.model_dump() for s in mapped],
+        **overrides,
+    }
+    return parse_settings(values, source="observability.health")

@@ -1,0 +1,371 @@
+"""Pure decision core of the health guard: readings, nodes and the previous state in; actions and the new
+state out. No clock, no I/O: the shell and the decision tables in the tests feed it.
+
+The policy, and why:
+
+* **Reading a signal.** A node whose exporter has not reported within ``stale_after_seconds`` (or never)
+  is *unknown* for that exporter's signals: never unhealthy (a broken exporter must not drain the fleet)
+  and never healthy (no release on no evidence). With the exporter fresh, a signal without a sample reads
+  *clear*: count and increase queries return nothing when nothing happened.
+* **Quarantine.** A signal at or above its threshold continuously for its hold marks the node with the
+  signal's class; the worst class wins. Any non-firing reading restarts the hold, as Prometheus' ``for``.
+* **Guard rails.** Candidates are taken worst first, then longest firing, then by name. A candidate that
+  would exceed a limit (nodes quarantined now, distinct nodes quarantined in the last hour, the same two as
+  a share of the node's pool) is not quarantined and *trips the breaker*: from then on no node is
+  quarantined until a person resets it, however much later. Drains and releases go on.
+* **While quarantined.** Every cycle the node's pods are drained again (idempotent: only what is still
+  there is evicted); a degraded node that turns fatal is escalated (not rate-limited: no new node).
+* **Release.** Every signal that quarantined the node reads clear, and nothing else fires or sits between
+  clear and threshold (temperature hysteresis), for ``probation_seconds`` without a break; a break restarts
+  probation (a flapping node stays out). ``fatal`` needs the repair mark as well, and so does a node
+  quarantined ``flap_limit`` times within the flap window.
+* **People win.** A node labelled opt-out is left alone. If an operator removes the taint by hand, the guard
+  removes its own marks and ignores the signals that were firing on that node until they have read clear
+  once (kept in memory; the opt-out label is the durable override).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agents.health_guard.contract import SEVERITY, HealthClass, HealthSettings, Signal
+
+HOUR = 3600.0
+
+
+class Reading(enum.StrEnum):
+    FIRING = "firing"
+    BETWEEN = "between"
+    """Below the threshold, not yet below the clear level (hysteresis)."""
+    CLEAR = "clear"
+    UNKNOWN = "unknown"
+
+
+class NodeStatus(enum.StrEnum):
+    HEALTHY = "healthy"
+    UNKNOWN = "unknown"
+    PENDING = "pending"
+    SUPPRESSED = "suppressed"
+    QUARANTINED = "quarantined"
+    PROBATION = "probation"
+    AWAITING_REPAIR = "awaiting-repair"
+    OPTED_OUT = "opted-out"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the guard sees of a Kubernetes node (the shell reads it from labels, annotations, taints)."""
+
+    name: str
+    pool: str = ""
+    quarantined: HealthClass | None = None
+    """Value of our taint, if the node carries it."""
+    marked: bool = False
+    """Our class label is on the node (we quarantined it, or left marks behind)."""
+    reasons: tuple[str, ...] = ()
+    condition_false: bool = False
+    """``GpuHealthy=False`` is set (the condition can be lost if a status patch failed)."""
+    repaired: bool = False
+    opted_out: bool = False
+    history: tuple[float, ...] = ()
+    """Epoch seconds of its recent quarantines, from its annotation."""
+
+
+@dataclass(frozen=True)
+class Observations:
+    readings: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Signal name → node → value."""
+    last_seen: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Exporter name → node → epoch seconds of its newest sample."""
+    failed: frozenset[str] = frozenset()
+    """Signals whose query failed this cycle: unknown everywhere."""
+
+
+@dataclass(frozen=True)
+class GuardState:
+    firing_since: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """(node, signal) → since when the signal has fired without a break."""
+    healthy_since: Mapping[str, float] = field(default_factory=dict)
+    """Quarantined node → since when it has been healthy without a break (probation clock)."""
+    overridden: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Node → signals ignored since an operator removed the taint by hand, until they read clear."""
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    node: str
+    health_class: HealthClass
+    reasons: tuple[str, ...]
+    history: tuple[float, ...]
+    """The node's history including this quarantine (written back to the node)."""
+    escalation: bool = False
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Evict training pods from the node (and inference, for fatal) — whatever is still there."""
+
+    node: str
+    health_class: HealthClass
+
+
+@dataclass(frozen=True)
+class MarkCondition:
+    """Re-assert ``GpuHealthy=False`` on a quarantined node that lost it."""
+
+    node: str
+    health_class: HealthClass
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Release:
+    node: str
+    health_class: HealthClass | None
+    why: str
+
+
+@dataclass(frozen=True)
+class Suppress:
+    node: str
+    health_class: HealthClass
+    reasons: tuple[str, ...]
+    limit: str
+
+
+@dataclass(frozen=True)
+class TripBreaker:
+    reason: str
+
+
+Action = Quarantine | Drain | MarkCondition | Release | Suppress | TripBreaker
+
+
+@dataclass(frozen=True)
+class Decision:
+    actions: tuple[Action, ...]
+    state: GuardState
+    status: Mapping[str, NodeStatus]
+    readings: Mapping[str, Mapping[str, Reading]]
+    """Node → signal → reading, for the metrics."""
+    breaker_tripped: bool
+
+
+def read(settings: HealthSettings, obs: Observations, signal: Signal, node: str, now: float) -> Reading:
+    seen = obs.last_seen.get(signal.exporter, {}).get(node)
+    if signal.name in obs.failed or seen is None or now - seen > settings.stale_after_seconds:
+        return Reading.UNKNOWN
+    value = obs.readings.get(signal.name, {}).get(node)
+    if value is None or math.isnan(value):
+        return Reading.CLEAR
+    if value >= signal.threshold:
+        return Reading.FIRING
+    return Reading.BETWEEN if value >= signal.clear else Reading.CLEAR
+
+
+def pool_allowance(percent: float, size: int) -> int:
+    """Nodes a percentage of a pool allows: rounded down, but at least one unless the percentage is 0."""
+    if percent <= 0 or size <= 0:
+        return 0
+    return max(1, math.floor(percent * size / 100 + 1e-9))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    node: NodeView
+    health_class: HealthClass
+    reasons: tuple[str, ...]
+    since: float
+
+
+def decide(
+    settings: HealthSettings,
+    obs: Observations,
+    nodes: Mapping[str, NodeView],
+    state: GuardState,
+    now: float,
+    breaker: str | None = None,
+) -> Decision:
+    """One guard cycle. ``breaker`` is the tripped breaker's note as persisted (``None``: not tripped)."""
+    actions: list[Action] = []
+    firing_since: dict[tuple[str, str], float] = {}
+    healthy_since: dict[str, float] = {}
+    overridden: dict[str, frozenset[str]] = {}
+    status: dict[str, NodeStatus] = {}
+    readings: dict[str, dict[str, Reading]] = {}
+    candidates: list[_Candidate] = []
+    quarantined_now: dict[str, int] = {}  # pool → nodes
+    total_now = 0
+
+    for name in sorted(nodes):
+        node = nodes[name]
+        r = {s.name: read(settings, obs, s, name, now) for s in settings.signals}
+        readings[name] = r
+        if node.opted_out:
+            status[name] = NodeStatus.OPTED_OUT
+            if node.quarantined is not None:
+                total_now += 1
+                quarantined_now[node.pool] = quarantined_now.get(node.pool, 0) + 1
+            continue
+        ignored = frozenset(s for s in state.overridden.get(name, frozenset()) if r.get(s) is not Reading.CLEAR)
+        if ignored:
+            overridden[name] = ignored
+        held: list[tuple[Signal, float]] = []
+        for s in settings.signals:
+            if r[s.name] is Reading.FIRING and s.name not in ignored:
+                since = state.firing_since.get((name, s.name), now)
+                firing_since[(name, s.name)] = since
+                if now - since >= s.hold_seconds:
+                    held.append((s, since))
+        worst = max((SEVERITY[s.health_class] for s, _ in held), default=0)
+        active = [(s, t) for s, t in held if SEVERITY[s.health_class] == worst]
+
+        if node.quarantined is None and node.marked:
+            actions.append(Release(name, None, "our taint was removed by hand"))
+            # The operator decided: what fires now is ignored on this node until it reads clear once.
+            overridden[name] = frozenset(s.name for s, _ in held) | ignored
+            for s, _ in held:
+                firing_since.pop((name, s.name), None)
+            status[name] = NodeStatus.HEALTHY
+            continue
+
+        if node.quarantined is not None:
+            total_now += 1
+            quarantined_now[node.pool] = quarantined_now.get(node.pool, 0) + 1
+            cls = node.quarantined
+            reasons = node.reasons
+            if active and SEVERITY[active[0][0].health_class] > SEVERITY[cls]:
+                cls = active[0][0].health_class
+                reasons = tuple(sorted({*reasons, *(s.name for s, _ in active)}))
+                actions.append(Quarantine(name, cls, reasons, node.history, escalation=True))
+            elif not node.condition_false:
+                actions.append(MarkCondition(name, cls, reasons))
+            actions.append(Drain(name, cls))
+            status[name] = _probation(settings, node, cls, reasons, r, state, healthy_since, now, actions)
+            continue
+
+        if active:
+            since = min(t for _, t in active)
+            candidates.append(_Candidate(node, active[0][0].health_class, tuple(sorted(s.name for s, _ in active)),
+                                         since))
+        elif any(v is Reading.FIRING for v in r.values()):
+            status[name] = NodeStatus.PENDING
+        elif r and all(v is Reading.UNKNOWN for v in r.values()):
+            status[name] = NodeStatus.UNKNOWN
+        else:
+            status[name] = NodeStatus.HEALTHY
+
+    tripped = breaker is not None
+    if candidates:
+        tripped = _admit(settings, nodes, candidates, quarantined_now, total_now, tripped, breaker, now,
+                         actions, status)
+    return Decision(
+        tuple(actions),
+        GuardState(firing_since, healthy_since, overridden),
+        status,
+        readings,
+        tripped,
+    )
+
+
+def _probation(
+    settings: HealthSettings,
+    node: NodeView,
+    cls: HealthClass,
+    reasons: Sequence[str],
+    r: Mapping[str, Reading],
+    state: GuardState,
+    healthy_since: dict[str, float],
+    now: float,
+    actions: list[Action],
+) -> NodeStatus:
+    known = [x for x in reasons if x in r] or [s.name for s in settings.signals if s.health_class is cls]
+    healthy = all(r[x] is Reading.CLEAR for x in known) and not any(
+        v in (Reading.FIRING, Reading.BETWEEN) for v in r.values()
+    )
+    if not healthy:
+        return NodeStatus.QUARANTINED
+    since = state.healthy_since.get(node.name, now)
+    if now - since < settings.probation_seconds:
+        healthy_since[node.name] = since
+        return NodeStatus.PROBATION
+    recent = [t for t in node.history if now - t <= settings.flap_window_seconds]
+    flapping = len(recent) >= settings.flap_limit
+    if (cls is HealthClass.FATAL or flapping) and not node.repaired:
+        healthy_since[node.name] = since
+        return NodeStatus.AWAITING_REPAIR
+    why = f"healthy for {settings.probation_seconds}s"
+    if cls is HealthClass.FATAL or flapping:
+        why += " and marked repaired"
+    actions.append(Release(node.name, cls, why))
+    return NodeStatus.HEALTHY
+
+
+def _admit(
+    settings: HealthSettings,
+    nodes: Mapping[str, NodeView],
+    candidates: list[_Candidate],
+    quarantined_now: dict[str, int],
+    total_now: int,
+    tripped: bool,
+    breaker: str | None,
+    now: float,
+    actions: list[Action],
+    status: dict[str, NodeStatus],
+) -> bool:
+    """Quarantine candidates worst first while every limit holds; the first refusal trips the breaker."""
+    pool_size: dict[str, int] = {}
+    for n in nodes.values():
+        pool_size[n.pool] = pool_size.get(n.pool, 0) + 1
+    hour_nodes: dict[str, set[str]] = {}
+    for n in nodes.values():
+        if any(0 <= now - t < HOUR for t in n.history):
+            hour_nodes.setdefault(n.pool, set()).add(n.name)
+    candidates.sort(key=lambda c: (-SEVERITY[c.health_class], c.since, c.node.name))
+    for c in candidates:
+        n = c.node
+        if tripped:
+            actions.append(Suppress(n.name, c.health_class, c.reasons,
+                                    f"the breaker is tripped ({breaker or 'this cycle'}); a person must reset it"))
+            status[n.name] = NodeStatus.SUPPRESSED
+            continue
+        in_hour = {x for names in hour_nodes.values() for x in names}
+        pool_hour = hour_nodes.get(n.pool, set())
+        limit = _exceeded(settings, total_now, len(in_hour | {n.name}), quarantined_now.get(n.pool, 0),
+                          len(pool_hour | {n.name}), pool_size.get(n.pool, 0), n.pool)
+        if limit:
+            actions.append(Suppress(n.name, c.health_class, c.reasons, limit))
+            actions.append(TripBreaker(f"{n.name} ({c.health_class}: {', '.join(c.reasons)}) refused: {limit}"))
+            status[n.name] = NodeStatus.SUPPRESSED
+            tripped = True
+            continue
+        history = (*[t for t in n.history if now - t <= settings.flap_window_seconds], now)
+        actions.append(Quarantine(n.name, c.health_class, c.reasons, history))
+        actions.append(Drain(n.name, c.health_class))
+        status[n.name] = NodeStatus.QUARANTINED
+        total_now += 1
+        quarantined_now[n.pool] = quarantined_now.get(n.pool, 0) + 1
+        hour_nodes.setdefault(n.pool, set()).add(n.name)
+    return tripped
+
+
+def _exceeded(
+    settings: HealthSettings, total: int, hour: int, pool_total: int, pool_hour: int, pool_size: int, pool: str
+) -> str | None:
+    """The first limit one more quarantine would exceed, as a sentence; ``None`` if all hold."""
+    if total + 1 > settings.max_nodes_quarantined:
+        return f"{total} nodes already quarantined, max_nodes_quarantined is {settings.max_nodes_quarantined}"
+    if hour > settings.max_nodes_per_hour:
+        return f"would be node {hour} quarantined within an hour, max_nodes_per_hour is {settings.max_nodes_per_hour}"
+    allowed = pool_allowance(settings.max_pool_percent_quarantined, pool_size)
+    if pool_total + 1 > allowed:
+        return (f"pool {pool or '-'} has {pool_total} of {pool_size} nodes quarantined, "
+                f"max_pool_percent_quarantined {settings.max_pool_percent_quarantined:g} % allows {allowed}")
+    allowed = pool_allowance(settings.max_pool_percent_per_hour, pool_size)
+    if pool_hour > allowed:
+        return (f"would be node {pool_hour} of pool {pool or '-'} ({pool_size} nodes) within an hour, "
+                f"max_pool_percent_per_hour {settings.max_pool_percent_per_hour:g} % allows {allowed}")
+    return None
