@@ -183,3 +183,17 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
             f"blocking {rec.blocking_s:.0f} s; {verdict}",
         ))
     return rows
+
+
+def cluster_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """The optimum for one job spanning every on-prem GPU, on each declared filesystem."""
+    gpus = cfg.onprem_gpus
+    rows = []
+    for fs in cfg.checkpoint.filesystems:
+        rec = recommend(gpus, cfg.checkpoint.budget.size_tb, write_seconds(cfg, fs.name))
+        rows.append((
+            f"checkpoint interval, whole cluster on {fs.name}",
+            f"{gpus:,} GPUs, MTBF {_hours(rec.mtbf_s)}, write {rec.write_s:.0f} s: asynchronous "
+            f"{rec.asynchronous_s:.0f} s (snapshot {rec.snapshot_s:.1f} s), blocking {rec.blocking_s:.0f} s",
+        ))
+    return rows

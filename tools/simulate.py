@@ -16,7 +16,9 @@ from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
 from bench.sim.run import compare, default_workload, load_stack
 from bench.sim.workload import WorkloadSpec, load_trace
-from components.config import ConfigError
+from components.config import ConfigError, parse_config
+from components.goodput_model import cluster_rows, summary_rows
+from tools.mockrt import raw_from_stack
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(o.runtime_s for o in outcomes)
     events = sum(o.events for o in outcomes)
     print(f"plot: {path}   ({events:,} events in {total:.1f} s)")
+    print_intervals(args.stack)
     return 0
+
+
+def print_intervals(stack: str) -> None:
+    """The recommended checkpoint interval per training job and for the whole cluster (components/goodput_model)."""
+    cfg = parse_config(raw_from_stack(stack), f"Pulumi.{stack}.yaml")
+    print("recommended checkpoint intervals (Young–Daly on Llama 3's failure rate per GPU; "
+          f"{cfg.checkpoint.budget.size_tb:g} TB checkpoints):")
+    for key, value in summary_rows(cfg) + cluster_rows(cfg):
+        print(f"  {key}: {value}")
 
 
 if __name__ == "__main__":
