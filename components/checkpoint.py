@@ -53,6 +53,7 @@ from components.config import (
     Filesystem,
     ThroughputCheck,
 )
+from components.goodput_model import interval_warnings
 from components.naming import VOLCANO_PREEMPTABLE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION, Keys, common_labels
 from components.security import container_security_context, pod_security_context
 from components.workloads import onprem_required_affinity, pool_tolerations
@@ -303,6 +304,7 @@ class CheckpointStorageArgs:
             )
         # Strict mode already failed validation; otherwise the same findings become preview warnings.
         warnings = tuple(f"{path}: {message}" for path, message, _ in sizing_problems(cfg))
+        warnings += tuple(interval_warnings(cfg))  # interval far from the Young–Daly optimum (goodput_model)
         return cls(tuple(cfg.checkpoint.filesystems), cfg.checkpoint.budget, cfg.training_namespace, check, warnings)
 
 
