@@ -9,6 +9,7 @@ import pytest
 
 from agents.health_guard.contract import DCGM, IB, HealthClass, HealthSettings
 from agents.health_guard.decide import (
+    Decision,
     Drain,
     GuardState,
     MarkCondition,
@@ -98,9 +99,10 @@ def test_ib_port_down_is_fatal_after_its_hold() -> None:
 # --------------------------------------------------------------------------- temperature and hysteresis
 
 
-def run(settings, steps, view=None):
+def run(settings: HealthSettings, steps: list[tuple[int, float]], view: NodeView | None = None) -> list[Decision]:
     """Feed (seconds, temperature of gpu-01) steps; returns the decisions."""
-    state, out = GuardState(), []
+    state: GuardState = GuardState()
+    out: list[Decision] = []
     for t, temp in steps:
         d = decide(settings, obs(T0 + t, {"gpu-01": temp}), nodes(**({"gpu-01": view} if view else {})), state,
                    T0 + t)
