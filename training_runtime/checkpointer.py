@@ -85,11 +85,11 @@ class AsyncCheckpointer:
 
     def _write(self, step: int, snapshot: Snapshot, started: float) -> None:
         d = self.dist
-        entries = self.store.write_shard(d.attempt, step, d.rank, snapshot.files())
+        entries = self.store.write_shard(d.attempt_key, step, d.rank, snapshot.files())
         written = sum(e.size for e in entries)
         if d.rank == 0:
-            published = self.store.commit(d.attempt, step, d.world_size, self.timeout)
-            self.store.prune(self.settings.keep_last, current_attempt=d.attempt)
+            published = self.store.commit(d.attempt_key, step, d.world_size, self.timeout)
+            self.store.prune(self.settings.keep_last, current_attempt=d.attempt_key)
             log.info("checkpoint step %d committed: %d files, %d bytes in %.3f s", step,
                      len(published.manifest.files), published.manifest.total_bytes, self.clock() - started)
         self.metrics.checkpoint_duration.set(self.clock() - started)

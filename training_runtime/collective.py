@@ -37,18 +37,18 @@ class LocalCollective:
 
 
 class FileCollective:
-    """Allgather through files under ``root/attempt-<A>/`` on a filesystem every rank mounts.
+    """Allgather through files under ``root/<run>-a<attempt>/`` on a filesystem every rank mounts.
 
     Each operation has a sequence number; rank *r* writes ``op-<seq>-r<r>.json`` atomically (write, rename)
     and waits for every rank's file. A file is accepted only if it was written no earlier than this
-    process's start minus the timeout, so a directory left by an earlier job under the same name and
-    attempt number (a deleted and recreated Volcano Job restarts its retry count) is not mistaken for
-    this gang's. Files two operations old are removed by their writer: by then every rank has read them.
+    process's start minus the timeout: a second guard, after the run id in the directory name, against a
+    directory left by an earlier incarnation. Files two operations old are removed by their writer: by
+    then every rank has read them.
     """
 
-    def __init__(self, root: Path, rank: int, world_size: int, attempt: int, timeout_seconds: float,
+    def __init__(self, root: Path, rank: int, world_size: int, attempt_key: str, timeout_seconds: float,
                  *, poll_seconds: float = 0.002) -> None:
-        self.dir = Path(root) / f"attempt-{attempt}"
+        self.dir = Path(root) / attempt_key
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.timeout = rank, world_size, timeout_seconds
         self.poll_seconds = poll_seconds

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -85,12 +86,13 @@ def run_gang(command: Sequence[str], workers: int, *, max_restarts: int, env: Ma
     base_env = dict(os.environ if env is None else env)
     result = GangResult(attempts=0, succeeded=False)
     attempt = 0
+    run_id = f"gang-{uuid.uuid4().hex[:12]}"
     while True:
         port = free_port()
         procs = []
         for rank in range(workers):
             rank_env = {**base_env, "RANK": str(rank), "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port), "TRAINING_ATTEMPT": str(attempt),
+                        "MASTER_PORT": str(port), "TRAINING_ATTEMPT": str(attempt), "TRAINING_RUN_ID": run_id,
                         "TRAINING_METRICS_PORT": str(metrics_base_port + rank if metrics_base_port else 0)}
             procs.append(subprocess.Popen(list(command), env=rank_env))
         result.attempts = attempt + 1

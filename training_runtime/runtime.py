@@ -40,7 +40,7 @@ class TrainingRuntime:
                 collective = LocalCollective()
             elif ck is not None:
                 collective = FileCollective(ck.directory / RENDEZVOUS, self.dist.rank, self.dist.world_size,
-                                            self.dist.attempt, settings.collective_timeout_seconds)
+                                            self.dist.attempt_key, settings.collective_timeout_seconds)
             else:
                 raise SettingsError("WORLD_SIZE > 1 without CHECKPOINT_DIR: pass a collective (the PyTorch "
                                     "adapter's) or set CHECKPOINT_DIR for the file rendezvous")
@@ -93,11 +93,10 @@ class TrainingRuntime:
         return Resumed(step=step, files=self.store.read_shard(found, self.rank))
 
     def _drop_old_rendezvous(self, root: Path) -> None:
-        """Earlier attempts' rendezvous files: every rank of those attempts is gone (the gang restarted)."""
+        """Other attempts' rendezvous files: ``CHECKPOINT_DIR`` is this job's own, and only this attempt runs."""
         if root.is_dir():
             for old in root.iterdir():
-                number = old.name.removeprefix("attempt-")
-                if number.isdigit() and int(number) < self.dist.attempt:
+                if old.name != self.dist.attempt_key:
                     shutil.rmtree(old, ignore_errors=True)
 
     def step_done(self, step: int) -> None:

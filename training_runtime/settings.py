@@ -9,13 +9,16 @@ replicas of the master and worker tasks) and ``RANK`` (master: 0, worker pod *i*
 container. Our template runs one task that is both master and worker (``--master=worker
 --worker=worker``), and then the plugin numbers ranks 1..N (it checks the worker name first), so the
 template sets ``TRAINING_RANK_SOURCE=VC_TASK_INDEX``: the rank is the pod's index from Volcano's ``env``
-plugin (0..N-1), and rank 0 is the pod ``MASTER_ADDR`` names. Outside Volcano (torchrun, the local gang
-launcher) ``RANK`` is right and is the default.
+plugin (0..N-1), and rank 0 is the pod ``MASTER_ADDR`` names. Outside Volcano (the local gang launcher)
+``RANK`` is right and is the default. Under ``torchrun`` inside the pod (several processes per pod; pass it
+``--node-rank=$(VC_TASK_INDEX) --master-addr=$(MASTER_ADDR)``) torchrun sets every child's ``RANK``,
+``LOCAL_RANK`` and ``WORLD_SIZE``; a set ``LOCAL_RANK`` means exactly that, and ``RANK`` is then used.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +29,16 @@ WORLD_SIZE = "WORLD_SIZE"
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 VC_TASK_INDEX = "VC_TASK_INDEX"
+#: Set by torchrun for each process it starts.
+LOCAL_RANK = "LOCAL_RANK"
 # Set by the training template.
 RANK_SOURCE = "TRAINING_RANK_SOURCE"
 #: The gang's attempt: Volcano's ``volcano.sh/job-retry-count`` pod annotation through the downward API.
 ATTEMPT = "TRAINING_ATTEMPT"
+#: This incarnation of the job: the ``scheduling.k8s.io/group-name`` annotation (``<job>-<job UID>``), so a
+#: job deleted and recreated under the same name (its retry count starts again at 0) never meets the old
+#: one's staging or rendezvous files.
+RUN_ID = "TRAINING_RUN_ID"
 #: The one collective timeout: passed to ``init_process_group(timeout=...)``; also bounds the file rendezvous
 #: and the wait for every rank's shard at a checkpoint commit. No NCCL or PyTorch variable sets it.
 COLLECTIVE_TIMEOUT = "TRAINING_COLLECTIVE_TIMEOUT_SECONDS"
@@ -90,6 +99,13 @@ def _seconds(env: Mapping[str, str], name: str, default: float | None) -> float 
     return value
 
 
+def _run_id(env: Mapping[str, str]) -> str:
+    raw = _get(env, RUN_ID) or "run"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}", raw):
+        raise SettingsError(f"{RUN_ID}={raw!r}: expected letters, digits, '.' and '-'")
+    return raw
+
+
 @dataclass(frozen=True)
 class DistEnv:
     """Where this process sits in the gang."""
@@ -99,6 +115,14 @@ class DistEnv:
     master_addr: str
     master_port: int
     attempt: int
+    run_id: str = "run"
+    #: Started by torchrun, which already runs a rendezvous store on ``MASTER_PORT``.
+    under_torchrun: bool = False
+
+    @property
+    def attempt_key(self) -> str:
+        """Names this attempt's staging and rendezvous directories."""
+        return f"{self.run_id}-a{self.attempt}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DistEnv:
@@ -106,6 +130,9 @@ class DistEnv:
         source = _get(env, RANK_SOURCE) or RANK
         if source not in (RANK, VC_TASK_INDEX):
             raise SettingsError(f"{RANK_SOURCE}={source!r}: expected {RANK} or {VC_TASK_INDEX}")
+        under_torchrun = _get(env, LOCAL_RANK) is not None
+        if under_torchrun:
+            source = RANK
         rank = _int(env, source, 0 if world == 1 else None, 0)
         if rank >= world:
             raise SettingsError(f"{source}={rank} is not below {WORLD_SIZE}={world}")
@@ -115,6 +142,8 @@ class DistEnv:
             master_addr=_get(env, MASTER_ADDR) or "127.0.0.1",
             master_port=_int(env, MASTER_PORT, 23456, 1),
             attempt=_int(env, ATTEMPT, 0, 0),
+            run_id=_run_id(env),
+            under_torchrun=under_torchrun,
         )
 
 

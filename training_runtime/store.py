@@ -3,7 +3,7 @@
 Layout under ``CHECKPOINT_DIR`` (the job's own sub-path)::
 
     step-00001200/            published: manifest.json, COMMITTED, rank-00000.<file>, rank-00001.<file>, ...
-    .staging/a3-s00001300/    being written by attempt 3 (every rank writes its shard and a part list here)
+    .staging/<run>-a3-s00001300/  being written by attempt 3 (every rank writes its shard and a part list here)
 
 Commit (rank 0, once every rank's part list is there): write ``manifest.json`` (step, files, sizes,
 SHA-256), fsync it, write ``COMMITTED`` holding the manifest's SHA-256, fsync the files and the staging
@@ -102,10 +102,10 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ writing (every rank)
 
-    def staging_dir(self, attempt: int, step: int) -> Path:
-        return self.root / STAGING / f"a{attempt}-s{step:08d}"
+    def staging_dir(self, attempt: str, step: int) -> Path:
+        return self.root / STAGING / f"{attempt}-s{step:08d}"
 
-    def write_shard(self, attempt: int, step: int, rank: int, files: Iterable[tuple[str, bytes]]) -> list[FileEntry]:
+    def write_shard(self, attempt: str, step: int, rank: int, files: Iterable[tuple[str, bytes]]) -> list[FileEntry]:
         """Write this rank's files into the staging directory, fsync them, then its part list (last)."""
         staging = self.staging_dir(attempt, step)
         staging.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ commit (rank 0)
 
-    def commit(self, attempt: int, step: int, world_size: int, timeout_seconds: float) -> Published:
+    def commit(self, attempt: str, step: int, world_size: int, timeout_seconds: float) -> Published:
         """Wait for every rank's part list, write the manifest and marker, publish by rename."""
         staging = self.staging_dir(attempt, step)
         parts = [staging / f".part-{r:05d}.json" for r in range(world_size)]
@@ -223,14 +223,14 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ retention (rank 0)
 
-    def prune(self, keep_last: int, *, current_attempt: int | None = None) -> list[Path]:
+    def prune(self, keep_last: int, *, current_attempt: str | None = None) -> list[Path]:
         """Keep the newest ``keep_last`` published checkpoints; drop older ones, other attempts' staging, trash."""
         removed: list[Path] = []
         for step in self.published_steps()[keep_last:]:
             removed.append(self.root / step_dir_name(step))
         staging = self.root / STAGING
         if staging.is_dir() and current_attempt is not None:
-            removed += [p for p in staging.iterdir() if not p.name.startswith(f"a{current_attempt}-")]
+            removed += [p for p in staging.iterdir() if not p.name.startswith(f"{current_attempt}-s")]
         trash = self.root / TRASH
         if trash.is_dir():
             removed += list(trash.iterdir())

@@ -32,13 +32,14 @@ def init_process_group(backend: str | None = None, env: Mapping[str, str] | None
     d = settings.dist
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{d.master_addr}:{d.master_port}",
-        rank=d.rank,
-        world_size=d.world_size,
-        timeout=timedelta(seconds=settings.collective_timeout_seconds),
-    )
+    timeout = timedelta(seconds=settings.collective_timeout_seconds)
+    if d.under_torchrun:
+        # torchrun's agent already serves the store on MASTER_PORT; env:// joins it.
+        dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
+    else:
+        # Explicit rank: under Volcano the pytorch plugin's RANK is off by one for a single task (see settings).
+        dist.init_process_group(backend=backend, init_method=f"tcp://{d.master_addr}:{d.master_port}",
+                                rank=d.rank, world_size=d.world_size, timeout=timeout)
     return TorchCollective()
 
 
