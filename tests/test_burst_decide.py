@@ -242,11 +242,12 @@ TABLE = [
         Mode.CLOSED,
     ),
     (
-        "clock-before-last-flip-no-flip",
+        # A flip stamped ahead of this clock (a previous leader's fast clock) freezes nothing: the hold decides.
+        "flip-stamped-in-the-future-does-not-freeze",
         snap(60, vnodes=OPEN_NODES),
         replace(OPEN, changed_at=NOW + 3600, close_since=NOW - 900),
-        (),
-        Mode.OPEN,
+        (CLOSE_A,),
+        Mode.CLOSED,
     ),
     (
         "clock-jump-forward-restarts-hold",
@@ -301,16 +302,11 @@ def test_flip_records_time_and_reason() -> None:
 
 
 def test_blind_decisions_reset_holds() -> None:
-    for snapshot, state in [
-        (snap(0, age=121), replace(CLOSED, low_since=NOW - 900)),
-        (snap(0), replace(CLOSED, low_since=NOW - 900, last_now=NOW + 1)),
-    ]:
-        decision = decide(snapshot, state, NOW, S)
-        assert (decision.state.low_since, decision.state.close_since, decision.state.pending_since) == (
-            None,
-            None,
-            None,
-        )
+    decision = decide(snap(0, age=121), replace(CLOSED, low_since=NOW - 900), NOW, S)
+    assert (decision.state.low_since, decision.state.close_since, decision.state.pending_since) == (None, None, None)
+    # A clock stepped back restarts the holds from now (this decision flips nothing).
+    stepped = decide(snap(0), replace(CLOSED, low_since=NOW - 900, last_now=NOW + 1), NOW, S)
+    assert (stepped.state.low_since, stepped.state.close_since, stepped.flipped) == (NOW, None, None)
 
 
 def test_clock_backwards_reason() -> None:
@@ -473,22 +469,24 @@ def test_view_nets_pending_training_per_pool() -> None:
         gpu_pod("ta", 8, node="a1", workload="training"),
         gpu_pod("ia", 8, node="a2"),
         gpu_pod("ib", 2, node="b1"),
-        gpu_pod("wait-a", 16, unschedulable=True, workload="training", pool="a"),
+        gpu_pod("wait-a0", 8, unschedulable=True, workload="training", pool="a"),
+        gpu_pod("wait-a1", 8, unschedulable=True, workload="training", pool="a"),
         gpu_pod("wait-any", 4, unschedulable=True, workload="training"),
         gpu_pod("wait-missing", 8, unschedulable=True, workload="training", pool="gone"),
     ]
     view = ClusterView.from_lists(nodes, pods, S, NOW)
     snapshot = view.snapshot()
-    assert (snapshot.onprem_free_gpus, snapshot.pending_training_gpus) == (14, 28)
+    # A pod confined to a pool that does not exist can never start: it is reported and counts nowhere.
+    assert (snapshot.onprem_free_gpus, snapshot.pending_training_gpus) == (14, 20)
+    assert [(g.name, g.reason) for g in snapshot.infeasible] == [("wait-missing", "gang needs 8 GPUs, pool gone has 0")]
     assert snapshot.pools == {
         "b": PoolGpus(14, 0, free_nodes={8: 1, 6: 1}),
-        "a": PoolGpus(0, 16, unplaced_pods={16: 1}),
-        "gone": PoolGpus(0, 8, unplaced_pods={8: 1}),
+        "a": PoolGpus(0, 16, unplaced_pods={8: 2}),
     }
     # b's 14 free GPUs minus the 4 pending for any pool; a's and the missing pool's backlog take nothing else.
     assert effective_free_gpus(snapshot) == 10
     view.apply_pod("DELETED", gpu_pod("ia", 8, node="a2"))
-    assert view.snapshot().pools["a"] == PoolGpus(8, 16, free_nodes={8: 1}, unplaced_pods={16: 1})
+    assert view.snapshot().pools["a"] == PoolGpus(8, 16, free_nodes={8: 1}, unplaced_pods={8: 2})
     view.apply_node("MODIFIED", onprem_node("b1", 8, pool="b", unschedulable=True))
     assert view.snapshot().pools["b"] == PoolGpus(8, 0, free_nodes={8: 1})
     view.apply_node("DELETED", onprem_node("b2", 8, pool="b"))

@@ -28,7 +28,7 @@ from agents.burst_controller.decide import (
     plan_standby,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.settings import BurstSettings, Cover, SettingsError
 from agents.burst_controller.view import ClusterView
 from tests.churn import churn
 
@@ -141,17 +141,15 @@ def test_gate_and_standby_table(snapshot: Snapshot, state: BurstState, standby: 
     assert standby_of(decision) == standby, decision
     ungated = kinds(decision, ActionKind.UNGATE)
     assert ungated == ([Action(ActionKind.UNGATE, namespace="training", pod=r.name) for r in GANG] if released else [])
-    if released:
-        assert decision.state.gated_since is None
-    elif snapshot.gated_pods:
+    if snapshot.gated_pods:  # first seen now; kept until the pods are no longer gated (a failed patch retries)
         assert decision.state.gated_since == NOW
 
 
 def test_gate_times_out_because_training_outranks_inference() -> None:
     waiting = snap(svc(standby=4, standby_ready=0), unplaced={"a": 32}, gated=GANG)
-    state = replace(CLOSED, gated_since=NOW - 59)
+    state = replace(CLOSED, gated_seen=dict.fromkeys(GANG, NOW - 59))
     assert kinds(decide(waiting, state, NOW, S), ActionKind.UNGATE) == []
-    decision = decide(waiting, replace(CLOSED, gated_since=NOW - 60), NOW, S)
+    decision = decide(waiting, replace(CLOSED, gated_seen=dict.fromkeys(GANG, NOW - 60)), NOW, S)
     assert len(kinds(decision, ActionKind.UNGATE)) == 4
     assert any("training outranks inference" in r and "svc standby 0/4 ready" in r for r in decision.reasons)
 
@@ -161,9 +159,9 @@ def test_each_gated_pod_waits_its_own_timeout() -> None:
     a, b = PodRef("training", "a-0"), PodRef("training", "b-0")
     waiting = replace(snap(svc(standby=4, standby_ready=0), unplaced={"a": 64}, gated=(a, b)),
                       gated_at={a: NOW - 60, b: NOW - 5})
-    decision = decide(waiting, replace(CLOSED, gated_since=NOW - 60), NOW, S)
+    decision = decide(waiting, CLOSED, NOW, S)
     assert kinds(decision, ActionKind.UNGATE) == [Action(ActionKind.UNGATE, namespace="training", pod="a-0")]
-    assert decision.state.gated_since == NOW - 60  # B still waits
+    assert decision.state.gated_seen[b] == NOW  # B still waits, counted from its first sight
 
 
 def test_a_gang_waits_only_for_the_services_it_displaces() -> None:
@@ -229,12 +227,12 @@ def test_return_home_shrinks_the_standby_as_replicas_arrive() -> None:
 
 def test_cover_minimum_caps_the_standby_at_min_replicas() -> None:
     decision = decide(snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, NOW,
-                      replace(S, handover_cover="minimum"))
+                      replace(S, handover_cover=Cover.MINIMUM))
     assert standby_of(decision) == 4
 
 
-@pytest.mark.parametrize("cover", ["current", "minimum"])
-def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken(cover: str) -> None:
+@pytest.mark.parametrize("cover", list(Cover))
+def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken(cover: Cover) -> None:
     """Property: once the standby is ready at its target, losing every at-risk replica keeps >= minimum ready
     (and, covering the current count, keeps every replica the service had)."""
     rng = random.Random(3)
@@ -399,7 +397,7 @@ def test_unplaced_training_fits_free_gpus_node_by_node(
     unplaced = sum(g * n for g, n in unplaced_pods.items())
     pool = PoolGpus(free, unplaced, free_nodes=free_nodes, unplaced_pods=unplaced_pods)
     snapshot = replace(snap(svc(), free={"a": free}, unplaced={"a": unplaced}, gated=GANG), pools={"a": pool})
-    plan = plan_standby(snapshot, returning=False)
+    plan = plan_standby(snapshot, returning=False, cover=Cover.CURRENT)
     assert plan.gang_services == (frozenset() if fits else frozenset({"svc"}))
 
 

@@ -8,6 +8,9 @@ pod-deletion-cost; opening only some providers would add a second placement poli
 Per-node reconciliation still happens: a virtual node whose taint disagrees with the mode (new node,
 hand edit, a NoExecute variant) is brought back in line.
 
+`decide` runs four named steps: `guards` (is the view trustworthy, is the clock sane), `next_mode` (hysteresis
+and holds), `gate_release` (which gated training pods may start) and `actions` (what makes the cluster match).
+
 Make-before-break handover: training pods are created behind a scheduling gate, and inference replicas
 that a gang is about to reclaim (or that the descheduler is about to move home) count as at risk. Each
 service's standby Deployment, pinned to virtual nodes, is scaled to cover its at-risk replicas; only when
@@ -21,7 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings, Cover
 
 
 class Mode(enum.StrEnum):
@@ -104,6 +107,21 @@ class ServiceReplicas:
 
 
 @dataclass(frozen=True)
+class InfeasibleGang:
+    """Training that can never be placed: larger than its pool, or a pod larger than every node there.
+
+    It holds nothing open and keeps no standby up; the shell reports it (metric and Event).
+    """
+
+    namespace: str
+    name: str
+    pool: str  # "" = any on-prem pool
+    gpus: int
+    reason: str
+    pods: tuple[PodRef, ...] = ()
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Aggregates of the cluster at one instant; built in O(virtual nodes + pools) by the incremental view.
 
@@ -126,12 +144,21 @@ class Snapshot:
     # ("" = not confined to one pool); the pods behind the handover gate.
     unplaced_training: Mapping[str, int] = field(default_factory=dict)
     gated_pods: tuple[PodRef, ...] = ()
-    # When each gated pod was created (epoch seconds), so each waits its own timeout; pods missing here
-    # share the controller's one timer (BurstState.gated_since).
+    # When each gated pod was created (epoch seconds, the API server's clock), so each waits its own timeout.
     gated_at: Mapping[PodRef, float] = field(default_factory=dict)
+    # The pool each gated pod is confined to ("" = any); a pod missing here waits for every service at risk.
+    gated_pool: Mapping[PodRef, str] = field(default_factory=dict)
     # GPUs of standby replicas on virtual nodes: they are scaled away, never sent home, so closing needs
     # no on-prem room for them.
     standby_external_gpus: int = 0
+    # On-prem GPU nodes listed, eligible or not: 0 means the view has not seen any (blind), while listed
+    # nodes with no allocatable GPUs mean every one is hot, cordoned or NotReady (the burst is needed).
+    onprem_gpu_nodes: int = 0
+    # Free GPUs node by node over every pool, and training confined to no pool, for the handover's fit test;
+    # None when unknown (then the GPU count decides).
+    poolless: PoolGpus | None = None
+    # Training left out of every count above because it can never fit.
+    infeasible: tuple[InfeasibleGang, ...] = ()
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -165,8 +192,10 @@ class BurstState:
     low_since: float | None = None  # free on-prem GPUs below the open threshold since
     pending_since: float | None = None  # inference GPU pods pending since
     close_since: float | None = None  # close condition true since
-    gated_since: float | None = None  # training pods behind the handover gate since
+    gated_since: float | None = None  # training pods behind the handover gate since (the oldest first sight)
     last_now: float | None = None
+    # When this controller first saw each gated pod, on its own clock (shifted with it when it steps back).
+    gated_seen: Mapping[PodRef, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,41 +229,146 @@ def _hold(since: float | None, active: bool, now: float) -> float | None:
     return now if since is None else since
 
 
+def _without_holds(state: BurstState, **changes: float | None) -> BurstState:
+    """The state with the hysteresis holds restarted (gate waits are kept: they bound training's wait)."""
+    return replace(state, low_since=None, pending_since=None, close_since=None, **changes)  # type: ignore[arg-type]
+
+
 def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings) -> Decision:
     """Decide the burst mode and the per-node/per-pod actions that make the cluster match it."""
-    blind = replace(state, low_since=None, pending_since=None, close_since=None, gated_since=None, last_now=now)
-    if state.last_now is not None and now < state.last_now:
-        return Decision((), blind, (f"clock moved back {state.last_now - now:.1f}s: no flip, holds restart",))
-    if state.changed_at is not None and now < state.changed_at:
-        return Decision((), blind, ("clock is before the last flip: no flip, holds restart",))
-    if not snapshot.synced or snapshot.observed_at is None:
-        return Decision((), blind, ("cluster not listed yet: taints left as they are",))
-    age = now - snapshot.observed_at
-    if age > settings.stale_after_seconds:
-        return Decision((), blind, (f"cluster data {age:.0f}s old: taints left as they are",))
-    if snapshot.onprem_allocatable_gpus <= 0:
-        return Decision((), blind, ("no on-prem GPU capacity visible: taints left as they are",))
-
-    reasons: list[str] = []
+    state, reasons, may_flip = settle_clock(state, now)
+    blind = guards(snapshot, state, now, settings)
+    if blind is not None:
+        return Decision((), _without_holds(state, last_now=now), (*reasons, blind))
     gap = 0.0 if state.last_now is None else now - state.last_now
     if gap > settings.stale_after_seconds:
         # We were not looking in between; a condition is only "sustained" if we saw it sustained.
-        state = replace(state, low_since=None, pending_since=None, close_since=None, gated_since=None)
+        state = _without_holds(state)
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
+    step = next_mode(snapshot, state, now, settings, may_flip)
+    reasons.extend(step.reasons)
+    closing = step.close_since is not None and now - step.close_since >= settings.close_hold_seconds
+    plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover_cover)
+    gate = gate_release(snapshot, state, now, settings, plan)
+    reasons.extend(gate.reasons)
+    new_state = BurstState(
+        mode=step.mode,
+        changed_at=step.changed_at,
+        low_since=step.low_since,
+        pending_since=step.pending_since,
+        close_since=step.close_since,
+        gated_since=min(gate.seen.values()) if gate.seen else None,
+        last_now=now,
+        gated_seen=gate.seen,
+    )
+    return Decision(
+        actions(snapshot, step, plan, gate.released, settings),
+        new_state,
+        tuple(reasons),
+        step.flipped,
+        step.effective_free,
+        step.close_needs,
+        dict(plan.targets),
+    )
 
+
+def settle_clock(state: BurstState, now: float) -> tuple[BurstState, list[str], bool]:
+    """Bound clock skew so that it can never freeze the controller.
+
+    A clock stepped back moves every timestamp the controller keeps back with it: gated training keeps the wait
+    it has served (it is released at its timeout on the new clock), while the hysteresis holds restart and
+    this one decision flips nothing. A last flip stamped ahead of this clock (a previous leader's fast clock)
+    counts as now. Returns the settled state, reasons, and whether this decision may flip.
+    """
+    reasons: list[str] = []
+    may_flip = True
+    if state.last_now is not None and now < state.last_now:
+        back = state.last_now - now
+        state = replace(
+            _without_holds(state, last_now=now),
+            gated_seen={ref: t - back for ref, t in state.gated_seen.items()},
+            gated_since=None if state.gated_since is None else state.gated_since - back,
+        )
+        reasons.append(f"clock moved back {back:.1f}s: no flip, holds restart")
+        may_flip = False
+    if state.changed_at is not None and state.changed_at > now:
+        reasons.append(f"last flip stamped {state.changed_at - now:.0f}s ahead of this clock: counted from now")
+        state = replace(state, changed_at=now)
+    return state, reasons, may_flip
+
+
+def guards(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings) -> str | None:
+    """Why the view cannot be trusted to act on right now, or None when it can."""
+    if not snapshot.synced or snapshot.observed_at is None:
+        return "cluster not listed yet: taints left as they are"
+    age = now - snapshot.observed_at
+    if age > settings.stale_after_seconds:
+        return f"cluster data {age:.0f}s old: taints left as they are"
+    if snapshot.onprem_allocatable_gpus <= 0 and snapshot.onprem_gpu_nodes <= 0:
+        return "no on-prem GPU node listed: taints left as they are"
+    return None
+
+
+def inconsistency(snapshot: Snapshot, close_needs: int) -> str | None:
+    """What makes the inputs impossible, or None. Defence in depth: a bad view must never close the burst."""
+    problems = []
+    if snapshot.onprem_free_gpus > snapshot.onprem_allocatable_gpus:
+        problems.append(f"free {snapshot.onprem_free_gpus} > allocatable {snapshot.onprem_allocatable_gpus}")
+    counts = {
+        "allocatable": snapshot.onprem_allocatable_gpus,
+        "free": snapshot.onprem_free_gpus,
+        "pending inference": snapshot.pending_inference_gpus,
+        "pending training": snapshot.pending_training_gpus,
+        "standby external": snapshot.standby_external_gpus,
+    }
+    problems += [f"{name} {n} < 0" for name, n in counts.items() if n < 0]
+    problems += [f"{v.name} in use {v.gpus_in_use} < 0" for v in snapshot.virtual_nodes.values() if v.gpus_in_use < 0]
+    problems += [
+        f"pool {name} free {p.free} / pending {p.pending_training} < 0"
+        for name, p in snapshot.pools.items()
+        if p.free < 0 or p.pending_training < 0
+    ]
+    if close_needs < 0:
+        problems.append(f"close needs {close_needs} GPUs")
+    return "; ".join(problems) or None
+
+
+@dataclass(frozen=True)
+class ModeStep:
+    """The outcome of `next_mode`: the mode, its hold timers, and what the close condition measured."""
+
+    mode: Mode
+    changed_at: float | None
+    flipped: Mode | None
+    low_since: float | None
+    pending_since: float | None
+    close_since: float | None
+    effective_free: int
+    close_needs: int
+    close_blocked: bool  # inputs are inconsistent: nothing may be closed
+    reasons: tuple[str, ...]
+
+
+def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings, may_flip: bool) -> ModeStep:
+    """Hysteresis: open after scarcity (or pending inference) held; close after plenty held and standby ready."""
+    reasons: list[str] = []
     effective_free = effective_free_gpus(snapshot)
     external = snapshot.external_gpus_in_use - snapshot.standby_external_gpus
     close_needs = settings.close_at_free_gpus + external
+    bad = inconsistency(snapshot, close_needs)
+    if bad is not None:
+        reasons.append(f"inputs inconsistent ({bad}): no close")
     low = effective_free < settings.open_below_free_gpus
     pending = snapshot.pending_inference_gpus > 0
     low_since = _hold(state.low_since, low, now)
     pending_since = _hold(state.pending_since, pending, now)
     mode = state.mode
-    changed_at = state.changed_at
     flipped: Mode | None = None
     close_since: float | None = None
 
-    if mode is Mode.CLOSED:
+    if not may_flip:
+        pass
+    elif mode is Mode.CLOSED:
         if low_since is not None and now - low_since >= settings.open_hold_seconds:
             flipped = Mode.OPEN
             reasons.append(
@@ -244,14 +378,14 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         elif pending_since is not None and now - pending_since >= settings.pending_grace_seconds:
             flipped = Mode.OPEN
             waited = now - pending_since
-            pending_gpus = snapshot.pending_inference_gpus
-            reasons.append(f"open: {pending_gpus} inference GPUs pending for {waited:.0f}s")
+            reasons.append(f"open: {snapshot.pending_inference_gpus} inference GPUs pending for {waited:.0f}s")
     else:
-        can_close = not pending and effective_free >= close_needs
+        can_close = bad is None and not pending and effective_free >= close_needs
         close_since = _hold(state.close_since, can_close, now)
         if close_since is not None and now - close_since >= settings.close_hold_seconds:
-            # Closing sends external replicas home: the standby covers them first (make before break).
-            home = plan_standby(snapshot, returning=True)
+            # Closing sends external replicas home: the standby covers them first (make before break), with the
+            # same cover the standby was scaled with.
+            home = plan_standby(snapshot, returning=True, cover=settings.handover_cover)
             waited = now - close_since - settings.close_hold_seconds
             if home.covered or waited >= settings.handover_timeout_seconds:
                 flipped = Mode.CLOSED
@@ -264,61 +398,83 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
             else:
                 reasons.append(f"close waits for the standby: {home.describe()}")
 
+    changed_at = state.changed_at
     if flipped is not None:
-        mode = flipped
-        changed_at = now
+        mode, changed_at = flipped, now
         low_since = pending_since = close_since = None
+    return ModeStep(mode, changed_at, flipped, low_since, pending_since, close_since, effective_free, close_needs,
+                    bad is not None, tuple(reasons))
 
-    # Replicas at risk: on-prem ones a gated gang will reclaim, and (closed, or about to close) external
-    # ones the descheduler will move home.
-    closing = close_since is not None and now - close_since >= settings.close_hold_seconds
-    plan = plan_standby(snapshot, returning=mode is Mode.CLOSED or closing, cover=settings.handover_cover)
-    gated_since = _hold(state.gated_since, bool(snapshot.gated_pods), now)
-    released: tuple[PodRef, ...] = ()
-    if gated_since is not None:
-        if plan.gang_covered:
-            released = snapshot.gated_pods
-            reasons.append(f"handover: standby covers the replicas the gang displaces; {len(released)} "
-                           "training pods released")
-        else:
-            timeout = settings.handover_timeout_seconds
-            released = tuple(r for r in snapshot.gated_pods if now - snapshot.gated_at.get(r, gated_since) >= timeout)
-            if released:
-                reasons.append(f"handover: standby not ready after {timeout:.0f}s ({plan.describe()}); training "
-                               f"outranks inference, {len(released)} training pods released")
-    ungate = len(released) == len(snapshot.gated_pods) > 0
 
-    actions: list[Action] = []
+@dataclass(frozen=True)
+class GateStep:
+    released: tuple[PodRef, ...]
+    seen: Mapping[PodRef, float]
+    reasons: tuple[str, ...]
+
+
+def gate_release(
+    snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings, plan: StandbyPlan
+) -> GateStep:
+    """Which gated training pods may start: each as soon as the standbys of the services *its* pool displaces
+    are ready (a pod that displaces nobody, or can never fit, at once), and any at its own timeout.
+
+    A pod's wait counts from its creation (API server clock) or from when this controller first saw it,
+    whichever is earlier; a creation stamp ahead of this clock is skew and is ignored. O(gated pods).
+    """
+    if not snapshot.gated_pods:
+        return GateStep((), {}, ())
+    timeout = settings.handover_timeout_seconds
+    hopeless = {ref for gang in snapshot.infeasible for ref in gang.pods}
+    covered_pools: dict[str | None, bool] = {}
+    released: list[PodRef] = []
+    seen: dict[PodRef, float] = {}
+    covered_count = timed_out = 0
+    for ref in snapshot.gated_pods:
+        first = state.gated_seen.get(ref, now)
+        created = snapshot.gated_at.get(ref)
+        start = min(first, created) if created is not None and created <= now else first
+        pool = snapshot.gated_pool.get(ref)
+        if pool not in covered_pools:
+            covered_pools[pool] = plan.gang_covered_for(pool)
+        # Kept while the pod is gated, released or not: a release whose patch failed keeps its served wait.
+        seen[ref] = first
+        if ref in hopeless or covered_pools[pool]:
+            released.append(ref)
+            covered_count += 1
+        elif now - start >= timeout:
+            released.append(ref)
+            timed_out += 1
+    reasons = []
+    if covered_count:
+        reasons.append(f"handover: nothing left at risk for {covered_count} training pods (standby ready or "
+                       "nothing displaced); released")
+    if timed_out:
+        reasons.append(f"handover: standby not ready after {timeout:.0f}s ({plan.describe()}); training "
+                       f"outranks inference, {timed_out} training pods released")
+    return GateStep(tuple(released), seen, tuple(reasons))
+
+
+def actions(
+    snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings
+) -> tuple[Action, ...]:
+    """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
+    out: list[Action] = []
     for node in sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name):
-        if mode is Mode.OPEN and node.closed:
-            actions.append(Action(ActionKind.OPEN_NODE, node=node.name))
-        elif mode is Mode.CLOSED and node.taint_effect != "NoSchedule":
-            actions.append(Action(ActionKind.CLOSE_NODE, node=node.name))
+        if step.mode is Mode.OPEN and node.closed:
+            out.append(Action(ActionKind.OPEN_NODE, node=node.name))
+        elif step.mode is Mode.CLOSED and node.taint_effect != "NoSchedule" and not step.close_blocked:
+            out.append(Action(ActionKind.CLOSE_NODE, node=node.name))
     for service, replicas in sorted(plan.targets.items()):
         if replicas != snapshot.services[service].standby_live:
-            actions.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
-    actions.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
-    for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]:
-        actions.append(
-            Action(
-                ActionKind.SET_DELETION_COST,
-                namespace=ref.namespace,
-                pod=ref.name,
-                deletion_cost=settings.external_deletion_cost,
-            )
-        )
-    new_state = BurstState(
-        mode=mode,
-        changed_at=changed_at,
-        low_since=low_since,
-        pending_since=pending_since,
-        close_since=close_since,
-        gated_since=None if ungate else gated_since,
-        last_now=now,
+            out.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
+    out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
+    out.extend(
+        Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
+               deletion_cost=settings.external_deletion_cost)
+        for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]
     )
-    return Decision(
-        tuple(actions), new_state, tuple(reasons), flipped, effective_free, close_needs, dict(plan.targets)
-    )
+    return tuple(out)
 
 
 def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:
@@ -369,6 +525,8 @@ class StandbyPlan:
     ready: Mapping[str, int]
     #: Services with on-prem replicas a waiting gang will reclaim.
     gang_services: frozenset[str] = frozenset()
+    #: The same per pool of the waiting training ("" = training confined to no pool).
+    pool_services: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def covered(self) -> bool:
@@ -376,43 +534,63 @@ class StandbyPlan:
 
     @property
     def gang_covered(self) -> bool:
-        """The gated gang may start: the standby of every service it displaces is ready (others do not count)."""
-        return all(self.ready[s] >= self.targets[s] for s in self.gang_services)
+        """Every gated gang may start: the standby of every service any of them displaces is ready."""
+        return self.gang_covered_for(None)
+
+    def gang_covered_for(self, pool: str | None) -> bool:
+        """Training for `pool` may start: the standbys of the services it displaces are ready (others do not
+        count). `None` (pool unknown) waits for every service any waiting training displaces."""
+        services = self.gang_services if pool is None else self.pool_services.get(pool, frozenset())
+        return all(self.ready[s] >= self.targets[s] for s in services)
 
     def describe(self) -> str:
         parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk" for s, n in self.targets.items()]
         return ", ".join(parts) or "nothing at risk"
 
 
-def plan_standby(snapshot: Snapshot, returning: bool, cover: str = "current") -> StandbyPlan:
+def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover) -> StandbyPlan:
     """Standby per service = replicas at risk that the rest cannot cover.
 
-    `cover` "current" replaces every replica at risk up to the service's current replica count (capacity is
-    kept through the handover); "minimum" only up to minReplicas (the floor is kept, at less external cost).
+    `cover` CURRENT replaces every replica at risk up to the service's current replica count (capacity is
+    kept through the handover); MINIMUM only up to minReplicas (the floor is kept, at less external cost).
+    No default: the mode step and the standby step must agree on it, so each caller names it.
 
     On-prem replicas are at risk in a pool where unplaced training (gated, or released and not bound yet)
-    wants more GPUs than are free: a gang will reclaim them. With `returning`, external replicas are at
-    risk too (the descheduler moves them home).
+    does not fit the free GPUs node by node: a gang will reclaim them. Training confined to no pool puts every
+    pool at risk when it does not fit the free GPUs of all pools node by node. With `returning`, external
+    replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
     """
     unplaced = snapshot.unplaced_training
-    all_pools = unplaced.get("", 0) > snapshot.onprem_free_gpus
+    anywhere = unplaced.get("", 0)
+    if snapshot.poolless is None:
+        all_pools = anywhere > snapshot.onprem_free_gpus
+    else:
+        all_pools = anywhere > 0 and not _fits_free(anywhere, snapshot.poolless)
     risky_pools = {p for p, gpus in unplaced.items() if p and not _fits_free(gpus, snapshot.pools.get(p))}
     targets: dict[str, int] = {}
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}
     gang: set[str] = set()
+    by_pool: dict[str, set[str]] = {}
     for name, svc in snapshot.services.items():
-        onprem_risk = sum(n for pool, n in svc.main_ready_onprem.items() if all_pools or pool in risky_pools)
+        onprem_risk = 0
+        for pool, n in svc.main_ready_onprem.items():
+            if n and (all_pools or pool in risky_pools):
+                onprem_risk += n
+                if pool in risky_pools:
+                    by_pool.setdefault(pool, set()).add(name)
+                if all_pools:
+                    by_pool.setdefault("", set()).add(name)
         if onprem_risk:
             gang.add(name)
         risk = onprem_risk + (svc.main_ready_external if returning else 0)
         if risk == 0 and svc.standby_live == 0:
             continue
         goal = max(svc.min_replicas, svc.main_live)
-        cap = goal if cover == "current" else svc.min_replicas
+        cap = goal if cover is Cover.CURRENT else svc.min_replicas
         targets[name] = max(0, min(goal - (svc.main_ready - risk), cap))
         at_risk[name] = risk
         ready[name] = svc.standby_ready
-    return StandbyPlan(targets, at_risk, ready, frozenset(gang))
+    return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()})

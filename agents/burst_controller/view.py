@@ -15,8 +15,20 @@ from datetime import datetime
 from itertools import islice
 from typing import Any, TypeVar
 
-from agents.burst_controller.decide import PodRef, PoolGpus, ServiceReplicas, Snapshot, VirtualNode
-from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings
+from agents.burst_controller.contract import (
+    GANG_ANNOTATION,
+    POD_DELETION_COST_ANNOTATION,
+    VK_PROVIDER_TAINT,
+    BurstSettings,
+)
+from agents.burst_controller.decide import (
+    InfeasibleGang,
+    PodRef,
+    PoolGpus,
+    ServiceReplicas,
+    Snapshot,
+    VirtualNode,
+)
 
 ONPREM = "onprem"
 VIRTUAL = "virtual"
@@ -29,7 +41,7 @@ _UNSCHEDULABLE_TAINTS = frozenset(
 )
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
+_VK_PROVIDER_TAINT = VK_PROVIDER_TAINT
 
 Obj = Mapping[str, Any]
 K = TypeVar("K", str, int)
@@ -63,6 +75,17 @@ def parse_timestamp(value: Any) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def burst_effect(effects: list[str]) -> str | None:
+    """The effect the core sees for our taint on a node: None when absent, "NoSchedule" only when that is the one
+    copy; otherwise the first other effect, so that any extra copy (NoExecute next to NoSchedule, in any order)
+    reads as a mismatch and the node is rewritten to the single NoSchedule copy."""
+    if not effects:
+        return None
+    if effects == ["NoSchedule"]:
+        return "NoSchedule"
+    return next((e for e in effects if e != "NoSchedule"), effects[0])
 
 
 def pod_gpus(pod: Obj, gpu_resource: str) -> int:
@@ -145,6 +168,7 @@ class _Pod:
     service: str = ""  # the handover service this inference pod belongs to ("" = none we track)
     standby: bool = False
     ready: bool = False
+    gang: str = ""  # "<namespace>/<PodGroup>" of unplaced training (its own key when it names none)
 
     @property
     def waiting(self) -> bool:
@@ -162,6 +186,19 @@ class _ServiceCounts:
     main_ready_onprem: dict[str, int] = field(default_factory=dict)
     standby_live: int = 0
     standby_ready: int = 0
+
+
+@dataclass(slots=True)
+class _Gang:
+    """Running sums of one gang's unplaced pods, to tell whether it can ever fit its pool."""
+
+    namespace: str
+    name: str
+    pool: str
+    waiting: int = 0  # GPUs counted in pending training
+    unplaced: int = 0  # GPUs counted in unplaced training
+    sizes: dict[int, int] = field(default_factory=dict)  # GPUs per unplaced pod -> pods
+    pods: set[PodRef] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -198,9 +235,18 @@ class ClusterView:
         # Per pool: free GPUs on a node -> nodes with that many; GPUs per unplaced training pod -> pods.
         self._pool_free_nodes: dict[str, dict[int, int]] = {}
         self._unplaced_pods: dict[str, dict[int, int]] = {}
+        self._gated_pool: dict[PodRef, str] = {}
+        # Cluster-wide free GPUs per node (every pool) -> nodes, for training confined to no pool.
+        self._free_nodes_all: dict[int, int] = {}
+        # Listed on-prem GPU nodes, eligible or not: GPUs per pool and node sizes, for "can this ever fit".
+        self._capacity: dict[str, int] = {}
+        self._node_sizes: dict[str, dict[int, int]] = {}
+        self.onprem_gpu_nodes = 0
+        self._gangs: dict[str, _Gang] = {}
         self.nodes_synced = False
         self.pods_synced = False
-        self.observed_at: float | None = None
+        # Freshness per kind: the snapshot is as old as the staler of the two.
+        self.observed: dict[str, float | None] = {"nodes": None, "pods": None}
 
     @classmethod
     def from_lists(
@@ -214,9 +260,18 @@ class ClusterView:
 
     # -- freshness -------------------------------------------------------------------------------
 
-    def mark_fresh(self, now: float) -> None:
-        """Record that the API answered at `now` (an event, a bookmark or a quiet watch that ended well)."""
-        self.observed_at = now if self.observed_at is None else max(self.observed_at, now)
+    def mark_fresh(self, now: float, kind: str | None = None) -> None:
+        """Record that the API confirmed `kind` (nodes, pods; None: both) as of `now`: an event, a bookmark, a
+        list, or a resourceVersion it served."""
+        for k in (kind,) if kind is not None else ("nodes", "pods"):
+            seen = self.observed[k]
+            self.observed[k] = now if seen is None else max(seen, now)
+
+    @property
+    def observed_at(self) -> float | None:
+        """When the staler of the two kinds was last confirmed (None until both were)."""
+        nodes, pods = self.observed["nodes"], self.observed["pods"]
+        return None if nodes is None or pods is None else min(nodes, pods)
 
     def mark_unsynced(self, nodes: bool = True, pods: bool = True) -> None:
         """A watch broke and a re-list is due: the core must not act on what may be missing."""
@@ -236,7 +291,7 @@ class ClusterView:
         for name in [n for n, rec in self._nodes.items() if rec.kind != MISSING and n not in seen]:
             self.apply_node("DELETED", {"metadata": {"name": name}})
         self.nodes_synced = True
-        self.mark_fresh(now)
+        self.mark_fresh(now, "nodes")
 
     def apply_node(self, event_type: str, node: Obj) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED) for a node."""
@@ -248,6 +303,7 @@ class ClusterView:
             rec = self._nodes[name] = _Node(name)
         self.onprem_allocatable -= rec.onprem_alloc()
         self._add_free(rec, -rec.onprem_free())
+        self._add_capacity(rec, -1)
         was_virtual = rec.kind == VIRTUAL
         where = (rec.kind, rec.pool)
         if event_type == "DELETED":
@@ -261,6 +317,7 @@ class ClusterView:
                 self._count_service(self._pods[key], rec.kind, rec.pool, +1)
         self.onprem_allocatable += rec.onprem_alloc()
         self._add_free(rec, rec.onprem_free())
+        self._add_capacity(rec, +1)
         if rec.kind == VIRTUAL:
             self._virtual.add(name)
         else:
@@ -307,10 +364,19 @@ class ClusterView:
             c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions") or ()
         )
         rec.eligible = not spec.get("unschedulable", False) and not blocked and not not_ready
-        rec.taint_effect = next((str(t.get("effect")) for t in taints if t.get("key") == s.taint_key), None)
+        rec.taint_effect = burst_effect([str(t.get("effect")) for t in taints if t.get("key") == s.taint_key])
         rec.changed_at = parse_timestamp((meta.get("annotations") or {}).get(s.changed_at_annotation))
         rec.taints = taints
         rec.resource_version = str(meta.get("resourceVersion", ""))
+
+    def _add_capacity(self, rec: _Node, sign: int) -> None:
+        """Count (sign 1) or uncount (-1) a listed on-prem GPU node, eligible or not."""
+        if rec.kind != ONPREM or rec.allocatable <= 0:
+            return
+        self.onprem_gpu_nodes += sign
+        for pool in {rec.pool, ""}:  # "" = every pool, for training confined to none
+            _add(self._capacity, pool, sign * rec.allocatable)
+            _add(self._node_sizes.setdefault(pool, {}), rec.allocatable, sign)
 
     def node_record(self, name: str) -> NodeRecord | None:
         """Last seen taints and resourceVersion of a node, for an optimistic patch."""
@@ -331,7 +397,7 @@ class ClusterView:
         for key in [k for k in self._pods if k not in seen]:
             self._set_pod(key, None)
         self.pods_synced = True
-        self.mark_fresh(now)
+        self.mark_fresh(now, "pods")
 
     def apply_pod(self, event_type: str, pod: Obj) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED) for a pod."""
@@ -362,6 +428,10 @@ class ClusterView:
             isinstance(g, dict) and g.get("name") == s.handover_gate for g in spec.get("schedulingGates") or ()
         )
         service = str(labels.get(s.service_label, "")) if workload == "inference" else ""
+        gang = ""
+        if workload == "training" and not node:
+            group = (meta.get("annotations") or {}).get(GANG_ANNOTATION)
+            gang = f"{namespace}/{group}" if group else f"{namespace}/{name}"
         return _Pod(
             key=f"{namespace}/{name}",
             namespace=namespace,
@@ -381,6 +451,7 @@ class ClusterView:
             standby=labels.get(s.role_label) == "standby",
             ready=phase == "Running"
             and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
+            gang=gang,
         )
 
     def _set_pod(self, key: str, new: _Pod | None) -> None:
@@ -400,18 +471,23 @@ class ClusterView:
             self.pending_training += sign * pod.gpus
             if pod.pool:
                 _add(self._pool_pending, pod.pool, sign * pod.gpus)
-        if pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus:
+        unplaced = pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus > 0
+        if unplaced:
             _add(self._unplaced_gpus, pod.pool, sign * pod.gpus)
             _add(self._unplaced_pods.setdefault(pod.pool, {}), pod.gpus, sign)
+        if pod.gang and (unplaced or (pod.waiting and pod.workload == "training")):
+            self._count_gang(pod, unplaced, sign)
         if pod.gated:
             ref = PodRef(pod.namespace, pod.name)
             if sign > 0:
                 self._gated[pod.key] = ref
+                self._gated_pool[ref] = pod.pool
                 if pod.created is not None:
                     self._gated_at[ref] = pod.created
             else:
                 self._gated.pop(pod.key, None)
                 self._gated_at.pop(ref, None)
+                self._gated_pool.pop(ref, None)
         rec = self._nodes.get(pod.node) if pod.node else None
         if pod.service:
             self._count_service(pod, rec.kind if rec else MISSING, rec.pool if rec else "", sign)
@@ -433,6 +509,26 @@ class ClusterView:
             self._update_cost_need(pod)
         elif rec.kind == MISSING and not rec.pods:
             del self._nodes[pod.node]
+
+    def _count_gang(self, pod: _Pod, unplaced: bool, sign: int) -> None:
+        """Add (sign 1) or remove (-1) an unplaced training pod's part of its gang's sums."""
+        key = f"{pod.gang}|{pod.pool}"
+        gang = self._gangs.get(key)
+        if gang is None:
+            namespace, _, name = pod.gang.partition("/")
+            gang = self._gangs[key] = _Gang(namespace, name, pod.pool)
+        if pod.waiting:
+            gang.waiting += sign * pod.gpus
+        if unplaced:
+            gang.unplaced += sign * pod.gpus
+            _add(gang.sizes, pod.gpus, sign)
+        ref = PodRef(pod.namespace, pod.name)
+        if sign > 0:
+            gang.pods.add(ref)
+        else:
+            gang.pods.discard(ref)
+        if not gang.pods:
+            del self._gangs[key]
 
     def _count_service(self, pod: _Pod, kind: str, pool: str, sign: int) -> None:
         """Add (sign 1) or remove (-1) one pod of a handover service, by role, readiness and location."""
@@ -463,6 +559,7 @@ class ClusterView:
         if not gpus:
             return
         self.onprem_free += gpus
+        _add(self._free_nodes_all, abs(gpus), 1 if gpus > 0 else -1)
         if rec.pool:
             self._pool_free[rec.pool] = self._pool_free.get(rec.pool, 0) + gpus
             _add(self._pool_free_nodes.setdefault(rec.pool, {}), abs(gpus), 1 if gpus > 0 else -1)
@@ -487,7 +584,7 @@ class ClusterView:
         return len(self._pods)
 
     def snapshot(self) -> Snapshot:
-        """The aggregates as the core's input; O(virtual nodes + pods awaiting a deletion cost)."""
+        """The aggregates as the core's input; O(virtual nodes + pools + waiting gangs + pods awaiting a cost)."""
         virtual = {
             name: VirtualNode(
                 name=name,
@@ -499,16 +596,28 @@ class ClusterView:
             for name in self._virtual
             for rec in (self._nodes[name],)
         }
+        infeasible, hopeless = self._infeasible()
+        pending_training = self.pending_training - sum(g.waiting for g in hopeless)
+        pool_pending, unplaced_gpus, unplaced_pods = self._pool_pending, self._unplaced_gpus, self._unplaced_pods
+        if hopeless:  # rare: leave the training that can never fit out of every count, on copies
+            pool_pending, unplaced_gpus = dict(pool_pending), dict(unplaced_gpus)
+            unplaced_pods = {pool: dict(sizes) for pool, sizes in unplaced_pods.items()}
+            for gang in hopeless:
+                if gang.pool:
+                    _add(pool_pending, gang.pool, -gang.waiting)
+                _add(unplaced_gpus, gang.pool, -gang.unplaced)
+                for size, count in gang.sizes.items():
+                    _add(unplaced_pods.setdefault(gang.pool, {}), size, -count)
         return Snapshot(
             synced=self.nodes_synced and self.pods_synced,
             observed_at=self.observed_at,
             onprem_allocatable_gpus=self.onprem_allocatable,
             onprem_free_gpus=self.onprem_free,
             pending_inference_gpus=self.pending_inference,
-            pending_training_gpus=self.pending_training,
+            pending_training_gpus=pending_training,
             virtual_nodes=virtual,
             pods_needing_cost=tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle)),
-            pools=self._pools(),
+            pools=self._pools(pool_pending, unplaced_pods),
             services={
                 name: ServiceReplicas(
                     min_replicas=self._s.handover_services[name],
@@ -521,19 +630,53 @@ class ClusterView:
                 )
                 for name, c in self._services.items()
             },
-            unplaced_training=dict(self._unplaced_gpus),
+            unplaced_training=dict(unplaced_gpus),
             standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),
             gated_at=dict(self._gated_at),
+            gated_pool=dict(self._gated_pool),
+            onprem_gpu_nodes=self.onprem_gpu_nodes,
+            poolless=PoolGpus(
+                free=self.onprem_free,
+                free_nodes=dict(self._free_nodes_all),
+                unplaced_pods=dict(unplaced_pods.get("") or {}),
+            ),
+            infeasible=infeasible,
         )
 
-    def _pools(self) -> dict[str, PoolGpus]:
+    def _infeasible(self) -> tuple[tuple[InfeasibleGang, ...], list[_Gang]]:
+        """Gangs that can never fit: more GPUs than their pool has, or a pod larger than its largest node.
+
+        Judged against every listed on-prem GPU node, eligible or not (a hot node comes back). O(waiting gangs).
+        """
+        found: list[InfeasibleGang] = []
+        hopeless: list[_Gang] = []
+        for gang in self._gangs.values():
+            if gang.unplaced <= 0 and gang.waiting <= 0:
+                continue
+            where = f"pool {gang.pool} has" if gang.pool else "the on-prem pools have"
+            capacity = self._capacity.get(gang.pool, 0)
+            largest_pod = max(gang.sizes, default=0)
+            largest_node = max(self._node_sizes.get(gang.pool) or {0: 0})
+            if gang.unplaced > capacity:
+                reason = f"gang needs {gang.unplaced} GPUs, {where} {capacity}"
+            elif largest_pod > largest_node:
+                node = f"the largest node in pool {gang.pool} has" if gang.pool else "the largest on-prem node has"
+                reason = f"a pod asks for {largest_pod} GPUs, {node} {largest_node}"
+            else:
+                continue
+            hopeless.append(gang)
+            found.append(InfeasibleGang(gang.namespace, gang.name, gang.pool, gang.unplaced, reason,
+                                        tuple(sorted(gang.pods, key=lambda r: (r.namespace, r.name)))))
+        return tuple(found), hopeless
+
+    def _pools(self, pending: Mapping[str, int], unplaced: Mapping[str, Mapping[int, int]]) -> dict[str, PoolGpus]:
         """Every pool seen on a node or named by pending training; O(pools).
 
         Training pending for a pool without (free) nodes nets to zero there: it can take no other pool's
         GPUs, so it must not keep the burst open (a pod naming a pool that does not exist never starts).
         """
-        free, pending, unplaced = self._pool_free, self._pool_pending, self._unplaced_pods
+        free = self._pool_free
         # Pools with nothing free, pending or unplaced add nothing; leaving them out keeps the snapshot the
         # same whichever order events arrived in (a drained pool's entry lingers at zero).
         return {
