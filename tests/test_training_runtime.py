@@ -278,7 +278,7 @@ def test_single_process_runtime_resumes_and_exposes_the_watched_metrics(tmp_path
     assert rt.resume() is None
     for step in range(1, 6):
         rt.step_done(step)
-        rt.maybe_checkpoint(step, lambda step=step: {"w": str(step).encode()})
+        rt.maybe_checkpoint(step, lambda step=step: {"w": str(step).encode()})  # type: ignore[misc]
     rt.close()
     again = TrainingRuntime.from_env({**env, "TRAINING_ATTEMPT": "2"})
     resumed = again.resume()
@@ -286,8 +286,8 @@ def test_single_process_runtime_resumes_and_exposes_the_watched_metrics(tmp_path
     names = rt.metrics.exposed_names()
     assert {"my_heartbeat", CHECKPOINT_DURATION, "gpucluster_checkpoint_bytes", "training_steps_per_second",
             "training_restarts", "gpucluster_checkpoints_skipped_total"} <= names
-    assert rt.metrics.checkpoint_bytes._value.get() == 1  # type: ignore[attr-defined]
-    assert again.metrics.restarts._value.get() == 2  # type: ignore[attr-defined]
+    assert rt.metrics.checkpoint_bytes._value.get() == 1
+    assert again.metrics.restarts._value.get() == 2
 
 
 def test_steps_per_second_over_the_window() -> None:
@@ -296,8 +296,8 @@ def test_steps_per_second_over_the_window() -> None:
     m.step_done(1)
     now[0] = 110.0
     m.step_done(21)
-    assert m.steps_per_second._value.get() == 2.0  # type: ignore[attr-defined]
-    assert m.heartbeat._value.get() == 110.0  # type: ignore[attr-defined]
+    assert m.steps_per_second._value.get() == 2.0
+    assert m.heartbeat._value.get() == 110.0
 
 
 def test_sha256_helper_is_the_standard_digest() -> None:
