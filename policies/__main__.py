@@ -1,4 +1,4 @@
-"""Entry point of the CrossGuard pack: builds the PolicyPack from :mod:`policies.rules`.
+"""Entry point of the CrossGuard pack: builds the PolicyPack from the :mod:`policies.rules` package.
 
 Constructing a ``PolicyPack`` starts its gRPC server and blocks forever, so nothing may import this
 file; tests and ``make policy`` import :mod:`policies.rules` instead.
