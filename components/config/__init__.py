@@ -1,0 +1,148 @@
+"""Typed stack configuration: one schema for the whole cluster, validated before any resource exists.
+
+Every key of ``Pulumi.<stack>.yaml`` under the ``gpu-cluster:`` namespace maps onto a field of
+:class:`ClusterConfig`. Defaults encode the operating lessons (78 °C thermal limit, NoSchedule-only
+burst taint, gradual return, Retain for checkpoints); cross-field rules reject configurations that
+would break the design (inference outranking training, a gang scheduler the cluster version no longer
+serves, a node claimed by two pools). :func:`parse_config` turns every problem into a
+:class:`ConfigError` naming the key path, the bad value, what was expected and the stack file.
+
+One module per section of the stack file; each holds the section's models and its cross-field check
+(``<section>_problems``), and ``cluster.CROSS_CHECKS`` lists those checks. ``base`` holds what every
+section shares, ``loading`` the way from the engine's config map to a validated ``ClusterConfig``.
+Import from this package (``from components.config import ClusterConfig``), not from the modules.
+"""
+
+from components.config.base import (
+    PROJECT,
+    DnsLabel,
+    NonNegativeInt,
+    PinnedImage,
+    PositiveInt,
+    Problem,
+    expand_node_names,
+)
+from components.config.burst import (
+    Burst,
+    Handover,
+)
+from components.config.checkpoint import (
+    CHECKPOINT_DRIVERS,
+    LUSTRE_PARAMETER_KEYS,
+    LUSTRE_THROUGHPUT_TIERS,
+    Checkpoint,
+    CheckpointBackend,
+    CheckpointBudget,
+    Filesystem,
+    ThroughputCheck,
+)
+from components.config.cluster import (
+    CROSS_CHECKS,
+    ClusterConfig,
+    cross_check,
+)
+from components.config.descheduler import (
+    Descheduler,
+)
+from components.config.inference import (
+    GatewayRef,
+    Inference,
+    InferenceService,
+    MetricsAdapter,
+    Scaling,
+    ScalingMetric,
+    Traffic,
+    TrafficShape,
+)
+from components.config.loading import (
+    ConfigError,
+    parse_config,
+    problems_from_validation,
+    raw_from_pulumi_config,
+)
+from components.config.observability import (
+    Observability,
+)
+from components.config.pools import (
+    GPU_HARDWARE_LIMITS_CELSIUS,
+    GpuPool,
+    SystemPool,
+)
+from components.config.priorities import (
+    MAX_PRIORITY_VALUE,
+    Priorities,
+    PriorityTier,
+    TierName,
+)
+from components.config.providers import (
+    UNSUPPORTED_PROVIDER_KINDS,
+    ExternalProvider,
+    ProviderKind,
+)
+from components.config.scheduling import (
+    SCHEDULER_K8S_SUPPORT,
+    Queue,
+    Scheduling,
+    SchedulingEngine,
+)
+from components.config.training import (
+    CheckpointMount,
+    Nccl,
+    Training,
+    TrainingJob,
+)
+
+__all__ = [
+    "CHECKPOINT_DRIVERS",
+    "CROSS_CHECKS",
+    "GPU_HARDWARE_LIMITS_CELSIUS",
+    "LUSTRE_PARAMETER_KEYS",
+    "LUSTRE_THROUGHPUT_TIERS",
+    "MAX_PRIORITY_VALUE",
+    "PROJECT",
+    "SCHEDULER_K8S_SUPPORT",
+    "UNSUPPORTED_PROVIDER_KINDS",
+    "Burst",
+    "Checkpoint",
+    "CheckpointBackend",
+    "CheckpointBudget",
+    "CheckpointMount",
+    "ClusterConfig",
+    "ConfigError",
+    "Descheduler",
+    "DnsLabel",
+    "ExternalProvider",
+    "Filesystem",
+    "GatewayRef",
+    "GpuPool",
+    "Handover",
+    "Inference",
+    "InferenceService",
+    "MetricsAdapter",
+    "Nccl",
+    "NonNegativeInt",
+    "Observability",
+    "PinnedImage",
+    "PositiveInt",
+    "Priorities",
+    "PriorityTier",
+    "Problem",
+    "ProviderKind",
+    "Queue",
+    "Scaling",
+    "ScalingMetric",
+    "Scheduling",
+    "SchedulingEngine",
+    "SystemPool",
+    "ThroughputCheck",
+    "TierName",
+    "Traffic",
+    "TrafficShape",
+    "Training",
+    "TrainingJob",
+    "cross_check",
+    "expand_node_names",
+    "parse_config",
+    "problems_from_validation",
+    "raw_from_pulumi_config",
+]

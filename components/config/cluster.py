@@ -1,0 +1,100 @@
+"""The whole stack: :class:`ClusterConfig` and the list of cross-field checks run on it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from components.config.base import ConfigModel, DnsLabel, LabelPrefix, Problem
+from components.config.burst import Burst, burst_problems
+from components.config.checkpoint import Checkpoint, Filesystem, checkpoint_problems
+from components.config.descheduler import Descheduler
+from components.config.inference import Inference, inference_problems
+from components.config.observability import Observability, observability_problems
+from components.config.pools import GpuPool, SystemPool, pools_problems
+from components.config.priorities import Priorities
+from components.config.providers import ExternalProvider, providers_problems
+from components.config.scheduling import Scheduling, scheduling_problems
+from components.config.training import Training, training_problems
+
+
+class ClusterConfig(ConfigModel):
+    """The whole stack, as declared in ``Pulumi.<stack>.yaml``."""
+
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+(\.\d+)?$")] = "1.34"
+    label_prefix: LabelPrefix = "gpucluster.io"
+    gpu_resource: str = "nvidia.com/gpu"
+    system_namespace: DnsLabel = "gpu-system"
+    training_namespace: DnsLabel = "training"
+    inference_namespace: DnsLabel = "inference"
+    monitoring_namespace: DnsLabel = "monitoring"
+    pools: list[GpuPool]
+    system_pool: SystemPool
+    priorities: Priorities = Priorities()
+    scheduling: Scheduling = Scheduling()
+    providers: list[ExternalProvider] = Field(default_factory=list)
+    inference: Inference = Inference()
+    burst: Burst = Burst()
+    descheduler: Descheduler = Descheduler()
+    observability: Observability = Observability()
+    checkpoint: Checkpoint = Checkpoint()
+    training: Training = Training()
+
+    @field_validator("pools")
+    @classmethod
+    def _some_pools(cls, value: list[GpuPool]) -> list[GpuPool]:
+        if not value:
+            raise ValueError("must declare at least one on-prem GPU pool")
+        return value
+
+    @property
+    def k8s_minor(self) -> tuple[int, int]:
+        major, minor = self.kubernetes_version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def system_pool_selector(self) -> dict[str, str]:
+        """The node selector that places platform components on the system pool."""
+        return {f"{self.label_prefix}/pool": self.system_pool.name}
+
+    @property
+    def handover_active(self) -> bool:
+        """Training waits at the handover gate: only with inference to protect and somewhere to put a standby."""
+        return self.burst.handover.enabled and bool(self.providers) and bool(self.inference.services)
+
+    @property
+    def handover_services(self) -> dict[str, int]:
+        """Inference services the handover protects, with the minimum each keeps ready; empty when off."""
+        return {s.name: s.min_replicas for s in self.inference.services} if self.handover_active else {}
+
+    @property
+    def onprem_gpus(self) -> int:
+        return sum(p.gpu_count for p in self.pools)
+
+    def pool(self, name: str) -> GpuPool:
+        return next(p for p in self.pools if p.name == name)
+
+    def filesystem(self, name: str) -> Filesystem:
+        return next(f for f in self.checkpoint.filesystems if f.name == name)
+
+
+
+#: The cross-field checks, one per section, in the order the sections appear in the stack file. Each
+#: returns its problems rather than raising, so one run reports them all.
+CROSS_CHECKS: list[Callable[[ClusterConfig], list[Problem]]] = [
+    pools_problems,
+    scheduling_problems,
+    providers_problems,
+    inference_problems,
+    burst_problems,
+    observability_problems,
+    checkpoint_problems,
+    training_problems,
+]
+
+
+def cross_check(cfg: ClusterConfig) -> list[Problem]:
+    """Every rule that spans fields or sections, across the whole stack."""
+    return [problem for check in CROSS_CHECKS for problem in check(cfg)]

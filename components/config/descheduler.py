@@ -1,0 +1,43 @@
+"""The descheduler that returns burst pods on-prem a few at a time."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import field_validator, model_validator
+
+from components.config.base import ConfigModel, NonNegativeInt, PinnedImage, PositiveInt
+
+
+class Descheduler(ConfigModel):
+    """Gradual return: a few pods per cycle move back on-prem once the burst taint returns."""
+
+    image: PinnedImage = "registry.k8s.io/descheduler/descheduler:v0.34.0"
+    schedule: str = "*/2 * * * *"
+    max_pods_per_node: PositiveInt = 4
+    max_pods_per_namespace: PositiveInt = 8
+    max_pods_total: PositiveInt = 16
+    min_pod_age_seconds: NonNegativeInt = 300
+    #: Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room).
+    prefer_onprem_affinity: bool = False
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError("must be a five-field cron expression such as '*/2 * * * *'")
+        return value
+
+    @model_validator(mode="after")
+    def _limits(self) -> Self:
+        if self.max_pods_per_node > self.max_pods_total:
+            raise ValueError(
+                f"maxPodsPerNode ({self.max_pods_per_node}) must not exceed maxPodsTotal ({self.max_pods_total})"
+            )
+        if self.max_pods_per_namespace > self.max_pods_total:
+            raise ValueError(
+                f"maxPodsPerNamespace ({self.max_pods_per_namespace}) must not exceed maxPodsTotal "
+                f"({self.max_pods_total})"
+            )
+        return self
+

@@ -1,0 +1,154 @@
+"""Inference services: traffic shape, HPA scaling, the gateway and the metrics adapter."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Self
+
+from pydantic import Field, model_validator
+
+from components.config.base import (
+    ConfigModel,
+    DnsLabel,
+    NonNegativeInt,
+    PinnedImage,
+    PositiveInt,
+    Problem,
+    unique_names,
+)
+
+if TYPE_CHECKING:
+    from components.config.cluster import ClusterConfig
+
+
+class TrafficShape(StrEnum):
+    QUEUE_WORKER = "queue-worker"
+    GATEWAY = "gateway"
+
+
+class Traffic(ConfigModel):
+    """How requests reach replicas wherever they run; without this a burst adds idle pods.
+
+    ``queue-worker``: replicas pull from a broker every location reaches (queueUrl, credentials).
+    ``gateway``: an HTTPRoute for gatewayHost sends requests to one Service spanning every ready replica,
+    so each location gets traffic in proportion to its ready replicas; the service bursts only onto
+    providers whose pod IPs the cluster can route to.
+    """
+
+    shape: TrafficShape
+    queue_url: str | None = None
+    queue_credentials_secret: str | None = None
+    gateway_host: str | None = None
+
+    @model_validator(mode="after")
+    def _shape_fields(self) -> Self:
+        if self.shape is TrafficShape.QUEUE_WORKER and not self.queue_url:
+            raise ValueError("shape 'queue-worker' needs queueUrl (the broker every location can reach)")
+        if self.shape is TrafficShape.GATEWAY and not self.gateway_host:
+            raise ValueError("shape 'gateway' needs gatewayHost")
+        if self.shape is TrafficShape.GATEWAY and (self.queue_url or self.queue_credentials_secret):
+            raise ValueError("shape 'gateway' takes no queueUrl/queueCredentialsSecret; use 'queue-worker'")
+        return self
+
+
+class ScalingMetric(StrEnum):
+    CPU = "cpu"
+    MEMORY = "memory"
+    QUEUE_DEPTH = "queue-depth"
+    IN_FLIGHT = "in-flight"
+
+
+class Scaling(ConfigModel):
+    """HPA target. cpu/memory: average utilization percent; queue-depth: waiting jobs per replica
+    (an external metric); in-flight: concurrent requests per replica (a pods metric)."""
+
+    metric: ScalingMetric = ScalingMetric.QUEUE_DEPTH
+    target: PositiveInt = 4
+    scale_up_stabilization_seconds: NonNegativeInt = 0
+    scale_down_stabilization_seconds: NonNegativeInt = 300
+    #: Scale-down never removes more than this share of replicas per minute (a gentle return).
+    scale_down_percent_per_minute: Annotated[int, Field(ge=1, le=100)] = 10
+    #: Prometheus series the adapter serves for queue-depth/in-flight; default per metric.
+    prometheus_series: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] | None = None
+
+    @model_validator(mode="after")
+    def _target(self) -> Self:
+        if self.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) and self.target > 100:
+            raise ValueError(f"target for metric '{self.metric}' is a utilization percent (1-100), got {self.target}")
+        if self.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) and self.prometheus_series:
+            raise ValueError(f"prometheusSeries applies to queue-depth/in-flight, not '{self.metric}'")
+        return self
+
+
+class InferenceService(ConfigModel):
+    name: DnsLabel
+    image: PinnedImage
+    gpus_per_replica: PositiveInt = 1
+    min_replicas: PositiveInt = 2
+    max_replicas: PositiveInt = 16
+    port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    cpu: str = "8"
+    memory: str = "64Gi"
+    max_unavailable: PositiveInt = 1
+    readiness_path: str = "/healthz"
+    #: How long a replica may take to load its model before the readiness path must answer; until then the
+    #: liveness probe (same path) does not run, so a slow load is never killed as a hang.
+    startup_timeout_seconds: Annotated[int, Field(ge=30, le=7200)] = 1800
+    pool: DnsLabel | None = None
+    traffic: Traffic
+    scaling: Scaling = Scaling()
+    args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _replicas(self) -> Self:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"maxReplicas ({self.max_replicas}) must be at least minReplicas ({self.min_replicas})"
+            )
+        if self.max_unavailable >= self.min_replicas:
+            raise ValueError(
+                f"maxUnavailable ({self.max_unavailable}) must be below minReplicas ({self.min_replicas}); "
+                "otherwise a drain may take the whole service down"
+            )
+        if not self.readiness_path.startswith("/"):
+            raise ValueError(f"readinessPath must start with '/', got '{self.readiness_path}'")
+        return self
+
+
+class GatewayRef(ConfigModel):
+    """The Gateway (Gateway API) that gateway-shaped services attach their HTTPRoute to."""
+
+    name: DnsLabel = "inference-gateway"
+    #: Defaults to the inference namespace.
+    namespace: DnsLabel | None = None
+    section_name: DnsLabel | None = None
+
+
+class MetricsAdapter(ConfigModel):
+    """prometheus-adapter serving custom.metrics.k8s.io and external.metrics.k8s.io from Prometheus."""
+
+    image: PinnedImage = "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0"
+    #: Defaults to the Prometheus Operator's governing Service in the monitoring namespace.
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    relist_interval_seconds: PositiveInt = 60
+    replicas: PositiveInt = 2
+
+
+class Inference(ConfigModel):
+    services: list[InferenceService] = Field(default_factory=list)
+    gateway: GatewayRef = GatewayRef()
+    adapter: MetricsAdapter = MetricsAdapter()
+
+
+
+def inference_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Service names are distinct and each named pool exists."""
+    problems = unique_names(enumerate(s.name for s in cfg.inference.services), "inference.services", "service")
+    pool_names = {p.name for p in cfg.pools}
+    for index, service in enumerate(cfg.inference.services):
+        if service.pool is not None and service.pool not in pool_names:
+            problems.append(
+                Problem(f"inference.services[{index}].pool", f"unknown pool; expected one of {sorted(pool_names)}",
+                        service.pool)
+            )
+    return problems

@@ -1,0 +1,84 @@
+"""Monitoring, the thermal guard and the InfiniBand exporter; the thermal threshold is checked per pool."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Self
+
+from pydantic import Field, model_validator
+
+from components.config.base import ConfigModel, DnsLabel, PositiveInt, Problem
+
+if TYPE_CHECKING:
+    from components.config.cluster import ClusterConfig
+
+
+class Observability(ConfigModel):
+    dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
+    thermal_threshold_celsius: PositiveInt = 78
+    thermal_hold_seconds: PositiveInt = 120
+    thermal_warning_band_celsius: PositiveInt = 5
+    inference_tolerates_thermal: bool = True
+    step_heartbeat_metric: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] = (
+        "training_step_heartbeat_timestamp_seconds"
+    )
+    hang_window_minutes: PositiveInt = 10
+    dashboards: bool = True
+    #: Deploy the InfiniBand exporter DaemonSet on the GPU pools (nodes without HCAs export nothing).
+    ib_exporter: bool = True
+    ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = 9315
+    #: The rate an InfiniBand port must train at; lower raises InfinibandRateBelowNominal (NDR: 400).
+    ib_nominal_rate_gbps: PositiveInt = 400
+    #: Deploy the thermal guard (taints hot nodes); off leaves only the alerts.
+    thermal_guard: bool = True
+    thermal_poll_seconds: PositiveInt = 15
+    thermal_guard_port: Annotated[int, Field(ge=1024, le=65535)] = 9316
+    #: Prometheus the thermal guard queries.
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
+    #: Scrape interval of our ServiceMonitors; at most the hold so the guard's rule can see the hold.
+    scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
+    #: Labels the Prometheus Operator selects ServiceMonitors and PrometheusRules by (e.g. release).
+    monitor_labels: dict[str, str] = Field(default_factory=dict)
+    #: XIDs that page: drain and RMA.
+    critical_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(default_factory=lambda: [48, 64, 74, 79, 95])
+    #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
+    dcgm_runtime_class: DnsLabel | None = "nvidia"
+
+    @model_validator(mode="after")
+    def _thermal_consistent(self) -> Self:
+        if self.thermal_warning_band_celsius >= self.thermal_threshold_celsius:
+            raise ValueError(
+                f"thermalWarningBandCelsius ({self.thermal_warning_band_celsius}) must be below "
+                f"thermalThresholdCelsius ({self.thermal_threshold_celsius})"
+            )
+        if self.thermal_poll_seconds > self.thermal_hold_seconds:
+            raise ValueError(
+                f"thermalPollSeconds ({self.thermal_poll_seconds}) must not exceed thermalHoldSeconds "
+                f"({self.thermal_hold_seconds}): the guard could not observe the hold"
+            )
+        if self.scrape_interval_seconds > self.thermal_hold_seconds:
+            raise ValueError(
+                f"scrapeIntervalSeconds ({self.scrape_interval_seconds}) must not exceed thermalHoldSeconds "
+                f"({self.thermal_hold_seconds})"
+            )
+        if not self.critical_xids:
+            raise ValueError("criticalXids must list at least one XID")
+        return self
+
+
+
+def observability_problems(cfg: ClusterConfig) -> list[Problem]:
+    """The thermal threshold sits below every pool's hardware slowdown limit."""
+    problems: list[Problem] = []
+    threshold = cfg.observability.thermal_threshold_celsius
+    for index, pool in enumerate(cfg.pools):
+        if threshold >= pool.hardware_limit:
+            problems.append(
+                Problem(
+                    "observability.thermalThresholdCelsius",
+                    f"must be below the hardware slowdown limit of pool '{pool.name}' "
+                    f"({pool.gpu_model}: {pool.hardware_limit} °C, pools[{index}]); "
+                    "the GPU would throttle before the guard pulls it",
+                    threshold,
+                )
+            )
+    return problems

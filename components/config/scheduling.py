@@ -1,0 +1,119 @@
+"""Gang scheduling: the engine, its queues, and the checks that tie them to the cluster version and pools."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Self
+
+from pydantic import model_validator
+
+from components.config.base import ConfigModel, DnsLabel, NonNegativeInt, PositiveInt, Problem
+
+if TYPE_CHECKING:
+    from components.config.cluster import ClusterConfig
+
+#: Kubernetes minor versions each gang scheduler supports (inclusive bounds).
+SCHEDULER_K8S_SUPPORT: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    # kube-batch v0.5 watches policy/v1beta1 PDBs (gone in 1.25) and scheduling/v1beta1 classes.
+    "kube-batch": ((1, 13), (1, 24)),
+    # Volcano v1.15 supports Kubernetes 1.24–1.35.
+    "volcano": ((1, 24), (1, 35)),
+}
+
+
+class Queue(ConfigModel):
+    """A Volcano queue; inference's queue is reclaimable so training can take its GPUs back."""
+
+    name: DnsLabel
+    weight: PositiveInt = 1
+    gpu_capability: PositiveInt | None = None
+    reclaimable: bool = True
+    #: GPUs the queue deserves (Volcano ``capacity`` plugin): what it may reclaim up to from reclaimable
+    #: queues, and above which its own pods are reclaim victims. Unset: a training queue deserves every GPU
+    #: of its pool(s); the inference queue deserves none, so all of its pods stay reclaimable.
+    gpu_deserved: NonNegativeInt | None = None
+
+    @model_validator(mode="after")
+    def _deserved_within_capability(self) -> Self:
+        if (self.gpu_deserved is not None and self.gpu_capability is not None
+                and self.gpu_deserved > self.gpu_capability):
+            raise ValueError(f"gpuDeserved ({self.gpu_deserved}) exceeds gpuCapability ({self.gpu_capability})")
+        return self
+
+
+class SchedulingEngine(StrEnum):
+    VOLCANO = "volcano"
+    KUBE_BATCH = "kube-batch"
+
+
+class Scheduling(ConfigModel):
+    engine: SchedulingEngine = SchedulingEngine.VOLCANO
+    #: Install Volcano from its pinned chart; off where the cluster already runs it (local cluster).
+    install: bool = True
+    training_queue: Queue = Queue(name="training", weight=8, reclaimable=False)
+    inference_queue: Queue = Queue(name="inference", weight=2, reclaimable=True)
+    #: Volcano scheduling period; short enough that a pending gang is reconsidered quickly.
+    schedule_period_seconds: PositiveInt = 1
+    #: One training queue per GPU pool (``<trainingQueue.name>-<pool>``, capability = that pool's GPUs)
+    #: instead of one queue over all pools. Volcano's enqueue admits a gang only while its queue has room,
+    #: so with one queue a gang waiting for a full pool holds the room that a gang for an idle pool needs
+    #: (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one.
+    training_queue_per_pool: bool | None = None
+
+    @model_validator(mode="after")
+    def _queues(self) -> Self:
+        if self.training_queue.name == self.inference_queue.name:
+            raise ValueError("trainingQueue and inferenceQueue must have different names")
+        if self.training_queue.reclaimable:
+            raise ValueError(
+                "trainingQueue.reclaimable must be false: a training gang that loses members stalls"
+            )
+        return self
+
+    @property
+    def scheduler_name(self) -> str:
+        return "volcano" if self.engine is SchedulingEngine.VOLCANO else "kube-batch"
+
+    def queue_per_pool(self, pool_count: int) -> bool:
+        """Whether training gets one queue per pool: the explicit setting, else more than one pool."""
+        return pool_count > 1 if self.training_queue_per_pool is None else self.training_queue_per_pool
+
+    def training_queue_names(self, pools: Iterable[str]) -> dict[str, str]:
+        """Pool name → the training queue its gangs go to."""
+        names = list(pools)
+        base = self.training_queue.name
+        if not self.queue_per_pool(len(names)):
+            return {pool: base for pool in names}
+        return {pool: f"{base}-{pool}" for pool in names}
+
+
+def scheduling_problems(cfg: ClusterConfig) -> list[Problem]:
+    """The engine serves the cluster's Kubernetes version; per-pool training queues miss the inference queue."""
+    problems: list[Problem] = []
+    engine = cfg.scheduling.engine.value
+    (lo, hi) = SCHEDULER_K8S_SUPPORT[engine]
+    if not lo <= cfg.k8s_minor <= hi:
+        hint = (
+            " kube-batch v0.5 needs policy/v1beta1 and scheduling/v1beta1, which Kubernetes no longer "
+            "serves from 1.25; use engine 'volcano'"
+            if engine == "kube-batch"
+            else ""
+        )
+        problems.append(
+            Problem(
+                "scheduling.engine",
+                f"'{engine}' supports Kubernetes {lo[0]}.{lo[1]}–{hi[0]}.{hi[1]}, "
+                f"but kubernetesVersion is {cfg.kubernetes_version}.{hint}",
+                engine,
+            )
+        )
+    # Per-pool training queue names (two DNS labels joined by '-', so valid) must not hit the inference queue.
+    sched = cfg.scheduling
+    problems += [
+        Problem("scheduling.inferenceQueue.name",
+                f"collides with the training queue of pool '{pool}'; choose another name", name)
+        for pool, name in sched.training_queue_names(p.name for p in cfg.pools).items()
+        if name == sched.inference_queue.name
+    ]
+    return problems

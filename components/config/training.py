@@ -1,0 +1,87 @@
+"""Training jobs and NCCL watchdogs; a job must fit its pool and name a declared checkpoint filesystem."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from components.config.base import (
+    ConfigModel,
+    DnsLabel,
+    NonNegativeInt,
+    PinnedImage,
+    PositiveInt,
+    Problem,
+    unique_names,
+)
+
+if TYPE_CHECKING:
+    from components.config.cluster import ClusterConfig
+
+
+class Nccl(ConfigModel):
+    """Watchdog settings so a silent NCCL hang turns into a crash the gang restarts from."""
+
+    async_error_handling: bool = True
+    heartbeat_timeout_seconds: PositiveInt = 480
+    collective_timeout_seconds: PositiveInt = 600
+    debug: Literal["WARN", "INFO", "VERSION"] = "WARN"
+
+
+class CheckpointMount(ConfigModel):
+    filesystem: DnsLabel
+    mount_path: str = "/checkpoints"
+    interval_steps: PositiveInt = 500
+    keep_last: PositiveInt = 3
+
+
+class TrainingJob(ConfigModel):
+    name: DnsLabel
+    enabled: bool = False
+    image: PinnedImage
+    pool: DnsLabel
+    workers: PositiveInt
+    gpus_per_worker: PositiveInt = 8
+    #: Per-worker CPU and memory requests; size them below the pool's allocatable or the gang never fits.
+    cpu_per_worker: str = "64"
+    memory_per_worker: str = "1024Gi"
+    max_retries: NonNegativeInt = 5
+    command: list[str] = Field(default_factory=list)
+    checkpoint: CheckpointMount | None = None
+
+
+class Training(ConfigModel):
+    nccl: Nccl = Nccl()
+    jobs: list[TrainingJob] = Field(default_factory=list)
+
+
+
+def training_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Job names are distinct; each job fits its pool (nodes, GPUs per node) and names a declared filesystem."""
+    problems = unique_names(enumerate(j.name for j in cfg.training.jobs), "training.jobs", "job")
+    pool_names = {p.name for p in cfg.pools}
+    fs_names = {f.name for f in cfg.checkpoint.filesystems}
+    for index, job in enumerate(cfg.training.jobs):
+        if job.pool not in pool_names:
+            problems.append(
+                Problem(f"training.jobs[{index}].pool", f"unknown pool; expected one of {sorted(pool_names)}",
+                        job.pool)
+            )
+        elif job.workers > len(cfg.pool(job.pool).node_names):
+            problems.append(
+                Problem(f"training.jobs[{index}].workers",
+                        f"pool '{job.pool}' has only {len(cfg.pool(job.pool).node_names)} nodes", job.workers)
+            )
+        elif job.gpus_per_worker > cfg.pool(job.pool).gpus_per_node:
+            problems.append(
+                Problem(f"training.jobs[{index}].gpusPerWorker",
+                        f"pool '{job.pool}' nodes have {cfg.pool(job.pool).gpus_per_node} GPUs",
+                        job.gpus_per_worker)
+            )
+        if job.checkpoint is not None and job.checkpoint.filesystem not in fs_names:
+            problems.append(
+                Problem(f"training.jobs[{index}].checkpoint.filesystem",
+                        f"unknown filesystem; expected one of {sorted(fs_names)}", job.checkpoint.filesystem)
+            )
+    return problems
