@@ -15,9 +15,10 @@ warnings, ``make simulate`` and the goodput simulator (``bench/sim/goodput.py``)
   off costs 25 % more checkpoint-related loss), so the stack check only warns beyond 2×.
 
 The interval a job declares in seconds (``checkpoint.intervalSeconds``, the runtime's
-``CHECKPOINT_INTERVAL_SECONDS``) is compared with the optimum for the job's GPUs and filesystem. An
-interval in steps alone cannot be compared: its length in seconds depends on the step time, which the
-stack does not know; the preview row says so.
+``CHECKPOINT_INTERVAL_SECONDS``) is compared with the optimum for the job's GPUs and filesystem (the
+steps interval may still fire first; it only shortens the interval). An interval in steps alone cannot
+be compared: its length in seconds depends on the step time, which the stack does not know; the preview
+row says so.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def interval_findings(cfg: ClusterConfig, factor: float = WARN_FACTOR) -> list[t
         direction = "longer" if declared > optimum else "shorter"
         found.append((
             f"training.jobs[{index}].checkpoint.intervalSeconds",
-            f"job '{job.name}' checkpoints every {declared:g} s, {off:.1f}× {direction} than the optimum "
+            f"job '{job.name}' intervalSeconds {declared:g} is {off:.1f}× {direction} than the optimum "
             f"{optimum:.0f} s for {rec.gpus:,} GPUs (MTBF {_hours(rec.mtbf_s)}, snapshot stall "
             f"{rec.snapshot_s:.1f} s, write {rec.write_s:.0f} s to '{job.checkpoint.filesystem}'); "
             f"with blocking writes the optimum is {rec.blocking_s:.0f} s",
