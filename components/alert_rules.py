@@ -98,6 +98,13 @@ class AlertThresholds:
     handover_timeout_seconds: int = 300
     """The burst controller releases gated training after this long; held longer means it cannot act."""
     controller_absent_seconds: int = 120
+    gang_restart_rate_per_hour: float = 3.0
+    """Guard-caused gang restarts per pool and hour above which the pool fails faster than planned."""
+    restart_loop_count: int = 2
+    """Restarts of one job caused by one node within ``restart_loop_window_seconds`` that make a loop."""
+    restart_loop_window_seconds: int = 21600
+    quarantined_pool_share: float = 0.1
+    """Share of a pool quarantined above which the cause is probably shared."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -120,6 +127,8 @@ class AlertThresholds:
             "repeated_xid_count",
             "handover_timeout_seconds",
             "controller_absent_seconds",
+            "restart_loop_count",
+            "restart_loop_window_seconds",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -139,6 +148,8 @@ class AlertThresholds:
             "ib_flat_bytes_per_second",
             "nvlink_flat_bytes_per_second",
             "checkpoint_budget_seconds",
+            "gang_restart_rate_per_hour",
+            "quarantined_pool_share",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")
@@ -529,17 +540,87 @@ def _checkpoint(t: AlertThresholds) -> list[dict[str, Any]]:
 
 
 def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
+    """The health guard: what it quarantined, when it holds back, and the crashes it accounts for."""
+    loop = duration(t.restart_loop_window_seconds)
     return [
         _alert(
             t,
-            "GpuNodeThermallyCordoned",
-            "thermal_guard_node_tainted == 1",
+            "GpuNodeQuarantined",
+            "max by (node, class) (gpucluster_health_node_quarantined) == 1",
             WARNING,
             "gpu",
-            "Node {{ $labels.node }} is out of service for GPU temperature",
-            "The thermal guard tainted node {{ $labels.node }} (gpucluster.io/thermal=hot:NoSchedule): a "
-            "GPU stayed at or above the limit. It stays out of service until a human acts. Action: repair "
-            "or replace, then label the node gpucluster.io/thermal-release=<your name>.",
+            "Node {{ $labels.node }} is quarantined as {{ $labels.class }}",
+            "The health guard tainted node {{ $labels.node }} gpucluster.io/gpu-health={{ $labels.class }}:NoSchedule "
+            "and evicted its training pods (and, for fatal, its inference pods). `kubectl describe node` shows "
+            "the GpuHealthy condition with the signal. Action: none for degraded nodes (released after a healthy "
+            "probation); for fatal ones repair the node, then `kubectl label node {{ $labels.node }} "
+            "gpucluster.io/gpu-repaired=<who>` (released after the probation).",
+        ),
+        _alert(
+            t,
+            "GpuHealthGuardSuppressed",
+            "max(gpucluster_health_breaker_tripped) > 0",
+            CRITICAL,
+            "gpu",
+            "The health guard refused a quarantine at its rate limit and stopped acting",
+            "More nodes went bad than the guard may take out (nodes per hour, in total, or a share of a pool), "
+            "so it quarantined none of the rest and waits for a person: a broken exporter, a hot row or a bad "
+            "firmware must not drain the fleet. Check: the GpuHealthSuppressed events, the Lease annotation "
+            "gpucluster.io/gpu-health-breaker, which signal fires where. Action: fix the cause or quarantine by "
+            "hand, then reset: `kubectl annotate lease -n <system namespace> health-guard "
+            "gpucluster.io/gpu-health-breaker-`.",
+        ),
+        _alert(
+            t,
+            "GpuPoolQuarantinedShareHigh",
+            f"max by (pool) (gpucluster_health_pool_quarantined_ratio) > {_number(t.quarantined_pool_share)}",
+            CRITICAL,
+            "gpu",
+            "{{ $value | humanizePercentage }} of pool {{ $labels.pool }} is quarantined",
+            "A share of pool {{ $labels.pool }} this large points at a shared cause (cooling of a row, a switch, "
+            "a driver or firmware roll-out) rather than single bad GPUs, and gangs that need the pool wait. "
+            "Check: the signals per node on the GPU health dashboard. Action: fix the shared cause; release "
+            "nodes per the README's training section.",
+            "5m",
+        ),
+        _alert(
+            t,
+            "GangRestartRateHigh",
+            "sum by (pool) (increase(gpucluster_health_gang_restarts_total[1h])) > "
+            f"{_number(t.gang_restart_rate_per_hour)}",
+            WARNING,
+            "training",
+            "Gangs in pool {{ $labels.pool }} restarted {{ $value | humanize }} times in the last hour",
+            "Every restart costs the work since the last checkpoint plus the restart itself. More than "
+            f"{_number(t.gang_restart_rate_per_hour)} an hour means the pool fails faster than the checkpoint "
+            "interval assumes. Check: time between failures on the GPU health dashboard, which signals quarantined "
+            "the nodes. Action: shorten the checkpoint interval or fix the failing hardware class.",
+        ),
+        _alert(
+            t,
+            "GangRestartLoopOnNode",
+            f"sum by (namespace, job, node) (increase(gpucluster_health_gang_restarts_total[{loop}])) "
+            f">= {t.restart_loop_count}",
+            CRITICAL,
+            "training",
+            "Job {{ $labels.namespace }}/{{ $labels.job }} restarted {{ $value | humanize }} times because of node "
+            "{{ $labels.node }}",
+            f"The same node took the same job down {{{{ $value | humanize }}}} times within {loop}: it is released and fails "
+            "again. Check: the node's gpucluster.io/gpu-health-history annotation and its signals. Action: keep "
+            "it out (label gpucluster.io/gpu-health-guard=disabled only after taking it out of the pool by hand) "
+            "and have it repaired.",
+        ),
+        _alert(
+            t,
+            "HealthGuardNoLeader",
+            "max(gpucluster_health_leader) < 1 or absent(gpucluster_health_leader)",
+            CRITICAL,
+            "gpu",
+            "No health guard replica leads",
+            "No replica of the health guard holds its Lease (or none is scraped): bad GPUs stay in service and "
+            "training keeps crashing on them. Action: check the health-guard Deployment in the system namespace "
+            "(crash loop, RBAC, API reachability).",
+            duration(t.controller_absent_seconds),
         ),
     ]
 
@@ -586,7 +667,7 @@ def build_rule_spec(thresholds: AlertThresholds | None = None) -> dict[str, Any]
             {"name": "gpucluster.infiniband", "rules": _infiniband(t)},
             {"name": "gpucluster.training", "rules": _training(t)},
             {"name": "gpucluster.checkpoint", "rules": _checkpoint(t)},
-            {"name": "gpucluster.thermal-guard", "rules": _guard(t)},
+            {"name": "gpucluster.health-guard", "rules": _guard(t)},
             {"name": "gpucluster.burst", "rules": _burst(t)},
         ]
     }

@@ -32,6 +32,8 @@ def promtool() -> str:
 
 
 LEADER = "gpucluster_burst_leader"
+RESTARTS = "gpucluster_health_gang_restarts_total"
+JOB_GANG = {"namespace": "team-a", "job": "llm-70b", "pool": "h100-a"}
 
 
 def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -56,6 +58,7 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
     """The subset of Go templating our annotations use: $labels.x, $value, $value | humanize."""
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
     text = text.replace("{{ $value | humanize }}", _humanize(value))
+    text = text.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
     text = text.replace("{{ $value }}", _go_value(value))
     assert "{{" not in text, text
     return text
@@ -346,13 +349,37 @@ CASES = [
         [series("gpucluster_checkpoint_duration_seconds", JOB, "28x4")],
         "1m",
     ),
-    Case(
-        "thermally cordoned node warns",
-        "GpuNodeThermallyCordoned",
-        [series("thermal_guard_node_tainted", {"node": "gpu-node-1"}, "1x4")],
-        "1m",
-        [({"node": "gpu-node-1"}, 1)],
-    ),
+    Case("quarantined node warns", "GpuNodeQuarantined",
+         [series("gpucluster_health_node_quarantined", {"node": "gpu-node-1", "class": "fatal", "pod": "g"}, "1x4")],
+         "1m", [({"node": "gpu-node-1", "class": "fatal"}, 1)]),
+    Case("tripped breaker pages", "GpuHealthGuardSuppressed",
+         [series("gpucluster_health_breaker_tripped", {"pod": "g"}, "1x4")], "1m", [({}, 1)]),
+    Case("breaker not tripped is quiet", "GpuHealthGuardSuppressed",
+         [series("gpucluster_health_breaker_tripped", {"pod": "g"}, "0x4")], "1m"),
+    Case("a third of a pool quarantined pages", "GpuPoolQuarantinedShareHigh",
+         [series("gpucluster_health_pool_quarantined_ratio", {"pool": "h100-a", "pod": "g"}, "0.25x10")], "6m",
+         [({"pool": "h100-a"}, 0.25)]),
+    Case("a small share of a pool is quiet", "GpuPoolQuarantinedShareHigh",
+         [series("gpucluster_health_pool_quarantined_ratio", {"pool": "h100-a", "pod": "g"}, "0.05x10")], "6m"),
+    Case("four gang restarts in an hour warn", "GangRestartRateHigh",
+         [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 0 0 2 2 2 2 2 2"),
+          series(RESTARTS, {**JOB_GANG, "node": "gpu-node-2"}, "0 0 0 0 0 0 2 2 2 2")],
+         # increase() extrapolates half a sample interval past the window's last sample: 4 × 9.5 / 9.
+         "9m", [({"pool": "h100-a"}, 4 * 9.5 / 9)]),
+    Case("one gang restart an hour is quiet", "GangRestartRateHigh",
+         [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 0 1 1 1 1 1 1 1")], "9m"),
+    Case("a job restarted twice by one node pages", "GangRestartLoopOnNode",
+         [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 1 1 2 2 2 2 2 2")], "9m",
+         [({"namespace": "team-a", "job": "llm-70b", "node": "gpu-node-1"}, 2 * 9.5 / 9)]),
+    Case("restarts from different nodes are no loop", "GangRestartLoopOnNode",
+         [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 1 1 1 1 1 1 1 1"),
+          series(RESTARTS, {**JOB_GANG, "node": "gpu-node-2"}, "0 0 0 0 1 1 1 1 1 1")], "9m"),
+    Case("no health guard leader pages", "HealthGuardNoLeader",
+         [series("gpucluster_health_leader", {"pod": "a"}, "0x12"),
+          series("gpucluster_health_leader", {"pod": "b"}, "0x12")], "2m", [({}, 0)]),
+    Case("one health guard leader is quiet", "HealthGuardNoLeader",
+         [series("gpucluster_health_leader", {"pod": "a"}, "1x12"),
+          series("gpucluster_health_leader", {"pod": "b"}, "0x12")], "2m"),
     Case("no leader pages", "BurstControllerNoLeader",
          [series(LEADER, {"pod": "a"}, "0x12"), series(LEADER, {"pod": "b"}, "0x12")], "2m", [({}, 0)]),
     Case("one leader is quiet", "BurstControllerNoLeader",
@@ -376,7 +403,7 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_promtool_check_rules_accepts_the_rendered_rules(rules_file: Path) -> None:
     result = subprocess.run([promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 26 rules found" in result.stdout
+    assert "SUCCESS: 31 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -416,7 +443,7 @@ def test_promtool_unit(case: Case, rules_file: Path, tmp_path: Path) -> None:
 def test_every_alert_has_summary_description_and_severity() -> None:
     spec = build_rule_spec()
     names = alert_names(spec)
-    assert len(names) == len(set(names)) == 26
+    assert len(names) == len(set(names)) == 31
     for group in spec["groups"]:
         for r in group["rules"]:
             assert r["labels"]["severity"] in {"critical", "warning"}, r["alert"]
