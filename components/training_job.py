@@ -3,17 +3,24 @@
 "Let it crash": any failed or evicted worker restarts the whole gang (a partial NCCL ring cannot make
 progress), up to the retry budget; each restart resumes from the newest checkpoint in the job's own
 sub-path of the checkpoint filesystem. NCCL's watchdog turns a silent hang into a crash.
+
+Every environment variable set here has a reader: the training runtime (``training_runtime/settings.py``)
+or PyTorch's NCCL watchdog and NCCL itself (``training_runtime.settings.FRAMEWORK_ENV``); a test checks
+it. The workers expose the runtime's metrics on a ``metrics`` port that the job's PodMonitor scrapes, so
+the step-heartbeat and checkpoint alerts watch series that exist.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
+from components.config.training import VOLCANO_PYTORCH_PORT
 from components.naming import (
     TRAINING,
     VOLCANO_PREEMPTABLE_ANNOTATION,
@@ -22,6 +29,14 @@ from components.naming import (
     common_labels,
 )
 from components.workloads import gpu_resources, onprem_required_affinity, pool_tolerations
+
+#: Default port of the training runtime's /metrics endpoint (config: training.metricsPort).
+DEFAULT_METRICS_PORT = 9318
+METRICS_PORT_NAME = "metrics"
+#: Volcano stamps these on every pod it creates for a Job (volcano.sh/apis batch/v1alpha1 labels.go and the
+#: job controller's createJobPod): the job's retry count and the PodGroup name ``<job>-<job UID>``.
+VOLCANO_RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,13 @@ class TrainingJobArgs:
     checkpoint_claim: str | None = None
     #: Workers start behind the handover scheduling gate (lifted by the burst controller; see config.Handover).
     handover_gate: bool = False
+    #: Port of the training runtime's /metrics endpoint in every worker.
+    metrics_port: int = DEFAULT_METRICS_PORT
+    #: The step heartbeat's metric name the alert rules watch (observability.stepHeartbeatMetric).
+    heartbeat_metric: str = "training_step_heartbeat_timestamp_seconds"
+    scrape_interval_seconds: int = 15
+    #: Labels the Prometheus Operator selects monitors by (observability.monitorLabels).
+    monitor_labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -58,18 +80,49 @@ class TrainingJobArgs:
             checkpoint_claim=cfg.filesystem(job.checkpoint.filesystem).object_name if job.checkpoint else None,
             # kube-batch predates scheduling gates; only Volcano honours them.
             handover_gate=cfg.handover_active and cfg.scheduling.engine is SchedulingEngine.VOLCANO,
+            metrics_port=cfg.training.metrics_port,
+            heartbeat_metric=cfg.observability.step_heartbeat_metric,
+            scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
+            monitor_labels=dict(cfg.observability.monitor_labels),
         )
 
 
-def nccl_env(nccl: Nccl) -> list[dict[str, str]]:
-    """Watchdog environment read by PyTorch's ProcessGroupNCCL."""
+def nccl_env(nccl: Nccl) -> list[dict[str, Any]]:
+    """The NCCL watchdog (read by PyTorch's ProcessGroupNCCL) and the runtime's collective timeout.
+
+    No environment variable sets the collective timeout in PyTorch or NCCL; the runtime's adapter passes
+    ``TRAINING_COLLECTIVE_TIMEOUT_SECONDS`` to ``init_process_group(timeout=...)``.
+    """
     return [
         {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "1" if nccl.async_error_handling else "0"},
         {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},
         {"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": str(nccl.heartbeat_timeout_seconds)},
-        {"name": "TORCH_NCCL_BLOCKING_WAIT", "value": "0"},
-        {"name": "NCCL_TIMEOUT_SECONDS", "value": str(nccl.collective_timeout_seconds)},
         {"name": "NCCL_DEBUG", "value": nccl.debug},
+        {"name": "TRAINING_COLLECTIVE_TIMEOUT_SECONDS", "value": str(nccl.collective_timeout_seconds)},
+    ]
+
+
+def _annotation(key: str) -> dict[str, Any]:
+    return {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}
+
+
+def runtime_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
+    """What the training runtime reads besides checkpoints: rank source, attempt, run, metrics."""
+    env: list[dict[str, Any]] = []
+    if args.engine is SchedulingEngine.VOLCANO:
+        env += [
+            # One task is both master and worker, for which the pytorch plugin numbers RANK 1..N; the env
+            # plugin's task index is the rank (see training_runtime/settings.py).
+            {"name": "TRAINING_RANK_SOURCE", "value": "VC_TASK_INDEX"},
+            # The same on every pod of one attempt: Volcano stamps the job's retry count on each pod it creates.
+            {"name": "TRAINING_ATTEMPT", "valueFrom": _annotation(VOLCANO_RETRY_COUNT_ANNOTATION)},
+            # <job>-<job UID>: a recreated job under the same name is a different run.
+            {"name": "TRAINING_RUN_ID", "valueFrom": _annotation(VOLCANO_GROUP_NAME_ANNOTATION)},
+        ]
+    return [
+        *env,
+        {"name": "TRAINING_METRICS_PORT", "value": str(args.metrics_port)},
+        {"name": "TRAINING_HEARTBEAT_METRIC", "value": args.heartbeat_metric},
     ]
 
 
@@ -77,13 +130,16 @@ def checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
     if job.checkpoint is None:
         return []
     ck = job.checkpoint
-    return [
+    env = [
         # The mount's subPath is already the job's own directory on the filesystem.
         {"name": "CHECKPOINT_DIR", "value": ck.mount_path},
         {"name": "CHECKPOINT_INTERVAL_STEPS", "value": str(ck.interval_steps)},
         {"name": "CHECKPOINT_KEEP_LAST", "value": str(ck.keep_last)},
         {"name": "CHECKPOINT_RESUME", "value": "latest"},
     ]
+    if ck.interval_seconds is not None:
+        env.append({"name": "CHECKPOINT_INTERVAL_SECONDS", "value": str(ck.interval_seconds)})
+    return env
 
 
 def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
@@ -93,7 +149,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
     # Rank, world size and the rendezvous address come from Volcano's pytorch plugin (MASTER_ADDR,
     # MASTER_PORT, WORLD_SIZE, RANK); setting them here too would give the pod two conflicting values.
-    env = [*nccl_env(args.nccl), *checkpoint_env(job)]
+    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job)]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if job.checkpoint is not None:
@@ -129,6 +185,8 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
                 "image": job.image,
                 "command": job.command or None,
                 "env": env,
+                # Volcano's pytorch plugin adds its own rendezvous port (VOLCANO_PYTORCH_PORT) next to this one.
+                "ports": [{"name": METRICS_PORT_NAME, "containerPort": args.metrics_port, "protocol": "TCP"}],
                 "resources": {"requests": resources.requests, "limits": resources.limits},
                 "volumeMounts": mounts,
                 "securityContext": {"allowPrivilegeEscalation": False},
@@ -151,7 +209,9 @@ def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
         "priorityClassName": args.priority_class,
         "minAvailable": job.workers,
         "maxRetry": job.max_retries,
-        "plugins": {"pytorch": ["--master=worker", "--worker=worker", "--port=23456"], "svc": [], "env": []},
+        # One task is master and worker; the runtime takes the rank from the env plugin's task index.
+        "plugins": {"pytorch": ["--master=worker", "--worker=worker", f"--port={VOLCANO_PYTORCH_PORT}"],
+                    "svc": [], "env": []},
         # Any member failing or being evicted restarts the whole gang from the last checkpoint.
         "policies": [
             {"event": "PodFailed", "action": "RestartJob"},
@@ -162,11 +222,39 @@ def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
     }
 
 
+def pod_monitor_spec(args: TrainingJobArgs) -> dict[str, Any]:
+    """Scrape every worker of the job; ``job_name`` comes from the pod's job label.
+
+    Pull, not a push gateway: the series go away with the pods instead of holding a dead job's last
+    heartbeat forever, and there is no gateway to deploy, keep available and clean up. The alert rules
+    group by ``namespace`` (the operator adds it) and ``job_name``; ``job`` is Prometheus's own label.
+    """
+    keys = Keys(args.label_prefix)
+    return {
+        "selector": {"matchLabels": {keys.workload: TRAINING, keys.job: args.job.name}},
+        "namespaceSelector": {"matchNames": [args.namespace]},
+        "podMetricsEndpoints": [{
+            "port": METRICS_PORT_NAME,
+            "path": "/metrics",
+            "interval": f"{args.scrape_interval_seconds}s",
+            "relabelings": [
+                {"sourceLabels": [pod_label_meta(keys.job)], "targetLabel": "job_name", "action": "replace"},
+            ],
+        }],
+    }
+
+
+def pod_label_meta(key: str) -> str:
+    """Prometheus's service-discovery name for a pod label (every character outside [a-zA-Z0-9_] becomes _)."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
 class GangTrainingJob(pulumi.ComponentResource):
     """One training job as a gang: a Volcano Job (or a kube-batch PodGroup + Indexed Job)."""
 
     gpus: pulumi.Output[int]
     job: pulumi.CustomResource
+    monitor: pulumi.CustomResource
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:training:GangTrainingJob", name, None, opts)
@@ -182,6 +270,14 @@ class GangTrainingJob(pulumi.ComponentResource):
             )
         else:
             self._kube_batch(args, meta, child)
+        self.monitor = k8s.apiextensions.CustomResource(
+            f"{name}-podmonitor", api_version="monitoring.coreos.com/v1", kind="PodMonitor",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=job.name, namespace=args.namespace,
+                labels={**common_labels(job.name, "training-metrics"), **args.monitor_labels},
+            ),
+            spec=pod_monitor_spec(args), opts=child,
+        )
         self.gpus = pulumi.Output.from_input(job.workers * job.gpus_per_worker)
         self.register_outputs({"gpus": self.gpus})
 

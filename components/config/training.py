@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from components.config.base import (
     ConfigModel,
@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
 
 
+#: The rendezvous port the training template passes to Volcano's pytorch plugin (``--port``).
+VOLCANO_PYTORCH_PORT = 23456
+
+
 class Nccl(ConfigModel):
     """Watchdog settings so a silent NCCL hang turns into a crash the gang restarts from."""
 
@@ -33,6 +37,9 @@ class CheckpointMount(ConfigModel):
     filesystem: DnsLabel
     mount_path: str = "/checkpoints"
     interval_steps: PositiveInt = 500
+    #: Also checkpoint when this many seconds passed since the last one (whichever comes first; env
+    #: CHECKPOINT_INTERVAL_SECONDS). The goodput model compares it with the job's Young–Daly optimum.
+    interval_seconds: PositiveInt | None = None
     keep_last: PositiveInt = 3
 
 
@@ -53,7 +60,17 @@ class TrainingJob(ConfigModel):
 
 class Training(ConfigModel):
     nccl: Nccl = Nccl()
+    #: Port of the training runtime's /metrics endpoint in every worker (scraped by the job's PodMonitor);
+    #: not Volcano's pytorch rendezvous port (23456).
+    metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9318
     jobs: list[TrainingJob] = Field(default_factory=list)
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _not_the_rendezvous_port(cls, port: int) -> int:
+        if port == VOLCANO_PYTORCH_PORT:
+            raise ValueError(f"{port} is Volcano's pytorch rendezvous port; choose another metrics port")
+        return port
 
 
 
