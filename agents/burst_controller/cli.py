@@ -15,7 +15,7 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from agents.burst_controller.settings import SettingsError, load_file
-from agents.burst_controller.shell import BurstShell, Metrics
+from agents.burst_controller.shell import BurstShell, KubeApi, Metrics
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     metrics = Metrics()
     start_http_server(args.metrics_port, registry=metrics.registry)
-    shell = BurstShell(settings, api, identity=args.identity, metrics=metrics)
+    shell = BurstShell(settings, KubeApi(api, settings), identity=args.identity, metrics=metrics)
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

@@ -1,13 +1,19 @@
 """The I/O shell: list/watch into the view, run the core, apply its actions if this replica leads.
 
+Every API call goes through the `ClusterApi` port (`KubeApi` implements it over the kubernetes client), so
+the shell's behaviour is tested against an in-memory port and only the client's own behaviour needs HTTP.
+
 Failure behaviour (each is counted in `gpucluster_burst_errors_total{kind}`):
-- cannot list or watch: `cluster_visible` = 0, the view goes unsynced/stale and the core changes nothing;
-- watch expired (410 Gone) or broken: re-list that kind, then watch from the new resourceVersion;
+- cannot list or watch: `cluster_visible` = 0, that kind goes unsynced and the core changes nothing;
+- watch expired (410 Gone) or broken: re-list that kind, then watch from the new resourceVersion; only a
+  failure grows the watch backoff, a watch that ends at its timeout or a periodic resync does not;
+- freshness is kept per kind and only what the server confirmed counts: a list, an event or a bookmark;
 - patch conflict (409): re-read the node and patch again on its fresh resourceVersion;
-- 5xx, 429, timeouts, connection errors: exponential backoff, bounded attempts; an action that still
-  fails is simply re-emitted by the next decision because the view still shows the mismatch;
-- lease lost or not renewed within the renew deadline: stop acting at once; another replica takes over
-  once the lease has not changed for its duration.
+- 5xx, 429, timeouts, connection errors: exponential backoff, bounded attempts; an action that still fails
+  (or fails for good: 403, 422) waits its own exponential backoff with jitter before it is tried again;
+- watch events are coalesced: at most one reconcile per tick, however many events arrive;
+- the lease is checked before every write, retries and conflict re-reads included: a write starts only if it
+  can finish (its request timeout) before the lease could pass to another replica.
 
 Handover actions are idempotent: scaling a standby Deployment writes the wanted count through the scale
 subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
@@ -19,30 +25,32 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, cast
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from agents.burst_controller.contract import POD_DELETION_COST_ANNOTATION, BurstSettings, standby_deployment
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
     BurstState,
     Decision,
+    InfeasibleGang,
     Mode,
     Snapshot,
     decide,
     state_from_snapshot,
 )
-from agents.burst_controller.settings import POD_DELETION_COST_ANNOTATION, BurstSettings, standby_deployment
 from agents.burst_controller.view import ClusterView
 
 log = logging.getLogger("burst_controller")
@@ -53,6 +61,109 @@ LIST_PAGE = 500  # keeps each list response small on clusters with tens of thous
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 COMPONENT = "burst-controller"
+
+
+class ClusterApi(Protocol):
+    """Every API call the shell makes, on plain JSON objects; errors are the client's exceptions."""
+
+    def list(self, kind: str, limit: int, token: str | None) -> dict[str, Any]: ...
+    def watch(self, kind: str, resource_version: str) -> Iterator[dict[str, Any]]: ...
+    def read_node(self, name: str) -> dict[str, Any]: ...
+    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def patch_pod(self, namespace: str, name: str, body: dict[str, Any], content_type: str) -> dict[str, Any]: ...
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None: ...
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None: ...
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> None: ...
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None: ...
+
+
+class KubeApi:
+    """`ClusterApi` over the kubernetes client: raw JSON in and out (no typed models for tens of thousands of pods)."""
+
+    def __init__(self, api_client: client.ApiClient, settings: BurstSettings) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self._s = settings
+
+    @property
+    def _timeout(self) -> float:
+        return self._s.request_timeout_seconds
+
+    def _list_fn(self, kind: str) -> Callable[..., Any]:
+        return self.core.list_node if kind == NODES else self.core.list_pod_for_all_namespaces
+
+    def list(self, kind: str, limit: int, token: str | None) -> dict[str, Any]:
+        return _json(self._list_fn(kind)(limit=limit, _continue=token, _preload_content=False,
+                                         _request_timeout=self._timeout))
+
+    def watch(self, kind: str, resource_version: str) -> Iterator[dict[str, Any]]:
+        s = self._s
+        resp = self._list_fn(kind)(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=s.watch_timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(s.request_timeout_seconds, s.watch_timeout_seconds + s.request_timeout_seconds),
+        )
+        try:
+            buffer = b""
+            for chunk in resp.stream(amt=None, decode_content=False):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        if not isinstance(event, dict):
+                            raise ValueError("watch event is not an object")
+                        yield event
+        finally:
+            resp.release_conn()
+
+    def read_node(self, name: str) -> dict[str, Any]:
+        return _json(self.core.read_node(name, _preload_content=False, _request_timeout=self._timeout))
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _json(self.core.patch_node(name, body, _content_type=MERGE_PATCH, _preload_content=False,
+                                          _request_timeout=self._timeout))
+
+    def patch_pod(self, namespace: str, name: str, body: dict[str, Any], content_type: str) -> dict[str, Any]:
+        return _json(self.core.patch_namespaced_pod(name, namespace, body, _content_type=content_type,
+                                                    _preload_content=False, _request_timeout=self._timeout))
+
+    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
+        self.apps.patch_namespaced_deployment_scale(deployment, namespace, {"spec": {"replicas": replicas}},
+                                                    _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.core.create_namespaced_event(namespace, cast(Any, body), _request_timeout=self._timeout)  # JSON as is
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.coordination.read_namespaced_lease(name, namespace, _preload_content=False,
+                                                                 _request_timeout=self._timeout))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        self.coordination.create_namespaced_lease(namespace, cast(Any, body), _request_timeout=self._timeout)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.coordination.replace_namespaced_lease(name, namespace, cast(Any, body), _request_timeout=self._timeout)
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(resp.data)
+    finally:
+        resp.release_conn()
+    if not isinstance(data, dict):
+        raise ValueError("API answer is not an object")
+    return data
 
 
 class CallFailed(Exception):
@@ -144,6 +255,11 @@ class Metrics:
             ["service"],
             registry=r,
         )
+        self.infeasible = Gauge(
+            "gpucluster_burst_infeasible_training_gangs",
+            "Training gangs that can never fit their pool (larger than it, or a pod larger than every node)",
+            registry=r,
+        )
         self.gated = Gauge(
             "gpucluster_burst_gated_training_pods",
             "Training pods held at the handover gate until the standby covers what they displace",
@@ -188,7 +304,7 @@ class LeaseElector:
 
     def __init__(
         self,
-        api: client.CoordinationV1Api,
+        api: ClusterApi,
         settings: BurstSettings,
         identity: str,
         monotonic: Callable[[], float] = time.monotonic,
@@ -210,67 +326,65 @@ class LeaseElector:
             self._renewed_at is not None and self._mono() - self._renewed_at < self._s.renew_deadline_seconds
         )
 
-    def _timeout(self) -> float:
-        return self._s.request_timeout_seconds
+    def can_write(self) -> bool:
+        """A write may start: we lead, and even a write that takes its whole request timeout lands before the
+        lease, counted from our last renewal, could pass to another replica."""
+        if not self.is_leader or self._renewed_at is None:
+            return False
+        finish = self._mono() + self._s.request_timeout_seconds
+        return finish < self._renewed_at + self._s.lease_duration_seconds
 
     def step(self) -> bool:
         """Try once to acquire or renew; returns whether this replica leads now."""
         s = self._s
         now_mono = self._mono()
         try:
-            try:
-                lease = self._api.read_namespaced_lease(
-                    s.lease_name, s.namespace, _request_timeout=self._timeout()
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                self._api.create_namespaced_lease(
-                    s.namespace, self._record(None), _request_timeout=self._timeout()
-                )
+            lease = self._api.read_lease(s.namespace, s.lease_name)
+            if lease is None:
+                self._api.create_lease(s.namespace, self._record(None))
                 self._renewed_at = now_mono
                 return True
-            spec = lease.spec or client.V1LeaseSpec()
-            holder = spec.holder_identity or ""
-            seen = (holder, str(spec.renew_time))
+            spec = lease.get("spec") or {}
+            holder = str(spec.get("holderIdentity") or "")
+            seen = (holder, str(spec.get("renewTime")))
             if seen != self._observed:
                 self._observed, self._observed_at = seen, now_mono
-            duration = float(spec.lease_duration_seconds or s.lease_duration_seconds)
+            duration = float(spec.get("leaseDurationSeconds") or s.lease_duration_seconds)
             expired = now_mono - self._observed_at >= duration
             if holder and holder != self.identity and not expired:
                 self._renewed_at = None
                 return False
             body = self._record(lease)
-            self._api.replace_namespaced_lease(
-                s.lease_name, s.namespace, body, _request_timeout=self._timeout()
-            )
-            self._observed = (self.identity, str(body.spec.renew_time if body.spec else ""))
+            self._api.replace_lease(s.namespace, s.lease_name, body)
+            self._observed = (self.identity, str(body["spec"]["renewTime"]))
             self._observed_at = now_mono
             self._renewed_at = now_mono
             return True
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             log.warning("lease %s/%s: %s", s.namespace, s.lease_name, classify(exc))
             return self.is_leader
 
-    def _record(self, current: client.V1Lease | None) -> client.V1Lease:
-        now = datetime.fromtimestamp(self._wall(), UTC)
-        spec = current.spec if current is not None and current.spec is not None else client.V1LeaseSpec()
-        same = spec.holder_identity == self.identity
-        transitions = spec.lease_transitions or 0
-        return client.V1Lease(
-            metadata=client.V1ObjectMeta(
-                name=self._s.lease_name,
-                namespace=self._s.namespace,
-                resource_version=current.metadata.resource_version if current and current.metadata else None,
-            ),
-            spec=client.V1LeaseSpec(
-                holder_identity=self.identity,
-                lease_duration_seconds=int(self._s.lease_duration_seconds),
-                acquire_time=spec.acquire_time if same and spec.acquire_time else now,
-                renew_time=now,
-                lease_transitions=transitions if same or current is None else transitions + 1,
-            ),
-        )
+    def _record(self, current: dict[str, Any] | None) -> dict[str, Any]:
+        now = _now_rfc3339(self._wall())
+        spec = (current or {}).get("spec") or {}
+        same = spec.get("holderIdentity") == self.identity
+        transitions = int(spec.get("leaseTransitions") or 0)
+        meta: dict[str, Any] = {"name": self._s.lease_name, "namespace": self._s.namespace}
+        rv = ((current or {}).get("metadata") or {}).get("resourceVersion")
+        if rv:
+            meta["resourceVersion"] = rv
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self._s.lease_duration_seconds),
+                "acquireTime": spec.get("acquireTime") if same and spec.get("acquireTime") else now,
+                "renewTime": now,
+                "leaseTransitions": transitions if same or current is None else transitions + 1,
+            },
+        }
 
     def release(self) -> None:
         """Give the lease up on a clean shutdown so the next replica need not wait for expiry."""
@@ -278,16 +392,14 @@ class LeaseElector:
             return
         s = self._s
         try:
-            lease = self._api.read_namespaced_lease(
-                s.lease_name, s.namespace, _request_timeout=self._timeout()
-            )
-            if lease.spec is not None and lease.spec.holder_identity == self.identity:
-                lease.spec.holder_identity = None
-                lease.spec.lease_duration_seconds = 1
-                self._api.replace_namespaced_lease(
-                    s.lease_name, s.namespace, lease, _request_timeout=self._timeout()
-                )
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            lease = self._api.read_lease(s.namespace, s.lease_name)
+            spec = (lease or {}).get("spec") or {}
+            if lease is not None and spec.get("holderIdentity") == self.identity:
+                spec["holderIdentity"] = None
+                spec["leaseDurationSeconds"] = 1
+                lease["spec"] = spec
+                self._api.replace_lease(s.namespace, s.lease_name, lease)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             log.warning("lease release: %s", classify(exc))
         self._renewed_at = None
 
@@ -298,42 +410,62 @@ class _Cursor:
     needs_list: bool = True
 
 
+@dataclass
+class _Backoff:
+    failures: int
+    next_at: float
+
+
+class WatchEnd:
+    """How one `watch_once` ended: only FAILED grows the watch loop's backoff."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
 class BurstShell:
-    """Glue between the API and the core; every method is one step so tests can drive it."""
+    """Glue between the API and the core; every method is one step so tests can drive it.
+
+    `coalesce=False` and `action_backoff_base_seconds=0` give the shell's earlier behaviour (a reconcile per
+    watch event, failed actions retried at every reconcile); the benchmark keeps it as its baseline row.
+    """
 
     def __init__(
         self,
         settings: BurstSettings,
-        api_client: client.ApiClient,
+        api: ClusterApi,
         identity: str | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        coalesce: bool = True,
     ) -> None:
         self.settings = settings
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
+        self.api = api
         # Standby counts written since the last resync: a decision repeats its wish until pods show up.
         self._standby_written: dict[str, int] = {}
         self.identity = identity or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or Metrics()
         self.clock = clock
+        self.monotonic = monotonic
         self.sleep = sleep
-        self.elector = LeaseElector(
-            client.CoordinationV1Api(api_client), settings, self.identity, monotonic, clock
-        )
+        self.rng = rng or random.Random()
+        self.coalesce = coalesce
+        self.elector = LeaseElector(api, settings, self.identity, monotonic, clock)
         self.view = ClusterView(settings)
         self.state: BurstState | None = None
         self.lock = threading.Lock()
         self.dirty = threading.Event()
         self.cursors = {NODES: _Cursor(), PODS: _Cursor()}
         self.last_decision: Decision | None = None
+        self.last_reconcile: float | None = None  # monotonic
+        self._backoff: dict[Action, _Backoff] = {}
+        self._failed: set[Action] = set()  # actions whose last apply raised (not: nothing to do)
+        self._reported: set[tuple[str, str, str]] = set()  # infeasible gangs already announced
 
     # -- reading the cluster -----------------------------------------------------------------------
-
-    def _list_fn(self, kind: str) -> Callable[..., Any]:
-        return self.core.list_node if kind == NODES else self.core.list_pod_for_all_namespaces
 
     def _error(self, kind: str) -> None:
         self.metrics.errors.labels(kind).inc()
@@ -344,14 +476,7 @@ class BurstShell:
         token: str | None = None
         try:
             while True:
-                page = self._json(
-                    self._list_fn(kind)(
-                        limit=LIST_PAGE,
-                        _continue=token,
-                        _preload_content=False,
-                        _request_timeout=self.settings.request_timeout_seconds,
-                    )
-                )
+                page = self.api.list(kind, LIST_PAGE, token)
                 items.extend(page.get("items") or ())
                 meta = page.get("metadata") or {}
                 token = meta.get("continue") or None
@@ -380,29 +505,19 @@ class BurstShell:
         self.dirty.set()
         return True
 
-    def watch_once(self, kind: str) -> None:
-        """One watch request from the saved resourceVersion; on 410 or any error the kind is re-listed."""
+    def watch_once(self, kind: str) -> str:
+        """One watch request from the saved resourceVersion; on 410 or any error the kind is re-listed.
+
+        Returns `WatchEnd.OK` when the watch (or the re-list a resync asked for) ended as the server meant it
+        to, `WatchEnd.FAILED` otherwise. A watch that ends quietly refreshes nothing by itself: the kind stays
+        as fresh as the last event, bookmark or list the server sent.
+        """
         cursor = self.cursors[kind]
         if cursor.needs_list and not self.relist(kind):
-            return
-        s = self.settings
+            return WatchEnd.FAILED
         try:
-            resp = self._list_fn(kind)(
-                watch=True,
-                resource_version=cursor.resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=s.watch_timeout_seconds,
-                _preload_content=False,
-                _request_timeout=(
-                    s.request_timeout_seconds,
-                    s.watch_timeout_seconds + s.request_timeout_seconds,
-                ),
-            )
-            try:
-                for event in self._events(resp):
-                    self._apply_event(kind, cursor, event)
-            finally:
-                resp.release_conn()
+            for event in self.api.watch(kind, cursor.resource_version):
+                self._apply_event(kind, cursor, event)
         except Exception as exc:
             error = classify(exc)
             self._error(f"watch_{error}")
@@ -410,25 +525,11 @@ class BurstShell:
             with self.lock:  # events may have been missed: blind for this kind until the re-list
                 self.view.mark_unsynced(nodes=kind == NODES, pods=kind == PODS)
             log.info("watch %s ended (%s): re-listing", kind, error)
-            if error != "gone":
-                self.metrics.visible.set(0)
-            return
-        with self.lock:
-            self.view.mark_fresh(self.clock())
-
-    @staticmethod
-    def _events(resp: Any) -> Iterator[dict[str, Any]]:
-        """Watch events, one JSON object per line, as chunks arrive."""
-        buffer = b""
-        for chunk in resp.stream(amt=None, decode_content=False):
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    event = json.loads(line)
-                    if not isinstance(event, dict):
-                        raise ValueError("watch event is not an object")
-                    yield event
+            if error == "gone":  # the history was compacted: an expected end, re-list at once
+                return WatchEnd.OK
+            self.metrics.visible.set(0)
+            return WatchEnd.FAILED
+        return WatchEnd.OK
 
     def _apply_event(self, kind: str, cursor: _Cursor, event: dict[str, Any]) -> None:
         etype = event.get("type")
@@ -446,16 +547,25 @@ class BurstShell:
                 else:
                     self.view.apply_pod(etype, obj)
                 self.dirty.set()
-            self.view.mark_fresh(self.clock())
+            if rv:  # the server vouched for this kind as of now (an object or a bookmark's resourceVersion)
+                self.view.mark_fresh(self.clock(), kind)
         if rv:
             cursor.resource_version = rv
         self.metrics.visible.set(1)
 
     # -- deciding and acting ---------------------------------------------------------------------
 
+    def reconcile_due(self, now_mono: float, dirty: bool) -> bool:
+        """Whether the loop reconciles now: once per tick, however many events arrived (coalesced); without
+        coalescing, also at every event."""
+        if self.last_reconcile is None or now_mono - self.last_reconcile >= self.settings.tick_seconds:
+            return True
+        return dirty and not self.coalesce
+
     def reconcile(self) -> Decision | None:
         """Run the core on the current view; apply its actions only while leading."""
         now = self.clock()
+        self.last_reconcile = self.monotonic()
         leading = self.elector.is_leader
         self.metrics.leader.set(1 if leading else 0)
         with self.lock:
@@ -477,17 +587,38 @@ class BurstShell:
             log.info("burst %s: %s", decision.flipped.value, "; ".join(decision.reasons))
         if any(a.kind is ActionKind.UNGATE for a in decision.actions):
             log.info("%s", "; ".join(r for r in decision.reasons if r.startswith("handover")))
+        wanted = set(decision.actions)
+        for stale in [a for a in self._backoff if a not in wanted]:
+            del self._backoff[stale]  # no longer wanted: a later wish starts afresh
         for action in decision.actions:
-            if not self.elector.is_leader:  # the lease may lapse while we work through a batch
+            if not self.elector.can_write():  # the lease may lapse while we work through a batch
                 break
+            waiting = self._backoff.get(action)
+            if waiting is not None and self.monotonic() < waiting.next_at:
+                continue
             if self.apply(action):
+                self._backoff.pop(action, None)
                 self.metrics.actions.labels(action.kind.value).inc()
                 if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE):
                     self._event(action, decision)
+            elif action in self._failed:
+                self._back_off(action)
+        self._report_infeasible(snapshot.infeasible)
         with self.lock:
             after = self.view.snapshot()
         self.metrics.observe(after, decision, decision.state)
         return decision
+
+    def _back_off(self, action: Action) -> None:
+        """Schedule the next try of a failed action: base × 2^(failures−1), capped, ±20 % jitter."""
+        s = self.settings
+        self._failed.discard(action)
+        if s.action_backoff_base_seconds <= 0:
+            return
+        failures = (self._backoff[action].failures if action in self._backoff else 0) + 1
+        delay = min(s.action_backoff_max_seconds, s.action_backoff_base_seconds * 2 ** (failures - 1))
+        delay *= 1 + self.rng.uniform(-0.2, 0.2)
+        self._backoff[action] = _Backoff(failures, self.monotonic() + delay)
 
     def apply(self, action: Action) -> bool:
         """Apply one action; False when it could not be applied (it will be re-emitted next time)."""
@@ -501,20 +632,29 @@ class BurstShell:
             return self._set_taint(action.node, close=action.kind is ActionKind.CLOSE_NODE)
         except CallFailed as exc:
             self._error(exc.kind)
+            self._failed.add(action)
             log.warning("%s %s%s failed: %s", action.kind.value, action.node, action.pod, exc)
             return False
 
     def _retrying(self, call: Callable[[], Any], on_conflict: Callable[[], None] | None = None) -> Any:
-        """Run `call` with backoff on server errors/timeouts; on 409 run `on_conflict` and try again."""
+        """Run a write with backoff on server errors/timeouts; on 409 run `on_conflict` and try again.
+
+        The lease is checked before every attempt and before a conflict's re-read: a write never starts
+        unless it can land while this replica still holds the lease.
+        """
         s = self.settings
         last = "other"
         for attempt in range(s.api_retry_attempts):
+            if not self.elector.can_write():
+                raise CallFailed("not_leader", "lease not held long enough to write")
             try:
                 return call()
             except Exception as exc:
                 last = classify(exc)
                 if last == "conflict" and on_conflict is not None:
                     self._error("conflict")
+                    if not self.elector.can_write():
+                        raise CallFailed("not_leader", "lease not held long enough to write") from None
                     on_conflict()
                     continue
                 if last not in RETRYABLE:
@@ -532,15 +672,14 @@ class BurstShell:
             current = {"taints": list(record.taints), "rv": record.resource_version}
 
         def reread() -> None:
-            obj = self._json(
-                self.core.read_node(node, _preload_content=False, _request_timeout=s.request_timeout_seconds)
-            )
+            obj = self.api.read_node(node)
             current["taints"] = list((obj.get("spec") or {}).get("taints") or [])
             current["rv"] = str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
         def patch() -> bool:
             if not current:
                 reread()
+            # Every copy of our key goes (a NoExecute one included); closing adds back the one NoSchedule copy.
             keep = [t for t in current["taints"] if t.get("key") != s.taint_key]
             ours = {"key": s.taint_key, "value": s.taint_value, "effect": "NoSchedule"}
             wanted = [*keep, ours] if close else keep
@@ -555,15 +694,7 @@ class BurstShell:
                 # and the resourceVersion turns a concurrent change into a 409 instead of a lost write.
                 "spec": {"taints": wanted},
             }
-            obj = self._json(
-                self.core.patch_node(
-                    node,
-                    body,
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                    _request_timeout=s.request_timeout_seconds,
-                )
-            )
+            obj = self.api.patch_node(node, body)
             with self.lock:
                 self.view.apply_node("MODIFIED", obj)
             return True
@@ -582,19 +713,9 @@ class BurstShell:
 
     def _patch_pod(self, namespace: str, pod: str, body: dict[str, Any], content_type: str) -> bool:
         """Patch one pod with retries and feed the answer to the view; False when the pod is already gone."""
-        s = self.settings
 
         def patch() -> None:
-            obj = self._json(
-                self.core.patch_namespaced_pod(
-                    pod,
-                    namespace,
-                    body,
-                    _content_type=content_type,
-                    _preload_content=False,
-                    _request_timeout=s.request_timeout_seconds,
-                )
-            )
+            obj = self.api.patch_pod(namespace, pod, body, content_type)
             with self.lock:
                 self.view.apply_pod("MODIFIED", obj)
 
@@ -612,18 +733,8 @@ class BurstShell:
             return False
         s = self.settings
         name = standby_deployment(service)
-
-        def patch() -> None:
-            self.apps.patch_namespaced_deployment_scale(
-                name,
-                s.inference_namespace,
-                {"spec": {"replicas": replicas}},
-                _content_type=MERGE_PATCH,
-                _request_timeout=s.request_timeout_seconds,
-            )
-
         try:
-            self._retrying(patch)
+            self._retrying(lambda: self.api.scale(s.inference_namespace, name, replicas))
         except CallFailed as exc:
             if exc.kind == "not_found":
                 log.warning("standby Deployment %s/%s not found: no standby for %s", s.inference_namespace, name,
@@ -639,40 +750,66 @@ class BurstShell:
         body = {"spec": {"schedulingGates": [{"$patch": "delete", "name": self.settings.handover_gate}]}}
         return self._patch_pod(namespace, pod, body, STRATEGIC_MERGE_PATCH)
 
-    def _event(self, action: Action, decision: Decision) -> None:
-        s = self.settings
-        opened = action.kind is ActionKind.OPEN_NODE
-        now = datetime.fromtimestamp(self.clock(), UTC)
-        message = "; ".join(decision.reasons) or ("reconciled to " + decision.state.mode.value)
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{action.node}.burst-", namespace=s.event_namespace),
-            involved_object=client.V1ObjectReference(api_version="v1", kind="Node", name=action.node),
-            reason="BurstOpened" if opened else "BurstClosed",
-            message=f"{s.taint_key} {'removed' if opened else 'set NoSchedule'}: {message}"[:1024],
-            type="Normal",
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=self.identity,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+    def _event_body(self, name_prefix: str, involved: dict[str, Any], reason: str, message: str,
+                    kind: str = "Normal") -> dict[str, Any]:
+        now = _now_rfc3339(self.clock())
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name_prefix}.burst-", "namespace": self.settings.event_namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": kind,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
+    def _create_event(self, body: dict[str, Any]) -> None:
+        if not self.elector.can_write():
+            return
         try:
-            self.core.create_namespaced_event(
-                s.event_namespace, event, _request_timeout=s.request_timeout_seconds
-            )
+            self.api.create_event(self.settings.event_namespace, body)
         except Exception as exc:
             self._error(f"event_{classify(exc)}")
 
-    @staticmethod
-    def _json(resp: Any) -> dict[str, Any]:
-        try:
-            data = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        if not isinstance(data, dict):
-            raise ValueError("API answer is not an object")
-        return data
+    def _event(self, action: Action, decision: Decision) -> None:
+        s = self.settings
+        opened = action.kind is ActionKind.OPEN_NODE
+        message = "; ".join(decision.reasons) or ("reconciled to " + decision.state.mode.value)
+        self._create_event(self._event_body(
+            action.node,
+            {"apiVersion": "v1", "kind": "Node", "name": action.node},
+            "BurstOpened" if opened else "BurstClosed",
+            f"{s.taint_key} {'removed' if opened else 'set NoSchedule'}: {message}",
+        ))
+
+    def _report_infeasible(self, gangs: tuple[InfeasibleGang, ...]) -> None:
+        """Training that can never fit: a gauge, and one Warning Event per gang (on our Lease, in our namespace,
+        where our RBAC lets us write Events)."""
+        self.metrics.infeasible.set(len(gangs))
+        current = {(g.namespace, g.name, g.pool) for g in gangs}
+        self._reported &= current
+        s = self.settings
+        for gang in gangs:
+            key = (gang.namespace, gang.name, gang.pool)
+            if key in self._reported:
+                continue
+            self._reported.add(key)
+            log.warning("training %s/%s can never fit: %s", gang.namespace, gang.name, gang.reason)
+            self._create_event(self._event_body(
+                s.lease_name,
+                {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "name": s.lease_name,
+                 "namespace": s.namespace},
+                "TrainingCannotFit",
+                f"training {gang.namespace}/{gang.name} ({len(gang.pods)} pods, {gang.gpus} GPUs) can never fit: "
+                f"{gang.reason}; it holds no burst open and keeps no standby",
+                "Warning",
+            ))
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -686,17 +823,18 @@ class BurstShell:
         threads.append(threading.Thread(target=self._lease_loop, args=(stop,), name="lease", daemon=True))
         for t in threads:
             t.start()
-        last_resync = time.monotonic()
+        last_resync = self.monotonic()
         try:
             while not stop.is_set():
-                self.dirty.wait(s.tick_seconds)
-                self.dirty.clear()
-                if time.monotonic() - last_resync >= s.resync_seconds:
+                self._wait_for_turn(stop)
+                if stop.is_set():
+                    break
+                if self.monotonic() - last_resync >= s.resync_seconds:
                     # A periodic full list repairs anything a missed event could have left wrong.
                     for cursor in self.cursors.values():
                         cursor.needs_list = True
                     self._standby_written.clear()
-                    last_resync = time.monotonic()
+                    last_resync = self.monotonic()
                 try:
                     self.reconcile()
                 except Exception:
@@ -708,11 +846,23 @@ class BurstShell:
             for t in threads:
                 t.join(timeout=s.request_timeout_seconds)
 
+    def _wait_for_turn(self, stop: threading.Event) -> None:
+        """Sleep until `reconcile_due`: the next tick, or (without coalescing) the next event."""
+        while not stop.is_set():
+            dirty = self.dirty.is_set()
+            if self.reconcile_due(self.monotonic(), dirty):
+                self.dirty.clear()
+                return
+            left = self.settings.tick_seconds - (self.monotonic() - (self.last_reconcile or 0.0))
+            if self.coalesce:
+                stop.wait(max(0.0, left))
+            else:
+                self.dirty.wait(max(0.0, left))
+
     def _watch_loop(self, kind: str, stop: threading.Event) -> None:
         failures = 0
         while not stop.is_set():
-            self.watch_once(kind)
-            if self.cursors[kind].needs_list:
+            if self.watch_once(kind) == WatchEnd.FAILED:
                 failures += 1
                 delay = min(
                     self.settings.backoff_max_seconds, self.settings.backoff_base_seconds * 2**failures
