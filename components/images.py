@@ -16,5 +16,5 @@ AGENT_VERSION = "0.1.0"
 
 
 def agent_image(name: str) -> str:
-    """The pinned image of one of our agents (burst-controller, ib-exporter, thermal-guard…)."""
+    """The pinned image of one of our agents (burst-controller, ib-exporter, health-guard…)."""
     return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"

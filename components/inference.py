@@ -31,6 +31,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from agents.burst_controller.settings import standby_deployment
+from agents.health_guard.contract import Names as HealthNames
 from components import rbac
 from components.config import (
     ClusterConfig,
@@ -98,7 +99,7 @@ class InferenceServiceArgs:
     pools: list[GpuPool]
     providers: list[ExternalProvider]
     gateway: GatewayRef
-    #: Inference runs fine on a hot GPU (training does not), so by default it tolerates the thermal taint.
+    #: Inference runs fine on a hot GPU (training does not), so by default it tolerates the degraded health taint.
     tolerates_thermal: bool = True
     #: A standby Deployment on virtual nodes for the make-before-break handover (config.Handover).
     standby: bool = False
@@ -133,9 +134,10 @@ def tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
     out = [pool_toleration(keys, pool) for pool in args.pools if pool.taint]
     out += [provider_toleration(p) for p in args.providers]
     if args.tolerates_thermal:
-        out.append(
-            k8s.core.v1.TolerationArgs(key=keys.thermal_taint, operator="Equal", value="hot", effect="NoSchedule")
-        )
+        # The health guard's degraded class (a hot GPU, an NVLink or InfiniBand error burst): inference runs
+        # fine there; fatal nodes are tolerated by nothing.
+        health = HealthNames(args.label_prefix).taint
+        out.append(k8s.core.v1.TolerationArgs(key=health, operator="Equal", value="degraded", effect="NoSchedule"))
     return out
 
 

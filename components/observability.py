@@ -1,5 +1,5 @@
 """Observability that does not lie: DCGM with tensor-core fields, the InfiniBand exporter, tested alert
-rules, the GPU fleet dashboard and the thermal guard, as first-class Kubernetes objects.
+rules, the GPU fleet and GPU health dashboards and the health guard, as first-class Kubernetes objects.
 
 Every object is a ``pulumi_kubernetes`` resource (CRDs through ``CustomResource``) rather than a Helm
 chart, so the mock runtime, the render tool and the policy pack see the exact DaemonSets, RBAC and
@@ -8,64 +8,55 @@ rules that reach the cluster. The pieces and why they look the way they do:
 * **dcgm-exporter** (DaemonSet, GPU pools only): our counters CSV in a ConfigMap, a 5 s collection
   interval from the stack (upstream's 30 s is too slow for a 78 °C rule held 2 minutes), only the
   ``SYS_ADMIN`` capability the profiling fields need, and the kubelet pod-resources socket mounted
-  read-only to map GPUs to pods. It tolerates the pool taints and the thermal taint: a hot node is
+  read-only to map GPUs to pods. It tolerates the pool taints and the health taint: a quarantined node is
   exactly where temperature must keep being measured.
 * **ib-exporter** (DaemonSet, GPU pools): non-root, read-only root filesystem, no capabilities, the host's
   ``/sys`` mounted read-only. Its ServiceMonitor adds the ``node`` label the alert rules join on.
 * **PrometheusRule**: :func:`components.alert_rules.build_rule_spec` with thresholds from the stack, so
   the rules promtool tested are the rules deployed.
-* **Dashboard**: JSON from :mod:`components.dashboards.gpu_fleet` in a ConfigMap labelled
-  ``grafana_dashboard: "1"`` for the Grafana sidecar.
-* **thermal-guard** (Deployment, system pool): one replica (``Recreate``: two guards must never overlap),
-  settings rendered through the agent's own :class:`ThermalSettings` so a value the agent would refuse
-  fails at preview; RBAC is nodes get/list/watch/patch and events create in ``default`` only.
+* **Dashboards**: JSON from :mod:`components.dashboards.gpu_fleet` and :mod:`components.dashboards.gpu_health`
+  (quarantines, gang restarts, time between failures) in ConfigMaps labelled ``grafana_dashboard: "1"``.
+* **health-guard**: :mod:`components.health_guard` (two replicas, one active through a Lease; least-privilege
+  RBAC), settings from :func:`agents.health_guard.contract.settings_from_config`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from agents.thermal_guard.settings import ThermalSettings
-from agents.thermal_guard.shell import EVENT_NAMESPACE
+from agents.health_guard.contract import APP as GUARD_APP
+from agents.health_guard.contract import Names as HealthNames
 from components import dcgm_counters, images, rbac
 from components.alert_rules import AlertThresholds, build_rule_spec
 from components.config import ClusterConfig, GpuPool, Observability
-from components.dashboards import gpu_fleet
+from components.dashboards import gpu_fleet, gpu_health
+from components.health_guard import HealthGuard, HealthGuardArgs
 from components.naming import ONPREM, Keys, common_labels, selector_labels
 from components.security import (
-    API_CLIENT,
     checkov_skips,
     container_security_context,
     pod_security_context,
     resources,
 )
-from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
 DCGM_APP = "dcgm-exporter"
 IB_APP = "ib-exporter"
-GUARD_APP = "thermal-guard"
 DCGM_PORT = 9400
 COUNTERS_KEY = "counters.csv"
 DCGM_CONFIG_DIR = "/etc/dcgm-exporter/custom"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 HOST_SYS = "/host/sys"
-GUARD_CONFIG_DIR = "/etc/thermal-guard"
-GUARD_SETTINGS_KEY = "settings.json"
 DASHBOARD_KEY = "gpu-fleet.json"
+HEALTH_DASHBOARD_KEY = "gpu-health.json"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 
 Rule = rbac.Rule
 
-#: Cluster-wide, exactly what the guard's shell calls: read nodes, patch their taints/labels/annotations.
-GUARD_CLUSTER_RULES: tuple[Rule, ...] = (
-    Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
-)
 #: dcgm-exporter's allow-listed privileges (components.security.PRIVILEGE_ALLOW_LIST), skipped in checkov
 #: on its DaemonSet only.
 DCGM_CHECKOV_SKIPS = {
@@ -74,11 +65,6 @@ DCGM_CHECKOV_SKIPS = {
     "CKV_K8S_25": "adds SYS_ADMIN only, for DCGM profiling fields (allow-listed in components.security)",
     "CKV_K8S_39": "CAP_SYS_ADMIN for DCGM profiling fields; never privileged (allow-listed)",
 }
-#: Node events are recorded in ``default``; the guard's Role there only creates events.
-GUARD_EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
-
-#: In ``default`` only, where node events live.
-GUARD_EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
 
 
 def kube_state_label(key: str) -> str:
@@ -103,30 +89,6 @@ def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
     )
 
 
-def thermal_settings(cfg: ClusterConfig) -> ThermalSettings:
-    """The guard's settings from the stack, validated by the agent's own rules (fails at preview)."""
-    o = cfg.observability
-    keys = Keys(cfg.label_prefix)
-    settings = ThermalSettings(
-        threshold_celsius=float(o.thermal_threshold_celsius),
-        hold_seconds=o.thermal_hold_seconds,
-        warning_band=float(o.thermal_warning_band_celsius),
-        prometheus_url=o.prometheus_url,
-        taint_key=keys.thermal_taint,
-        label_prefix=cfg.label_prefix,
-        poll_seconds=o.thermal_poll_seconds,
-        inference_tolerates=o.inference_tolerates_thermal,
-        node_selector=f"{keys.location}={ONPREM}",
-    )
-    settings.validate("observability")
-    return settings
-
-
-def settings_document(settings: ThermalSettings) -> str:
-    """The ConfigMap file: every key spelled out, sorted for stable diffs."""
-    return json.dumps(asdict(settings), indent=2, sort_keys=True) + "\n"
-
-
 @dataclass(frozen=True)
 class ObservabilityArgs:
     observability: Observability
@@ -137,11 +99,11 @@ class ObservabilityArgs:
     priority_class: str
     system_pool_selector: dict[str, str]
     thresholds: AlertThresholds
-    guard_settings: ThermalSettings
+    guard: HealthGuardArgs
     dashboard: gpu_fleet.DashboardOptions
+    health_dashboard: gpu_health.HealthDashboardOptions
     dcgm_image: str
     ib_image: str
-    guard_image: str
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> ObservabilityArgs:
@@ -156,18 +118,21 @@ class ObservabilityArgs:
             priority_class=cfg.priorities.system.name,
             system_pool_selector=cfg.system_pool_selector,
             thresholds=alert_thresholds(cfg),
-            guard_settings=thermal_settings(cfg),
+            guard=HealthGuardArgs.from_config(cfg),
             dashboard=gpu_fleet.DashboardOptions(
                 thermal_threshold_celsius=float(o.thermal_threshold_celsius),
                 thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
                 burst_taint_key=keys.burst_taint,
-                thermal_taint_key=keys.thermal_taint,
+                health_taint_key=HealthNames(cfg.label_prefix).taint,
                 workload_label=kube_state_label(keys.workload),
                 location_label=kube_state_label(keys.location),
             ),
+            health_dashboard=gpu_health.HealthDashboardOptions(
+                health_taint_key=HealthNames(cfg.label_prefix).taint,
+                repaired_key=HealthNames(cfg.label_prefix).repaired,
+            ),
             dcgm_image=images.DCGM_EXPORTER,
             ib_image=images.agent_image(IB_APP),
-            guard_image=images.agent_image(GUARD_APP),
         )
 
 
@@ -194,13 +159,16 @@ def _gpu_pool_affinity(args: ObservabilityArgs) -> k8s.core.v1.AffinityArgs:
 
 
 def _gpu_node_tolerations(args: ObservabilityArgs) -> list[k8s.core.v1.TolerationArgs]:
-    """Each pool's taint, and the thermal taint: measuring must go on where the guard pulled the node."""
+    """Each pool's taint, and the health taint: measuring must go on where the guard pulled the node (its
+    release depends on it)."""
     tolerations = [
         k8s.core.v1.TolerationArgs(key=args.keys.pool, operator="Equal", value=p.name, effect="NoSchedule")
         for p in sorted(args.pools, key=lambda p: p.name)
         if p.taint
     ]
-    tolerations.append(k8s.core.v1.TolerationArgs(key=args.keys.thermal_taint, operator="Exists", effect="NoSchedule"))
+    tolerations.append(
+        k8s.core.v1.TolerationArgs(key=args.guard.settings.names.taint, operator="Exists", effect="NoSchedule")
+    )
     return tolerations
 
 
@@ -221,10 +189,10 @@ def _node_relabeling() -> list[dict[str, Any]]:
 
 
 class ObservabilityStack(pulumi.ComponentResource):
-    """DCGM exporter, InfiniBand exporter, scrape configs, alert rules, dashboard and thermal guard."""
+    """DCGM exporter, InfiniBand exporter, scrape configs, alert rules, dashboards and health guard."""
 
     rule_names: pulumi.Output[list[str]]
-    thermal_taint: pulumi.Output[str]
+    health_taint: pulumi.Output[str]
 
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:observability:ObservabilityStack", name, None, opts)
@@ -257,12 +225,26 @@ class ObservabilityStack(pulumi.ComponentResource):
             if o.dashboards
             else None
         )
-        self.guard = self._thermal_guard() if o.thermal_guard else None
+        self.health_dashboard = (
+            k8s.core.v1.ConfigMap(
+                "gpu-health-dashboard",
+                metadata=meta(
+                    name="gpu-health-dashboard",
+                    namespace=args.monitoring_namespace,
+                    labels={**common_labels("gpu-health-dashboard", "dashboard"), **DASHBOARD_LABEL},
+                ),
+                data={HEALTH_DASHBOARD_KEY: gpu_health.render(args.health_dashboard)},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            if o.dashboards
+            else None
+        )
+        self.guard = self._health_guard() if o.thermal_guard else None
         self.rule_names = pulumi.Output.from_input(
             [rule["alert"] for group in spec["groups"] for rule in group["rules"]]
         )
-        self.thermal_taint = pulumi.Output.from_input(args.keys.thermal_taint)
-        self.register_outputs({"rule_names": self.rule_names, "thermal_taint": self.thermal_taint})
+        self.health_taint = pulumi.Output.from_input(args.guard.settings.names.taint)
+        self.register_outputs({"rule_names": self.rule_names, "health_taint": self.health_taint})
 
     # ------------------------------------------------------------------ scraping helper
 
@@ -371,7 +353,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_LISTEN", value=f":{DCGM_PORT}"),
             k8s.core.v1.EnvVarArgs(name="DCGM_EXPORTER_KUBERNETES", value="true"),
             k8s.core.v1.EnvVarArgs(name="NVIDIA_VISIBLE_DEVICES", value="all"),
-            # The pinned exporter fills its ``Hostname`` label from NODE_NAME: the thermal guard and the
+            # The pinned exporter fills its ``Hostname`` label from NODE_NAME: the health guard and the
             # alert rules find the node by it.
             _node_name_env(),
         ]
@@ -461,95 +443,26 @@ class ObservabilityStack(pulumi.ComponentResource):
             depends_on=[],
         )
 
-    # ------------------------------------------------------------------ thermal guard
+    # ------------------------------------------------------------------ health guard
 
-    def _thermal_guard(self) -> k8s.apps.v1.Deployment:
-        args = self.args
-        ns = args.system_namespace
-        port = args.observability.thermal_guard_port
-        labels = common_labels(GUARD_APP, "thermal-guard", images.AGENT_VERSION)
-        selector = selector_labels(labels)
-        meta = k8s.meta.v1.ObjectMetaArgs
-        child = pulumi.ResourceOptions(parent=self)
-        role_name = f"gpu-cluster:{GUARD_APP}"
-        config = k8s.core.v1.ConfigMap(
-            f"{GUARD_APP}-settings",
-            metadata=meta(name=f"{GUARD_APP}-settings", namespace=ns, labels=labels),
-            data={GUARD_SETTINGS_KEY: settings_document(args.guard_settings)},
-            opts=child,
-        )
-        account = rbac.service_account(GUARD_APP, ns, labels, self)
-        cluster = rbac.cluster_role_with_binding(
-            f"{GUARD_APP}-role", f"{GUARD_APP}-binding", name=role_name, rules=GUARD_CLUSTER_RULES,
-            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
-        )
-        events = rbac.namespaced_role_with_binding(
-            f"{GUARD_APP}-events-role", f"{GUARD_APP}-events-binding", name=GUARD_APP, namespace=EVENT_NAMESPACE,
-            rules=GUARD_EVENT_RULES, subject=account.subject, labels=labels, parent=self,
-            depends_on=[account.service_account], annotations=checkov_skips(GUARD_EVENTS_CHECKOV_SKIPS),
-        )
-        deployment = k8s.apps.v1.Deployment(
-            GUARD_APP,
-            metadata=meta(name=GUARD_APP, namespace=ns, labels=labels,
-                          annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                # One writer of node taints; Recreate so an update never runs two guards at once.
-                replicas=1,
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=GUARD_APP,
-                        priority_class_name=args.priority_class,
-                        node_selector=args.system_pool_selector,
-                        security_context=pod_security_context(),
-                        containers=[
-                            k8s.core.v1.ContainerArgs(
-                                name=GUARD_APP,
-                                image=args.guard_image,
-                                args=[
-                                    f"--config={GUARD_CONFIG_DIR}/{GUARD_SETTINGS_KEY}",
-                                    f"--metrics-port={port}",
-                                ],
-                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
-                                readiness_probe=metrics_readiness_probe(),
-                                liveness_probe=metrics_liveness_probe(),
-                                resources=resources("50m", "128Mi"),
-                                security_context=container_security_context(),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(
-                                        name="settings", mount_path=GUARD_CONFIG_DIR, read_only=True
-                                    )
-                                ],
-                            )
-                        ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="settings",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{GUARD_APP}-settings"),
-                            )
-                        ],
-                    ),
-                ),
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, events.binding]),
-        )
-        self._service_and_monitor(GUARD_APP, labels, ns, port, [deployment])
-        return deployment
+    def _health_guard(self) -> HealthGuard:
+        """The guard (components.health_guard) as a child, scraped like the exporters."""
+        guard = HealthGuard(GUARD_APP, self.args.guard, pulumi.ResourceOptions(parent=self))
+        self._service_and_monitor(GUARD_APP, guard.labels, self.args.guard.namespace, self.args.guard.port,
+                                  [guard.deployment])
+        return guard
 
 
 def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
-    """Observability settings for the preview summary."""
+    """Observability settings for the preview summary (the health guard has its own rows)."""
     o = cfg.observability
-    keys = Keys(cfg.label_prefix)
     return [
         (
             "thermal limit",
             f"{o.thermal_threshold_celsius} °C for {o.thermal_hold_seconds}s → "
-            f"{keys.thermal_taint}=hot:NoSchedule (released only by {cfg.label_prefix}/thermal-release)",
+            f"{HealthNames(cfg.label_prefix).taint}=degraded:NoSchedule (health guard)",
         ),
         ("dcgm interval", f"{o.dcgm_interval_ms} ms ({images.DCGM_EXPORTER})"),
         ("ib-exporter", "on GPU pools" if o.ib_exporter else "off"),
-        ("thermal guard", f"poll {o.thermal_poll_seconds}s" if o.thermal_guard else "off (alerts only)"),
+        ("health guard", f"poll {o.thermal_poll_seconds}s" if o.thermal_guard else "off (alerts only)"),
     ]

@@ -11,7 +11,7 @@ observability-tools: venv
 
 observability-test: observability-tools
 	.venv/bin/pytest -q tests/test_ib_exporter.py tests/test_ib_vs_node_exporter.py tests/test_alert_rules.py \
-		tests/test_dcgm_counters.py tests/test_thermal_guard.py
+		tests/test_dcgm_counters.py tests/test_health_guard_decide.py tests/test_health_guard_shell.py
 
 observability-bench: observability-tools
 	$(PY) -m bench.bench_ib

@@ -24,9 +24,9 @@ CONFIG = ROOT / ".checkov.yaml"
 POD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
 #: The controllers that call the Kubernetes API and so keep their ServiceAccount token, per stack.
 TOKEN_HOLDERS = {
-    "prod": {("Deployment", "burst-controller"), ("Deployment", "thermal-guard"), ("Deployment", "prometheus-adapter"),
+    "prod": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "prometheus-adapter"),
              ("Deployment", "vk-lambda-east"), ("Deployment", "vk-dr-cluster"), ("CronJob", "descheduler")},
-    "local": {("Deployment", "burst-controller"), ("Deployment", "thermal-guard"), ("Deployment", "vk-local-cloud"),
+    "local": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "vk-local-cloud"),
               ("CronJob", "descheduler")},
 }
 

@@ -134,8 +134,8 @@ def stack(tmp_path_factory, prometheus):
         control.up(lay, timeout=300)
         stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}", extra={"gpu-cluster:training": training})
         # The guard polls every second and holds 3 s, so the scenario need not wait minutes for a taint.
-        notes = stackup.start_agents(lay, "local", thermal_overrides={
-            "prometheus_url": prometheus_url, "poll_seconds": 1, "hold_seconds": 3})
+        notes = stackup.start_agents(lay, "local", guard_overrides={
+            "prometheus_url": prometheus_url, "poll_seconds": 1})
         yield lay, load_stack_config(ROOT, "local"), notes
     finally:
         control.down(lay, quiet=True)
@@ -272,7 +272,7 @@ def test_burst_scenario(stack, prometheus):
     minimum = service.min_replicas
     job_cfg = cfg.training.jobs[0]
     phases: dict[str, float] = {}
-    if any(n.startswith(("descheduler", "thermal-guard")) for n in notes):
+    if any(n.startswith(("descheduler", "health-guard")) for n in notes):
         pytest.fail(f"an agent did not start: {notes}")
     assert cfg.handover_services == {service.name: minimum}, "the local stack runs the make-before-break handover"
 

@@ -53,14 +53,14 @@ def test_queue_workers_tolerate_pools_and_every_provider_but_not_the_burst_taint
         {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
         {"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "lambda-east", "effect": "NoSchedule"},
         {"key": "virtual-node.liqo.io/not-allowed", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-        {"key": "gpucluster.io/thermal", "operator": "Equal", "value": "hot", "effect": "NoSchedule"},
+        {"key": "gpucluster.io/gpu-health", "operator": "Equal", "value": "degraded", "effect": "NoSchedule"},
     ]
 
 
 def test_inference_can_be_kept_off_hot_nodes(run_stack: Any) -> None:
     result = run_stack("local", lambda c: c.update({"gpu-cluster:observability": {"inferenceToleratesThermal": False}}))
     spec = result.one("Deployment", "sdxl-turbo").inputs["spec"]["template"]["spec"]
-    assert "gpucluster.io/thermal" not in [t["key"] for t in spec["tolerations"]]
+    assert "gpucluster.io/gpu-health" not in [t["key"] for t in spec["tolerations"]]
 
 
 def test_no_inference_pod_tolerates_the_burst_taint(prod: RunResult, local: RunResult) -> None:
@@ -76,7 +76,7 @@ def test_no_inference_pod_tolerates_the_burst_taint(prod: RunResult, local: RunR
 def test_gateway_service_bursts_only_where_pods_are_routable(prod: RunResult) -> None:
     keys = [t["key"] for t in pod_spec(prod, "llama-70b-chat")["tolerations"]]
     assert keys == ["gpucluster.io/pool", "gpucluster.io/pool", "virtual-node.liqo.io/not-allowed",
-                    "gpucluster.io/thermal"]
+                    "gpucluster.io/gpu-health"]
 
 
 def test_gpu_limits_equal_requests_and_readiness(prod: RunResult) -> None:

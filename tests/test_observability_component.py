@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.thermal_guard.settings import ThermalSettings
 from components import images
 from components.alert_rules import build_rule_spec
 from components.config import ConfigError, parse_config
@@ -93,7 +92,7 @@ def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: Ru
         assert spec["tolerations"] == [
             {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"},
             {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
-            {"key": "gpucluster.io/thermal", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "gpucluster.io/gpu-health", "operator": "Exists", "effect": "NoSchedule"},
         ], name
 
 
@@ -134,7 +133,7 @@ def test_ib_exporter_daemonset_is_unprivileged_with_read_only_sys(prod: RunResul
 def test_ib_exporter_can_be_turned_off(run_stack: StackRunner) -> None:
     result = run_stack("local", lambda c: c.update({P + "observability": {"ibExporter": False}}))
     assert [r.metadata["name"] for r in result.by_kind("DaemonSet")] == ["dcgm-exporter"]
-    assert {r.metadata["name"] for r in result.by_kind("ServiceMonitor")} >= {"dcgm-exporter", "thermal-guard"}
+    assert {r.metadata["name"] for r in result.by_kind("ServiceMonitor")} >= {"dcgm-exporter", "health-guard"}
     assert "ib-exporter" not in {r.metadata["name"] for r in result.by_kind("ServiceMonitor")}
 
 
@@ -142,7 +141,7 @@ def test_ib_exporter_can_be_turned_off(run_stack: StackRunner) -> None:
 
 
 def test_service_monitors_add_the_node_label(prod: RunResult) -> None:
-    for name, port in (("dcgm-exporter", 9400), ("ib-exporter", 9315), ("thermal-guard", 9316)):
+    for name, port in (("dcgm-exporter", 9400), ("ib-exporter", 9315), ("health-guard", 9316)):
         sm = prod.one("ServiceMonitor", name)
         assert sm.inputs["apiVersion"] == "monitoring.coreos.com/v1"
         (endpoint,) = sm.inputs["spec"]["endpoints"]
@@ -201,8 +200,9 @@ def test_thermal_threshold_flows_from_the_stack_into_rules_guard_and_dashboard(r
         "DCGM_FI_DEV_GPU_TEMP >= 75",
         "1m",
     )
-    settings = json.loads(result.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
-    assert (settings["threshold_celsius"], settings["hold_seconds"]) == (75.0, 60)
+    settings = json.loads(result.one("ConfigMap", "health-guard-settings").inputs["data"]["settings.json"])
+    (thermal,) = [s for s in settings["signals"] if s["name"] == "gpu-temperature"]
+    assert (thermal["threshold"], thermal["clear_below"], thermal["hold_seconds"]) == (75.0, 70.0, 60)
     dashboard = json.loads(result.one("ConfigMap", "gpu-fleet-dashboard").inputs["data"]["gpu-fleet.json"])
     steps = dashboard["panels"][0]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps == [
@@ -238,7 +238,7 @@ def test_dashboard_configmap_for_the_grafana_sidecar(prod: RunResult) -> None:
         "InfiniBand errors per port",
         "NVLink errors per GPU",
         "Burst state: external nodes open to inference",
-        "Nodes out of service for temperature",
+        "Nodes out of service (GPU health)",
     ]
     burst = dashboard["panels"][6]["targets"][0]["expr"]
     assert 'kube_node_spec_taint{key="gpucluster.io/burst"}' in burst
@@ -264,77 +264,6 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 def test_dashboards_can_be_turned_off(run_stack: StackRunner) -> None:
     result = run_stack("local", lambda c: c.update({P + "observability": {"dashboards": False}}))
     assert "gpu-fleet-dashboard" not in {r.metadata.get("name") for r in result.by_kind("ConfigMap")}
-
-
-# ---- thermal guard ---------------------------------------------------------------------------------
-
-
-def test_thermal_guard_rbac_is_least_privilege(prod: RunResult) -> None:
-    role = prod.one("ClusterRole", "gpu-cluster:thermal-guard")
-    assert role.inputs["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
-    ]
-    binding = prod.one("ClusterRoleBinding", "gpu-cluster:thermal-guard")
-    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "thermal-guard", "namespace": SYSTEM_NS}]
-    events = prod.one("Role", "thermal-guard")
-    assert events.metadata["namespace"] == "default"
-    assert events.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-    for kind in ("Role", "RoleBinding"):  # checkov's default-namespace check is skipped on these two only
-        assert prod.one(kind, "thermal-guard").metadata["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_21=")
-    assert prod.one("RoleBinding", "thermal-guard").inputs["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "thermal-guard",
-    }
-
-
-def test_thermal_guard_deployment_and_settings(prod: RunResult) -> None:
-    deployment = prod.one("Deployment", "thermal-guard")
-    assert deployment.inputs["spec"]["replicas"] == 1
-    assert deployment.inputs["spec"]["strategy"] == {"type": "Recreate"}
-    spec = pod_spec(prod, "Deployment", "thermal-guard")
-    assert spec["nodeSelector"] == {"gpucluster.io/pool": "system"}
-    assert spec["priorityClassName"] == "platform-critical"
-    c = container(prod, "Deployment", "thermal-guard")
-    assert c["image"] == "registry.gpucluster.io/platform/thermal-guard:0.1.0"
-    assert c["args"] == ["--config=/etc/thermal-guard/settings.json", "--metrics-port=9316"]
-    assert c["securityContext"]["runAsNonRoot"] is True
-    assert c["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
-    # It patches node taints, so it keeps its token; checkov's token check is skipped on this Deployment only.
-    assert "automountServiceAccountToken" not in spec
-    assert deployment.metadata["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
-    raw = json.loads(prod.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
-    settings = ThermalSettings.from_mapping(raw, source="thermal-guard-settings")
-    assert settings == ThermalSettings(
-        threshold_celsius=78.0,
-        hold_seconds=120,
-        warning_band=5.0,
-        prometheus_url="http://prometheus-operated.monitoring.svc:9090",
-        taint_key="gpucluster.io/thermal",
-        label_prefix="gpucluster.io",
-        poll_seconds=15,
-        inference_tolerates=True,
-        node_label="Hostname",
-        node_selector="gpucluster.io/location=onprem",
-    )
-
-
-def test_thermal_guard_follows_the_label_prefix(run_stack: StackRunner) -> None:
-    result = run_stack("local", lambda c: c.update({P + "labelPrefix": "ml.example.org"}))
-    raw = json.loads(result.one("ConfigMap", "thermal-guard-settings").inputs["data"]["settings.json"])
-    assert (raw["taint_key"], raw["label_prefix"], raw["node_selector"]) == (
-        "ml.example.org/thermal",
-        "ml.example.org",
-        "ml.example.org/location=onprem",
-    )
-    tolerations = pod_spec(result, "DaemonSet", "ib-exporter")["tolerations"]
-    assert tolerations[-1] == {"key": "ml.example.org/thermal", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def test_thermal_guard_can_be_turned_off(run_stack: StackRunner) -> None:
-    result = run_stack("local", lambda c: c.update({P + "observability": {"thermalGuard": False}}))
-    assert [r.metadata["name"] for r in result.by_kind("Deployment") if r.metadata["name"] == "thermal-guard"] == []
-    assert result.one("PrometheusRule", "gpu-alerts")  # the alerts stay
 
 
 # ---- config validation -----------------------------------------------------------------------------
@@ -374,12 +303,8 @@ def test_component_tree(prod: RunResult) -> None:
         "kubernetes:core/v1:ServiceAccount",
         "kubernetes:core/v1:Service",
         "kubernetes:apps/v1:DaemonSet",
-        "kubernetes:apps/v1:Deployment",
-        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
-        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
-        "kubernetes:rbac.authorization.k8s.io/v1:Role",
-        "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
         "kubernetes:monitoring.coreos.com/v1:ServiceMonitor",
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+        "gpu-cluster:health:HealthGuard",  # its own objects: tests/test_health_guard_component.py
     }
-    assert len([r for r in prod.resources if r.parent == component.urn]) == 20
+    assert len([r for r in prod.resources if r.parent == component.urn]) == 15

@@ -319,7 +319,7 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings
         "label_prefix": cfg.label_prefix,
         "prometheus_url": o.prometheus_url,
         "node_selector": f"{cfg.label_prefix}/location=onprem",
-        "poll_seconds": h.poll_seconds,
+        "poll_seconds": o.thermal_poll_seconds,
         "stale_after_seconds": h.stale_after_seconds,
         "probation_seconds": h.probation_seconds,
         "max_nodes_per_hour": h.max_nodes_per_hour,

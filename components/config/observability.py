@@ -1,8 +1,8 @@
-"""Monitoring, the thermal guard and the InfiniBand exporter; the thermal threshold is checked per pool."""
+"""Monitoring, the health guard and the InfiniBand exporter; the thermal threshold is checked per pool."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -10,6 +10,47 @@ from components.config.base import ConfigModel, DnsLabel, PositiveInt, Problem
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
+
+
+XidNumber = Annotated[int, Field(ge=1, le=999)]
+
+
+class HealthGuardConfig(ConfigModel):
+    """``observability.health``: the health guard's signal → class mapping and guard rails.
+
+    The signals and their default classes (with sources) are documented in
+    :mod:`agents.health_guard.contract`; the thermal signal takes the limit, band and hold above. Deploy
+    switch, poll interval and metrics port are ``thermalGuard``, ``thermalPollSeconds`` and
+    ``thermalGuardPort``.
+    """
+
+    #: XIDs that make a node fatal (training and inference leave): NVIDIA's XID catalogue.
+    fatal_xids: list[XidNumber] = Field(default_factory=lambda: [48, 64, 74, 79, 95, 119, 120])
+    #: XIDs that make a node degraded (training leaves, inference may stay).
+    degraded_xids: list[XidNumber] = Field(default_factory=lambda: [92, 94])
+    #: Per-signal override of the class, or ``off``: e.g. ``{nvlink-errors: fatal, ib-link-errors: off}``.
+    signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
+    #: A node whose exporter has been silent this long is not judged: never unhealthy, never released.
+    stale_after_seconds: Annotated[int, Field(ge=15)] = 120
+    #: Healthy this long without a break before a node is released (fatal ones also need the repair mark).
+    probation_seconds: Annotated[int, Field(ge=0)] = 1800
+    #: Guard rails: past any of these the guard stops quarantining until a person resets its breaker.
+    max_nodes_per_hour: Annotated[int, Field(ge=0)] = 2
+    max_nodes_quarantined: Annotated[int, Field(ge=0)] = 4
+    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = 10.0
+    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = 20.0
+    #: Quarantined this often within the window, even a degraded node waits for the repair mark.
+    flap_limit: Annotated[int, Field(ge=2)] = 3
+    flap_window_seconds: PositiveInt = 86400
+    #: Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold).
+    evict_inference_on_fatal: bool = True
+
+    @model_validator(mode="after")
+    def _xids_disjoint(self) -> Self:
+        both = sorted(set(self.fatal_xids) & set(self.degraded_xids))
+        if both:
+            raise ValueError(f"XIDs {both} are in both fatalXids and degradedXids")
+        return self
 
 
 class Observability(ConfigModel):
@@ -42,6 +83,8 @@ class Observability(ConfigModel):
     critical_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(default_factory=lambda: [48, 64, 74, 79, 95])
     #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
     dcgm_runtime_class: DnsLabel | None = "nvidia"
+    #: The health guard (deployed when ``thermalGuard`` is on): signal classes and guard rails.
+    health: HealthGuardConfig = HealthGuardConfig()
 
     @model_validator(mode="after")
     def _thermal_consistent(self) -> Self:

@@ -1,7 +1,7 @@
 """The GPU fleet dashboard: the signals that do not lie, on one page.
 
 Built in Python rather than kept as exported JSON so that the thermal threshold line and the burst taint
-key come from the same stack config as the alert rules and the thermal guard; a stack that moves the
+key come from the same stack config as the alert rules and the health guard; a stack that moves the
 threshold to 80 C sees its dashboard move with it. Panel queries use the metric and label names of the
 pinned exporters (see :mod:`components.alert_rules`).
 """
@@ -24,7 +24,7 @@ class DashboardOptions:
     thermal_threshold_celsius: float = 78.0
     thermal_warning_band_celsius: float = 5.0
     burst_taint_key: str = "gpucluster.io/burst"
-    thermal_taint_key: str = "gpucluster.io/thermal"
+    health_taint_key: str = "gpucluster.io/gpu-health"
     workload_label: str = "label_gpucluster_io_workload"
     location_label: str = "label_gpucluster_io_location"
 
@@ -76,7 +76,7 @@ def build(options: DashboardOptions | None = None) -> dict[str, Any]:
             1,
             "GPU temperature per node / GPU",
             f"Hottest first. The red line is the thermal limit ({o.thermal_threshold_celsius:g} C): a GPU at or "
-            "above it for the hold time is tainted out of service by the thermal guard.",
+            "above it for the hold time is quarantined as degraded by the health guard.",
             [
                 _target(
                     "sort_desc(DCGM_FI_DEV_GPU_TEMP)",
@@ -216,9 +216,9 @@ def build(options: DashboardOptions | None = None) -> dict[str, Any]:
         ),
         _panel(
             8,
-            "Nodes out of service for temperature",
-            f"Nodes carrying {o.thermal_taint_key}; each needs a human to repair and release it.",
-            [_target("sum(thermal_guard_node_tainted) or vector(0)", "thermally tainted nodes", "A")],
+            "Nodes out of service (GPU health)",
+            f"Nodes carrying {o.health_taint_key} (fatal or degraded); see the GPU health dashboard.",
+            [_target("sum(gpucluster_health_node_quarantined) or vector(0)", "quarantined nodes", "A")],
             (12, 25, 12, 7),
             "short",
             [{"color": "green", "value": None}, {"color": "red", "value": 1}],

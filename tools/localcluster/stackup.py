@@ -2,7 +2,7 @@
 
 Steps of ``up``: the control plane (``localcluster up``), the engine (``make engine`` if not built),
 ``tools/pulumi up --yes --stack local`` against the local kubeconfig, then the in-cluster agents as
-local processes — the burst controller, the thermal guard and the descheduler — fed with the
+local processes — the burst controller, the health guard and the descheduler — fed with the
 configuration the stack deployed (its ConfigMaps), and a status summary. On kwok nodes the agents'
 own pods are simulated and do nothing, so these local processes are the ones that act.
 """
@@ -103,15 +103,21 @@ def burst_settings_from_stack(stack: str) -> str:
     return settings_document(BurstControllerArgs.from_config(cfg).settings)
 
 
-def deployed_thermal_settings(lay: Layout, overrides: Mapping[str, Any] | None = None) -> str | None:
-    """The thermal guard's settings as the stack deployed them, with `overrides` (e.g. a local Prometheus)."""
+def deployed_guard_settings(lay: Layout, overrides: Mapping[str, Any] | None = None) -> str | None:
+    """The health guard's settings as the stack deployed them, with `overrides` (e.g. a local Prometheus).
+
+    The result is validated by the agent's own parser, so a bad override fails here, naming the key.
+    """
     import json
 
-    from components.observability import GUARD_APP, GUARD_SETTINGS_KEY
+    from agents.health_guard.contract import parse_settings, settings_document
+    from components.health_guard import SETTINGS_KEY
+    from components.observability import GUARD_APP
 
     for cm in _configmaps(lay):
-        if cm.metadata.name.startswith(GUARD_APP) and GUARD_SETTINGS_KEY in (cm.data or {}):
-            return json.dumps({**json.loads(cm.data[GUARD_SETTINGS_KEY]), **(overrides or {})}, sort_keys=True)
+        if cm.metadata.name == f"{GUARD_APP}-settings" and SETTINGS_KEY in (cm.data or {}):
+            raw = {**json.loads(cm.data[SETTINGS_KEY]), **(overrides or {})}
+            return settings_document(parse_settings(raw, source=f"{cm.metadata.name} + overrides"))
     return None
 
 
@@ -120,15 +126,17 @@ def _console_script(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name)
 
 
-def start_agents(lay: Layout, stack: str, thermal_overrides: Mapping[str, Any] | None = None) -> list[str]:
-    """Start the burst controller, thermal guard and descheduler; returns what could not start and why.
+def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | None = None,
+                 guard_metrics_port: int | None = None) -> list[str]:
+    """Start the burst controller, health guard and descheduler; returns what could not start and why.
 
-    The guard reads GPU temperatures from the Prometheus its deployed settings name; `thermal_overrides`
-    points it elsewhere (the end-to-end test runs a Prometheus of its own) or shortens its hold.
+    The guard reads its signals from the Prometheus its deployed settings name; `guard_overrides` points it
+    elsewhere (the end-to-end test runs a Prometheus of its own) or shortens its holds, probation and limits;
+    `guard_metrics_port` fixes its metrics port so that Prometheus can scrape it.
     """
     notes: list[str] = []
     ports = control.load_ports(lay) or {}
-    extra = control.free_ports(["burst_metrics", "thermal_metrics"])
+    extra = control.free_ports(["burst_metrics", "guard_metrics"])
 
     settings = deployed_burst_settings(lay) or burst_settings_from_stack(stack)
     burst_conf = lay.state / "burst-controller.yaml"
@@ -141,16 +149,16 @@ def start_agents(lay: Layout, stack: str, thermal_overrides: Mapping[str, Any] |
     else:
         notes.append("burst-controller: console script not installed (make venv)")
 
-    thermal = _console_script("thermal-guard")
-    thermal_settings = deployed_thermal_settings(lay, thermal_overrides)
-    if thermal and thermal_settings:
-        thermal_conf = lay.state / "thermal-guard.json"
-        thermal_conf.write_text(thermal_settings)
-        control.start_process(lay, "thermal-guard", [
-            thermal, "--config", str(thermal_conf), "--kubeconfig", str(lay.kubeconfig),
-            "--metrics-port", str(extra["thermal_metrics"])])
+    guard = _console_script("health-guard")
+    guard_settings = deployed_guard_settings(lay, guard_overrides)
+    if guard and guard_settings:
+        guard_conf = lay.state / "health-guard.json"
+        guard_conf.write_text(guard_settings)
+        control.start_process(lay, "health-guard", [
+            guard, "--config", str(guard_conf), "--kubeconfig", str(lay.kubeconfig),
+            "--metrics-port", str(guard_metrics_port or extra["guard_metrics"]), "--identity", "localcluster"])
     else:
-        notes.append("thermal-guard: console script not installed or no settings deployed; not started")
+        notes.append("health-guard: console script not installed or no settings deployed; not started")
 
     policy = deployed_descheduler_policy(lay)
     if policy and ports:

@@ -1,0 +1,171 @@
+"""The GPU/InfiniBand health guard as Kubernetes objects: settings ConfigMap, least-privilege RBAC, Deployment.
+
+Settings are built by :func:`agents.health_guard.contract.settings_from_config` (the one way from the stack to
+the guard) and validated by the agent's own model, so a value the agent would refuse fails at preview. Two
+replicas, one active (a Lease): a crash or an eviction of the leader hands over within the lease duration.
+RBAC is exactly what its shell calls:
+
+* cluster-wide: ``nodes`` get/list/watch/patch (taints, labels, annotations), ``nodes/status`` patch (the
+  ``GpuHealthy`` condition), ``pods`` list (what runs on a quarantined node), ``pods/eviction`` create
+  (the Eviction API, so PodDisruptionBudgets are honoured);
+* in ``default``: ``events`` create (node events live there);
+* in the system namespace: ``leases`` create, and get/update of its own Lease only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from agents.health_guard.contract import APP, EVENT_NAMESPACE, HealthSettings, settings_document, settings_from_config
+from components import images, rbac
+from components.config import ClusterConfig
+from components.naming import common_labels, selector_labels
+from components.security import API_CLIENT, checkov_skips, container_security_context, pod_security_context, resources
+from components.workloads import metrics_liveness_probe, metrics_readiness_probe
+
+CONFIG_DIR = f"/etc/{APP}"
+SETTINGS_KEY = "settings.json"
+REPLICAS = 2
+
+Rule = rbac.Rule
+
+CLUSTER_RULES: tuple[Rule, ...] = (
+    Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
+    Rule(api_groups=[""], resources=["nodes/status"], verbs=["patch"]),
+    Rule(api_groups=[""], resources=["pods"], verbs=["list"]),
+    Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),
+)
+EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
+EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
+
+
+def lease_rules(lease_name: str) -> tuple[Rule, ...]:
+    """Create any Lease (RBAC cannot scope create by name), read and renew only its own."""
+    return (
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
+             verbs=["get", "update"]),
+    )
+
+
+@dataclass(frozen=True)
+class HealthGuardArgs:
+    settings: HealthSettings
+    namespace: str
+    port: int
+    priority_class: str
+    system_pool_selector: dict[str, str]
+    image: str
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> HealthGuardArgs:
+        return cls(
+            settings=settings_from_config(cfg),
+            namespace=cfg.system_namespace,
+            port=cfg.observability.thermal_guard_port,
+            priority_class=cfg.priorities.system.name,
+            system_pool_selector=cfg.system_pool_selector,
+            image=images.agent_image(APP),
+        )
+
+
+class HealthGuard(pulumi.ComponentResource):
+    """ConfigMap, ServiceAccount, RBAC and the Deployment of the health guard."""
+
+    def __init__(self, name: str, args: HealthGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:health:HealthGuard", name, None, opts)
+        ns = args.namespace
+        labels = common_labels(APP, "health-guard", images.AGENT_VERSION)
+        self.labels = labels
+        meta = k8s.meta.v1.ObjectMetaArgs
+        child = pulumi.ResourceOptions(parent=self)
+        config = k8s.core.v1.ConfigMap(
+            f"{APP}-settings",
+            metadata=meta(name=f"{APP}-settings", namespace=ns, labels=labels),
+            data={SETTINGS_KEY: settings_document(args.settings)},
+            opts=child,
+        )
+        account = rbac.service_account(APP, ns, labels, self)
+        cluster = rbac.cluster_role_with_binding(
+            f"{APP}-role", f"{APP}-binding", name=f"gpu-cluster:{APP}", rules=CLUSTER_RULES,
+            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
+        )
+        events = rbac.namespaced_role_with_binding(
+            f"{APP}-events-role", f"{APP}-events-binding", name=APP, namespace=EVENT_NAMESPACE,
+            rules=EVENT_RULES, subject=account.subject, labels=labels, parent=self,
+            depends_on=[account.service_account], annotations=checkov_skips(EVENTS_CHECKOV_SKIPS),
+        )
+        lease = rbac.namespaced_role_with_binding(
+            f"{APP}-lease-role", f"{APP}-lease-binding", name=f"{APP}-lease", namespace=ns,
+            rules=lease_rules(args.settings.lease_name), subject=account.subject, labels=labels, parent=self,
+            depends_on=[account.service_account],
+        )
+        pod_name = k8s.core.v1.EnvVarArgs(
+            name="POD_NAME",
+            value_from=k8s.core.v1.EnvVarSourceArgs(
+                field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")),
+        )
+        self.deployment = k8s.apps.v1.Deployment(
+            APP,
+            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                # Two replicas, one active through the Lease: the standby takes over a lost leader.
+                replicas=REPLICAS,
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=APP,
+                        priority_class_name=args.priority_class,
+                        node_selector=args.system_pool_selector,
+                        security_context=pod_security_context(),
+                        containers=[
+                            k8s.core.v1.ContainerArgs(
+                                name=APP,
+                                image=args.image,
+                                args=[f"--config={CONFIG_DIR}/{SETTINGS_KEY}", f"--metrics-port={args.port}"],
+                                env=[pod_name],
+                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=args.port)],
+                                readiness_probe=metrics_readiness_probe(),
+                                liveness_probe=metrics_liveness_probe(),
+                                resources=resources("50m", "128Mi"),
+                                security_context=container_security_context(),
+                                volume_mounts=[
+                                    k8s.core.v1.VolumeMountArgs(name="settings", mount_path=CONFIG_DIR, read_only=True)
+                                ],
+                            )
+                        ],
+                        volumes=[
+                            k8s.core.v1.VolumeArgs(
+                                name="settings",
+                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-settings"),
+                            )
+                        ],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, events.binding,
+                                                                 lease.binding]),
+        )
+        self.register_outputs({})
+
+
+def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
+    """The health guard's rules of engagement for the preview summary."""
+    if not cfg.observability.thermal_guard:
+        return [("health guard", "off (alerts only)")]
+    s = settings_from_config(cfg)
+    n = s.names
+    fatal = ", ".join(x.name for x in s.signals if x.health_class == "fatal")
+    degraded = ", ".join(x.name for x in s.signals if x.health_class == "degraded")
+    return [
+        ("fatal", f"{fatal} → {n.taint}=fatal:NoSchedule, training and inference evicted"),
+        ("degraded", f"{degraded} → {n.taint}=degraded:NoSchedule, training evicted, inference stays"),
+        ("guard rails", f"≤ {s.max_nodes_per_hour} nodes/h and {s.max_nodes_quarantined} in total, "
+                        f"≤ {s.max_pool_percent_per_hour:g} %/h and {s.max_pool_percent_quarantined:g} % of a pool; "
+                        "past that the breaker trips until a person resets it"),
+        ("release", f"degraded after {s.probation_seconds}s healthy; fatal also needs {n.repaired}"),
+    ]
