@@ -79,6 +79,7 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "external_deletion_cost": burst.external_deletion_cost,
             "resync_seconds": float(burst.resync_seconds),
             "stale_after_seconds": float(burst.stale_after_seconds),
+            "tick_seconds": float(burst.tick_seconds),
             "namespace": cfg.system_namespace,
             "lease_name": LEASE_NAME,
             "event_namespace": cfg.system_namespace,

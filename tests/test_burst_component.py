@@ -120,6 +120,45 @@ def test_staleness_must_exceed_the_watch_timeout() -> None:
     assert "burst: staleAfterSeconds (30) must exceed 60" in message
 
 
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        ({"tickSeconds": 61}, "burst: tickSeconds (61) must be at most 60"),
+        ({"staleAfterSeconds": 901}, "burst: staleAfterSeconds (901) must be at most 900"),
+        ({"tickSeconds": 60, "staleAfterSeconds": 60}, "burst: staleAfterSeconds (60) must exceed 60"),
+    ],
+)
+def test_tick_and_staleness_are_bounded_at_config_time(edit: dict[str, int], expected: str) -> None:
+    message = _error(lambda raw: raw["burst"].update(edit))
+    assert "Pulumi.local.yaml" in message and expected in message
+
+
+def test_tick_reaches_the_agent(run_stack: Any) -> None:
+    result = run_stack("local", lambda c: c["gpu-cluster:burst"].update({"tickSeconds": 2}))
+    assert settings(result).tick_seconds == 2.0
+
+
+def test_stack_defaults_are_the_agent_defaults() -> None:
+    """One set of numbers: an unset stack key gives the agent exactly its own default."""
+    from components.burst_controller import settings_from_config
+
+    raw = copy.deepcopy(raw_from_stack("local"))
+    del raw["burst"]  # every burst key at its default
+    cfg = parse_config(raw, "Pulumi.local.yaml")
+    deployed, agent = settings_from_config(cfg), BurstSettings()
+    same = ("open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
+            "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
+            "tick_seconds", "taint_value", "handover_timeout_seconds", "handover_cover", "taint_key")
+    assert {k: getattr(deployed, k) for k in same} == {k: getattr(agent, k) for k in same}
+    assert (deployed.open_below_free_gpus, deployed.close_at_free_gpus, deployed.resync_seconds) == (8, 32, 30.0)
+
+
+def test_the_simulator_runs_the_settings_the_stack_deploys(prod: RunResult) -> None:
+    from bench.sim.run import load_stack
+
+    assert load_stack("prod").settings == settings(prod)
+
+
 def test_handover_settings_name_every_service_with_its_minimum(prod: RunResult, local: RunResult) -> None:
     assert settings(prod).handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4, "whisper-large": 2}
     assert settings(local).handover_services == {"sdxl-turbo": 4}

@@ -6,11 +6,21 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
+from agents.burst_controller.contract import (
+    MAX_STALE_AFTER_SECONDS,
+    MAX_TICK_SECONDS,
+    WATCH_TIMEOUT_SECONDS,
+    BurstSettings,
+)
 from components.config.base import ConfigModel, DnsLabel, NonNegativeInt, PositiveInt, Problem
 from components.config.inference import TrafficShape
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
+
+
+#: The agent's own defaults (its contract): the stack's defaults are the same numbers, not a copy of them.
+_AGENT = BurstSettings()
 
 
 class Handover(ConfigModel):
@@ -23,24 +33,26 @@ class Handover(ConfigModel):
     """
 
     enabled: bool = True
-    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 300
+    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = int(_AGENT.handover_timeout_seconds)
     #: ``current``: the standby replaces every replica at risk, up to the service's current count (capacity
     #: survives the handover); ``minimum``: only up to minReplicas (the floor survives, fewer external GPUs).
-    cover: Literal["current", "minimum"] = "current"
+    cover: Literal["current", "minimum"] = _AGENT.handover_cover.value
 
 
 class Burst(ConfigModel):
     """Thresholds of the burst controller. The close threshold sits above the open one (hysteresis)."""
 
-    taint_value: DnsLabel = "closed"
-    open_below_free_gpus: NonNegativeInt = 8
-    close_at_free_gpus: PositiveInt = 32
-    open_hold_seconds: NonNegativeInt = 60
-    close_hold_seconds: NonNegativeInt = 600
-    pending_grace_seconds: NonNegativeInt = 30
-    external_deletion_cost: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = -100
-    resync_seconds: PositiveInt = 30
-    stale_after_seconds: PositiveInt = 120
+    taint_value: DnsLabel = _AGENT.taint_value
+    open_below_free_gpus: NonNegativeInt = _AGENT.open_below_free_gpus
+    close_at_free_gpus: PositiveInt = _AGENT.close_at_free_gpus
+    open_hold_seconds: NonNegativeInt = int(_AGENT.open_hold_seconds)
+    close_hold_seconds: NonNegativeInt = int(_AGENT.close_hold_seconds)
+    pending_grace_seconds: NonNegativeInt = int(_AGENT.pending_grace_seconds)
+    external_deletion_cost: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = _AGENT.external_deletion_cost
+    resync_seconds: PositiveInt = int(_AGENT.resync_seconds)
+    stale_after_seconds: PositiveInt = int(_AGENT.stale_after_seconds)
+    #: How often the controller decides (hold timers and the handover timeout are as precise as this).
+    tick_seconds: PositiveInt = int(_AGENT.tick_seconds)
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9102
     handover: Handover = Handover()
@@ -57,10 +69,27 @@ class Burst(ConfigModel):
                 f"externalDeletionCost ({self.external_deletion_cost}) must be negative so HPA scale-down "
                 "removes external replicas before on-prem ones (unannotated pods count as 0)"
             )
-        # The controller's watches time out after 60 s; a shorter staleness limit reads a quiet cluster as blind.
-        if self.stale_after_seconds <= 60:
+        # The controller's watches time out after WATCH_TIMEOUT_SECONDS; a shorter staleness limit reads a quiet
+        # cluster as blind, a much longer one lets it act on data nobody confirmed.
+        if self.stale_after_seconds <= WATCH_TIMEOUT_SECONDS:
             raise ValueError(
-                f"staleAfterSeconds ({self.stale_after_seconds}) must exceed 60 (the controller's watch timeout)"
+                f"staleAfterSeconds ({self.stale_after_seconds}) must exceed {WATCH_TIMEOUT_SECONDS} (the "
+                "controller's watch timeout)"
+            )
+        if self.stale_after_seconds > MAX_STALE_AFTER_SECONDS:
+            raise ValueError(
+                f"staleAfterSeconds ({self.stale_after_seconds}) must be at most {MAX_STALE_AFTER_SECONDS}: beyond "
+                "that the controller acts on data the API server has not confirmed"
+            )
+        if self.tick_seconds > MAX_TICK_SECONDS:
+            raise ValueError(
+                f"tickSeconds ({self.tick_seconds}) must be at most {MAX_TICK_SECONDS:g}: holds and the handover "
+                "timeout are only as precise as the tick"
+            )
+        if self.tick_seconds >= self.stale_after_seconds:
+            raise ValueError(
+                f"tickSeconds ({self.tick_seconds}) must be below staleAfterSeconds ({self.stale_after_seconds}), "
+                "otherwise every decision sees data older than the limit"
             )
         return self
 
