@@ -12,6 +12,8 @@ mostly overlap is inconclusive rather than a pass.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -20,12 +22,18 @@ GB = 1e9
 
 
 class Verdict(IntEnum):
-    """Exit codes of ``checkpoint-reduce``."""
+    """Exit codes of ``checkpoint-reduce``; each means one thing and nothing else produces it."""
 
     PASS = 0
+    """The aggregate meets the budget."""
     FAIL = 1
+    """The aggregate is below the budget."""
     ERROR = 2
+    """Invalid input: missing, malformed or duplicated results, or bad arguments."""
     INCONCLUSIVE = 3
+    """The writers did not run together, so their sum says nothing about the filesystem."""
+    INTERNAL = 4
+    """A bug in the reducer itself (never 1, which would read as "below budget")."""
 
 
 @dataclass(frozen=True)
@@ -45,39 +53,195 @@ class Writer:
 
 
 class FioOutputError(ValueError):
-    """A result file that is not fio JSON output, or reports a failed job."""
+    """Invalid input: a result file that is not fio JSON output, reports a failed job, or repeats another.
+
+    The message starts with the file and, where there is one, the field (``0.json: jobs[1].write.bw_bytes:
+    …``): the operator reading a failed check needs to know which node's result to look at."""
 
 
-def _json_body(text: str) -> dict[str, Any]:
-    """fio may print notes before the JSON document (e.g. on stdout); start at the first brace."""
-    start = text.find("{")
-    if start < 0:
-        raise FioOutputError("no JSON object in fio output")
-    try:
-        body = json.loads(text[start:])
-    except json.JSONDecodeError as error:
-        raise FioOutputError(f"fio output is not valid JSON: {error}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
-        raise FioOutputError("fio output has no 'jobs' list")
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+"""fio's JSON for a node is tens of kilobytes; a file this large is not one and is not read whole."""
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in body:
+            # fio never repeats a key; with a repeat, which value "counts" depends on the JSON library.
+            raise _DuplicateKey(key)
+        body[key] = value
     return body
 
 
-def parse_fio(text: str, source: str = "<fio>") -> list[Writer]:
-    """The writers in one fio JSON document. A job with a non-zero ``error`` fails the whole file."""
-    body = _json_body(text)
-    end_ms = int(body.get("timestamp_ms") or int(body.get("timestamp", 0)) * 1000)
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _decode(data: bytes | str, source: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FioOutputError(f"{source}: not UTF-8 text (byte {error.start} is 0x{data[error.start]:02x})") from None
+
+
+def _json_body(data: bytes | str, source: str = "<fio>") -> dict[str, Any]:
+    """fio may print notes before the JSON document (e.g. on stdout); start at the first brace.
+
+    NaN/Infinity tokens and out-of-range floats (``1e400``) parse to non-finite floats here and are
+    refused by the field checks, which can name the field."""
+    text = _decode(data, source)
+    start = text.find("{")
+    if start < 0:
+        raise FioOutputError(f"{source}: no JSON object in fio output")
+    try:
+        body = json.loads(text[start:], object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as error:
+        raise FioOutputError(f"{source}: fio output is not valid JSON: {error}") from None
+    except _DuplicateKey as error:
+        raise FioOutputError(f"{source}: key '{error}' appears twice in one JSON object") from None
+    except RecursionError:
+        raise FioOutputError(f"{source}: fio output is not valid JSON: nested too deeply") from None
+    except ValueError as error:  # an integer literal beyond int()'s digit limit
+        raise FioOutputError(f"{source}: fio output is not valid JSON: {error}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
+        raise FioOutputError(f"{source}: jobs: fio output has no 'jobs' list")
+    return dict(body)
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class _Fields:
+    """Typed, located access to one JSON object of a result file: every refusal names file and field."""
+
+    def __init__(self, source: str, path: str, obj: object) -> None:
+        if not isinstance(obj, dict):
+            raise FioOutputError(f"{source}: {path}: expected an object, got {_kind(obj)}")
+        self.source, self.path, self.obj = source, path, obj
+
+    def where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str, problem: str) -> FioOutputError:
+        return FioOutputError(f"{self.source}: {self.where(key)}: {problem}")
+
+    def has(self, key: str) -> bool:
+        return key in self.obj
+
+    def integer(self, key: str) -> int:
+        """A non-negative integer; booleans and integral floats are not integers in fio's output."""
+        if key not in self.obj:
+            raise self.fail(key, "missing")
+        value = self.obj[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"expected a non-negative integer, got {_kind(value)} {value!r:.40}")
+        if value < 0:
+            raise self.fail(key, f"expected a non-negative integer, got {value}")
+        return value
+
+    def number(self, key: str) -> float:
+        """A finite non-negative number."""
+        if key not in self.obj:
+            raise self.fail(key, "missing")
+        value = self.obj[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, f"expected a finite non-negative number, got {_kind(value)} {value!r:.40}")
+        number = float(value)
+        if not (math.isfinite(number) and number >= 0):
+            raise self.fail(key, f"expected a finite non-negative number, got {value!r:.40}")
+        return number
+
+    def text(self, key: str) -> str:
+        if key not in self.obj:
+            raise self.fail(key, "missing")
+        value = self.obj[key]
+        if not isinstance(value, str):
+            raise self.fail(key, f"expected a string, got {_kind(value)}")
+        return value
+
+    def child(self, key: str) -> _Fields:
+        if key not in self.obj:
+            raise self.fail(key, "missing")
+        return _Fields(self.source, self.where(key), self.obj[key])
+
+
+def _end_ms(top: _Fields) -> int:
+    if top.has("timestamp_ms") or not top.has("timestamp"):
+        return top.integer("timestamp_ms")
+    return top.integer("timestamp") * 1000  # fio before 3.x wrote seconds only
+
+
+def _writer(job: _Fields, end_ms: int) -> Writer | None:
+    name = job.text("jobname")
+    error = job.integer("error")
+    if error:
+        raise FioOutputError(f"{job.source}: {job.where('error')}: fio job '{name}' failed with error {error}")
+    write = job.child("write")
+    io_bytes = write.integer("io_bytes")
+    if io_bytes == 0:
+        return None  # a reader or an idle job: nothing written, nothing to sum
+    bw_bytes = write.number("bw_bytes") if write.has("bw_bytes") or not write.has("bw") else write.number("bw") * 1024
+    runtime_ms = job.integer("job_runtime") if job.has("job_runtime") or not write.has("runtime") else (
+        write.integer("runtime"))
+    if runtime_ms > end_ms:
+        raise job.fail("job_runtime", f"{runtime_ms} ms is longer than the run ended after ({end_ms} ms)")
+    return Writer(job.source, name, io_bytes, bw_bytes, runtime_ms, end_ms)
+
+
+def parse_fio(data: bytes | str, source: str = "<fio>") -> list[Writer]:
+    """The writers in one fio JSON document. A job with a non-zero ``error`` fails the whole file, and so
+    does any field that is missing, of the wrong type, negative or not finite."""
+    return parse_result(data, source).writers
+
+
+@dataclass(frozen=True)
+class Result:
+    """One result file: its writers and a fingerprint of its content, to catch a file counted twice."""
+
+    source: str
+    writers: list[Writer]
+    fingerprint: str
+
+
+def parse_result(data: bytes | str, source: str = "<fio>") -> Result:
+    body = _json_body(data, source)
+    top = _Fields(source, "", body)
+    end_ms = _end_ms(top)
     writers = []
-    for job in body["jobs"]:
-        name = str(job.get("jobname", "?"))
-        if job.get("error"):
-            raise FioOutputError(f"{source}: fio job '{name}' failed with error {job['error']}")
-        write = job.get("write") or {}
-        io_bytes = int(write.get("io_bytes", 0))
-        if io_bytes <= 0:
-            continue  # a reader or an idle job: nothing written, nothing to sum
-        bw_bytes = float(write.get("bw_bytes", float(write.get("bw", 0)) * 1024))
-        runtime_ms = int(job.get("job_runtime") or write.get("runtime") or 0)
-        writers.append(Writer(source, name, io_bytes, bw_bytes, runtime_ms, end_ms))
+    for index, raw_job in enumerate(body["jobs"]):
+        writer = _writer(_Fields(source, f"jobs[{index}]", raw_job), end_ms)
+        if writer is not None:
+            writers.append(writer)
+    # Key order and whitespace do not make a copy a different run.
+    fingerprint = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return Result(source, writers, fingerprint)
+
+
+def collect(results: Iterable[tuple[str, bytes]], expect: int = 0) -> list[Writer]:
+    """Every writer of a result set, refusing sets that cannot be summed honestly.
+
+    ``results`` are (file name, content) pairs. Refused, as invalid input: no files, more files than
+    writers were started (``expect``), a file that repeats another (a copy would count a node twice), and
+    a run without a single write."""
+    seen: dict[str, str] = {}
+    writers: list[Writer] = []
+    count = 0
+    for source, data in results:
+        count += 1
+        result = parse_result(data, source)
+        first = seen.setdefault(result.fingerprint, source)
+        if first != source:
+            raise FioOutputError(f"{source}: duplicate of {first}: the same run would be summed twice")
+        writers += result.writers
+    if count == 0:
+        raise FioOutputError("no result files")
+    if expect and count > expect:
+        raise FioOutputError(f"{count} result files, expected {expect}: results of another run are mixed in")
+    if not writers:
+        raise FioOutputError(f"no writes found in {count} result files")
     return writers
 
 

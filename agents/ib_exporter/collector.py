@@ -8,17 +8,25 @@ own health) use the same ``infiniband_`` style.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from agents.ib_exporter.sysfs import REASON_WRAPPED, REASONS, DeviceReading, ScrapeErrors, SysfsReader
+from agents.ib_exporter.sysfs import (
+    REASON_COLLISION,
+    REASON_WRAPPED,
+    REASONS,
+    DeviceReading,
+    ScrapeErrors,
+    SysfsReader,
+)
 
 NAMESPACE = "infiniband"
 PORT_LABELS = ("device", "port")
@@ -132,11 +140,40 @@ HW_COUNTER_HELP: dict[str, str] = {
 _INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 
 
+@functools.lru_cache(maxsize=4096)
+def hw_counter_stem(name: str) -> str:
+    """The sanitised part of an hw_counter's metric name: ``Out-Of-Sequence_total`` → ``out_of_sequence``.
+
+    Cached because it runs for every hw_counter sample of every scrape; bounded because file names come
+    from the host."""
+    return _INVALID_NAME_CHARS.sub("_", name).lower().removesuffix("_total")
+
+
 def hw_counter_metric(name: str) -> str:
     """Metric name (without ``_total``) for an mlx5 hw_counter file name."""
-    clean = _INVALID_NAME_CHARS.sub("_", name).lower()
-    clean = clean.removesuffix("_total")
-    return f"{NAMESPACE}_hw_{clean}"
+    return f"{NAMESPACE}_hw_{hw_counter_stem(name)}"
+
+
+def resolve_hw_names(files: Mapping[str, int]) -> tuple[dict[str, int], int]:
+    """``{stem: value}`` for one port's hw_counters, and how many files lost a name collision.
+
+    Sanitising is not injective (``out-of-sequence``/``out_of_sequence``, ``x``/``x_total``, ``Rx``/``rx``),
+    and two samples with one name and one label set make Prometheus reject the scrape. The winner is
+    deterministic whatever order the directory lists in: the file whose name already is the stem, else
+    the smallest name.
+    """
+    chosen: dict[str, str] = {}
+    lost = 0
+    for name in files:
+        stem = hw_counter_stem(name)
+        held = chosen.get(stem)
+        if held is None:
+            chosen[stem] = name
+            continue
+        lost += 1
+        if held != stem and (name == stem or name < held):
+            chosen[stem] = name
+    return {stem: files[name] for stem, name in chosen.items()}, lost
 
 
 class InfiniBandCollector(Collector):
@@ -176,7 +213,8 @@ class InfiniBandCollector(Collector):
 
         scrape_errors = CounterMetricFamily(
             f"{NAMESPACE}_exporter_scrape_errors",
-            "Series skipped because a sysfs file was missing, unreadable, garbage, vanished or wrapped.",
+            "Series skipped because a sysfs file was missing, unreadable, garbage, unsupported (the kernel's "
+            "N/A), vanished, wrapped or lost a name collision.",
             labels=("reason",),
         )
         for reason in REASONS:
@@ -225,6 +263,7 @@ class InfiniBandCollector(Collector):
         previous = self._last
         current: dict[tuple[str, str, str, str], int] = {}
         wrapped = 0
+        collisions = 0
 
         for device in devices:
             info.add_metric(
@@ -262,23 +301,26 @@ class InfiniBandCollector(Collector):
                     if family is None:
                         family = counters[file_name] = CounterMetricFamily(spec.metric, spec.help, labels=PORT_LABELS)
                     family.samples.append(Sample(spec.metric + "_total", label_map, float(raw * spec.scale)))
-                for file_name, raw in port.hw_counters.items():
-                    key = ("h", port.device, port.port, file_name)
+                hw_values, lost = resolve_hw_names(port.hw_counters)
+                collisions += lost
+                for stem, raw in hw_values.items():
+                    key = ("h", port.device, port.port, stem)
                     current[key] = raw
                     last = previous.get(key)
                     if last is not None and raw < last:
                         wrapped += 1
                         continue
-                    family = hw.get(file_name)
+                    family = hw.get(stem)
                     if family is None:
-                        help_text = HW_COUNTER_HELP.get(file_name, f"mlx5 hw_counter {file_name}.")
-                        family = hw[file_name] = CounterMetricFamily(
-                            hw_counter_metric(file_name), help_text, labels=PORT_LABELS
-                        )
+                        # Help from the stem, not the file name: one text per family whichever file won,
+                        # and no host-chosen characters in a HELP line.
+                        help_text = HW_COUNTER_HELP.get(stem, f"mlx5 hw_counter {stem}.")
+                        family = hw[stem] = CounterMetricFamily(f"{NAMESPACE}_hw_{stem}", help_text, labels=PORT_LABELS)
                     family.samples.append(Sample(family.name + "_total", label_map, float(raw)))
 
         self._last = current
         errors.counts[REASON_WRAPPED] += wrapped
+        errors.counts[REASON_COLLISION] += collisions
 
         ordered_counters = [counters[name] for name in sorted(counters)]
         ordered_hw = [hw[name] for name in sorted(hw)]

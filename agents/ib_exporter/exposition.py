@@ -6,14 +6,21 @@ label sets, and that per-sample work made a scrape about 3x slower than node_exp
 (``make bench``). :func:`render` escapes each distinct label set once per scrape and otherwise writes the
 same text format 0.0.4; a test parses both outputs and requires them to be identical. The metric model
 (families, samples, the custom collector) stays prometheus_client's.
+
+Why not ``http.server``: its threading server starts a thread per connection and never times an idle
+one out, so open sockets alone can exhaust the pod's memory. :class:`MetricsServer` bounds both.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
@@ -68,41 +75,212 @@ def render(metrics: Iterable[Metric]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    collector: Collector  # set on the per-server subclass
-    server_version = "ib-exporter"
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds that keep the server's memory flat whatever its clients do.
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._reply(200, CONTENT_TYPE, render(self.collector.collect()))
-        elif path in ("/", "/healthz"):
-            self._reply(200, "text/plain; charset=utf-8", b"ib-exporter: see /metrics\n")
-        else:
-            self._reply(404, "text/plain; charset=utf-8", b"not found\n")
+    The metrics port is open to every scraper (and to whatever else can reach it). A thread per
+    connection, as ``ThreadingHTTPServer`` has, lets a few thousand idle sockets cost a thread stack
+    each and push the pod past its memory limit. Here idle connections wait in one selector thread
+    costing a socket each, at most ``max_connections`` of them (the oldest idle one is closed to admit a
+    new one, so a scraper always gets in), each for at most ``idle_timeout_seconds``; only complete
+    requests reach the ``workers``.
+    """
 
-    def _reply(self, status: int, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Silent: a log line per scrape every 15 s on every node is noise, not information."""
+    workers: int = 2
+    max_connections: int = 256
+    idle_timeout_seconds: float = 10.0
+    send_timeout_seconds: float = 10.0
+    max_request_bytes: int = 8192
+    queue: int = 32
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+@dataclass
+class ServerStats:
+    """What the limits did, for tests and the benchmark (not exported: it describes the exporter's
+    clients, not the node)."""
+
+    accepted: int = 0
+    served: int = 0
+    evicted: int = 0
+    timed_out: int = 0
+    oversized: int = 0
+    rejected_busy: int = 0
 
 
-def serve(collector: Collector, host: str, port: int) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Start serving ``/metrics`` in a daemon thread; the caller stops it with ``server.shutdown()``."""
-    handler = type("Handler", (_Handler,), {"collector": collector})
-    server_class: type[_Server] = _Server
-    if ":" in host:
-        server_class = type("Server6", (_Server,), {"address_family": socket.AF_INET6})
-    server = server_class((host, port), handler)
-    thread = threading.Thread(target=server.serve_forever, name="ib-exporter-http", daemon=True)
-    thread.start()
-    return server, thread
+_STATUS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+def _response(status: int, content_type: str, body: bytes, head: bool = False) -> bytes:
+    header = (
+        f"HTTP/1.1 {status} {_STATUS[status]}\r\nServer: ib-exporter\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return header.encode("ascii") + (b"" if head else body)
+
+
+_TEXT = "text/plain; charset=utf-8"
+
+
+def respond(collector: Collector, request: bytes) -> bytes:
+    """The whole HTTP response to one request (its head up to the blank line); pure but for the scrape."""
+    line = request.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+    parts = line.split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return _response(400, _TEXT, b"bad request\n")
+    method, target = parts[0], parts[1].split(b"?", 1)[0]
+    if method not in (b"GET", b"HEAD"):
+        return _response(405, _TEXT, b"method not allowed\n")
+    head = method == b"HEAD"
+    if target == b"/metrics":
+        return _response(200, CONTENT_TYPE, render(collector.collect()), head)
+    if target in (b"/", b"/healthz"):
+        return _response(200, _TEXT, b"ib-exporter: see /metrics\n", head)
+    return _response(404, _TEXT, b"not found\n", head)
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP/1.1 with one request per connection, within :class:`ServerLimits`."""
+
+    def __init__(self, collector: Collector, host: str, port: int, limits: ServerLimits | None = None) -> None:
+        self.collector = collector
+        self.limits = limits or ServerLimits()
+        self.stats = ServerStats()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((host, port))
+        self._listener.listen(128)
+        self._listener.setblocking(False)
+        self.address: tuple[str, int] = self._listener.getsockname()[:2]
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        # Idle connections in accept order (dicts keep insertion order): the first one is the oldest.
+        self._idle: dict[socket.socket, tuple[float, bytearray]] = {}
+        self._work: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(self.limits.queue)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, name="ib-exporter-accept", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._worker, name=f"ib-exporter-worker-{i}", daemon=True)
+            for i in range(self.limits.workers)
+        ]
+
+    def start(self) -> MetricsServer:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop accepting, close idle connections, let workers finish the request in hand."""
+        self._stop.set()
+        self._threads[0].join(timeout=5)
+        for _ in self._threads[1:]:
+            self._work.put(None)
+        for thread in self._threads[1:]:
+            thread.join(timeout=5)
+
+    def open_connections(self) -> int:
+        return len(self._idle)
+
+    # -- selector thread: accept, buffer request heads, enforce the idle limits
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                ready = self._selector.select(timeout=0.5)
+                # Requests first, then new connections: a scraper whose request has arrived is never
+                # the one evicted to make room.
+                for key, _ in sorted(ready, key=lambda item: item[0].fileobj is self._listener):
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    else:
+                        self._receive(key.fileobj)  # type: ignore[arg-type]
+                self._expire(time.monotonic())
+        finally:
+            for conn in list(self._idle):
+                self._close(conn)
+            self._selector.close()
+            self._listener.close()
+
+    def _accept(self) -> None:
+        for _ in range(64):  # bounded per round so that buffered requests keep being served
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # EMFILE and friends: leave the backlog for the next round
+                return
+            self.stats.accepted += 1
+            while len(self._idle) >= self.limits.max_connections:
+                oldest = next(iter(self._idle))
+                self._close(oldest)
+                self.stats.evicted += 1
+            conn.setblocking(False)
+            self._idle[conn] = (time.monotonic() + self.limits.idle_timeout_seconds, bytearray())
+            self._selector.register(conn, selectors.EVENT_READ)
+
+    def _receive(self, conn: socket.socket) -> None:
+        entry = self._idle.get(conn)
+        if entry is None:
+            return
+        try:
+            chunk = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close(conn)
+            return
+        buffer = entry[1]
+        buffer += chunk
+        if b"\r\n\r\n" in buffer or b"\n\n" in buffer:
+            self._selector.unregister(conn)
+            del self._idle[conn]
+            try:
+                self._work.put_nowait((conn, bytes(buffer)))
+            except queue.Full:
+                self.stats.rejected_busy += 1
+                with contextlib.suppress(OSError):
+                    conn.send(_response(503, _TEXT, b"busy\n"))
+                conn.close()
+        elif len(buffer) > self.limits.max_request_bytes:
+            self.stats.oversized += 1
+            self._close(conn)
+
+    def _expire(self, now: float) -> None:
+        for conn, (deadline, _) in list(self._idle.items()):
+            if deadline > now:
+                break  # accept order is deadline order
+            self.stats.timed_out += 1
+            self._close(conn)
+
+    def _close(self, conn: socket.socket) -> None:
+        if self._idle.pop(conn, None) is not None:
+            self._selector.unregister(conn)
+        conn.close()
+
+    # -- workers: one complete request each, answered and closed
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            conn, request = item
+            try:
+                conn.settimeout(self.limits.send_timeout_seconds)  # a client that stops reading
+                conn.sendall(respond(self.collector, request))
+                self.stats.served += 1
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+
+def serve(
+    collector: Collector, host: str, port: int, limits: ServerLimits | None = None
+) -> tuple[MetricsServer, threading.Thread]:
+    """Start serving ``/metrics`` in daemon threads; the caller stops it with ``server.shutdown()``."""
+    server = MetricsServer(collector, host, port, limits).start()
+    return server, server._threads[0]

@@ -4,6 +4,8 @@ Nothing is cached between calls: every scrape walks ``<root>/class/infiniband`` 
 appears, disappears or changes firmware is seen on the next scrape. The reader never raises on bad
 input. A host under stress is exactly when the exporter must keep answering, so every problem becomes
 an entry in :class:`ScrapeErrors` and the affected series is skipped while the rest of the scrape goes on.
+Everything it returns can be exported as is: names are valid UTF-8, numbers are finite floats' worth
+(counters are the kernel's u64), so one hostile file cannot make the exposition fail or go invalid.
 
 The walk uses ``os.scandir`` and raw ``os.open``/``os.read`` rather than ``pathlib`` and buffered files:
 a full mlx5 port has ~60 files and a GPU node has 8-10 HCAs, so per-file overhead dominates scrape time.
@@ -12,7 +14,9 @@ a full mlx5 port has ~60 files and a GPU node has 8-10 HCAs, so per-file overhea
 from __future__ import annotations
 
 import errno
+import math
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -30,13 +34,21 @@ REASON_VANISHED = "device_vanished"
 """The device or port directory disappeared between listing it and reading it (hot unplug, driver reload)."""
 REASON_WRAPPED = "counter_wrapped"
 """A counter went backwards since the previous scrape (wrap or reset); recorded by the collector."""
+REASON_UNSUPPORTED = "unsupported"
+"""The kernel wrote its "N/A" marker: the port's PMA cannot supply this value. Not a fault of the host,
+but counted so that a missing series is explained; alerts leave this reason out."""
+REASON_COLLISION = "name_collision"
+"""Two hw_counter files sanitise to the same metric name (``out-of-sequence`` and ``out_of_sequence``);
+one is exported under the name, the others are counted here. Recorded by the collector."""
 
 REASONS: tuple[str, ...] = (
     REASON_MISSING,
     REASON_UNREADABLE,
     REASON_GARBAGE,
+    REASON_UNSUPPORTED,
     REASON_VANISHED,
     REASON_WRAPPED,
+    REASON_COLLISION,
 )
 
 # mlx5 publishes ``lifespan`` among its hw_counters: it is the refresh period of the other counters in
@@ -48,6 +60,13 @@ _NOT_COUNTERS = frozenset({"lifespan"})
 _UNSUPPORTED_PREFIX = b"N/A"
 
 _MAX_READ = 4096
+"""Sysfs attributes are at most one page; a read that returns more is not a sysfs attribute."""
+
+U64_MAX = 2**64 - 1
+"""Counters in sysfs are the kernel's u64; a larger number did not come from the kernel."""
+
+_MAX_STATE_ID = 255
+"""PortState and PortPhysicalState are 4-bit fields in the IB PortInfo; a byte is generous."""
 
 
 class ScrapeErrors:
@@ -94,8 +113,30 @@ class _Vanished(Exception):
     """The device being read disappeared; the caller drops the whole device from this scrape."""
 
 
-class _Garbage(ValueError):
+class Garbage(ValueError):
     """A file's content does not match the documented format."""
+
+
+class Unsupported(ValueError):
+    """The kernel's "N/A" marker: this port cannot supply the value."""
+
+
+def _check_size(raw: bytes) -> bytes:
+    if len(raw) > _MAX_READ:
+        raise Garbage(f"more than {_MAX_READ} bytes")
+    return raw
+
+
+def _valid_name(name: str) -> bool:
+    """Whether a directory entry's name is valid UTF-8 (``os.scandir`` escapes other bytes as surrogates,
+    which cannot be encoded into the UTF-8 exposition)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_id_state(raw: bytes) -> int:
@@ -103,15 +144,17 @@ def parse_id_state(raw: bytes) -> int:
 
     The numeric part is what the IB spec defines; the name after the colon varies between kernels.
     """
+    if raw.startswith(_UNSUPPORTED_PREFIX):
+        raise Unsupported(raw[:40].decode("ascii", "replace"))
     head, sep, _ = raw.partition(b":")
     if not sep:
-        raise _Garbage(f"no 'ID: NAME' in {raw!r}")
+        raise Garbage(f"no 'ID: NAME' in {raw!r}")
     try:
         value = int(head.strip())
     except ValueError as exc:
-        raise _Garbage(f"bad state id in {raw!r}") from exc
-    if value < 0:
-        raise _Garbage(f"negative state id in {raw!r}")
+        raise Garbage(f"bad state id in {raw!r}") from exc
+    if not 0 <= value <= _MAX_STATE_ID:
+        raise Garbage(f"state id out of range in {raw[:40]!r}")
     return value
 
 
@@ -121,33 +164,42 @@ def parse_rate(raw: bytes) -> float:
     The kernel reports the signalling rate in decimal gigabits; dividing by 8 gives bytes so that the
     value can be compared directly with the byte counters' rate.
     """
+    if raw.startswith(_UNSUPPORTED_PREFIX):
+        raise Unsupported(raw[:40].decode("ascii", "replace"))
     parts = raw.split()
     if len(parts) < 2 or parts[1] != b"Gb/sec":
-        raise _Garbage(f"no '<n> Gb/sec' in {raw!r}")
+        raise Garbage(f"no '<n> Gb/sec' in {raw!r}")
     try:
         gbits = float(parts[0])
     except ValueError as exc:
-        raise _Garbage(f"bad rate in {raw!r}") from exc
-    if gbits < 0 or gbits != gbits:  # NaN is the only value not equal to itself
-        raise _Garbage(f"bad rate in {raw!r}")
-    return gbits * 1e9 / 8
+        raise Garbage(f"bad rate in {raw[:40]!r}") from exc
+    rate = gbits * 1e9 / 8
+    if not (gbits >= 0 and math.isfinite(rate)):  # NaN fails every comparison; inf and 1e400 fail isfinite
+        raise Garbage(f"bad rate in {raw[:40]!r}")
+    return rate
 
 
-def parse_counter(raw: bytes) -> int | None:
-    """Parse a counter file: a non-negative decimal integer; ``None`` for the kernel's "N/A" marker."""
+def parse_counter(raw: bytes) -> int:
+    """Parse a counter file: a decimal u64. The kernel's "N/A" marker raises :class:`Unsupported`."""
     text = raw.strip()
     if text.startswith(_UNSUPPORTED_PREFIX):
-        return None
-    if not text.isdigit():  # rejects signs, blanks, hex, NUL bytes and empty files in one test
-        raise _Garbage(f"not a counter: {raw[:40]!r}")
-    return int(text)
+        raise Unsupported(text[:40].decode("ascii", "replace"))
+    # isdigit on bytes is ASCII-only: it rejects signs, blanks, hex, exponents, NUL bytes and empty files;
+    # the length test keeps int() from parsing a page of digits that could never be a u64.
+    if not text.isdigit() or len(text) > 20:
+        raise Garbage(f"not a counter: {raw[:40]!r}")
+    value = int(text)
+    if value > U64_MAX:
+        raise Garbage(f"counter beyond u64: {raw[:40]!r}")
+    return value
 
 
 def _read(path: str) -> bytes:
-    # O_NONBLOCK: a FIFO or device node planted in the tree must not hang the scrape.
+    # O_NONBLOCK: a FIFO or device node planted in the tree must not hang the scrape. One byte more than
+    # a page, so that an oversized file is told apart from a page-long one.
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        return os.read(fd, _MAX_READ)
+        return os.read(fd, _MAX_READ + 1)
     finally:
         os.close(fd)
 
@@ -174,6 +226,13 @@ class SysfsReader:
         devices: list[DeviceReading] = []
         for name in names:
             device_dir = self.class_dir + "/" + name
+            if not _valid_name(name):
+                errors.add(REASON_GARBAGE)  # a name that cannot be a label value: skip, never guess
+                continue
+            reason = _not_a_directory(device_dir)
+            if reason is not None:
+                errors.add(reason)
+                continue
             try:
                 devices.append(self._device(name, device_dir, errors))
             except _Vanished:
@@ -194,8 +253,13 @@ class SysfsReader:
         except OSError:
             errors.add(REASON_UNREADABLE)
             port_names = []
-        ports = tuple(self._port(name, port, device_dir, ports_dir + "/" + port, errors) for port in port_names)
-        return DeviceReading(name, board_id, firmware, hca_type, ports)
+        ports: list[PortReading] = []
+        for port in port_names:
+            if not _valid_name(port):
+                errors.add(REASON_GARBAGE)
+                continue
+            ports.append(self._port(name, port, device_dir, ports_dir + "/" + port, errors))
+        return DeviceReading(name, board_id, firmware, hca_type, tuple(ports))
 
     def _info(self, device_dir: str, attr: str, errors: ScrapeErrors) -> str:
         try:
@@ -208,8 +272,8 @@ class SysfsReader:
             errors.add(REASON_UNREADABLE)
             return ""
         try:
-            return raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
+            return _check_size(raw).decode("utf-8").strip()
+        except (UnicodeDecodeError, Garbage):
             errors.add(REASON_GARBAGE)
             return ""
 
@@ -241,8 +305,11 @@ class SysfsReader:
             errors.add(REASON_UNREADABLE)
             return None
         try:
-            return parse(raw)
-        except _Garbage:
+            return parse(_check_size(raw))
+        except Unsupported:
+            errors.add(REASON_UNSUPPORTED)
+            return None
+        except Garbage:
             errors.add(REASON_GARBAGE)
             return None
 
@@ -267,6 +334,9 @@ class SysfsReader:
         for name in names:
             if name in _NOT_COUNTERS:
                 continue
+            if not _valid_name(name):
+                errors.add(REASON_GARBAGE)
+                continue
             try:
                 raw = _read(prefix + name)
             except FileNotFoundError as exc:
@@ -280,17 +350,28 @@ class SysfsReader:
                 # EINVAL is what several drivers return for a counter of a port that is down.
                 errors.add(REASON_UNREADABLE if exc.errno != errno.ENOENT else REASON_VANISHED)
                 continue
-            if raw[-1:] == b"\n" and raw[:-1].isdigit():
-                values[name] = int(raw)
+            if raw[-1:] == b"\n" and len(raw) <= 20 and raw[:-1].isdigit():
+                values[name] = int(raw)  # at most 19 digits: always a u64
                 continue
             try:
-                value = parse_counter(raw)
-            except _Garbage:
+                values[name] = parse_counter(_check_size(raw))
+            except Unsupported:
+                errors.add(REASON_UNSUPPORTED)
+            except Garbage:
                 errors.add(REASON_GARBAGE)
-                continue
-            if value is not None:
-                values[name] = value
         return values
+
+
+def _not_a_directory(path: str) -> str | None:
+    """``None`` when ``path`` is a directory (through links), else the error reason for the entry: a
+    dangling link is a device that vanished, a link loop is unreadable, a plain file is garbage."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return REASON_VANISHED
+    except OSError:
+        return REASON_UNREADABLE
+    return None if stat.S_ISDIR(mode) else REASON_GARBAGE
 
 
 def _parse_link_layer(raw: bytes) -> str:
@@ -298,7 +379,7 @@ def _parse_link_layer(raw: bytes) -> str:
     try:
         text = raw.decode("ascii").strip()
     except UnicodeDecodeError as exc:
-        raise _Garbage(f"bad link layer {raw[:40]!r}") from exc
+        raise Garbage(f"bad link layer {raw[:40]!r}") from exc
     if not text or not text.replace("_", "").isalnum():
-        raise _Garbage(f"bad link layer {raw[:40]!r}")
+        raise Garbage(f"bad link layer {raw[:40]!r}")
     return text
