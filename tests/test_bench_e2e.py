@@ -18,3 +18,12 @@ def test_reports_the_phases(tmp_path: Path) -> None:
 
 def test_says_when_not_run(tmp_path: Path) -> None:
     assert run(tmp_path / "missing.json")["status"] == "not run here: run `make e2e` first"
+
+
+def test_reports_the_fault_loop_headline(tmp_path: Path) -> None:
+    path = tmp_path / "e2e-phases.json"
+    path.write_text(json.dumps({"fault_time_to_quarantine_s": 2.345, "fault_time_to_gang_running_again_s": 41.0}))
+    assert run(path)["fault_loop"] == {"time to quarantine": 2.35,
+                                       "time to gang running again (incl. probation and repair)": 41.0}
+    path.write_text(json.dumps({"time_to_open_s": 8.0}))
+    assert run(path)["fault_loop"] == "fault scenario not in the last run"

@@ -8,9 +8,15 @@ on-prem GPU waits at the handover gate while the standby comes up on the virtual
 inference, the burst taint leaves the virtual node, inference becomes ready there, the gang starts
 together and only on-prem, and the standby goes back to zero; after training ends the standby covers
 the return, the taint returns as NoSchedule and the descheduler brings inference back no faster than
-its per-cycle limit. Finally a GPU reported hot trips the thermal taint and a new pod cannot land there.
-A sampler checks throughout that no taint is ever NoExecute, that the gang never stays partly placed, and
-that ready inference replicas never drop below the service's minReplicas.
+its per-cycle limit. A sampler checks throughout that no taint is ever NoExecute, that the gang never stays
+partly placed, and that ready inference replicas never drop below the service's minReplicas.
+
+Then the fault scenario (the health guard closing the let-it-crash loop): with a 4-node gang and inference
+running, three nodes go bad at once — XID 79 on one (fatal), 80 °C on two (degraded) — under a limit of two
+quarantined nodes. The fatal and one degraded node are quarantined (NoSchedule only), the third is refused and
+the suppression alert fires in the real Prometheus; training leaves both quarantined nodes and Volcano restarts
+the whole gang, which waits for room; inference stays on the degraded node and leaves the fatal one. The
+signals clear, the fatal node gets its repair mark, both are released after probation, the gang runs again.
 
 Per-phase timings are printed and written to .state/localcluster/e2e-phases.json.
 """
@@ -25,6 +31,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,6 +46,8 @@ BUILT = ROOT / ".state" / "localcluster"
 PHASES_FILE = BUILT / "e2e-phases.json"
 #: The longest a gang may look partly placed or running: one bind round plus kwok starting each pod.
 GANG_SETTLE_S = 5.0
+#: Phase timings of both scenarios, written together to PHASES_FILE.
+PHASES: dict[str, float] = {}
 
 
 def _prerequisites() -> str | None:
@@ -58,10 +67,13 @@ def _prerequisites() -> str | None:
 
 
 class FakeDcgmExporter:
-    """Serves DCGM_FI_DEV_GPU_TEMP per node (the label the pinned dcgm-exporter uses) for Prometheus to scrape."""
+    """Serves DCGM_FI_DEV_GPU_TEMP and DCGM_FI_DEV_XID_ERRORS per node (``Hostname``, as the pinned
+    dcgm-exporter labels them) for Prometheus to scrape. InfiniBand series are deliberately absent: the
+    guard must treat missing signals as unknown, never as unhealthy."""
 
     def __init__(self, nodes: list[str]) -> None:
         self.celsius = dict.fromkeys(nodes, 55.0)
+        self.xid = dict.fromkeys(nodes, 0)
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,6 +83,8 @@ class FakeDcgmExporter:
             def do_GET(self) -> None:
                 lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
                 lines += [f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="{n}"}} {t}' for n, t in exporter.celsius.items()]
+                lines += ["# TYPE DCGM_FI_DEV_XID_ERRORS gauge"]
+                lines += [f'DCGM_FI_DEV_XID_ERRORS{{gpu="0",Hostname="{n}"}} {x}' for n, x in exporter.xid.items()]
                 body = ("\n".join(lines) + "\n").encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -89,27 +103,44 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass
+class Rig:
+    """The real Prometheus of the scenario, the fake exporter it scrapes, and the port the guard serves on."""
+
+    url: str
+    exporter: FakeDcgmExporter
+    guard_port: int
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory) -> Iterator[tuple[str, FakeDcgmExporter]]:
-    """A real Prometheus (the Debian package `make observability-tools` installs) scraping the fake exporter."""
+def prometheus(tmp_path_factory) -> Iterator[Rig]:
+    """A real Prometheus (the Debian package `make observability-tools` installs) scraping the fake exporter
+    and the health guard, evaluating the stack's alert rules every second."""
     reason = _prerequisites()
     if reason:
         pytest.skip(reason)
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus is not installed: run `make observability-tools`")
+    from components.alert_rules import render_rules_yaml
+    from components.observability import alert_thresholds
+
     cfg = load_stack_config(ROOT, "local")
     exporter = FakeDcgmExporter(cfg.pool(cfg.training.jobs[0].pool).node_names)
+    guard_port = _free_port()
     home = tmp_path_factory.mktemp("prometheus")
+    (home / "rules.yml").write_text(render_rules_yaml(alert_thresholds(cfg)))
     (home / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"scrape_configs: [{{job_name: dcgm, static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]}}]\n")
+        f"rule_files: ['{home / 'rules.yml'}']\n"
+        f"scrape_configs: [{{job_name: dcgm, static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]}},\n"
+        f"  {{job_name: health-guard, static_configs: [{{targets: ['127.0.0.1:{guard_port}']}}]}}]\n")
     port = _free_port()
     log = (home / "prometheus.log").open("w")
     proc = subprocess.Popen([binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield f"http://127.0.0.1:{port}", exporter
+        yield Rig(f"http://127.0.0.1:{port}", exporter, guard_port)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -117,9 +148,26 @@ def prometheus(tmp_path_factory) -> Iterator[tuple[str, FakeDcgmExporter]]:
         log.close()
 
 
+#: The guard in the scenario: polls every second, holds the temperature 3 s, probation 10 s, and may take at
+#: most two nodes (of four) out: the third is the guard-rail case.
+GUARD_LIMIT = 2
+GUARD_PROBATION_S = 10
+
+
+def guard_overrides(cfg: Any, prometheus_url: str) -> dict[str, Any]:
+    from agents.health_guard.contract import settings_from_config
+
+    signals = [s.model_dump(mode="json") | ({"hold_seconds": 3} if s.name == "gpu-temperature" else {})
+               for s in settings_from_config(cfg).signals]
+    return {"prometheus_url": prometheus_url, "poll_seconds": 1, "stale_after_seconds": 15,
+            "probation_seconds": GUARD_PROBATION_S, "max_nodes_quarantined": GUARD_LIMIT,
+            "max_nodes_per_hour": GUARD_LIMIT, "max_pool_percent_quarantined": 50,
+            "max_pool_percent_per_hour": 50, "signals": signals}
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus):
-    prometheus_url, _ = prometheus  # the prerequisites were checked there
+    rig = prometheus  # the prerequisites were checked there
     state = tmp_path_factory.mktemp("e2e-cluster")
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
@@ -134,8 +182,9 @@ def stack(tmp_path_factory, prometheus):
         control.up(lay, timeout=300)
         stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}", extra={"gpu-cluster:training": training})
         # The guard polls every second and holds 3 s, so the scenario need not wait minutes for a taint.
-        notes = stackup.start_agents(lay, "local", guard_overrides={
-            "prometheus_url": prometheus_url, "poll_seconds": 1})
+        notes = stackup.start_agents(lay, "local", guard_overrides=guard_overrides(load_stack_config(ROOT, "local"),
+                                                                                   rig.url),
+                                     guard_metrics_port=rig.guard_port)
         yield lay, load_stack_config(ROOT, "local"), notes
     finally:
         control.down(lay, quiet=True)
@@ -150,6 +199,7 @@ class Cluster:
         api = control.api_client(lay)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
         self.cfg = cfg
         self.prefix = cfg.label_prefix
         self.burst_key = f"{cfg.label_prefix}/burst"
@@ -266,12 +316,11 @@ def test_burst_scenario(stack, prometheus):
     from components.training_job import TrainingJobArgs, volcano_job_spec
 
     lay, cfg, notes = stack
-    _, exporter = prometheus
     c = Cluster(lay, cfg)
     service = cfg.inference.services[0]
     minimum = service.min_replicas
     job_cfg = cfg.training.jobs[0]
-    phases: dict[str, float] = {}
+    phases = PHASES
     if any(n.startswith(("descheduler", "health-guard")) for n in notes):
         pytest.fail(f"an agent did not start: {notes}")
     assert cfg.handover_services == {service.name: minimum}, "the local stack runs the make-before-break handover"
@@ -369,43 +418,162 @@ def test_burst_scenario(stack, prometheus):
         f"ready {service.name} replicas dropped to {sampler.min_ready} (minReplicas {minimum}); "
         f"fewest per phase: {sampler.min_by_phase}; sampler errors: {sampler.errors[:3]}")
 
-    # A GPU reported hot: the guard taints its node, and a pod that does not tolerate it cannot land there.
-    hot = cfg.pool(job_cfg.pool).node_names[0]
-    exporter.celsius[hot] = float(cfg.observability.thermal_threshold_celsius + 10)
-    reported = time.monotonic()
-    thermal_key = f"{c.prefix}/thermal"
 
-    def hot_taint() -> list[Any]:
-        return [t for t in (c.core.read_node(hot).spec.taints or []) if t.key == thermal_key]
 
-    wait(f"the thermal taint on {hot}", hot_taint, 120)
-    phases["time_to_thermal_taint_s"] = time.monotonic() - reported
-    assert [(t.value, t.effect) for t in hot_taint()] == [("hot", "NoSchedule")]
-    probe = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "e2e-hot-probe", "namespace": cfg.inference_namespace,
-                     "annotations": {"scheduling.volcano.sh/queue-name": cfg.scheduling.inference_queue.name}},
-        "spec": {
-            "schedulerName": cfg.scheduling.scheduler_name,
-            "priorityClassName": cfg.priorities.inference.name,
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [hot]}]}]}}},
-            "tolerations": [{"key": f"{c.prefix}/pool", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "probe", "image": "registry.gpucluster.io/probe:1.0.0",
-                            "resources": {"limits": {cfg.gpu_resource: "1"}, "requests": {cfg.gpu_resource: "1"}}}],
-        },
-    }
-    c.core.create_namespaced_pod(cfg.inference_namespace, probe)
-    try:
-        time.sleep(10)  # several scheduling cycles of both schedulers
-        pod = c.core.read_namespaced_pod("e2e-hot-probe", cfg.inference_namespace)
-        assert not pod.spec.node_name, f"a pod that does not tolerate {thermal_key} landed on hot node {hot}"
-    finally:
-        c.core.delete_namespaced_pod("e2e-hot-probe", cfg.inference_namespace, grace_period_seconds=0)
-        _report(phases)
+def _alert_firing(url: str, name: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=5) as response:
+        alerts = json.load(response)["data"]["alerts"]
+    return any(a["labels"].get("alertname") == name and a["state"] == "firing" for a in alerts)
+
+
+def _guard_metric(port: int, name: str) -> float | None:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _pick_fault_nodes(nodes: list[str], inference_on: set[str]) -> tuple[str, str, str]:
+    """(fatal, degraded, refused): fatal and degraded host inference; refused sorts after degraded, so the guard
+    (worst first, then longest firing, then by name) takes the degraded one and refuses the third."""
+    for degraded in sorted(inference_on):
+        for fatal in sorted(inference_on - {degraded}):
+            later = [n for n in sorted(nodes) if n > degraded and n not in (fatal, degraded)]
+            if later:
+                return fatal, degraded, later[0]
+    raise AssertionError(f"inference runs on {sorted(inference_on)} only; the scenario needs it on two nodes")
+
+
+def test_fault_scenario(stack, prometheus):
+    """Fault → quarantine → gang restart from checkpoint → release, with the guard rail in between."""
+    from components.training_job import TrainingJobArgs, volcano_job_spec
+
+    lay, cfg, _ = stack
+    rig: Rig = prometheus
+    c = Cluster(lay, cfg)
+    health = f"{c.prefix}/gpu-health"
+    service = cfg.inference.services[0]
+    job_cfg = cfg.training.jobs[0]
+    pool = cfg.pool(job_cfg.pool)
+    nodes = list(pool.node_names)
+    assert len(nodes) == 4, "the local pool has four nodes"
+    phases = PHASES
+    for vcjob in c.custom.list_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs")["items"]:
+        c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
+                                                 vcjob["metadata"]["name"])
+
+    def inference_nodes() -> set[str]:
+        return {p.spec.node_name for p in c.inference_pods(service.name, "main")
+                if c.ready(p) and p.spec.node_name in nodes}
+
+    wait("inference ready on two or more on-prem nodes", lambda: len(inference_nodes()) >= 2, 600)
+
+    # A 4-node gang beside inference: 5 GPUs per worker, so no two workers share a node (5 + 5 > 8).
+    job = job_cfg.model_copy(update={"name": "e2e-fault-gang", "workers": 4, "gpus_per_worker": 5})
+    spec = volcano_job_spec(TrainingJobArgs.from_config(cfg, job))
+    c.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs", {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": "e2e-fault-gang", "namespace": cfg.training_namespace}, "spec": spec})
+
+    def live_gang() -> list[Any]:
+        return [p for p in c.gang_pods("e2e-fault-gang") if p.metadata.deletion_timestamp is None]
+
+    def gang_running() -> list[Any]:
+        pods = live_gang()
+        return pods if len(pods) == 4 and all(p.status.phase == "Running" for p in pods) else []
+
+    wait("the 4-node gang Running", gang_running, 300)
+    assert sorted(p.spec.node_name for p in gang_running()) == sorted(nodes), "one worker per node"
+    first_uids = {p.metadata.uid for p in gang_running()}
+    inference_before = {p.metadata.name: p.spec.node_name for p in c.inference_pods(service.name, "main")
+                        if c.ready(p) and p.spec.node_name in nodes}
+    fatal, degraded, refused = _pick_fault_nodes(nodes, set(inference_before.values()))
+
+    def health_taints(node: str) -> list[tuple[str, str]]:
+        return [(t.value, t.effect) for t in (c.core.read_node(node).spec.taints or []) if t.key == health]
+
+    effects: set[str] = set()
+
+    def sample_effects() -> None:
+        for n in nodes:
+            effects.update(effect for _, effect in health_taints(n))
+
+    # Three nodes go bad at once; the guard may take two.
+    fault_at = time.monotonic()
+    rig.exporter.xid[fatal] = 79
+    rig.exporter.celsius[degraded] = 80.0
+    rig.exporter.celsius[refused] = 80.0
+
+    def quarantined() -> bool:
+        sample_effects()
+        return health_taints(fatal) == [("fatal", "NoSchedule")] and health_taints(degraded) == [
+            ("degraded", "NoSchedule")]
+
+    wait(f"{fatal} fatal and {degraded} degraded", quarantined, 120)
+    phases["fault_time_to_quarantine_s"] = time.monotonic() - fault_at
+    wait("the suppression alert firing", lambda: _alert_firing(rig.url, "GpuHealthGuardSuppressed"), 60)
+    phases["fault_time_to_suppression_alert_s"] = time.monotonic() - fault_at
+    assert health_taints(refused) == [], f"{refused} was quarantined past the limit of {GUARD_LIMIT}"
+    assert _guard_metric(rig.guard_port, "gpucluster_health_breaker_tripped") == 1.0
+    lease = c.coordination.read_namespaced_lease("health-guard", cfg.system_namespace)
+    assert refused in (lease.metadata.annotations or {}).get(f"{c.prefix}/gpu-health-breaker", "")
+    condition = next(x for x in c.core.read_node(fatal).status.conditions or [] if x.type == "GpuHealthy")
+    assert (condition.status, condition.reason) == ("False", "GpuFatal"), condition
+
+    # Training leaves both nodes at once; Volcano restarts the whole gang (new pods), which waits for room.
+    def training_gone() -> bool:
+        sample_effects()
+        return all(p.spec.node_name not in (fatal, degraded) or p.metadata.uid not in first_uids
+                   for p in live_gang())
+
+    wait("training off the quarantined nodes", training_gone, 60)
+    phases["fault_time_to_training_evicted_s"] = time.monotonic() - fault_at
+    wait("the gang restarted (every first-run pod replaced)",
+         lambda: not ({p.metadata.uid for p in c.gang_pods("e2e-fault-gang")} & first_uids), 120)
+    phases["fault_time_to_gang_restarted_s"] = time.monotonic() - fault_at
+    # Inference: it stays on the degraded node, and leaves the fatal one (through the Eviction API).
+    wait(f"inference off fatal node {fatal}", lambda: fatal not in inference_nodes(), 120)
+    on_degraded = [n for n, where in inference_before.items() if where == degraded]
+    live = {p.metadata.name for p in c.inference_pods(service.name, "main") if p.spec.node_name == degraded}
+    assert set(on_degraded) <= live, f"inference left degraded node {degraded}: {on_degraded} vs {live}"
+    assert not [p for p in live_gang() if p.spec.node_name in (fatal, degraded)], "a gang pod landed on a bad node"
+
+    # Repair: the signals clear, the fatal node gets its repair mark; both come back after probation.
+    repaired_at = time.monotonic()
+    rig.exporter.xid[fatal] = 0
+    rig.exporter.celsius[degraded] = rig.exporter.celsius[refused] = 55.0
+    c.core.patch_node(fatal, {"metadata": {"labels": {f"{c.prefix}/gpu-repaired": "e2e"}}})
+
+    def released(node: str) -> bool:
+        sample_effects()
+        return health_taints(node) == []
+
+    wait(f"{degraded} released after probation", lambda: released(degraded), 120)
+    phases["fault_time_to_release_degraded_s"] = time.monotonic() - repaired_at
+    wait(f"{fatal} released (repair mark + probation)", lambda: released(fatal), 120)
+    phases["fault_time_to_release_fatal_s"] = time.monotonic() - repaired_at
+    assert time.monotonic() - repaired_at >= GUARD_PROBATION_S - 1, "released before the probation ended"
+    wait("the gang running again on all four nodes", gang_running, 300)
+    phases["fault_time_to_gang_running_again_s"] = time.monotonic() - fault_at
+    assert {p.spec.node_name for p in gang_running()} == set(nodes)
+    assert effects == {"NoSchedule"}, f"health taint effects seen: {effects}"
+
+    # A person resets the breaker (the documented command, as an API call): the guard acts again.
+    c.coordination.patch_namespaced_lease("health-guard", cfg.system_namespace, {
+        "metadata": {"annotations": {f"{c.prefix}/gpu-health-breaker": None}}})
+    wait("the breaker reset", lambda: _guard_metric(rig.guard_port, "gpucluster_health_breaker_tripped") == 0.0, 30)
+    c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
+                                             "e2e-fault-gang")
+    _report(phases)
 
 
 def _report(phases: dict[str, float]) -> None:
     PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
     PHASES_FILE.write_text(json.dumps(phases, indent=2, sort_keys=True) + "\n")
-    print("\nburst scenario phases:", json.dumps(phases, indent=2, sort_keys=True))
+    print("\nscenario phases:", json.dumps(phases, indent=2, sort_keys=True))
