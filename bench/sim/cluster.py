@@ -1,0 +1,468 @@
+"""The simulated cluster's state, shared by every model: the clock and event heap, nodes in zones, virtual nodes,
+pods and services, the training queue, and the bookkeeping all models use (filing, binding, starting and
+removing pods), with the invariants that say every GPU and every pod is accounted for exactly once.
+
+The models change this state only through these fields and methods; none of them keeps its own copy, so
+the order of operations, and with it every result, is the one the single event loop produces.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from bench.sim.model import ClusterModel
+from bench.sim.policies import ALWAYS, CONTROLLER, Policy
+from bench.sim.workload import Gang
+
+# Event kinds (ints keep heap tuples cheap and comparable).
+ARRIVAL, JOB_END, POD_READY, HPA, CTRL, DESCHED, SAMPLE = range(7)
+# Pod states.
+PENDING, STARTING, READY = 0, 1, 2
+INFERENCE_NAMESPACE = "inference"
+TRAINING_NAMESPACE = "training"
+
+
+class Events:
+    """The clock and the event heap; ties break by push order, which makes runs exactly reproducible."""
+
+    __slots__ = ("heap", "now", "seq", "warmup")
+
+    def __init__(self, warmup_s: float) -> None:
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.warmup = warmup_s
+
+    def push(self, t: float, kind: int, arg: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, arg))
+
+
+@dataclass
+class Counters:
+    """What the models count for the outcome; all but `gangs_rejected` only within the measured period."""
+
+    preemptions: int = 0
+    desched_evictions: int = 0
+    surges: int = 0
+    flips: int = 0  # the adapter counts the whole run; these count after warm-up
+    node_patches: int = 0
+    gangs_rejected: int = 0
+    returns: list[float] = field(default_factory=list)  # seconds from a surge's close to no external GPU in use
+    gang_waits: list[float] = field(default_factory=list)
+
+
+class Job(NamedTuple):
+    """A running gang: its zone and the nodes it holds whole."""
+
+    zone: int
+    nodes: list[int]
+
+
+class Pod:
+    __slots__ = ("cost", "created", "gpus", "id", "node", "standby", "state", "svc")
+
+    def __init__(self, pid: int, svc: int, gpus: int, created: float, standby: bool = False) -> None:
+        self.id = pid
+        self.svc = svc
+        self.gpus = gpus
+        self.created = created
+        self.state = PENDING
+        self.node = -1  # >= 0: on-prem node index; <= -2: virtual node -(node + 2); -1: unplaced
+        self.cost = False
+        self.standby = standby  # a pod of the service's standby Deployment (handover), not the HPA's
+
+
+class Service:
+    __slots__ = (
+        "demand",
+        "down_s",
+        "gpus",
+        "handover",
+        "history",
+        "history_up",
+        "max",
+        "maxunav",
+        "min",
+        "name",
+        "pending",
+        "ready",
+        "ready_ext",
+        "ready_zone",
+        "replicas",
+        "sb_pending",
+        "sb_ready",
+        "sb_replicas",
+        "sb_starting",
+        "starting",
+        "up_s",
+    )
+
+    def __init__(self, name: str, gpus: int, lo: int, hi: int, maxunav: int, up_s: float, down_s: float,
+                 zones: int = 0) -> None:
+        self.name = name
+        self.gpus = gpus
+        self.min = lo
+        self.max = hi
+        self.maxunav = maxunav
+        self.up_s = up_s
+        self.down_s = down_s
+        self.replicas = 0
+        self.demand = 0.0
+        self.history: deque[tuple[float, int]] = deque()
+        self.history_up: deque[tuple[float, int]] = deque()
+        self.pending: dict[int, None] = {}
+        self.starting: dict[int, None] = {}
+        self.ready: dict[int, None] = {}
+        # What the handover core reads, kept as the pods change: ready main pods on virtual nodes and per
+        # on-prem zone, and the standby Deployment's target and pods.
+        self.handover = False  # named in the controller's handover services: the core sees this service
+        self.ready_ext = 0
+        self.ready_zone = [0] * zones
+        self.sb_replicas = 0
+        self.sb_pending: dict[int, None] = {}
+        self.sb_starting: dict[int, None] = {}
+        self.sb_ready: dict[int, None] = {}
+
+    def count(self) -> int:
+        return len(self.pending) + len(self.starting) + len(self.ready)
+
+    def sb_count(self) -> int:
+        return len(self.sb_pending) + len(self.sb_starting) + len(self.sb_ready)
+
+
+class ClusterState:
+    """Nodes, virtual nodes, pods, services and the training queue of one run, with their running totals."""
+
+    def __init__(self, model: ClusterModel, policy: Policy, gangs: tuple[Gang, ...] | list[Gang], events: Events,
+                 counters: Counters) -> None:
+        self.model = model
+        self.events = events
+        self.counters = counters
+        self._build_nodes(policy.reserved_inference_gpus)
+        self._build_virtual(open_=policy.burst == ALWAYS)
+        self.services = [
+            Service(s.name, s.gpus_per_replica, s.min_replicas, s.max_replicas, s.max_unavailable,
+                    s.scale_up_stabilization_s, s.scale_down_stabilization_s, len(self.zone_gpn))
+            for s in model.services
+        ]
+        self.service_index = {svc.name: i for i, svc in enumerate(self.services)}
+        self.pods: dict[int, Pod] = {}
+        self.next_pod = 0
+        self.pending: dict[int, None] = {}  # unplaced inference pods, FIFO
+        self.pending_inf_gpus = 0
+        self.onprem_inf_gpus = 0
+        self.ext_gpus = 0
+        # The controller patches a deletion cost onto every external pod: track the ones still lacking it.
+        self.cost_tracking = policy.burst == CONTROLLER
+        # Handover: standby pods waiting for virtual-node room (FIFO, not pending inference: they never open
+        # the burst), standby GPUs on virtual nodes, gangs behind the gate, and a counter that changes
+        # whenever anything the core reads about the handover changes (the quiet-tick key).
+        handover = policy.settings.handover_services if policy.burst == CONTROLLER and policy.settings else {}
+        for svc in self.services:
+            svc.handover = svc.name in handover
+        self.handover = bool(handover)
+        self.sb_pending: dict[int, None] = {}
+        self.sb_ext_gpus = 0
+        self.gated: dict[int, None] = {}  # Inqueue gangs whose pods carry the handover gate, in order
+        self.handover_seq = 0
+        self.train_gpus = 0
+        # Work for the scheduler pass at the end of the event, and for the availability integral.
+        self.capacity_changed = False
+        self.admit_dirty = False
+        self.avail_dirty = True
+        # Training.
+        self.gangs: list[Gang] = list(gangs)
+        self.queue: dict[int, dict[int, float]] = {z: {} for z in range(len(self.zones))}  # zone -> gang -> arrival
+        self.pending_train_gpus = 0  # GPUs of Inqueue gangs (pods created, unschedulable)
+        self.waiting: dict[int, float] = {}  # gangs not yet Inqueue (no pods): gang -> arrival
+        self.jobs: dict[int, Job] = {}
+        self.surge_closed_at: float | None = None  # when the last surge closed, while external pods remain
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_nodes(self, reserve: int) -> None:
+        """Zones are (pool, reserved-for-inference) halves of pools; buckets index nodes by free GPUs."""
+        total = self.model.onprem_gpus
+        self.zone_gpn: list[int] = []
+        self.zone_pool: list[str] = []
+        self.zone_reserved: list[bool] = []
+        self.node_zone: list[int] = []
+        self.node_free: list[int] = []
+        self.node_job: list[int] = []
+        self.node_pods: list[dict[int, None]] = []
+        self.train_zone: dict[str, int] = {}
+        for pool in self.model.pools:
+            reserved_nodes = 0
+            if reserve:
+                share = pool.nodes * pool.gpus_per_node / total
+                reserved_nodes = min(pool.nodes, math.ceil(reserve * share / pool.gpus_per_node))
+            for is_reserved, count in ((False, pool.nodes - reserved_nodes), (True, reserved_nodes)):
+                if count == 0 and is_reserved:
+                    continue
+                z = len(self.zone_gpn)
+                self.zone_gpn.append(pool.gpus_per_node)
+                self.zone_pool.append(pool.name)
+                self.zone_reserved.append(is_reserved)
+                if not is_reserved:
+                    self.train_zone[pool.name] = z
+                for _ in range(count):
+                    self.node_zone.append(z)
+                    self.node_free.append(pool.gpus_per_node)
+                    self.node_job.append(-1)
+                    self.node_pods.append({})
+        self.zones = range(len(self.zone_gpn))
+        self.zone_nodes = [0] * len(self.zone_gpn)
+        for z in self.node_zone:
+            self.zone_nodes[z] += 1
+        self.max_gpn = max(self.zone_gpn, default=0)
+        self.min_gpn = min(self.zone_gpn, default=1)
+        self.buckets: list[list[dict[int, None]]] = [[{} for _ in range(g + 1)] for g in self.zone_gpn]
+        self.zone_avail = [0] * len(self.zone_gpn)  # nodes without training
+        # GPUs per zone held by training, by inference on-prem, and asked for by Inqueue gangs.
+        self.zone_train = [0] * len(self.zone_gpn)
+        self.zone_inf = [0] * len(self.zone_gpn)
+        self.zone_pend = [0] * len(self.zone_gpn)
+        for i, z in enumerate(self.node_zone):
+            self.buckets[z][self.node_free[i]][i] = None
+            self.zone_avail[z] += 1
+        reserved = [z for z in self.zones if self.zone_reserved[z]]
+        self.inf_zones = reserved if reserve else list(self.zones)
+        self.capacity = sum(self.zone_gpn[z] for z in self.node_zone)
+        self.train_capacity = sum(self.zone_gpn[z] for z in self.node_zone if not self.zone_reserved[z])
+        self.preempt = not reserve
+
+    def _build_virtual(self, open_: bool) -> None:
+        provs = self.model.providers
+        self.vn_name = [p.node_name for p in provs]
+        self.vn_provider = [p.name for p in provs]
+        self.vn_cap = [p.gpus for p in provs]
+        self.vn_podcap = [p.pods for p in provs]
+        self.vn_used = [0] * len(provs)
+        self.vn_pods: list[dict[int, None]] = [{} for _ in provs]
+        self.vn_taint: list[str | None] = [None if open_ else "NoSchedule" for _ in provs]
+        self.vn_changed: list[float | None] = [None] * len(provs)
+        self.vn_index = {n: i for i, n in enumerate(self.vn_name)}
+        self.needing_cost: dict[int, None] = {}
+
+    # ------------------------------------------------------------------ queries
+
+    def onprem_free_gpus(self) -> int:
+        return self.capacity - self.train_gpus - self.onprem_inf_gpus
+
+    def fits_onprem(self, g: int) -> bool:
+        """Some node an inference pod may use has `g` free GPUs (the descheduler's nodeFit, the oracle's move)."""
+        for z in self.inf_zones:
+            b = self.buckets[z]
+            for f in range(g, len(b)):
+                if b[f]:
+                    return True
+        return False
+
+    # ------------------------------------------------------------------ pods
+
+    def new_pod(self, s: int, standby: bool = False) -> Pod:
+        """A pod of service `s` (of its standby Deployment if `standby`), filed as pending but not yet placed."""
+        svc = self.services[s]
+        pid = self.next_pod
+        self.next_pod += 1
+        pod = Pod(pid, s, svc.gpus, self.events.now, standby=standby)
+        self.pods[pid] = pod
+        if standby:
+            svc.sb_pending[pid] = None
+            self.handover_seq += 1
+        else:
+            svc.pending[pid] = None
+            if svc.handover:
+                self.handover_seq += 1
+        return pod
+
+    def bind_onprem(self, pod: Pod, node: int, z: int, free: int) -> None:
+        """Bind `pod` to on-prem `node` of zone `z`, which has `free` GPUs."""
+        g = pod.gpus
+        buckets = self.buckets[z]
+        del buckets[free][node]
+        buckets[free - g][node] = None
+        self.node_free[node] = free - g
+        self.node_pods[node][pod.id] = None
+        pod.node = node
+        self.onprem_inf_gpus += g
+        self.zone_inf[z] += g
+
+    def bind_virtual(self, pod: Pod, v: int) -> None:
+        g = pod.gpus
+        self.vn_used[v] += g
+        self.vn_pods[v][pod.id] = None
+        pod.node = -2 - v
+        self.ext_gpus += g
+        if self.cost_tracking and not pod.standby:  # a standby is external anyway
+            self.needing_cost[pod.id] = None
+        if pod.standby:
+            self.sb_ext_gpus += g
+            self.handover_seq += 1
+
+    def start_pod(self, pod: Pod, latency: float) -> None:
+        """The kubelet: a bound pod starts and turns Ready after `latency`."""
+        svc = self.services[pod.svc]
+        pending, starting = (svc.sb_pending, svc.sb_starting) if pod.standby else (svc.pending, svc.starting)
+        if pod.state == PENDING and pod.id in pending:
+            del pending[pod.id]
+        pod.state = STARTING
+        starting[pod.id] = None
+        if latency <= 0:
+            self.pod_ready(pod.id)
+        else:
+            self.events.push(self.events.now + latency, POD_READY, pod.id)
+
+    def pod_ready(self, pid: int) -> None:
+        pod = self.pods.get(pid)
+        if pod is None or pod.state != STARTING:
+            return
+        svc = self.services[pod.svc]
+        pod.state = READY
+        self.avail_dirty = True
+        if pod.standby:
+            del svc.sb_starting[pid]
+            svc.sb_ready[pid] = None
+            self.handover_seq += 1
+            return
+        del svc.starting[pid]
+        svc.ready[pid] = None
+        if pod.node <= -2:
+            svc.ready_ext += 1
+        else:
+            svc.ready_zone[self.node_zone[pod.node]] += 1
+        if svc.handover:
+            self.handover_seq += 1
+
+    def remove_pod(self, pod: Pod) -> None:
+        """Delete a pod wherever it is: unfile it, free its GPUs, and note a surge's return when the last
+        external GPU comes free."""
+        svc = self.services[pod.svc]
+        pid = pod.id
+        node = pod.node
+        g = pod.gpus
+        del self.pods[pid]
+        if pod.standby or svc.handover:
+            self.handover_seq += 1
+        if pod.standby:
+            if pod.state == PENDING:
+                del svc.sb_pending[pid]
+                self.sb_pending.pop(pid, None)
+            elif pod.state == STARTING:
+                del svc.sb_starting[pid]
+            else:
+                del svc.sb_ready[pid]
+                self.avail_dirty = True
+            if node <= -2:
+                self.sb_ext_gpus -= g
+        elif pod.state == PENDING:
+            del svc.pending[pid]
+            if pid in self.pending:
+                del self.pending[pid]
+                self.pending_inf_gpus -= pod.gpus
+        elif pod.state == STARTING:
+            del svc.starting[pid]
+        else:
+            del svc.ready[pid]
+            self.avail_dirty = True
+            if node <= -2:
+                svc.ready_ext -= 1
+            else:
+                svc.ready_zone[self.node_zone[node]] -= 1
+        if node >= 0:
+            del self.node_pods[node][pid]
+            self.onprem_inf_gpus -= g
+            self.zone_inf[self.node_zone[node]] -= g
+            if self.node_job[node] == -1:
+                z = self.node_zone[node]
+                f = self.node_free[node]
+                del self.buckets[z][f][node]
+                self.buckets[z][f + g][node] = None
+                self.node_free[node] = f + g
+                self.capacity_changed = True
+        elif node <= -2:
+            v = -2 - node
+            del self.vn_pods[v][pid]
+            self.vn_used[v] -= g
+            self.ext_gpus -= g
+            self.needing_cost.pop(pid, None)
+            self.capacity_changed = True
+            if self.ext_gpus == 0 and self.surge_closed_at is not None:
+                now = self.events.now
+                if now >= self.events.warmup:
+                    self.counters.returns.append(now - self.surge_closed_at)
+                self.surge_closed_at = None
+
+    # ------------------------------------------------------------------ invariants
+
+    def check(self) -> None:
+        """Conservation: no node over-allocated, every GPU and every pod accounted for exactly once."""
+        onprem = 0
+        for i, z in enumerate(self.node_zone):
+            gpn = self.zone_gpn[z]
+            used = sum(self.pods[p].gpus for p in self.node_pods[i])
+            if self.node_job[i] >= 0:
+                assert not self.node_pods[i], f"node {i} runs training and inference"
+                assert i not in self.buckets[z][self.node_free[i]]
+            else:
+                assert used + self.node_free[i] == gpn, f"node {i}: {used} used + {self.node_free[i]} free != {gpn}"
+                assert i in self.buckets[z][self.node_free[i]]
+            assert 0 <= self.node_free[i] <= gpn
+            onprem += used
+        assert onprem == self.onprem_inf_gpus
+        running = sum(len(job.nodes) * self.zone_gpn[job.zone] for job in self.jobs.values())
+        assert running == self.train_gpus
+        assert self.train_gpus + self.onprem_inf_gpus <= self.capacity
+        assert sum(self.zone_avail) == sum(1 for j in self.node_job if j < 0)
+        for v in range(len(self.vn_name)):
+            used = sum(self.pods[p].gpus for p in self.vn_pods[v])
+            assert used == self.vn_used[v] <= self.vn_cap[v]
+            assert len(self.vn_pods[v]) <= self.vn_podcap[v]
+        assert sum(self.vn_used) == self.ext_gpus
+        seen = 0
+        for s, svc in enumerate(self.services):
+            seen += svc.count() + svc.sb_count()
+            assert svc.count() == svc.replicas, f"{svc.name}: {svc.count()} pods for {svc.replicas} replicas"
+            assert svc.sb_count() == svc.sb_replicas, f"{svc.name}: {svc.sb_count()} standby for {svc.sb_replicas}"
+            assert svc.handover or not svc.sb_replicas, f"{svc.name}: a standby without the handover"
+            for role, groups in ((False, (svc.pending, svc.starting, svc.ready)),
+                                 (True, (svc.sb_pending, svc.sb_starting, svc.sb_ready))):
+                for state, group in enumerate(groups):
+                    for pid in group:
+                        pod = self.pods[pid]
+                        assert (pod.svc, pod.standby, pod.state) == (s, role, state), f"pod {pid} misfiled"
+                        assert (pod.node == -1) == (state == PENDING), f"pod {pid}: placement and state disagree"
+                        assert not (role and pod.node >= 0), f"standby pod {pid} on-prem"
+            # The counts the core reads, kept incrementally, against a recount.
+            ready = [self.pods[p] for p in svc.ready]
+            assert svc.ready_ext == sum(1 for p in ready if p.node <= -2)
+            assert svc.ready_zone == [sum(1 for p in ready if p.node >= 0 and self.node_zone[p.node] == z)
+                                      for z in self.zones]
+        assert seen == len(self.pods)
+        placed = sum(len(p) for p in self.node_pods) + sum(len(p) for p in self.vn_pods)
+        assert placed + len(self.pending) + len(self.sb_pending) == len(self.pods)
+        assert sum(self.pods[p].gpus for p in self.pending) == self.pending_inf_gpus
+        assert all(not self.pods[p].standby for p in self.pending)
+        assert all(self.pods[p].standby and self.pods[p].node == -1 for p in self.sb_pending)
+        assert self.sb_ext_gpus == sum(self.pods[p].gpus for v in self.vn_pods for p in v if self.pods[p].standby)
+        assert set(self.needing_cost) <= {p for v in self.vn_pods for p in v}
+        queued = sum(self.gangs[i].nodes * self.zone_gpn[z] for z, q in self.queue.items() for i in q)
+        assert queued == self.pending_train_gpus
+        assert self.train_gpus + self.pending_train_gpus <= self.train_capacity or not self.model.enqueue_gate
+        for z in self.zones:
+            assert self.zone_train[z] == sum(len(job.nodes) * self.zone_gpn[z] for job in self.jobs.values()
+                                             if job.zone == z)
+            assert self.zone_inf[z] == sum(self.pods[p].gpus for i in range(len(self.node_zone))
+                                           if self.node_zone[i] == z for p in self.node_pods[i])
+            assert self.zone_pend[z] == sum(self.gangs[i].nodes * self.zone_gpn[z] for i in self.queue[z])
+            if self.model.queue_per_pool and self.model.enqueue_gate:
+                assert self.zone_train[z] + self.zone_pend[z] <= self.zone_nodes[z] * self.zone_gpn[z]
+        inqueue = {i for q in self.queue.values() for i in q}
+        assert not set(self.waiting) & inqueue
+        assert set(self.gated) <= inqueue, "a gated gang that is not Inqueue"
+        assert self.handover or not self.gated, "gangs gated without the handover"

@@ -1,0 +1,80 @@
+"""The HPA model: per service every period, desired = ceil(demand × headroom) clamped to [min, max], with the
+upstream stabilisation rule (scale up to the minimum of the up-window, down to the maximum of the down-window).
+Scale-down deletes pods in the ReplicaSet's order: unplaced, not ready, lower deletion cost, newest.
+
+The oracle policy (`zero_lag`) follows demand at once and moves external pods on-prem the moment they fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from bench.sim.cluster import ClusterState
+from bench.sim.replicasets import ReplicaSets
+from bench.sim.workload import Workload
+
+
+class Hpa:
+    """Every HorizontalPodAutoscaler of the run, evaluated together once per period."""
+
+    def __init__(self, cluster: ClusterState, replicasets: ReplicaSets, workload: Workload, headroom: float,
+                 zero_lag: bool) -> None:
+        self.cluster = cluster
+        self.replicasets = replicasets
+        self.workload = workload
+        self.headroom = headroom
+        self.zero_lag = zero_lag
+
+    def run(self, t: float) -> None:
+        c = self.cluster
+        demand = self.workload.demand
+        for s, svc in enumerate(c.services):
+            d = demand(svc.name, svc.max, t)
+            if d != svc.demand:
+                svc.demand = d
+                c.avail_dirty = True
+            raw = min(max(math.ceil(d * self.headroom - 1e-9), svc.min), svc.max)
+            if self.zero_lag:
+                target = raw
+            else:
+                up = raw if svc.up_s <= 0 else self.window(svc.history_up, t, raw, svc.up_s, lowest=True)
+                down = self.window(svc.history, t, raw, svc.down_s, lowest=False)
+                target = svc.replicas
+                if target < up:
+                    target = up
+                elif target > down:
+                    target = down
+            if target != svc.replicas:
+                svc.replicas = target
+                self.replicasets.reconcile(s)
+        if self.zero_lag:
+            self.rebalance()
+
+    @staticmethod
+    def window(hist: deque[tuple[float, int]], t: float, value: int, span: float, lowest: bool) -> int:
+        """Sliding-window min or max of recommendations (monotone deque: O(1) amortised)."""
+        if lowest:
+            while hist and hist[-1][1] >= value:
+                hist.pop()
+        else:
+            while hist and hist[-1][1] <= value:
+                hist.pop()
+        hist.append((t, value))
+        while hist[0][0] < t - span:
+            hist.popleft()
+        return hist[0][1]
+
+    def rebalance(self) -> None:
+        """Oracle only: move external pods on-prem the moment they fit, at no cost."""
+        c = self.cluster
+        for v in range(len(c.vn_name)):
+            for pid in list(c.vn_pods[v]):
+                if c.onprem_free_gpus() == 0:
+                    return
+                pod = c.pods[pid]
+                if pod.standby or not c.fits_onprem(pod.gpus):
+                    continue
+                s = pod.svc
+                c.remove_pod(pod)
+                self.replicasets.create_pod(s)

@@ -1,0 +1,79 @@
+"""The ReplicaSet controller: keep each service's pods (and its standby Deployment's) at the count asked for.
+
+New pods go to the scheduler at once (`place`): the simulated control plane has no lag between a ReplicaSet
+creating a pod and the scheduler trying to bind it, and keeping that order keeps runs reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench.sim.cluster import ClusterState, Pod, Service
+
+
+class ReplicaSets:
+    """Scale a service to `Service.replicas` and its standby to `Service.sb_replicas`."""
+
+    def __init__(self, cluster: ClusterState, place: Callable[[Pod], bool]) -> None:
+        self.cluster = cluster
+        self.place = place
+
+    def create_pod(self, s: int) -> None:
+        c = self.cluster
+        pod = c.new_pod(s)
+        if not self.place(pod):
+            c.pending[pod.id] = None
+            c.pending_inf_gpus += pod.gpus
+
+    def create_standby(self, s: int) -> None:
+        c = self.cluster
+        pod = c.new_pod(s, standby=True)
+        if not self.place(pod):
+            c.sb_pending[pod.id] = None
+
+    def reconcile(self, s: int) -> None:
+        """Create or delete pods until the service has `replicas` of them."""
+        svc = self.cluster.services[s]
+        diff = svc.replicas - svc.count()
+        for _ in range(diff):
+            self.create_pod(s)
+        if diff < 0:
+            for pod in self.deletion_order(svc, -diff):
+                self.cluster.remove_pod(pod)
+
+    def reconcile_standby(self, s: int) -> None:
+        """Scale the standby to `sb_replicas`, deleting unplaced, then not ready, newest first (standby pods all
+        sit on virtual nodes with the same deletion cost: that is the whole ranking)."""
+        c = self.cluster
+        svc = c.services[s]
+        diff = svc.sb_replicas - svc.sb_count()
+        for _ in range(diff):
+            self.create_standby(s)
+        for group in (svc.sb_pending, svc.sb_starting, svc.sb_ready):
+            for pid in reversed(list(group)):
+                if diff >= 0:
+                    return
+                c.remove_pod(c.pods[pid])
+                diff += 1
+
+    def deletion_order(self, svc: Service, n: int) -> list[Pod]:
+        """Upstream ReplicaSet ranking, reduced to what differs here: unplaced, not ready, cost, newest."""
+        out: list[Pod] = []
+        pods = self.cluster.pods
+        for group in (svc.pending, svc.starting):
+            for pid in reversed(list(group)):
+                if len(out) == n:
+                    return out
+                out.append(pods[pid])
+        ready = [pods[pid] for pid in reversed(list(svc.ready))]
+        for pod in ready:
+            if len(out) == n:
+                return out
+            if pod.cost:
+                out.append(pod)
+        for pod in ready:
+            if len(out) == n:
+                return out
+            if not pod.cost:
+                out.append(pod)
+        return out
