@@ -32,7 +32,7 @@ localcluster-status: venv
 	@$(LOCALCLUSTER) status
 
 # `make up`: the main job on the embedded default. Control plane, engine, `pulumi up --stack local`
-# against it, the burst controller and thermal guard as local processes, then a status summary.
+# against it, the burst controller and health guard as local processes, then a status summary.
 up: venv go-builds
 	@$(PY) -m tools.localcluster.stackup up --stack local
 

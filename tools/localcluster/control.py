@@ -2,7 +2,7 @@
 
 Each process is recorded as ``run/<name>.json`` (pid, command line, log file). ``down`` stops exactly
 those pids, after checking that the pid still runs the recorded executable, so it never touches
-anyone else's processes. Extra processes (the burst controller, the thermal guard, the descheduler)
+anyone else's processes. Extra processes (the burst controller, the health guard, the descheduler)
 are registered the same way with :func:`start_process` and stopped by ``down`` too.
 """
 
