@@ -3,9 +3,10 @@
 Per filesystem in ``checkpoint.filesystems``:
 
 * dynamic backends (NFS ``nfs.csi.k8s.io``, FSx for Lustre ``fsx.csi.aws.com``, WEKA ``csi.weka.io``,
-  VAST ``csi.vastdata.com``): a StorageClass with ``reclaimPolicy: Retain`` and the driver's own
-  parameters, and one ReadWriteMany PersistentVolumeClaim in the training namespace; the driver
-  creates the PersistentVolume, which keeps the class's Retain policy.
+  VAST ``csi.vastdata.com``; each backend's model in ``components/config/checkpoint.py`` names its driver
+  and builds its parameters): a StorageClass with ``reclaimPolicy: Retain`` and those parameters, and
+  one ReadWriteMany PersistentVolumeClaim in the training namespace; the driver creates the
+  PersistentVolume, which keeps the class's Retain policy.
 * ``static`` (a pre-provisioned volume of any CSI driver): a PersistentVolume with
   ``persistentVolumeReclaimPolicy: Retain``, pre-bound to the claim through ``claimRef``, and the claim.
 
@@ -47,10 +48,10 @@ from components.checkpoint_sizing import (
     sizing_problems,
 )
 from components.config import (
-    CheckpointBackend,
     CheckpointBudget,
     ClusterConfig,
     Filesystem,
+    StaticFilesystem,
     ThroughputCheck,
 )
 from components.goodput_model import interval_warnings
@@ -72,47 +73,12 @@ BARRIER_SECONDS = 900
 SUFFIXES = {"StorageClass": "class", "PersistentVolume": "volume", "PersistentVolumeClaim": "claim"}
 
 
-def storage_class_parameters(fs: Filesystem) -> dict[str, str]:
-    """The driver's StorageClass parameters for a dynamic backend (values are strings, as the API wants)."""
-    params: dict[str, str]
-    if fs.backend is CheckpointBackend.NFS:
-        assert fs.server and fs.share
-        # onDelete=retain: even if a PV's reclaim policy were changed to Delete, the driver keeps the directory.
-        params = {"server": fs.server, "share": fs.share, "onDelete": "retain"}
-    elif fs.backend is CheckpointBackend.LUSTRE:
-        assert fs.subnet_id
-        params = {
-            "subnetId": fs.subnet_id,
-            "securityGroupIds": ",".join(fs.security_group_ids),
-            "deploymentType": fs.deployment_type or "PERSISTENT_2",
-            "perUnitStorageThroughput": str(fs.per_unit_storage_throughput),
-        }
-    elif fs.backend is CheckpointBackend.WEKA:
-        assert fs.filesystem_name and fs.api_secret_name
-        params = {"volumeType": "dir/v1", "filesystemName": fs.filesystem_name,
-                  "capacityEnforcement": fs.capacity_enforcement}
-        # The WEKA CSI plugin reads API credentials at every stage; one secret serves them all.
-        for stage in ("provisioner", "controller-publish", "controller-expand", "node-stage", "node-publish"):
-            params[f"csi.storage.k8s.io/{stage}-secret-name"] = fs.api_secret_name
-            params[f"csi.storage.k8s.io/{stage}-secret-namespace"] = fs.api_secret_namespace
-    elif fs.backend is CheckpointBackend.VAST:
-        assert fs.vip_pool and fs.root_export and fs.view_policy
-        params = {"vip_pool_name": fs.vip_pool, "root_export": fs.root_export, "view_policy": fs.view_policy,
-                  "lb_strategy": fs.lb_strategy}
-    else:
-        raise ValueError(f"backend '{fs.backend}' has no StorageClass")
-    clashes = sorted(set(fs.extra_parameters) & set(params))
-    if clashes:
-        raise ValueError(f"extraParameters {clashes} would override typed fields of '{fs.name}'")
-    return {**params, **fs.extra_parameters}
-
-
 def claim_spec(fs: Filesystem) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "accessModes": ["ReadWriteMany"],
         "resources": {"requests": {"storage": f"{fs.capacity_gi}Gi"}},
     }
-    if fs.backend is CheckpointBackend.STATIC:
+    if not fs.dynamic:
         # Empty class: no provisioner may step in; the claim binds only to its own volume.
         spec.update(storageClassName="", volumeName=fs.object_name)
     else:
@@ -120,9 +86,8 @@ def claim_spec(fs: Filesystem) -> dict[str, Any]:
     return spec
 
 
-def volume_spec(fs: Filesystem, namespace: str) -> dict[str, Any]:
+def volume_spec(fs: StaticFilesystem, namespace: str) -> dict[str, Any]:
     """A pre-provisioned volume, reserved for its claim by ``claimRef`` so no other claim can take it."""
-    assert fs.driver and fs.volume_handle
     spec: dict[str, Any] = {
         "capacity": {"storage": f"{fs.capacity_gi}Gi"},
         "accessModes": ["ReadWriteMany"],
@@ -340,7 +305,7 @@ class CheckpointStorage(pulumi.ComponentResource):
     def _filesystem(self, fs: Filesystem, namespace: str) -> None:
         labels = common_labels(fs.name, "checkpoint-storage")
         depends: list[pulumi.Resource] = []
-        if fs.backend is CheckpointBackend.STATIC:
+        if isinstance(fs, StaticFilesystem):
             volume = k8s.core.v1.PersistentVolume(
                 f"{fs.name}-volume",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=fs.object_name, labels=labels),
@@ -355,7 +320,7 @@ class CheckpointStorage(pulumi.ComponentResource):
                 f"{fs.name}-class",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=fs.object_name, labels=labels),
                 provisioner=fs.driver_name,
-                parameters=storage_class_parameters(fs),
+                parameters=fs.storage_class_parameters(),
                 reclaim_policy="Retain",
                 volume_binding_mode="Immediate",
                 allow_volume_expansion=True,

@@ -134,11 +134,11 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         margin = assess_filesystem(fs, ck.budget)
         verdict = "meets budget" if margin.meets else ("FAILS budget (strict)" if ck.strict else "WARN below budget")
         protected = [f"PersistentVolumeClaim {cfg.training_namespace}/{fs.object_name}"]
-        if fs.backend.value == "static":
+        if not fs.dynamic:
             protected.append(f"PersistentVolume {fs.object_name}")
         rows.append((
             f"checkpoint {fs.name}",
-            f"{fs.backend.value} ({fs.driver_name}), {fs.write_gbps:g} GB/s declared, margin "
+            f"{fs.backend} ({fs.driver_name}), {fs.write_gbps:g} GB/s declared, margin "
             f"{margin.margin_gbps:+.1f} GB/s ({margin.ratio:.2f}×, {margin.seconds_at_declared:.0f} s per "
             f"checkpoint): {verdict}; protected + retainOnDelete: {', '.join(protected)}",
         ))

@@ -1,7 +1,8 @@
 """External GPU providers: one virtual-kubelet node per provider, marked external, tainted by its provider.
 
-Each provider runs its own virtual-kubelet binary (VK is a library); a preset per :class:`ProviderKind`
-holds what that binary really needs: its pinned image, flags, environment and RBAC. What every preset
+Each provider runs its own virtual-kubelet binary (VK is a library). The provider's model (one per kind,
+in ``components/config/providers.py``) holds its keys and checks; a preset per kind here holds what that
+binary really needs: its pinned image, flags, environment and RBAC. What every preset
 shares is decided here:
 
 - the node carries ``<prefix>/location=external``, ``<prefix>/provider``, ``<prefix>/gpu-model`` and
@@ -21,12 +22,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import rbac
-from components.config import ClusterConfig, ExternalProvider, ProviderKind
+from components.config import ClusterConfig, ExternalProvider, LiqoProvider, VirtualKubeletProvider
 from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels, selector_labels
 from components.security import (
     API_CLIENT,
@@ -99,7 +101,7 @@ LEASE_RULES: tuple[Rule, ...] = (_rule(["coordination.k8s.io"], ["leases"], ["ge
 class ProviderPreset:
     """What one provider kind's virtual-kubelet binary needs."""
 
-    kind: ProviderKind
+    kind: str
     #: Pinned upstream image, or None where every provider ships its own binary (config must name it).
     image: str | None
     command: tuple[str, ...]
@@ -109,14 +111,13 @@ class ProviderPreset:
     #: The effect the provider sets when left alone (we always override to NoSchedule).
     upstream_effect: str
     rules: tuple[Rule, ...]
-    args: Callable[[ExternalProvider, str, str], list[str]] = field(repr=False)
+    args: Callable[[Any, str, str], list[str]] = field(repr=False)
     #: Whether the capacity file (--provider-config) is how this binary learns its node's capacity.
     capacity_file: bool = True
 
 
-def _vk_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
+def _vk_args(p: VirtualKubeletProvider, namespace: str, secret: str) -> list[str]:
     """virtual-kubelet node-cli flags (shared by node-cli based providers)."""
-    assert p.vk_provider is not None
     return [
         f"--nodename={p.node_name}",
         f"--provider={p.vk_provider}",
@@ -129,11 +130,7 @@ def _vk_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
     ]
 
 
-def tenant_namespace(p: ExternalProvider) -> str:
-    return p.tenant_namespace or f"liqo-tenant-{p.foreign_cluster_id}"
-
-
-def _liqo_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
+def _liqo_args(p: LiqoProvider, namespace: str, secret: str) -> list[str]:
     """Flags Liqo's controller-manager passes its virtual kubelet (pkg/vkMachinery/forge)."""
     return [
         f"--foreign-cluster-id={p.foreign_cluster_id}",
@@ -151,10 +148,10 @@ def _liqo_args(p: ExternalProvider, namespace: str, secret: str) -> list[str]:
     ]
 
 
-#: One preset per supported kind (ADMIRALTY is rejected by the config with the reason).
-PRESETS: dict[ProviderKind, ProviderPreset] = {
-    ProviderKind.VIRTUAL_KUBELET: ProviderPreset(
-        kind=ProviderKind.VIRTUAL_KUBELET,
+#: One preset per supported kind (admiralty is rejected by the config with the reason).
+PRESETS: dict[str, ProviderPreset] = {
+    "virtual-kubelet": ProviderPreset(
+        kind="virtual-kubelet",
         image=None,
         command=(),
         taint_key=VK_PROVIDER_TAINT,
@@ -163,8 +160,8 @@ PRESETS: dict[ProviderKind, ProviderPreset] = {
         rules=BASE_RULES,
         args=_vk_args,
     ),
-    ProviderKind.LIQO: ProviderPreset(
-        kind=ProviderKind.LIQO,
+    "liqo": ProviderPreset(
+        kind="liqo",
         image="ghcr.io/liqotech/virtual-kubelet:v1.1.2",
         command=("/usr/bin/virtual-kubelet",),
         taint_key=LIQO_TAINT,
@@ -221,10 +218,9 @@ class ExternalGpuProviderArgs:
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, provider: ExternalProvider) -> ExternalGpuProviderArgs:
-        namespace = tenant_namespace(provider) if provider.kind is ProviderKind.LIQO else cfg.system_namespace
         return cls(
             provider=provider,
-            namespace=namespace,
+            namespace=provider.namespace(cfg.system_namespace),
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
             priority_class=cfg.priorities.system.name,
@@ -367,7 +363,7 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         region = f", {p.region}" if p.region else ""
         rows.append((
             f"provider {p.name}",
-            f"{p.kind.value}{region}: node {p.node_name}, {p.gpus} × {p.gpu_model}, "
+            f"{p.kind}{region}: node {p.node_name}, {p.gpus} × {p.gpu_model}, "
             f"taint {taint['key']}={taint['value']}:NoSchedule, pods routable: {str(p.routable).lower()}",
         ))
     total = sum(p.gpus for p in cfg.providers)

@@ -15,6 +15,10 @@ WEKA = {"name": "weka", "backend": "weka", "filesystemName": "checkpoints", "api
         "writeGbps": 60}
 
 
+def missing(key: str, backend: str) -> str:
+    return f"checkpoint.filesystems[0].{key}: required key is missing (backend '{backend}' needs it)"
+
+
 def raw(filesystems: list[dict[str, Any]], **checkpoint: Any) -> dict[str, Any]:
     return {
         "pools": [{"name": "gpu", "nodes": ["gpu-[01-04]"]}],
@@ -47,20 +51,22 @@ def test_valid_backends_parse() -> None:
 @pytest.mark.parametrize(
     ("filesystem", "expected"),
     [
-        ({**WEKA, "filesystemName": None}, "checkpoint.filesystems[0]: backend 'weka' needs filesystemName"),
-        ({**WEKA, "apiSecretName": None}, "checkpoint.filesystems[0]: backend 'weka' needs apiSecretName"),
-        ({**WEKA, "server": "nfs.example"}, "checkpoint.filesystems[0]: server applies only to backend 'nfs', "
-                                            "not 'weka'"),
+        ({**WEKA, "filesystemName": None}, missing("filesystemName", "weka")),
+        ({**WEKA, "apiSecretName": None}, missing("apiSecretName", "weka")),
+        ({**WEKA, "server": "nfs.example"}, "checkpoint.filesystems[0].server: applies only to backend 'nfs', "
+                                            "not 'weka' (got \"nfs.example\")"),
         ({**WEKA, "capacityEnforcement": "STRICT"},
          "checkpoint.filesystems[0].capacityEnforcement: Input should be 'HARD' or 'SOFT'"),
         ({"name": "n", "backend": "nfs", "server": "nfs.example", "writeGbps": 1},
-         "checkpoint.filesystems[0]: backend 'nfs' needs share"),
+         missing("share", "nfs")),
         ({"name": "n", "backend": "nfs", "writeGbps": 1},
-         "checkpoint.filesystems[0]: backend 'nfs' needs server and share"),
+         missing("server", "nfs")),
         ({"name": "n", "backend": "nfs", "server": "nfs.example", "share": "exports", "writeGbps": 1},
-         "share must be an absolute export path such as '/exports/checkpoints' (got 'exports')"),
-        ({**LUSTRE, "subnetId": None}, "checkpoint.filesystems[0]: backend 'lustre' needs subnetId"),
-        ({**LUSTRE, "securityGroupIds": []}, "backend 'lustre' needs securityGroupIds"),
+         "checkpoint.filesystems[0].share: must be an absolute export path such as '/exports/checkpoints' "
+         "(got \"exports\")"),
+        ({**LUSTRE, "subnetId": None}, missing("subnetId", "lustre")),
+        ({**LUSTRE, "securityGroupIds": []}, "checkpoint.filesystems[0].securityGroupIds: List should have at least 1 "
+                                             "item"),
         ({**LUSTRE, "subnetId": "subnet-a,subnet-b"}, "subnetId must be one subnet id like 'subnet-0abc1234' "
                                                       "(got 'subnet-a,subnet-b'); FSx for Lustre takes exactly one"),
         ({**LUSTRE, "securityGroupIds": ["default"]}, "securityGroupIds must be ids like 'sg-0abc1234' "
@@ -71,7 +77,7 @@ def test_valid_backends_parse() -> None:
                                                        "'PERSISTENT_2'] (got 'PERSISTENT_3')"),
         ({**LUSTRE, "perUnitStorageThroughput": 200}, "perUnitStorageThroughput for PERSISTENT_2 must be one of "
                                                       "[125, 250, 500, 1000] MB/s/TiB (got 200)"),
-        ({**LUSTRE, "perUnitStorageThroughput": None}, "backend 'lustre' needs perUnitStorageThroughput"),
+        ({**LUSTRE, "perUnitStorageThroughput": None}, missing("perUnitStorageThroughput", "lustre")),
         ({**LUSTRE, "capacityGi": 5000}, "capacityGi for FSx for Lustre must be 1200 or a multiple of 2400 "
                                          "(got 5000)"),
         ({**LUSTRE, "writeGbps": 50}, "writeGbps (50) exceeds what FSx provisions for capacityGi × "
@@ -79,23 +85,32 @@ def test_valid_backends_parse() -> None:
         ({**LUSTRE, "extraParameters": {"fileSystemId": "fs-1"}},
          "extraParameters ['fileSystemId'] are not FSx CSI StorageClass parameters"),
         ({"name": "v", "backend": "vast", "vipPool": "vip1", "rootExport": "/k8s", "writeGbps": 1},
-         "checkpoint.filesystems[0]: backend 'vast' needs viewPolicy"),
+         missing("viewPolicy", "vast")),
         ({"name": "v", "backend": "vast", "vipPool": "vip1", "rootExport": "k8s", "viewPolicy": "p", "writeGbps": 1},
-         "rootExport must be an absolute path such as '/k8s' (got 'k8s')"),
+         "checkpoint.filesystems[0].rootExport: must be an absolute path such as '/k8s' (got \"k8s\")"),
         ({"name": "v", "backend": "vast", "vipPool": "vip1", "rootExport": "/k8s", "viewPolicy": "p",
           "lbStrategy": "leastconn", "writeGbps": 1},
          "checkpoint.filesystems[0].lbStrategy: Input should be 'roundrobin' or 'random'"),
         ({"name": "s", "backend": "static", "driver": "csi.example.com", "writeGbps": 1},
-         "checkpoint.filesystems[0]: backend 'static' needs volumeHandle"),
+         missing("volumeHandle", "static")),
         ({"name": "s", "backend": "static", "driver": "Not A Driver", "volumeHandle": "h", "writeGbps": 1},
-         "driver must be a CSI driver name such as 'spectrumscale.csi.ibm.com' (got 'Not A Driver')"),
+         "checkpoint.filesystems[0].driver: must be a CSI driver name such as 'spectrumscale.csi.ibm.com' "
+         "(got \"Not A Driver\")"),
         ({"name": "s", "backend": "static", "driver": "csi.example.com", "volumeHandle": "h", "writeGbps": 1,
           "extraParameters": {"a": "b"}},
          "extraParameters apply to StorageClasses; a static volume takes volumeAttributes"),
-        ({**WEKA, "volumeHandle": "h"}, "volumeHandle applies only to backend 'static', not 'weka'"),
+        ({**WEKA, "volumeHandle": "h"}, "checkpoint.filesystems[0].volumeHandle: applies only to backend "
+                                        "'static', not 'weka'"),
         ({**WEKA, "writeGbps": 0}, "checkpoint.filesystems[0].writeGbps: Input should be greater than 0"),
         ({**WEKA, "backend": "gpfs"}, "checkpoint.filesystems[0].backend: Input should be 'nfs', 'lustre', "
                                       "'weka', 'vast' or 'static'"),
+        ({k: v for k, v in WEKA.items() if k != "backend"},
+         "checkpoint.filesystems[0].backend: required key is missing; input should be 'nfs', 'lustre', 'weka', "
+         "'vast' or 'static'"),
+        ({**WEKA, "lbStrategy": "random"}, "checkpoint.filesystems[0].lbStrategy: applies only to backend 'vast', "
+                                           "not 'weka'"),
+        ({**WEKA, "sever": "nfs.example"}, "checkpoint.filesystems[0].sever: unknown key; check the spelling against "
+                                           "the configuration reference in docs/configuration.md"),
         ({**WEKA, "renamedFrom": ["weka"]}, "renamedFrom must list earlier names, not the current name 'weka'"),
     ],
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, ProviderKind, parse_config
+from components.config import ConfigError, parse_config
 from components.providers import PRESETS, provider_taint
 from tests.conftest import StackRunner
 from tools.mockrt import SECRET_PLACEHOLDER, RunResult, raw_from_stack
@@ -97,7 +97,7 @@ def test_secret_value_never_reaches_an_input(run_stack: StackRunner) -> None:
 
 
 def test_liqo_preset_overrides_noexecute(prod: RunResult) -> None:
-    assert PRESETS[ProviderKind.LIQO].upstream_effect == "NoExecute"
+    assert PRESETS["liqo"].upstream_effect == "NoExecute"
     c = container(prod, "vk-dr-cluster", namespace="liqo-tenant-dr-cluster-eu-west-4")
     assert c["image"] == "ghcr.io/liqotech/virtual-kubelet:v1.1.2"
     assert c["command"] == ["/usr/bin/virtual-kubelet"]
@@ -211,12 +211,14 @@ def test_generic_provider_needs_image_and_provider_name() -> None:
         del raw["providers"][0]["image"]
         del raw["providers"][0]["vkProvider"]
 
-    assert "providers[0]: kind 'virtual-kubelet' needs image and vkProvider" in _error(edit)
+    message = _error(edit)
+    assert "providers[0].image: required key is missing (kind 'virtual-kubelet' needs it)" in message
+    assert "providers[0].vkProvider: required key is missing (kind 'virtual-kubelet' needs it)" in message
 
 
 def test_liqo_needs_its_cluster_ids() -> None:
     message = _error(lambda raw: raw["providers"][1].pop("homeClusterId"))
-    assert "providers[1]: kind 'liqo' needs homeClusterId" in message
+    assert "providers[1].homeClusterId: required key is missing (kind 'liqo' needs it)" in message
 
 
 def test_unpinned_provider_image_is_refused() -> None:
@@ -226,4 +228,9 @@ def test_unpinned_provider_image_is_refused() -> None:
 
 def test_extra_args_must_be_flags() -> None:
     message = _error(lambda raw: raw["providers"][0].update(extraArgs=["rm -rf"]))
-    assert "providers[0]: extraArgs entry 'rm -rf' must be a --flag" in message
+    assert "providers[0].extraArgs: entry 'rm -rf' must be a --flag" in message
+
+
+def test_a_key_of_another_kind_names_its_kind() -> None:
+    message = _error(lambda raw: raw["providers"][1].update(vkProvider="azure"))
+    assert "providers[1].vkProvider: applies only to kind 'virtual-kubelet', not 'liqo' (got \"azure\")" in message

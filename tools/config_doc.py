@@ -53,6 +53,40 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _union_members(annotation: Any) -> list[type[BaseModel]]:
+    """The models of a tagged union (possibly inside list/Annotated); empty for anything else."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        return members if len(members) > 1 else []
+    for arg in typing.get_args(annotation) if origin in (list, typing.Annotated) else ():
+        members = _union_members(arg)
+        if members:
+            return members
+    return []
+
+
+def _tag_field(members: list[type[BaseModel]]) -> str:
+    """The field every member declares as a one-value Literal: the key that chooses the member."""
+    return next(name for name, field in members[0].model_fields.items()
+                if typing.get_origin(field.annotation) is typing.Literal)
+
+
+def union_rows(members: list[type[BaseModel]], path: str) -> list[tuple[str, str, str]]:
+    """The choosing key with its values, the keys every member shares, then each member's own keys."""
+    tag = _tag_field(members)
+    field = members[0].model_fields[tag]
+    tags = [typing.get_args(m.model_fields[tag].annotation)[0] for m in members]
+    out = [(f"{path}.{field.alias or tag}", " \\| ".join(f"`{t}`" for t in tags), "**required**")]
+    per_member = {t: [r for r in rows(m, path) if r[0] != out[0][0]] for t, m in zip(tags, members, strict=True)}
+    shared = [r for r in per_member[tags[0]] if all(r in member_rows for member_rows in per_member.values())]
+    out += shared
+    for t in tags:
+        out += [(p, f"{kind} ({field.alias or tag} `{t}`)", default)
+                for p, kind, default in per_member[t] if (p, kind, default) not in shared]
+    return out
+
+
 def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "**required**"
@@ -74,7 +108,10 @@ def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
         nested = _nested_model(field.annotation)
         list_suffix = "[]" if typing.get_origin(field.annotation) is list else ""
         out.append((path + list_suffix, _type_name(field.annotation), _default(field)))
-        if nested is not None:
+        members = _union_members(field.annotation)
+        if members:
+            out += union_rows(members, path + list_suffix)
+        elif nested is not None:
             out += rows(nested, path + list_suffix)
     return out
 
@@ -83,7 +120,7 @@ def render() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `components/config.py` by `python -m tools.config_doc`; do not edit by hand.",
+        "Generated from `components/config/` by `python -m tools.config_doc`; do not edit by hand.",
         f"Every top-level key is set in `Pulumi.<stack>.yaml` under the `{PROJECT}:` namespace, e.g.",
         f"`{PROJECT}:burst: {{openBelowFreeGpus: 16}}`. Unknown keys are errors.",
         "",

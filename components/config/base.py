@@ -7,10 +7,11 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 PROJECT = "gpu-cluster"
 
@@ -44,6 +45,7 @@ def _pinned_image(value: str) -> str:
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 LabelPrefix = Annotated[str, AfterValidator(_label_prefix)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
@@ -112,3 +114,34 @@ def unique_names(items: Iterable[tuple[int, str]], path: str, what: str) -> list
         else:
             seen[name] = index
     return problems
+
+
+@dataclass(frozen=True)
+class TaggedUnion:
+    """A list entry whose model is chosen by one key (``backend: nfs``, ``kind: liqo``)."""
+
+    #: The choosing key as written in the stack file.
+    key: str
+    #: Its value → the model for that value.
+    members: dict[str, type[BaseModel]]
+
+    def owners(self, key: str) -> list[str]:
+        """The values of the choosing key whose model takes ``key`` (camelCase)."""
+        return [tag for tag, model in self.members.items()
+                if any((field.alias or name) == key for name, field in model.model_fields.items())]
+
+
+#: Every tagged union of the schema, so the loader can say which member a misplaced key belongs to.
+TAGGED_UNIONS: list[TaggedUnion] = []
+
+
+def register_union(annotation: Any) -> TaggedUnion:
+    """Record an ``Annotated[A | B, Field(discriminator=...)]`` alias for the loader's messages."""
+    union, *metadata = get_args(annotation)
+    field = next(m for m in metadata if isinstance(m, FieldInfo))
+    assert isinstance(field.discriminator, str)
+    name = field.discriminator
+    members = {get_args(model.model_fields[name].annotation)[0]: model for model in get_args(union)}
+    tagged = TaggedUnion(key=to_camel(name), members=members)
+    TAGGED_UNIONS.append(tagged)
+    return tagged

@@ -1,21 +1,22 @@
-"""Checkpoint filesystems per backend, the time budget, the throughput check, and their checks."""
+"""Checkpoint filesystems (one model per backend), the time budget, the throughput check, and their checks."""
 
 from __future__ import annotations
 
 import re
-from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from components.checkpoint_sizing import sizing_problems
 from components.config.base import (
     DNS_SUBDOMAIN,
     ConfigModel,
     DnsLabel,
+    NonEmptyStr,
     PinnedImage,
     PositiveInt,
     Problem,
+    register_union,
     unique_names,
 )
 from components.naming import checkpoint_claim_name
@@ -23,41 +24,6 @@ from components.naming import checkpoint_claim_name
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
 
-
-class CheckpointBackend(StrEnum):
-    NFS = "nfs"
-    LUSTRE = "lustre"
-    WEKA = "weka"
-    VAST = "vast"
-    STATIC = "static"
-
-
-#: The CSI driver (StorageClass ``provisioner``) behind each dynamically provisioned backend.
-CHECKPOINT_DRIVERS: dict[CheckpointBackend, str] = {
-    CheckpointBackend.NFS: "nfs.csi.k8s.io",
-    CheckpointBackend.LUSTRE: "fsx.csi.aws.com",
-    CheckpointBackend.WEKA: "csi.weka.io",
-    CheckpointBackend.VAST: "csi.vastdata.com",
-}
-
-#: Backend-specific keys (camelCase, as in the stack file) and the backend each belongs to; a key set
-#: on another backend is a mistake the driver would silently ignore (or, for FSx, reject at provision).
-_BACKEND_KEYS: dict[str, CheckpointBackend] = {
-    "server": CheckpointBackend.NFS,
-    "share": CheckpointBackend.NFS,
-    "subnetId": CheckpointBackend.LUSTRE,
-    "securityGroupIds": CheckpointBackend.LUSTRE,
-    "deploymentType": CheckpointBackend.LUSTRE,
-    "perUnitStorageThroughput": CheckpointBackend.LUSTRE,
-    "filesystemName": CheckpointBackend.WEKA,
-    "apiSecretName": CheckpointBackend.WEKA,
-    "vipPool": CheckpointBackend.VAST,
-    "rootExport": CheckpointBackend.VAST,
-    "viewPolicy": CheckpointBackend.VAST,
-    "driver": CheckpointBackend.STATIC,
-    "volumeHandle": CheckpointBackend.STATIC,
-    "volumeAttributes": CheckpointBackend.STATIC,
-}
 
 #: FSx for Lustre throughput tiers (MB/s per TiB of storage) by deployment type. SCRATCH types are
 #: absent on purpose: their data is not replicated, and a checkpoint must survive a file server loss.
@@ -80,16 +46,16 @@ _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8,17}$")
 
 
-class Filesystem(ConfigModel):
-    """A shared filesystem for checkpoints. Backend-specific fields are checked per backend.
+class FilesystemBase(ConfigModel):
+    """What every checkpoint filesystem has; one subclass per backend adds its own keys and checks.
 
     ``renamedFrom`` lists earlier names of this entry, oldest first. The Kubernetes objects keep the
     oldest name (a PVC cannot be renamed; a new name would be a new, empty volume) and the Pulumi
     resources carry aliases to the earlier logical names, so renaming an entry is a no-op diff.
+    A key of another backend is rejected as unknown here (``extra="forbid"``); the loader names its backend.
     """
 
     name: DnsLabel
-    backend: CheckpointBackend
     capacity_gi: PositiveInt = 102_400
     #: Sustained aggregate write bandwidth the backend is sized for (GB/s).
     write_gbps: Annotated[float, Field(gt=0)]
@@ -97,28 +63,9 @@ class Filesystem(ConfigModel):
     renamed_from: list[DnsLabel] = Field(default_factory=list)
     #: Extra StorageClass parameters (escape hatch); may not override the typed ones.
     extra_parameters: dict[str, str] = Field(default_factory=dict)
-    # nfs
-    server: str | None = None
-    share: str | None = None
-    # lustre (FSx for Lustre)
-    subnet_id: str | None = None
-    security_group_ids: list[str] = Field(default_factory=list)
-    deployment_type: str | None = None
-    per_unit_storage_throughput: PositiveInt | None = None
-    # weka
-    filesystem_name: str | None = None
-    api_secret_name: DnsLabel | None = None
-    api_secret_namespace: DnsLabel = "csi-wekafs"
-    capacity_enforcement: Literal["HARD", "SOFT"] = "HARD"
-    # vast
-    vip_pool: str | None = None
-    root_export: str | None = None
-    view_policy: str | None = None
-    lb_strategy: Literal["roundrobin", "random"] = "roundrobin"
-    # static
-    driver: str | None = None
-    volume_handle: str | None = None
-    volume_attributes: dict[str, str] = Field(default_factory=dict)
+
+    #: The backend's CSI driver (StorageClass ``provisioner``); a static volume names its own.
+    DRIVER: ClassVar[str] = ""
 
     @property
     def object_name(self) -> str:
@@ -127,50 +74,73 @@ class Filesystem(ConfigModel):
 
     @property
     def driver_name(self) -> str:
-        if self.backend is CheckpointBackend.STATIC:
-            assert self.driver is not None
-            return self.driver
-        return CHECKPOINT_DRIVERS[self.backend]
+        return self.DRIVER
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the driver provisions the volume from a StorageClass (else a pre-provisioned volume)."""
+        return True
+
+    def driver_parameters(self) -> dict[str, str]:
+        """The driver's own StorageClass parameters (values are strings, as the API wants)."""
+        raise NotImplementedError(f"backend of '{self.name}' has no StorageClass")
+
+    def storage_class_parameters(self) -> dict[str, str]:
+        """The driver's parameters plus ``extraParameters``, which may add keys but never override one."""
+        params = self.driver_parameters()
+        clashes = sorted(set(self.extra_parameters) & set(params))
+        if clashes:
+            raise ValueError(f"extraParameters {clashes} would override typed fields of '{self.name}'")
+        return {**params, **self.extra_parameters}
 
     @model_validator(mode="after")
-    def _backend_fields(self) -> Self:
-        backend = self.backend
-        for key, owner in _BACKEND_KEYS.items():
-            if owner is not backend and getattr(self, _snake(key)) not in (None, [], {}):
-                raise ValueError(f"{key} applies only to backend '{owner}', not '{backend}'")
+    def _not_renamed_from_itself(self) -> Self:
         if self.name in self.renamed_from:
             raise ValueError(f"renamedFrom must list earlier names, not the current name '{self.name}'")
-        check = {
-            CheckpointBackend.NFS: self._nfs,
-            CheckpointBackend.LUSTRE: self._lustre,
-            CheckpointBackend.WEKA: self._weka,
-            CheckpointBackend.VAST: self._vast,
-            CheckpointBackend.STATIC: self._static,
-        }[backend]
-        check()
         return self
 
-    def _require(self, *keys: str) -> None:
-        missing = [k for k in keys if not getattr(self, _snake(k))]
-        if missing:
-            raise ValueError(f"backend '{self.backend}' needs {' and '.join(missing)}")
 
-    def _nfs(self) -> None:
-        self._require("server", "share")
-        assert self.share is not None
-        if not self.share.startswith("/"):
-            raise ValueError(f"share must be an absolute export path such as '/exports/checkpoints' "
-                             f"(got '{self.share}')")
+class NfsFilesystem(FilesystemBase):
+    """An NFS export through csi-driver-nfs."""
 
-    def _lustre(self) -> None:
-        self._require("subnetId", "securityGroupIds", "perUnitStorageThroughput")
-        if not _SUBNET.match(self.subnet_id or ""):
+    backend: Literal["nfs"]
+    server: NonEmptyStr
+    share: NonEmptyStr
+
+    DRIVER: ClassVar[str] = "nfs.csi.k8s.io"
+
+    @field_validator("share")
+    @classmethod
+    def _absolute_share(cls, share: str) -> str:
+        if not share.startswith("/"):
+            raise ValueError("must be an absolute export path such as '/exports/checkpoints'")
+        return share
+
+    def driver_parameters(self) -> dict[str, str]:
+        # onDelete=retain: even if a PV's reclaim policy were changed to Delete, the driver keeps the directory.
+        return {"server": self.server, "share": self.share, "onDelete": "retain"}
+
+
+class LustreFilesystem(FilesystemBase):
+    """FSx for Lustre through the FSx CSI driver: persistent deployment types only, sized in FSx steps."""
+
+    backend: Literal["lustre"]
+    subnet_id: NonEmptyStr
+    security_group_ids: Annotated[list[str], Field(min_length=1)]
+    deployment_type: str = "PERSISTENT_2"
+    per_unit_storage_throughput: PositiveInt
+
+    DRIVER: ClassVar[str] = "fsx.csi.aws.com"
+
+    @model_validator(mode="after")
+    def _fsx_rules(self) -> Self:
+        if not _SUBNET.match(self.subnet_id):
             raise ValueError(f"subnetId must be one subnet id like 'subnet-0abc1234' (got '{self.subnet_id}'); "
                              "FSx for Lustre takes exactly one subnet")
         bad = [g for g in self.security_group_ids if not _SECURITY_GROUP.match(g)]
         if bad:
             raise ValueError(f"securityGroupIds must be ids like 'sg-0abc1234' (got {bad})")
-        kind = self.deployment_type or "PERSISTENT_2"
+        kind = self.deployment_type
         if kind.startswith("SCRATCH"):
             raise ValueError(f"deploymentType '{kind}' does not replicate data; checkpoints need "
                              f"one of {sorted(LUSTRE_THROUGHPUT_TIERS)}")
@@ -183,45 +153,113 @@ class Filesystem(ConfigModel):
         if self.capacity_gi != 1200 and self.capacity_gi % 2400:
             raise ValueError(f"capacityGi for FSx for Lustre must be 1200 or a multiple of 2400 "
                              f"(got {self.capacity_gi})")
-        provisioned = self.lustre_provisioned_gbps
-        if provisioned is not None and self.write_gbps > provisioned:
+        if self.write_gbps > self.provisioned_gbps:
             raise ValueError(f"writeGbps ({self.write_gbps:g}) exceeds what FSx provisions for capacityGi × "
-                             f"perUnitStorageThroughput ({provisioned:.1f} GB/s)")
+                             f"perUnitStorageThroughput ({self.provisioned_gbps:.1f} GB/s)")
         unknown = sorted(k for k in self.extra_parameters
                          if k not in LUSTRE_PARAMETER_KEYS and not k.startswith("csi.storage.k8s.io/"))
         if unknown:
             raise ValueError(f"extraParameters {unknown} are not FSx CSI StorageClass parameters; "
                              "the driver would refuse to provision")
+        return self
 
     @property
-    def lustre_provisioned_gbps(self) -> float | None:
+    def provisioned_gbps(self) -> float:
         """FSx for Lustre throughput: storage TiB × MB/s per TiB, in GB/s."""
-        if self.backend is not CheckpointBackend.LUSTRE or self.per_unit_storage_throughput is None:
-            return None
         return self.capacity_gi / 1024 * self.per_unit_storage_throughput / 1000
 
-    def _weka(self) -> None:
-        # WEKA CSI 3.0 removed the unauthenticated mode: every class references the API secret.
-        self._require("filesystemName", "apiSecretName")
+    def driver_parameters(self) -> dict[str, str]:
+        return {
+            "subnetId": self.subnet_id,
+            "securityGroupIds": ",".join(self.security_group_ids),
+            "deploymentType": self.deployment_type,
+            "perUnitStorageThroughput": str(self.per_unit_storage_throughput),
+        }
 
-    def _vast(self) -> None:
-        self._require("vipPool", "rootExport", "viewPolicy")
-        assert self.root_export is not None
-        if not self.root_export.startswith("/"):
-            raise ValueError(f"rootExport must be an absolute path such as '/k8s' (got '{self.root_export}')")
 
-    def _static(self) -> None:
-        self._require("driver", "volumeHandle")
-        assert self.driver is not None
-        if not DNS_SUBDOMAIN.match(self.driver):
-            raise ValueError(f"driver must be a CSI driver name such as 'spectrumscale.csi.ibm.com' "
-                             f"(got '{self.driver}')")
+#: The stages at which the WEKA CSI plugin reads its API credentials; one secret serves them all.
+WEKA_SECRET_STAGES = ("provisioner", "controller-publish", "controller-expand", "node-stage", "node-publish")
+
+
+class WekaFilesystem(FilesystemBase):
+    """A WEKA filesystem through csi-wekafs (3.0 removed the unauthenticated mode: the API secret is required)."""
+
+    backend: Literal["weka"]
+    filesystem_name: NonEmptyStr
+    api_secret_name: DnsLabel
+    api_secret_namespace: DnsLabel = "csi-wekafs"
+    capacity_enforcement: Literal["HARD", "SOFT"] = "HARD"
+
+    DRIVER: ClassVar[str] = "csi.weka.io"
+
+    def driver_parameters(self) -> dict[str, str]:
+        params = {"volumeType": "dir/v1", "filesystemName": self.filesystem_name,
+                  "capacityEnforcement": self.capacity_enforcement}
+        for stage in WEKA_SECRET_STAGES:
+            params[f"csi.storage.k8s.io/{stage}-secret-name"] = self.api_secret_name
+            params[f"csi.storage.k8s.io/{stage}-secret-namespace"] = self.api_secret_namespace
+        return params
+
+
+class VastFilesystem(FilesystemBase):
+    """A VAST view through the VAST CSI driver, spread over a VIP pool."""
+
+    backend: Literal["vast"]
+    vip_pool: NonEmptyStr
+    root_export: NonEmptyStr
+    view_policy: NonEmptyStr
+    lb_strategy: Literal["roundrobin", "random"] = "roundrobin"
+
+    DRIVER: ClassVar[str] = "csi.vastdata.com"
+
+    @field_validator("root_export")
+    @classmethod
+    def _absolute_export(cls, root_export: str) -> str:
+        if not root_export.startswith("/"):
+            raise ValueError("must be an absolute path such as '/k8s'")
+        return root_export
+
+    def driver_parameters(self) -> dict[str, str]:
+        return {"vip_pool_name": self.vip_pool, "root_export": self.root_export, "view_policy": self.view_policy,
+                "lb_strategy": self.lb_strategy}
+
+
+class StaticFilesystem(FilesystemBase):
+    """A pre-provisioned volume of any CSI driver, bound to its claim; no StorageClass."""
+
+    backend: Literal["static"]
+    driver: NonEmptyStr
+    volume_handle: NonEmptyStr
+    volume_attributes: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("driver")
+    @classmethod
+    def _driver_name(cls, driver: str) -> str:
+        if not DNS_SUBDOMAIN.match(driver):
+            raise ValueError("must be a CSI driver name such as 'spectrumscale.csi.ibm.com'")
+        return driver
+
+    @model_validator(mode="after")
+    def _no_class_parameters(self) -> Self:
         if self.extra_parameters:
             raise ValueError("extraParameters apply to StorageClasses; a static volume takes volumeAttributes")
+        return self
+
+    @property
+    def driver_name(self) -> str:
+        return self.driver
+
+    @property
+    def dynamic(self) -> bool:
+        return False
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+#: A checkpoint filesystem, chosen by its ``backend`` key. A new backend is one class above and one member here.
+Filesystem = Annotated[
+    NfsFilesystem | LustreFilesystem | WekaFilesystem | VastFilesystem | StaticFilesystem,
+    Field(discriminator="backend"),
+]
+register_union(Filesystem)
 
 
 class CheckpointBudget(ConfigModel):

@@ -2,96 +2,113 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from components.config.base import ConfigModel, DnsLabel, PinnedImage, PositiveInt, Problem, unique_names
+from components.config.base import (
+    ConfigModel,
+    DnsLabel,
+    PinnedImage,
+    PositiveInt,
+    Problem,
+    register_union,
+    unique_names,
+)
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
 
 
-class ProviderKind(StrEnum):
-    VIRTUAL_KUBELET = "virtual-kubelet"
-    ADMIRALTY = "admiralty"
-    LIQO = "liqo"
-
-
-#: Provider kinds whose preset cannot pin the virtual node name, its labels and the burst taint, and why.
-UNSUPPORTED_PROVIDER_KINDS: dict[ProviderKind, str] = {
-    ProviderKind.ADMIRALTY: (
-        "kind 'admiralty' has no preset: Admiralty's shared agent names its virtual nodes itself "
-        "(admiralty-<namespace>-<target>-<hash>), so nodeName, the external labels and the burst taint "
-        "cannot be pinned; use 'liqo' for a peered cluster or 'virtual-kubelet' for a GPU cloud"
-    ),
-}
-
-
-class ExternalProvider(ConfigModel):
-    """External GPU capacity exposed as one virtual-kubelet node."""
+class ProviderBase(ConfigModel):
+    """External GPU capacity exposed as one virtual node; one subclass per kind adds its own keys and checks."""
 
     name: DnsLabel
-    kind: ProviderKind
     node_name: DnsLabel
     gpu_model: str = "H100-SXM5-80GB"
     gpus: PositiveInt
     cpu: PositiveInt = 512
     memory_gi: PositiveInt = 4096
     pods: PositiveInt = 500
-    image: PinnedImage | None = None
     #: Name of a *secret* config key (``pulumi config set --secret <key> …``) holding the credentials.
     credentials_secret: str
+    #: The virtual-kubelet image; kinds with a pinned upstream image take this as an override.
+    image: PinnedImage | None = None
     extra_args: list[str] = Field(default_factory=list)
     region: str = ""
-    #: virtual-kubelet: the ``--provider`` name compiled into the provider binary (e.g. ``azure``).
-    vk_provider: DnsLabel | None = None
-    #: Whether pods on this node get cluster-routable IPs (a Service can reach them). Default per kind:
-    #: liqo yes (its network fabric), virtual-kubelet no (a GPU cloud behind its own API).
+    #: Whether pods on this node get cluster-routable IPs (a Service can reach them); default per kind.
     pods_routable: bool | None = None
-    #: liqo: the peered cluster's ID, this cluster's ID, and this cluster's pod CIDR.
-    foreign_cluster_id: DnsLabel | None = None
-    home_cluster_id: DnsLabel | None = None
-    local_pod_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")] | None = None
-    liqo_namespace: DnsLabel = "liqo"
-    #: liqo: the namespace `liqoctl peer` created for this peering; default ``liqo-tenant-<foreignClusterId>``.
-    tenant_namespace: DnsLabel | None = None
 
-    @model_validator(mode="after")
-    def _kind_fields(self) -> Self:
-        if self.kind in UNSUPPORTED_PROVIDER_KINDS:
-            raise ValueError(UNSUPPORTED_PROVIDER_KINDS[self.kind])
-        if self.kind is ProviderKind.VIRTUAL_KUBELET:
-            missing = [k for k, v in (("image", self.image), ("vkProvider", self.vk_provider)) if v is None]
-            if missing:
-                raise ValueError(
-                    f"kind 'virtual-kubelet' needs {' and '.join(missing)}: each virtual-kubelet provider ships "
-                    "its own binary, so name the pinned image and its --provider"
-                )
-        if self.kind is ProviderKind.LIQO:
-            missing = [
-                k
-                for k, v in (
-                    ("foreignClusterId", self.foreign_cluster_id),
-                    ("homeClusterId", self.home_cluster_id),
-                    ("localPodCidr", self.local_pod_cidr),
-                )
-                if not v
-            ]
-            if missing:
-                raise ValueError(f"kind 'liqo' needs {', '.join(missing)} (see `liqoctl info`)")
-        for arg in self.extra_args:
+    #: Whether a kind's pods are routable when ``podsRoutable`` is unset.
+    ROUTABLE_BY_DEFAULT: ClassVar[bool] = False
+
+    @field_validator("extra_args")
+    @classmethod
+    def _flags(cls, args: list[str]) -> list[str]:
+        for arg in args:
             if not arg.startswith("--"):
-                raise ValueError(f"extraArgs entry '{arg}' must be a --flag or --flag=value")
-        return self
+                raise ValueError(f"entry '{arg}' must be a --flag or --flag=value")
+        return args
 
     @property
     def routable(self) -> bool:
-        if self.pods_routable is not None:
-            return self.pods_routable
-        return self.kind is ProviderKind.LIQO
+        return self.ROUTABLE_BY_DEFAULT if self.pods_routable is None else self.pods_routable
 
+    def namespace(self, system_namespace: str) -> str:
+        """Where the provider's virtual kubelet runs."""
+        return system_namespace
+
+
+class VirtualKubeletProvider(ProviderBase):
+    """A GPU cloud behind its own API: each virtual-kubelet provider ships its own binary."""
+
+    kind: Literal["virtual-kubelet"]
+    #: The provider's pinned virtual-kubelet image.
+    image: PinnedImage
+    #: The ``--provider`` name compiled into the provider binary (e.g. ``azure``).
+    vk_provider: DnsLabel
+
+
+class LiqoProvider(ProviderBase):
+    """A peered cluster through Liqo: its network fabric makes pods routable by default."""
+
+    kind: Literal["liqo"]
+    #: The peered cluster's ID, this cluster's ID, and this cluster's pod CIDR (see ``liqoctl info``).
+    foreign_cluster_id: DnsLabel
+    home_cluster_id: DnsLabel
+    local_pod_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
+    liqo_namespace: DnsLabel = "liqo"
+    #: The namespace `liqoctl peer` created for this peering; default ``liqo-tenant-<foreignClusterId>``.
+    tenant_namespace: DnsLabel | None = None
+
+    ROUTABLE_BY_DEFAULT: ClassVar[bool] = True
+
+    def namespace(self, system_namespace: str) -> str:
+        return self.tenant_namespace or f"liqo-tenant-{self.foreign_cluster_id}"
+
+
+class AdmiraltyProvider(ProviderBase):
+    """Refused with the reason: Admiralty's shared agent names its virtual nodes itself."""
+
+    kind: Literal["admiralty"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused(cls, data: Any) -> Any:
+        raise ValueError(
+            "kind 'admiralty' has no preset: Admiralty's shared agent names its virtual nodes itself "
+            "(admiralty-<namespace>-<target>-<hash>), so nodeName, the external labels and the burst taint "
+            "cannot be pinned; use 'liqo' for a peered cluster or 'virtual-kubelet' for a GPU cloud"
+        )
+
+
+#: An external provider, chosen by its ``kind`` key. A new kind is one class above, one member here, and
+#: the preset of its binary in ``components/providers.py``.
+ExternalProvider = Annotated[
+    VirtualKubeletProvider | LiqoProvider | AdmiraltyProvider,
+    Field(discriminator="kind"),
+]
+register_union(ExternalProvider)
 
 
 def providers_problems(cfg: ClusterConfig) -> list[Problem]:
