@@ -34,6 +34,7 @@ from agents.health_guard.contract import (
     Names,
 )
 from agents.health_guard.decide import (
+    Action,
     Decision,
     Drain,
     GuardState,
@@ -483,7 +484,7 @@ class Guard:
 
     # ---------------------------------------------------------------- actions
 
-    def _apply(self, action: Any, nodes: Mapping[str, dict[str, Any]], views: Mapping[str, NodeView],
+    def _apply(self, action: Action, nodes: Mapping[str, dict[str, Any]], views: Mapping[str, NodeView],
                now: float) -> None:
         s = self.settings
         if isinstance(action, TripBreaker):
