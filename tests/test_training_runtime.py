@@ -41,9 +41,12 @@ def test_rank_from_volcano_task_index_when_the_template_says_so() -> None:
 
 def test_torchrun_children_keep_torchruns_rank() -> None:
     env = {"RANK": "13", "LOCAL_RANK": "5", "WORLD_SIZE": "16", "VC_TASK_INDEX": "1",
-           "TRAINING_RANK_SOURCE": "VC_TASK_INDEX"}
+           "TRAINING_RANK_SOURCE": "VC_TASK_INDEX", "TRAINING_ATTEMPT": "3", "TRAINING_RUN_ID": "job-0f3c",
+           "TORCHELASTIC_RESTART_COUNT": "2"}
     d = DistEnv.from_env(env)
     assert d.rank == 13 and d.under_torchrun
+    # torchrun restarting its workers inside the pods is a new attempt too: its files must not mix with the last.
+    assert d.attempt_key == "job-0f3c-a3-r2"
 
 
 @pytest.mark.parametrize(("env", "message"), [

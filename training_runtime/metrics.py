@@ -54,8 +54,8 @@ class TrainingMetrics:
                                           ).labels(rank_label)
         self.skipped = Counter(CHECKPOINTS_SKIPPED, "Checkpoints skipped at resume as partial or corrupt",
                                ["rank"], registry=r).labels(rank_label)
-        self.restarts = gauge(RESTARTS, "Gang restarts seen (Volcano's job retry count when this process "
-                              "started)").labels(rank_label)
+        self.restarts = gauge(RESTARTS, "Gang restarts seen when this process started (Volcano's job retry "
+                              "count plus torchrun's worker restarts)").labels(rank_label)
         self.resumed_from = gauge(RESUMED_FROM, "Step this process resumed from (0: from scratch)"
                                   ).labels(rank_label)
         self._window_start: tuple[float, int] | None = None

@@ -32,7 +32,7 @@ class TrainingRuntime:
         self.settings = settings
         self.dist = settings.dist
         self.metrics = TrainingMetrics(settings.heartbeat_metric, self.dist.rank)
-        self.metrics.restarts.set(self.dist.attempt)
+        self.metrics.restarts.set(self.dist.attempt + self.dist.elastic_restarts)
         ck = settings.checkpoint
         self.store = CheckpointStore(ck.directory) if ck else None
         if collective is None:

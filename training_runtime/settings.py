@@ -29,8 +29,9 @@ WORLD_SIZE = "WORLD_SIZE"
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 VC_TASK_INDEX = "VC_TASK_INDEX"
-#: Set by torchrun for each process it starts.
+#: Set by torchrun for each process it starts; the restart count goes up each time its agents restart the workers.
 LOCAL_RANK = "LOCAL_RANK"
+ELASTIC_RESTARTS = "TORCHELASTIC_RESTART_COUNT"
 # Set by the training template.
 RANK_SOURCE = "TRAINING_RANK_SOURCE"
 #: The gang's attempt: Volcano's ``volcano.sh/job-retry-count`` pod annotation through the downward API.
@@ -116,13 +117,15 @@ class DistEnv:
     master_port: int
     attempt: int
     run_id: str = "run"
+    #: Worker restarts by torchrun inside the pods of this attempt (all agents restart together).
+    elastic_restarts: int = 0
     #: Started by torchrun, which already runs a rendezvous store on ``MASTER_PORT``.
     under_torchrun: bool = False
 
     @property
     def attempt_key(self) -> str:
         """Names this attempt's staging and rendezvous directories."""
-        return f"{self.run_id}-a{self.attempt}"
+        return f"{self.run_id}-a{self.attempt}-r{self.elastic_restarts}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DistEnv:
@@ -143,6 +146,7 @@ class DistEnv:
             master_port=_int(env, MASTER_PORT, 23456, 1),
             attempt=_int(env, ATTEMPT, 0, 0),
             run_id=_run_id(env),
+            elastic_restarts=_int(env, ELASTIC_RESTARTS, 0, 0) if under_torchrun else 0,
             under_torchrun=under_torchrun,
         )
 
