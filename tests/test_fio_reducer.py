@@ -6,11 +6,17 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from agents.checkpoint_check import cli
 from agents.checkpoint_check.cli import main
-from agents.checkpoint_check.reduce import FioOutputError, Verdict, parse_fio, summarize
+from agents.checkpoint_check.reduce import FioOutputError, Verdict, collect, parse_fio, summarize
+from tests.corpus.fio.cases import CASES as FIO_CASES
+from tests.corpus.fio.cases import Case, run_case, write_results
 
 FIO = shutil.which("fio")
 WRITERS_PER_RUN = 3
@@ -123,3 +129,148 @@ def test_summary_arithmetic() -> None:
     assert summary.per_writer_gbps == 5.0
     assert summary.verdict is Verdict.PASS
     assert summarize(writers, budget_gbps=20.001).verdict is Verdict.FAIL
+
+
+# ------------------------------------------------------------------ hostile results: the corpus
+
+
+def _run_in_process(case: Case, root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    results = write_results(case, root)
+    try:
+        code = main([str(results), *case.args])
+    except SystemExit as exit_:  # argparse refusing an argument
+        code = int(exit_.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_corpus_covers_every_exit_code_but_internal() -> None:
+    assert len(FIO_CASES) >= 50
+    assert len({c.name for c in FIO_CASES}) == len(FIO_CASES)
+    assert {c.exit for c in FIO_CASES} == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("case", FIO_CASES, ids=lambda case: case.name)
+def test_corpus_case(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_in_process(case, tmp_path, capsys)
+    assert code == case.exit, err or out
+    where = err if case.exit == Verdict.ERROR else out
+    for fragment in case.message:
+        assert fragment in where, (fragment, where)
+    if case.exit == Verdict.ERROR:
+        assert "Traceback" not in err and not out
+
+
+@pytest.mark.parametrize("name", ["not_utf8", "deeply_nested", "bw_nan", "budget_nan", "within_budget", "below_budget"])
+def test_corpus_case_through_a_fresh_interpreter(name: str) -> None:
+    # The exit status the Job sees, including the one Python gives an uncaught exception (1).
+    case = next(c for c in FIO_CASES if c.name == name)
+    code, _, err = run_case(case)
+    assert code == case.exit, err
+
+
+def test_a_bug_is_not_a_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(cli, "summarize", broken)
+    (tmp_path / "0.json").write_text(fio_doc(job("a", 10, 5, 2000)))
+    assert main([str(tmp_path), "--budget-gbps", "1"]) == 4 == int(Verdict.INTERNAL)
+    assert "INTERNAL ERROR" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ properties of the parser
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.binary(max_size=200), JSON.map(lambda v: json.dumps(v).encode())))
+def test_arbitrary_bytes_or_json_are_invalid_input_naming_the_file(data: bytes) -> None:
+    with pytest.raises(FioOutputError) as refused:
+        collect([("7.json", data)])
+    assert str(refused.value).startswith("7.json: ") or "no writes found" in str(refused.value)
+
+
+# Every field the reducer reads, as (path, a valid value); a hostile value at any of them is refused.
+FIELDS: list[tuple[tuple[str | int, ...], str]] = [
+    (("timestamp_ms",), "timestamp_ms"),
+    (("jobs", 0, "jobname"), "jobs[0].jobname"),
+    (("jobs", 0, "error"), "jobs[0].error"),
+    (("jobs", 0, "job_runtime"), "jobs[0].job_runtime"),
+    (("jobs", 0, "write", "io_bytes"), "jobs[0].write.io_bytes"),
+    (("jobs", 0, "write", "bw_bytes"), "jobs[0].write.bw_bytes"),
+    (("jobs", 1, "write", "bw_bytes"), "jobs[1].write.bw_bytes"),
+]
+HOSTILE: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from([None, True, "12", [], {}, -1, -0.5, 1.5]),
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400"]).map(lambda raw: ("raw", raw)),
+    st.integers(max_value=-1),
+    st.text(max_size=5),
+)
+
+
+def _legitimate(key: str, value: Any) -> bool:
+    """Values a hostile draw may hit that fio could really write (a job name, a fractional bandwidth)."""
+    if key == "jobname":
+        return isinstance(value, str)
+    if key == "job_runtime" and value is None:
+        return True  # fio before 3.x: write.runtime stands in, as the reducer documents
+    if key == "error" or isinstance(value, bool):
+        return False  # error 0 is the valid document itself; any other value is a failed job or garbage
+    if key == "io_bytes" and value == 0:
+        return True  # an idle job, skipped
+    if isinstance(value, float) and key != "bw_bytes":
+        return False
+    return isinstance(value, int | float) and value >= 0
+
+
+def _valid_doc() -> Any:
+    return json.loads(fio_doc(job("w0", 10**10, 2 * 10**9, 5000), job("w1", 10**10, 2 * 10**9, 5000)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(FIELDS), HOSTILE)
+def test_a_hostile_value_in_any_field_is_refused_with_file_and_field(field: tuple[tuple[str | int, ...], str],
+                                                                      value: Any) -> None:
+    path, where = field
+    doc = _valid_doc()
+    target: Any = doc
+    for step in path[:-1]:
+        target = target[step]
+    if value is None:
+        del target[path[-1]]  # missing
+    else:
+        target[path[-1]] = "@RAW@" if isinstance(value, tuple) else value
+    text = json.dumps(doc)
+    if isinstance(value, tuple):
+        text = text.replace('"@RAW@"', value[1])
+    if _legitimate(str(path[-1]), value):
+        return
+    with pytest.raises(FioOutputError) as refused:
+        collect([("3.json", text.encode())])
+    message = str(refused.value)
+    assert message.startswith(f"3.json: {where}: "), message
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10**12), st.integers(0, 10**11)), min_size=1, max_size=6),
+       st.floats(min_value=1e-6, max_value=1e3))
+def test_verdict_is_pass_exactly_when_the_sum_meets_the_budget(jobs: list[tuple[int, int]], budget: float) -> None:
+    doc = fio_doc(*(job(f"w{i}", io, bw, 5000) for i, (io, bw) in enumerate(jobs)))
+    summary = summarize(collect([("0.json", doc.encode())]), budget)
+    expected = Verdict.PASS if sum(bw for _, bw in jobs) / 1e9 >= budget else Verdict.FAIL
+    assert summary.verdict is expected
+
+
+def test_a_copied_result_is_refused_even_reformatted() -> None:
+    body = fio_doc(job("a", 10, 5, 2000))
+    copy = json.dumps(json.loads(body), indent=2, sort_keys=True)
+    with pytest.raises(FioOutputError, match=r"^1\.json: duplicate of 0\.json"):
+        collect([("0.json", body.encode()), ("1.json", copy.encode())])

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents.ib_exporter import sysfs
 from agents.ib_exporter.cli import main, parse_listen_address
-from agents.ib_exporter.collector import COUNTERS, InfiniBandCollector, hw_counter_metric
-from agents.ib_exporter.exposition import render
+from agents.ib_exporter.collector import COUNTERS, InfiniBandCollector, hw_counter_metric, resolve_hw_names
+from agents.ib_exporter.exposition import MetricsServer, ServerLimits, render
 from agents.ib_exporter.fake_sysfs import (
     MLX5_HW_COUNTER_FILES,
     PORT_COUNTER_FILES,
@@ -231,6 +235,23 @@ def test_hw_counter_metric_names_are_sanitised() -> None:
     assert hw_counter_metric("tx_total") == "infiniband_hw_tx"
 
 
+@pytest.mark.parametrize(
+    ("files", "kept"),
+    [
+        ({"out-of-sequence": 1, "out_of_sequence": 2}, {"out_of_sequence": 2}),
+        ({"out_of_sequence": 2, "out-of-sequence": 1}, {"out_of_sequence": 2}),
+        ({"x_total": 1, "x": 2}, {"x": 2}),
+        ({"a.b": 1, "a-b": 2, "A_B": 3}, {"a_b": 3}),  # no exact name: the smallest (upper case first)
+        ({"solo_total": 5}, {"solo": 5}),
+    ],
+)
+def test_colliding_hw_counter_names_resolve_the_same_way_in_any_listing_order(
+    files: dict[str, int], kept: dict[str, int]
+) -> None:
+    for order in (list(files.items()), list(reversed(files.items()))):
+        assert resolve_hw_names(dict(order)) == (kept, len(files) - 1)
+
+
 def test_garbage_files_skip_only_their_series(tmp_path: Path) -> None:
     write_tree(
         str(tmp_path),
@@ -273,15 +294,21 @@ def test_garbage_files_skip_only_their_series(tmp_path: Path) -> None:
         assert port(gone, "mlx5_0") not in s, gone
 
 
-def test_unsupported_counter_is_skipped_without_error(tmp_path: Path) -> None:
+def test_unsupported_counter_is_skipped_and_counted_apart_from_garbage(tmp_path: Path) -> None:
     write_tree(
         str(tmp_path),
-        [FakeHca("mlx5_0", [FakePort(counters={"port_xmit_wait": "N/A (no PMA)", "symbol_error": "1"})])],
+        [
+            FakeHca(
+                "mlx5_0",
+                [FakePort(counters={"port_xmit_wait": "N/A (no PMA)", "symbol_error": "1", "link_downed": "N/B"})],
+            )
+        ],
     )
     s = scrape(InfiniBandCollector(str(tmp_path)))
     assert port("infiniband_port_transmit_wait_total", "mlx5_0") not in s
     assert s[port("infiniband_symbol_error_total", "mlx5_0")] == 1.0
-    assert errors_of(s) == NO_ERRORS
+    # The kernel's N/A is the hardware saying "not here"; anything else unparsable is garbage.
+    assert errors_of(s) == {**NO_ERRORS, "unsupported": 1.0, "garbage": 1.0}
 
 
 def test_missing_files_and_directories(tmp_path: Path) -> None:
@@ -413,15 +440,21 @@ def test_parse_helpers() -> None:
     assert sysfs.parse_rate(b"400 Gb/sec (4X NDR)\n") == 50e9
     assert sysfs.parse_rate(b"2.5 Gb/sec (1X SDR)\n") == 312.5e6
     assert sysfs.parse_counter(b"18446744073709551615\n") == 18446744073709551615
-    assert sysfs.parse_counter(b"N/A (no PMA)\n") is None
-    for bad in (b"ACTIVE", b"x: ACTIVE", b"-1: DOWN"):
-        with pytest.raises(ValueError):
+    for unsupported in (b"N/A (no PMA)\n", b"N/A\n"):
+        with pytest.raises(sysfs.Unsupported):
+            sysfs.parse_counter(unsupported)
+    with pytest.raises(sysfs.Unsupported):
+        sysfs.parse_rate(b"N/A\n")
+    for bad in (b"ACTIVE", b"x: ACTIVE", b"-1: DOWN", b"256: X", b"9" * 400 + b": X"):
+        with pytest.raises(sysfs.Garbage):
             sysfs.parse_id_state(bad)
-    for bad in (b"", b"400", b"400 Mb/sec", b"nan Gb/sec", b"-1 Gb/sec"):
-        with pytest.raises(ValueError):
+    for bad in (b"", b"400", b"400 Mb/sec", b"nan Gb/sec", b"-1 Gb/sec", b"inf Gb/sec", b"1e400 Gb/sec",
+                b"1e308 Gb/sec"):
+        with pytest.raises(sysfs.Garbage):
             sysfs.parse_rate(bad)
-    for bad in (b"", b"-1", b"+1", b"1.5", b"0x1", b"1\x00"):
-        with pytest.raises(ValueError):
+    for bad in (b"", b"-1", b"+1", b"1.5", b"0x1", b"1\x00", b"inf", b"NaN", b"18446744073709551616",
+                b"9" * 400):
+        with pytest.raises(sysfs.Garbage):
             sysfs.parse_counter(bad)
 
 
@@ -506,3 +539,120 @@ def test_fast_renderer_matches_prometheus_client_exposition(mixed_tree: Path) ->
             ("hca_type", "MT4119"),
         ),
     ) in ours
+
+
+# ------------------------------------------------------------------ the HTTP server's limits
+
+
+class _Blocking:
+    """A collector whose scrape waits until released: holds a worker busy on purpose."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def collect(self) -> list[Metric]:
+        self.entered.set()
+        self.release.wait(30)
+        return []
+
+    def describe(self) -> list[Metric]:
+        return []
+
+
+def _get(address: tuple[str, int], request: bytes = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") -> bytes:
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.fixture
+def small_server(mixed_tree: Path) -> Iterator[MetricsServer]:
+    limits = ServerLimits(workers=2, max_connections=16, idle_timeout_seconds=30.0)
+    server = MetricsServer(InfiniBandCollector(str(mixed_tree)), "127.0.0.1", 0, limits).start()
+    yield server
+    server.shutdown()
+
+
+def test_server_answers_metrics_health_and_refuses_the_rest(small_server: MetricsServer) -> None:
+    metrics = _get(small_server.address)
+    head, _, body = metrics.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in head
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert parse(body.decode())[port("infiniband_port_data_transmitted_bytes_total", "mlx5_2", "1")] == 40.0
+    assert _get(small_server.address, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
+    assert _get(small_server.address, b"HEAD /metrics HTTP/1.1\r\n\r\n").endswith(b"\r\n\r\n")
+    assert _get(small_server.address, b"GET /nope HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404")
+    assert _get(small_server.address, b"POST /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+    assert _get(small_server.address, b"\x16\x03\x01 hello\r\n\r\n").startswith(b"HTTP/1.1 400")
+
+
+def test_idle_sockets_are_bounded_and_do_not_lock_out_a_scrape(small_server: MetricsServer) -> None:
+    threads_before = threading.active_count()
+    idle = [socket.create_connection(small_server.address, timeout=30) for _ in range(200)]
+    try:
+        body = _get(small_server.address).partition(b"\r\n\r\n")[2]
+        assert parse(body.decode())[port("infiniband_symbol_error_total", "mlx5_0")] == 3.0
+        # The scrape above was answered after the server had seen every idle socket before it.
+        assert small_server.open_connections() <= 16
+        assert small_server.stats.evicted >= 200 - 16
+        assert threading.active_count() == threads_before  # no thread per connection
+        # An evicted socket is closed by the server: the client reads end of stream.
+        assert idle[0].recv(1) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+
+
+def test_idle_connection_is_closed_after_the_timeout(mixed_tree: Path) -> None:
+    limits = ServerLimits(idle_timeout_seconds=0.2)
+    server = MetricsServer(InfiniBandCollector(str(mixed_tree)), "127.0.0.1", 0, limits).start()
+    try:
+        with socket.create_connection(server.address, timeout=30) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n")  # a request head that never ends
+            assert sock.recv(1) == b""  # closed by the server, not by the 30 s client timeout
+        assert server.stats.timed_out == 1
+        assert server.stats.served == 0
+    finally:
+        server.shutdown()
+
+
+def test_oversized_request_head_is_dropped(small_server: MetricsServer) -> None:
+    with socket.create_connection(small_server.address, timeout=30) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20_000)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+    assert received == b""
+    assert small_server.stats.oversized == 1
+
+
+def test_full_queue_answers_busy_instead_of_growing(tmp_path: Path) -> None:
+    blocking = _Blocking()
+    server = MetricsServer(blocking, "127.0.0.1", 0, ServerLimits(workers=1, queue=1)).start()
+    held: list[socket.socket] = []
+    try:
+        first = socket.create_connection(server.address, timeout=30)
+        first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+        held.append(first)
+        assert blocking.entered.wait(30)  # the only worker is busy
+        second = socket.create_connection(server.address, timeout=30)
+        second.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # waits in the one-slot queue
+        held.append(second)
+        for _ in range(3000):  # until the server has queued it; the assertion is on content
+            if server._work.full():
+                break
+            time.sleep(0.01)
+        assert _get(server.address).startswith(b"HTTP/1.1 503")
+        assert server.stats.rejected_busy == 1
+        blocking.release.set()
+        assert first.recv(12) == b"HTTP/1.1 200"
+    finally:
+        blocking.release.set()
+        for sock in held:
+            sock.close()
+        server.shutdown()

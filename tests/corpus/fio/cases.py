@@ -95,7 +95,7 @@ CASES: tuple[Case, ...] = (
          ("0.json", "JSON")),
     Case("deeply_nested", {"0.json": b'{"jobs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"}, 2, ("0.json",)),
     # ------------------------------------------------------------------ shape
-    Case("top_level_array", {"0.json": b"[" + OK + b"]"}, 2, ("0.json", "jobs")),
+    Case("top_level_array", {"0.json": b"[" + OK + b"]"}, 2, ("0.json", "not valid JSON")),
     Case("jobs_not_a_list", {"0.json": js(doc(jobs=3))}, 2, ("0.json", "jobs")),
     Case("jobs_empty", {"0.json": js(doc(jobs=[]))}, 2, ("no writes",)),
     Case("job_not_an_object", {"0.json": js(doc(jobs=[3]))}, 2, ("0.json", "jobs[0]")),
@@ -147,15 +147,20 @@ CASES: tuple[Case, ...] = (
 )
 
 
+def write_results(case: Case, root: Path) -> Path:
+    results = root / "results"
+    results.mkdir()
+    for name, content in case.files.items():
+        (results / name).write_bytes(content)
+    for name in case.dirs:
+        (results / name).mkdir()
+    return results
+
+
 def run_case(case: Case, impl: Path = REPO) -> tuple[int, str, str]:
     """Run ``checkpoint-reduce`` (imported from ``impl``) on the case in a fresh interpreter."""
     with tempfile.TemporaryDirectory(prefix="fio-corpus-") as root:
-        results = Path(root) / "results"
-        results.mkdir()
-        for name, content in case.files.items():
-            (results / name).write_bytes(content)
-        for name in case.dirs:
-            (results / name).mkdir()
+        results = write_results(case, Path(root))
         code = "import sys; from agents.checkpoint_check.cli import main; sys.exit(main(sys.argv[1:]))"
         env = {**os.environ, "PYTHONPATH": str(impl)}
         done = subprocess.run([sys.executable, "-c", code, str(results), *case.args],
