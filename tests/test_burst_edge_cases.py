@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.burst_controller.contract import GANG_ANNOTATION, BurstSettings, Cover, SettingsError
 from agents.burst_controller.decide import (
@@ -145,6 +147,18 @@ def test_every_copy_of_the_burst_taint_but_one_noschedule_is_repaired(effects: l
     view = ClusterView.from_lists([onprem_node("n1"), node], [], S, NOW)
     decision = decide(view.snapshot(), CLOSED, NOW, S)
     assert kinds(decision, ActionKind.CLOSE_NODE) == ["vk"]
+
+
+@given(st.lists(st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule", "", "bogus"]), max_size=4))
+def test_any_taint_list_for_our_key_reads_as_a_mismatch_unless_one_noschedule(effects: list[str]) -> None:
+    """Property over the taints a node may carry for our key: closed mode rewrites the node unless it holds exactly
+    one NoSchedule copy; open mode reopens it whenever any copy is there."""
+    node = virtual_node("vk", burst_effect=None)
+    node["spec"]["taints"] += [{"key": S.taint_key, "value": S.taint_value, "effect": e} for e in effects]
+    snapshot = ClusterView.from_lists([onprem_node("n1"), node], [], S, NOW).snapshot()
+    repaired = kinds(decide(snapshot, CLOSED, NOW, S), ActionKind.CLOSE_NODE)
+    assert repaired == ([] if effects == ["NoSchedule"] else ["vk"])
+    assert kinds(decide(snapshot, OPEN, NOW, S), ActionKind.OPEN_NODE) == (["vk"] if effects else [])
 
 
 def test_a_single_noschedule_copy_is_left_alone() -> None:

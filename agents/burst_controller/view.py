@@ -85,7 +85,8 @@ def burst_effect(effects: list[str]) -> str | None:
         return None
     if effects == ["NoSchedule"]:
         return "NoSchedule"
-    return next((e for e in effects if e != "NoSchedule"), effects[0])
+    # Only NoSchedule copies, more than one (the API refuses duplicates, a bad view must not hide them).
+    return next((e for e in effects if e != "NoSchedule"), "NoSchedule (duplicated)")
 
 
 def pod_gpus(pod: Obj, gpu_resource: str) -> int:
