@@ -40,11 +40,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from agents.checkpoint_check.contract import APP as CHECK_APP
+from agents.checkpoint_check.contract import ReduceSettings
+from agents.checkpoint_check.contract import settings_from_config as reduce_settings
 from components import images
 from components.checkpoint_sizing import (
-    Requirement,
     assess_filesystem,
-    requirement_from_budget,
     sizing_problems,
 )
 from components.config import (
@@ -122,14 +123,12 @@ def fio_command(check: ThroughputCheck, directory: str, output: str) -> list[str
     ]
 
 
-def writer_script(check: ThroughputCheck, required: Requirement) -> str:
+def writer_script(check: ThroughputCheck, reduce: ReduceSettings) -> str:
     """The pod's shell: barrier, fio, atomic result, and on index 0 the reducer (its exit is the verdict)."""
     run = f'{CHECK_MOUNT}/"$RUN_ID"'
     result = f'{run}/results/"$JOB_COMPLETION_INDEX".json'
     fio = " ".join(shlex.quote(a) for a in fio_command(check, "DIR", "OUT"))
     fio = fio.replace("DIR", f'{run}/data/"$JOB_COMPLETION_INDEX"').replace("OUT", f"{result}.tmp")
-    reduce = (f'checkpoint-reduce {run}/results --expect {check.nodes} --budget-gbps {required.aggregate_gbps:.3f} '
-              f"--wait-seconds {check.deadline_seconds}")
     return "\n".join([
         "set -eu",
         f'mkdir -p {run}/ready {run}/results {run}/data/"$JOB_COMPLETION_INDEX"',
@@ -141,7 +140,7 @@ def writer_script(check: ThroughputCheck, required: Requirement) -> str:
         "done",
         fio,
         f"mv {result}.tmp {result}",
-        f'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then exec {reduce}; fi',
+        f'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then exec {reduce.command(f"{run}/results")}; fi',
     ])
 
 
@@ -164,21 +163,21 @@ class CheckArgs:
     scheduler_name: str
     queue: str
     priority_class: str
-    required: Requirement
+    reduce: ReduceSettings
 
     @property
     def image(self) -> str:
-        return self.check.image or images.agent_image("checkpoint-check")
+        return self.check.image or images.agent_image(CHECK_APP)
 
     @property
     def name(self) -> str:
-        return f"checkpoint-check-{self.filesystem.name}"
+        return f"{CHECK_APP}-{self.filesystem.name}"
 
 
 def check_job_spec(args: CheckArgs) -> k8s.batch.v1.JobSpecArgs:
     """The Indexed Job: one pod per node, each holding the node's GPUs so nothing else shares its links."""
     check, keys = args.check, Keys(args.label_prefix)
-    labels = {**common_labels("checkpoint-check", "checkpoint-check"), keys.job: args.name}
+    labels = {**common_labels(CHECK_APP, CHECK_APP), keys.job: args.name}
     gpus = str(args.gpus_per_node)
     affinity = {
         **onprem_required_affinity(keys, args.pool),
@@ -190,7 +189,7 @@ def check_job_spec(args: CheckArgs) -> k8s.batch.v1.JobSpecArgs:
     container = k8s.core.v1.ContainerArgs(
         name="fio",
         image=args.image,
-        command=["/bin/sh", "-c", writer_script(check, args.required)],
+        command=["/bin/sh", "-c", writer_script(check, args.reduce)],
         env=[k8s.core.v1.EnvVarArgs(
             name="RUN_ID",
             # A fresh directory per run: the reducer never reads an earlier run's results.
@@ -254,7 +253,6 @@ class CheckpointStorageArgs:
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> CheckpointStorageArgs:
-        required = requirement_from_budget(cfg.checkpoint.budget)
         tc = cfg.checkpoint.throughput_check
         check = None
         if tc.enabled:
@@ -265,7 +263,7 @@ class CheckpointStorageArgs:
                 pool=pool.name, gpus_per_node=pool.gpus_per_node, gpu_resource=cfg.gpu_resource,
                 label_prefix=cfg.label_prefix, scheduler_name=cfg.scheduling.scheduler_name,
                 queue=cfg.scheduling.inference_queue.name, priority_class=cfg.priorities.inference.name,
-                required=required,
+                reduce=reduce_settings(cfg),
             )
         # Strict mode already failed validation; otherwise the same findings become preview warnings.
         warnings = tuple(f"{path}: {message}" for path, message, _ in sizing_problems(cfg))
@@ -341,7 +339,7 @@ class CheckpointStorage(pulumi.ComponentResource):
         )
 
     def _throughput_check(self, args: CheckArgs) -> pulumi.CustomResource:
-        labels = common_labels("checkpoint-check", "checkpoint-check")
+        labels = common_labels(CHECK_APP, CHECK_APP)
         # A measurement can take many minutes and may fail on purpose; `pulumi up` must not wait on it.
         meta = k8s.meta.v1.ObjectMetaArgs(name=args.name, namespace=args.namespace, labels=labels,
                                           annotations={"pulumi.com/skipAwait": "true"})

@@ -31,6 +31,7 @@ import pulumi_kubernetes as k8s
 
 from agents.health_guard.contract import APP as GUARD_APP
 from agents.health_guard.contract import Names as HealthNames
+from agents.ib_exporter import contract as ib_contract
 from components import dcgm_counters, images, rbac
 from components.alert_rules import AlertThresholds, build_rule_spec
 from components.config import ClusterConfig, GpuPool, Observability
@@ -45,12 +46,12 @@ from components.security import (
 )
 
 DCGM_APP = "dcgm-exporter"
-IB_APP = "ib-exporter"
+IB_APP = ib_contract.APP
 DCGM_PORT = 9400
 COUNTERS_KEY = "counters.csv"
 DCGM_CONFIG_DIR = "/etc/dcgm-exporter/custom"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
-HOST_SYS = "/host/sys"
+HOST_SYS = ib_contract.HOST_SYSFS_ROOT
 DASHBOARD_KEY = "gpu-fleet.json"
 HEALTH_DASHBOARD_KEY = "gpu-health.json"
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
@@ -104,6 +105,7 @@ class ObservabilityArgs:
     health_dashboard: gpu_health.HealthDashboardOptions
     dcgm_image: str
     ib_image: str
+    ib: ib_contract.IbExporterSettings
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> ObservabilityArgs:
@@ -133,6 +135,7 @@ class ObservabilityArgs:
             ),
             dcgm_image=images.DCGM_EXPORTER,
             ib_image=images.agent_image(IB_APP),
+            ib=ib_contract.settings_from_config(cfg),
         )
 
 
@@ -409,7 +412,7 @@ class ObservabilityStack(pulumi.ComponentResource):
 
     def _ib_exporter(self) -> k8s.apps.v1.DaemonSet:
         args = self.args
-        port = args.observability.ib_exporter_port
+        port = args.ib.port
         labels = common_labels(IB_APP, "network-telemetry", images.AGENT_VERSION)
         return self._gpu_node_daemonset(
             IB_APP,
@@ -419,7 +422,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             container=k8s.core.v1.ContainerArgs(
                 name=IB_APP,
                 image=args.ib_image,
-                args=[f"--sysfs-root={HOST_SYS}", f"--listen-address=0.0.0.0:{port}"],
+                args=args.ib.args(),
                 ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
                 readiness_probe=k8s.core.v1.ProbeArgs(
                     http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from agents.checkpoint_check.contract import DEFAULT_MIN_OVERLAP, REDUCE_COMMAND
 from agents.checkpoint_check.reduce import MAX_RESULT_BYTES, FioOutputError, Verdict, collect, summarize
 
 
@@ -52,14 +53,14 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="checkpoint-reduce", description=__doc__)
+    parser = argparse.ArgumentParser(prog=REDUCE_COMMAND, description=__doc__)
     parser.add_argument("results", type=Path, help="directory holding one fio JSON file per node")
     parser.add_argument("--budget-gbps", type=_bounded("--budget-gbps", 0.0, low_open=True), required=True,
                         help="aggregate GB/s needed to pass")
     parser.add_argument("--expect", type=_count, default=0, help="number of result files to wait for")
     parser.add_argument("--wait-seconds", type=_bounded("--wait-seconds", 0.0), default=0.0,
                         help="how long to wait for them")
-    parser.add_argument("--min-overlap", type=_bounded("--min-overlap", 0.0, 1.0), default=0.8,
+    parser.add_argument("--min-overlap", type=_bounded("--min-overlap", 0.0, 1.0), default=DEFAULT_MIN_OVERLAP,
                         help="fraction of the run all writers must share for the sum to count")
     return parser
 

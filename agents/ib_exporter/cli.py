@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from types import FrameType
 
 from agents.ib_exporter.collector import InfiniBandCollector
+from agents.ib_exporter.contract import DEFAULT_SYSFS_ROOT, IbExporterSettings
 from agents.ib_exporter.exposition import render, serve
 
-DEFAULT_LISTEN = "0.0.0.0:9315"
+DEFAULT_LISTEN = IbExporterSettings().listen_address
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export InfiniBand/RoCE port counters, hw_counters, state and rate from sysfs.",
     )
     parser.add_argument(
-        "--sysfs-root", default="/sys", help="sysfs mount to read (default /sys; a host mount in a pod)"
+        "--sysfs-root", default=DEFAULT_SYSFS_ROOT,
+        help=f"sysfs mount to read (default {DEFAULT_SYSFS_ROOT}; a host mount in a pod)"
     )
     parser.add_argument(
         "--listen-address",

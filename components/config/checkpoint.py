@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from components.checkpoint_sizing import sizing_problems
+from components.checkpoint_sizing import requirement_from_budget, sizing_problems
 from components.config.base import (
     DNS_SUBDOMAIN,
     ConfigModel,
@@ -270,6 +270,11 @@ class CheckpointBudget(ConfigModel):
     writers: PositiveInt = 256
     #: One client's link (GB/s): an NDR 400 Gb/s port moves about 50 GB/s.
     client_link_gbps: Annotated[float, Field(gt=0)] = 50.0
+
+    @property
+    def aggregate_gbps(self) -> float:
+        """The bandwidth one checkpoint needs to land in time (GB/s): what the throughput check must reach."""
+        return requirement_from_budget(self).aggregate_gbps
 
 
 class ThroughputCheck(ConfigModel):

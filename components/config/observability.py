@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
+from agents.ib_exporter import contract as ib_contract
 from components.config.base import ConfigModel, DnsLabel, PositiveInt, Problem
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class Observability(ConfigModel):
     dashboards: bool = True
     #: Deploy the InfiniBand exporter DaemonSet on the GPU pools (nodes without HCAs export nothing).
     ib_exporter: bool = True
-    ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = 9315
+    ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = ib_contract.DEFAULT_PORT
     #: The rate an InfiniBand port must train at; lower raises InfinibandRateBelowNominal (NDR: 400).
     ib_nominal_rate_gbps: PositiveInt = 400
     #: Deploy the thermal guard (taints hot nodes); off leaves only the alerts.

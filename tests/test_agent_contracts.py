@@ -1,0 +1,58 @@
+"""Agent contracts: what a component renders from the stack is what the agent's own parser reads back."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.checkpoint_check import cli as reduce_cli
+from agents.checkpoint_check.contract import DEFAULT_MIN_OVERLAP, REDUCE_COMMAND, ReduceSettings
+from agents.checkpoint_check.contract import settings_from_config as reduce_settings
+from agents.ib_exporter import cli as ib_cli
+from agents.ib_exporter.contract import DEFAULT_PORT, HOST_SYSFS_ROOT, IbExporterSettings
+from agents.ib_exporter.contract import settings_from_config as ib_settings
+from components.config import parse_config
+
+STACK = {"pools": [{"name": "gpu", "nodes": ["gpu-[01-04]"]}], "systemPool": {"nodes": ["cpu-01"]}}
+
+
+@given(port=st.integers(1024, 65535), root=st.sampled_from(["/sys", "/host/sys", "/tmp/fake sys"]))
+def test_ib_exporter_reads_back_its_settings(port: int, root: str) -> None:
+    settings = IbExporterSettings(sysfs_root=root, port=port)
+    parsed = ib_cli.build_parser().parse_args(settings.args())
+    assert (parsed.sysfs_root, parsed.listen_address) == (root, ("0.0.0.0", port))
+
+
+def test_ib_exporter_defaults_are_the_contract() -> None:
+    parsed = ib_cli.build_parser().parse_args([])
+    assert parsed.listen_address == ("0.0.0.0", DEFAULT_PORT)
+    assert parse_config(STACK, "Pulumi.test.yaml").observability.ib_exporter_port == DEFAULT_PORT
+
+
+def test_ib_exporter_settings_follow_the_stack() -> None:
+    cfg = parse_config({**STACK, "observability": {"ibExporterPort": 9444}}, "Pulumi.test.yaml")
+    assert ib_settings(cfg) == IbExporterSettings(sysfs_root=HOST_SYSFS_ROOT, port=9444)
+
+
+@given(expect=st.integers(0, 4096), budget=st.floats(0.001, 1e5), wait=st.integers(0, 86_400),
+       overlap=st.sampled_from([DEFAULT_MIN_OVERLAP, 0.5, 1.0]))
+def test_reducer_reads_back_its_settings(expect: int, budget: float, wait: int, overlap: float) -> None:
+    line = ReduceSettings(expect=expect, budget_gbps=budget, wait_seconds=wait, min_overlap=overlap).command("/r")
+    program, *argv = shlex.split(line)
+    parsed = reduce_cli.build_parser().parse_args(argv)
+    assert program == REDUCE_COMMAND
+    assert (parsed.results, parsed.expect, parsed.wait_seconds, parsed.min_overlap) == (Path("/r"), expect, wait,
+                                                                                       overlap)
+    assert abs(parsed.budget_gbps - budget) <= 0.0005
+
+
+def test_reducer_settings_follow_the_stack() -> None:
+    cfg = parse_config({**STACK, "checkpoint": {
+        "filesystems": [{"name": "nfs", "backend": "nfs", "server": "nfs.example", "share": "/c", "writeGbps": 2}],
+        "budget": {"sizeTb": 2, "seconds": 40},
+        "throughputCheck": {"enabled": True, "filesystem": "nfs", "nodes": 3, "deadlineSeconds": 900},
+    }}, "Pulumi.test.yaml")
+    assert reduce_settings(cfg) == ReduceSettings(expect=3, budget_gbps=50.0, wait_seconds=900)
