@@ -7,7 +7,7 @@ the kill minus the resume step. Target: at most one checkpoint interval, every r
 checkpoints a kill while the newest checkpoint is still being written falls back to the one before, so
 the hard bound is one interval plus the steps that write took (the "lag"); the table shows both.
 
-Stall vs write: one rank checkpoints a 256 MiB state; the step waits for the in-memory copy only, the
+Stall vs write: one rank checkpoints a 128 MiB state; the step waits for the in-memory copy only, the
 write (SHA-256, write, fsync, commit, rename) runs in the background.
 """
 
@@ -35,7 +35,7 @@ WORKERS = 3
 INTERVAL = 10
 STEPS = 70
 SEED = 14
-STATE_BYTES = 256 * 1024 * 1024
+STATE_BYTES = 128 * 1024 * 1024
 
 
 def resume_loss(runs: int = RUNS, seed: int = SEED) -> dict[str, Any]:
