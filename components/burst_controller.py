@@ -19,14 +19,9 @@ import pulumi_kubernetes as k8s
 from agents.burst_controller.contract import BurstSettings, standby_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
-from components.naming import Keys, common_labels, selector_labels
-from components.security import (
-    API_CLIENT,
-    checkov_skips,
-    container_security_context,
-    pod_security_context,
-    resources,
-)
+from components.naming import Keys, common_labels
+from components.security import API_CLIENT, checkov_skips, container_security_context, resources
+from components.system_agent import Placement, SystemAgent
 from components.workloads import metrics_liveness_probe, metrics_readiness_probe, spread_across_nodes
 
 APP = "burst-controller"
@@ -101,131 +96,63 @@ def settings_document(settings: BurstSettings) -> str:
 class BurstControllerArgs:
     burst: Burst
     settings: BurstSettings
-    namespace: str
     image: str
-    priority_class: str
-    system_pool_selector: dict[str, str]
+    placement: Placement
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
         return cls(
             burst=cfg.burst,
             settings=settings_from_config(cfg),
-            namespace=cfg.system_namespace,
             image=images.agent_image(APP),
-            priority_class=cfg.priorities.system.name,
-            system_pool_selector=cfg.system_pool_selector,
+            placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
         )
 
 
 class BurstController(pulumi.ComponentResource):
-    """Settings, identity, RBAC, the Deployment, its PDB, and metrics scraping."""
+    """Settings, identity, RBAC, the Deployment, its PDB, and metrics scraping (children in ``agent``)."""
 
     taint_key: pulumi.Output[str]
 
     def __init__(self, name: str, args: BurstControllerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:burst:BurstController", name, None, opts)
-        ns = args.namespace
         labels = common_labels(APP, "burst-controller", images.AGENT_VERSION)
-        selector = selector_labels(labels)
-        meta = k8s.meta.v1.ObjectMetaArgs
-        child = pulumi.ResourceOptions(parent=self)
-        role_name = f"gpu-cluster:{APP}"
-
-        config = k8s.core.v1.ConfigMap(
-            f"{APP}-settings",
-            metadata=meta(name=f"{APP}-settings", namespace=ns, labels=labels),
-            data={SETTINGS_FILE: settings_document(args.settings)},
-            opts=child,
-        )
-        account = rbac.service_account(APP, ns, labels, self)
-        cluster = rbac.cluster_role_with_binding(
-            f"{APP}-role", f"{APP}-binding", name=role_name, rules=CLUSTER_RULES, subject=account.subject,
-            labels=labels, parent=self, depends_on=[account.service_account],
-        )
-        local = rbac.namespaced_role_with_binding(
-            f"{APP}-ns-role", f"{APP}-ns-binding", name=APP, namespace=ns, rules=namespace_rules(LEASE_NAME),
-            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
-        )
-        grants = [cluster.binding, local.binding]
+        agent = SystemAgent(self, APP, labels, args.placement)
+        self.agent = agent
+        agent.settings("settings", {SETTINGS_FILE: settings_document(args.settings)})
+        agent.grant_cluster(CLUSTER_RULES)
+        agent.grant_namespace("ns", namespace_rules(LEASE_NAME), name=APP)
         if args.settings.handover_services:
-            grants.append(rbac.namespaced_role_with_binding(
-                f"{APP}-handover-role", f"{APP}-handover-binding", name=f"{APP}-handover",
-                namespace=args.settings.inference_namespace,
-                rules=handover_rules(list(args.settings.handover_services)),
-                subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
-            ).binding)
+            agent.grant_namespace("handover", handover_rules(list(args.settings.handover_services)),
+                                  name=f"{APP}-handover", namespace=args.settings.inference_namespace)
         port = args.burst.metrics_port
-        self.deployment = k8s.apps.v1.Deployment(
-            APP,
-            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                # One leader, one warm standby: the Lease, not the replica count, guarantees one writer.
-                replicas=args.burst.replicas,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=APP,
-                        priority_class_name=args.priority_class,
-                        node_selector=args.system_pool_selector,
-                        security_context=pod_security_context(),
-                        affinity=spread_across_nodes(selector),
-                        containers=[k8s.core.v1.ContainerArgs(
-                            name=APP,
-                            image=args.image,
-                            args=[f"--config={CONFIG_DIR}/{SETTINGS_FILE}", f"--metrics-port={port}"],
-                            env=[k8s.core.v1.EnvVarArgs(
-                                name="POD_NAME",
-                                value_from=k8s.core.v1.EnvVarSourceArgs(
-                                    field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")
-                                ),
-                            )],
-                            ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
-                            readiness_probe=metrics_readiness_probe(),
-                            liveness_probe=metrics_liveness_probe(),
-                            resources=resources("100m", "256Mi"),
-                            security_context=container_security_context(),
-                            volume_mounts=[k8s.core.v1.VolumeMountArgs(
-                                name="settings", mount_path=CONFIG_DIR, read_only=True)],
-                        )],
-                        volumes=[k8s.core.v1.VolumeArgs(
-                            name="settings",
-                            config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-settings"),
-                        )],
+        volume, mount = agent.settings_volume("settings", CONFIG_DIR)
+        self.deployment = agent.deploy(
+            [k8s.core.v1.ContainerArgs(
+                name=APP,
+                image=args.image,
+                args=[f"--config={CONFIG_DIR}/{SETTINGS_FILE}", f"--metrics-port={port}"],
+                env=[k8s.core.v1.EnvVarArgs(
+                    name="POD_NAME",
+                    value_from=k8s.core.v1.EnvVarSourceArgs(
+                        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")
                     ),
-                ),
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *grants]),
+                )],
+                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
+                readiness_probe=metrics_readiness_probe(),
+                liveness_probe=metrics_liveness_probe(),
+                resources=resources("100m", "256Mi"),
+                security_context=container_security_context(),
+                volume_mounts=[mount],
+            )],
+            # One leader, one warm standby: the Lease, not the replica count, guarantees one writer.
+            replicas=args.burst.replicas,
+            annotations=checkov_skips({"CKV_K8S_38": API_CLIENT}),
+            affinity=spread_across_nodes(agent.selector),
+            volumes=[volume],
         )
-        k8s.policy.v1.PodDisruptionBudget(
-            f"{APP}-pdb",
-            metadata=meta(name=APP, namespace=ns, labels=labels),
-            spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-                min_available=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)
-            ),
-            opts=child,
-        )
-        service = k8s.core.v1.Service(
-            f"{APP}-metrics",
-            metadata=meta(name=f"{APP}-metrics", namespace=ns, labels=labels),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                selector=selector,
-                ports=[k8s.core.v1.ServicePortArgs(name="metrics", port=port, target_port="metrics")],
-            ),
-            opts=child,
-        )
-        k8s.apiextensions.CustomResource(
-            f"{APP}-servicemonitor",
-            api_version="monitoring.coreos.com/v1",
-            kind="ServiceMonitor",
-            metadata=meta(name=APP, namespace=ns, labels=labels),
-            spec={
-                "selector": {"matchLabels": selector},
-                "endpoints": [{"port": "metrics", "interval": "15s", "path": "/metrics"}],
-            },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[service]),
-        )
+        agent.disruption_budget()
+        agent.scrape(port)
         self.taint_key = pulumi.Output.from_input(args.settings.taint_key)
         self.register_outputs({"taint_key": self.taint_key})
 

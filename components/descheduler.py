@@ -21,16 +21,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components import rbac
+from components import images, rbac
 from components.config import ClusterConfig, Descheduler, Priorities
 from components.naming import INFERENCE, Keys, common_labels
-from components.security import (
-    API_CLIENT,
-    checkov_skips,
-    container_security_context,
-    pod_security_context,
-    resources,
-)
+from components.security import API_CLIENT, checkov_skips, container_security_context, resources
+from components.system_agent import Placement, SystemAgent
 
 APP = "descheduler"
 POLICY_FILE = "policy.yaml"
@@ -105,9 +100,8 @@ class DeschedulerArgs:
     descheduler: Descheduler
     priorities: Priorities
     label_prefix: str
-    namespace: str
-    priority_class: str
-    system_pool_selector: dict[str, str]
+    image: str
+    placement: Placement
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> DeschedulerArgs:
@@ -115,9 +109,8 @@ class DeschedulerArgs:
             descheduler=cfg.descheduler,
             priorities=cfg.priorities,
             label_prefix=cfg.label_prefix,
-            namespace=cfg.system_namespace,
-            priority_class=cfg.priorities.system.name,
-            system_pool_selector=cfg.system_pool_selector,
+            image=cfg.descheduler.image,
+            placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
         )
 
 
@@ -129,27 +122,18 @@ class GradualReturn(pulumi.ComponentResource):
     def __init__(self, name: str, args: DeschedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:burst:GradualReturn", name, None, opts)
         d = args.descheduler
-        ns = args.namespace
-        version = d.image.rsplit(":", 1)[-1] if ":" in d.image.rsplit("/", 1)[-1] else ""
-        labels = common_labels(APP, "descheduler", version)
+        labels = common_labels(APP, "descheduler", images.image_version(args.image))
         meta = k8s.meta.v1.ObjectMetaArgs
-        child = pulumi.ResourceOptions(parent=self)
-        role_name = f"gpu-cluster:{APP}"
+        agent = SystemAgent(self, APP, labels, args.placement)
+        self.agent = agent
         document = yaml.safe_dump(policy(d, args.priorities, Keys(args.label_prefix)), sort_keys=False)
-        config = k8s.core.v1.ConfigMap(
-            f"{APP}-policy",
-            metadata=meta(name=f"{APP}-policy", namespace=ns, labels=labels),
-            data={POLICY_FILE: document},
-            opts=child,
-        )
-        account = rbac.service_account(APP, ns, labels, self)
-        grant = rbac.cluster_role_with_binding(
-            f"{APP}-role", f"{APP}-binding", name=role_name, rules=RULES, subject=account.subject,
-            labels=labels, parent=self, depends_on=[account.service_account],
-        )
+        config = agent.settings("policy", {POLICY_FILE: document})
+        grant = agent.grant_cluster(RULES)
+        volume, mount = agent.settings_volume("policy", POLICY_DIR)
         self.cron_job = k8s.batch.v1.CronJob(
             APP,
-            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
+            metadata=meta(name=APP, namespace=agent.namespace, labels=labels,
+                          annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
             spec=k8s.batch.v1.CronJobSpecArgs(
                 schedule=d.schedule,
                 # Two overlapping cycles would double the per-cycle eviction limits.
@@ -163,29 +147,18 @@ class GradualReturn(pulumi.ComponentResource):
                         backoff_limit=0,
                         # One pass takes seconds; under Forbid a hung run would block every later cycle.
                         active_deadline_seconds=DEADLINE_SECONDS,
-                        template=k8s.core.v1.PodTemplateSpecArgs(
-                            metadata=meta(labels=labels),
-                            spec=k8s.core.v1.PodSpecArgs(
-                                restart_policy="Never",
-                                service_account_name=APP,
-                                priority_class_name=args.priority_class,
-                                node_selector=args.system_pool_selector,
-                                security_context=pod_security_context(),
-                                containers=[k8s.core.v1.ContainerArgs(
-                                    name=APP,
-                                    image=d.image,
-                                    command=["/bin/descheduler"],
-                                    args=[f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}", "--v=3"],
-                                    resources=resources("500m", "256Mi"),
-                                    security_context=container_security_context(),
-                                    volume_mounts=[k8s.core.v1.VolumeMountArgs(
-                                        name="policy", mount_path=POLICY_DIR, read_only=True)],
-                                )],
-                                volumes=[k8s.core.v1.VolumeArgs(
-                                    name="policy",
-                                    config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-policy"),
-                                )],
-                            ),
+                        template=agent.pod_template(
+                            [k8s.core.v1.ContainerArgs(
+                                name=APP,
+                                image=args.image,
+                                command=["/bin/descheduler"],
+                                args=[f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}", "--v=3"],
+                                resources=resources("500m", "256Mi"),
+                                security_context=container_security_context(),
+                                volume_mounts=[mount],
+                            )],
+                            restart_policy="Never",
+                            volumes=[volume],
                         ),
                     ),
                 ),

@@ -18,3 +18,12 @@ AGENT_VERSION = "0.1.0"
 def agent_image(name: str) -> str:
     """The pinned image of one of our agents (burst-controller, ib-exporter, health-guard…)."""
     return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"
+
+
+def image_version(image: str) -> str:
+    """The ``app.kubernetes.io/version`` label of an image reference: its tag, or "" when pinned by digest only.
+
+    ``registry:5000/name:1.2.3`` → ``1.2.3``; ``name:1.2@sha256:…`` → ``1.2``; ``name@sha256:…`` → "".
+    """
+    last = image.rsplit("/", 1)[-1].split("@", 1)[0]
+    return last.rsplit(":", 1)[1] if ":" in last else ""

@@ -29,15 +29,10 @@ import pulumi_kubernetes as k8s
 
 from components import rbac
 from components.config import ClusterConfig, ExternalProvider, LiqoProvider, VirtualKubeletProvider
-from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels, selector_labels
-from components.security import (
-    API_CLIENT,
-    checkov_skips,
-    container_security_context,
-    pod_security_context,
-    resources,
-)
+from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels
+from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.stack import secret_value
+from components.system_agent import Placement, SystemAgent
 
 #: Namespace where node-heartbeat Leases live (one per node, named after it).
 NODE_LEASE_NAMESPACE = "kube-node-lease"
@@ -210,21 +205,18 @@ def capacity(p: ExternalProvider, gpu_resource: str) -> dict[str, dict[str, str]
 @dataclass(frozen=True)
 class ExternalGpuProviderArgs:
     provider: ExternalProvider
-    namespace: str
     label_prefix: str
     gpu_resource: str
-    priority_class: str
-    system_pool_selector: dict[str, str]
+    placement: Placement
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, provider: ExternalProvider) -> ExternalGpuProviderArgs:
         return cls(
             provider=provider,
-            namespace=provider.namespace(cfg.system_namespace),
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
-            priority_class=cfg.priorities.system.name,
-            system_pool_selector=cfg.system_pool_selector,
+            placement=Placement(provider.namespace(cfg.system_namespace), cfg.priorities.system.name,
+                                cfg.system_pool_selector),
         )
 
 
@@ -239,11 +231,13 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         p = args.provider
         preset = PRESETS[p.kind]
         keys = Keys(args.label_prefix)
-        ns = args.namespace
+        ns = args.placement.namespace
         app = f"vk-{p.name}"
         labels = {**common_labels(app, "virtual-kubelet"), keys.provider: p.name}
         child = pulumi.ResourceOptions(parent=self)
         meta = k8s.meta.v1.ObjectMetaArgs
+        agent = SystemAgent(self, app, labels, args.placement)
+        self.agent = agent
 
         secret = k8s.core.v1.Secret(
             f"{app}-credentials",
@@ -252,31 +246,17 @@ class ExternalGpuProvider(pulumi.ComponentResource):
             string_data={CREDENTIALS_KEY: secret_value(p.credentials_secret)},
             opts=child,
         )
-        account = rbac.service_account(app, ns, labels, self)
         role_name = f"gpu-cluster:{app}"
-        cluster = rbac.cluster_role_with_binding(
-            f"{app}-role", f"{app}-binding", name=role_name, rules=preset.rules, subject=account.subject,
-            labels=labels, parent=self, depends_on=[account.service_account],
-        )
-        lease = rbac.namespaced_role_with_binding(
-            f"{app}-lease-role", f"{app}-lease-binding", name=role_name, namespace=NODE_LEASE_NAMESPACE,
-            rules=LEASE_RULES, subject=account.subject, labels=labels, parent=self,
-            depends_on=[account.service_account],
-        )
+        agent.grant_cluster(preset.rules, name=role_name)
+        agent.grant_namespace("lease", LEASE_RULES, name=role_name, namespace=NODE_LEASE_NAMESPACE)
 
         volumes = [k8s.core.v1.VolumeArgs(name="credentials", secret=k8s.core.v1.SecretVolumeSourceArgs(
             secret_name=f"{app}-credentials", default_mode=0o440))]
         mounts = [k8s.core.v1.VolumeMountArgs(name="credentials", mount_path=f"{CONFIG_DIR}/credentials",
                                               read_only=True)]
-        config_deps: list[pulumi.Resource] = [secret]
         if preset.capacity_file:
-            config = k8s.core.v1.ConfigMap(
-                f"{app}-config",
-                metadata=meta(name=f"{app}-config", namespace=ns, labels=labels),
-                data={"provider.json": json.dumps(capacity(p, args.gpu_resource), indent=2, sort_keys=True)},
-                opts=child,
-            )
-            config_deps.append(config)
+            agent.settings("config", {"provider.json": json.dumps(capacity(p, args.gpu_resource), indent=2,
+                                                                  sort_keys=True)})
             volumes.append(k8s.core.v1.VolumeArgs(
                 name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{app}-config")))
             mounts.append(k8s.core.v1.VolumeMountArgs(name="config", mount_path=f"{CONFIG_DIR}/provider.json",
@@ -301,40 +281,27 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         ]
         image = p.image or preset.image
         assert image is not None  # the config requires an image where the preset has none
-        self.deployment = k8s.apps.v1.Deployment(
-            app,
-            metadata=meta(name=app, namespace=ns, labels=labels, annotations=checkov_skips(VK_CHECKOV_SKIPS)),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                # Exactly one process may own a node: two would race on its status and pods.
-                replicas=1,
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=app,
-                        priority_class_name=args.priority_class,
-                        node_selector=args.system_pool_selector,
-                        security_context=pod_security_context(),
-                        containers=[k8s.core.v1.ContainerArgs(
-                            name="virtual-kubelet",
-                            image=image,
-                            command=list(preset.command) or None,
-                            args=preset.args(p, ns, f"{app}-credentials"),
-                            env=env,
-                            ports=[
-                                k8s.core.v1.ContainerPortArgs(name="kubelet", container_port=KUBELET_PORT),
-                                k8s.core.v1.ContainerPortArgs(name="metrics", container_port=METRICS_PORT),
-                            ],
-                            resources=resources("500m", "512Mi"),
-                            security_context=container_security_context(),
-                            volume_mounts=mounts,
-                        )],
-                        volumes=volumes,
-                    ),
-                ),
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*config_deps, cluster.binding, lease.binding]),
+        self.deployment = agent.deploy(
+            [k8s.core.v1.ContainerArgs(
+                name="virtual-kubelet",
+                image=image,
+                command=list(preset.command) or None,
+                args=preset.args(p, ns, f"{app}-credentials"),
+                env=env,
+                ports=[
+                    k8s.core.v1.ContainerPortArgs(name="kubelet", container_port=KUBELET_PORT),
+                    k8s.core.v1.ContainerPortArgs(name="metrics", container_port=METRICS_PORT),
+                ],
+                resources=resources("500m", "512Mi"),
+                security_context=container_security_context(),
+                volume_mounts=mounts,
+            )],
+            # Exactly one process may own a node: two would race on its status and pods.
+            replicas=1,
+            strategy="Recreate",
+            annotations=checkov_skips(VK_CHECKOV_SKIPS),
+            depends_on=[secret],
+            volumes=volumes,
         )
         # The node exists once the virtual kubelet registered it; labels go on by server-side apply.
         self.node_patch = k8s.core.v1.NodePatch(
