@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pulumi_policy import (
     PolicyCustomTimeouts,
     PolicyResource,
@@ -33,6 +36,10 @@ from policies.rules import (
     engine_context,
     evaluate,
 )
+from policies.rules.allow_lists import RbacException, privileged_agents, rbac_exceptions
+from policies.rules.burst import duration_seconds
+from policies.rules.scheduling import scheduler_conf_problems
+from policies.rules.security import url_passwords
 
 CTX = replace(RuleContext.defaults(), virtual_nodes=frozenset({"vk-cloud"}))
 PREFIX = "gpucluster.io"
@@ -140,9 +147,30 @@ def test_gpu_priority_class() -> None:
     assert messages("gpu-priority-class", inference()) == []
     bad = inference(priorityClassName="high")
     assert messages("gpu-priority-class", bad) == [
-        "spec.template.spec: GPU pod has priorityClassName 'high', not one of the declared tiers "
-        "['gpu-inference', 'gpu-training', 'platform-critical', 'standard']; set priorityClassName to "
+        "spec.template.spec: GPU pod has priorityClassName 'high', not one of the GPU tiers "
+        "['gpu-inference', 'gpu-training']; set priorityClassName to "
         "'gpu-training' for training or 'gpu-inference' for inference"
+    ]
+    # A declared tier above training would let a GPU pod preempt gangs: only the two GPU tiers count.
+    assert len(messages("gpu-priority-class", inference(priorityClassName="platform-critical"))) == 1
+
+
+def mig_container(request: Any = "1", limit: Any = "1") -> dict[str, Any]:
+    c = container()
+    c["resources"] = {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/mig-3g.40gb": request},
+                      "limits": {"memory": "16Gi", "nvidia.com/mig-3g.40gb": limit}}
+    return c
+
+
+def test_mig_slices_count_as_gpus() -> None:
+    assert messages("gpu-priority-class", inference(containers=[mig_container()])) == []
+    assert messages("gpu-scheduler", inference(containers=[mig_container()])) == []
+    assert len(messages("gpu-priority-class", inference(priorityClassName=None, containers=[mig_container()]))) == 1
+    assert len(messages("gpu-scheduler", inference(schedulerName=None, containers=[mig_container()]))) == 1
+    assert messages("gpu-limits-equal-requests", inference(containers=[mig_container("1", "2")])) == [
+        "spec.template.spec.containers[main]: nvidia.com/mig-3g.40gb requests (1) and limits (2) differ; GPUs "
+        "cannot be overcommitted, set resources.requests and resources.limits 'nvidia.com/mig-3g.40gb' to the "
+        "same count"
     ]
 
 
@@ -186,9 +214,29 @@ def test_training_gang_scheduled() -> None:
     plain = deployment("trainer", training_job().props["spec"]["tasks"][0]["template"]["spec"],
                        {WORKLOAD: "training"}, "training")
     assert messages("training-gang-scheduled", plain) == [
-        f"Deployment carries {WORKLOAD}=training but is not gang-scheduled; run training as a Volcano Job "
-        "(batch.volcano.sh) with minAvailable equal to its replicas"
+        f"Deployment is training (priorityClassName 'gpu-training', {WORKLOAD}='training') but is not "
+        "gang-scheduled; run training as a Volcano Job (batch.volcano.sh) with minAvailable equal to its replicas"
     ]
+
+
+def test_training_is_recognised_by_its_priority_class_in_any_workload_kind() -> None:
+    spec = training_job().props["spec"]["tasks"][0]["template"]["spec"]
+    relabelled = {WORKLOAD: "inference"}
+    as_deployment = deployment("trainer", spec, relabelled, "training")
+    as_pod = res("Pod", "v1", "trainer", "training", relabelled, spec=spec)
+    as_job = res("Job", "batch/v1", "trainer", "training", relabelled,
+                 spec={"template": {"metadata": {"labels": relabelled}, "spec": spec}})
+    for workload in (as_deployment, as_pod, as_job):
+        assert messages("training-gang-scheduled", workload) == [
+            f"{workload.kind} is training (priorityClassName 'gpu-training', {WORKLOAD}='inference') but is not "
+            "gang-scheduled; run training as a Volcano Job (batch.volcano.sh) with minAvailable equal to its replicas"
+        ]
+    off_prem = res("Pod", "v1", "trainer", "training", relabelled, spec={**spec, "affinity": {}})
+    assert len(messages("training-onprem-only", off_prem)) == 1
+    # kube-batch: an Indexed Job ganged by its PodGroup annotation is gang-scheduled.
+    ganged = res("Job", "batch/v1", "trainer", "training", spec={"template": {
+        "metadata": {"annotations": {"scheduling.k8s.io/group-name": "trainer"}}, "spec": spec}})
+    assert messages("training-gang-scheduled", ganged) == []
 
 
 def test_training_outranks_inference() -> None:
@@ -471,30 +519,61 @@ def test_pod_security_restricted() -> None:
     ]
 
 
-def dcgm(name: str = "dcgm-exporter") -> Resource:
+def dcgm(name: str = "dcgm-exporter", account: str = "dcgm-exporter", namespace: str = "gpu-system") -> Resource:
     sys_admin = container(securityContext={"readOnlyRootFilesystem": True, "runAsNonRoot": False,
                                            "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}},
                           volumeMounts=[{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
                                          "readOnly": True}])
-    spec = {"containers": [sys_admin], "volumes": [
+    spec = {"serviceAccountName": account, "containers": [sys_admin], "volumes": [
         {"name": "pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources"}}]}
-    return res("DaemonSet", "apps/v1", name, "gpu-system", {"app.kubernetes.io/name": name}, spec={
+    return res("DaemonSet", "apps/v1", name, namespace, {"app.kubernetes.io/name": name}, spec={
         "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
         "template": {"metadata": {"labels": {"app.kubernetes.io/name": name}}, "spec": spec}})
+
+
+DCGM_GRANT = ("dcgm-exporter (namespace 'gpu-system', service account 'dcgm-exporter') is allow-listed for "
+              "capabilities ['SYS_ADMIN'] and read-only host paths ['/var/lib/kubelet/pod-resources'] only")
 
 
 def test_allow_listed_component_keeps_only_its_exception() -> None:
     assert messages("pod-security-restricted", dcgm()) == []
     assert messages("privileges-allow-listed", dcgm()) == []
+    # The allow-list is keyed on the pod's identity, not its label: another name with the same identity is fine...
+    assert messages("privileges-allow-listed", dcgm(name="gpu-telemetry")) == []
+    # ...and the CAP_ spelling of the same capability too.
+    cap_prefixed = dcgm()
+    cap_prefixed.props["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = [
+        "CAP_SYS_ADMIN"]
+    assert messages("privileges-allow-listed", cap_prefixed) == []
 
 
-def test_privileges_allow_listed() -> None:
-    how = "add 'sidecar' to components.security.PRIVILEGE_ALLOW_LIST with the reason, or drop the privilege"
-    assert messages("privileges-allow-listed", dcgm("sidecar")) == [
-        f"spec.template.spec: hostPath volumes ['/var/lib/kubelet/pod-resources'] in a component that is not "
-        f"allow-listed; {how}",
-        f"spec.template.spec.containers[main]: adds capabilities ['SYS_ADMIN'] in a component that is not "
-        f"allow-listed; {how}",
+@pytest.mark.parametrize(("account", "namespace"), [("default", "gpu-system"), ("dcgm-exporter", "inference")])
+def test_a_relabelled_pod_gets_no_privilege(account: str, namespace: str) -> None:
+    how = (f"no agent with namespace '{namespace}', service account '{account}' is allow-listed; add a "
+           "PrivilegedAgent to policies/rules/allow_lists.py with the reason, or drop the privilege")
+    assert messages("privileges-allow-listed", dcgm(account=account, namespace=namespace)) == [
+        f"spec.template.spec: hostPath volumes ['/var/lib/kubelet/pod-resources'] are not allow-listed; {how}",
+        f"spec.template.spec.containers[main]: adds capabilities ['SYS_ADMIN'] that are not allow-listed; {how}",
+    ]
+    assert messages("pod-security-restricted", dcgm(account=account, namespace=namespace)) == [
+        "spec.template.spec.containers[main]: runAsNonRoot is not true; use "
+        "components.security.pod_security_context() and container_security_context()",
+        "spec.template.spec.containers[main]: allowPrivilegeEscalation is not false; set "
+        "allowPrivilegeEscalation: false",
+    ]
+
+
+def test_an_allow_listed_agent_gets_nothing_beyond_its_grant() -> None:
+    wider = dcgm()
+    pod = wider.props["spec"]["template"]["spec"]
+    pod["containers"][0]["securityContext"]["capabilities"]["add"].append("NET_ADMIN")
+    pod["volumes"].append({"name": "root", "hostPath": {"path": "/"}})
+    pod["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host", "readOnly": True})
+    reason = next(a.reason for a in CTX.privileged if a.name == "dcgm-exporter")
+    assert messages("privileges-allow-listed", wider) == [
+        f"spec.template.spec: hostPath volumes ['/'] are not allow-listed; {DCGM_GRANT} ({reason})",
+        f"spec.template.spec.containers[main]: adds capabilities ['NET_ADMIN'] that are not allow-listed; "
+        f"{DCGM_GRANT} ({reason})",
     ]
     writable = dcgm()
     writable.props["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = False
@@ -507,6 +586,12 @@ def test_privileges_allow_listed() -> None:
         "spec.template.spec.containers[main]: hostPath /var/lib/kubelet/pod-resources is mounted read-write; set "
         "readOnly: true on the volumeMount",
     ]
+
+
+def test_the_agents_namespace_follows_the_stack_config() -> None:
+    moved = replace(CTX, privileged=privileged_agents("gpu-agents"))
+    assert messages("privileges-allow-listed", dcgm(namespace="gpu-agents"), ctx=moved) == []
+    assert len(messages("privileges-allow-listed", dcgm(), ctx=moved)) == 2
 
 
 # --------------------------------------------------------------------------- RBAC and credentials
@@ -715,3 +800,297 @@ def test_the_pack_serves_the_rules_over_the_analyzer_protocol() -> None:
     finally:
         pack.terminate()
         pack.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------- issue 18: the pack's blind spots
+
+
+def return_policy(**changes: Any) -> dict[str, Any]:
+    """The descheduler policy the stack renders (the gradual return), to edit."""
+    return {
+        "apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+        "maxNoOfPodsToEvictPerNode": 2, "maxNoOfPodsToEvictPerNamespace": 4, "maxNoOfPodsToEvictTotal": 8,
+        "profiles": [{
+            "name": "burst-return",
+            "pluginConfig": [
+                {"name": "DefaultEvictor", "args": {"labelSelector": {"matchLabels": {WORKLOAD: "inference"}},
+                                                    "minPodAge": "600s", "nodeFit": True}},
+                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [f"{PREFIX}/burst"]}},
+            ],
+            "plugins": {"filter": {"enabled": ["DefaultEvictor"]}, "preEvictionFilter": {"enabled": ["DefaultEvictor"]},
+                        "deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},
+        }],
+        **changes,
+    }
+
+
+def policy_map(policy: dict[str, Any]) -> Resource:
+    return res("ConfigMap", "v1", "descheduler-policy", "gpu-system", data={"policy.yaml": json.dumps(policy)})
+
+
+def test_descheduler_return_only_accepts_the_return_plugin() -> None:
+    assert messages("descheduler-return-only", policy_map(return_policy())) == []
+    longer = return_policy()
+    longer["profiles"][0]["pluginConfig"][0]["args"]["minPodAge"] = "1h5m"
+    assert messages("descheduler-return-only", policy_map(longer)) == []
+
+
+def test_descheduler_return_only_refuses_anything_else() -> None:
+    two = return_policy()
+    two["profiles"].append(copy.deepcopy(two["profiles"][0]) | {"name": "other"})
+    assert messages("descheduler-return-only", policy_map(two)) == [
+        "data.policy.yaml: has 2 profiles; the descheduler does one thing here, the gradual return: one profile with "
+        f"RemovePodsViolatingNodeTaints for {PREFIX}/burst"
+    ]
+    balance = return_policy()
+    balance["profiles"][0]["plugins"]["balance"] = {"enabled": ["LowNodeUtilization"]}
+    balance["profiles"][0]["pluginConfig"].append({"name": "LowNodeUtilization", "args": {}})
+    assert messages("descheduler-return-only", policy_map(balance)) == [
+        "data.policy.yaml: profile 'burst-return' enables LowNodeUtilization at balance; only "
+        "RemovePodsViolatingNodeTaints (deschedule) and DefaultEvictor may run",
+        "data.policy.yaml: profile 'burst-return' configures LowNodeUtilization; only DefaultEvictor and "
+        "RemovePodsViolatingNodeTaints belong to the return",
+    ]
+    loose = return_policy()
+    evictor, taints = (c["args"] for c in loose["profiles"][0]["pluginConfig"])
+    taints["includedTaints"].append("node.kubernetes.io/unschedulable")
+    evictor.update(minPodAge="30s", nodeFit=False)
+    assert messages("descheduler-return-only", policy_map(loose)) == [
+        "data.policy.yaml: profile 'burst-return': RemovePodsViolatingNodeTaints args are {'includedTaints': "
+        f"['{PREFIX}/burst', 'node.kubernetes.io/unschedulable']}}; set exactly includedTaints: [{PREFIX}/burst] so "
+        "only pods on closed virtual nodes are moved",
+        "data.policy.yaml: profile 'burst-return': DefaultEvictor minPodAge is '30s'; set at least '300s' "
+        "(descheduler.minPodAgeSeconds) so a pod that just started on external capacity is not moved again",
+        "data.policy.yaml: profile 'burst-return': DefaultEvictor nodeFit is False; set nodeFit: true so a pod is "
+        "evicted only when an on-prem node can take it",
+    ]
+
+
+def test_descheduler_affinity_plugin_only_when_the_config_turns_it_on() -> None:
+    with_affinity = return_policy()
+    profile = with_affinity["profiles"][0]
+    profile["plugins"]["deschedule"]["enabled"].append("RemovePodsViolatingNodeAffinity")
+    profile["pluginConfig"].append({"name": "RemovePodsViolatingNodeAffinity",
+                                    "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]}})
+    assert len(messages("descheduler-return-only", policy_map(with_affinity))) == 2
+    on = replace(CTX, prefer_onprem_affinity=True)
+    assert messages("descheduler-return-only", policy_map(with_affinity), ctx=on) == []
+    profile["pluginConfig"][-1]["args"]["nodeAffinityType"] = ["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert len(messages("descheduler-return-only", policy_map(with_affinity), ctx=on)) == 1
+
+
+def test_rbac_escalation_verbs_and_token_minting() -> None:
+    assert messages("rbac-no-escalation", role([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])) == []
+    bad = role([
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind", "escalate"]},
+        {"apiGroups": [""], "resources": ["users", "serviceaccounts"], "verbs": ["impersonate"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+    ])
+    fix = "remove the grant, or except it with its reason in policies/rules/allow_lists.py"
+    assert messages("rbac-no-escalation", bad) == [
+        f"rules[0] grants 'bind' on ['clusterroles'], which binds roles the holder does not hold itself; {fix}",
+        f"rules[0] grants 'escalate' on ['clusterroles'], which lets the holder grant itself any permission; {fix}",
+        "rules[1] grants 'impersonate' on ['users', 'serviceaccounts'], which lets the holder act as any user, group "
+        f"or service account; {fix}",
+        "rules[2] grants 'create' on serviceaccounts/token cluster-wide: a token for any service account in any "
+        "namespace; use a Role in the namespace whose accounts it needs (with resourceNames), or except it with its "
+        "reason in policies/rules/allow_lists.py",
+    ]
+    # A namespaced Role may mint tokens for its own namespace's accounts; impersonation is refused everywhere.
+    namespaced = res("Role", "rbac.authorization.k8s.io/v1", "agent", "gpu-system", rules=[
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"]}])
+    assert len(messages("rbac-no-escalation", namespaced)) == 1
+
+
+def test_rbac_exceptions_name_the_role_and_the_grant() -> None:
+    minting = res("ClusterRole", "rbac.authorization.k8s.io/v1", "gpu-cluster:vk-x", rules=[
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}])
+    exception = RbacException("ClusterRole", "gpu-cluster:vk-x", "reflects tokens to the peer",
+                              grants=frozenset({("serviceaccounts/token", "create")}))
+    assert messages("rbac-no-escalation", minting, ctx=replace(CTX, rbac_exceptions=(exception,))) == []
+    other_role = replace(exception, name="gpu-cluster:vk-y")
+    assert len(messages("rbac-no-escalation", minting, ctx=replace(CTX, rbac_exceptions=(other_role,)))) == 1
+
+
+def test_rbac_bindings_to_admin_and_edit() -> None:
+    assert messages("rbac-least-privilege", binding("view")) == []
+    edit = binding("edit")
+    assert messages("rbac-least-privilege", edit) == [
+        "binds the built-in ClusterRole 'edit' (every namespaced resource, Secrets and RoleBindings included); bind "
+        "a role that lists only the verbs and resources needed, or except this binding with its reason in "
+        "policies/rules/allow_lists.py"
+    ]
+    admin = res("RoleBinding", "rbac.authorization.k8s.io/v1", "agent", "inference",
+                roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"})
+    assert len(messages("rbac-least-privilege", admin)) == 1
+    excepted = RbacException("RoleBinding", "agent", "a tenant's own namespace", namespace="inference",
+                             role_refs=frozenset({"admin"}))
+    assert messages("rbac-least-privilege", admin, ctx=replace(CTX, rbac_exceptions=(excepted,))) == []
+    # Our own Role that happens to be called "admin" is judged by its rules, not its name.
+    own = res("RoleBinding", "rbac.authorization.k8s.io/v1", "agent", "inference",
+              roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "admin"})
+    assert messages("rbac-least-privilege", own) == []
+
+
+def test_cluster_wide_secret_reads() -> None:
+    namespaced = res("Role", "rbac.authorization.k8s.io/v1", "agent", "gpu-system", rules=[
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["queue"], "verbs": ["get"]}])
+    assert messages("rbac-cluster-secrets", namespaced) == []
+    reads = role([{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list"]}])
+    assert messages("rbac-cluster-secrets", reads) == [
+        "rules[0] grants ['get', 'list'] on secrets cluster-wide; use a Role in the namespace that holds the Secret, "
+        "with resourceNames, or except the verbs with their reason in policies/rules/allow_lists.py"
+    ]
+    provider = replace(CTX, rbac_exceptions=rbac_exceptions(["lambda"]))
+    vk = res("ClusterRole", "rbac.authorization.k8s.io/v1", "gpu-cluster:vk-lambda", rules=[
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+    assert messages("rbac-cluster-secrets", vk, ctx=provider) == []
+    vk.props["rules"][0]["verbs"].append("patch")
+    assert messages("rbac-cluster-secrets", vk, ctx=provider) == [
+        "rules[0] grants ['patch'] on secrets cluster-wide (excepted: ['get', 'list', 'watch']); use a Role in the "
+        "namespace that holds the Secret, with resourceNames, or except the verbs with their reason in "
+        "policies/rules/allow_lists.py"
+    ]
+
+
+def test_checkpoint_claims_are_recognised_by_their_storage_class() -> None:
+    ctx = replace(CTX, checkpoint_classes=frozenset({"fast-rwx"}), checkpoint_volumes=frozenset({"ckpt-static"}))
+    by_class = res("PersistentVolumeClaim", "v1", "scratch", "training", spec={
+        "storageClassName": "fast-rwx", "accessModes": ["ReadWriteOnce"]})
+    by_volume = res("PersistentVolumeClaim", "v1", "scratch-2", "training", options=KEPT, spec={
+        "storageClassName": "", "volumeName": "ckpt-static", "accessModes": ["ReadWriteMany"]})
+    other = res("PersistentVolumeClaim", "v1", "scratch-3", "inference", spec={
+        "storageClassName": "standard", "accessModes": ["ReadWriteOnce"]})
+    klass = res("StorageClass", "storage.k8s.io/v1", "fast-rwx", provisioner="csi.weka.io", reclaimPolicy="Delete")
+    found = messages("checkpoint-storage-retained", by_class, by_volume, other, klass, ctx=ctx)
+    assert found == [
+        "accessModes is ['ReadWriteOnce']; every worker of a gang writes its shard, so set accessModes: "
+        "[ReadWriteMany] on a shared-filesystem backend",
+        "not protected; register it with ResourceOptions(protect=True) so no infrastructure change can delete "
+        "checkpoints",
+        "reclaimPolicy is 'Delete'; set reclaimPolicy: Retain so volumes it provisions outlive their claims",
+    ]
+
+
+def test_passwords_in_urls_are_refused() -> None:
+    env_ok = container(env=[{"name": "QUEUE_URL", "value": "amqps://queue.example:5671/jobs"},
+                            {"name": "DB_URL", "value": "postgres://app:$(DB_PASSWORD)@db:5432/x"}],
+                       args=["--endpoint=https://user@example.org/path"])
+    assert messages("no-plain-credentials", deployment("agent", platform_pod(containers=[env_ok]))) == []
+    env_bad = container(env=[{"name": "QUEUE_URL", "value": "amqps://worker:hunter2@queue.example:5671/jobs"}],
+                        command=["serve", "--db=postgres://app:pw@db/x"])
+    found = messages("no-plain-credentials", deployment("agent", platform_pod(containers=[env_bad])))
+    assert found == [
+        "spec.template.spec.containers[main].env[0].value: the URL amqps://worker:…@ embeds a password; keep the URL "
+        "in a Secret from secret config and read it with valueFrom.secretKeyRef, or write the password as $(VAR) "
+        "from a secretKeyRef variable",
+        "spec.template.spec.containers[main].command[1]: the URL postgres://app:…@ embeds a password; keep the URL in "
+        "a Secret from secret config and read it with valueFrom.secretKeyRef, or write the password as $(VAR) from "
+        "a secretKeyRef variable",
+    ]
+    assert not any("hunter2" in m for m in found)
+    config = res("ConfigMap", "v1", "settings", "gpu-system", data={"a.yaml": "url: https://u:p@host\n"})
+    assert messages("no-plain-credentials", config) == [
+        "data.a.yaml: the URL https://u:…@ embeds a password; a ConfigMap is plain text in the state and the "
+        "cluster — move the URL to a Secret from secret config"
+    ]
+
+
+_SHOWN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:…@$")
+
+
+@given(st.from_regex(r"[a-z][a-z0-9+.-]{0,8}", fullmatch=True), st.from_regex(r"[A-Za-z0-9._~-]{0,12}", fullmatch=True),
+       st.from_regex(r"[A-Za-z0-9!*'();&=+,%.~-]{1,16}", fullmatch=True), st.text(max_size=30))
+def test_url_password_detection_finds_it_and_never_echoes_it(scheme: str, user: str, password: str,
+                                                             noise: str) -> None:
+    found = url_passwords(f"{noise} {scheme}://{user}:{password}@host.example/x")
+    assert f"{scheme}://{user}:…@" in found
+    assert all(_SHOWN.match(f) for f in found)
+
+
+@given(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True))
+def test_a_password_from_a_variable_is_not_literal(name: str) -> None:
+    assert url_passwords(f"amqps://worker:$({name})@queue/x") == []
+    assert url_passwords(f"amqps://worker:${{{name}}}@queue/x") == []
+
+
+@given(st.text(max_size=80))
+def test_url_password_detection_takes_any_text(text: str) -> None:
+    assert all(f.endswith(":…@") for f in url_passwords(text))
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(["h", "m", "s", "ms"])), min_size=1, max_size=4))
+def test_go_durations_parse_to_seconds(parts: list[tuple[int, str]]) -> None:
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    text = "".join(f"{n}{unit}" for n, unit in parts)
+    assert duration_seconds(text) == pytest.approx(sum(n * scale[unit] for n, unit in parts))
+
+
+@given(st.text(max_size=20))
+def test_anything_else_is_no_duration(text: str) -> None:
+    seconds = duration_seconds(text)
+    assert seconds is None or seconds >= 0
+
+
+SCHEDULER_CONF = (
+    "actions: enqueue, allocate, preempt, reclaim, backfill\n"
+    "tiers:\n- plugins:\n  - name: priority\n  - name: gang\n  - name: conformance\n"
+    "- plugins:\n  - name: drf\n  - name: predicates\n  - name: capacity\n  - name: nodeorder\n"
+)
+
+
+def volcano_chart(conf: str | None) -> Resource:
+    custom = {} if conf is None else {"scheduler_config_override": conf}
+    return Resource("kubernetes:helm.sh/v4:Chart", {"chart": "volcano", "version": "1.15.0",
+                                                    "values": {"custom": custom}}, "urn:chart", "volcano")
+
+
+def test_gang_scheduler_keeps_the_preemption_path() -> None:
+    assert messages("gang-scheduler-preemption-path", volcano_chart(SCHEDULER_CONF)) == []
+    config_map = res("ConfigMap", "v1", "volcano-scheduler-configmap", "volcano-system",
+                     data={"volcano-scheduler.conf": SCHEDULER_CONF.replace("reclaim, ", "")})
+    assert messages("gang-scheduler-preemption-path", config_map) == [
+        "data.volcano-scheduler.conf actions 'enqueue, allocate, preempt, backfill' lack reclaim; without enqueue a "
+        "gang is not admitted whole, without preempt or reclaim a pending gang cannot take GPUs from inference "
+        "(reclaim is the only cross-queue path)"
+    ]
+    weakened = (SCHEDULER_CONF.replace("  - name: gang\n", "").replace("capacity", "proportion")
+                .replace("  - name: priority\n", "  - name: priority\n    enablePreemptable: false\n"))
+    assert messages("gang-scheduler-preemption-path", volcano_chart(weakened)) == [
+        "values.custom.scheduler_config_override plugins ['priority', 'conformance', 'drf', 'predicates', "
+        "'proportion', 'nodeorder'] lack gang, capacity; the preemption path needs priority, gang, predicates, "
+        "capacity",
+        "values.custom.scheduler_config_override plugin proportion is enabled; queues share by their deserved GPUs "
+        "(capacity), and proportion would let training reclaim only its weighted share",
+        "values.custom.scheduler_config_override plugin priority has enablePreemptable: false; the preemption path "
+        "needs every extension point of that plugin",
+    ]
+    assert messages("gang-scheduler-preemption-path", volcano_chart(None)) == [
+        "values.custom.scheduler_config_override is not set, so the chart's default applies (no reclaim, no "
+        "preempt, proportion instead of capacity); pass components.gang_scheduler.volcano_scheduler_conf()"
+    ]
+    late = SCHEDULER_CONF.replace("enqueue, allocate", "allocate, enqueue")
+    assert len(messages("gang-scheduler-preemption-path", volcano_chart(late))) == 1
+
+
+@given(st.text(max_size=200))
+def test_scheduler_configuration_of_any_text_is_judged_without_raising(text: str) -> None:
+    assert isinstance(scheduler_conf_problems(text), list)
+
+
+def queue(name: str, reclaimable: bool | None) -> Resource:
+    spec: dict[str, Any] = {"weight": 1}
+    if reclaimable is not None:
+        spec["reclaimable"] = reclaimable
+    return res("Queue", "scheduling.volcano.sh/v1beta1", name, spec=spec)
+
+
+def test_queues_keep_inference_reclaimable_and_training_not() -> None:
+    assert messages("gang-scheduler-preemption-path", queue("inference", True), queue("training", False)) == []
+    assert messages("gang-scheduler-preemption-path", queue("inference", False), queue("training", None)) == [
+        "the inference queue has reclaimable: false; reclaim could not evict inference for a pending gang; set "
+        "scheduling.inferenceQueue.reclaimable: true",
+        "training queue training has reclaimable: None (Volcano's default is true); another queue could reclaim a "
+        "gang's members; set reclaimable: false",
+    ]

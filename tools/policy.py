@@ -38,16 +38,22 @@ def resource_of(registered: Registered) -> Resource:
     )
 
 
+def policed(type_: str, custom: bool) -> bool:
+    """Custom resources, plus Helm charts: a chart is a component whose inputs (version, values such as the gang
+    scheduler's configuration) the rules judge; other components register no properties of their own."""
+    return custom or type_.startswith("kubernetes:helm.sh/")
+
+
 def resources_of(result: RunResult) -> list[Resource]:
-    """The custom resources of a run (components register no properties of their own)."""
-    return [resource_of(r) for r in result.resources if r.custom]
+    """The resources of a run the rules judge (:func:`policed`)."""
+    return [resource_of(r) for r in result.resources if policed(r.type, r.custom)]
 
 
 def resources_from_json(data: Mapping[str, Any]) -> list[Resource]:
     """``resources.json`` (from ``make render``) as rule inputs."""
     out = []
     for item in data.get("resources", []):
-        if not item.get("custom", True):
+        if not policed(str(item.get("type", "")), bool(item.get("custom", True))):
             continue
         options = item.get("options") or {}
         out.append(Resource(
@@ -119,8 +125,8 @@ def docs() -> str:
         "Mandatory rules block an update: each guards an invariant whose violation breaks the design.",
         "Advisory rules report only: each is a recommendation whose right answer depends on the workload.",
         "Every message says how to fix the resource. Tiers, scheduler, thresholds and the label prefix come",
-        "from the stack config (`components/config.py`); privileged components from",
-        "`components/security.py` (`PRIVILEGE_ALLOW_LIST`).",
+        "from the stack config (`components/config/`); the exceptions, each with its reason (privileged pod",
+        "identities by namespace and service account, RBAC grants by role), from `policies/rules/allow_lists.py`.",
         "",
         "| rule | level | checks | why this level |",
         "|---|---|---|---|",

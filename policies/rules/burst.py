@@ -260,6 +260,87 @@ def check_descheduler_bounded(res: Resource, ctx: RuleContext) -> list[str]:
     return out
 
 
+TAINTS_PLUGIN = "RemovePodsViolatingNodeTaints"
+AFFINITY_PLUGIN = "RemovePodsViolatingNodeAffinity"
+EVICTOR = "DefaultEvictor"
+_DURATION = re.compile(r"(?P<value>\d+(\.\d+)?)(?P<unit>ms|us|ns|h|m|s)")
+_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def duration_seconds(value: Any) -> float | None:
+    """A Go duration (``600s``, ``10m``, ``1h30m``) in seconds; None when it is not one."""
+    text = str(value).strip() if value is not None else ""
+    if not text or _DURATION.sub("", text) != "":
+        return None
+    return sum(float(m["value"]) * _SECONDS[m["unit"]] for m in _DURATION.finditer(text))
+
+
+def _enabled(plugins: Mapping[str, Any]) -> dict[str, list[str]]:
+    return {str(point): [str(p) for p in as_seq(as_map(cfg).get("enabled"))] for point, cfg in plugins.items()}
+
+
+def return_plugin_problems(policy: Mapping[str, Any], ctx: RuleContext) -> list[str]:
+    """How a DeschedulerPolicy differs from the gradual return: one profile, the burst taint, minPodAge, nodeFit."""
+    profiles = [as_map(p) for p in as_seq(policy.get("profiles"))]
+    if len(profiles) != 1:
+        return [f"has {len(profiles)} profiles; the descheduler does one thing here, the gradual return: one profile "
+                f"with {TAINTS_PLUGIN} for {ctx.keys.burst_taint}"]
+    profile = profiles[0]
+    name = profile.get("name")
+    out = []
+    deschedule = [TAINTS_PLUGIN, *([AFFINITY_PLUGIN] if ctx.prefer_onprem_affinity else [])]
+    wanted = {"deschedule": deschedule, "filter": [EVICTOR], "preEvictionFilter": [EVICTOR]}
+    enabled = _enabled(as_map(profile.get("plugins")))
+    for point, plugins in sorted(enabled.items()):
+        extra = [p for p in plugins if p not in wanted.get(point, [])]
+        if extra:
+            out.append(f"profile '{name}' enables {', '.join(extra)} at {point}; only {TAINTS_PLUGIN} (deschedule"
+                       f"{', with ' + AFFINITY_PLUGIN if ctx.prefer_onprem_affinity else ''}) and {EVICTOR} may run")
+    if TAINTS_PLUGIN not in enabled.get("deschedule", []):
+        out.append(f"profile '{name}' does not enable {TAINTS_PLUGIN} at deschedule; nothing would return inference "
+                   "on-prem")
+    configs = {str(as_map(c).get("name")): as_map(as_map(c).get("args")) for c in as_seq(profile.get("pluginConfig"))}
+    extra_configs = sorted(set(configs) - {EVICTOR, *deschedule})
+    if extra_configs:
+        out.append(f"profile '{name}' configures {', '.join(extra_configs)}; only {EVICTOR} and {TAINTS_PLUGIN} belong "
+                   "to the return")
+    taints = configs.get(TAINTS_PLUGIN, {})
+    if as_seq(taints.get("includedTaints")) != [ctx.keys.burst_taint] or set(taints) - {"includedTaints"}:
+        out.append(f"profile '{name}': {TAINTS_PLUGIN} args are {dict(taints)}; set exactly includedTaints: "
+                   f"[{ctx.keys.burst_taint}] so only pods on closed virtual nodes are moved")
+    if ctx.prefer_onprem_affinity and AFFINITY_PLUGIN in configs:
+        types = as_seq(configs[AFFINITY_PLUGIN].get("nodeAffinityType"))
+        if types != ["preferredDuringSchedulingIgnoredDuringExecution"]:
+            out.append(f"profile '{name}': {AFFINITY_PLUGIN} nodeAffinityType is {types}; only "
+                       "[preferredDuringSchedulingIgnoredDuringExecution] moves pods home")
+    evictor = configs.get(EVICTOR, {})
+    age = duration_seconds(evictor.get("minPodAge"))
+    floor = max(ctx.min_pod_age_seconds, 1)
+    if age is None or age < floor:
+        out.append(f"profile '{name}': {EVICTOR} minPodAge is {evictor.get('minPodAge')!r}; set at least '{floor}s' "
+                   "(descheduler.minPodAgeSeconds) so a pod that just started on external capacity is not moved again")
+    if evictor.get("nodeFit") is not True:
+        out.append(f"profile '{name}': {EVICTOR} nodeFit is {evictor.get('nodeFit')!r}; set nodeFit: true so a pod is "
+                   "evicted only when an on-prem node can take it")
+    return out
+
+
+@rule(
+    "descheduler-return-only",
+    "The descheduler policy is exactly the gradual return: one profile whose only deschedule plugin is "
+         "RemovePodsViolatingNodeTaints with includedTaints [the burst taint], and a DefaultEvictor with "
+         "minPodAge (at least descheduler.minPodAgeSeconds) and nodeFit.",
+    MANDATORY,
+    "any other plugin or taint evicts production inference for reasons the burst design never accounted for",
+)
+def check_descheduler_return_only(res: Resource, ctx: RuleContext) -> list[str]:
+    found = descheduler_policy(res)
+    if found is None:
+        return []
+    key, policy = found
+    return [f"data.{key}: {problem}" for problem in return_plugin_problems(policy, ctx)]
+
+
 @stack_rule(
     "pdb-sanity",
     "PodDisruptionBudgets allow at least one voluntary disruption, also at the HPA floor.",

@@ -13,9 +13,9 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel
 
-from components.config import ClusterConfig, Descheduler, Observability, Priorities
+from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling
 from components.naming import Keys
-from components.security import PRIVILEGE_ALLOW_LIST
+from policies.rules.allow_lists import PrivilegedAgent, RbacException, privileged_agents, rbac_exceptions
 
 MANDATORY, ADVISORY = EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY
 
@@ -98,7 +98,19 @@ class RuleContext:
     max_evictions_per_namespace: int = 8
     max_evictions_total: int = 16
     virtual_nodes: frozenset[str] = frozenset()
-    allow_list: frozenset[str] = frozenset(PRIVILEGE_ALLOW_LIST)
+    #: Pod identities (namespace, service account) allowed named privileges (policies.rules.allow_lists).
+    privileged: tuple[PrivilegedAgent, ...] = privileged_agents("gpu-system")
+    #: Roles and bindings allowed named grants beyond the RBAC rules, each with its reason.
+    rbac_exceptions: tuple[RbacException, ...] = ()
+    #: StorageClasses and pre-provisioned volumes that hold checkpoints: a claim on one is a checkpoint claim.
+    checkpoint_classes: frozenset[str] = frozenset()
+    checkpoint_volumes: frozenset[str] = frozenset()
+    #: Volcano queues: inference must stay reclaimable, training never.
+    inference_queue: str = "inference"
+    training_queues: frozenset[str] = frozenset({"training"})
+    #: The descheduler's return plugin: the minimum pod age, and whether the preferred-affinity plugin is on.
+    min_pod_age_seconds: int = 300
+    prefer_onprem_affinity: bool = False
     #: True where secret values show as the placeholder (mock runtime); False under the real engine.
     secrets_marked: bool = True
     #: Plain (non-secret) string values of the stack file; a credential equal to one came from plain config.
@@ -124,6 +136,14 @@ class RuleContext:
             max_evictions_per_namespace=cfg.descheduler.max_pods_per_namespace,
             max_evictions_total=cfg.descheduler.max_pods_total,
             virtual_nodes=frozenset(p.node_name for p in cfg.providers),
+            privileged=privileged_agents(cfg.system_namespace),
+            rbac_exceptions=rbac_exceptions(p.name for p in cfg.providers),
+            checkpoint_classes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if f.dynamic),
+            checkpoint_volumes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if not f.dynamic),
+            inference_queue=cfg.scheduling.inference_queue.name,
+            training_queues=frozenset(cfg.scheduling.training_queue_names(p.name for p in cfg.pools).values()),
+            min_pod_age_seconds=cfg.descheduler.min_pod_age_seconds,
+            prefer_onprem_affinity=cfg.descheduler.prefer_onprem_affinity,
             secrets_marked=secrets_marked,
             plain_config_values=frozenset(plain_config_values),
         )
@@ -131,8 +151,11 @@ class RuleContext:
     @classmethod
     def defaults(cls) -> RuleContext:
         """The schema defaults, for a pack started without stack config (e.g. ``pulumi policy publish``)."""
-        priorities, descheduler, observability = Priorities(), Descheduler(), Observability()
+        priorities, descheduler, observability, scheduling = Priorities(), Descheduler(), Observability(), Scheduling()
         return cls(
+            inference_queue=scheduling.inference_queue.name,
+            training_queues=frozenset({scheduling.training_queue.name}),
+            min_pod_age_seconds=descheduler.min_pod_age_seconds,
             tiers={t.name: t.value for t in priorities.tiers().values()},
             training_class=priorities.training.name,
             inference_class=priorities.inference.name,

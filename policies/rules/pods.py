@@ -74,17 +74,35 @@ def pod_templates(res: Resource) -> list[PodTemplate]:
     return []
 
 
-def gpu_count(container: Mapping[str, Any], gpu_resource: str) -> tuple[Any, Any]:
+#: NVIDIA's MIG slices under the device plugin's "mixed" strategy (``nvidia.com/mig-3g.40gb``): GPUs too.
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+def is_gpu_resource(name: str, gpu_resource: str) -> bool:
+    """The stack's GPU resource, NVIDIA's whole GPUs, and every MIG slice."""
+    return name in (gpu_resource, "nvidia.com/gpu") or name.startswith(MIG_PREFIX)
+
+
+def gpu_counts(container: Mapping[str, Any], gpu_resource: str) -> dict[str, tuple[Any, Any]]:
+    """Each GPU resource a container names, with its (request, limit); None where one side is absent."""
     resources = as_map(container.get("resources"))
-    return as_map(resources.get("requests")).get(gpu_resource), as_map(resources.get("limits")).get(gpu_resource)
+    requests, limits = as_map(resources.get("requests")), as_map(resources.get("limits"))
+    names = sorted({str(k) for k in (*requests, *limits) if is_gpu_resource(str(k), gpu_resource)})
+    return {name: (requests.get(name), limits.get(name)) for name in names}
 
 
 def requests_gpus(pod: PodTemplate, gpu_resource: str) -> bool:
-    return any(any(v is not None for v in gpu_count(c, gpu_resource)) for _, c in pod.containers())
+    return any(gpu_counts(c, gpu_resource) for _, c in pod.containers())
 
 
 def is_training(res: Resource, pod: PodTemplate, ctx: RuleContext) -> bool:
-    return is_volcano_job(res) or pod.labels.get(ctx.keys.workload) == TRAINING
+    """Training, by what a workload cannot shed without losing its rank: a Volcano Job, or the training
+    PriorityClass in any workload kind; the workload label counts too, but relabelling alone does not hide it."""
+    return (
+        is_volcano_job(res)
+        or pod.spec.get("priorityClassName") == ctx.training_class
+        or pod.labels.get(ctx.keys.workload) == TRAINING
+    )
 
 
 def is_inference(pod: PodTemplate, ctx: RuleContext) -> bool:

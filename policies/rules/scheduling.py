@@ -3,32 +3,36 @@ training is gang-scheduled, outranks inference and stays on-prem; every containe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from components.naming import TRAINING
+import yaml
+
 from policies.rules.core import ADVISORY, MANDATORY, Resource, RuleContext, as_map, as_seq, quantity, rule
-from policies.rules.pods import gpu_count, is_training, is_volcano_job, pod_templates, requests_gpus
+from policies.rules.pods import gpu_counts, is_training, is_volcano_job, pod_templates, requests_gpus
 
 _BREAKS = "a violation breaks the scheduling design"
 
 
 @rule(
     "gpu-priority-class",
-    "Every pod that requests GPUs names a PriorityClass from the declared tiers.",
+    "Every pod that requests GPUs (MIG slices included) names the training or the inference PriorityClass.",
     MANDATORY,
-    f"{_BREAKS}: without a tier, preemption order between training and inference is undefined",
+    f"{_BREAKS}: without a GPU tier, preemption order between training and inference is undefined, and a GPU pod "
+    "at the system tier would preempt training gangs",
 )
 def check_gpu_priority_class(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
+    gpu_tiers = sorted({ctx.training_class, ctx.inference_class})
     for pod in pod_templates(res):
         if not requests_gpus(pod, ctx.gpu_resource):
             continue
         cls = pod.spec.get("priorityClassName")
-        if cls not in ctx.tiers:
+        if cls not in gpu_tiers:
             out.append(
-                f"{pod.where}: GPU pod has priorityClassName {cls!r}, not one of the declared tiers "
-                f"{sorted(ctx.tiers)}; set priorityClassName to '{ctx.training_class}' for training or "
+                f"{pod.where}: GPU pod has priorityClassName {cls!r}, not one of the GPU tiers "
+                f"{gpu_tiers}; set priorityClassName to '{ctx.training_class}' for training or "
                 f"'{ctx.inference_class}' for inference"
             )
     return out
@@ -36,7 +40,7 @@ def check_gpu_priority_class(res: Resource, ctx: RuleContext) -> list[str]:
 
 @rule(
     "gpu-limits-equal-requests",
-    "GPU limits equal GPU requests on every container.",
+    "GPU limits equal GPU requests on every container (MIG slices included).",
     MANDATORY,
     "extended resources cannot be overcommitted; a mismatch is rejected or miscounted",
 )
@@ -44,21 +48,19 @@ def check_gpu_limits_equal_requests(res: Resource, ctx: RuleContext) -> list[str
     out = []
     for pod in pod_templates(res):
         for where, container in pod.containers():
-            request, limit = gpu_count(container, ctx.gpu_resource)
-            if request is None and limit is None:
-                continue
-            if request is None or limit is None or quantity(request) != quantity(limit):
-                out.append(
-                    f"{where}: {ctx.gpu_resource} requests ({request}) and limits ({limit}) differ; GPUs cannot "
-                    f"be overcommitted, set resources.requests and resources.limits '{ctx.gpu_resource}' "
-                    "to the same count"
-                )
+            for name, (request, limit) in gpu_counts(container, ctx.gpu_resource).items():
+                if request is None or limit is None or quantity(request) != quantity(limit):
+                    out.append(
+                        f"{where}: {name} requests ({request}) and limits ({limit}) differ; GPUs cannot "
+                        f"be overcommitted, set resources.requests and resources.limits '{name}' "
+                        "to the same count"
+                    )
     return out
 
 
 @rule(
     "gpu-scheduler",
-    "Every GPU pod uses the chosen gang scheduler.",
+    "Every GPU pod (MIG slices included) uses the chosen gang scheduler.",
     MANDATORY,
     "two schedulers on the same nodes double-book GPUs, and the gang scheduler cannot preempt pods "
             "it did not place",
@@ -80,8 +82,8 @@ def check_gpu_scheduler(res: Resource, ctx: RuleContext) -> list[str]:
 
 @rule(
     "training-gang-scheduled",
-    "Training (Volcano Jobs, pods labelled workload=training) is gang-scheduled: "
-         "minAvailable equals replicas.",
+    "Training (Volcano Jobs, and pods of any workload kind with the training PriorityClass or labelled "
+         "workload=training) is gang-scheduled: minAvailable equals replicas.",
     MANDATORY,
     "a partial gang holds GPUs and makes no progress",
 )
@@ -107,20 +109,22 @@ def check_training_gang(res: Resource, ctx: RuleContext) -> list[str]:
         return out
     out = []
     for pod in pod_templates(res):
-        if pod.labels.get(ctx.keys.workload) != TRAINING:
+        if not is_training(res, pod, ctx):
             continue
         if res.kind == "Job" and res.api_version == "batch/v1" and pod.annotations.get("scheduling.k8s.io/group-name"):
             continue  # kube-batch: an Indexed Job ganged by its PodGroup
         out.append(
-            f"{res.kind} carries {ctx.keys.workload}={TRAINING} but is not gang-scheduled; run training as a "
-            "Volcano Job (batch.volcano.sh) with minAvailable equal to its replicas"
+            f"{res.kind} is training (priorityClassName {pod.spec.get('priorityClassName')!r}, "
+            f"{ctx.keys.workload}={pod.labels.get(ctx.keys.workload)!r}) but is not gang-scheduled; run training "
+            "as a Volcano Job (batch.volcano.sh) with minAvailable equal to its replicas"
         )
     return out
 
 
 @rule(
     "training-outranks-inference",
-    "Training pods use a PriorityClass whose value is above inference's.",
+    "Training pods (Volcano Jobs, pods labelled workload=training) use a PriorityClass whose value is above "
+         "inference's.",
     MANDATORY,
     f"{_BREAKS}: a gang must be able to take GPUs from inference",
 )
@@ -155,7 +159,8 @@ def _term_excludes_virtual(term: Mapping[str, Any], ctx: RuleContext) -> bool:
 
 @rule(
     "training-onprem-only",
-    "Training pods have a required node affinity that excludes virtual nodes.",
+    "Training pods (by PriorityClass, label or Volcano Job, in any workload kind) have a required node affinity "
+         "that excludes virtual nodes.",
     MANDATORY,
     "a gang member on external capacity stalls the whole NCCL ring",
 )
@@ -174,6 +179,95 @@ def check_training_onprem(res: Resource, ctx: RuleContext) -> list[str]:
                 f"term has '{ctx.keys.location} In [onprem]' or 'type NotIn [virtual-kubelet]'"
             )
     return out
+
+
+#: Volcano actions the preemption path runs, in the order it needs them: enqueue admits a gang only when its
+#: minAvailable fits, allocate binds it whole, preempt picks victims inside a queue, reclaim across queues.
+VOLCANO_ACTIONS = ("enqueue", "allocate", "preempt", "reclaim")
+#: Volcano plugins the design needs: priority orders jobs and victims, gang keeps gangs whole, predicates
+#: honours taints and affinity (training stays on-prem), capacity shares queues by their deserved GPUs.
+VOLCANO_PLUGINS = ("priority", "gang", "predicates", "capacity")
+#: Plugins that must not run: proportion answers the same queue questions as capacity, by weight.
+VOLCANO_FORBIDDEN_PLUGINS = ("proportion",)
+#: Where a scheduler configuration sits: the chart's override value, or the ConfigMap key Volcano reads.
+VOLCANO_CONF_KEY = "volcano-scheduler.conf"
+
+
+def volcano_scheduler_conf(res: Resource) -> tuple[str, str] | None:
+    """Where and what a Volcano scheduler configuration is in this resource (chart values or ConfigMap)."""
+    if res.type.startswith("kubernetes:helm.sh/") and res.props.get("chart") == "volcano":
+        custom = as_map(as_map(res.props.get("values")).get("custom"))
+        return "values.custom.scheduler_config_override", str(custom.get("scheduler_config_override") or "")
+    if res.kind == "ConfigMap":
+        text = as_map(res.props.get("data")).get(VOLCANO_CONF_KEY)
+        if isinstance(text, str):
+            return f"data.{VOLCANO_CONF_KEY}", text
+    return None
+
+
+_ACTION_SPLIT = re.compile(r"[,\s]+")
+
+
+def scheduler_conf_problems(text: str) -> list[str]:
+    """What a Volcano scheduler configuration lacks for the preemption path (empty when it has it all)."""
+    if not text.strip():
+        return ["is not set, so the chart's default applies (no reclaim, no preempt, proportion instead of "
+                "capacity); pass components.gang_scheduler.volcano_scheduler_conf()"]
+    try:
+        conf = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        return [f"is not YAML ({error.__class__.__name__}); the scheduler would not start"]
+    conf = as_map(conf)
+    actions = [a for a in _ACTION_SPLIT.split(str(conf.get("actions") or "")) if a]
+    out = []
+    missing = [a for a in VOLCANO_ACTIONS if a not in actions]
+    if missing:
+        out.append(f"actions '{', '.join(actions)}' lack {', '.join(missing)}; without enqueue a gang is not admitted "
+                   "whole, without preempt or reclaim a pending gang cannot take GPUs from inference (reclaim is the "
+                   "only cross-queue path)")
+    elif actions.index("enqueue") > actions.index("allocate"):
+        out.append("action enqueue comes after allocate; enqueue must admit a gang before allocate binds it")
+    plugins = [as_map(p) for tier in as_seq(conf.get("tiers")) for p in as_seq(as_map(tier).get("plugins"))]
+    names = [str(p.get("name")) for p in plugins]
+    absent = [p for p in VOLCANO_PLUGINS if p not in names]
+    if absent:
+        out.append(f"plugins {names} lack {', '.join(absent)}; the preemption path needs {', '.join(VOLCANO_PLUGINS)}")
+    for name in (p for p in VOLCANO_FORBIDDEN_PLUGINS if p in names):
+        out.append(f"plugin {name} is enabled; queues share by their deserved GPUs (capacity), and {name} would "
+                   "let training reclaim only its weighted share")
+    for plugin in plugins:
+        if plugin.get("name") not in VOLCANO_PLUGINS:
+            continue
+        off = sorted(k for k, v in plugin.items() if str(k).startswith("enable") and v is False)
+        if off:
+            out.append(f"plugin {plugin.get('name')} has {', '.join(f'{k}: false' for k in off)}; the preemption "
+                       "path needs every extension point of that plugin")
+    return out
+
+
+@rule(
+    "gang-scheduler-preemption-path",
+    "The Volcano scheduler configuration keeps the preemption path: actions enqueue, allocate, preempt and "
+         "reclaim; plugins priority, gang, predicates and capacity (none disabled, no proportion); the inference "
+         "queue reclaimable and every training queue not.",
+    MANDATORY,
+    f"{_BREAKS}: without them a pending gang never gets GPUs back from inference, or training gets reclaimed",
+)
+def check_gang_scheduler(res: Resource, ctx: RuleContext) -> list[str]:
+    found = volcano_scheduler_conf(res)
+    if found is not None:
+        where, text = found
+        return [f"{where} {problem}" for problem in scheduler_conf_problems(text)]
+    if res.kind != "Queue" or res.group != "scheduling.volcano.sh":
+        return []
+    reclaimable = as_map(res.props.get("spec")).get("reclaimable")
+    if res.object_name == ctx.inference_queue and reclaimable is False:
+        return ["the inference queue has reclaimable: false; reclaim could not evict inference for a pending gang; "
+                "set scheduling.inferenceQueue.reclaimable: true"]
+    if res.object_name in ctx.training_queues and reclaimable is not False:
+        return [f"training queue {res.object_name} has reclaimable: {reclaimable} (Volcano's default is true); "
+                "another queue could reclaim a gang's members; set reclaimable: false"]
+    return []
 
 
 @rule(

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.naming import INFERENCE, TRAINING
-from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, rule
+from policies.rules.allow_lists import PrivilegedAgent, RbacException, capability
+from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, rule, strings
 from policies.rules.pods import PodTemplate, is_volcano_job, pod_templates
 
 #: How the mock runtime (and resources.json) shows a secret value.
@@ -53,15 +54,30 @@ def _is_workload_pod(pod: PodTemplate, ctx: RuleContext) -> bool:
     return pod.labels.get(ctx.keys.workload) in (TRAINING, INFERENCE)
 
 
-def _adds_sys_admin(container: Mapping[str, Any]) -> bool:
+def _added_capabilities(container: Mapping[str, Any]) -> list[str]:
     caps = as_map(as_map(container.get("securityContext")).get("capabilities"))
-    return "SYS_ADMIN" in as_seq(caps.get("add"))
+    return [capability(str(c)) for c in as_seq(caps.get("add"))]
+
+
+def service_account(pod: PodTemplate) -> str:
+    return str(pod.spec.get("serviceAccountName") or pod.spec.get("serviceAccount") or "default")
+
+
+def privileged_agent(res: Resource, pod: PodTemplate, ctx: RuleContext) -> PrivilegedAgent | None:
+    """The allow-list entry of this pod's identity (namespace and service account), if any; labels play no part."""
+    namespace, account = res.namespace or "default", service_account(pod)
+    return next((a for a in ctx.privileged if a.namespace == namespace and a.service_account == account), None)
+
+
+def _identity(res: Resource, pod: PodTemplate) -> str:
+    return f"namespace '{res.namespace or 'default'}', service account '{service_account(pod)}'"
 
 
 @rule(
     "pod-security-restricted",
     "Our own pods run non-root, with a read-only root filesystem and no "
-         "privilege escalation (allow-listed components keep only their named exception).",
+         "privilege escalation (an allow-listed agent, by namespace and service account, keeps only its named "
+         "exception: root where listed).",
     MANDATORY,
     "platform agents run on every GPU node; a compromise there reaches every job",
 )
@@ -70,55 +86,69 @@ def check_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
     for pod in pod_templates(res):
         if _is_workload_pod(pod, ctx) or is_volcano_job(res):
             continue  # users' training/inference images; governed by namespace Pod Security admission
-        allowed = pod.app_name in ctx.allow_list
+        agent = privileged_agent(res, pod, ctx)
+        root_allowed = agent is not None and agent.run_as_root
         pod_ctx = as_map(pod.spec.get("securityContext"))
         for where, container in pod.containers():
             sc = as_map(container.get("securityContext"))
             non_root = sc.get("runAsNonRoot", pod_ctx.get("runAsNonRoot"))
-            if non_root is not True and not allowed:
+            if non_root is not True and not root_allowed:
                 out.append(f"{where}: runAsNonRoot is not true; use components.security.pod_security_context() "
                            "and container_security_context()")
             if sc.get("readOnlyRootFilesystem") is not True:
                 out.append(f"{where}: readOnlyRootFilesystem is not true; set it and mount an emptyDir where the "
                            "process must write")
-            if sc.get("allowPrivilegeEscalation") is not False and not (allowed and _adds_sys_admin(container)):
+            escalation_allowed = agent is not None and bool(set(_added_capabilities(container)) & agent.capabilities)
+            if sc.get("allowPrivilegeEscalation") is not False and not escalation_allowed:
                 out.append(f"{where}: allowPrivilegeEscalation is not false; set allowPrivilegeEscalation: false")
     return out
 
 
+def _host_path(path: Any) -> str:
+    text = str(path or "")
+    return text.rstrip("/") or "/"
+
+
 @rule(
     "privileges-allow-listed",
-    "Capabilities and hostPath only for components on "
-         "components.security.PRIVILEGE_ALLOW_LIST (by app.kubernetes.io/name); hostPath read-only; never "
-         "privileged or host namespaces.",
+    "Capabilities and hostPath volumes only for the pod identities (namespace and service account, never a "
+         "label) in policies/rules/allow_lists.py, and only the exact capabilities and read-only host paths listed "
+         "for each; never privileged or host namespaces.",
     MANDATORY,
-    "privileges are exceptions, named and reviewed",
+    "privileges are exceptions, named and reviewed; a label costs nothing to copy",
 )
 def check_privileges(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
     for pod in pod_templates(res):
-        allowed = pod.app_name in ctx.allow_list
-        how = (f"add '{pod.app_name or '<app.kubernetes.io/name>'}' to components.security.PRIVILEGE_ALLOW_LIST "
-               "with the reason, or drop the privilege")
+        agent = privileged_agent(res, pod, ctx)
+        who = _identity(res, pod)
+        if agent is None:
+            how = (f"no agent with {who} is allow-listed; add a PrivilegedAgent to policies/rules/allow_lists.py "
+                   "with the reason, or drop the privilege")
+        else:
+            how = (f"{agent.name} ({who}) is allow-listed for capabilities {sorted(agent.capabilities)} and "
+                   f"read-only host paths {sorted(agent.host_paths)} only ({agent.reason})")
         for flag in ("hostNetwork", "hostPID", "hostIPC"):
             if pod.spec.get(flag) is True:
                 out.append(f"{pod.where}: {flag} is true; no component of this platform needs it — remove it")
         host_paths = {
-            str(as_map(v).get("name")): str(as_map(as_map(v).get("hostPath")).get("path"))
+            str(as_map(v).get("name")): _host_path(as_map(as_map(v).get("hostPath")).get("path"))
             for v in as_seq(pod.spec.get("volumes"))
             if as_map(v).get("hostPath") is not None
         }
-        if host_paths and not allowed:
-            out.append(f"{pod.where}: hostPath volumes {sorted(host_paths.values())} in a component that is not "
-                       f"allow-listed; {how}")
+        allowed_paths = agent.host_paths if agent is not None else frozenset()
+        refused = sorted(p for p in set(host_paths.values()) if p not in allowed_paths)
+        if refused:
+            out.append(f"{pod.where}: hostPath volumes {refused} are not allow-listed; {how}")
         for where, container in pod.containers():
             sc = as_map(container.get("securityContext"))
             if sc.get("privileged") is True:
                 out.append(f"{where}: privileged: true; grant the single capability needed instead "
                            "(e.g. SYS_ADMIN for DCGM profiling) and remove privileged")
-            added = [str(c) for c in as_seq(as_map(sc.get("capabilities")).get("add"))]
-            if added and not allowed:
-                out.append(f"{where}: adds capabilities {added} in a component that is not allow-listed; {how}")
+            allowed_caps = agent.capabilities if agent is not None else frozenset()
+            extra = [c for c in _added_capabilities(container) if c not in allowed_caps]
+            if extra:
+                out.append(f"{where}: adds capabilities {extra} that are not allow-listed; {how}")
             for mount in (as_map(m) for m in as_seq(container.get("volumeMounts"))):
                 name = str(mount.get("name"))
                 if name in host_paths and mount.get("readOnly") is not True:
@@ -127,25 +157,114 @@ def check_privileges(res: Resource, ctx: RuleContext) -> list[str]:
     return out
 
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+#: Built-in ClusterRoles that grant (nearly) everything in their scope, Secrets and RoleBindings included.
+BROAD_ROLES = ("cluster-admin", "admin", "edit")
+#: Verbs that let the holder gain permissions it was not given.
+ESCALATION_VERBS = {
+    "bind": "binds roles the holder does not hold itself",
+    "escalate": "lets the holder grant itself any permission",
+    "impersonate": "lets the holder act as any user, group or service account",
+}
+_EXCEPTIONS_FILE = "policies/rules/allow_lists.py"
+
+
+def rbac_exception(res: Resource, ctx: RuleContext) -> RbacException | None:
+    namespace = res.namespace if res.kind in ("Role", "RoleBinding") else ""
+    return next((e for e in ctx.rbac_exceptions
+                 if (e.kind, e.name, e.namespace) == (res.kind, res.object_name, namespace)), None)
+
+
+def _rbac_rules(res: Resource) -> list[tuple[int, Mapping[str, Any]]]:
+    if res.kind not in ("Role", "ClusterRole") or res.group != RBAC_GROUP:
+        return []
+    return [(i, as_map(r)) for i, r in enumerate(as_seq(res.props.get("rules")))]
+
+
+def _unexcepted(entry: Mapping[str, Any], resources: list[str], verbs: list[str],
+                exception: RbacException | None) -> list[str]:
+    """The verbs of ``verbs`` the exception does not grant on every one of ``resources``."""
+    granted = exception.grants if exception is not None else frozenset()
+    return [v for v in verbs if not all((r, v) in granted for r in resources)]
+
+
 @rule(
     "rbac-least-privilege",
     "RBAC rules list no wildcard verbs, resources or apiGroups; nothing binds "
-         "cluster-admin.",
+         "cluster-admin, admin or edit unless policies/rules/allow_lists.py excepts that binding with a reason.",
     MANDATORY,
-    "a wildcard grants tomorrow's resources too",
+    "a wildcard grants tomorrow's resources too; admin and edit include every Secret and RoleBinding",
 )
 def check_rbac(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
-    if res.kind in ("Role", "ClusterRole") and res.group == "rbac.authorization.k8s.io":
-        for index, entry in enumerate(as_map(r) for r in as_seq(res.props.get("rules"))):
-            for fld in ("verbs", "resources", "apiGroups", "nonResourceURLs"):
-                if "*" in as_seq(entry.get(fld)):
-                    out.append(f"rules[{index}].{fld} contains '*'; list the exact {fld} the component uses "
-                               "(least privilege)")
+    for index, entry in _rbac_rules(res):
+        for fld in ("verbs", "resources", "apiGroups", "nonResourceURLs"):
+            if "*" in as_seq(entry.get(fld)):
+                out.append(f"rules[{index}].{fld} contains '*'; list the exact {fld} the component uses "
+                           "(least privilege)")
     if res.kind in ("RoleBinding", "ClusterRoleBinding"):
         ref = as_map(res.props.get("roleRef"))
-        if ref.get("name") == "cluster-admin":
-            out.append("binds cluster-admin; bind a ClusterRole that lists only the verbs and resources needed")
+        name = ref.get("name")
+        exception = rbac_exception(res, ctx)
+        if ref.get("kind", "ClusterRole") == "ClusterRole" and name in BROAD_ROLES and not (
+                exception is not None and name in exception.role_refs):
+            if name == "cluster-admin":
+                out.append("binds cluster-admin; bind a ClusterRole that lists only the verbs and resources needed")
+            else:
+                out.append(f"binds the built-in ClusterRole '{name}' (every namespaced resource, Secrets and "
+                           "RoleBindings included); bind a role that lists only the verbs and resources needed, or "
+                           f"except this binding with its reason in {_EXCEPTIONS_FILE}")
+    return out
+
+
+@rule(
+    "rbac-no-escalation",
+    "No role grants bind, escalate or impersonate, and no ClusterRole creates serviceaccounts/token (a token for "
+         "any service account), unless policies/rules/allow_lists.py excepts that grant with a reason.",
+    MANDATORY,
+    "each of these turns a narrow grant into any grant: the holder binds, writes or borrows permissions it was "
+    "never given",
+)
+def check_rbac_escalation(res: Resource, ctx: RuleContext) -> list[str]:
+    out = []
+    exception = rbac_exception(res, ctx)
+    fix = f"remove the grant, or except it with its reason in {_EXCEPTIONS_FILE}"
+    for index, entry in _rbac_rules(res):
+        resources = [str(r) for r in as_seq(entry.get("resources"))]
+        verbs = [str(v) for v in as_seq(entry.get("verbs"))]
+        for verb in _unexcepted(entry, resources, [v for v in verbs if v in ESCALATION_VERBS], exception):
+            out.append(f"rules[{index}] grants '{verb}' on {resources}, which {ESCALATION_VERBS[verb]}; {fix}")
+        if res.kind == "ClusterRole" and "serviceaccounts/token" in resources and "create" in verbs and _unexcepted(
+                entry, ["serviceaccounts/token"], ["create"], exception):
+            out.append(f"rules[{index}] grants 'create' on serviceaccounts/token cluster-wide: a token for any "
+                       f"service account in any namespace; use a Role in the namespace whose accounts it needs "
+                       f"(with resourceNames), or except it with its reason in {_EXCEPTIONS_FILE}")
+    return out
+
+
+@rule(
+    "rbac-cluster-secrets",
+    "No ClusterRole grants access to Secrets (every Secret of every namespace) unless policies/rules/allow_lists.py "
+         "excepts exactly those verbs for that role with a reason.",
+    MANDATORY,
+    "a cluster-wide Secret read holds every credential of the cluster, service-account tokens included",
+)
+def check_rbac_cluster_secrets(res: Resource, ctx: RuleContext) -> list[str]:
+    if res.kind != "ClusterRole":
+        return []
+    out = []
+    exception = rbac_exception(res, ctx)
+    for index, entry in _rbac_rules(res):
+        groups = [str(g) for g in as_seq(entry.get("apiGroups"))]
+        if "secrets" not in as_seq(entry.get("resources")) or not ({"", "*"} & set(groups)):
+            continue
+        verbs = _unexcepted(entry, ["secrets"], [str(v) for v in as_seq(entry.get("verbs"))], exception)
+        if verbs:
+            allowed = sorted(v for r, v in exception.grants if r == "secrets") if exception is not None else []
+            excepted = f" (excepted: {allowed})" if allowed else ""
+            out.append(f"rules[{index}] grants {verbs} on secrets cluster-wide{excepted}; "
+                       "use a Role in the namespace that holds the Secret, with resourceNames, or except the verbs "
+                       f"with their reason in {_EXCEPTIONS_FILE}")
     return out
 
 
@@ -163,10 +282,22 @@ def _leaks(value: Any, ctx: RuleContext) -> bool:
     return value in ctx.plain_config_values
 
 
+#: ``scheme://user:password@host``; a password that is only a ``$(VAR)`` / ``${VAR}`` reference is not literal.
+_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<user>[^\s/:@]*):(?P<password>[^\s/@]+)@")
+_VARIABLE = re.compile(r"^\$(\([A-Za-z_][A-Za-z0-9_]*\)|\{[A-Za-z_][A-Za-z0-9_]*\})$")
+
+
+def url_passwords(text: str) -> list[str]:
+    """Each URL in ``text`` that embeds a literal password, shown without it (``amqps://worker:…@``)."""
+    return [f"{m['scheme']}://{m['user']}:…@" for m in _URL_PASSWORD.finditer(text)
+            if not _VARIABLE.match(m["password"])]
+
+
 @rule(
     "no-plain-credentials",
     "Credentials come from Pulumi secrets: Secret data and provider credentials are "
-         "secret values, and env credentials use secretKeyRef.",
+         "secret values, env credentials use secretKeyRef, and no URL in a container's env, args or command or "
+         "in a ConfigMap embeds a password (scheme://user:password@host).",
     MANDATORY,
     "plain credentials land in state files and PR diffs",
 )
@@ -189,4 +320,14 @@ def check_plain_credentials(res: Resource, ctx: RuleContext) -> list[str]:
                 if _CREDENTIAL_ENV.search(name) and isinstance(value, str) and value and not value.startswith("/"):
                     out.append(f"{where}.env[{name}] holds a credential literally; use valueFrom.secretKeyRef to a "
                                "Secret whose data comes from secret config")
+            for path, text in strings({k: container.get(k) for k in ("env", "args", "command")}):
+                for url in url_passwords(text):
+                    out.append(f"{where}.{path}: the URL {url} embeds a password; keep the URL in a Secret from "
+                               "secret config and read it with valueFrom.secretKeyRef, or write the password as "
+                               "$(VAR) from a secretKeyRef variable")
+    if res.kind == "ConfigMap":
+        for path, text in strings(res.props.get("data")):
+            for url in url_passwords(text):
+                out.append(f"data.{path}: the URL {url} embeds a password; a ConfigMap is plain text in the state "
+                           "and the cluster — move the URL to a Secret from secret config")
     return out

@@ -5,22 +5,34 @@ from __future__ import annotations
 from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, rule
 
 
-def is_checkpoint(res: Resource) -> bool:
+def is_checkpoint(res: Resource, ctx: RuleContext) -> bool:
+    """A checkpoint class, volume or claim: by the stack's checkpoint StorageClasses and volumes (what a claim
+    binds to, which renaming or relabelling it does not change), and still by a "checkpoint" name or label."""
     if res.kind not in ("PersistentVolumeClaim", "PersistentVolume", "StorageClass"):
         return False
+    spec = as_map(res.props.get("spec"))
+    if res.kind == "StorageClass" and res.object_name in ctx.checkpoint_classes:
+        return True
+    if res.kind == "PersistentVolume" and res.object_name in ctx.checkpoint_volumes:
+        return True
+    if spec.get("storageClassName") in ctx.checkpoint_classes:
+        return True
+    if res.kind == "PersistentVolumeClaim" and spec.get("volumeName") in ctx.checkpoint_volumes:
+        return True
     return "checkpoint" in res.object_name or any("checkpoint" in str(v) for v in res.labels.values())
 
 
 @rule(
     "checkpoint-storage-retained",
-    "Checkpoint claims and volumes are ReadWriteMany, Retain, protected and "
+    "Checkpoint claims and volumes (recognised by their StorageClass or volume, not their name) are "
+         "ReadWriteMany, Retain, protected and "
          "retainOnDelete; checkpoint StorageClasses reclaim with Retain (retainOnDelete is judged by `make "
          "policy`; the engine does not report it).",
     MANDATORY,
     "checkpoints are the only copy of weeks of training",
 )
 def check_checkpoint_storage(res: Resource, ctx: RuleContext) -> list[str]:
-    if not is_checkpoint(res):
+    if not is_checkpoint(res, ctx):
         return []
     out = []
     spec = as_map(res.props.get("spec"))
