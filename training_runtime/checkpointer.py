@@ -63,7 +63,8 @@ class AsyncCheckpointer:
             return True
         if self.settings.interval_seconds is None:
             return False
-        # Clocks and step times differ between ranks: rank 0's clock decides and every rank follows.
+        # Clocks and step times differ between ranks: rank 0's clock decides and every rank follows (one small
+        # broadcast per step, only when a time interval is set).
         late = self.clock() - self.last_started_at >= self.settings.interval_seconds
         return bool(broadcast(self.collective, late))
 

@@ -24,9 +24,13 @@ class Collective(Protocol):
         """Every rank's ``obj`` (JSON-serialisable), in rank order, on every rank."""
         ...
 
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Rank ``src``'s ``obj`` on every rank (every rank calls it; only ``src``'s value counts)."""
+        ...
+
 
 def broadcast(collective: Collective, obj: Any, src: int = 0) -> Any:
-    return collective.allgather(obj)[src]
+    return collective.broadcast(obj, src)
 
 
 class LocalCollective:
@@ -34,6 +38,9 @@ class LocalCollective:
 
     def allgather(self, obj: Any) -> list[Any]:
         return [obj]
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
 
 
 class FileCollective:
@@ -54,6 +61,10 @@ class FileCollective:
         self.poll_seconds = poll_seconds
         self.started = time.time()
         self.seq = 0
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        # An allgather: its files double as the proof that every rank has read the older ones (see above).
+        return self.allgather(obj)[src]
 
     def _path(self, seq: int, rank: int) -> Path:
         return self.dir / f"op-{seq}-r{rank}.json"

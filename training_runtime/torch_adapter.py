@@ -44,7 +44,7 @@ def init_process_group(backend: str | None = None, env: Mapping[str, str] | None
 
 
 class TorchCollective:
-    """Allgather of small Python objects over the default process group."""
+    """Small Python objects over the default process group (resume step, time-based checkpoint decision)."""
 
     def allgather(self, obj: Any) -> list[Any]:
         import torch.distributed as dist
@@ -52,6 +52,14 @@ class TorchCollective:
         out: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(out, obj)
         return out
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        # One object from one rank: cost independent of the world size, unlike an allgather.
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
 
 
 def _to_cpu(value: Any) -> Any:
