@@ -91,8 +91,10 @@ class AlertThresholds:
     checkpoint_duration_metric: str = "gpucluster_checkpoint_duration_seconds"
     checkpoint_budget_seconds: float = 30.0
     """1 TB in under 30 s is the checkpoint goal; a slower checkpoint eats training time at every step."""
+    label_prefix: str = "gpucluster.io"
+    """The stack's ``labelPrefix``: the label, taint and gate names the descriptions tell an operator to use."""
     workload_label: str = "label_gpucluster_io_workload"
-    """``gpucluster.io/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""
+    """``<labelPrefix>/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""
     extra_labels: dict[str, str] = field(default_factory=dict)
     """Added to every alert (e.g. ``cluster``) for routing."""
     handover_timeout_seconds: int = 300
@@ -650,7 +652,7 @@ def _burst(t: AlertThresholds) -> list[dict[str, Any]]:
             "Training pods have waited at the handover scheduling gate past the controller's timeout "
             f"({t.handover_timeout_seconds}s), so it cannot release them (pod patch refused, lease lost). "
             "Action: read the burst controller's log and errors metric; as a last resort remove the "
-            "gpucluster.io/handover gate from the pods by hand.",
+            f"{t.label_prefix}/handover gate from the pods by hand.",
             duration(t.handover_timeout_seconds + 120),
         ),
     ]

@@ -85,6 +85,7 @@ def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
         hang_window_seconds=o.hang_window_minutes * 60,
         heartbeat_metric=o.step_heartbeat_metric,
         checkpoint_budget_seconds=float(cfg.checkpoint.budget.seconds),
+        label_prefix=cfg.label_prefix,
         workload_label=kube_state_label(Keys(cfg.label_prefix).workload),
         handover_timeout_seconds=cfg.burst.handover.timeout_seconds,
     )
