@@ -43,6 +43,7 @@ from components.config import (
     ScalingMetric,
     TrafficShape,
 )
+from components.images import image_version
 from components.naming import (
     EXTERNAL,
     INFERENCE,
@@ -305,7 +306,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
         svc = args.service
         ns = args.namespace
         keys = Keys(args.label_prefix)
-        version = svc.image.rsplit(":", 1)[-1]
+        version = image_version(svc.image)
         labels = {**common_labels(svc.name, "inference", version), keys.workload: INFERENCE, keys.service: svc.name}
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
@@ -487,7 +488,7 @@ class PrometheusAdapter(pulumi.ComponentResource):
         super().__init__("gpu-cluster:inference:PrometheusAdapter", name, None, opts)
         ns = args.namespace
         a = args.adapter
-        labels = common_labels(ADAPTER, "metrics-adapter", a.image.rsplit(":", 1)[-1])
+        labels = common_labels(ADAPTER, "metrics-adapter", image_version(a.image))
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
         child = pulumi.ResourceOptions(parent=self)

@@ -27,7 +27,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import rbac
+from components import images, rbac
 from components.config import ClusterConfig, ExternalProvider, LiqoProvider, VirtualKubeletProvider
 from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
@@ -157,7 +157,7 @@ PRESETS: dict[str, ProviderPreset] = {
     ),
     "liqo": ProviderPreset(
         kind="liqo",
-        image="ghcr.io/liqotech/virtual-kubelet:v1.1.2",
+        image=images.LIQO_VIRTUAL_KUBELET,
         command=("/usr/bin/virtual-kubelet",),
         taint_key=LIQO_TAINT,
         taint_value="true",

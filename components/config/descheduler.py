@@ -6,13 +6,14 @@ from typing import Self
 
 from pydantic import field_validator, model_validator
 
+from components import images
 from components.config.base import ConfigModel, NonNegativeInt, PinnedImage, PositiveInt
 
 
 class Descheduler(ConfigModel):
     """Gradual return: a few pods per cycle move back on-prem once the burst taint returns."""
 
-    image: PinnedImage = "registry.k8s.io/descheduler/descheduler:v0.34.0"
+    image: PinnedImage = images.DESCHEDULER
     schedule: str = "*/2 * * * *"
     max_pods_per_node: PositiveInt = 4
     max_pods_per_namespace: PositiveInt = 8

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Self
 
 from pydantic import Field, model_validator
 
+from components import images
 from components.config.base import (
     ConfigModel,
     DnsLabel,
@@ -127,7 +128,7 @@ class GatewayRef(ConfigModel):
 class MetricsAdapter(ConfigModel):
     """prometheus-adapter serving custom.metrics.k8s.io and external.metrics.k8s.io from Prometheus."""
 
-    image: PinnedImage = "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0"
+    image: PinnedImage = images.PROMETHEUS_ADAPTER
     #: Defaults to the Prometheus Operator's governing Service in the monitoring namespace.
     prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
     relist_interval_seconds: PositiveInt = 60
