@@ -31,12 +31,18 @@ class Stack:
     """The prod stack's resources, deep-copied so a mutation may edit any object in place."""
 
     def __init__(self, resources: list[Resource]) -> None:
-        self.resources = [replace(r, props=copy.deepcopy(dict(r.props))) for r in resources]
+        self.resources = list(resources)
+        self._copied: set[int] = set()  # indexes already deep-copied (copy on first touch: the base is shared)
 
     def find(self, kind: str, name: str) -> Resource:
-        found = [r for r in self.resources if r.kind == kind and r.object_name == name]
+        found = [i for i, r in enumerate(self.resources) if r.kind == kind and r.object_name == name]
         assert len(found) == 1, f"the prod stack has {len(found)} {kind} named {name}"
-        return found[0]
+        index = found[0]
+        if index not in self._copied:
+            original = self.resources[index]
+            self.resources[index] = replace(original, props=copy.deepcopy(dict(original.props)))
+            self._copied.add(index)
+        return self.resources[index]
 
     def props(self, kind: str, name: str) -> dict[str, Any]:
         props = self.find(kind, name).props
@@ -366,6 +372,14 @@ def ib_exporter_as_root(stack: Stack) -> None:
     props = stack.props("DaemonSet", "ib-exporter")
     live_pod_spec(props)["securityContext"].update(runAsNonRoot=False, runAsUser=0)
     live_container(props)["securityContext"]["runAsNonRoot"] = False
+
+
+@mutation("pod-security-restricted", "Deployment gpu-system/burst-controller")
+def controller_relabelled_as_inference_runs_as_root(stack: Stack) -> None:
+    props = stack.props("Deployment", "burst-controller")
+    live_labels(props)[f"{PREFIX}/workload"] = "inference"
+    live_pod_spec(props)["securityContext"].update(runAsNonRoot=False, runAsUser=0)
+    live_container(props)["securityContext"].update(runAsNonRoot=False, readOnlyRootFilesystem=False)
 
 
 @mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")

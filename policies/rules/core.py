@@ -98,6 +98,8 @@ class RuleContext:
     max_evictions_per_namespace: int = 8
     max_evictions_total: int = 16
     virtual_nodes: frozenset[str] = frozenset()
+    #: Namespaces of users' training and inference pods (judged by namespace Pod Security admission).
+    workload_namespaces: frozenset[str] = frozenset({"training", "inference"})
     #: Pod identities (namespace, service account) allowed named privileges (policies.rules.allow_lists).
     privileged: tuple[PrivilegedAgent, ...] = privileged_agents("gpu-system")
     #: Roles and bindings allowed named grants beyond the RBAC rules, each with its reason.
@@ -136,6 +138,7 @@ class RuleContext:
             max_evictions_per_namespace=cfg.descheduler.max_pods_per_namespace,
             max_evictions_total=cfg.descheduler.max_pods_total,
             virtual_nodes=frozenset(p.node_name for p in cfg.providers),
+            workload_namespaces=frozenset({cfg.training_namespace, cfg.inference_namespace}),
             privileged=privileged_agents(cfg.system_namespace),
             rbac_exceptions=rbac_exceptions(p.name for p in cfg.providers),
             checkpoint_classes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if f.dynamic),

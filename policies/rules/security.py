@@ -50,8 +50,9 @@ def check_images_pinned(res: Resource, ctx: RuleContext) -> list[str]:
     return out
 
 
-def _is_workload_pod(pod: PodTemplate, ctx: RuleContext) -> bool:
-    return pod.labels.get(ctx.keys.workload) in (TRAINING, INFERENCE)
+def _is_workload_pod(res: Resource, pod: PodTemplate, ctx: RuleContext) -> bool:
+    """A user's training or inference pod: labelled so *and* in a workload namespace (a label alone is free)."""
+    return pod.labels.get(ctx.keys.workload) in (TRAINING, INFERENCE) and res.namespace in ctx.workload_namespaces
 
 
 def _added_capabilities(container: Mapping[str, Any]) -> list[str]:
@@ -75,16 +76,16 @@ def _identity(res: Resource, pod: PodTemplate) -> str:
 
 @rule(
     "pod-security-restricted",
-    "Our own pods run non-root, with a read-only root filesystem and no "
-         "privilege escalation (an allow-listed agent, by namespace and service account, keeps only its named "
-         "exception: root where listed).",
+    "Our own pods (everything but training and inference pods in their namespaces) run non-root, with a "
+         "read-only root filesystem and no privilege escalation (an allow-listed agent, by namespace and service "
+         "account, keeps only its named exception: root where listed).",
     MANDATORY,
     "platform agents run on every GPU node; a compromise there reaches every job",
 )
 def check_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
     for pod in pod_templates(res):
-        if _is_workload_pod(pod, ctx) or is_volcano_job(res):
+        if _is_workload_pod(res, pod, ctx) or (is_volcano_job(res) and res.namespace in ctx.workload_namespaces):
             continue  # users' training/inference images; governed by namespace Pod Security admission
         agent = privileged_agent(res, pod, ctx)
         root_allowed = agent is not None and agent.run_as_root
