@@ -182,8 +182,7 @@ def _rbac_rules(res: Resource) -> list[tuple[int, Mapping[str, Any]]]:
     return [(i, as_map(r)) for i, r in enumerate(as_seq(res.props.get("rules")))]
 
 
-def _unexcepted(entry: Mapping[str, Any], resources: list[str], verbs: list[str],
-                exception: RbacException | None) -> list[str]:
+def _unexcepted(resources: list[str], verbs: list[str], exception: RbacException | None) -> list[str]:
     """The verbs of ``verbs`` the exception does not grant on every one of ``resources``."""
     granted = exception.grants if exception is not None else frozenset()
     return [v for v in verbs if not all((r, v) in granted for r in resources)]
@@ -233,10 +232,10 @@ def check_rbac_escalation(res: Resource, ctx: RuleContext) -> list[str]:
     for index, entry in _rbac_rules(res):
         resources = [str(r) for r in as_seq(entry.get("resources"))]
         verbs = [str(v) for v in as_seq(entry.get("verbs"))]
-        for verb in _unexcepted(entry, resources, [v for v in verbs if v in ESCALATION_VERBS], exception):
+        for verb in _unexcepted(resources, [v for v in verbs if v in ESCALATION_VERBS], exception):
             out.append(f"rules[{index}] grants '{verb}' on {resources}, which {ESCALATION_VERBS[verb]}; {fix}")
         if res.kind == "ClusterRole" and "serviceaccounts/token" in resources and "create" in verbs and _unexcepted(
-                entry, ["serviceaccounts/token"], ["create"], exception):
+                ["serviceaccounts/token"], ["create"], exception):
             out.append(f"rules[{index}] grants 'create' on serviceaccounts/token cluster-wide: a token for any "
                        f"service account in any namespace; use a Role in the namespace whose accounts it needs "
                        f"(with resourceNames), or except it with its reason in {_EXCEPTIONS_FILE}")
@@ -259,7 +258,7 @@ def check_rbac_cluster_secrets(res: Resource, ctx: RuleContext) -> list[str]:
         groups = [str(g) for g in as_seq(entry.get("apiGroups"))]
         if "secrets" not in as_seq(entry.get("resources")) or not ({"", "*"} & set(groups)):
             continue
-        verbs = _unexcepted(entry, ["secrets"], [str(v) for v in as_seq(entry.get("verbs"))], exception)
+        verbs = _unexcepted(["secrets"], [str(v) for v in as_seq(entry.get("verbs"))], exception)
         if verbs:
             allowed = sorted(v for r, v in exception.grants if r == "secrets") if exception is not None else []
             excepted = f" (excepted: {allowed})" if allowed else ""
