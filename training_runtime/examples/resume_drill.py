@@ -4,9 +4,9 @@
 The tiny trainer runs as N OS processes under the gang launcher; once the gang passes ``kill_at_step`` one
 worker gets SIGKILL. The launcher stops the rest and starts the whole gang again; every rank resumes from
 the newest complete checkpoint. Lost steps = the furthest step any rank reached before the kill minus
-the step the gang resumed from. With asynchronous checkpoints the bound is one interval plus the steps a
-checkpoint takes to become durable (a kill during the write falls back to the previous one), so the
-drill also reports that lag.
+the step the gang resumed from. With asynchronous checkpoints a kill while the newest checkpoint is still
+being written falls back to the one before: the bound is one interval plus the steps that write had been
+running (``inflight_steps``), and the drill reports both.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ class DrillResult:
     interval_steps: int
     #: Most steps a checkpoint needed to become durable before the kill (0: durable within its own step).
     durable_lag_steps: int
+    #: The newest checkpoint step the gang had started before the kill, and the newest it saw committed.
+    newest_started: int
+    newest_durable_seen: int
+    #: Steps the newest checkpoint had been writing at the kill when the gang had to fall back past it, else 0.
+    inflight_steps: int
     final_steps: dict[int, int]
     output: str
 
@@ -113,6 +118,10 @@ def kill_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interva
     finals = {e["rank"]: e["step"] for e in seen if e["event"] == "done"}
     attempts = 1 + max(e["attempt"] for e in seen)
     resume = min(resumes.values()) if resumes else 0
-    return DrillResult(attempts=attempts, launcher_rc=rc, reached_step=reached_step, resume_steps=resumes,
+    newest_started = reached_step // interval_steps * interval_steps
+    durable_seen = max((e["step"] for e in first if e["event"] == "durable"), default=0)
+    return DrillResult(newest_started=newest_started, newest_durable_seen=durable_seen,
+                       inflight_steps=reached_step - newest_started if resume < newest_started else 0,
+                       attempts=attempts, launcher_rc=rc, reached_step=reached_step, resume_steps=resumes,
                        lost_steps=reached_step - resume, interval_steps=interval_steps,
                        durable_lag_steps=max(lags, default=0), final_steps=finals, output=log_path.read_text())
