@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents.burst_controller import contract as burst_contract
+from agents.burst_controller.contract import BurstKeys
+
 PART_OF = "unified-gpu-cluster"
 MANAGED_BY = "pulumi"
 
@@ -28,56 +31,21 @@ def selector_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Keys:
-    """Label and taint keys under the stack's configurable prefix."""
+class Keys(BurstKeys):
+    """Label and taint keys under the stack's configurable prefix.
 
-    prefix: str
-
-    @property
-    def pool(self) -> str:
-        return f"{self.prefix}/pool"
-
-    @property
-    def location(self) -> str:
-        return f"{self.prefix}/location"
+    The keys the burst controller reads or writes (pool, location, provider, workload, service, role, the burst
+    taint, the handover gate…) come from its contract, so the components and the agent cannot spell them apart;
+    the ones only components use are added here.
+    """
 
     @property
     def gpu_model(self) -> str:
         return f"{self.prefix}/gpu-model"
 
     @property
-    def provider(self) -> str:
-        return f"{self.prefix}/provider"
-
-    @property
-    def workload(self) -> str:
-        return f"{self.prefix}/workload"
-
-    @property
-    def burst_taint(self) -> str:
-        return f"{self.prefix}/burst"
-
-    @property
-    def thermal_taint(self) -> str:
-        return f"{self.prefix}/thermal"
-
-    @property
-    def service(self) -> str:
-        return f"{self.prefix}/service"
-
-    @property
     def job(self) -> str:
         return f"{self.prefix}/job"
-
-    @property
-    def role(self) -> str:
-        """Marks the standby replicas of an inference service (value ``standby``)."""
-        return f"{self.prefix}/role"
-
-    @property
-    def handover_gate(self) -> str:
-        """Scheduling gate on training pods; the burst controller lifts it once the handover is covered."""
-        return f"{self.prefix}/handover"
 
 
 ONPREM = "onprem"
@@ -89,10 +57,10 @@ STANDBY = "standby"
 SYSTEM = "system"
 
 #: The taint every virtual-kubelet provider puts on its node.
-VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
+VK_PROVIDER_TAINT = burst_contract.VK_PROVIDER_TAINT
 #: The annotation Volcano/kube-batch read to find a pod's gang.
-KUBE_BATCH_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+KUBE_BATCH_GROUP_ANNOTATION = burst_contract.GANG_ANNOTATION
+POD_DELETION_COST = burst_contract.POD_DELETION_COST_ANNOTATION
 
 
 def checkpoint_claim_name(filesystem: str) -> str:
