@@ -6,6 +6,10 @@ them so that machine noise hits both alike. The median is reported because a sin
 context switch on a shared CI core) says nothing about the exporter.
 
 Targets: median scrape within 2x of node_exporter's and under 20 ms.
+
+A second figure holds ``IDLE_SOCKETS`` idle connections (127.0.0.1 only) open against ib-exporter and
+reads its resident memory and thread count from /proc while they are held, then scrapes it: the
+process must stay under the DaemonSet's memory limit and still answer.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ HCAS = 8
 SCRAPES = 200
 TARGET_RATIO = 2.0
 TARGET_MS = 20.0
+IDLE_SOCKETS = 3000
+POD_MEMORY_LIMIT_MIB = 64.0
+"""The ib-exporter container's memory limit (components/observability.py, ``resources(..., "64Mi")``)."""
 
 
 def free_port() -> int:
@@ -112,6 +119,63 @@ def ib_exporter(sysfs_root: str) -> Iterator[str]:
         yield url
 
 
+def _proc_status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in handle if ":\t" in line)
+
+
+def _rss_mib(status: dict[str, str]) -> float:
+    return int(status["VmRSS"].split()[0]) / 1024
+
+
+def idle_sockets(sysfs_root: str, sockets: int = IDLE_SOCKETS) -> dict[str, Any]:
+    """Hold ``sockets`` idle loopback connections against ib-exporter; its memory, threads, one scrape."""
+    port = free_port()
+    argv = [sys.executable, "-m", "agents.ib_exporter.cli", f"--sysfs-root={sysfs_root}",
+            f"--listen-address=127.0.0.1:{port}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    held: list[socket.socket] = []
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/", proc)
+        fetch(f"http://127.0.0.1:{port}/metrics")
+        before = _rss_mib(_proc_status(proc.pid))
+        refused = 0
+        for _ in range(sockets):
+            try:
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            except OSError:
+                refused += 1
+        time.sleep(1.0)  # let the server take in what is queued before reading its footprint
+        status = _proc_status(proc.pid)
+        started = time.perf_counter()
+        try:
+            scrape_ok = "infiniband_exporter_scrapes_total" in fetch(f"http://127.0.0.1:{port}/metrics")
+        except OSError:
+            scrape_ok = False
+        scrape_ms = (time.perf_counter() - started) * 1000
+        peak = _rss_mib(_proc_status(proc.pid))
+    finally:
+        for sock in held:
+            sock.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    rss = max(_rss_mib(status), peak)
+    return {
+        "idle_sockets": sockets,
+        "idle_connect_refused": refused,
+        "idle_rss_before_mib": round(before, 1),
+        "idle_rss_held_mib": round(rss, 1),
+        "idle_threads_held": int(status["Threads"]),
+        "idle_scrape_ok": scrape_ok,
+        "idle_scrape_ms": round(scrape_ms, 1),
+        "idle_within_memory_limit": scrape_ok and rss < POD_MEMORY_LIMIT_MIB,
+    }
+
+
 def _time_ms(url: str) -> float:
     started = time.perf_counter()
     fetch(url)
@@ -133,6 +197,7 @@ def run(scrapes: int = SCRAPES, hcas: int = HCAS) -> dict[str, Any]:
             for _ in range(scrapes):
                 ours.append(_time_ms(ours_url))
                 peer.append(_time_ms(peer_url))
+        idle = idle_sockets(root)
     ours_median = statistics.median(ours)
     peer_median = statistics.median(peer)
     ratio = ours_median / peer_median
@@ -153,7 +218,9 @@ def run(scrapes: int = SCRAPES, hcas: int = HCAS) -> dict[str, Any]:
         "node_exporter_us_per_series": round(peer_median * 1000 / peer_series, 2),
         "target_ratio": TARGET_RATIO,
         "target_ms": TARGET_MS,
-        "meets_target": ratio <= TARGET_RATIO and ours_median < TARGET_MS,
+        "meets_target": ratio <= TARGET_RATIO and ours_median < TARGET_MS and idle["idle_within_memory_limit"],
+        **idle,
+        "pod_memory_limit_mib": POD_MEMORY_LIMIT_MIB,
         "cpu_count": os.cpu_count(),
     }
 
@@ -176,6 +243,11 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"{verdict}. node_exporter 1.5 does not read hw_counters, so ib-exporter serves more series: "
             f"{result['ib_exporter_us_per_series']} us per series against "
             f"{result['node_exporter_us_per_series']} us.",
+            "",
+            f"With {result['idle_sockets']} idle loopback connections held open: "
+            f"{result['idle_rss_held_mib']} MiB resident (from {result['idle_rss_before_mib']} MiB, limit "
+            f"{result['pod_memory_limit_mib']} MiB), {result['idle_threads_held']} threads, a scrape "
+            f"{'answered' if result['idle_scrape_ok'] else 'FAILED'} in {result['idle_scrape_ms']} ms.",
             "",
         ]
     )
