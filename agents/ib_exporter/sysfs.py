@@ -65,6 +65,11 @@ _MAX_READ = 4096
 U64_MAX = 2**64 - 1
 """Counters in sysfs are the kernel's u64; a larger number did not come from the kernel."""
 
+MAX_ENTRIES = 1024
+"""Files read from one counters directory per scrape. An mlx5 port has about 60 hw_counters; a directory
+with thousands would make every scrape slow and every Prometheus series count explode, so beyond this
+the directory counts as garbage once and only its first entries (by name) are read."""
+
 _MAX_STATE_ID = 255
 """PortState and PortPhysicalState are 4-bit fields in the IB PortInfo; a byte is generous."""
 
@@ -323,6 +328,9 @@ class SysfsReader:
         values: dict[str, int] = {}
         try:
             names = os.listdir(counters_dir)
+            if len(names) > MAX_ENTRIES:
+                errors.add(REASON_GARBAGE)
+                names = sorted(names)[:MAX_ENTRIES]
         except FileNotFoundError as exc:
             if not os.path.isdir(device_dir):
                 raise _Vanished(device_dir) from exc

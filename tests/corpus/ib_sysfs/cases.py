@@ -188,4 +188,8 @@ CASES: tuple[Case, ...] = (
     Case("counter_link_to_dev_zero", "a counter that reads as a page of NUL bytes",
          {PORT + b"counters/port_rcv_errors": Link(b"/dev/zero")}, {"garbage": 1}),
     Case("empty_state", "an empty state file", {PORT + b"state": b""}, {"garbage": 1}),
+    Case("hw_counters_by_the_thousand", "3000 hw_counters: read the first 1024 by name, count the directory once",
+         {PORT + b"hw_counters/c%04d" % i: b"1\n" for i in range(3000)}, {"garbage": 1},
+         present={port_series(HW + "c1023_total"): 1.0}, absent=(port_series(HW + "c1024_total"),
+                                                                 port_series(HW + "out_of_sequence_total"))),
 )
