@@ -3,7 +3,7 @@
 Layout under ``CHECKPOINT_DIR`` (the job's own sub-path)::
 
     step-00001200/            published: manifest.json, COMMITTED, rank-00000.<file>, rank-00001.<file>, ...
-    .staging/<run>-a3-s00001300/  being written by attempt 3 (every rank writes its shard and a part list here)
+    .staging/<run>-a3-r0-s00001300/  being written by attempt 3 (every rank writes its shard and a part list here)
 
 Commit (rank 0, once every rank's part list is there): write ``manifest.json`` (step, files, sizes,
 SHA-256), fsync it, write ``COMMITTED`` holding the manifest's SHA-256, fsync the files and the staging
