@@ -14,7 +14,22 @@ shares is decided here:
   closed (no burst there) instead of evicting;
 - the burst taint (``<prefix>/burst``) is *not* set here: the burst controller owns it, and a second
   field manager would fight it on every ``pulumi up``;
-- credentials come only from Pulumi secret config into a Kubernetes Secret.
+- credentials come only from Pulumi secret config into a Kubernetes Secret;
+- RBAC follows what each provider serves: its own Node by name at cluster scope, writes in the namespaces
+  whose pods it runs (the inference namespace), heartbeats by name in kube-node-lease.
+
+What Liqo's virtual kubelet needs, by feature (its upstream local ClusterRole grants all of it cluster-wide):
+
+- pod offloading: pods read through one informer over every namespace (field-selected on its node), pod
+  writes, status and evictions in offloaded namespaces; namespaces and Liqo's own resources read;
+- its serving certificate (logs/exec): a CertificateSigningRequest (cluster-scoped), and a Secret named after
+  its node in its tenant namespace holding the key, CSR and signed certificate (``create`` + ``update``);
+- Service/EndpointSlice/ConfigMap/Secret reflection: reads in offloaded namespaces (the copies are written in
+  the peered cluster with the peering's credentials, not here); events reflected back: event writes there;
+- apiserver support (``--enable-apiserver-support``, upstream default on): ``serviceaccounts/token`` create for
+  the offloaded pods' accounts, whose tokens land in Secrets of the peered cluster. Off here by default
+  (``apiServerSupport``); when on, granted in the offloaded namespaces only;
+- storage and ingress reflection (PVs, PVCs, StorageClasses, Ingresses): not enabled, not granted.
 """
 
 from __future__ import annotations
@@ -57,39 +72,96 @@ def _rule(groups: list[str], resources_: list[str], verbs: list[str]) -> Rule:
     return Rule(api_groups=groups, resources=resources_, verbs=verbs)
 
 
-#: What every virtual-kubelet needs: run pods bound to its node, own its Node object and report status,
-#: read what pods mount, and record events. Node heartbeats (Leases) get a Role in kube-node-lease.
-BASE_RULES: tuple[Rule, ...] = (
-    _rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
-    _rule([""], ["pods/status"], ["update", "patch"]),
-    _rule([""], ["nodes"], ["create", "get"]),
-    _rule([""], ["nodes/status"], ["update", "patch"]),
+def _named(groups: list[str], resources_: list[str], verbs: list[str], names: list[str]) -> Rule:
+    return Rule(api_groups=groups, resources=resources_, verbs=verbs, resource_names=names)
+
+
+#: Where each grant of a virtual kubelet goes. RBAC cannot say "pods bound to my node", so each preset splits
+#: its binary's needs by scope:
+#:
+#: - cluster scope (``cluster_rules``): its own Node by name (``get``/``list``/``watch``/``patch``/``update``
+#:   with ``resourceNames``; a list or watch is then authorised only with a ``metadata.name`` field selector),
+#:   plus ``create`` on nodes, which RBAC cannot restrict by name (the object does not exist when the request
+#:   is authorised), and the reads its binary makes through cluster-wide informers (pods, field-selected on
+#:   ``spec.nodeName``, which RBAC cannot express);
+#: - the namespaces whose pods it runs (``workload_rules``, one Role per namespace: the inference namespace):
+#:   pod writes and status, the objects those pods reference, their events;
+#: - its own namespace (``own_rules``): what the binary keeps for itself (Liqo's serving-certificate Secret).
+#:
+#: Node heartbeats (Leases) get a Role in kube-node-lease, by name.
+def _node_rules(node: str) -> tuple[Rule, ...]:
+    return (
+        _rule([""], ["nodes"], ["create"]),
+        _named([""], ["nodes"], ["get", "list", "watch", "patch", "update"], [node]),
+        _named([""], ["nodes/status"], ["get", "update", "patch"], [node]),
+    )
+
+
+#: Generic node-cli virtual kubelet, cluster scope beyond its node: node-cli's informers for pods (filtered on
+#: ``spec.nodeName``) and for the ConfigMaps, Secrets and Services its pods reference are cluster-wide, so
+#: these reads cannot be namespaced without a rebuilt binary; the Secret read is excepted with its reason in
+#: policies/rules/allow_lists.py. Every write is namespaced.
+BASE_CLUSTER_READS: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["get", "list", "watch"]),
     _rule([""], ["configmaps", "secrets", "services"], ["get", "list", "watch"]),
+)
+#: Generic virtual kubelet in each namespace whose pods it runs: delete and patch its pods, report their status,
+#: record their events.
+BASE_WORKLOAD_RULES: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["patch", "delete"]),
+    _rule([""], ["pods/status"], ["update", "patch"]),
     _rule([""], ["events"], ["create", "patch"]),
 )
 
-#: Liqo's virtual kubelet also reflects services, endpoints, secrets and service-account tokens to the
-#: peered cluster and reads Liqo's own resources (upstream liqo-virtual-kubelet-local ClusterRole, less
-#: the storage and ingress reflection this platform does not enable).
-LIQO_RULES: tuple[Rule, ...] = (
-    _rule([""], ["pods"], ["get", "list", "watch", "patch", "update", "delete"]),
-    _rule([""], ["pods/status"], ["get", "update", "patch"]),
-    _rule([""], ["nodes"], ["create", "get", "list", "watch", "patch", "update"]),
-    _rule([""], ["nodes/status"], ["get", "update", "patch"]),
-    _rule([""], ["configmaps", "namespaces", "services", "services/status"], ["get", "list", "watch"]),
-    _rule([""], ["secrets"], ["get", "list", "watch", "create", "update", "patch"]),
-    _rule([""], ["pods/eviction", "serviceaccounts/token"], ["create"]),
-    _rule([""], ["events"], ["create", "patch"]),
-    _rule(["discovery.k8s.io"], ["endpointslices"], ["get", "list", "watch"]),
+#: Liqo's virtual kubelet at cluster scope (upstream liqo-virtual-kubelet-local ClusterRole, reduced): pods
+#: through its node-filtered cluster-wide informer, namespaces (which ones are offloaded), its serving
+#: certificate's CertificateSigningRequest (cluster-scoped; a new CSR cannot be named in advance), and read-only
+#: Liqo resources (peering, IPAM, network and offloading state). No Secret and no token grant at this scope.
+LIQO_CLUSTER_READS: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["get", "list", "watch"]),
+    _rule([""], ["namespaces"], ["get", "list", "watch"]),
     _rule(["certificates.k8s.io"], ["certificatesigningrequests"], ["create", "get", "list", "watch"]),
     _rule(["core.liqo.io"], ["foreignclusters", "foreignclusters/status"], ["get", "list", "watch"]),
     _rule(["ipam.liqo.io"], ["ips"], ["get", "list", "watch"]),
     _rule(["networking.liqo.io"], ["configurations"], ["get", "list", "watch"]),
     _rule(["offloading.liqo.io"], ["namespacemaps", "virtualnodes"], ["get", "list", "watch"]),
 )
+#: Liqo in each offloaded namespace: its pod and status writes, evictions, and the reflection of Services,
+#: EndpointSlices, ConfigMaps and Secrets (read here, written only in the peered cluster) and of remote
+#: events back here. Storage and ingress reflection, which this platform does not enable, are left out.
+LIQO_WORKLOAD_RULES: tuple[Rule, ...] = (
+    _rule([""], ["pods"], ["patch", "update", "delete"]),
+    _rule([""], ["pods/status"], ["get", "update", "patch"]),
+    _rule([""], ["pods/eviction"], ["create"]),
+    _rule([""], ["configmaps", "secrets", "services", "services/status"], ["get", "list", "watch"]),
+    _rule(["discovery.k8s.io"], ["endpointslices"], ["get", "list", "watch"]),
+    _rule([""], ["events"], ["create", "patch", "update"]),
+)
+#: Liqo's apiserver support (``--enable-apiserver-support``, on upstream, off here unless the stack sets
+#: ``apiServerSupport: true``): offloaded pods get tokens of their service accounts minted here and copied into
+#: Secrets of the peered cluster, where whoever reads Secrets there can act as those accounts here. When on, the
+#: grant is a Role in the offloaded namespaces only, never cluster-wide.
+LIQO_TOKEN_RULES: tuple[Rule, ...] = (_rule([""], ["serviceaccounts/token"], ["create"]),)
+APISERVER_SUPPORT_FLAG = "--enable-apiserver-support"
 
-#: Node heartbeats: the kubelet-style Lease named after the node.
-LEASE_RULES: tuple[Rule, ...] = (_rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update"]),)
+
+def _liqo_own_rules(node: str, secret: str) -> tuple[Rule, ...]:
+    """Liqo in its tenant namespace: the Secret named after its node holds the key and CSR of its serving
+    certificate (created once, then updated with the signed certificate; ``create`` cannot be restricted by
+    name), and it reads the peered cluster's kubeconfig Secret."""
+    return (
+        _rule([""], ["secrets"], ["create"]),
+        _named([""], ["secrets"], ["get", "update", "patch"], [node]),
+        _named([""], ["secrets"], ["get"], [secret]),
+    )
+
+
+#: Node heartbeats: the kubelet-style Lease named after the node (``create`` cannot be restricted by name).
+def _lease_rules(node: str) -> tuple[Rule, ...]:
+    return (
+        _rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        _named(["coordination.k8s.io"], ["leases"], ["get", "update"], [node]),
+    )
 
 
 @dataclass(frozen=True)
@@ -105,8 +177,13 @@ class ProviderPreset:
     taint_value: str | None
     #: The effect the provider sets when left alone (we always override to NoSchedule).
     upstream_effect: str
-    rules: tuple[Rule, ...]
+    #: Grants at cluster scope: its own node by name, and the reads its binary makes cluster-wide.
+    cluster_rules: Callable[[Any], tuple[Rule, ...]] = field(repr=False)
+    #: Grants in each namespace whose pods it runs.
+    workload_rules: Callable[[Any], tuple[Rule, ...]] = field(repr=False)
     args: Callable[[Any, str, str], list[str]] = field(repr=False)
+    #: Grants in its own namespace (given the provider and its credentials Secret); none by default.
+    own_rules: Callable[[Any, str], tuple[Rule, ...]] = field(repr=False, default=lambda p, secret: ())
     #: Whether the capacity file (--provider-config) is how this binary learns its node's capacity.
     capacity_file: bool = True
 
@@ -139,8 +216,13 @@ def _liqo_args(p: LiqoProvider, namespace: str, secret: str) -> list[str]:
         "--create-node=true",
         "--metrics-enabled=true",
         f"--metrics-address=:{METRICS_PORT}",
+        f"{APISERVER_SUPPORT_FLAG}={str(p.api_server_support).lower()}",
         *p.extra_args,
     ]
+
+
+def _liqo_workload_rules(p: LiqoProvider) -> tuple[Rule, ...]:
+    return LIQO_WORKLOAD_RULES + (LIQO_TOKEN_RULES if p.api_server_support else ())
 
 
 #: One preset per supported kind (admiralty is rejected by the config with the reason).
@@ -152,7 +234,8 @@ PRESETS: dict[str, ProviderPreset] = {
         taint_key=VK_PROVIDER_TAINT,
         taint_value=None,
         upstream_effect="NoSchedule",
-        rules=BASE_RULES,
+        cluster_rules=lambda p: (*_node_rules(p.node_name), *BASE_CLUSTER_READS),
+        workload_rules=lambda p: BASE_WORKLOAD_RULES,
         args=_vk_args,
     ),
     "liqo": ProviderPreset(
@@ -162,7 +245,9 @@ PRESETS: dict[str, ProviderPreset] = {
         taint_key=LIQO_TAINT,
         taint_value="true",
         upstream_effect="NoExecute",
-        rules=LIQO_RULES,
+        cluster_rules=lambda p: (*_node_rules(p.node_name), *LIQO_CLUSTER_READS),
+        workload_rules=_liqo_workload_rules,
+        own_rules=lambda p, secret: _liqo_own_rules(p.node_name, secret),
         args=_liqo_args,
         capacity_file=False,
     ),
@@ -208,6 +293,8 @@ class ExternalGpuProviderArgs:
     label_prefix: str
     gpu_resource: str
     placement: Placement
+    #: The namespaces whose pods this provider runs (inference bursts there): its workload Roles go there.
+    workload_namespaces: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, provider: ExternalProvider) -> ExternalGpuProviderArgs:
@@ -217,6 +304,7 @@ class ExternalGpuProviderArgs:
             gpu_resource=cfg.gpu_resource,
             placement=Placement(provider.namespace(cfg.system_namespace), cfg.priorities.system.name,
                                 cfg.system_pool_selector),
+            workload_namespaces=(cfg.inference_namespace,),
         )
 
 
@@ -247,8 +335,14 @@ class ExternalGpuProvider(pulumi.ComponentResource):
             opts=child,
         )
         role_name = f"gpu-cluster:{app}"
-        agent.grant_cluster(preset.rules, name=role_name)
-        agent.grant_namespace("lease", LEASE_RULES, name=role_name, namespace=NODE_LEASE_NAMESPACE)
+        agent.grant_cluster(preset.cluster_rules(p), name=role_name)
+        agent.grant_namespace("lease", _lease_rules(p.node_name), name=role_name, namespace=NODE_LEASE_NAMESPACE)
+        for workload_ns in args.workload_namespaces:
+            agent.grant_namespace(f"pods-{workload_ns}", preset.workload_rules(p), name=role_name,
+                                  namespace=workload_ns)
+        own = preset.own_rules(p, f"{app}-credentials")
+        if own:
+            agent.grant_namespace("own", own, name=role_name)
 
         volumes = [k8s.core.v1.VolumeArgs(name="credentials", secret=k8s.core.v1.SecretVolumeSourceArgs(
             secret_name=f"{app}-credentials", default_mode=0o440))]

@@ -24,13 +24,12 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
 REQUESTS = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}}
 
 
-#: Real violations of a rendered stack whose fix belongs to a component, not to the pack: the Liqo provider
-#: preset writes Secrets and mints service-account tokens cluster-wide (issue 18, "Least privilege": the
-#: reduced Liqo set is that section's work). Listed rather than excepted in policies/rules/allow_lists.py,
-#: so `make policy STACK=prod` keeps refusing them; the test fails once one is fixed, to drop its entry here.
+#: Real violations of a rendered stack whose fix belongs to a component, not to the pack. Listed rather than
+#: excepted in policies/rules/allow_lists.py, so `make policy STACK=<stack>` keeps refusing them; the test fails
+#: once one is fixed, to drop its entry here. (The Liqo preset's cluster-wide Secret writes and token minting were
+#: the last entries; components/providers.py now grants them per namespace, issue 18.)
 OWNED_ELSEWHERE: dict[str, set[tuple[str, str]]] = {
-    "prod": {("rbac-cluster-secrets", "ClusterRole gpu-cluster:vk-dr-cluster"),
-             ("rbac-no-escalation", "ClusterRole gpu-cluster:vk-dr-cluster")},
+    "prod": set(),
     "local": set(),
 }
 

@@ -113,6 +113,7 @@ def test_liqo_preset_overrides_noexecute(prod: RunResult) -> None:
         "--create-node=true",
         "--metrics-enabled=true",
         "--metrics-address=:10255",
+        "--enable-apiserver-support=false",
     ]
     e = env(c)
     assert (e["VKUBELET_TAINT_KEY"], e["VKUBELET_TAINT_VALUE"], e["VKUBELET_TAINT_EFFECT"]) == (
@@ -130,33 +131,98 @@ def test_no_taint_anywhere_is_noexecute(prod: RunResult) -> None:
     assert "NoExecute" not in dumped
 
 
+def named_rules(result: RunResult, kind: str, name: str,
+                namespace: str | None = None) -> set[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """A role's rules as (group, resource, verbs, resourceNames), one per resource."""
+    roles = [r for r in result.by_kind(kind) if r.metadata["name"] == name
+             and (namespace is None or r.metadata.get("namespace") == namespace)]
+    assert len(roles) == 1, (kind, name, namespace)
+    out = set()
+    for rule in roles[0].inputs["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.add((group, resource, tuple(sorted(rule["verbs"])), tuple(rule.get("resourceNames", ()))))
+    return out
+
+
+def role_namespaces(result: RunResult, name: str) -> set[str]:
+    return {r.metadata["namespace"] for r in result.by_kind("Role") if r.metadata["name"] == name}
+
+
+NODE = ("get", "list", "patch", "update", "watch")
+
+
 def test_generic_rbac_is_exact(prod: RunResult) -> None:
-    assert rules(prod, "ClusterRole", "gpu-cluster:vk-lambda-east") == {
-        ("", "pods", ("delete", "get", "list", "patch", "watch")),
-        ("", "pods/status", ("patch", "update")),
-        ("", "nodes", ("create", "get")),
-        ("", "nodes/status", ("patch", "update")),
-        ("", "configmaps", ("get", "list", "watch")),
-        ("", "secrets", ("get", "list", "watch")),
-        ("", "services", ("get", "list", "watch")),
-        ("", "events", ("create", "patch")),
+    role = "gpu-cluster:vk-lambda-east"
+    # Cluster scope: its own node by name (create cannot be named), and node-cli's cluster-wide informer reads.
+    assert named_rules(prod, "ClusterRole", role) == {
+        ("", "nodes", ("create",), ()),
+        ("", "nodes", NODE, ("vk-lambda-east",)),
+        ("", "nodes/status", ("get", "patch", "update"), ("vk-lambda-east",)),
+        ("", "pods", ("get", "list", "watch"), ()),
+        ("", "configmaps", ("get", "list", "watch"), ()),
+        ("", "secrets", ("get", "list", "watch"), ()),
+        ("", "services", ("get", "list", "watch"), ()),
     }
-    lease = prod.by_kind("Role")
-    lease = [r for r in lease if r.metadata["name"] == "gpu-cluster:vk-lambda-east"]
-    assert len(lease) == 1 and lease[0].metadata["namespace"] == "kube-node-lease"
-    assert lease[0].inputs["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
-    ]
-    binding = prod.one("ClusterRoleBinding", "gpu-cluster:vk-lambda-east")
+    # Writes only where its pods run (inference), heartbeats by name; nothing in its own namespace.
+    assert role_namespaces(prod, role) == {"inference", "kube-node-lease"}
+    assert named_rules(prod, "Role", role, "inference") == {
+        ("", "pods", ("delete", "patch"), ()),
+        ("", "pods/status", ("patch", "update"), ()),
+        ("", "events", ("create", "patch"), ()),
+    }
+    assert named_rules(prod, "Role", role, "kube-node-lease") == {
+        ("coordination.k8s.io", "leases", ("create",), ()),
+        ("coordination.k8s.io", "leases", ("get", "update"), ("vk-lambda-east",)),
+    }
+    binding = prod.one("ClusterRoleBinding", role)
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "vk-lambda-east", "namespace": NS}]
+    bindings = [b for b in prod.by_kind("RoleBinding") if b.metadata["name"] == role]
+    assert {b.metadata["namespace"] for b in bindings} == {"inference", "kube-node-lease"}
+    assert all(b.inputs["subjects"] == binding.inputs["subjects"] for b in bindings)
 
 
-def test_liqo_rbac_adds_only_what_liqo_reflects(prod: RunResult) -> None:
-    got = rules(prod, "ClusterRole", "gpu-cluster:vk-dr-cluster")
-    assert ("", "nodes", ("create", "get", "list", "patch", "update", "watch")) in got
-    assert ("offloading.liqo.io", "virtualnodes", ("get", "list", "watch")) in got
-    assert ("", "serviceaccounts/token", ("create",)) in got
-    assert not any(r[0] == "storage.k8s.io" or r[1] in ("persistentvolumes", "ingresses") for r in got)
+TENANT = "liqo-tenant-dr-cluster-eu-west-4"
+
+
+def test_liqo_rbac_reduced_set(prod: RunResult) -> None:
+    """No cluster-wide Secret access and no token minting; the serving-certificate Secret by name in its own
+    namespace; reflection reads and pod writes only in the offloaded (inference) namespace."""
+    role = "gpu-cluster:vk-dr-cluster"
+    cluster = named_rules(prod, "ClusterRole", role)
+    assert not any(r[1] in ("secrets", "serviceaccounts/token", "configmaps") for r in cluster)
+    assert ("", "nodes", NODE, ("vk-dr-cluster",)) in cluster
+    assert ("", "nodes", ("create",), ()) in cluster
+    assert ("", "pods", ("get", "list", "watch"), ()) in cluster
+    assert ("offloading.liqo.io", "virtualnodes", ("get", "list", "watch"), ()) in cluster
+    writes = {r for r in cluster if set(r[2]) - {"get", "list", "watch"}}
+    assert writes == {("", "nodes", ("create",), ()), ("", "nodes", NODE, ("vk-dr-cluster",)),
+                      ("", "nodes/status", ("get", "patch", "update"), ("vk-dr-cluster",)),
+                      ("certificates.k8s.io", "certificatesigningrequests", ("create", "get", "list", "watch"), ())}
+    assert role_namespaces(prod, role) == {"inference", "kube-node-lease", TENANT}
+    assert named_rules(prod, "Role", role, TENANT) == {
+        ("", "secrets", ("create",), ()),
+        ("", "secrets", ("get", "patch", "update"), ("vk-dr-cluster",)),
+        ("", "secrets", ("get",), ("vk-dr-cluster-credentials",)),
+    }
+    offloaded = named_rules(prod, "Role", role, "inference")
+    assert ("", "secrets", ("get", "list", "watch"), ()) in offloaded
+    assert not any(r[1] == "serviceaccounts/token" for r in offloaded)
+    assert not any(r[0] == "storage.k8s.io" or r[1] in ("persistentvolumes", "ingresses") for r in cluster | offloaded)
+    args = container(prod, "vk-dr-cluster", namespace=TENANT)["args"]
+    assert "--enable-apiserver-support=false" in args
+
+
+def test_liqo_apiserver_support_mints_tokens_only_in_the_offloaded_namespace(run_stack: StackRunner) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        providers = config["gpu-cluster:providers"]
+        next(p for p in providers if p["kind"] == "liqo")["apiServerSupport"] = True
+
+    result = run_stack("prod", edit)
+    role = "gpu-cluster:vk-dr-cluster"
+    assert not any(r[1] == "serviceaccounts/token" for r in named_rules(result, "ClusterRole", role))
+    assert ("", "serviceaccounts/token", ("create",), ()) in named_rules(result, "Role", role, "inference")
+    assert "--enable-apiserver-support=true" in container(result, "vk-dr-cluster", namespace=TENANT)["args"]
 
 
 def test_no_wildcards_in_any_provider_role(prod: RunResult) -> None:

@@ -80,6 +80,9 @@ class LiqoProvider(ProviderBase):
     liqo_namespace: DnsLabel = "liqo"
     #: The namespace `liqoctl peer` created for this peering; default ``liqo-tenant-<foreignClusterId>``.
     tenant_namespace: DnsLabel | None = None
+    #: Liqo's apiserver support: offloaded pods get tokens of their service accounts, copied into Secrets of the
+    #: peered cluster (its Secret readers can then act as those accounts here). Off unless a service needs it.
+    api_server_support: bool = False
 
     ROUTABLE_BY_DEFAULT: ClassVar[bool] = True
 
