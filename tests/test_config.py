@@ -38,6 +38,7 @@ def test_prod_and_local_are_valid() -> None:
 def test_unknown_key_is_named() -> None:
     msg = fails("local", lambda c: c[P + "burst"].update({"openBelowFreeGpu": 3}))
     assert "burst.openBelowFreeGpu: unknown key" in msg
+    assert "configuration reference in docs/configuration.md" in msg
     assert "(got 3)" in msg
 
 
