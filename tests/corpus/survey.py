@@ -64,12 +64,12 @@ def survey_ib() -> dict[str, Any]:
     return {"cases": len(CASES), "scrapes_lost": len(lost), "lost": lost}
 
 
-def survey_fio() -> dict[str, Any]:
+def survey_fio(impl: Path = REPO) -> dict[str, Any]:
     from tests.corpus.fio.cases import CASES, run_case
 
     wrong: dict[str, str] = {}
     for case in CASES:
-        code, _, err = run_case(case)
+        code, _, err = run_case(case, impl)
         if code != case.exit:
             wrong[case.name] = f"exit {code}, expected {case.exit}: {err.strip().splitlines()[-1:]!s:.160}"
     return {"cases": len(CASES), "wrong_exit_codes": len(wrong), "wrong": wrong}
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--impl", type=Path, default=REPO, help="directory to import agents/ from")
     args = parser.parse_args()
     sys.path[:0] = [str(args.impl), str(REPO)]
-    print(json.dumps({"ib_sysfs": survey_ib(), "fio": survey_fio()}, indent=2))
+    print(json.dumps({"ib_sysfs": survey_ib(), "fio": survey_fio(args.impl)}, indent=2))
     return 0
 
 
