@@ -12,8 +12,8 @@ import threading
 from types import FrameType
 
 from kubernetes import client, config
-from prometheus_client import start_http_server
 
+from agents import liveness
 from agents.burst_controller.settings import SettingsError, load_file
 from agents.burst_controller.shell import BurstShell, KubeApi, Metrics
 
@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"burst-controller: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2
     metrics = Metrics()
-    start_http_server(args.metrics_port, registry=metrics.registry)
     shell = BurstShell(settings, KubeApi(api, settings), identity=args.identity, metrics=metrics)
+    # /livez fails once no reconcile has started for six ticks (at least a minute): a wedged loop restarts.
+    heartbeat = liveness.Heartbeat(max(60.0, 6 * settings.tick_seconds), source=lambda: shell.last_reconcile)
+    liveness.start_http_server(args.metrics_port, metrics.registry, heartbeat)
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

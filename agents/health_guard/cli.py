@@ -14,8 +14,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from prometheus_client import start_http_server
-
+from agents import liveness
 from agents.health_guard.contract import HealthSettings, SettingsError, parse_settings
 from agents.health_guard.shell import Guard, GuardMetrics, KubePort, PrometheusMetrics
 
@@ -52,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     metrics = GuardMetrics()
-    start_http_server(args.metrics_port, registry=metrics.registry)
+    # /livez fails once no cycle has completed for four polls (at least two minutes): a wedged loop restarts.
+    heartbeat = liveness.Heartbeat(max(120.0, 4.0 * settings.poll_seconds))
+    liveness.start_http_server(args.metrics_port, metrics.registry, heartbeat)
     guard = Guard(settings, PrometheusMetrics(settings.prometheus_url), KubePort(args.kubeconfig),
                   identity=args.identity, metrics=metrics)
     stop = threading.Event()
@@ -64,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     while not stop.is_set():
         guard.cycle()
+        heartbeat.beat()
         stop.wait(settings.poll_seconds)
     return 0
 

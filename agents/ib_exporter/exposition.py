@@ -26,6 +26,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from agents.liveness import judge
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # prometheus_client's float formatter (Go-style, "+Inf"/"NaN") for the rare non-integral value; bound to a
@@ -122,8 +124,15 @@ def _response(status: int, content_type: str, body: bytes, head: bool = False) -
 _TEXT = "text/plain; charset=utf-8"
 
 
-def respond(collector: Collector, request: bytes) -> bytes:
-    """The whole HTTP response to one request (its head up to the blank line); pure but for the scrape."""
+#: Liveness: the selector loop turns at least every half second; a minute without a turn is a wedged server.
+LIVEZ_MAX_AGE_SECONDS = 60.0
+
+
+def respond(collector: Collector, request: bytes,
+            alive: Callable[[], tuple[bool, str]] | None = None) -> bytes:
+    """The whole HTTP response to one request (its head up to the blank line); pure but for the scrape.
+
+    ``/livez`` answers from ``alive`` (the server's loop heartbeat); ``/healthz`` stays "serving"."""
     line = request.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
     parts = line.split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
@@ -134,6 +143,9 @@ def respond(collector: Collector, request: bytes) -> bytes:
     head = method == b"HEAD"
     if target == b"/metrics":
         return _response(200, CONTENT_TYPE, render(collector.collect()), head)
+    if target == b"/livez":
+        ok, why = alive() if alive is not None else (True, "serving")
+        return _response(200 if ok else 503, _TEXT, f"{why}\n".encode(), head)
     if target in (b"/", b"/healthz"):
         return _response(200, _TEXT, b"ib-exporter: see /metrics\n", head)
     return _response(404, _TEXT, b"not found\n", head)
@@ -159,6 +171,8 @@ class MetricsServer:
         self._idle: dict[socket.socket, tuple[float, bytearray]] = {}
         self._work: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(self.limits.queue)
         self._stop = threading.Event()
+        #: Monotonic time of the selector loop's last turn: the heartbeat behind ``/livez``.
+        self.started = self.last_turn = time.monotonic()
         self._threads = [threading.Thread(target=self._loop, name="ib-exporter-accept", daemon=True)]
         self._threads += [
             threading.Thread(target=self._worker, name=f"ib-exporter-worker-{i}", daemon=True)
@@ -179,6 +193,9 @@ class MetricsServer:
         for thread in self._threads[1:]:
             thread.join(timeout=5)
 
+    def alive(self) -> tuple[bool, str]:
+        return judge(self.last_turn, self.started, time.monotonic(), LIVEZ_MAX_AGE_SECONDS)
+
     def open_connections(self) -> int:
         return len(self._idle)
 
@@ -196,6 +213,7 @@ class MetricsServer:
                     else:
                         self._receive(key.fileobj)  # type: ignore[arg-type]
                 self._expire(time.monotonic())
+                self.last_turn = time.monotonic()
         finally:
             for conn in list(self._idle):
                 self._close(conn)
@@ -270,7 +288,7 @@ class MetricsServer:
             conn, request = item
             try:
                 conn.settimeout(self.limits.send_timeout_seconds)  # a client that stops reading
-                conn.sendall(respond(self.collector, request))
+                conn.sendall(respond(self.collector, request, self.alive))
                 self.stats.served += 1
             except OSError:
                 pass
