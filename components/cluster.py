@@ -5,8 +5,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.admission import GuardrailArgs, TrainingGuardrails
 from components.burst_controller import BurstController, BurstControllerArgs
 from components.checkpoint import CheckpointStorage, CheckpointStorageArgs
+from components.cluster_settings import ClusterSettingsMap
 from components.config import ClusterConfig, TierName
 from components.descheduler import DeschedulerArgs, GradualReturn
 from components.gang_scheduler import GangScheduler, GangSchedulerArgs
@@ -83,6 +85,9 @@ class UnifiedGpuCluster(pulumi.ComponentResource):
         self.inference = InferencePlatform("inference", cfg, placed)
         self.gradual_return = GradualReturn("descheduler", DeschedulerArgs.from_config(cfg), placed)
         self.observability = ObservabilityStack("observability", ObservabilityArgs.from_config(cfg), placed)
+        # The researcher CLI's view of the cluster, and the rules every training pod must meet (issue 15).
+        self.cluster_settings = ClusterSettingsMap("cluster-settings", cfg, after_ns)
+        self.guardrails = TrainingGuardrails("training-guardrails", GuardrailArgs.from_config(cfg), child)
 
         self.onprem_gpus = pulumi.Output.from_input(cfg.onprem_gpus)
         self.register_outputs(

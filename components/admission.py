@@ -1,0 +1,221 @@
+"""Guardrails inside the cluster: ValidatingAdmissionPolicies (CEL, no webhook server) for training.
+
+The policy pack only sees what Pulumi declares; these policies see every GPU pod and Volcano Job created in
+the training namespace, whoever creates it (the researcher CLI, kubectl, a notebook). A GPU training pod
+must use the gang scheduler and the training priority class, be held to on-prem nodes, carry the handover
+gate where the stack runs the handover, and tolerate neither the virtual-node taints nor every taint.
+``admissionregistration.k8s.io/v1`` policies need Kubernetes 1.30 or newer (GA there).
+
+Each rule is one row of :data:`rules`: a CEL predicate over one pod spec and the message that says what to
+change. The pod policy applies it to ``object.spec``; the Volcano Job policy to every task's template,
+with the Job's own ``schedulerName``/``priorityClassName`` as the fallback Volcano applies to its pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import ClusterConfig, SchedulingEngine
+from components.naming import ONPREM, VK_PROVIDER_TAINT, Keys, common_labels
+
+POD_POLICY = "gpucluster-training-pods"
+JOB_POLICY = "gpucluster-training-volcano-jobs"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One guardrail: ``check(spec, fallback)`` is CEL that is true when the pod spec is acceptable.
+
+    ``fallback`` is the CEL of an object whose ``schedulerName``/``priorityClassName`` apply when the pod
+    spec leaves them unset (the Volcano Job), or None for a pod.
+    """
+
+    name: str
+    check: Callable[[str, str | None], str]
+    message: str
+
+
+@dataclass(frozen=True)
+class GuardrailArgs:
+    namespace: str
+    scheduler_name: str
+    priority_class: str
+    label_prefix: str
+    gpu_resource: str
+    #: The handover gate every training pod must start behind, or None where the stack runs no handover.
+    handover_gate: str | None
+    volcano: bool
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
+        volcano = cfg.scheduling.engine is SchedulingEngine.VOLCANO
+        return cls(
+            namespace=cfg.training_namespace,
+            scheduler_name=cfg.scheduling.scheduler_name,
+            priority_class=cfg.priorities.training.name,
+            label_prefix=cfg.label_prefix,
+            gpu_resource=cfg.gpu_resource,
+            # The same condition as TrainingJobArgs.from_config: only Volcano honours the gate.
+            handover_gate=Keys(cfg.label_prefix).handover_gate if cfg.handover_active and volcano else None,
+            volcano=volcano,
+        )
+
+
+def _q(value: str) -> str:
+    """A CEL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _effective(spec: str, fallback: str | None, field: str) -> str:
+    """The field's value as the pod will get it: its own, else the fallback object's, else ''."""
+    other = f"(has({fallback}.{field}) ? {fallback}.{field} : '')" if fallback else "''"
+    return f"(has({spec}.{field}) ? {spec}.{field} : {other})"
+
+
+def rules(args: GuardrailArgs) -> list[Rule]:
+    """The rule table; both policies are generated from it."""
+    keys = Keys(args.label_prefix)
+    location = _q(keys.location)
+    forbidden = "[" + ", ".join(_q(k) for k in (VK_PROVIDER_TAINT, keys.burst_taint)) + "]"
+
+    def scheduler(s: str, f: str | None) -> str:
+        return f"{_effective(s, f, 'schedulerName')} == {_q(args.scheduler_name)}"
+
+    def priority(s: str, f: str | None) -> str:
+        return f"{_effective(s, f, 'priorityClassName')} == {_q(args.priority_class)}"
+
+    def onprem(s: str, f: str | None) -> str:
+        required = f"{s}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        by_selector = (f"(has({s}.nodeSelector) && {location} in {s}.nodeSelector && "
+                       f"{s}.nodeSelector[{location}] == {_q(ONPREM)})")
+        # Node selector terms are ORed: every term must hold the pod to on-prem nodes.
+        by_affinity = (
+            f"(has({s}.affinity) && has({s}.affinity.nodeAffinity) && has({required}) && "
+            f"has({required}.nodeSelectorTerms) && {required}.nodeSelectorTerms.size() > 0 && "
+            f"{required}.nodeSelectorTerms.all(t, has(t.matchExpressions) && t.matchExpressions.exists(e, "
+            f"e.key == {location} && e.operator == 'In' && has(e.values) && e.values.size() > 0 && "
+            f"e.values.all(v, v == {_q(ONPREM)}))))"
+        )
+        return f"{by_selector} || {by_affinity}"
+
+    def no_virtual(s: str, f: str | None) -> str:
+        return (
+            f"!has({s}.tolerations) || {s}.tolerations.all(t, "
+            f"!((has(t.key) ? t.key : '') == '' && has(t.operator) && t.operator == 'Exists') && "
+            f"!((has(t.key) ? t.key : '') in {forbidden}))"
+        )
+
+    table = [
+        Rule("gang-scheduler", scheduler,
+             f"a GPU training pod must set schedulerName: {args.scheduler_name} (the gang scheduler: one capacity "
+             f"view, gang admission and reclaim); submit with `gpucluster train submit` or set it in the template"),
+        Rule("training-priority", priority,
+             f"a GPU training pod must set priorityClassName: {args.priority_class} (training outranks inference "
+             f"on on-prem GPUs); set it in the pod template"),
+        Rule("onprem-affinity", onprem,
+             f"a GPU training pod must require on-prem nodes: a required node affinity term with "
+             f"{keys.location} In [{ONPREM}] (in every term), or nodeSelector {keys.location}: {ONPREM}; "
+             f"training never runs on virtual nodes"),
+        Rule("no-virtual-node-toleration", no_virtual,
+             f"a GPU training pod must not tolerate {VK_PROVIDER_TAINT} or {keys.burst_taint}, nor every taint "
+             f"(operator Exists without a key): remove that toleration; only standby inference may run there"),
+    ]
+    if args.handover_gate is not None:
+        gate = _q(args.handover_gate)
+
+        def gated(s: str, f: str | None) -> str:
+            return f"has({s}.schedulingGates) && {s}.schedulingGates.exists(g, g.name == {gate})"
+
+        table.append(Rule("handover-gate", gated,
+                          f"a GPU training pod must start behind the scheduling gate {args.handover_gate} (the "
+                          f"burst controller lifts it once inference is covered); add it to schedulingGates"))
+    return table
+
+
+def _requests_gpu(spec: str, gpu: str) -> str:
+    res = "c.resources"
+    return (f"{spec}.containers.exists(c, has({res}) && ((has({res}.limits) && {_q(gpu)} in {res}.limits) || "
+            f"(has({res}.requests) && {_q(gpu)} in {res}.requests)))")
+
+
+def pod_validations(args: GuardrailArgs) -> list[dict[str, str]]:
+    return [{"expression": r.check("object.spec", None), "message": r.message} for r in rules(args)]
+
+
+def job_validations(args: GuardrailArgs) -> list[dict[str, str]]:
+    return [
+        {"expression": f"object.spec.tasks.all(task, {r.check('task.template.spec', 'object.spec')})",
+         "message": r.message}
+        for r in rules(args)
+    ]
+
+
+def pod_match_condition(args: GuardrailArgs) -> str:
+    return _requests_gpu("object.spec", args.gpu_resource)
+
+
+def job_match_condition(args: GuardrailArgs) -> str:
+    inner = _requests_gpu("task.template.spec", args.gpu_resource)
+    return f"has(object.spec.tasks) && object.spec.tasks.exists(task, {inner})"
+
+
+def _policy_spec(resource: dict[str, Any], condition: str, validations: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [resource]},
+        "matchConditions": [{"name": "requests-gpus", "expression": condition}],
+        "validations": validations,
+    }
+
+
+def policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
+    """Policy name → spec: pods always, Volcano Jobs where Volcano is the engine."""
+    specs = {
+        POD_POLICY: _policy_spec(
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+            pod_match_condition(args), pod_validations(args),
+        )
+    }
+    if args.volcano:
+        specs[JOB_POLICY] = _policy_spec(
+            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["jobs"]},
+            job_match_condition(args), job_validations(args),
+        )
+    return specs
+
+
+def binding_spec(policy: str, namespace: str) -> dict[str, Any]:
+    """Bind to the training namespace only, denying (not just auditing) what fails."""
+    return {
+        "policyName": policy,
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+    }
+
+
+class TrainingGuardrails(pulumi.ComponentResource):
+    """The admission policies and their bindings, first-class objects the policy pack and tests see."""
+
+    def __init__(self, name: str, args: GuardrailArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:security:TrainingGuardrails", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.policies: list[k8s.admissionregistration.v1.ValidatingAdmissionPolicy] = []
+        for policy, spec in policy_specs(args).items():
+            meta = k8s.meta.v1.ObjectMetaArgs(name=policy, labels=common_labels(policy, "admission-policy"))
+            vap = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+                policy, metadata=meta, spec=cast(Any, spec), opts=child
+            )
+            k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                f"{policy}-binding",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=policy, labels=common_labels(policy, "admission-policy")),
+                spec=cast(Any, binding_spec(policy, args.namespace)),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[vap]),
+            )
+            self.policies.append(vap)
+        self.register_outputs({"policies": list(policy_specs(args))})

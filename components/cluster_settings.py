@@ -1,0 +1,154 @@
+"""The cluster's settings published in the cluster, so the researcher CLI needs no stack file.
+
+The stack writes one ConfigMap in the training namespace holding everything the training template needs
+(pools, queues, label prefix, checkpoint claims, scheduler, priority class, gate, NCCL and metrics
+settings). The CLI reads it back into :class:`ClusterSettings` and rebuilds the template's
+:class:`TrainingJobArgs` with :meth:`ClusterSettings.training_args`; a test checks that this equals
+``TrainingJobArgs.from_config`` for every job of every stack, so the two ways in cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import Field
+
+from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
+from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
+from components.naming import Keys, common_labels
+from components.training_job import TrainingJobArgs
+
+#: Name and key of the published object; the CLI reads exactly these.
+SETTINGS_CONFIGMAP = "gpucluster-settings"
+SETTINGS_KEY = "settings.json"
+#: Bumped when a key changes meaning; the CLI refuses settings newer than it understands.
+SETTINGS_VERSION = 1
+
+
+class PoolSettings(ConfigModel):
+    """A pool as the template needs it, plus the training queue its gangs go to."""
+
+    pool: GpuPool
+    queue: NonEmptyStr
+
+
+class CheckpointClaim(ConfigModel):
+    """A checkpoint filesystem by its config name and the claim (stable object name) jobs mount."""
+
+    name: DnsLabel
+    claim: NonEmptyStr
+
+
+class ClusterSettings(ConfigModel):
+    """What a training job needs to know about the cluster (camelCase JSON in the ConfigMap)."""
+
+    version: PositiveInt = SETTINGS_VERSION
+    label_prefix: LabelPrefix
+    gpu_resource: NonEmptyStr
+    training_namespace: DnsLabel
+    engine: SchedulingEngine
+    scheduler_name: NonEmptyStr
+    priority_class: NonEmptyStr
+    #: Whether training workers start behind the handover gate, and the gate's name.
+    handover_gate: bool
+    handover_gate_name: NonEmptyStr
+    nccl: Nccl
+    metrics_port: PositiveInt
+    heartbeat_metric: NonEmptyStr
+    scrape_interval_seconds: PositiveInt
+    monitor_labels: dict[str, str] = Field(default_factory=dict)
+    pools: list[PoolSettings]
+    checkpoint_claims: list[CheckpointClaim] = Field(default_factory=list)
+
+    def pool(self, name: str) -> PoolSettings | None:
+        return next((p for p in self.pools if p.pool.name == name), None)
+
+    def claim(self, filesystem: str) -> str | None:
+        return next((c.claim for c in self.checkpoint_claims if c.name == filesystem), None)
+
+    def training_args(self, job: TrainingJob) -> TrainingJobArgs:
+        """The template's arguments for ``job``, as ``TrainingJobArgs.from_config`` builds them in the stack."""
+        pool = self.pool(job.pool)
+        if pool is None:
+            raise KeyError(f"unknown pool {job.pool!r}; this cluster has {[p.pool.name for p in self.pools]}")
+        claim = None
+        if job.checkpoint is not None:
+            claim = self.claim(job.checkpoint.filesystem)
+            if claim is None:
+                raise KeyError(f"unknown checkpoint filesystem {job.checkpoint.filesystem!r}; this cluster has "
+                               f"{[c.name for c in self.checkpoint_claims]}")
+        return TrainingJobArgs(
+            job=job,
+            pool=pool.pool,
+            nccl=self.nccl,
+            namespace=self.training_namespace,
+            engine=self.engine,
+            scheduler_name=self.scheduler_name,
+            queue=pool.queue,
+            priority_class=self.priority_class,
+            label_prefix=self.label_prefix,
+            gpu_resource=self.gpu_resource,
+            checkpoint_claim=claim,
+            handover_gate=self.handover_gate,
+            metrics_port=self.metrics_port,
+            heartbeat_metric=self.heartbeat_metric,
+            scrape_interval_seconds=self.scrape_interval_seconds,
+            monitor_labels=dict(self.monitor_labels),
+        )
+
+
+def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
+    """The published settings of a stack: the same sources ``TrainingJobArgs.from_config`` reads."""
+    queues = cfg.scheduling.training_queue_names(p.name for p in cfg.pools)
+    return ClusterSettings(
+        label_prefix=cfg.label_prefix,
+        gpu_resource=cfg.gpu_resource,
+        training_namespace=cfg.training_namespace,
+        engine=cfg.scheduling.engine,
+        scheduler_name=cfg.scheduling.scheduler_name,
+        priority_class=cfg.priorities.training.name,
+        handover_gate=cfg.handover_active and cfg.scheduling.engine is SchedulingEngine.VOLCANO,
+        handover_gate_name=Keys(cfg.label_prefix).handover_gate,
+        nccl=cfg.training.nccl,
+        metrics_port=cfg.training.metrics_port,
+        heartbeat_metric=cfg.observability.step_heartbeat_metric,
+        scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
+        monitor_labels=dict(cfg.observability.monitor_labels),
+        pools=[PoolSettings(pool=p, queue=queues[p.name]) for p in cfg.pools],
+        checkpoint_claims=[CheckpointClaim(name=f.name, claim=f.object_name) for f in cfg.checkpoint.filesystems],
+    )
+
+
+def settings_json(settings: ClusterSettings) -> str:
+    """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap."""
+    return json.dumps(settings.model_dump(mode="json", by_alias=True), sort_keys=True, indent=1)
+
+
+def parse_settings(text: str) -> ClusterSettings:
+    """Settings from the ConfigMap's value; raises ValueError naming the problem."""
+    data = json.loads(text)
+    if isinstance(data, dict) and int(data.get("version", 0)) > SETTINGS_VERSION:
+        raise ValueError(f"cluster settings version {data['version']} is newer than this CLI understands "
+                         f"({SETTINGS_VERSION}); upgrade the CLI")
+    return ClusterSettings.model_validate(data)
+
+
+class ClusterSettingsMap(pulumi.ComponentResource):
+    """The ConfigMap the researcher CLI reads (readable by whoever may read ConfigMaps in the namespace)."""
+
+    config_map: k8s.core.v1.ConfigMap
+
+    def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpu-cluster:training:ClusterSettings", name, None, opts)
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-configmap",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=SETTINGS_CONFIGMAP, namespace=cfg.training_namespace,
+                labels=common_labels(SETTINGS_CONFIGMAP, "cluster-settings"),
+            ),
+            data={SETTINGS_KEY: settings_json(cluster_settings(cfg))},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"name": SETTINGS_CONFIGMAP})
