@@ -1,0 +1,139 @@
+"""The short job spec researchers write, and its resolution against the cluster's published settings.
+
+The spec is outside input: every error names the file and the key, and says what to change. Everything the
+spec does not say (scheduler, queue, priority, affinity, tolerations, gate, checkpoint mount, NCCL and
+runtime environment) comes from the stack's own training template via ``ClusterSettings.training_args``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from components.cluster_settings import ClusterSettings
+from components.config import CheckpointMount, SchedulingEngine, TrainingJob
+from components.config.base import ConfigModel, DnsLabel, NonEmptyStr, PinnedImage, PositiveInt
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be submitted; the message names the file, the key and the fix."""
+
+
+class NodeShape(ConfigModel):
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+
+
+class JobSpec(ConfigModel):
+    """``name``, ``image``, ``command``, ``gpus`` (a total, or ``{nodes, gpusPerNode}``), and optional rest."""
+
+    name: DnsLabel
+    image: PinnedImage
+    command: list[NonEmptyStr] = Field(min_length=1)
+    gpus: PositiveInt | NodeShape
+    pool: DnsLabel | None = None
+    #: Checkpoint every this many steps (the runtime's CHECKPOINT_INTERVAL_STEPS).
+    checkpoint_interval: PositiveInt = 500
+    #: Which checkpoint filesystem; the cluster's first one when left out.
+    checkpoint_filesystem: DnsLabel | None = None
+    team: DnsLabel | None = None
+    max_retries: int = Field(default=5, ge=0, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError("the job spec must be a mapping of keys (name, image, command, gpus, ...)")
+        return data
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("int", "NodeShape"))]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out or "(top level)"
+
+
+def parse_spec(text: str, source: str) -> JobSpec:
+    """Parse YAML text into a :class:`JobSpec`; :class:`SpecError` lists every problem as ``source: key: why``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        seen: set[str] = set()
+        for err in exc.errors():
+            where = _where(tuple(err["loc"]))
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                allowed = sorted(f.alias or n for n, f in JobSpec.model_fields.items())
+                msg = "unknown key; allowed: " + ", ".join(allowed)
+            elif err["type"] == "missing":
+                msg = "required key is missing"
+            line = f"{source}: {where}: {msg}"
+            if line not in seen:
+                seen.add(line)
+                lines.append(line)
+        raise SpecError("\n".join(lines)) from None
+
+
+def load_spec(path: Path) -> JobSpec:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the job spec: {exc.strerror}") from None
+    return parse_spec(text, str(path))
+
+
+def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJob:
+    """The stack's TrainingJob for this spec on this cluster; errors say which key to change and to what."""
+    if settings.engine is not SchedulingEngine.VOLCANO:
+        raise SpecError(f"this cluster schedules training with {settings.engine.value}; "
+                        "the CLI submits Volcano Jobs only")
+    names = [p.pool.name for p in settings.pools]
+    if spec.pool is None:
+        if len(names) != 1:
+            raise SpecError(f"{source}: pool: required on this cluster; choose one of {names}")
+        pool_name = names[0]
+    else:
+        pool_name = spec.pool
+    found = settings.pool(pool_name)
+    if found is None:
+        raise SpecError(f"{source}: pool: unknown pool '{pool_name}'; choose one of {names}")
+    pool = found.pool
+    nodes_in_pool = len(pool.node_names)
+    if isinstance(spec.gpus, NodeShape):
+        nodes, per_node = spec.gpus.nodes, spec.gpus.gpus_per_node
+        if per_node > pool.gpus_per_node:
+            raise SpecError(f"{source}: gpus.gpusPerNode: {per_node} is more than the {pool.gpus_per_node} GPUs "
+                            f"of a node in pool '{pool.name}'; use at most {pool.gpus_per_node}")
+    elif spec.gpus <= pool.gpus_per_node:
+        nodes, per_node = 1, spec.gpus
+    elif spec.gpus % pool.gpus_per_node:
+        lower = spec.gpus - spec.gpus % pool.gpus_per_node
+        raise SpecError(f"{source}: gpus: {spec.gpus} is not a whole number of {pool.gpus_per_node}-GPU nodes in "
+                        f"pool '{pool.name}'; ask for {lower} or {lower + pool.gpus_per_node}, or give "
+                        f"{{nodes: N, gpusPerNode: G}}")
+    else:
+        nodes, per_node = spec.gpus // pool.gpus_per_node, pool.gpus_per_node
+    if nodes > nodes_in_pool:
+        raise SpecError(f"{source}: gpus: {nodes} nodes is larger than pool '{pool.name}' ({nodes_in_pool} nodes × "
+                        f"{pool.gpus_per_node} GPUs = {pool.gpu_count}); ask for at most {pool.gpu_count} GPUs")
+    checkpoint = None
+    if settings.checkpoint_claims or spec.checkpoint_filesystem is not None:
+        filesystems = [c.name for c in settings.checkpoint_claims]
+        fs = spec.checkpoint_filesystem or filesystems[0]
+        if fs not in filesystems:
+            raise SpecError(f"{source}: checkpointFilesystem: unknown filesystem '{fs}'; choose one of {filesystems}")
+        checkpoint = CheckpointMount(filesystem=fs, interval_steps=spec.checkpoint_interval)
+    return TrainingJob(
+        name=spec.name, enabled=True, image=spec.image, pool=pool.name, workers=nodes, gpus_per_worker=per_node,
+        max_retries=spec.max_retries, command=list(spec.command), checkpoint=checkpoint,
+    )
