@@ -1,0 +1,175 @@
+"""The training guardrails: the rendered ValidatingAdmissionPolicies, their CEL evaluated against objects.
+
+The CEL is evaluated with cel-python (``celpy``), a conforming CEL implementation without the API server's
+schema type checks: expressions here are taken from the rendered policies, as the API server gets them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+
+from components.admission import JOB_POLICY, POD_POLICY, GuardrailArgs, policy_specs
+from tools.mockrt import RunResult
+
+GPU = "nvidia.com/gpu"
+LOC = "gpucluster.io/location"
+ONPREM_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": LOC, "operator": "In", "values": ["onprem"]},
+                          {"key": "gpucluster.io/pool", "operator": "In", "values": ["h100-a"]}]}]}}}
+
+
+def policy(run: RunResult, name: str) -> dict[str, Any]:
+    return run.one("ValidatingAdmissionPolicy", name).inputs["spec"]  # type: ignore[no-any-return]
+
+
+def refusals(spec: dict[str, Any], obj: dict[str, Any]) -> list[str] | None:
+    """None when the policy does not match the object (no GPUs); else the messages of failed validations."""
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(obj)}
+    for cond in spec["matchConditions"]:
+        if not env.program(env.compile(cond["expression"])).evaluate(act):
+            return None
+    out = []
+    for v in spec["validations"]:
+        result = env.program(env.compile(v["expression"])).evaluate(act)
+        assert isinstance(result, celpy.celtypes.BoolType), (v["expression"], result)  # an error is not a pass
+        if not result:
+            out.append(v["message"])
+    return out
+
+
+def good_pod_spec(gate: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "priorityClassName": "gpu-training",
+        "affinity": copy.deepcopy(ONPREM_AFFINITY),
+        "tolerations": [{"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"}],
+        "containers": [{"name": "trainer", "image": "x:1",
+                        "resources": {"limits": {GPU: "8"}, "requests": {GPU: "8"}}}],
+    }
+    if gate:
+        spec["schedulingGates"] = [{"name": "gpucluster.io/handover"}]
+    return spec
+
+
+def _without(key: str) -> Any:
+    return lambda s: s.pop(key)
+
+
+def _set(key: str, value: Any) -> Any:
+    return lambda s: s.__setitem__(key, value)
+
+
+# (case, edit of a good pod spec, the rule whose message must appear — or None for accepted)
+CASES: list[tuple[str, Any, str | None]] = [
+    ("good", lambda s: None, None),
+    ("default scheduler", _set("schedulerName", "default-scheduler"), "schedulerName: volcano"),
+    ("no scheduler set", _without("schedulerName"), "schedulerName: volcano"),
+    ("no priority class", _without("priorityClassName"), "priorityClassName: gpu-training"),
+    ("inference priority", _set("priorityClassName", "gpu-inference"), "priorityClassName: gpu-training"),
+    ("no affinity", _without("affinity"), "require on-prem nodes"),
+    ("affinity allows external", lambda s: s["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0].update(
+        values=["onprem", "external"]), "require on-prem nodes"),
+    ("a second term without location", lambda s: s["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(
+        {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["h100-a"]}]}),
+     "require on-prem nodes"),
+    ("only preferred affinity", _set("affinity", {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": LOC, "operator": "In", "values": ["onprem"]}]}}]}}),
+     "require on-prem nodes"),
+    ("node selector instead of affinity", lambda s: (s.pop("affinity"), s.__setitem__("nodeSelector", {LOC: "onprem"})),
+     None),
+    ("tolerates the provider taint", lambda s: s["tolerations"].append(
+        {"key": "virtual-kubelet.io/provider", "operator": "Exists"}), "must not tolerate"),
+    ("tolerates the burst taint", lambda s: s["tolerations"].append(
+        {"key": "gpucluster.io/burst", "operator": "Equal", "value": "on", "effect": "NoSchedule"}),
+     "must not tolerate"),
+    ("tolerates everything", lambda s: s["tolerations"].append({"operator": "Exists"}), "must not tolerate"),
+    ("no handover gate", _without("schedulingGates"), "scheduling gate gpucluster.io/handover"),
+    ("another gate only", _set("schedulingGates", [{"name": "example.com/other"}]),
+     "scheduling gate gpucluster.io/handover"),
+]
+
+
+@pytest.mark.parametrize(("case", "edit", "refused_for"), CASES, ids=[c[0] for c in CASES])
+def test_pod_policy_table(prod: RunResult, case: str, edit: Any, refused_for: str | None) -> None:
+    spec = good_pod_spec(gate=True)
+    edit(spec)
+    messages = refusals(policy(prod, POD_POLICY), {"apiVersion": "v1", "kind": "Pod", "spec": spec})
+    assert messages is not None
+    if refused_for is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and refused_for in messages[0], messages
+
+
+@pytest.mark.parametrize(("case", "edit", "refused_for"), CASES, ids=[c[0] for c in CASES])
+def test_job_policy_table(prod: RunResult, case: str, edit: Any, refused_for: str | None) -> None:
+    """The same table through a Volcano Job's second task (the first one is good)."""
+    bad = good_pod_spec(gate=True)
+    edit(bad)
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "spec": {"tasks": [
+        {"name": "a", "template": {"spec": good_pod_spec(gate=True)}},
+        {"name": "b", "template": {"spec": bad}}]}}
+    messages = refusals(policy(prod, JOB_POLICY), job)
+    assert messages is not None
+    assert messages == [] if refused_for is None else (len(messages) == 1 and refused_for in messages[0])
+
+
+def test_job_level_scheduler_and_priority_apply_to_templates_without_them(prod: RunResult) -> None:
+    """Volcano gives a pod the Job's schedulerName/priorityClassName when its template has none."""
+    tmpl = good_pod_spec(gate=True)
+    del tmpl["schedulerName"], tmpl["priorityClassName"]
+    job = {"spec": {"tasks": [{"name": "w", "template": {"spec": tmpl}}]}}
+    spec = policy(prod, JOB_POLICY)
+    assert len(refusals(spec, job) or []) == 2
+    job["spec"].update(schedulerName="volcano", priorityClassName="gpu-training")
+    assert refusals(spec, job) == []
+
+
+def test_cpu_only_pods_are_not_matched(prod: RunResult) -> None:
+    spec = good_pod_spec(gate=False)
+    spec["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    spec["schedulerName"] = "default-scheduler"
+    assert refusals(policy(prod, POD_POLICY), {"spec": spec}) is None
+
+
+def test_without_handover_no_gate_rule_and_without_volcano_no_job_policy() -> None:
+    """The gate rule exists only where the stack runs the handover; the Job policy only where Volcano runs."""
+    args = GuardrailArgs(namespace="training", scheduler_name="kube-batch", priority_class="gpu-training",
+                         label_prefix="gpucluster.io", gpu_resource=GPU, handover_gate=None, volcano=False)
+    specs = policy_specs(args)
+    assert list(specs) == [POD_POLICY]
+    spec = good_pod_spec(gate=False)
+    assert refusals(specs[POD_POLICY], {"spec": spec}) == ["a GPU training pod must set schedulerName: kube-batch "
+                                                          "(the gang scheduler: one capacity view, gang admission "
+                                                          "and reclaim); submit with `gpucluster train submit` or "
+                                                          "set it in the template"]
+
+
+@pytest.mark.parametrize("stack", ["prod", "local"])
+def test_every_training_job_the_stack_renders_passes(stack: str, request: pytest.FixtureRequest) -> None:
+    run: RunResult = request.getfixturevalue(stack)
+    jobs = [r for r in run.by_kind("Job") if r.inputs.get("apiVersion") == "batch.volcano.sh/v1alpha1"]
+    spec = policy(run, JOB_POLICY)
+    for job in jobs:
+        assert refusals(spec, {"spec": job.inputs["spec"]}) == [], job.metadata["name"]
+
+
+@pytest.mark.parametrize("stack", ["prod", "local"])
+def test_bindings_deny_in_the_training_namespace_only(stack: str, request: pytest.FixtureRequest) -> None:
+    run: RunResult = request.getfixturevalue(stack)
+    bindings = {b.metadata["name"]: b.inputs["spec"] for b in run.by_kind("ValidatingAdmissionPolicyBinding")}
+    policies = {p.metadata["name"]: p.inputs["spec"] for p in run.by_kind("ValidatingAdmissionPolicy")}
+    assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY}
+    for name, b in bindings.items():
+        assert b["policyName"] == name
+        assert b["validationActions"] == ["Deny"]
+        assert b["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
+        assert policies[name]["failurePolicy"] == "Fail"
+        assert run.one("ValidatingAdmissionPolicy", name).inputs["apiVersion"] == "admissionregistration.k8s.io/v1"
