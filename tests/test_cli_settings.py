@@ -1,0 +1,86 @@
+"""One source: the published settings rebuild the stack's template arguments, and a CLI job renders the same
+pod template as a stack job from the same spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, ClusterSettings, parse_settings
+from components.config import ClusterConfig
+from components.training_job import TrainingJobArgs
+from gpucluster_cli.render import pod_monitor, volcano_job
+from gpucluster_cli.spec import parse_spec, resolve
+from tests.conftest import StackRunner
+from tools.localcluster.plan import load_stack_config
+from tools.mockrt import RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def published(run: RunResult) -> ClusterSettings:
+    cm = run.one("ConfigMap", SETTINGS_CONFIGMAP)
+    assert cm.metadata["namespace"] == "training"
+    return parse_settings(cm.inputs["data"][SETTINGS_KEY])
+
+
+@pytest.mark.parametrize("stack", ["prod", "local"])
+def test_published_settings_rebuild_the_stacks_template_args(stack: str, request: pytest.FixtureRequest) -> None:
+    """For every job in the stack file (enabled or not), the CLI's args equal ``TrainingJobArgs.from_config``."""
+    cfg = load_stack_config(ROOT, stack)
+    assert isinstance(cfg, ClusterConfig) and cfg.training.jobs
+    settings = published(request.getfixturevalue(stack))
+    for job in cfg.training.jobs:
+        assert settings.training_args(job) == TrainingJobArgs.from_config(cfg, job)
+
+
+def test_settings_carry_pools_queues_prefix_claims(prod: RunResult) -> None:
+    data = json.loads(prod.one("ConfigMap", SETTINGS_CONFIGMAP).inputs["data"][SETTINGS_KEY])
+    assert data["labelPrefix"] == "gpucluster.io" and data["schedulerName"] == "volcano"
+    assert data["priorityClass"] == "gpu-training" and data["handoverGateName"] == "gpucluster.io/handover"
+    assert data["trainingNamespace"] == "training"
+    assert {p["pool"]["name"]: p["queue"] for p in data["pools"]}
+    assert all(c["claim"] for c in data["checkpointClaims"])
+
+
+def test_newer_settings_are_refused_with_an_upgrade_hint(prod: RunResult) -> None:
+    data = json.loads(prod.one("ConfigMap", SETTINGS_CONFIGMAP).inputs["data"][SETTINGS_KEY])
+    data["version"] = 99
+    with pytest.raises(ValueError, match="upgrade the CLI"):
+        parse_settings(json.dumps(data))
+
+
+SPEC = """
+name: cli-twin
+image: registry.local/training/trainer:1.0.0
+command: ["python", "-m", "train", "--steps=1000"]
+gpus: {nodes: 2, gpusPerNode: 8}
+checkpointInterval: 250
+team: vision
+"""
+
+
+def test_cli_job_and_stack_job_from_the_same_spec_render_identically(run_stack: StackRunner) -> None:
+    """The job resolved from a CLI spec, put in the stack file, renders the very Volcano Job spec the CLI applies."""
+    spec = parse_spec(SPEC, "twin.yaml")
+    first = run_stack("local")
+    job = resolve(spec, published(first), "twin.yaml")
+
+    def add(cfg: dict[str, Any]) -> None:
+        cfg["gpu-cluster:training"]["jobs"].append(job.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    run = run_stack("local", add)
+    settings = published(run)
+    stack_job = run.one("Job", "cli-twin").inputs
+    cli_job = volcano_job(settings, job, spec.team)
+    assert stack_job["apiVersion"] == cli_job["apiVersion"]
+    assert cli_job["spec"]["tasks"][0]["template"] == stack_job["spec"]["tasks"][0]["template"]
+    assert cli_job["spec"] == stack_job["spec"]
+    stack_monitor = run.one("PodMonitor", "cli-twin").inputs
+    assert pod_monitor(settings, job, spec.team)["spec"] == stack_monitor["spec"]
+    # What differs is only who manages it and the team label.
+    assert cli_job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpucluster-cli"
+    assert cli_job["metadata"]["labels"]["gpucluster.io/team"] == "vision"
