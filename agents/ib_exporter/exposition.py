@@ -14,7 +14,6 @@ one out, so open sockets alone can exhaust the pod's memory. :class:`MetricsServ
 from __future__ import annotations
 
 import contextlib
-import queue
 import selectors
 import socket
 import threading
@@ -83,18 +82,21 @@ class ServerLimits:
 
     The metrics port is open to every scraper (and to whatever else can reach it). A thread per
     connection, as ``ThreadingHTTPServer`` has, lets a few thousand idle sockets cost a thread stack
-    each and push the pod past its memory limit. Here idle connections wait in one selector thread
-    costing a socket each, at most ``max_connections`` of them (the oldest idle one is closed to admit a
-    new one, so a scraper always gets in), each for at most ``idle_timeout_seconds``; only complete
-    requests reach the ``workers``.
+    each and push the pod past its memory limit. Here one thread multiplexes every connection: an idle
+    one costs a socket, at most ``max_connections`` of them (the oldest is closed to admit a new one, so
+    a scraper always gets in), each for at most ``idle_timeout_seconds``. A complete request is answered
+    on that thread (scrapes are serialised by the collector's lock anyway, and a hand-off per scrape
+    costs latency under the pod's CPU limit). A response its client does not take at once waits in
+    memory, for at most ``max_pending_writes`` clients (oldest dropped first) and ``send_timeout_seconds``.
     """
 
-    workers: int = 2
     max_connections: int = 256
     idle_timeout_seconds: float = 10.0
-    send_timeout_seconds: float = 10.0
     max_request_bytes: int = 8192
-    queue: int = 32
+    max_pending_writes: int = 8
+    send_timeout_seconds: float = 10.0
+    send_buffer_bytes: int | None = None
+    """SO_SNDBUF of accepted connections; ``None`` leaves it to the kernel's autotuning."""
 
 
 @dataclass
@@ -107,7 +109,8 @@ class ServerStats:
     evicted: int = 0
     timed_out: int = 0
     oversized: int = 0
-    rejected_busy: int = 0
+    slow_readers: int = 0
+    dropped_slow: int = 0
 
 
 _STATUS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
@@ -167,75 +170,68 @@ class MetricsServer:
         self.address: tuple[str, int] = self._listener.getsockname()[:2]
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ)
-        # Idle connections in accept order (dicts keep insertion order): the first one is the oldest.
+        # Both in arrival order (dicts keep insertion order): the first entry is the oldest, and with
+        # one timeout per kind, also the first to expire.
         self._idle: dict[socket.socket, tuple[float, bytearray]] = {}
-        self._work: queue.Queue[tuple[socket.socket, bytes] | None] = queue.Queue(self.limits.queue)
+        self._writing: dict[socket.socket, tuple[float, memoryview]] = {}
         self._stop = threading.Event()
         #: Monotonic time of the selector loop's last turn: the heartbeat behind ``/livez``.
         self.started = self.last_turn = time.monotonic()
-        self._threads = [threading.Thread(target=self._loop, name="ib-exporter-accept", daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._worker, name=f"ib-exporter-worker-{i}", daemon=True)
-            for i in range(self.limits.workers)
-        ]
+        self.thread = threading.Thread(target=self._loop, name="ib-exporter-http", daemon=True)
 
     def start(self) -> MetricsServer:
-        for thread in self._threads:
-            thread.start()
+        self.thread.start()
         return self
 
     def shutdown(self) -> None:
-        """Stop accepting, close idle connections, let workers finish the request in hand."""
+        """Stop accepting and close every connection; a scrape in progress finishes first."""
         self._stop.set()
-        self._threads[0].join(timeout=5)
-        for _ in self._threads[1:]:
-            self._work.put(None)
-        for thread in self._threads[1:]:
-            thread.join(timeout=5)
+        self.thread.join(timeout=10)
 
     def alive(self) -> tuple[bool, str]:
         return judge(self.last_turn, self.started, time.monotonic(), LIVEZ_MAX_AGE_SECONDS)
 
     def open_connections(self) -> int:
-        return len(self._idle)
-
-    # -- selector thread: accept, buffer request heads, enforce the idle limits
+        return len(self._idle) + len(self._writing)
 
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
                 ready = self._selector.select(timeout=0.5)
-                # Requests first, then new connections: a scraper whose request has arrived is never
-                # the one evicted to make room.
+                # Established connections first, then new ones: a scraper whose request has arrived is
+                # never the one evicted to make room.
                 for key, _ in sorted(ready, key=lambda item: item[0].fileobj is self._listener):
-                    if key.fileobj is self._listener:
+                    conn = key.fileobj
+                    if conn is self._listener:
                         self._accept()
-                    else:
-                        self._receive(key.fileobj)  # type: ignore[arg-type]
+                    elif isinstance(conn, socket.socket) and conn in self._writing:
+                        self._flush(conn)
+                    elif isinstance(conn, socket.socket):
+                        self._receive(conn)
                 self._expire(time.monotonic())
                 self.last_turn = time.monotonic()
         finally:
-            for conn in list(self._idle):
+            for conn in [*self._idle, *self._writing]:
                 self._close(conn)
             self._selector.close()
             self._listener.close()
 
     def _accept(self) -> None:
-        for _ in range(64):  # bounded per round so that buffered requests keep being served
+        for _ in range(64):  # bounded per round so that requests already buffered keep being served
             try:
                 conn, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # EMFILE and friends: leave the backlog for the next round
+            except OSError:  # EAGAIN: backlog empty; EMFILE and friends: leave it for the next round
                 return
             self.stats.accepted += 1
             while len(self._idle) >= self.limits.max_connections:
-                oldest = next(iter(self._idle))
-                self._close(oldest)
+                self._close(next(iter(self._idle)))
                 self.stats.evicted += 1
             conn.setblocking(False)
+            if self.limits.send_buffer_bytes is not None:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.limits.send_buffer_bytes)
             self._idle[conn] = (time.monotonic() + self.limits.idle_timeout_seconds, bytearray())
             self._selector.register(conn, selectors.EVENT_READ)
+            self._receive(conn)  # a scraper sends its request with the connect: often it is already here
 
     def _receive(self, conn: socket.socket) -> None:
         entry = self._idle.get(conn)
@@ -253,52 +249,66 @@ class MetricsServer:
         buffer = entry[1]
         buffer += chunk
         if b"\r\n\r\n" in buffer or b"\n\n" in buffer:
-            self._selector.unregister(conn)
             del self._idle[conn]
-            try:
-                self._work.put_nowait((conn, bytes(buffer)))
-            except queue.Full:
-                self.stats.rejected_busy += 1
-                with contextlib.suppress(OSError):
-                    conn.send(_response(503, _TEXT, b"busy\n"))
-                conn.close()
+            self._answer(conn, respond(self.collector, bytes(buffer), self.alive))
         elif len(buffer) > self.limits.max_request_bytes:
             self.stats.oversized += 1
             self._close(conn)
 
-    def _expire(self, now: float) -> None:
-        for conn, (deadline, _) in list(self._idle.items()):
-            if deadline > now:
-                break  # accept order is deadline order
-            self.stats.timed_out += 1
+    def _answer(self, conn: socket.socket, response: bytes) -> None:
+        try:
+            sent = conn.send(response)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
             self._close(conn)
+            return
+        if sent == len(response):
+            self.stats.served += 1
+            self._close(conn)
+            return
+        self.stats.slow_readers += 1
+        while len(self._writing) >= self.limits.max_pending_writes:
+            self._close(next(iter(self._writing)))
+            self.stats.dropped_slow += 1
+        deadline = time.monotonic() + self.limits.send_timeout_seconds
+        self._writing[conn] = (deadline, memoryview(response)[sent:])
+        self._selector.modify(conn, selectors.EVENT_WRITE)
+
+    def _flush(self, conn: socket.socket) -> None:
+        deadline, rest = self._writing[conn]
+        try:
+            sent = conn.send(rest)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if sent == len(rest):
+            self.stats.served += 1
+            self._close(conn)
+        else:
+            self._writing[conn] = (deadline, rest[sent:])
+
+    def _expire(self, now: float) -> None:
+        for pending in (self._idle, self._writing):
+            for conn, (deadline, _) in list(pending.items()):
+                if deadline > now:
+                    break  # arrival order is deadline order
+                self.stats.timed_out += 1
+                self._close(conn)
 
     def _close(self, conn: socket.socket) -> None:
-        if self._idle.pop(conn, None) is not None:
+        self._idle.pop(conn, None)
+        self._writing.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):  # not registered (any more)
             self._selector.unregister(conn)
         conn.close()
-
-    # -- workers: one complete request each, answered and closed
-
-    def _worker(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None:
-                return
-            conn, request = item
-            try:
-                conn.settimeout(self.limits.send_timeout_seconds)  # a client that stops reading
-                conn.sendall(respond(self.collector, request, self.alive))
-                self.stats.served += 1
-            except OSError:
-                pass
-            finally:
-                conn.close()
 
 
 def serve(
     collector: Collector, host: str, port: int, limits: ServerLimits | None = None
 ) -> tuple[MetricsServer, threading.Thread]:
-    """Start serving ``/metrics`` in daemon threads; the caller stops it with ``server.shutdown()``."""
+    """Start serving ``/metrics`` in a daemon thread; the caller stops it with ``server.shutdown()``."""
     server = MetricsServer(collector, host, port, limits).start()
-    return server, server._threads[0]
+    return server, server.thread
