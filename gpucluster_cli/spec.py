@@ -8,10 +8,10 @@ runtime environment) comes from the stack's own training template via ``ClusterS
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
 from components.cluster_settings import ClusterSettings
 from components.config import CheckpointMount, SchedulingEngine, TrainingJob
@@ -27,13 +27,29 @@ class NodeShape(ConfigModel):
     gpus_per_node: PositiveInt
 
 
+def _gpus_shape(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | dict):
+        raise ValueError("must be a GPU count (e.g. 16) or {nodes: N, gpusPerNode: G}")
+    if isinstance(value, int) and value < 1:
+        raise ValueError("must be at least 1 GPU")
+    return value
+
+
+#: A total (``16``) or a shape (``{nodes: 2, gpusPerNode: 8}``); the discriminator keeps errors to one branch.
+Gpus = Annotated[
+    Annotated[PositiveInt, Tag("count")] | Annotated[NodeShape, Tag("shape")],
+    Discriminator(lambda v: "count" if isinstance(v, int) else "shape"),
+    BeforeValidator(_gpus_shape),
+]
+
+
 class JobSpec(ConfigModel):
     """``name``, ``image``, ``command``, ``gpus`` (a total, or ``{nodes, gpusPerNode}``), and optional rest."""
 
     name: DnsLabel
     image: PinnedImage
     command: list[NonEmptyStr] = Field(min_length=1)
-    gpus: PositiveInt | NodeShape
+    gpus: Gpus
     pool: DnsLabel | None = None
     #: Checkpoint every this many steps (the runtime's CHECKPOINT_INTERVAL_STEPS).
     checkpoint_interval: PositiveInt = 500
@@ -51,7 +67,7 @@ class JobSpec(ConfigModel):
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("int", "NodeShape"))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("count", "shape"))]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
@@ -77,6 +93,8 @@ def parse_spec(text: str, source: str) -> JobSpec:
                 msg = "unknown key; allowed: " + ", ".join(allowed)
             elif err["type"] == "missing":
                 msg = "required key is missing"
+            elif where == "command" and err["type"] == "list_type":
+                msg = "must be a list of words, e.g. [python, train.py] (no shell splitting is done)"
             line = f"{source}: {where}: {msg}"
             if line not in seen:
                 seen.add(line)
