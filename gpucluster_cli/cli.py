@@ -134,8 +134,8 @@ def status(obj: _Ctx, name: str) -> None:
         text = cluster.metrics(worker_pod(name, 0), settings.metrics_port)
         step = checkpoint_step(text) if text is not None else None
     out = _console()
-    out.print(f"[bold]{st.name}[/]  gang {st.phase}  queue {st.queue}  workers {len(st.pod_phases)}/"
-              f"{st.min_available}")
+    running = sum(1 for phase in st.pod_phases.values() if phase == "Running")
+    out.print(f"[bold]{st.name}[/]  gang {st.phase}  queue {st.queue}  workers running {running}/{st.min_available}")
     out.print(f"restarts: gang {st.gang_restarts}, containers {st.container_restarts}")
     out.print(f"last checkpoint step: {step if step is not None else 'unknown (rank 0 not running or no metrics)'}")
     table = Table("NODE", "PODS")

@@ -230,7 +230,7 @@ def test_status_shows_gang_pods_per_node_restarts_and_checkpoint(fake: Fake, spe
     fake.metrics["ft-llama-worker-0"] = ('# TYPE gpucluster_checkpoint_last_step gauge\n'
                                          'gpucluster_checkpoint_last_step{rank="0"} 1400.0\n')
     out = run("train", "status", "ft-llama").output
-    assert "ft-llama  gang Running  queue training  workers 2/2" in out
+    assert "ft-llama  gang Running  queue training  workers running 2/2" in out
     assert "restarts: gang 2, containers 1" in out
     assert "last checkpoint step: 1400" in out
     assert re.search(r"gpu-local-01\s*│\s*ft-llama-worker-0 \(Running\)", out), out
