@@ -342,7 +342,7 @@ class SysfsReader:
         for name in names:
             if name in _NOT_COUNTERS:
                 continue
-            if not _valid_name(name):
+            if not name.isascii() and not _valid_name(name):  # isascii inline: this loop is the hot one
                 errors.add(REASON_GARBAGE)
                 continue
             try:
