@@ -23,6 +23,8 @@ import pulumi_kubernetes as k8s
 from components.config import ClusterConfig, SchedulingEngine
 from components.naming import ONPREM, VK_PROVIDER_TAINT, Keys, common_labels
 
+#: admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is served from this version on (GA in 1.30).
+VAP_GA = (1, 30)
 POD_POLICY = "gpucluster-training-pods"
 JOB_POLICY = "gpucluster-training-volcano-jobs"
 
@@ -50,6 +52,9 @@ class GuardrailArgs:
     #: The handover gate every training pod must start behind, or None where the stack runs no handover.
     handover_gate: str | None
     volcano: bool
+    #: Whether the cluster serves the v1 API; below 1.30 the stack declares no guardrails (the policy pack
+    #: still checks what the stack itself declares).
+    served: bool = True
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
@@ -63,6 +68,7 @@ class GuardrailArgs:
             # The same condition as TrainingJobArgs.from_config: only Volcano honours the gate.
             handover_gate=Keys(cfg.label_prefix).handover_gate if cfg.handover_active and volcano else None,
             volcano=volcano,
+            served=cfg.k8s_minor >= VAP_GA,
         )
 
 
@@ -174,7 +180,9 @@ def _policy_spec(resource: dict[str, Any], condition: str, validations: list[dic
 
 
 def policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
-    """Policy name → spec: pods always, Volcano Jobs where Volcano is the engine."""
+    """Policy name → spec: pods always, Volcano Jobs where Volcano is the engine; none below 1.30."""
+    if not args.served:
+        return {}
     specs = {
         POD_POLICY: _policy_spec(
             {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},

@@ -173,3 +173,11 @@ def test_bindings_deny_in_the_training_namespace_only(stack: str, request: pytes
         assert b["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
         assert policies[name]["failurePolicy"] == "Fail"
         assert run.one("ValidatingAdmissionPolicy", name).inputs["apiVersion"] == "admissionregistration.k8s.io/v1"
+
+
+def test_no_guardrails_where_the_api_is_not_served() -> None:
+    """Below Kubernetes 1.30 admissionregistration.k8s.io/v1 policies do not exist: the stack declares none."""
+    args = GuardrailArgs(namespace="training", scheduler_name="volcano", priority_class="gpu-training",
+                         label_prefix="gpucluster.io", gpu_resource=GPU, handover_gate=None, volcano=True,
+                         served=False)
+    assert policy_specs(args) == {}

@@ -24,6 +24,7 @@ BUILTIN_GROUPS = {
     "v1", "apps/v1", "batch/v1", "policy/v1", "autoscaling/v2", "scheduling.k8s.io/v1",
     "rbac.authorization.k8s.io/v1", "storage.k8s.io/v1", "coordination.k8s.io/v1",
     "apiextensions.k8s.io/v1", "networking.k8s.io/v1", "apiregistration.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
 }
 
 
