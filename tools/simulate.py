@@ -8,10 +8,12 @@ on it, prints the outcome table and writes a plot of the controller policy's run
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
 from bench.sim.run import compare, default_workload, load_stack
@@ -32,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-enqueue-gate", action="store_true",
                         help="create every gang's pods on submission instead of at Volcano's enqueue")
     parser.add_argument("--trace", type=Path, help="JSON trace of gangs/spikes instead of the generator")
+    parser.add_argument("--inference-trace", type=Path,
+                        help="request log, rate series, GenTD26 or Alibaba 2023 pod list (bench/sim/traces.py)")
+    parser.add_argument("--training-trace", type=Path, help="job log or Alibaba 2023 pod list (BE pods)")
+    parser.add_argument("--peak-share", type=float, default=0.8,
+                        help="the inference trace's peak as a share of each service's maxReplicas")
+    parser.add_argument("--json", type=Path, help="also write the outcomes as JSON (policy name → figures)")
     parser.add_argument("--out", type=Path, help="PNG path (default .state/simulate/<stack>.png)")
     parser.add_argument("--policies", help="comma-separated policy names to run (default: all)")
     args = parser.parse_args(argv)
@@ -47,6 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         workload = load_trace(args.trace, spec)
     else:
         workload = default_workload(setup.model, args.days, args.seed, args.warmup_days, spec)
+    if args.inference_trace or args.training_trace:
+        try:
+            workload, lines = apply_traces(args.stack, setup.model, workload, args.inference_trace,
+                                           args.training_trace, (args.days + args.warmup_days) * 86400.0,
+                                           args.peak_share, args.training_load, args.seed)
+        except ValueError as exc:
+            print(f"simulate: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(lines))
     policies = all_policies(setup.model, setup.settings, spec)
     if args.policies:
         wanted = {p.strip() for p in args.policies.split(",")}
@@ -65,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(o.runtime_s for o in outcomes)
     events = sum(o.events for o in outcomes)
     print(f"plot: {path}   ({events:,} events in {total:.1f} s)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(outcomes_json(outcomes), indent=2) + "\n", encoding="utf-8")
+        print(f"outcomes: {args.json}")
     print_intervals(args.stack)
     return 0
 
