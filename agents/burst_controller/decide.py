@@ -311,6 +311,14 @@ def guards(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
 
 def inconsistency(snapshot: Snapshot, close_needs: int) -> str | None:
     """What makes the inputs impossible, or None. Defence in depth: a bad view must never close the burst."""
+    s = snapshot
+    if (  # the common case, cheaply: every count sane
+        0 <= s.onprem_free_gpus <= s.onprem_allocatable_gpus
+        and min(s.pending_inference_gpus, s.pending_training_gpus, s.standby_external_gpus, close_needs) >= 0
+        and all(v.gpus_in_use >= 0 for v in s.virtual_nodes.values())
+        and all(p.free >= 0 and p.pending_training >= 0 for p in s.pools.values())
+    ):
+        return None
     problems = []
     if snapshot.onprem_free_gpus > snapshot.onprem_allocatable_gpus:
         problems.append(f"free {snapshot.onprem_free_gpus} > allocatable {snapshot.onprem_allocatable_gpus}")
@@ -333,7 +341,7 @@ def inconsistency(snapshot: Snapshot, close_needs: int) -> str | None:
     return "; ".join(problems) or None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ModeStep:
     """The outcome of `next_mode`: the mode, its hold timers, and what the close condition measured."""
 
@@ -406,11 +414,14 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
                     bad is not None, tuple(reasons))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GateStep:
     released: tuple[PodRef, ...]
     seen: Mapping[PodRef, float]
     reasons: tuple[str, ...]
+
+
+_NOTHING_GATED = GateStep((), {}, ())
 
 
 def gate_release(
@@ -423,7 +434,7 @@ def gate_release(
     whichever is earlier; a creation stamp ahead of this clock is skew and is ignored. O(gated pods).
     """
     if not snapshot.gated_pods:
-        return GateStep((), {}, ())
+        return _NOTHING_GATED
     timeout = settings.handover_timeout_seconds
     hopeless = {ref for gang in snapshot.infeasible for ref in gang.pods}
     covered_pools: dict[str | None, bool] = {}

@@ -637,11 +637,12 @@ class ClusterView:
             gated_at=dict(self._gated_at),
             gated_pool=dict(self._gated_pool),
             onprem_gpu_nodes=self.onprem_gpu_nodes,
+            # Only needed (and built) while training confined to no pool waits to be placed.
             poolless=PoolGpus(
                 free=self.onprem_free,
                 free_nodes=dict(self._free_nodes_all),
-                unplaced_pods=dict(unplaced_pods.get("") or {}),
-            ),
+                unplaced_pods=dict(unplaced_pods[""]),
+            ) if unplaced_pods.get("") else None,
             infeasible=infeasible,
         )
 
