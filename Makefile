@@ -17,7 +17,7 @@ venv: .venv/.installed
 
 lint: venv
 	.venv/bin/ruff check .
-	.venv/bin/mypy components agents policies tools bench __main__.py
+	.venv/bin/mypy components agents policies tools bench gpucluster_cli __main__.py
 
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.

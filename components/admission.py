@@ -155,7 +155,8 @@ def pod_validations(args: GuardrailArgs) -> list[dict[str, str]]:
 
 def job_validations(args: GuardrailArgs) -> list[dict[str, str]]:
     return [
-        {"expression": f"object.spec.tasks.all(task, {r.check('task.template.spec', 'object.spec')})",
+        {"expression": f"object.spec.tasks.all(task, !has(task.template) || !has(task.template.spec) || "
+                       f"({r.check('task.template.spec', 'object.spec')}))",
          "message": r.message}
         for r in rules(args)
     ]
@@ -167,7 +168,9 @@ def pod_match_condition(args: GuardrailArgs) -> str:
 
 def job_match_condition(args: GuardrailArgs) -> str:
     inner = _requests_gpu("task.template.spec", args.gpu_resource)
-    return f"has(object.spec.tasks) && object.spec.tasks.exists(task, {inner})"
+    # A task without a template is left to Volcano's own validation (an error here would refuse it as Fail).
+    return (f"has(object.spec.tasks) && object.spec.tasks.exists(task, has(task.template) && "
+            f"has(task.template.spec) && {inner})")
 
 
 def _policy_spec(resource: dict[str, Any], condition: str, validations: list[dict[str, str]]) -> dict[str, Any]:

@@ -181,3 +181,11 @@ def test_no_guardrails_where_the_api_is_not_served() -> None:
                          label_prefix="gpucluster.io", gpu_resource=GPU, handover_gate=None, volcano=True,
                          served=False)
     assert policy_specs(args) == {}
+
+
+def test_a_task_without_a_template_is_no_error(prod: RunResult) -> None:
+    """CEL errors refuse under failurePolicy Fail: a templateless task must evaluate, not error."""
+    spec = policy(prod, JOB_POLICY)
+    assert refusals(spec, {"spec": {"tasks": [{"name": "empty"}]}}) is None
+    job = {"spec": {"tasks": [{"name": "empty"}, {"name": "w", "template": {"spec": good_pod_spec(gate=True)}}]}}
+    assert refusals(spec, job) == []
