@@ -10,6 +10,7 @@ settings). The CLI reads it back into :class:`ClusterSettings` and rebuilds the 
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -135,10 +136,37 @@ def parse_settings(text: str) -> ClusterSettings:
     return ClusterSettings.model_validate(data)
 
 
+#: The Role researchers are bound to (by team groups, see the README): exactly what ``gpucluster`` calls.
+RESEARCHER_ROLE = "gpucluster-researcher"
+
+
+def researcher_rules() -> list[dict[str, list[str]]]:
+    """Submit, watch and cancel training in the namespace; nothing cluster-wide, no Secrets.
+
+    Server-side apply of a new object needs ``create`` besides ``patch``. ``pods/proxy`` reads the rank-0
+    worker's metrics for the last checkpoint step (it reaches any port of the namespace's pods: training
+    pods only, whose metrics the team can see in Grafana anyway).
+    """
+    return [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [SETTINGS_CONFIGMAP], "verbs": ["get"]},
+        {"apiGroups": ["batch.volcano.sh"], "resources": ["jobs"],
+         "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+        {"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors"],
+         "verbs": ["get", "create", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/log", "pods/proxy"], "verbs": ["get"]},
+    ]
+
+
 class ClusterSettingsMap(pulumi.ComponentResource):
-    """The ConfigMap the researcher CLI reads (readable by whoever may read ConfigMaps in the namespace)."""
+    """The CLI's footing in the cluster: the settings ConfigMap it reads and the Role its users need.
+
+    The Role is not bound here: per-team Group bindings come with team queues; until then an admin binds
+    it (``kubectl -n training create rolebinding ... --role gpucluster-researcher --group <team>``).
+    """
 
     config_map: k8s.core.v1.ConfigMap
+    role: k8s.rbac.v1.Role
 
     def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:training:ClusterSettings", name, None, opts)
@@ -149,6 +177,15 @@ class ClusterSettingsMap(pulumi.ComponentResource):
                 labels=common_labels(SETTINGS_CONFIGMAP, "cluster-settings"),
             ),
             data={SETTINGS_KEY: settings_json(cluster_settings(cfg))},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.role = k8s.rbac.v1.Role(
+            f"{name}-researcher-role",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=RESEARCHER_ROLE, namespace=cfg.training_namespace,
+                labels=common_labels(RESEARCHER_ROLE, "researcher-access"),
+            ),
+            rules=cast(Any, researcher_rules()),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": SETTINGS_CONFIGMAP})

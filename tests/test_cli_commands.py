@@ -25,6 +25,7 @@ from components.config import ClusterConfig
 from gpucluster_cli import cli
 from gpucluster_cli.kube import Cluster
 from tools.localcluster.plan import load_stack_config
+from tools.mockrt import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "training"
@@ -289,3 +290,43 @@ def test_cancel_deletes_job_and_monitor(fake: Fake, spec_file: Path) -> None:
     assert delete["query"]["propagationPolicy"] == ["Background"]
     again = run("train", "cancel", "ft-llama")
     assert again.exit_code == 1 and "no training job 'ft-llama'" in again.output
+
+
+def _attributes(req: dict[str, Any]) -> tuple[str, str, str, str | None]:
+    """(apiGroup, resource, verb, name) of a request, as the API server's authorizer sees it."""
+    parts = req["path"].strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[parts.index("namespaces") + 2:]
+    resource, name = rest[0], (rest[1].split(":")[0] if len(rest) > 1 else None)
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    verb = {"GET": "get" if name else "list", "PATCH": "patch", "DELETE": "delete"}[req["method"]]
+    return group, resource, verb, name
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str, name: str | None) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               and (not r.get("resourceNames") or name in r["resourceNames"]) for r in rules)
+
+
+def test_the_researcher_role_covers_every_call_and_no_more(fake: Fake, spec_file: Path, local: RunResult) -> None:
+    """Every request the commands make is allowed by the stack's researcher Role (SSA create needs create too)."""
+    role = local.one("Role", "gpucluster-researcher").inputs
+    assert role["metadata"]["namespace"] == NS
+    rules = role["rules"]
+    fake.logs["ft-llama-worker-0"] = "x\n"
+    fake.pod("ft-llama-worker-0", "gpu-local-01", "Running")
+    fake.metrics["ft-llama-worker-0"] = ""
+    for args in (["submit", str(spec_file)], ["list"], ["status", "ft-llama"], ["logs", "ft-llama"],
+                 ["cancel", "ft-llama"]):
+        assert run("train", *args).exit_code == 0
+    seen = {_attributes(r) for r in fake.requests}
+    assert {(g, res, v) for g, res, v, _ in seen} >= {("batch.volcano.sh", "jobs", "patch"), ("", "pods/log", "get"),
+                                                      ("", "pods/proxy", "get"), ("", "configmaps", "get")}
+    for attrs in seen:
+        assert _allows(rules, *attrs), attrs
+    for group, resource, _verb, name in seen:
+        if _verb == "patch":
+            assert _allows(rules, group, resource, "create", name)
+    flat = [(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]]
+    assert not [f for f in flat if "*" in f or f[1] in ("secrets", "nodes") or f[2] in ("bind", "escalate")]
