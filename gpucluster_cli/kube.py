@@ -40,6 +40,9 @@ def _reason(exc: ApiException) -> str:
 
 def explain(exc: ApiException, doing: str, namespace: str) -> CliError:
     """The API's refusal in the user's terms."""
+    if "ValidatingAdmissionPolicy" in _reason(exc):
+        # The guardrails answer 422 (Invalid), or 403 where a policy sets reason Forbidden: not a permission issue.
+        return CliError(f"{doing}: refused by the cluster's training guardrails: {_reason(exc)}")
     if exc.status == 401:
         return CliError(f"{doing}: the cluster did not accept your credentials; log in again or check "
                         f"your kubeconfig context")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -330,3 +331,23 @@ def test_the_researcher_role_covers_every_call_and_no_more(fake: Fake, spec_file
             assert _allows(rules, group, resource, "create", name)
     flat = [(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]]
     assert not [f for f in flat if "*" in f or f[1] in ("secrets", "nodes") or f[2] in ("bind", "escalate")]
+
+
+@pytest.mark.parametrize("code", [422, 403])
+def test_a_guardrail_refusal_is_shown_as_such(fake: Fake, spec_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                              code: int) -> None:
+    message = ("jobs.batch.volcano.sh \"ft-llama\" is forbidden: ValidatingAdmissionPolicy "
+               "'gpucluster-training-volcano-jobs' with binding 'gpucluster-training-volcano-jobs' denied request: "
+               "a GPU training pod must set schedulerName: volcano")
+    real = handle
+
+    def refusing(f: Fake, method: str, path: str, *rest: Any) -> tuple[int, Any]:
+        if method == "PATCH" and "/jobs/" in path:
+            return _status(code, message)
+        return real(f, method, path, *rest)
+
+    monkeypatch.setattr(sys.modules[__name__], "handle", refusing)
+    result = run("train", "submit", str(spec_file))
+    assert result.exit_code == 1
+    assert "refused by the cluster's training guardrails: " + message in result.output
+    assert "no permission" not in result.output
