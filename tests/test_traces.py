@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.sim.cost import bill_lines, prices_from_config, run_costed
 from bench.sim.demand import (
     ALL,
     TraceWorkload,
@@ -34,6 +35,8 @@ from bench.sim.traces import (
     read_training,
 )
 from bench.sim.workload import Workload
+from components.config import ConfigError, parse_config
+from tools.mockrt import raw_from_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus" / "traces"
@@ -279,3 +282,27 @@ def test_trace_drives_the_simulator_and_json_has_the_keys(tmp_path: Path) -> Non
                                  "onprem_gpu_utilization", "taint_flips"]
     # Peak demand (50 img replicas + 5 chat × 4 GPUs) exceeds the 48 on-prem GPUs by 22 for one hour.
     assert figures["external_gpu_hours"] == pytest.approx(50 + 20 - 48, rel=0.1)
+
+
+def test_cost_per_provider_follows_the_stack_price(tmp_path: Path) -> None:
+    p = write(tmp_path, "time,rps\n0,0\n3600,10\n7200,0\n14400,0\n")
+    shapes, _ = inference_shapes(read_inference(p), MODEL, TARGETS, 4 * 3_600.0, window_s=300.0)
+    workload = trace_workload(Workload(()), shapes, peak_share=0.5)
+    [(out, priced)] = run_costed(MODEL, workload, [oracle(MODEL)], 4 * 3_600.0, 0.0, {"cloud": 2.5})
+    assert priced.gpu_hours["cloud"] == pytest.approx(out.external_gpu_hours)
+    assert priced.cost == pytest.approx(2.5 * out.external_gpu_hours)
+    assert priced.unpriced == ()
+    [(_, unpriced)] = run_costed(MODEL, workload, [oracle(MODEL)], 4 * 3_600.0, 0.0, {})
+    assert unpriced.cost == 0.0 and unpriced.unpriced == ("cloud",)
+    assert "no pricePerGpuHour in the stack for ['cloud']" in "\n".join(bill_lines([(out, unpriced)]))
+
+
+def test_stack_prices_are_read_and_a_negative_one_is_refused() -> None:
+    raw = raw_from_stack("prod")
+    prices = prices_from_config(parse_config(raw, "Pulumi.prod.yaml"))
+    assert set(prices) == {"lambda-east", "dr-cluster"} and all(v is not None and v > 0 for v in prices.values())
+    providers = raw["providers"]
+    assert isinstance(providers, list)
+    broken = dict(raw) | {"providers": [dict(providers[0], pricePerGpuHour=-1), *providers[1:]]}
+    with pytest.raises(ConfigError, match="pricePerGpuHour"):
+        parse_config(broken, "Pulumi.prod.yaml")

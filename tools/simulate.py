@@ -13,10 +13,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench.sim.cost import bill_lines, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
-from bench.sim.run import compare, default_workload, load_stack
+from bench.sim.run import default_workload, load_stack
 from bench.sim.workload import WorkloadSpec, load_trace
 from components.config import ConfigError, parse_config
 from components.goodput_model import cluster_rows, summary_rows
@@ -73,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         policies = [p for p in policies if p.name in wanted]
-    outcomes = compare(setup.model, setup.settings, workload, args.days, args.warmup_days, policies)
+    prices = prices_from_config(parse_config(raw_from_stack(args.stack), f"Pulumi.{args.stack}.yaml"))
+    results = run_costed(setup.model, workload, policies, args.days * 86400.0, args.warmup_days * 86400.0, prices)
+    outcomes = [o for o, _ in results]
     gpus = setup.model.onprem_gpus
     print_table(outcomes, f"stack {args.stack}: {gpus:,} on-prem GPUs, {args.days:g} days, seed {args.seed}")
+    print("\n".join(bill_lines(results)))
     shown = next((o for o in outcomes if o.policy == "controller"), outcomes[0])
     out = args.out or Path(".state/simulate") / f"{args.stack}.png"
     path = plot(shown, gpus, out, f"{args.stack}: {shown.policy} — GPU use and burst taint")
@@ -84,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plot: {path}   ({events:,} events in {total:.1f} s)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(outcomes_json(outcomes), indent=2) + "\n", encoding="utf-8")
+        figures = outcomes_json(outcomes)
+        for o, b in results:
+            figures[o.policy] |= {"cost_usd": b.cost, "external_gpu_hours_by_provider": dict(b.gpu_hours)}
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         print(f"outcomes: {args.json}")
     print_intervals(args.stack)
     return 0
