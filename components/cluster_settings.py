@@ -130,7 +130,7 @@ def settings_json(settings: ClusterSettings) -> str:
 def parse_settings(text: str) -> ClusterSettings:
     """Settings from the ConfigMap's value; raises ValueError naming the problem."""
     data = json.loads(text)
-    if isinstance(data, dict) and int(data.get("version", 0)) > SETTINGS_VERSION:
+    if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] > SETTINGS_VERSION:
         raise ValueError(f"cluster settings version {data['version']} is newer than this CLI understands "
                          f"({SETTINGS_VERSION}); upgrade the CLI")
     return ClusterSettings.model_validate(data)

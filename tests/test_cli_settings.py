@@ -3,11 +3,14 @@ pod template as a stack job from the same spec."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, ClusterSettings, parse_settings
 from components.config import ClusterConfig
@@ -84,3 +87,22 @@ def test_cli_job_and_stack_job_from_the_same_spec_render_identically(run_stack: 
     # What differs is only who manages it and the team label.
     assert cli_job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpucluster-cli"
     assert cli_job["metadata"]["labels"]["gpucluster.io/team"] == "vision"
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                       max_size=3), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["version", "labelPrefix", "pools", "engine", "nccl", "x"]), json_values,
+                       max_size=5) | json_values)
+def test_any_published_json_parses_or_raises_value_error(data: Any) -> None:
+    """The ConfigMap is editable by admins: whatever it holds, the CLI gets a ValueError it can show, or settings."""
+    with contextlib.suppress(ValueError):
+        parse_settings(json.dumps(data))
+
+
+def test_broken_json_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        parse_settings("{not json")
