@@ -21,12 +21,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import ClusterConfig, SchedulingEngine
-from components.naming import ONPREM, VK_PROVIDER_TAINT, Keys, common_labels
+from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys, common_labels
 
 #: admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is served from this version on (GA in 1.30).
 VAP_GA = (1, 30)
 POD_POLICY = "gpucluster-training-pods"
 JOB_POLICY = "gpucluster-training-volcano-jobs"
+#: Cluster-wide: only standby inference tolerates the burst taint; no node gets it as NoExecute.
+BURST_TOLERATION_POLICY = "gpucluster-burst-toleration"
+NODE_TAINT_POLICY = "gpucluster-node-burst-taint"
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,68 @@ def policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
     return specs
 
 
-def binding_spec(policy: str, namespace: str) -> dict[str, Any]:
-    """Bind to the training namespace only, denying (not just auditing) what fails."""
+def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
+    """The burst taint's two rules, outside the training namespace too.
+
+    Only standby inference may tolerate the burst taint by its key (a toleration of every taint, as system
+    DaemonSets carry, is the training rule's business, not this one's). A NoExecute burst taint would evict
+    running inference the moment the burst opens; the burst controller only ever sets NoSchedule. A node
+    that already carries one may still be updated (and the taint removed): only adding it is refused, so a
+    stale taint cannot block the health guard or the node pools' labels.
+    """
+    keys = Keys(args.label_prefix)
+    burst, role = _q(keys.burst_taint), _q(keys.role)
+    no_execute = f"t.key == {burst} && has(t.effect) && t.effect == 'NoExecute'"
     return {
-        "policyName": policy,
-        "validationActions": ["Deny"],
-        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        BURST_TOLERATION_POLICY: {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchConditions": [{"name": "tolerates-burst-taint", "expression":
+                                 f"has(object.spec.tolerations) && object.spec.tolerations.exists(t, "
+                                 f"has(t.key) && t.key == {burst})"}],
+            "validations": [{
+                "expression": f"has(object.metadata.labels) && {role} in object.metadata.labels && "
+                              f"object.metadata.labels[{role}] == {_q(STANDBY)}",
+                "message": f"only standby inference (label {keys.role}: {STANDBY}) may tolerate the burst taint "
+                           f"{keys.burst_taint}; remove that toleration",
+            }],
+        },
+        NODE_TAINT_POLICY: {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                 "resources": ["nodes"]}]},
+            "validations": [{
+                "expression": f"!has(object.spec.taints) || !object.spec.taints.exists(t, {no_execute}) || "
+                              f"(request.operation == 'UPDATE' && has(oldObject.spec.taints) && "
+                              f"oldObject.spec.taints.exists(t, {no_execute}))",
+                "message": f"a node must not get the burst taint {keys.burst_taint} as NoExecute (it would evict "
+                           f"running inference when the burst opens); use NoSchedule",
+            }],
+        },
     }
+
+
+def binding_spec(policy: str, namespace: str | None) -> dict[str, Any]:
+    """Deny (not just audit) what fails: in ``namespace`` only, or everywhere but kube-system when None."""
+    match: dict[str, Any]
+    if namespace is not None:
+        match = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+    else:
+        # namespaceSelector does not restrict cluster-scoped objects (nodes): those all match.
+        match = {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}
+    return {"policyName": policy, "validationActions": ["Deny"], "matchResources": match}
+
+
+def all_policies(args: GuardrailArgs) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Policy name → (policy spec, binding spec); none below Kubernetes 1.30."""
+    if not args.served:
+        return {}
+    out = {name: (spec, binding_spec(name, args.namespace)) for name, spec in policy_specs(args).items()}
+    out.update({name: (spec, binding_spec(name, None)) for name, spec in burst_policy_specs(args).items()})
+    return out
 
 
 class TrainingGuardrails(pulumi.ComponentResource):
@@ -217,7 +275,7 @@ class TrainingGuardrails(pulumi.ComponentResource):
         super().__init__("gpu-cluster:security:TrainingGuardrails", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.policies: list[k8s.admissionregistration.v1.ValidatingAdmissionPolicy] = []
-        for policy, spec in policy_specs(args).items():
+        for policy, (spec, binding) in all_policies(args).items():
             meta = k8s.meta.v1.ObjectMetaArgs(name=policy, labels=common_labels(policy, "admission-policy"))
             vap = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
                 policy, metadata=meta, spec=cast(Any, spec), opts=child
@@ -225,8 +283,8 @@ class TrainingGuardrails(pulumi.ComponentResource):
             k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
                 f"{policy}-binding",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=policy, labels=common_labels(policy, "admission-policy")),
-                spec=cast(Any, binding_spec(policy, args.namespace)),
+                spec=cast(Any, binding),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[vap]),
             )
             self.policies.append(vap)
-        self.register_outputs({"policies": list(policy_specs(args))})
+        self.register_outputs({"policies": list(all_policies(args))})

@@ -12,7 +12,15 @@ from typing import Any
 import celpy
 import pytest
 
-from components.admission import JOB_POLICY, POD_POLICY, GuardrailArgs, policy_specs
+from components.admission import (
+    BURST_TOLERATION_POLICY,
+    JOB_POLICY,
+    NODE_TAINT_POLICY,
+    POD_POLICY,
+    GuardrailArgs,
+    all_policies,
+    policy_specs,
+)
 from tools.mockrt import RunResult
 
 GPU = "nvidia.com/gpu"
@@ -162,17 +170,86 @@ def test_every_training_job_the_stack_renders_passes(stack: str, request: pytest
 
 
 @pytest.mark.parametrize("stack", ["prod", "local"])
-def test_bindings_deny_in_the_training_namespace_only(stack: str, request: pytest.FixtureRequest) -> None:
+def test_bindings_deny_in_the_training_namespace_or_everywhere_but_kube_system(
+        stack: str, request: pytest.FixtureRequest) -> None:
     run: RunResult = request.getfixturevalue(stack)
     bindings = {b.metadata["name"]: b.inputs["spec"] for b in run.by_kind("ValidatingAdmissionPolicyBinding")}
     policies = {p.metadata["name"]: p.inputs["spec"] for p in run.by_kind("ValidatingAdmissionPolicy")}
-    assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY}
+    assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY, BURST_TOLERATION_POLICY, NODE_TAINT_POLICY}
     for name, b in bindings.items():
         assert b["policyName"] == name
         assert b["validationActions"] == ["Deny"]
-        assert b["matchResources"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
         assert policies[name]["failurePolicy"] == "Fail"
         assert run.one("ValidatingAdmissionPolicy", name).inputs["apiVersion"] == "admissionregistration.k8s.io/v1"
+    for name in (POD_POLICY, JOB_POLICY):
+        assert bindings[name]["matchResources"]["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": "training"}}
+    for name in (BURST_TOLERATION_POLICY, NODE_TAINT_POLICY):
+        assert bindings[name]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}
+
+
+BURST = {"key": "gpucluster.io/burst", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(("labels", "tolerations", "verdict"), [
+    ({"gpucluster.io/role": "standby"}, [BURST], []),
+    ({"gpucluster.io/role": "serving"}, [BURST], ["only standby inference"]),
+    (None, [BURST], ["only standby inference"]),
+    ({}, [{"operator": "Exists"}], None),  # tolerate-everything DaemonSets: not this rule's business
+    ({}, [{"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a"}], None),
+    ({}, None, None),
+], ids=["standby", "serving", "no-labels", "tolerate-all", "pool-only", "no-tolerations"])
+def test_only_standby_tolerates_the_burst_taint(prod: RunResult, labels: Any, tolerations: Any,
+                                                verdict: list[str] | None) -> None:
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    if labels is not None:
+        pod["metadata"]["labels"] = labels
+    if tolerations is not None:
+        pod["spec"]["tolerations"] = tolerations
+    messages = refusals(policy(prod, BURST_TOLERATION_POLICY), pod)
+    if verdict is None or verdict == []:
+        assert messages == verdict
+    else:
+        assert messages is not None and len(messages) == 1 and verdict[0] in messages[0]
+
+
+def _node(*effects: str) -> dict[str, Any]:
+    return {"metadata": {"name": "n"}, "spec": {"taints": [
+        {"key": "gpucluster.io/burst", "value": "open", "effect": e} for e in effects]}}
+
+
+@pytest.mark.parametrize(("old", "new", "refused"), [
+    (None, _node("NoSchedule"), False),
+    (None, _node("NoExecute"), True),
+    (_node(), _node("NoExecute"), True),
+    (_node("NoSchedule"), _node("NoSchedule", "NoExecute"), True),
+    (_node("NoExecute"), _node("NoExecute"), False),   # a stale one does not block other updates
+    (_node("NoExecute"), _node(), False),              # removing it is fine
+    (None, {"metadata": {"name": "n"}, "spec": {}}, False),
+], ids=["create-noschedule", "create-noexecute", "add-noexecute", "add-beside", "keep-stale", "remove",
+        "no-taints"])
+def test_no_node_gets_the_burst_taint_as_noexecute(prod: RunResult, old: Any, new: Any, refused: bool) -> None:
+    spec = policy(prod, NODE_TAINT_POLICY)
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
+           "request": celpy.json_to_cel({"operation": "CREATE" if old is None else "UPDATE"})}
+    [v] = spec["validations"]
+    assert bool(env.program(env.compile(v["expression"])).evaluate(act)) is not refused
+    assert "use NoSchedule" in v["message"]
+
+
+def test_stack_pods_meet_the_burst_toleration_rule(prod: RunResult) -> None:
+    """Every pod template the stack renders (Deployments, DaemonSets, Jobs) passes the cluster-wide rule."""
+    spec = policy(prod, BURST_TOLERATION_POLICY)
+    checked = 0
+    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+        for r in prod.by_kind(kind):
+            template = r.inputs["spec"]["template"]
+            pod = {"metadata": template.get("metadata", {}), "spec": template["spec"]}
+            assert refusals(spec, pod) in (None, []), r.metadata["name"]
+            checked += refusals(spec, pod) == []
+    assert checked >= 1  # the standby Deployments matched and passed
 
 
 def test_no_guardrails_where_the_api_is_not_served() -> None:
@@ -180,7 +257,7 @@ def test_no_guardrails_where_the_api_is_not_served() -> None:
     args = GuardrailArgs(namespace="training", scheduler_name="volcano", priority_class="gpu-training",
                          label_prefix="gpucluster.io", gpu_resource=GPU, handover_gate=None, volcano=True,
                          served=False)
-    assert policy_specs(args) == {}
+    assert policy_specs(args) == {} and all_policies(args) == {}
 
 
 def test_a_task_without_a_template_is_no_error(prod: RunResult) -> None:
