@@ -57,7 +57,7 @@ from components.config import (
 )
 from components.goodput_model import interval_warnings
 from components.naming import VOLCANO_PREEMPTABLE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION, Keys, common_labels
-from components.security import container_security_context, pod_security_context
+from components.security import EPHEMERAL_LIMIT, EPHEMERAL_REQUEST, container_security_context, pod_security_context
 from components.workloads import onprem_required_affinity, pool_tolerations
 
 #: fio's block size for checkpoint-like writes: large sequential I/O, as a framework flushes tensors.
@@ -197,8 +197,8 @@ def check_job_spec(args: CheckArgs) -> k8s.batch.v1.JobSpecArgs:
                 field_path="metadata.labels['batch.kubernetes.io/controller-uid']")),
         )],
         resources=k8s.core.v1.ResourceRequirementsArgs(
-            requests={args.gpu_resource: gpus, "cpu": "8", "memory": "16Gi"},
-            limits={args.gpu_resource: gpus, "memory": "16Gi"},
+            requests={args.gpu_resource: gpus, "cpu": "8", "memory": "16Gi", "ephemeral-storage": EPHEMERAL_REQUEST},
+            limits={args.gpu_resource: gpus, "memory": "16Gi", "ephemeral-storage": EPHEMERAL_LIMIT},
         ),
         security_context=container_security_context(),
         volume_mounts=[

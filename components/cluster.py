@@ -14,6 +14,7 @@ from components.descheduler import DeschedulerArgs, GradualReturn
 from components.gang_scheduler import GangScheduler, GangSchedulerArgs
 from components.inference import InferencePlatform
 from components.naming import common_labels
+from components.network_policy import NetworkPolicies, NetworkPoliciesArgs
 from components.node_pools import GpuNodePools, NodePoolsArgs
 from components.observability import ObservabilityArgs, ObservabilityStack
 from components.priority import PriorityTiers, PriorityTiersArgs
@@ -85,6 +86,7 @@ class UnifiedGpuCluster(pulumi.ComponentResource):
         self.inference = InferencePlatform("inference", cfg, placed)
         self.gradual_return = GradualReturn("descheduler", DeschedulerArgs.from_config(cfg), placed)
         self.observability = ObservabilityStack("observability", ObservabilityArgs.from_config(cfg), placed)
+        self.network_policies = NetworkPolicies("network-policies", NetworkPoliciesArgs.from_config(cfg), after_ns)
         # The researcher CLI's view of the cluster, and the rules every training pod must meet (issue 15).
         self.cluster_settings = ClusterSettingsMap("cluster-settings", cfg, after_ns)
         self.guardrails = TrainingGuardrails("training-guardrails", GuardrailArgs.from_config(cfg), child)

@@ -6,6 +6,8 @@ images a stack must name itself (a virtual-kubelet provider's, a service's, a tr
 
 from __future__ import annotations
 
+import re
+
 #: Volcano release: chart and images move together.
 VOLCANO_VERSION = "1.15.0"
 VOLCANO_CHART_REPO = "https://volcano-sh.github.io/helm-charts"
@@ -34,4 +36,12 @@ def image_version(image: str) -> str:
     ``registry:5000/name:1.2.3`` → ``1.2.3``; ``name:1.2@sha256:…`` → ``1.2``; ``name@sha256:…`` → "".
     """
     last = image.rsplit("/", 1)[-1].split("@", 1)[0]
-    return last.rsplit(":", 1)[1] if ":" in last else ""
+    tag = last.rsplit(":", 1)[1] if ":" in last else ""
+    return label_value(tag)
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value: at most 63 characters of ``[A-Za-z0-9_.-]``, starting and ending with an
+    alphanumeric (a tag may be 128 characters and start with ``_``); "" when nothing valid remains."""
+    kept = re.sub(r"[^A-Za-z0-9_.-]", "", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", kept)

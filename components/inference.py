@@ -62,6 +62,9 @@ from components.security import (
     container_security_context,
     pod_security_context,
     resources,
+    scratch_volume,
+    serving_certificate,
+    with_ephemeral_storage,
 )
 from components.stack import secret_value
 from components.workloads import gpu_resources, prefer_onprem_affinity, spread_across_nodes
@@ -82,6 +85,11 @@ PROBE_PERIOD_SECONDS = 10
 #: long generations answers its health path slowly, and restarting it under load would make it worse.
 LIVENESS_FAILURES = 6
 LIVENESS_TIMEOUT_SECONDS = 5
+#: An inference server's scratch (/tmp: request payloads, decoded media) and its ephemeral storage: the
+#: scratch plus its logs. Past the limit the kubelet evicts the replica instead of filling the node's disk.
+SERVER_SCRATCH_LIMIT = "4Gi"
+SERVER_EPHEMERAL_REQUEST = "1Gi"
+SERVER_EPHEMERAL_LIMIT = "5Gi"
 
 
 def series(service: InferenceService) -> str:
@@ -154,9 +162,12 @@ def server_probes(service: InferenceService) -> ServerProbes:
     The startup probe gives a replica ``startupTimeoutSeconds`` to load its model; only then does the
     liveness probe run, so a slow load is never mistaken for a hang, and a wedged server is restarted.
     """
-    def probe(period_seconds: int, failure_threshold: int, timeout_seconds: int | None = None) -> k8s.core.v1.ProbeArgs:
+    def probe(period_seconds: int, failure_threshold: int, timeout_seconds: int | None = None,
+              path: str | None = service.readiness_path) -> k8s.core.v1.ProbeArgs:
         return k8s.core.v1.ProbeArgs(
-            http_get=k8s.core.v1.HTTPGetActionArgs(path=service.readiness_path, port="http"),
+            http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port="http") if path else None,
+            # Without a liveness path: the process still accepts connections on its port.
+            tcp_socket=None if path else k8s.core.v1.TCPSocketActionArgs(port="http"),
             period_seconds=period_seconds, failure_threshold=failure_threshold, timeout_seconds=timeout_seconds,
         )
 
@@ -164,8 +175,9 @@ def server_probes(service: InferenceService) -> ServerProbes:
     return ServerProbes(
         startup=probe(period_seconds=period, failure_threshold=-(-service.startup_timeout_seconds // period)),
         readiness=probe(period_seconds=5, failure_threshold=3),
+        # Liveness never asks "can you serve now": a loaded replica that stops being ready is not killed.
         liveness=probe(period_seconds=period, timeout_seconds=LIVENESS_TIMEOUT_SECONDS,
-                       failure_threshold=LIVENESS_FAILURES),
+                       failure_threshold=LIVENESS_FAILURES, path=service.liveness_path),
     )
 
 
@@ -287,11 +299,13 @@ def server_pod_template(
                 startup_probe=probes.startup,
                 readiness_probe=probes.readiness,
                 liveness_probe=probes.liveness,
-                resources=gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
+                resources=with_ephemeral_storage(
+                    gpu_resources(args.gpu_resource, svc.gpus_per_replica, svc.cpu, svc.memory),
+                    SERVER_EPHEMERAL_REQUEST, SERVER_EPHEMERAL_LIMIT),
                 security_context=container_security_context(),
                 volume_mounts=[k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
             )],
-            volumes=[k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs())],
+            volumes=[scratch_volume(size_limit=SERVER_SCRATCH_LIMIT)],
         ),
     )
 
@@ -492,7 +506,6 @@ class PrometheusAdapter(pulumi.ComponentResource):
         selector = selector_labels(labels)
         meta = k8s.meta.v1.ObjectMetaArgs
         child = pulumi.ResourceOptions(parent=self)
-        empty = k8s.core.v1.EmptyDirVolumeSourceArgs()
         account = rbac.service_account(ADAPTER, ns, labels, self)
         subject = account.subject
         reader = rbac.cluster_role_with_binding(
@@ -520,6 +533,10 @@ class PrometheusAdapter(pulumi.ComponentResource):
             data={"config.yaml": yaml.safe_dump(adapter_rules(args.services), sort_keys=False)},
             opts=child,
         )
+        # The APIServices verify the adapter's certificate: a CA the stack manages (cert-manager) signs it, and
+        # cert-manager's CA injector puts that CA into each APIService's caBundle.
+        cert_secret, certificate, inject_ca = serving_certificate(
+            self, ADAPTER, ns, [f"{ADAPTER}.{ns}.svc", f"{ADAPTER}.{ns}.svc.cluster.local"], labels)
         deployment = k8s.apps.v1.Deployment(
             ADAPTER,
             metadata=meta(name=ADAPTER, namespace=ns, labels=labels,
@@ -540,7 +557,8 @@ class PrometheusAdapter(pulumi.ComponentResource):
                             name=ADAPTER,
                             image=a.image,
                             args=[
-                                "--cert-dir=/var/run/serving-cert",
+                                "--tls-cert-file=/var/run/serving-cert/tls.crt",
+                                "--tls-private-key-file=/var/run/serving-cert/tls.key",
                                 "--config=/etc/adapter/config.yaml",
                                 f"--prometheus-url={args.prometheus_url}",
                                 f"--metrics-relist-interval={a.relist_interval_seconds}s",
@@ -564,20 +582,22 @@ class PrometheusAdapter(pulumi.ComponentResource):
                             security_context=container_security_context(),
                             volume_mounts=[
                                 k8s.core.v1.VolumeMountArgs(name="config", mount_path="/etc/adapter", read_only=True),
-                                k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path="/var/run/serving-cert"),
+                                k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path="/var/run/serving-cert",
+                                                            read_only=True),
                                 k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
                             ],
                         )],
                         volumes=[
                             k8s.core.v1.VolumeArgs(name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(
                                 name=f"{ADAPTER}-config")),
-                            k8s.core.v1.VolumeArgs(name="serving-cert", empty_dir=empty),
-                            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=empty),
+                            k8s.core.v1.VolumeArgs(name="serving-cert", secret=k8s.core.v1.SecretVolumeSourceArgs(
+                                secret_name=cert_secret, default_mode=0o440)),
+                            scratch_volume(),
                         ],
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *bindings]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, certificate, *bindings]),
         )
         # An unavailable APIService stops every custom/external-metric HPA: drains take one replica at a time.
         k8s.policy.v1.PodDisruptionBudget(
@@ -599,17 +619,17 @@ class PrometheusAdapter(pulumi.ComponentResource):
         for group in ADAPTER_APIS:
             k8s.apiregistration.v1.APIService(
                 f"{ADAPTER}-{group.split('.')[0]}",
-                metadata=meta(name=f"v1beta1.{group}", labels=labels),
+                metadata=meta(name=f"v1beta1.{group}", labels=labels, annotations=inject_ca),
                 spec=k8s.apiregistration.v1.APIServiceSpecArgs(
                     group=group,
                     version="v1beta1",
                     service=k8s.apiregistration.v1.ServiceReferenceArgs(name=ADAPTER, namespace=ns, port=443),
                     group_priority_minimum=100,
                     version_priority=100,
-                    # The adapter serves a self-signed certificate from --cert-dir (as upstream deploys it).
-                    insecure_skip_tls_verify=True,
+                    # No caBundle here: cert-manager injects it (annotation above); the API server verifies TLS.
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, service]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment, service],
+                                            ignore_changes=["spec.caBundle"]),
             )
         self.register_outputs({"apis": list(ADAPTER_APIS)})
 

@@ -41,6 +41,7 @@ from components.naming import ONPREM, Keys, common_labels, selector_labels
 from components.security import (
     checkov_skips,
     container_security_context,
+    kube_score_ignores,
     pod_security_context,
     resources,
 )
@@ -65,6 +66,12 @@ DCGM_CHECKOV_SKIPS = {
     "CKV_K8S_40": "DCGM host engine runs as root, uid 0 (allow-listed in components.security)",
     "CKV_K8S_25": "adds SYS_ADMIN only, for DCGM profiling fields (allow-listed in components.security)",
     "CKV_K8S_39": "CAP_SYS_ADMIN for DCGM profiling fields; never privileged (allow-listed)",
+}
+#: The same decisions for kube-score, on the DaemonSet only.
+DCGM_KUBE_SCORE_IGNORES = {
+    "container-security-context-user-group-id": "DCGM host engine runs as root, uid/gid 0 (allow-listed)",
+    "pod-probes-identical": "dcgm-exporter serves one health endpoint (/health); /metrics would read the GPUs "
+                            "on every probe",
 }
 
 
@@ -365,7 +372,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             DCGM_APP,
             labels,
             DCGM_PORT,
-            annotations=checkov_skips(DCGM_CHECKOV_SKIPS),
+            annotations={**checkov_skips(DCGM_CHECKOV_SKIPS), **kube_score_ignores(DCGM_KUBE_SCORE_IGNORES)},
             runtime_class=args.observability.dcgm_runtime_class,
             # DCGM's host engine needs root; it gets SYS_ADMIN only (allow-listed), never privileged.
             pod_security=pod_security_context(run_as_non_root=False, run_as_user=0, run_as_group=0, fs_group=None),
@@ -430,9 +437,9 @@ class ObservabilityStack(pulumi.ComponentResource):
                     period_seconds=10,
                 ),
                 liveness_probe=k8s.core.v1.ProbeArgs(
-                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics"),
+                    http_get=k8s.core.v1.HTTPGetActionArgs(path="/livez", port="metrics"),
                     period_seconds=20,
-                    failure_threshold=6,
+                    failure_threshold=3,
                 ),
                 resources=resources("50m", "64Mi", cpu_limit="500m"),
                 security_context=container_security_context(),

@@ -170,6 +170,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "schedulerName": args.scheduler_name,
             "priorityClassName": args.priority_class,
             "restartPolicy": "Never",
+            "automountServiceAccountToken": False,  # the training runtime never calls the Kubernetes API
             # The runtime's default seccomp filter: NCCL, IB verbs and CUDA work through device ioctls, mmap and
             # sockets, which it allows. Users' images may run as root, so non-root is left to the namespace's
             # Pod Security admission; allowPrivilegeEscalation stays false on the container.

@@ -74,8 +74,11 @@ def metrics_readiness_probe() -> k8s.core.v1.ProbeArgs:
 
 
 def metrics_liveness_probe() -> k8s.core.v1.ProbeArgs:
-    """Liveness on the metrics port, tolerating two minutes of failures before a restart."""
-    return k8s.core.v1.ProbeArgs(http_get=_METRICS_GET, period_seconds=20, failure_threshold=6)
+    """Liveness on the agent's ``/livez`` (agents/liveness.py): it fails once the agent's own loop stopped
+    turning, which a metrics port that still answers would hide. The endpoint holds the staleness window;
+    three failed checks restart the container."""
+    return k8s.core.v1.ProbeArgs(http_get=k8s.core.v1.HTTPGetActionArgs(path="/livez", port="metrics"),
+                                 period_seconds=20, failure_threshold=3)
 
 
 def spread_across_nodes(selector: dict[str, str]) -> k8s.core.v1.AffinityArgs:

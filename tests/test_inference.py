@@ -87,14 +87,32 @@ def test_gpu_limits_equal_requests_and_readiness(prod: RunResult) -> None:
     assert c["ports"] == [{"name": "http", "containerPort": 8000}]
 
 
-def test_servers_get_startup_and_liveness_on_the_readiness_path(prod: RunResult) -> None:
+def test_servers_get_startup_on_the_readiness_path_and_liveness_apart(prod: RunResult) -> None:
     c = pod_spec(prod, "llama-70b-chat")["containers"][0]
     health = {"path": "/health", "port": "http"}
     # The default 1800 s load budget, in 10 s probes; liveness waits for it, then allows a minute of failures.
     assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 180}
-    assert c["livenessProbe"] == {"httpGet": health, "periodSeconds": 10, "timeoutSeconds": 5,
+    # Without a livenessPath, liveness is "the process accepts connections", never "can serve now": a loaded
+    # replica that stops being ready leaves the Service but is not restarted for it.
+    assert c["livenessProbe"] == {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5,
                                   "failureThreshold": 6}
     assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 5, "failureThreshold": 3}
+
+
+def test_liveness_path_from_config(run_stack: Any) -> None:
+    def edit(cfg: dict[str, Any]) -> None:
+        cfg["gpu-cluster:inference"]["services"][0]["livenessPath"] = "/v2/health/live"
+    c = pod_spec(run_stack("local", edit), "sdxl-turbo")["containers"][0]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert c["readinessProbe"]["httpGet"]["path"] != "/v2/health/live"
+
+
+def test_servers_bound_their_ephemeral_storage(prod: RunResult) -> None:
+    spec = pod_spec(prod, "llama-70b-chat")
+    c = spec["containers"][0]
+    assert (c["resources"]["requests"]["ephemeral-storage"], c["resources"]["limits"]["ephemeral-storage"]) == (
+        "1Gi", "5Gi")
+    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "4Gi"}}]
 
 
 def test_startup_budget_comes_from_config(run_stack: Any) -> None:
@@ -189,6 +207,28 @@ def test_pdb_limits_voluntary_disruption(prod: RunResult) -> None:
     spec = prod.one("PodDisruptionBudget", "whisper-large").inputs["spec"]
     assert spec["maxUnavailable"] == 1
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_adapter_apiservices_verify_tls_with_a_managed_ca(prod: RunResult) -> None:
+    """No insecureSkipTLSVerify: cert-manager injects the CA of the stack's CA Issuer, which signs the adapter."""
+    for group in ("custom.metrics.k8s.io", "external.metrics.k8s.io"):
+        api = prod.one("APIService", f"v1beta1.{group}")
+        assert "insecureSkipTLSVerify" not in api.inputs["spec"]
+        assert api.metadata["annotations"] == {
+            "cert-manager.io/inject-ca-from": "gpu-system/prometheus-adapter-serving"}
+    serving = prod.one("Certificate", "prometheus-adapter-serving").inputs["spec"]
+    assert serving["dnsNames"] == ["prometheus-adapter.gpu-system.svc",
+                                   "prometheus-adapter.gpu-system.svc.cluster.local"]
+    assert serving["issuerRef"] == {"name": "prometheus-adapter-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    ca_issuer = [i for i in prod.by_kind("Issuer") if i.metadata["name"] == "prometheus-adapter-ca"]
+    assert ca_issuer[0].inputs["spec"] == {"ca": {"secretName": "prometheus-adapter-ca"}}
+    assert prod.one("Certificate", "prometheus-adapter-ca").inputs["spec"]["isCA"] is True
+    pod = prod.one("Deployment", "prometheus-adapter").inputs["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert "--tls-cert-file=/var/run/serving-cert/tls.crt" in c["args"] and not any(
+        a.startswith("--cert-dir") for a in c["args"])
+    volume = next(v for v in pod["volumes"] if v["name"] == "serving-cert")
+    assert volume["secret"]["secretName"] == serving["secretName"] == "prometheus-adapter-serving-cert"
 
 
 def test_adapter_serves_custom_and_external_metrics(prod: RunResult) -> None:

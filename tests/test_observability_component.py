@@ -73,8 +73,10 @@ def test_dcgm_exporter_daemonset(prod: RunResult) -> None:
     assert spec.get("hostNetwork") is None and spec.get("hostPID") is None
     assert spec["automountServiceAccountToken"] is False
     # Root and SYS_ADMIN are checkov exceptions on this DaemonSet only, each with its reason.
-    skipped = sorted(v.split("=", 1)[0] for v in ds.metadata["annotations"].values())
+    skipped = sorted(v.split("=", 1)[0] for k, v in ds.metadata["annotations"].items() if k.startswith("checkov"))
     assert skipped == ["CKV_K8S_23", "CKV_K8S_25", "CKV_K8S_39", "CKV_K8S_40"]
+    assert ds.metadata["annotations"]["kube-score/ignore"] == (
+        "container-security-context-user-group-id,pod-probes-identical")
 
 
 def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: RunResult) -> None:

@@ -15,7 +15,10 @@ NS = "gpu-system"
 SYSTEM_POOL = {"gpucluster.io/pool": "system"}
 
 _name = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-_tag = st.from_regex(r"[\w][\w.-]{0,20}", fullmatch=True)
+_tag = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,20}[A-Za-z0-9])?", fullmatch=True)
+#: Any tag the OCI distribution spec allows: up to 128 characters, starting with a word character.
+_any_tag = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", fullmatch=True)
+_LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 _digest = st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True)
 
 
@@ -24,6 +27,16 @@ _digest = st.from_regex(r"sha256:[0-9a-f]{64}", fullmatch=True)
 def test_version_label_is_the_tag(registry: str, name: str, tag: str, digest: str | None) -> None:
     image = f"{registry}{name}:{tag}" + (f"@{digest}" if digest else "")
     assert image_version(image) == tag
+
+
+@given(name=_name, tag=_any_tag, digest=st.none() | _digest)
+def test_version_label_is_always_a_valid_label_value(name: str, tag: str, digest: str | None) -> None:
+    """A 128-character tag, one starting with '_', a digest: the label stays a valid label value."""
+    import re
+
+    value = image_version(f"ghcr.io/org/{name}:{tag}" + (f"@{digest}" if digest else ""))
+    assert len(value) <= 63 and re.fullmatch(_LABEL_VALUE, value), value
+    assert value in tag
 
 
 @given(registry=st.sampled_from(["", "localhost:5000/"]), name=_name, digest=_digest)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from components import images
 from components.config.base import (
@@ -13,10 +14,17 @@ from components.config.base import (
     DnsLabel,
     NonNegativeInt,
     PinnedImage,
+    PlainUrl,
     PositiveInt,
     Problem,
+    Quantity,
+    dns_1035,
     unique_names,
+    url_without_credentials,
 )
+
+#: Room in a service name for the suffixes of its derived objects (``-standby``, ``-queue``, the HPA's).
+SERVICE_NAME_ROOM = 16
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -40,6 +48,19 @@ class Traffic(ConfigModel):
     queue_url: str | None = None
     queue_credentials_secret: str | None = None
     gateway_host: str | None = None
+
+    @field_validator("queue_url")
+    @classmethod
+    def _queue_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return url
+        url_without_credentials(url, "the secret config key named by queueCredentialsSecret "
+                                     "(`pulumi config set --secret <key> '<url with credentials>'`)")
+        parts = urlsplit(url)
+        if not parts.scheme or not parts.hostname or parts.port is None:
+            raise ValueError("must be a URL with scheme, host and port such as 'amqps://queue.example:5671/jobs' "
+                             "(the network policy opens exactly that port)")
+        return url
 
     @model_validator(mode="after")
     def _shape_fields(self) -> Self:
@@ -82,16 +103,21 @@ class Scaling(ConfigModel):
 
 
 class InferenceService(ConfigModel):
-    name: DnsLabel
+    #: Also the Service's name (DNS-1035: starts with a letter) and the prefix of its standby and Secret.
+    name: Annotated[DnsLabel, dns_1035(SERVICE_NAME_ROOM)]
     image: PinnedImage
     gpus_per_replica: PositiveInt = 1
     min_replicas: PositiveInt = 2
     max_replicas: PositiveInt = 16
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
-    cpu: str = "8"
-    memory: str = "64Gi"
+    cpu: Quantity = "8"
+    memory: Quantity = "64Gi"
     max_unavailable: PositiveInt = 1
     readiness_path: str = "/healthz"
+    #: The server's liveness path ("the process works", e.g. Triton's /v2/health/live), apart from readiness
+    #: ("can serve now"). Unset: liveness is a TCP connect to the server's port, so a loaded replica that stops
+    #: being ready is taken out of the Service but never restarted for it.
+    liveness_path: str | None = None
     #: How long a replica may take to load its model before the readiness path must answer; until then the
     #: liveness probe (same path) does not run, so a slow load is never killed as a hang.
     startup_timeout_seconds: Annotated[int, Field(ge=30, le=7200)] = 1800
@@ -113,6 +139,8 @@ class InferenceService(ConfigModel):
             )
         if not self.readiness_path.startswith("/"):
             raise ValueError(f"readinessPath must start with '/', got '{self.readiness_path}'")
+        if self.liveness_path is not None and not self.liveness_path.startswith("/"):
+            raise ValueError(f"livenessPath must start with '/', got '{self.liveness_path}'")
         return self
 
 
@@ -130,7 +158,7 @@ class MetricsAdapter(ConfigModel):
 
     image: PinnedImage = images.PROMETHEUS_ADAPTER
     #: Defaults to the Prometheus Operator's governing Service in the monitoring namespace.
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://\S+$")] | None = None
+    prometheus_url: Annotated[PlainUrl, Field(pattern=r"^https?://\S+$")] | None = None
     relist_interval_seconds: PositiveInt = 60
     replicas: PositiveInt = 2
 
@@ -151,5 +179,15 @@ def inference_problems(cfg: ClusterConfig) -> list[Problem]:
             problems.append(
                 Problem(f"inference.services[{index}].pool", f"unknown pool; expected one of {sorted(pool_names)}",
                         service.pool)
+            )
+            continue
+        candidates = [p for p in cfg.pools if service.pool in (None, p.name)]
+        largest = max(p.gpus_per_node for p in candidates)
+        if service.gpus_per_replica > largest:
+            where = f"pool '{service.pool}'" if service.pool else "any pool"
+            problems.append(
+                Problem(f"inference.services[{index}].gpusPerReplica",
+                        f"a replica fits on no node: nodes of {where} have at most {largest} GPUs",
+                        service.gpus_per_replica)
             )
     return problems
