@@ -15,6 +15,7 @@ from components.config import (
     parse_config,
     raw_from_pulumi_config,
 )
+from components.config.loading import secret_schema_problems
 
 
 def _runtime_config() -> tuple[dict[str, Any], set[str]]:
@@ -36,6 +37,8 @@ def load_stack_config() -> ClusterConfig:
     project = pulumi.get_project() or PROJECT
     raw = raw_from_pulumi_config(values, project)
     secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
+    if schema_secrets := secret_schema_problems(secret_names):
+        raise ConfigError(stack_file(), schema_secrets)
     # Keys named as credentials are checked by check_secrets (secret or not), never as schema keys.
     credential_keys = secret_names | set(_credential_refs(raw))
     plain = {k: v for k, v in raw.items() if k not in credential_keys}

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime import stack as runtime_stack
 
 from components.config import PROJECT
+from components.config.loading import read_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
@@ -168,17 +168,8 @@ def stack_config(stack: str, root: Path = ROOT) -> tuple[dict[str, Any], set[str
     path = root / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path.name} in {root}")
-    data = yaml.safe_load(path.read_text()) or {}
-    config: dict[str, Any] = {}
-    secrets: set[str] = set()
-    for key, value in (data.get("config") or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            config[full] = SECRET_PLACEHOLDER
-            secrets.add(full)
-        else:
-            config[full] = value
-    return config, secrets
+    # The loader's reading: duplicate keys, YAML errors and a non-mapping file are a ConfigError with the line.
+    return read_stack_file(path, PROJECT)
 
 
 def run_program(

@@ -4,12 +4,13 @@ ranges and :class:`Problem`, the unit a cross-field check reports."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -57,6 +58,15 @@ class ConfigModel(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, strict=False
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deployable_values(cls, data: Any) -> Any:
+        """Booleans used as numbers and numbers Kubernetes cannot hold become :class:`Refused` markers, which
+        fail the field's own validation so the error keeps the key path; the loader shows the reason."""
+        if not isinstance(data, dict):
+            return data
+        return {key: refuse_value(cls, key, value) for key, value in data.items()}
+
 
 def expand_node_names(patterns: Iterable[str]) -> list[str]:
     """Expand ``gpu-[001-004]``-style ranges (zero padding kept) into node names."""
@@ -70,6 +80,9 @@ def expand_node_names(patterns: Iterable[str]) -> list[str]:
         lo, hi = int(lo_text), int(hi_text)
         if lo > hi:
             raise ValueError(f"range '{pattern}' runs backwards ({lo} > {hi})")
+        if hi - lo + 1 > MAX_NODES_PER_RANGE:
+            raise ValueError(f"range '{pattern}' would create {hi - lo + 1} nodes; at most {MAX_NODES_PER_RANGE} "
+                             "(the most nodes Kubernetes supports in one cluster)")
         width = len(lo_text) if lo_text.startswith("0") else 0
         names.extend(f"{match['prefix']}{i:0{width}d}{match['suffix']}" for i in range(lo, hi + 1))
     return names
@@ -145,3 +158,207 @@ def register_union(annotation: Any) -> TaggedUnion:
     tagged = TaggedUnion(key=to_camel(name), members=members)
     TAGGED_UNIONS.append(tagged)
     return tagged
+
+
+# --- Checks of what Kubernetes (or the engine) would refuse only at apply time -----------------------------
+
+#: The largest node range one pattern may expand to: Kubernetes supports 5,000 nodes per cluster, so a larger
+#: range is a typo that would otherwise create that many Node patches (or hang the render).
+MAX_NODES_PER_RANGE = 5000
+INT32_MAX = 2**31 - 1
+#: Upper bounds on timing knobs by unit suffix of the field name: a week, as seconds, milliseconds, minutes.
+TIMING_LIMITS = {"_seconds": 7 * 86400, "_ms": 7 * 86400 * 1000, "_minutes": 7 * 1440}
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^(?P<num>\d+(\.\d*)?|\.\d+)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE]\d+)?$")
+#: Namespaces the platform must never use for its own workloads.
+RESERVED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_CRON_NAMES = ({}, {}, {}, {m: i + 1 for i, m in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))},
+    {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))})
+
+
+def _cron_value(text: str, field: int) -> int:
+    lo, hi = _CRON_RANGES[field]
+    names: dict[str, int] = _CRON_NAMES[field]
+    value = names.get(text.lower()) if not text.isdigit() else int(text)
+    if value is None or not lo <= value <= hi:
+        raise ValueError(f"'{text}' is out of range {lo}-{hi} for cron field {field + 1}")
+    return value
+
+
+def check_cron(value: str) -> str:
+    """A five-field cron expression as the CronJob controller parses it (numbers, names, ranges, steps, lists)."""
+    fields = value.split()
+    if len(fields) != 5:
+        raise ValueError("must be a five-field cron expression such as '*/2 * * * *'")
+    for index, text in enumerate(fields):
+        for part in text.split(","):
+            base, _, step = part.partition("/")
+            if step and (not step.isdigit() or int(step) == 0):
+                raise ValueError(f"step '{step}' in cron field {index + 1} must be a positive number")
+            if base in ("*", "?"):
+                continue
+            lo_text, _, hi_text = base.partition("-")
+            lo = _cron_value(lo_text, index)
+            if hi_text and _cron_value(hi_text, index) < lo:
+                raise ValueError(f"range '{base}' in cron field {index + 1} runs backwards")
+    return value
+
+
+def check_quantity(value: str) -> str:
+    """A positive Kubernetes quantity such as '500m', '8', '64Gi' (the API server refuses the pod otherwise)."""
+    match = _QUANTITY.match(value)
+    if not match:
+        raise ValueError("must be a Kubernetes quantity such as '8', '500m' or '64Gi' "
+                         "(no spaces; 'G' or 'Gi', not 'GB')")
+    if float(match["num"]) == 0:
+        raise ValueError("must be greater than zero")
+    return value
+
+
+def check_absolute_path(value: str) -> str:
+    """A container mount path: absolute, not '/', without '..' or ':' (the kubelet refuses those)."""
+    if not value.startswith("/") or value.rstrip("/") == "":
+        raise ValueError("must be an absolute path below '/', such as '/checkpoints'")
+    if ".." in value.split("/") or ":" in value:
+        raise ValueError("must not contain '..' or ':'")
+    return value
+
+
+def check_label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError("must be a valid label value (at most 63 letters, digits, '-', '_' or '.', "
+                         "beginning and ending with a letter or digit)")
+    return value
+
+
+def check_label_key(key: str) -> str:
+    """A qualified name: an optional DNS-subdomain prefix and '/', then a name of at most 63 characters."""
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.match(prefix))) or not _LABEL_NAME.match(name):
+        raise ValueError(f"label key '{key}' is not a qualified name such as 'release' or 'example.com/team'")
+    return key
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    for key, item in value.items():
+        check_label_key(key)
+        try:
+            check_label_value(item)
+        except ValueError as error:
+            raise ValueError(f"label '{key}': {error}") from None
+    return value
+
+
+def check_extended_resource(value: str) -> str:
+    """An extended resource name: ``<domain>/<name>``, the domain outside kubernetes.io (reserved)."""
+    domain, _, name = value.partition("/")
+    if not name or not DNS_SUBDOMAIN.match(domain) or "." not in domain or not _LABEL_NAME.match(name):
+        raise ValueError("must be an extended resource name such as 'nvidia.com/gpu'")
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise ValueError("the kubernetes.io domain is reserved; name the device plugin's domain, e.g. 'nvidia.com/gpu'")
+    return value
+
+
+def _dns_1035(value: str, room: int) -> str:
+    """A name that also becomes a Service or pod host name (starts with a letter), with ``room`` for suffixes."""
+    if not DNS_1035.match(value):
+        raise ValueError("must start with a lowercase letter and hold only lowercase letters, digits and '-'")
+    if len(value) > 63 - room:
+        raise ValueError(f"must be at most {63 - room} characters (derived object names add up to {room})")
+    return value
+
+
+def url_without_credentials(value: str, pointer: str) -> str:
+    """Refuse ``scheme://user:password@host``: the password would land in the stack file and in state."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        _ = parts.port
+    except ValueError as error:
+        raise ValueError(f"is not a valid URL: {error}") from None
+    if parts.password is not None:
+        raise ValueError(f"embeds a password; remove 'user:password@' and put the credentials in {pointer}")
+    return value
+
+
+def _no_credentials(value: str) -> str:
+    return url_without_credentials(
+        value, "a secret config key (`pulumi config set --secret <key> <value>`)")
+
+
+Quantity = Annotated[str, AfterValidator(check_quantity)]
+AbsolutePath = Annotated[str, AfterValidator(check_absolute_path)]
+LabelValue = Annotated[str, AfterValidator(check_label_value)]
+Labels = Annotated[dict[str, str], AfterValidator(_labels)]
+ExtendedResource = Annotated[str, AfterValidator(check_extended_resource)]
+CronSchedule = Annotated[str, AfterValidator(check_cron)]
+PlainUrl = Annotated[str, AfterValidator(_no_credentials)]
+
+
+def dns_1035(room: int) -> AfterValidator:
+    return AfterValidator(lambda value: _dns_1035(value, room))
+
+
+def _bool_allowed(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_bool_allowed(arg) for arg in get_args(annotation))
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A raw value refused before its field is validated; the loader reports ``reason`` at the field's path."""
+
+    reason: str
+    value: Any
+
+
+_INTEGER_TEXT = re.compile(r"^[+-]?\d+$")
+
+
+def _numeric(annotation: Any) -> bool:
+    if annotation in (int, float):
+        return True
+    return any(_numeric(arg) for arg in get_args(annotation))
+
+
+def number_problem(value: Any, field: str, bool_allowed: bool, numeric: bool = True) -> str | None:
+    """Why ``value`` cannot go in ``field``: a boolean where a number belongs, a number beyond int32 (what
+    Kubernetes' integer fields hold), not finite, or past the timing bound of its unit; None when fine."""
+    if isinstance(value, bool):
+        return None if bool_allowed else "must be a number or text, not a boolean"
+    if isinstance(value, str) and numeric and _INTEGER_TEXT.match(value.strip()) and len(value) < 400:
+        value = int(value)
+    if not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if abs(value) > INT32_MAX:
+        return f"is beyond what Kubernetes can hold (at most {INT32_MAX})"
+    for suffix, limit in TIMING_LIMITS.items():
+        if field.endswith(suffix) and value > limit:
+            return f"must be at most {limit} (one week); a larger value is a typo that disables the timer"
+    return None
+
+
+def refuse_value(cls: type[BaseModel], key: Any, value: Any) -> Any:
+    """``value`` as given, or a :class:`Refused` marker (also for list entries) when it cannot be deployed."""
+    field = cls.model_fields.get(key) if isinstance(key, str) else None
+    name = key if isinstance(key, str) else ""
+    if field is None:
+        field = next((f for n, f in cls.model_fields.items() if f.alias == key), None)
+    if field is None:
+        return value
+    allowed, numeric = _bool_allowed(field.annotation), _numeric(field.annotation)
+    snake = next(n for n, f in cls.model_fields.items() if f is field) or name
+    if isinstance(value, list):
+        return [Refused(why, item) if (why := number_problem(item, snake, allowed, numeric)) else item
+                for item in value]
+    why = number_problem(value, snake, allowed, numeric)
+    return Refused(why, value) if why else value

@@ -97,6 +97,10 @@ class FilesystemBase(ConfigModel):
     def _not_renamed_from_itself(self) -> Self:
         if self.name in self.renamed_from:
             raise ValueError(f"renamedFrom must list earlier names, not the current name '{self.name}'")
+        if self.dynamic:
+            clashes = sorted(set(self.extra_parameters) & set(self.driver_parameters()))
+            if clashes:
+                raise ValueError(f"extraParameters {clashes} would override typed fields of '{self.name}'")
         return self
 
 

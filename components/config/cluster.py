@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from components.config.base import ConfigModel, DnsLabel, LabelPrefix, Problem
+from components.config.base import RESERVED_NAMESPACES, ConfigModel, DnsLabel, ExtendedResource, LabelPrefix, Problem
 from components.config.burst import Burst, burst_problems
 from components.config.checkpoint import Checkpoint, Filesystem, checkpoint_problems
 from components.config.descheduler import Descheduler
@@ -25,7 +25,7 @@ class ClusterConfig(ConfigModel):
 
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+(\.\d+)?$")] = "1.34"
     label_prefix: LabelPrefix = "gpucluster.io"
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: ExtendedResource = "nvidia.com/gpu"
     system_namespace: DnsLabel = "gpu-system"
     training_namespace: DnsLabel = "training"
     inference_namespace: DnsLabel = "inference"
@@ -81,9 +81,28 @@ class ClusterConfig(ConfigModel):
 
 
 
+def namespace_problems(cfg: ClusterConfig) -> list[Problem]:
+    """The platform's namespaces are its own: none of Kubernetes' reserved ones, training and inference (and the
+    system namespace) apart, so quotas, policies and admission rules of one never apply to the other."""
+    declared = [("systemNamespace", cfg.system_namespace), ("trainingNamespace", cfg.training_namespace),
+                ("inferenceNamespace", cfg.inference_namespace), ("monitoringNamespace", cfg.monitoring_namespace)]
+    problems = [Problem(key, "is reserved by Kubernetes; choose a namespace of the platform's own", name)
+                for key, name in declared if name in RESERVED_NAMESPACES]
+    first: dict[str, str] = {}
+    for key, name in declared[:3]:
+        if name in first:
+            problems.append(Problem(key, f"is the same namespace as {first[name]}; each needs its own", name))
+        first.setdefault(name, key)
+    if cfg.monitoring_namespace in (cfg.training_namespace, cfg.inference_namespace):
+        problems.append(Problem("monitoringNamespace", "must not be the training or inference namespace",
+                                cfg.monitoring_namespace))
+    return problems
+
+
 #: The cross-field checks, one per section, in the order the sections appear in the stack file. Each
 #: returns its problems rather than raising, so one run reports them all.
 CROSS_CHECKS: list[Callable[[ClusterConfig], list[Problem]]] = [
+    namespace_problems,
     pools_problems,
     scheduling_problems,
     providers_problems,

@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import field_validator, model_validator
 
 from components import images
-from components.config.base import ConfigModel, NonNegativeInt, PinnedImage, PositiveInt
+from components.config.base import ConfigModel, NonNegativeInt, PinnedImage, PositiveInt, check_cron
 
 
 class Descheduler(ConfigModel):
@@ -25,9 +25,7 @@ class Descheduler(ConfigModel):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, value: str) -> str:
-        if len(value.split()) != 5:
-            raise ValueError("must be a five-field cron expression such as '*/2 * * * *'")
-        return value
+        return check_cron(value)
 
     @model_validator(mode="after")
     def _limits(self) -> Self:

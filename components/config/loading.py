@@ -6,13 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pulumi import RunError
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from components.config.base import PROJECT, TAGGED_UNIONS, Problem, TaggedUnion
+from components.config.base import PROJECT, TAGGED_UNIONS, Problem, Refused, TaggedUnion
 from components.config.cluster import ClusterConfig, cross_check
 
 
@@ -71,6 +73,9 @@ def _problem(item: Mapping[str, Any]) -> Problem:
     if isinstance(value, dict | list) and kind != "extra_forbidden":
         value = None
     message = str(item["msg"]).removeprefix("Value error, ")
+    refused = item.get("input")
+    if isinstance(refused, Refused):
+        return Problem(_path(loc) or "(stack)", refused.reason, refused.value)
     union = _union_of(item) if kind in ("union_tag_not_found", "union_tag_invalid") else None
     if union is not None:
         # The choosing key itself is missing or names no model.
@@ -93,7 +98,12 @@ def _problem(item: Mapping[str, Any]) -> Problem:
 
 
 def problems_from_validation(error: ValidationError) -> list[Problem]:
-    return [_problem(item) for item in error.errors()]
+    """One problem per key path and message (a union field reports each member's failure alike)."""
+    unique: dict[tuple[str, str, str], Problem] = {}
+    for item in error.errors():
+        problem = _problem(item)
+        unique.setdefault((problem.path, problem.message, repr(problem.value)), problem)
+    return list(unique.values())
 
 
 def parse_config(raw: Mapping[str, Any], stack_file: str) -> ClusterConfig:
@@ -124,3 +134,91 @@ def raw_from_pulumi_config(config: Mapping[str, Any], project: str = PROJECT) ->
         raw[name] = value
     return raw
 
+
+
+class _StackLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys (plain YAML keeps the last one silently)."""
+
+
+def _mapping(loader: _StackLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        try:
+            first = seen.get(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a key must be text", key_node.start_mark) from None
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first on line {first})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return dict(loader.construct_mapping(node, deep=deep))  # type: ignore[no-untyped-call]
+
+
+_StackLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)  # type: ignore[arg-type]
+
+
+def _where(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "(file)"
+
+
+def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any], set[str]]:
+    """``Pulumi.<stack>.yaml`` as the engine's flat ``project:key`` map (``secure:`` values as a placeholder)
+    and the secret keys; a file the engine could not read raises :class:`ConfigError` with its line."""
+    name = path.name
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackLoader)
+    except UnicodeDecodeError as error:
+        raise ConfigError(name, [Problem("(file)", f"is not UTF-8 text ({error.reason} at byte {error.start})")]) \
+            from None
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(name, [Problem(_where(error), f"not valid YAML: {problem}")]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(name, [Problem("(file)", f"must be a mapping with a 'config:' key, not a {_kind(data)}")])
+    section = data.get("config") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(name, [Problem("config", f"must be a mapping of keys to values, not a {_kind(section)}")])
+    config: dict[str, Any] = {}
+    secrets: set[str] = set()
+    problems: list[Problem] = []
+    for key, value in section.items():
+        if not isinstance(key, str):
+            problems.append(Problem("config", "every key must be text such as 'gpu-cluster:pools'", key))
+            continue
+        full = key if ":" in key else f"{project}:{key}"
+        if isinstance(value, dict) and "secure" in value:
+            if set(value) != {"secure"} or not isinstance(value["secure"], str):
+                problems.append(Problem(key, "a secret must be `secure: <ciphertext>` as `pulumi config set "
+                                             "--secret` writes it"))
+                continue
+            config[full] = SECRET_PLACEHOLDER
+            secrets.add(full)
+        else:
+            config[full] = value
+    if problems:
+        raise ConfigError(name, problems)
+    return config, secrets
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "text", int: "number", float: "number", bool: "boolean"}.get(type(value), "value")
+
+
+#: What a secret value stands for wherever the program runs without the engine's decryption.
+SECRET_PLACEHOLDER = "[secret]"
+
+#: The stack file keys that are schema keys (``pools``, ``burst``…), never credentials.
+SCHEMA_KEYS = frozenset(field.alias or to_camel(name) for name, field in ClusterConfig.model_fields.items())
+
+
+def secret_schema_problems(secret_names: set[str]) -> list[Problem]:
+    """A schema key stored with ``--secret`` is refused: the program would otherwise read its defaults."""
+    return [Problem(key, "is a schema key stored as a Pulumi secret, so the program would not read it and use "
+                         f"defaults; `pulumi config rm {key}` and set it again without --secret (only credentials "
+                         "are secrets)")
+            for key in sorted(secret_names & SCHEMA_KEYS)]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 from pydantic import Field, model_validator
 
 from agents.ib_exporter import contract as ib_contract
-from components.config.base import ConfigModel, DnsLabel, PositiveInt, Problem
+from components.config.base import ConfigModel, DnsLabel, Labels, PlainUrl, PositiveInt, Problem
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -56,7 +56,8 @@ class HealthGuardConfig(ConfigModel):
 
 class Observability(ConfigModel):
     dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
-    thermal_threshold_celsius: PositiveInt = 78
+    #: At least 60 °C: a busy GPU runs warmer than that, so a lower threshold would quarantine the whole fleet.
+    thermal_threshold_celsius: Annotated[int, Field(ge=60)] = 78
     thermal_hold_seconds: PositiveInt = 120
     thermal_warning_band_celsius: PositiveInt = 5
     inference_tolerates_thermal: bool = True
@@ -75,11 +76,11 @@ class Observability(ConfigModel):
     thermal_poll_seconds: PositiveInt = 15
     thermal_guard_port: Annotated[int, Field(ge=1024, le=65535)] = 9316
     #: Prometheus the thermal guard queries.
-    prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: Annotated[PlainUrl, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
     #: Scrape interval of our ServiceMonitors; at most the hold so the guard's rule can see the hold.
     scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
     #: Labels the Prometheus Operator selects ServiceMonitors and PrometheusRules by (e.g. release).
-    monitor_labels: dict[str, str] = Field(default_factory=dict)
+    monitor_labels: Labels = Field(default_factory=dict)
     #: XIDs that page: drain and RMA.
     critical_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(default_factory=lambda: [48, 64, 74, 79, 95])
     #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from components.config.base import (
     ConfigModel,
     DnsLabel,
+    LabelValue,
     NodePatterns,
     NonNegativeInt,
     PositiveInt,
@@ -36,7 +37,8 @@ class GpuPool(ConfigModel):
 
     name: DnsLabel
     nodes: NodePatterns
-    gpu_model: str = "H100-SXM5-80GB"
+    #: Also a node label value (at most 63 letters, digits, '-', '_', '.').
+    gpu_model: LabelValue = "H100-SXM5-80GB"
     gpus_per_node: PositiveInt = 8
     hardware_limit_celsius: PositiveInt | None = None
     taint: bool = True

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from components.config.base import (
     ConfigModel,
     DnsLabel,
+    LabelValue,
     PinnedImage,
     PositiveInt,
     Problem,
@@ -25,7 +26,7 @@ class ProviderBase(ConfigModel):
 
     name: DnsLabel
     node_name: DnsLabel
-    gpu_model: str = "H100-SXM5-80GB"
+    gpu_model: LabelValue = "H100-SXM5-80GB"
     gpus: PositiveInt
     cpu: PositiveInt = 512
     memory_gi: PositiveInt = 4096
@@ -120,10 +121,17 @@ def providers_problems(cfg: ClusterConfig) -> list[Problem]:
     """Provider names are distinct; each virtual node has its own name, none an on-prem node's."""
     problems = unique_names(enumerate(p.name for p in cfg.providers), "providers", "provider")
     onprem = {node for pool in cfg.pools for node in pool.node_names}
+    system = set(cfg.system_pool.node_names)
     for index, provider in enumerate(cfg.providers):
         if provider.node_name in onprem:
             problems.append(
                 Problem(f"providers[{index}].nodeName", "virtual node name collides with an on-prem node",
+                        provider.node_name)
+            )
+        elif provider.node_name in system:
+            problems.append(
+                Problem(f"providers[{index}].nodeName",
+                        f"virtual node name collides with a node of the system pool '{cfg.system_pool.name}'",
                         provider.node_name)
             )
     if len({p.node_name for p in cfg.providers}) != len(cfg.providers):

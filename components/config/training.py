@@ -7,14 +7,20 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, field_validator
 
 from components.config.base import (
+    AbsolutePath,
     ConfigModel,
     DnsLabel,
     NonNegativeInt,
     PinnedImage,
     PositiveInt,
     Problem,
+    Quantity,
+    dns_1035,
     unique_names,
 )
+
+#: Room in a job name for Volcano's pod names (``<job>-worker-<index>``, also the pods' host names).
+JOB_NAME_ROOM = 16
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -35,7 +41,7 @@ class Nccl(ConfigModel):
 
 class CheckpointMount(ConfigModel):
     filesystem: DnsLabel
-    mount_path: str = "/checkpoints"
+    mount_path: AbsolutePath = "/checkpoints"
     interval_steps: PositiveInt = 500
     #: Also checkpoint when this many seconds passed since the last one (whichever comes first; env
     #: CHECKPOINT_INTERVAL_SECONDS). The goodput model compares it with the job's Young–Daly optimum.
@@ -44,15 +50,15 @@ class CheckpointMount(ConfigModel):
 
 
 class TrainingJob(ConfigModel):
-    name: DnsLabel
+    name: Annotated[DnsLabel, dns_1035(JOB_NAME_ROOM)]
     enabled: bool = False
     image: PinnedImage
     pool: DnsLabel
     workers: PositiveInt
     gpus_per_worker: PositiveInt = 8
     #: Per-worker CPU and memory requests; size them below the pool's allocatable or the gang never fits.
-    cpu_per_worker: str = "64"
-    memory_per_worker: str = "1024Gi"
+    cpu_per_worker: Quantity = "64"
+    memory_per_worker: Quantity = "1024Gi"
     max_retries: NonNegativeInt = 5
     command: list[str] = Field(default_factory=list)
     checkpoint: CheckpointMount | None = None
