@@ -176,7 +176,7 @@ _QUANTITY = re.compile(r"^(?P<num>\d+(\.\d*)?|\.\d+)(?P<suffix>m|k|M|G|T|P|E|Ki|
 #: Namespaces the platform must never use for its own workloads.
 RESERVED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease", "default"})
 _CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_CRON_NAMES = ({}, {}, {}, {m: i + 1 for i, m in enumerate(
+_CRON_NAMES: tuple[dict[str, int], ...] = ({}, {}, {}, {m: i + 1 for i, m in enumerate(
     ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))},
     {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))})
 

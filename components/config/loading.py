@@ -143,7 +143,7 @@ class _StackLoader(yaml.SafeLoader):
 def _mapping(loader: _StackLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=True)
         try:
             first = seen.get(key)
         except TypeError:
@@ -153,10 +153,10 @@ def _mapping(loader: _StackLoader, node: yaml.MappingNode, deep: bool = False) -
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (first on line {first})", key_node.start_mark)
         seen[key] = key_node.start_mark.line + 1
-    return dict(loader.construct_mapping(node, deep=deep))  # type: ignore[no-untyped-call]
+    return dict(loader.construct_mapping(node, deep=deep))
 
 
-_StackLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)  # type: ignore[arg-type]
+_StackLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def _where(error: yaml.YAMLError) -> str:

@@ -99,7 +99,7 @@ CASES: list[Case] = [
     Case("empty-file", L, ("pools", "required key is missing"), text=const("")),
     Case("duplicate-top-key", L, ("gpu-cluster:burst", "duplicate key", "line"),
          text=lambda t: t + "  gpu-cluster:burst:\n    openHoldSeconds: 5\n"),
-    Case("duplicate-nested-key", L, ("gpusPerNode", "duplicate key", "line 7"),
+    Case("duplicate-nested-key", L, ("gpusPerNode", "duplicate key", "line 9", "first on line 8"),
          text=replace("      gpusPerNode: 8\n", "      gpusPerNode: 8\n      gpusPerNode: 4\n")),
     Case("non-string-key", L, ("config", "key"), text=lambda t: t + "  7: seven\n"),
     Case("secure-not-a-string", L, ("localCloudToken", "secure"),
