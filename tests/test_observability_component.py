@@ -288,8 +288,8 @@ def test_poll_longer_than_hold_is_rejected_before_any_resource() -> None:
 
 
 def test_warning_band_wider_than_threshold_is_rejected() -> None:
-    msg = _fails({"thermalThresholdCelsius": 10, "thermalWarningBandCelsius": 12})
-    assert "thermalWarningBandCelsius (12) must be below thermalThresholdCelsius (10)" in msg
+    msg = _fails({"thermalThresholdCelsius": 60, "thermalWarningBandCelsius": 62})
+    assert "thermalWarningBandCelsius (62) must be below thermalThresholdCelsius (60)" in msg
 
 
 def test_kube_state_label() -> None:

@@ -56,10 +56,16 @@ class Traffic(ConfigModel):
             return url
         url_without_credentials(url, "the secret config key named by queueCredentialsSecret "
                                      "(`pulumi config set --secret <key> '<url with credentials>'`)")
+        # The broker's egress policy opens exactly this port: the URL's own, else its scheme's default (one table,
+        # in the network policy module, imported here lazily because that module builds on this package).
+        from components.network_policy import DEFAULT_PORTS
+
         parts = urlsplit(url)
-        if not parts.scheme or not parts.hostname or parts.port is None:
-            raise ValueError("must be a URL with scheme, host and port such as 'amqps://queue.example:5671/jobs' "
-                             "(the network policy opens exactly that port)")
+        if not parts.scheme or not parts.hostname:
+            raise ValueError("must be a URL with scheme and host such as 'amqps://queue.example:5671/jobs'")
+        if parts.port is None and parts.scheme not in DEFAULT_PORTS:
+            raise ValueError(f"names no port and scheme '{parts.scheme}' has no known default "
+                             f"({', '.join(sorted(DEFAULT_PORTS))}); write the port in the URL")
         return url
 
     @model_validator(mode="after")

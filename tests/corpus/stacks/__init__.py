@@ -180,7 +180,7 @@ CASES: list[Case] = [
          edit=at("inference.adapter.prometheusUrl", "https://u:p@prom:9090")),
     Case("queue-url-no-scheme", L, (f"{SVC}.traffic.queueUrl",), edit=at(f"{SVC}.traffic.queueUrl", "queue.local:5672")),
     Case("queue-url-unknown-scheme-no-port", L, (f"{SVC}.traffic.queueUrl",),
-         edit=at(f"{SVC}.traffic.queueUrl", "nats://queue.local/jobs")),
+         edit=at(f"{SVC}.traffic.queueUrl", "stomp://queue.local/jobs")),
     # Late errors inside components.
     Case("extra-parameters-override", L, ("checkpoint.filesystems[0]", "extraParameters ['server']"),
          edit=at("checkpoint.filesystems[0].extraParameters", {"server": "evil.example"})),
