@@ -161,6 +161,14 @@ def test_training_level_from_the_stack(tmp_path: Path) -> None:
     assert work == pytest.approx(0.5, rel=0.02)
 
 
+def test_training_level_counts_only_work_inside_the_horizon(tmp_path: Path) -> None:
+    """A month-long job submitted near the end of a day's run offers an hour of work to it, not a month."""
+    p = write(tmp_path, "submit_time,workers,gpus_per_worker,duration_s,pool\n0,1,8,3600,a\n"
+                        "82800,1,8,2592000,a\n")
+    _, report = training_gangs(read_training(p), MODEL, 86_400.0)
+    assert report.offered_load == pytest.approx(2 * 3_600.0 / (6 * 86_400.0))
+
+
 def test_unknown_service_in_the_trace_is_refused(tmp_path: Path) -> None:
     p = write(tmp_path, "time,service_seconds,service\n0,10,img\n5,10,video\n")
     with pytest.raises(TraceError, match=r"services \['video'\] are not in the stack"):

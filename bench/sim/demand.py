@@ -229,7 +229,8 @@ def training_gangs(trace: TrainingTrace, model: ClusterModel, horizon_s: float, 
         looped += [replace(g, arrival_s=g.arrival_s + offset) for g in base if g.arrival_s + offset < horizon_s]
         offset += period
     total_nodes = sum(p.nodes for p in model.pools)
-    offered = sum(g.nodes * g.duration_s for g in looped) / (total_nodes * horizon_s)
+    # Work inside the horizon only: a job running past its end offers no more than the time left.
+    offered = sum(g.nodes * min(g.duration_s, horizon_s - g.arrival_s) for g in looped) / (total_nodes * horizon_s)
     factor = 1.0 if training_load is None or offered == 0 else training_load / offered
     gangs: list[Gang] = []
     for g in looped:
