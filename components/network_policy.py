@@ -14,7 +14,7 @@
   port; the metrics adapter accepts the API server's aggregated-API calls.
 
 The API server is not a pod (it runs on the host network), so no pod or namespace selector matches it:
-its egress rule is an IP block (``API_SERVER_CIDRS``, every address until a site narrows it) on its ports,
+its egress rule is an IP block (stack key ``apiServerCidrs``, every address until a site narrows it) on its ports,
 and the ingress rules for its calls name only the port. Liqo's tenant namespace belongs to Liqo (its gateway
 and fabric run there): only our virtual kubelet's pod is selected, never the namespace.
 
@@ -43,8 +43,8 @@ NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 #: Where the cluster's DNS answers (kube-dns and CoreDNS both carry this label).
 DNS_NAMESPACE = "kube-system"
 DNS_SELECTOR = {"k8s-app": "kube-dns"}
-#: The API server's addresses; every address until a site narrows it (it is not a pod, so only an IP block
-#: can name it).
+#: The API server's addresses (stack key ``apiServerCidrs``); every address until a site narrows it (it is not
+#: a pod, so only an IP block can name it).
 API_SERVER_CIDRS: tuple[str, ...] = ("0.0.0.0/0",)
 API_SERVER_PORTS = (443, 6443)
 #: Our controllers: the pods that call the API server with their ServiceAccount token.
@@ -136,6 +136,7 @@ class NetworkPoliciesArgs:
             services=services,
             virtual_kubelets=tuple((f"vk-{p.name}", p.namespace(cfg.system_namespace)) for p in cfg.providers),
             service_label=Keys(cfg.label_prefix).service,
+            api_server_cidrs=tuple(cfg.api_server_cidrs),
         )
 
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from components.config import ConfigError, parse_config
 from components.network_policy import url_port
-from tools.mockrt import RunResult
+from tests.conftest import StackRunner
+from tools.mockrt import RunResult, raw_from_stack
 
 SYS, INF, MON = "gpu-system", "inference", "monitoring"
 TENANT = "liqo-tenant-dr-cluster-eu-west-4"
@@ -204,3 +206,20 @@ def test_url_port(url: str, port: int) -> None:
 def test_url_port_without_a_known_default_names_the_url() -> None:
     with pytest.raises(ValueError, match="gopher://x"):
         url_port("gopher://x")
+
+
+def test_api_server_cidrs_come_from_the_stack(run_stack: StackRunner) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["gpu-cluster:apiServerCidrs"] = ["10.0.0.1/32", "10.0.0.2/32"]
+
+    result = run_stack("local", edit)
+    spec = next(p.inputs["spec"] for p in result.by_kind("NetworkPolicy") if p.metadata["name"] == "allow-api-server")
+    assert [peer["ipBlock"]["cidr"] for peer in spec["egress"][0]["to"]] == ["10.0.0.1/32", "10.0.0.2/32"]
+
+
+def test_a_bad_api_server_cidr_is_refused_by_name() -> None:
+    raw = raw_from_stack("local")
+    raw["apiServerCidrs"] = ["10.0.0.1/8"]
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, "Pulumi.local.yaml")
+    assert "apiServerCidrs" in str(refused.value) and "10.0.0.1/8" in str(refused.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Annotated
 
@@ -30,6 +31,9 @@ class ClusterConfig(ConfigModel):
     training_namespace: DnsLabel = "training"
     inference_namespace: DnsLabel = "inference"
     monitoring_namespace: DnsLabel = "monitoring"
+    #: Where the API server answers (its addresses or the control plane's range): the only egress our
+    #: controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it.
+    api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
     pools: list[GpuPool]
     system_pool: SystemPool
     priorities: Priorities = Priorities()
@@ -41,6 +45,16 @@ class ClusterConfig(ConfigModel):
     observability: Observability = Observability()
     checkpoint: Checkpoint = Checkpoint()
     training: Training = Training()
+
+    @field_validator("api_server_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"'{cidr}' is not a CIDR block ({exc})") from None
+        return value
 
     @field_validator("pools")
     @classmethod
