@@ -273,6 +273,17 @@ def _dns_1035(value: str, room: int) -> str:
     return value
 
 
+def _short_label(value: str, room: int) -> str:
+    if len(value) > 63 - room:
+        raise ValueError(f"must be at most {63 - room} characters (derived names and labels add {room})")
+    return value
+
+
+def short_label(room: int) -> AfterValidator:
+    """A DNS label that leaves ``room`` characters for the prefix or suffix of the names derived from it."""
+    return AfterValidator(lambda value: _short_label(value, room))
+
+
 def url_without_credentials(value: str, pointer: str) -> str:
     """Refuse ``scheme://user:password@host``: the password would land in the stack file and in state."""
     from urllib.parse import urlsplit

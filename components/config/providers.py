@@ -14,6 +14,7 @@ from components.config.base import (
     PositiveInt,
     Problem,
     register_union,
+    short_label,
     unique_names,
 )
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 class ProviderBase(ConfigModel):
     """External GPU capacity exposed as one virtual node; one subclass per kind adds its own keys and checks."""
 
-    name: DnsLabel
+    #: Also in the virtual kubelet's names and labels (``vk-<name>``).
+    name: Annotated[DnsLabel, short_label(3)]
     node_name: DnsLabel
     gpu_model: LabelValue = "H100-SXM5-80GB"
     gpus: PositiveInt

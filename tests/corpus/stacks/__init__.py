@@ -197,3 +197,7 @@ CASES: list[Case] = [
     Case("filesystem-backend-missing", L, ("checkpoint.filesystems[0].backend",),
          edit=lambda c: c[f"{K}checkpoint"]["filesystems"][0].pop("backend")),
 ]
+
+CASES += [
+    Case("provider-name-long", L, ("providers[0].name",), edit=at("providers[0].name", "p" * 62)),
+]
