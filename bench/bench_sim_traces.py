@@ -6,7 +6,8 @@ GenTD26 Stable Diffusion request log carried in bench/traces/ (shape from the tr
 service's maxReplicas; 23 days looped to 31). Targets of issue 17 are measured here, never asserted in
 tests: availability >= 99.95 %, worst 5 minutes >= 95 %, external GPU·h <= 1.3x the oracle's, on-prem
 utilisation within 1 point of the oracle's, taint flips <= half the naive burst's. Where the oracle itself
-misses a target, the workload makes it impossible and the report says so.
+misses a target, the workload makes it impossible and the report says so. A second oracle row keeps the
+HPA headroom of the other policies (bench/sim/cost.py), the fairer bound for the external GPU·h.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench.sim.cost import bill_lines, prices_from_config, run_costed
+from bench.sim.cost import ORACLE_AT_HEADROOM, bill_lines, oracle_at_headroom, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.engine import Outcome
 from bench.sim.policies import all_policies
@@ -65,8 +66,8 @@ def run() -> dict[str, Any]:
     workloads: dict[str, Any] = {}
     tables: dict[str, str] = {}
     for name, workload in (("synthetic", synthetic), ("GenTD26 trace", replay)):
-        results = run_costed(model, workload, all_policies(model, setup.settings, workload.spec), DAYS * 86400,
-                             WARMUP_DAYS * 86400, prices)
+        policies_run = [*all_policies(model, setup.settings, workload.spec), oracle_at_headroom(model)]
+        results = run_costed(model, workload, policies_run, DAYS * 86400, WARMUP_DAYS * 86400, prices)
         outcomes: list[Outcome] = [o for o, _ in results]
         figures = outcomes_json(outcomes)
         for o, b in results:
@@ -74,8 +75,11 @@ def run() -> dict[str, Any]:
         policies: dict[str, dict[str, Any]] = {
             k: {f: (round(v, 6) if isinstance(v, float) else v) for f, v in row.items()} for k, row in figures.items()}
         oracle_ext = policies["oracle"]["external_gpu_hours"]
+        fair_ext = policies[ORACLE_AT_HEADROOM]["external_gpu_hours"]
         for row in policies.values():
             row["external_vs_oracle"] = round(row["external_gpu_hours"] / oracle_ext, 3) if oracle_ext else None
+            row["external_vs_oracle_at_headroom"] = (
+                round(row["external_gpu_hours"] / fair_ext, 3) if fair_ext else None)
         tables[name + " (cost)"] = "\n".join(["```text", *bill_lines(results), "```"])
         workloads[name] = {"policies": policies, "targets": targets(policies)}
         tables[name] = markdown_table(outcomes) + "\n\n" + tables.pop(name + " (cost)")

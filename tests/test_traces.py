@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.sim.cost import bill_lines, prices_from_config, run_costed
+from bench.sim.cost import ORACLE_AT_HEADROOM, bill_lines, oracle_at_headroom, prices_from_config, run_costed
 from bench.sim.demand import (
     ALL,
     TraceWorkload,
@@ -314,3 +314,16 @@ def test_stack_prices_are_read_and_a_negative_one_is_refused() -> None:
     broken = dict(raw) | {"providers": [dict(providers[0], pricePerGpuHour=-1), *providers[1:]]}
     with pytest.raises(ConfigError, match="pricePerGpuHour"):
         parse_config(broken, "Pulumi.prod.yaml")
+
+
+def test_oracle_at_headroom_asks_for_the_replicas_a_real_hpa_would(tmp_path: Path) -> None:
+    p = write(tmp_path, "time,rps\n0,0\n3600,10\n7200,0\n14400,0\n")
+    shapes, _ = inference_shapes(read_inference(p), MODEL, TARGETS, 4 * 3_600.0, window_s=300.0)
+    workload = trace_workload(Workload(()), shapes, peak_share=0.5)
+    (plain, _), (fair, _) = run_costed(MODEL, workload, [oracle(MODEL), oracle_at_headroom(MODEL)],
+                                       4 * 3_600.0, 0.0, {})
+    assert fair.policy == ORACLE_AT_HEADROOM
+    # Headroom 1.15: ceil(50 × 1.15) = 58 img + ceil(5 × 1.15) = 6 chat × 4 GPUs = 82 GPUs, 34 beyond on-prem.
+    assert fair.external_gpu_hours == pytest.approx(82 - 48, rel=0.1)
+    assert plain.external_gpu_hours == pytest.approx(70 - 48, rel=0.1)
+    assert fair.inference_availability == pytest.approx(1.0)
