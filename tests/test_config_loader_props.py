@@ -17,7 +17,8 @@ from kubernetes.utils.quantity import parse_quantity
 from components.config import ConfigError, expand_node_names, parse_config
 from components.config.base import INT32_MAX, check_cron, check_quantity
 from components.config.loading import read_stack_file
-from tools.mockrt import raw_from_stack
+from tests.conftest import raw_stack
+from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -133,3 +134,29 @@ def test_cron_is_accepted_or_refused_with_a_reason(fields: list[str]) -> None:
 def test_a_huge_node_range_is_refused_without_expanding_it(lo: int, span: int) -> None:
     with pytest.raises(ValueError, match="would create"):
         expand_node_names([f"gpu-[{lo}-{lo + span}]"])
+
+
+#: Edge values an operator types by mistake: zero, negatives, the int32 edge, empty and long text, a boolean.
+EDGE_VALUES = [0, -1, 1, 2**31 - 1, 10**6, "", "x" * 70, "0", True, False, None, 0.5, [], {}]
+
+
+@settings(max_examples=25, deadline=None)
+@given(where=st.sampled_from(LEAVES), value=st.sampled_from(EDGE_VALUES))
+def test_an_accepted_edit_renders_and_a_refused_one_registers_nothing(where: tuple[Any, ...], value: Any) -> None:
+    """The whole program, not only the schema: an edge value at any key is refused before any registration, or
+    the program renders without a late error."""
+    config, secrets = raw_stack("local")
+    node: Any = config[f"gpu-cluster:{where[0]}"]
+    if len(where) == 1:
+        config[f"gpu-cluster:{where[0]}"] = value
+    else:
+        for part in where[1:-1]:
+            node = node[part]
+        node[where[-1]] = value
+    monitor = RecordingMonitor(RecordingMocks())
+    try:
+        run_program("local", config, secrets, monitor=monitor)
+    except ConfigError:
+        assert monitor.records == []
+        return
+    assert monitor.records
