@@ -327,3 +327,11 @@ def test_oracle_at_headroom_asks_for_the_replicas_a_real_hpa_would(tmp_path: Pat
     assert fair.external_gpu_hours == pytest.approx(82 - 48, rel=0.1)
     assert plain.external_gpu_hours == pytest.approx(70 - 48, rel=0.1)
     assert fair.inference_availability == pytest.approx(1.0)
+
+
+def test_simulate_cli_rejects_a_malformed_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.simulate import main
+
+    path = CORPUS / "bad-time.csv"
+    assert main(["--stack", "local", "--days", "0.1", "--inference-trace", str(path)]) == 2
+    assert f"simulate: {path}:3:1: time: expected epoch seconds or ISO 8601" in capsys.readouterr().err
