@@ -23,11 +23,10 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime import stack as runtime_stack
 
 from components.config import PROJECT
-from components.config.loading import read_stack_file
+from components.config.loading import SECRET_PLACEHOLDER, read_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
-SECRET_PLACEHOLDER = "[secret]"
 
 
 @dataclass
