@@ -56,3 +56,18 @@ def test_reducer_settings_follow_the_stack() -> None:
         "throughputCheck": {"enabled": True, "filesystem": "nfs", "nodes": 3, "deadlineSeconds": 900},
     }}, "Pulumi.test.yaml")
     assert reduce_settings(cfg) == ReduceSettings(expect=3, budget_gbps=50.0, wait_seconds=900)
+
+
+def test_health_guard_stack_defaults_are_the_contract() -> None:
+    """A stack that says nothing about the guard runs it with the guard's own defaults (no second copy)."""
+    from agents.health_guard.contract import HealthSettings
+    from agents.health_guard.contract import settings_from_config as health_settings
+
+    agent, deployed = HealthSettings(), health_settings(parse_config(STACK, "Pulumi.test.yaml"))
+    shared = (
+        "stale_after_seconds", "probation_seconds", "max_nodes_per_hour", "max_nodes_quarantined",
+        "max_pool_percent_per_hour", "max_pool_percent_quarantined", "flap_limit", "flap_window_seconds",
+        "evict_inference_on_fatal",
+    )
+    assert {k: getattr(deployed, k) for k in shared} == {k: getattr(agent, k) for k in shared}
+    assert deployed.signals == agent.signals

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
+from agents.health_guard import contract as health_contract
 from agents.ib_exporter import contract as ib_contract
 from components.config.base import ConfigModel, DnsLabel, Labels, PlainUrl, PositiveInt, Problem
 
@@ -14,6 +15,10 @@ if TYPE_CHECKING:
 
 
 XidNumber = Annotated[int, Field(ge=1, le=999)]
+
+
+#: The guard's own defaults (its contract): the stack's defaults are the same numbers, not a copy of them.
+_GUARD = health_contract.HealthSettings()
 
 
 class HealthGuardConfig(ConfigModel):
@@ -26,25 +31,25 @@ class HealthGuardConfig(ConfigModel):
     """
 
     #: XIDs that make a node fatal (training and inference leave): NVIDIA's XID catalogue.
-    fatal_xids: list[XidNumber] = Field(default_factory=lambda: [48, 64, 74, 79, 95, 119, 120])
+    fatal_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.FATAL_XIDS))
     #: XIDs that make a node degraded (training leaves, inference may stay).
-    degraded_xids: list[XidNumber] = Field(default_factory=lambda: [92, 94])
+    degraded_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.DEGRADED_XIDS))
     #: Per-signal override of the class, or ``off``: e.g. ``{nvlink-errors: fatal, ib-link-errors: off}``.
     signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
     #: A node whose exporter has been silent this long is not judged: never unhealthy, never released.
-    stale_after_seconds: Annotated[int, Field(ge=15)] = 120
+    stale_after_seconds: Annotated[int, Field(ge=15)] = _GUARD.stale_after_seconds
     #: Healthy this long without a break before a node is released (fatal ones also need the repair mark).
-    probation_seconds: Annotated[int, Field(ge=0)] = 1800
+    probation_seconds: Annotated[int, Field(ge=0)] = _GUARD.probation_seconds
     #: Guard rails: past any of these the guard stops quarantining until a person resets its breaker.
-    max_nodes_per_hour: Annotated[int, Field(ge=0)] = 2
-    max_nodes_quarantined: Annotated[int, Field(ge=0)] = 4
-    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = 10.0
-    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = 20.0
+    max_nodes_per_hour: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_per_hour
+    max_nodes_quarantined: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_quarantined
+    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_per_hour
+    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_quarantined
     #: Quarantined this often within the window, even a degraded node waits for the repair mark.
-    flap_limit: Annotated[int, Field(ge=2)] = 3
-    flap_window_seconds: PositiveInt = 86400
+    flap_limit: Annotated[int, Field(ge=2)] = _GUARD.flap_limit
+    flap_window_seconds: PositiveInt = _GUARD.flap_window_seconds
     #: Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold).
-    evict_inference_on_fatal: bool = True
+    evict_inference_on_fatal: bool = _GUARD.evict_inference_on_fatal
 
     @model_validator(mode="after")
     def _xids_disjoint(self) -> Self:
