@@ -462,6 +462,30 @@ def test_view_aggregates_exclude_thermal_and_cordoned_nodes() -> None:
     assert snapshot.synced and snapshot.observed_at == NOW
 
 
+@pytest.mark.parametrize("health_class", ["fatal", "degraded"])
+def test_view_counts_no_headroom_on_nodes_the_health_guard_quarantined(health_class: str) -> None:
+    """A quarantined node takes no training, whatever the class: its free GPUs must not keep the burst shut."""
+    nodes = [onprem_node("ok", 8, pool="a"), onprem_node("sick", 8, pool="a", health=health_class)]
+    view = ClusterView.from_lists(nodes, [gpu_pod("t", 2, node="ok", workload="training")], S, NOW)
+    snapshot = view.snapshot()
+    assert (snapshot.onprem_allocatable_gpus, snapshot.onprem_free_gpus) == (8, 6)
+    assert snapshot.pools["a"].free == 6
+    # Released by the guard (taint gone): its GPUs count again; quarantined again: they leave again.
+    view.apply_node("MODIFIED", onprem_node("sick", 8, pool="a"))
+    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (14, 14)
+    view.apply_node("MODIFIED", onprem_node("sick", 8, pool="a", health=health_class))
+    assert view.snapshot().onprem_free_gpus == 6
+
+
+def test_view_reads_the_health_taint_key_the_guard_writes() -> None:
+    from agents.health_guard.contract import Names
+
+    settings = BurstSettings(label_prefix="example.org")
+    assert settings.health_taint_key == Names("example.org").taint == "example.org/gpu-health"
+    nodes = [onprem_node("ok", 8, settings=settings), onprem_node("sick", 8, health="fatal", settings=settings)]
+    assert ClusterView.from_lists(nodes, [], settings, NOW).snapshot().onprem_free_gpus == 8
+
+
 def test_view_nets_pending_training_per_pool() -> None:
     nodes = [onprem_node("a1", 8, pool="a"), onprem_node("a2", 8, pool="a"), onprem_node("b1", 8, pool="b"),
              onprem_node("b2", 8, pool="b"), virtual_node("vk-a")]

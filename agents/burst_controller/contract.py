@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents import node_taints
+
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """Upstream annotation the ReplicaSet controller reads to choose which pods go first on scale-down."""
 
@@ -84,6 +86,11 @@ class BurstKeys:
     @property
     def thermal_taint(self) -> str:
         return f"{self.prefix}/thermal"
+
+    @property
+    def health_taint(self) -> str:
+        """The health guard's quarantine taint (fatal or degraded): training tolerates neither."""
+        return node_taints.health_taint_key(self.prefix)
 
     @property
     def changed_at_annotation(self) -> str:
@@ -158,6 +165,7 @@ class BurstSettings:
     provider_label: str = field(default="", init=False)
     workload_label: str = field(default="", init=False)
     thermal_taint_key: str = field(default="", init=False)
+    health_taint_key: str = field(default="", init=False)
     changed_at_annotation: str = field(default="", init=False)
     service_label: str = field(default="", init=False)
     role_label: str = field(default="", init=False)
@@ -171,6 +179,7 @@ class BurstSettings:
             "provider_label": keys.provider,
             "workload_label": keys.workload,
             "thermal_taint_key": keys.thermal_taint,
+            "health_taint_key": keys.health_taint,
             "changed_at_annotation": keys.changed_at_annotation,
             "service_label": keys.service,
             "role_label": keys.role,

@@ -23,6 +23,7 @@ def onprem_node(
     *,
     pool: str = "gpu",
     thermal: bool = False,
+    health: str | None = None,
     unschedulable: bool = False,
     ready: bool = True,
     settings: BurstSettings = _DEFAULT,
@@ -31,6 +32,8 @@ def onprem_node(
     taints: list[dict[str, Any]] = []
     if thermal:
         taints.append({"key": settings.thermal_taint_key, "value": "hot", "effect": "NoSchedule"})
+    if health is not None:  # the health guard's quarantine: "fatal" or "degraded"
+        taints.append({"key": settings.health_taint_key, "value": health, "effect": "NoSchedule"})
     return {
         "metadata": {
             "name": name,

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.node_taints import health_taint_key
+
 if TYPE_CHECKING:  # the agent's image carries no components package; only the component calls this
     from components.config import ClusterConfig
 
@@ -63,7 +65,7 @@ class Names:
     @property
     def taint(self) -> str:
         """``<prefix>/gpu-health=<class>:NoSchedule``; also the label carrying the class."""
-        return f"{self.prefix}/gpu-health"
+        return health_taint_key(self.prefix)
 
     @property
     def since(self) -> str:
