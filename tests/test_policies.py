@@ -284,6 +284,10 @@ def test_no_noexecute_taints_on_nodes() -> None:
         {"key": f"{PREFIX}/thermal", "value": "hot", "effect": "NoExecute"}])) == [
         f"taint {PREFIX}/thermal:NoExecute on node gpu-01; {fix}"
     ]
+    assert messages("no-noexecute-taints", node_patch("gpu-02", [
+        {"key": f"{PREFIX}/gpu-health", "value": "fatal", "effect": "NoExecute"}])) == [
+        f"taint {PREFIX}/gpu-health:NoExecute on node gpu-02; {fix}"
+    ]
     assert messages("no-noexecute-taints", node_patch("vk-other", [
         {"key": "liqo.io/virtual-node", "value": "true", "effect": "NoExecute"}], {"type": "virtual-kubelet"})) == [
         f"virtual node vk-other gets taint liqo.io/virtual-node:NoExecute, which would evict every inference pod "

@@ -623,6 +623,12 @@ def virtual_node_no_execute(stack: Stack) -> None:
         {"key": BURST_TAINT, "value": "closed", "effect": "NoExecute"})
 
 
+@mutation("no-noexecute-taints", "Deployment gpu-system/health-guard")
+def health_guard_quarantines_with_no_execute(stack: Stack) -> None:
+    live_container(stack.props("Deployment", "health-guard")).setdefault("env", []).append(
+        {"name": "QUARANTINE_TAINT", "value": f"{PREFIX}/gpu-health=fatal:NoExecute"})
+
+
 @mutation("inference-no-fixed-replicas", "Deployment inference/sdxl-turbo")
 def inference_fixed_replicas(stack: Stack) -> None:
     stack.props("Deployment", "sdxl-turbo")["spec"]["replicas"] = 8

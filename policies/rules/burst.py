@@ -55,14 +55,15 @@ def _is_vk_provider(pod: PodTemplate, ctx: RuleContext) -> bool:
 
 @rule(
     "no-noexecute-taints",
-    "No taint on a virtual node, and no burst or thermal taint anywhere, has effect "
+    "No taint on a virtual node, and no burst, thermal or health-guard taint anywhere, has effect "
          "NoExecute (node patches, provider args, controller config).",
     MANDATORY,
     "NoExecute evicts every running inference pod at once; the return must be gradual",
 )
 def check_no_noexecute(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
-    guarded = (ctx.keys.burst_taint, ctx.keys.thermal_taint)
+    # The health guard's quarantine evicts through the Eviction API (PDBs honoured), never by NoExecute.
+    guarded = (ctx.keys.burst_taint, ctx.keys.thermal_taint, ctx.keys.health_taint)
     fix = "use effect NoSchedule (running pods stay; the descheduler moves them back gradually)"
     if res.kind == "Node":
         virtual = _is_virtual_node(res, ctx)
