@@ -1,8 +1,10 @@
-"""The GPU/InfiniBand health guard as Kubernetes objects: settings ConfigMap, least-privilege RBAC, Deployment.
+"""The GPU/InfiniBand health guard as Kubernetes objects: settings ConfigMap, least-privilege RBAC, Deployment, PDB.
 
 Settings are built by :func:`agents.health_guard.contract.settings_from_config` (the one way from the stack to
 the guard) and validated by the agent's own model, so a value the agent would refuse fails at preview. Two
-replicas, one active (a Lease): a crash or an eviction of the leader hands over within the lease duration.
+replicas, one active (a Lease): a crash or an eviction of the leader hands over within the lease duration, and
+a PodDisruptionBudget (minAvailable 1) keeps a drain from taking both. The objects come from the shared
+:class:`components.system_agent.SystemAgent` builder, like the burst controller's.
 RBAC is exactly what its shell calls:
 
 * cluster-wide: ``nodes`` get/list/watch/patch (taints, labels, annotations), ``nodes/status`` patch (the
@@ -22,8 +24,9 @@ import pulumi_kubernetes as k8s
 from agents.health_guard.contract import APP, EVENT_NAMESPACE, HealthSettings, settings_document, settings_from_config
 from components import images, rbac
 from components.config import ClusterConfig
-from components.naming import common_labels, selector_labels
-from components.security import API_CLIENT, checkov_skips, container_security_context, pod_security_context, resources
+from components.naming import common_labels
+from components.security import API_CLIENT, checkov_skips, container_security_context, resources
+from components.system_agent import Placement, SystemAgent
 from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
 CONFIG_DIR = f"/etc/{APP}"
@@ -73,83 +76,46 @@ class HealthGuardArgs:
 
 
 class HealthGuard(pulumi.ComponentResource):
-    """ConfigMap, ServiceAccount, RBAC and the Deployment of the health guard."""
+    """Settings, identity, RBAC, the Deployment and its PDB, built by :class:`SystemAgent` (children in ``agent``)."""
 
     def __init__(self, name: str, args: HealthGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:health:HealthGuard", name, None, opts)
-        ns = args.namespace
         labels = common_labels(APP, "health-guard", images.AGENT_VERSION)
         self.labels = labels
-        meta = k8s.meta.v1.ObjectMetaArgs
-        child = pulumi.ResourceOptions(parent=self)
-        config = k8s.core.v1.ConfigMap(
-            f"{APP}-settings",
-            metadata=meta(name=f"{APP}-settings", namespace=ns, labels=labels),
-            data={SETTINGS_KEY: settings_document(args.settings)},
-            opts=child,
-        )
-        account = rbac.service_account(APP, ns, labels, self)
-        cluster = rbac.cluster_role_with_binding(
-            f"{APP}-role", f"{APP}-binding", name=f"gpu-cluster:{APP}", rules=CLUSTER_RULES,
-            subject=account.subject, labels=labels, parent=self, depends_on=[account.service_account],
-        )
-        events = rbac.namespaced_role_with_binding(
-            f"{APP}-events-role", f"{APP}-events-binding", name=APP, namespace=EVENT_NAMESPACE,
-            rules=EVENT_RULES, subject=account.subject, labels=labels, parent=self,
-            depends_on=[account.service_account], annotations=checkov_skips(EVENTS_CHECKOV_SKIPS),
-        )
-        lease = rbac.namespaced_role_with_binding(
-            f"{APP}-lease-role", f"{APP}-lease-binding", name=f"{APP}-lease", namespace=ns,
-            rules=lease_rules(args.settings.lease_name), subject=account.subject, labels=labels, parent=self,
-            depends_on=[account.service_account],
-        )
+        agent = SystemAgent(self, APP, labels,
+                            Placement(args.namespace, args.priority_class, args.system_pool_selector))
+        self.agent = agent
+        agent.settings("settings", {SETTINGS_KEY: settings_document(args.settings)})
+        agent.grant_cluster(CLUSTER_RULES)
+        agent.grant_namespace("events", EVENT_RULES, name=APP, namespace=EVENT_NAMESPACE,
+                              annotations=checkov_skips(EVENTS_CHECKOV_SKIPS))
+        agent.grant_namespace("lease", lease_rules(args.settings.lease_name), name=f"{APP}-lease")
         pod_name = k8s.core.v1.EnvVarArgs(
             name="POD_NAME",
             value_from=k8s.core.v1.EnvVarSourceArgs(
                 field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")),
         )
-        self.deployment = k8s.apps.v1.Deployment(
-            APP,
-            metadata=meta(name=APP, namespace=ns, labels=labels, annotations=checkov_skips({"CKV_K8S_38": API_CLIENT})),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                # Two replicas, one active through the Lease: the standby takes over a lost leader.
-                replicas=REPLICAS,
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=meta(labels=labels),
-                    spec=k8s.core.v1.PodSpecArgs(
-                        service_account_name=APP,
-                        priority_class_name=args.priority_class,
-                        node_selector=args.system_pool_selector,
-                        security_context=pod_security_context(),
-                        containers=[
-                            k8s.core.v1.ContainerArgs(
-                                name=APP,
-                                image=args.image,
-                                args=[f"--config={CONFIG_DIR}/{SETTINGS_KEY}", f"--metrics-port={args.port}"],
-                                env=[pod_name],
-                                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=args.port)],
-                                readiness_probe=metrics_readiness_probe(),
-                                liveness_probe=metrics_liveness_probe(),
-                                resources=resources("50m", "128Mi"),
-                                security_context=container_security_context(),
-                                volume_mounts=[
-                                    k8s.core.v1.VolumeMountArgs(name="settings", mount_path=CONFIG_DIR, read_only=True)
-                                ],
-                            )
-                        ],
-                        volumes=[
-                            k8s.core.v1.VolumeArgs(
-                                name="settings",
-                                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{APP}-settings"),
-                            )
-                        ],
-                    ),
-                ),
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, cluster.binding, events.binding,
-                                                                 lease.binding]),
+        volume, mount = agent.settings_volume("settings", CONFIG_DIR)
+        self.deployment = agent.deploy(
+            [k8s.core.v1.ContainerArgs(
+                name=APP,
+                image=args.image,
+                args=[f"--config={CONFIG_DIR}/{SETTINGS_KEY}", f"--metrics-port={args.port}"],
+                env=[pod_name],
+                ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=args.port)],
+                readiness_probe=metrics_readiness_probe(),
+                liveness_probe=metrics_liveness_probe(),
+                resources=resources("50m", "128Mi"),
+                security_context=container_security_context(),
+                volume_mounts=[mount],
+            )],
+            # Two replicas, one active through the Lease: the standby takes over a lost leader.
+            replicas=REPLICAS,
+            annotations=checkov_skips({"CKV_K8S_38": API_CLIENT}),
+            volumes=[volume],
         )
+        # A drain never takes both replicas: the standby keeps the Lease warm, so quarantines go on.
+        self.pod_disruption_budget = agent.disruption_budget()
         self.register_outputs({})
 
 

@@ -71,6 +71,16 @@ def test_deployment_two_replicas_one_leader_restricted(prod: RunResult) -> None:
     assert deployment.metadata["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
 
 
+def test_a_drain_never_takes_both_replicas(prod: RunResult) -> None:
+    pdb = prod.one("PodDisruptionBudget", "health-guard")
+    assert pdb.metadata["namespace"] == "gpu-system"
+    assert pdb.inputs["spec"]["minAvailable"] == 1
+    # The budget covers exactly the Deployment's pods.
+    selector = prod.one("Deployment", "health-guard").inputs["spec"]["selector"]["matchLabels"]
+    assert pdb.inputs["spec"]["selector"]["matchLabels"] == selector
+    assert selector["app.kubernetes.io/name"] == "health-guard"
+
+
 def test_settings_are_the_agents_own_and_carry_the_documented_defaults(prod: RunResult) -> None:
     s = parse_settings(settings_of(prod), source="health-guard-settings")
     assert (s.label_prefix, s.namespace, s.node_selector) == ("gpucluster.io", SYSTEM_NS,

@@ -31,11 +31,7 @@ OBJECT_IGNORES = {
     ("NetworkPolicy", "allow-all"): {"networkpolicy-targets-pod"},
 }
 #: Critical findings whose fix belongs to another component: (stack, object, message start).
-OWNED_ELSEWHERE = {
-    # components/health_guard.py: two replicas (one leader) and no PodDisruptionBudget yet; a drain may take both.
-    "prod": {("health-guard/gpu-system apps/v1/Deployment", "No matching PodDisruptionBudget was found")},
-    "local": {("health-guard/gpu-system apps/v1/Deployment", "No matching PodDisruptionBudget was found")},
-}
+OWNED_ELSEWHERE: dict[str, set[tuple[str, str]]] = {"prod": set(), "local": set()}
 CRITICAL = re.compile(r"^\[CRITICAL\] (?P<object>[^:]+): (?P<message>.*)$")
 
 
