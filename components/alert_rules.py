@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from agents.health_guard.contract import Names as HealthNames
+
 DCGM_NODE_LABEL = "Hostname"
 """dcgm-exporter 4.2.x names the node ``Hostname`` (later releases lower-case it): pinned with the image."""
 IB_NODE_LABEL = "node"
@@ -188,6 +190,7 @@ def _alert(
 
 
 def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
+    names = HealthNames(t.label_prefix)
     node = f"{{{{ $labels.{DCGM_NODE_LABEL} }}}}"
     threshold = _number(t.thermal_threshold_celsius)
     warning = _number(t.thermal_warning_celsius)
@@ -200,11 +203,11 @@ def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
             "gpu",
             f"GPU {{{{ $labels.gpu }}}} on {node} at {{{{ $value }}}} C (limit {threshold} C)",
             f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.UUID }}}}) on node {node} has been at or above {threshold} C "
-            f"for {duration(t.thermal_hold_seconds)}. The thermal guard taints the node "
-            "gpucluster.io/thermal=hot:NoSchedule so no new training lands there. Check: airflow and fan "
-            "state of the chassis, DCGM_FI_DEV_THERMAL_VIOLATION, neighbours in the same rack. Action: "
-            "replace or repair the node; a hot GPU is pulled from service, not debugged in place. Release "
-            "the taint by labelling the node gpucluster.io/thermal-release=<your name> once it is fixed.",
+            f"for {duration(t.thermal_hold_seconds)}. The health guard quarantines the node "
+            f"({names.taint}=degraded:NoSchedule) so no new training lands there. Check: airflow "
+            "and fan state of the chassis, DCGM_FI_DEV_THERMAL_VIOLATION, neighbours in the same rack. Action: "
+            "replace or repair the node; a hot GPU is pulled from service, not debugged in place. The guard "
+            "releases the node once it has stayed below the limit minus its band for the probation.",
             duration(t.thermal_hold_seconds),
         ),
         _alert(
@@ -448,7 +451,8 @@ def _infiniband(t: AlertThresholds) -> list[dict[str, Any]]:
         _alert(
             t,
             "InfinibandExporterSysfsErrors",
-            "increase(infiniband_exporter_scrape_errors_total[15m]) > 0",
+            # The kernel's "N/A" (no PMA) is counted as reason="unsupported" to explain a missing series: not a fault.
+            'increase(infiniband_exporter_scrape_errors_total{reason!="unsupported"}[15m]) > 0',
             WARNING,
             "infiniband",
             "ib-exporter on {{ $labels.node }} skipped series ({{ $labels.reason }})",
@@ -543,6 +547,7 @@ def _checkpoint(t: AlertThresholds) -> list[dict[str, Any]]:
 
 def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
     """The health guard: what it quarantined, when it holds back, and the crashes it accounts for."""
+    names = HealthNames(t.label_prefix)
     loop = duration(t.restart_loop_window_seconds)
     return [
         _alert(
@@ -552,11 +557,12 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
             WARNING,
             "gpu",
             "Node {{ $labels.node }} is quarantined as {{ $labels.class }}",
-            "The health guard tainted node {{ $labels.node }} gpucluster.io/gpu-health={{ $labels.class }}:NoSchedule "
+            f"The health guard tainted node {{{{ $labels.node }}}} {names.taint}={{{{ $labels.class }}}}"
+            ":NoSchedule "
             "and evicted its training pods (and, for fatal, its inference pods). `kubectl describe node` shows "
             "the GpuHealthy condition with the signal. Action: none for degraded nodes (released after a healthy "
             "probation); for fatal ones repair the node, then `kubectl label node {{ $labels.node }} "
-            "gpucluster.io/gpu-repaired=<who>` (released after the probation).",
+            f"{names.repaired}=<who>` (released after the probation).",
         ),
         _alert(
             t,
@@ -568,9 +574,9 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
             "More nodes went bad than the guard may take out (nodes per hour, in total, or a share of a pool), "
             "so it quarantined none of the rest and waits for a person: a broken exporter, a hot row or a bad "
             "firmware must not drain the fleet. Check: the GpuHealthSuppressed events, the Lease annotation "
-            "gpucluster.io/gpu-health-breaker, which signal fires where. Action: fix the cause or quarantine by "
+            f"{names.breaker}, which signal fires where. Action: fix the cause or quarantine by "
             "hand, then reset: `kubectl annotate lease -n <system namespace> health-guard "
-            "gpucluster.io/gpu-health-breaker-`.",
+            f"{names.breaker}-`.",
         ),
         _alert(
             t,
@@ -607,9 +613,10 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
             "training",
             "Job {{ $labels.namespace }}/{{ $labels.job }} restarted {{ $value | humanize }} times because of node "
             "{{ $labels.node }}",
-            f"The same node took the same job down {{{{ $value | humanize }}}} times within {loop}: it is released and fails "
-            "again. Check: the node's gpucluster.io/gpu-health-history annotation and its signals. Action: keep "
-            "it out (label gpucluster.io/gpu-health-guard=disabled only after taking it out of the pool by hand) "
+            f"The same node took the same job down {{{{ $value | humanize }}}} times within {loop}: it is released "
+            f"and fails again. Check: the node's {names.history} annotation and its signals. "
+            f"Action: keep it out (label {names.opt_out}=disabled only after taking it out of the "
+            "pool by hand) "
             "and have it repaired.",
         ),
         _alert(

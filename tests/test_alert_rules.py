@@ -270,6 +270,20 @@ CASES = [
         [({"node": "gpu-node-1", "reason": "garbage"}, 1)],
     ),
     Case(
+        "the kernel's N/A (reason unsupported) is no exporter error",
+        "InfinibandExporterSysfsErrors",
+        [
+            series("infiniband_exporter_scrape_errors_total", {"node": "gpu-node-1", "reason": "unsupported"},
+                   "0+4x30"),
+            series("infiniband_exporter_scrape_errors_total", {"node": "gpu-node-2", "reason": "unsupported"},
+                   "0x10 1x20"),
+            series("infiniband_exporter_scrape_errors_total", {"node": "gpu-node-2", "reason": "unreadable"},
+                   "0x10 2x20"),
+        ],
+        "5m",
+        [({"node": "gpu-node-2", "reason": "unreadable"}, 2)],
+    ),
+    Case(
         "flat heartbeat fires",
         "TrainingHeartbeatStalled",
         [series("training_step_heartbeat_timestamp_seconds", JOB, "100+1x40 140x80")],
@@ -479,6 +493,17 @@ def test_thresholds_flow_into_the_rules() -> None:
         "changes(my_steps_total[15m]) == 0 and my_steps_total offset 15m"
     )
     assert rule(spec, "CheckpointOverBudget")["expr"] == "gpucluster_checkpoint_duration_seconds > 45"
+
+
+def test_health_and_thermal_texts_use_the_stacks_label_prefix() -> None:
+    spec = build_rule_spec(AlertThresholds(label_prefix="ml.example.org"))
+    texts = {r["alert"]: " ".join(r["annotations"].values()) for g in spec["groups"] for r in g["rules"]}
+    assert [name for name, text in texts.items() if "gpucluster.io/" in text] == []
+    assert "ml.example.org/gpu-health=degraded:NoSchedule" in texts["GpuTemperatureCritical"]
+    assert "ml.example.org/gpu-health={{ $labels.class }}:NoSchedule" in texts["GpuNodeQuarantined"]
+    assert "ml.example.org/gpu-repaired=<who>" in texts["GpuNodeQuarantined"]
+    assert "ml.example.org/gpu-health-breaker-`" in texts["GpuHealthGuardSuppressed"]
+    assert "ml.example.org/gpu-health-guard=disabled" in texts["GangRestartLoopOnNode"]
 
 
 def test_default_thermal_rule_is_78c_for_2m() -> None:
