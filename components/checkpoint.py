@@ -138,7 +138,9 @@ def writer_script(check: ThroughputCheck, reduce: ReduceSettings) -> str:
         '  [ "$(date +%s)" -lt "$deadline" ] || { echo "barrier: peers missing" >&2; exit 2; }',
         "  sleep 1",
         "done",
-        fio,
+        # The reducer's exit is the verdict (0 within budget, 1 below, 2 invalid input): a failed fio measured
+        # nothing, so it must read as invalid input, never as "below budget" with fio's own status 1.
+        f'{fio} || {{ echo "fio failed (exit $?): no measurement" >&2; exit 2; }}',
         f"mv {result}.tmp {result}",
         f'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then exec {reduce.command(f"{run}/results")}; fi',
     ])

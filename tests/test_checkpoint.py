@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -212,6 +214,37 @@ def test_prod_throughput_check_job(run_stack: Any) -> None:
     assert fio["securityContext"]["readOnlyRootFilesystem"] is True
     # fio never calls the Kubernetes API: no token in the pod.
     assert pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize(("fio_status", "reduce_status", "verdict"), [(1, 0, 2), (3, 0, 2), (0, 1, 1), (0, 0, 0)])
+def test_a_failed_fio_is_invalid_input_not_below_budget(run_stack: Any, tmp_path: Path, fio_status: int,
+                                                        reduce_status: int, verdict: int) -> None:
+    """The rendered script under sh, with stand-ins for fio and the reducer: fio failing exits 2, never 1."""
+    def one_shot(c: dict[str, Any]) -> None:
+        c["gpu-cluster:checkpoint"]["throughputCheck"]["weekly"] = False
+
+    [container] = run_stack("prod", one_shot).one("Job", "checkpoint-check-weka-ckpt").inputs["spec"]["template"][
+        "spec"]["containers"]
+    shell, flag, script = container["command"]
+    work = tmp_path / "work"
+    (work / "r1" / "ready").mkdir(parents=True)
+    for index in range(32):  # every peer already at the barrier
+        (work / "r1" / "ready" / str(index)).touch()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_fio = bin_dir / "fio"
+    fake_fio.write_text('#!/bin/sh\nfor a; do case "$a" in --output=*) echo {} > "${a#--output=}";; esac; done\n'
+                        f"exit {fio_status}\n")
+    fake_reduce = bin_dir / "checkpoint-reduce"
+    fake_reduce.write_text(f"#!/bin/sh\nexit {reduce_status}\n")
+    for fake in (fake_fio, fake_reduce):
+        fake.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUN_ID": "r1", "JOB_COMPLETION_INDEX": "0"}
+    proc = subprocess.run([shell, flag, script.replace("/work/", f"{work}/")], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == verdict, proc.stderr
+    if fio_status:
+        assert "fio failed" in proc.stderr
 
 
 def seed_value(inputs: dict[str, Any]) -> int:
