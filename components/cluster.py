@@ -28,7 +28,7 @@ class PlatformNamespaces(pulumi.ComponentResource):
     def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:core:PlatformNamespaces", name, None, opts)
         # The system namespace hosts DCGM (SYS_ADMIN) and the IB exporter (hostPath /sys): privileged
-        # admission there, with the exceptions named in components.security.PRIVILEGE_ALLOW_LIST.
+        # admission there, with the exceptions named in policies/rules/allow_lists.py (privileged_agents).
         levels = {
             cfg.system_namespace: "privileged",
             cfg.training_namespace: "baseline",

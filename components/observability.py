@@ -59,12 +59,12 @@ DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 
 Rule = rbac.Rule
 
-#: dcgm-exporter's allow-listed privileges (components.security.PRIVILEGE_ALLOW_LIST), skipped in checkov
+#: dcgm-exporter's allow-listed privileges (policies.rules.allow_lists.privileged_agents), skipped in checkov
 #: on its DaemonSet only.
 DCGM_CHECKOV_SKIPS = {
-    "CKV_K8S_23": "DCGM host engine runs as root (allow-listed in components.security)",
-    "CKV_K8S_40": "DCGM host engine runs as root, uid 0 (allow-listed in components.security)",
-    "CKV_K8S_25": "adds SYS_ADMIN only, for DCGM profiling fields (allow-listed in components.security)",
+    "CKV_K8S_23": "DCGM host engine runs as root (allow-listed in policies/rules/allow_lists.py)",
+    "CKV_K8S_40": "DCGM host engine runs as root, uid 0 (allow-listed in policies/rules/allow_lists.py)",
+    "CKV_K8S_25": "adds SYS_ADMIN only, for DCGM profiling fields (allow-listed in policies/rules/allow_lists.py)",
     "CKV_K8S_39": "CAP_SYS_ADMIN for DCGM profiling fields; never privileged (allow-listed)",
 }
 #: The same decisions for kube-score, on the DaemonSet only.

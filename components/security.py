@@ -1,7 +1,7 @@
 """Pod and container security defaults: restricted Pod Security for our own pods.
 
-Exceptions are named, never implied: :data:`PRIVILEGE_ALLOW_LIST` lists each component that needs
-more than the restricted profile and exactly what it gets. The policy pack reads the same list.
+Exceptions are named, never implied: :func:`policies.rules.allow_lists.privileged_agents` lists each agent
+that needs more than the restricted profile and exactly what it gets; the policy pack enforces that list.
 """
 
 from __future__ import annotations
@@ -11,12 +11,6 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-
-#: component name -> the one privilege it needs and why.
-PRIVILEGE_ALLOW_LIST: dict[str, str] = {
-    "dcgm-exporter": "capability SYS_ADMIN for DCGM profiling fields (tensor/SM activity); runs as root",
-    "ib-exporter": "read-only hostPath /sys for InfiniBand counters",
-}
 
 RUN_AS_USER = 65532
 

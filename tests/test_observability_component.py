@@ -79,6 +79,19 @@ def test_dcgm_exporter_daemonset(prod: RunResult) -> None:
         "container-security-context-user-group-id,pod-probes-identical")
 
 
+def test_dcgm_checkov_skips_point_at_the_allow_list_the_pack_enforces(prod: RunResult) -> None:
+    from policies.rules.allow_lists import privileged_agents
+
+    ds = prod.one("DaemonSet", "dcgm-exporter")
+    reasons = [v.split("=", 1)[1] for k, v in ds.metadata["annotations"].items() if k.startswith("checkov")]
+    cited = {r.split("allow-listed in ", 1)[1].rstrip(")") for r in reasons if "allow-listed in " in r}
+    assert cited == {"policies/rules/allow_lists.py"}
+    assert (Path(__file__).parent.parent / "policies/rules/allow_lists.py").is_file()
+    # What the skips excuse (root, SYS_ADMIN) is what that list grants dcgm-exporter, and no more.
+    [dcgm] = [a for a in privileged_agents("gpu-system") if a.name == "dcgm-exporter"]
+    assert dcgm.run_as_root and dcgm.capabilities == {"SYS_ADMIN"}
+
+
 def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: RunResult) -> None:
     for name in ("dcgm-exporter", "ib-exporter"):
         spec = pod_spec(prod, "DaemonSet", name)

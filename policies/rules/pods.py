@@ -10,7 +10,8 @@ from typing import Any
 from components.naming import INFERENCE, TRAINING
 from policies.rules.core import Resource, RuleContext, as_map, as_seq
 
-#: The name label that matches a pod to :data:`components.security.PRIVILEGE_ALLOW_LIST`.
+#: A pod's app name, for messages; privileged agents are matched by namespace and service account instead
+#: (:mod:`policies.rules.allow_lists`), since a label costs nothing to copy.
 NAME_LABEL = "app.kubernetes.io/name"
 
 
