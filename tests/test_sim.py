@@ -431,3 +431,18 @@ def test_prod_stack_handover_reaches_the_simulation() -> None:
     snapshot = sim.controller.snapshot(30.0)
     assert {name: r.min_replicas for name, r in snapshot.services.items()} == s.handover_services
     assert not Simulator(setup.model, workload, policies["controller without handover"], 30.0).handover
+
+
+def test_the_controller_port_implements_every_method_the_adapter_reads_and_writes() -> None:
+    """`port.ControllerPort` is the simulator side of `controller_adapter.ClusterPort` (as its docstring says)."""
+    import inspect
+
+    from bench.sim.port import ControllerPort
+
+    wanted = {n for n, v in vars(controller_adapter.ClusterPort).items() if callable(v) and not n.startswith("_")}
+    assert wanted, "ClusterPort lists no methods"
+    for name in sorted(wanted):
+        impl = getattr(ControllerPort, name, None)
+        assert callable(impl), f"ControllerPort lacks {name}"
+        proto = inspect.signature(getattr(controller_adapter.ClusterPort, name))
+        assert list(inspect.signature(impl).parameters) == list(proto.parameters), name

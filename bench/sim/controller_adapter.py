@@ -83,7 +83,7 @@ def naive_settings(settings: BurstSettings) -> BurstSettings:
 
 
 class ClusterPort(Protocol):
-    """What the adapter reads from and writes to the simulator (implemented by `engine.Simulator`)."""
+    """What the adapter reads from and writes to the simulator (implemented by `port.ControllerPort`)."""
 
     def onprem_allocatable_gpus(self) -> int: ...
     def onprem_free_gpus(self) -> int: ...
