@@ -52,6 +52,17 @@ def test_node_manifest_is_a_kwok_node_with_gpu_capacity():
     assert node["metadata"]["labels"]["gpucluster.io/location"] == "onprem"
 
 
+def test_every_local_node_reports_the_ephemeral_storage_our_pods_request():
+    """Our pods request ephemeral storage (bounded scratch); a node that reports none schedules nothing."""
+    from kubernetes.utils import parse_quantity
+
+    from components.security import EPHEMERAL_REQUEST
+
+    for spec in default_plan().nodes:
+        capacity = spec.manifest("nvidia.com/gpu")["status"]["allocatable"]
+        assert parse_quantity(capacity["ephemeral-storage"]) >= 8 * parse_quantity(EPHEMERAL_REQUEST), spec.name
+
+
 def test_local_stack_plan_loads():
     """Pulumi.local.yaml (when present) yields on-prem GPU nodes and at least one virtual node."""
     plan = load_plan(ROOT, "local")

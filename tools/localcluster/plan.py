@@ -43,11 +43,18 @@ class NodeSpec:
     cpu: int = 64
     memory_gi: int = 512
     pods: int = 110
+    #: Real kubelets report their root disk as ephemeral-storage; every pod of ours requests some.
+    ephemeral_storage_gi: int = 400
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
 
     def manifest(self, gpu_resource: str) -> dict[str, Any]:
-        capacity = {"cpu": str(self.cpu), "memory": f"{self.memory_gi}Gi", "pods": str(self.pods)}
+        capacity = {
+            "cpu": str(self.cpu),
+            "memory": f"{self.memory_gi}Gi",
+            "ephemeral-storage": f"{self.ephemeral_storage_gi}Gi",
+            "pods": str(self.pods),
+        }
         if self.gpus:
             capacity[gpu_resource] = str(self.gpus)
         labels = {
