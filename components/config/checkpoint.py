@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -81,9 +82,9 @@ class FilesystemBase(ConfigModel):
         """Whether the driver provisions the volume from a StorageClass (else a pre-provisioned volume)."""
         return True
 
+    @abstractmethod
     def driver_parameters(self) -> dict[str, str]:
         """The driver's own StorageClass parameters (values are strings, as the API wants)."""
-        raise NotImplementedError(f"backend of '{self.name}' has no StorageClass")
 
     def storage_class_parameters(self) -> dict[str, str]:
         """The driver's parameters plus ``extraParameters``, which may add keys but never override one."""
@@ -256,6 +257,10 @@ class StaticFilesystem(FilesystemBase):
     @property
     def dynamic(self) -> bool:
         return False
+
+    def driver_parameters(self) -> dict[str, str]:
+        """None: a static volume has no StorageClass (its driver settings are ``volumeAttributes``)."""
+        return {}
 
 
 #: A checkpoint filesystem, chosen by its ``backend`` key. A new backend is one class above and one member here.
