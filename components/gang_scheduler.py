@@ -15,7 +15,8 @@ gets one queue per pool (capability and deserved = the pool's GPUs) so that Volc
 which admits a gang only while its queue has room, never lets a gang waiting for one pool keep gangs
 for another, idle pool out.
 
-Volcano's own controllers come from its pinned Helm chart (values built and tested here); the queues
+Volcano's own controllers come from the Helm chart inside its pinned Go module (components/charts.py;
+values built and tested here); the queues
 and the scheduler configuration we depend on are first-class objects or chart values, so tests and
 policies see them. kube-batch v0.5 remains as a legacy engine for clusters up to 1.24.
 """
@@ -29,7 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components import images
+from components import charts, images
 from components.config import ClusterConfig, Queue, Scheduling, SchedulingEngine
 from components.naming import common_labels, selector_labels
 from components.security import (
@@ -132,7 +133,7 @@ def volcano_scheduler_conf() -> dict[str, Any]:
 def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
     """Chart values for the pinned Volcano release."""
     return {
-        "basic": {"image_tag_version": f"v{images.VOLCANO_VERSION}", "image_pull_policy": "IfNotPresent"},
+        "basic": {"image_tag_version": images.VOLCANO_VERSION, "image_pull_policy": "IfNotPresent"},
         "custom": {
             "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(), sort_keys=False),
             "scheduler_schedule_period": f"{args.scheduling.schedule_period_seconds}s",
@@ -179,12 +180,13 @@ class GangScheduler(pulumi.ComponentResource):
                     ),
                     opts=child,
                 )
+                # The chart of the pinned Volcano module, from the Go module cache: no chart repository,
+                # so a preview renders (and the policy pack sees) every object Volcano brings.
                 self.chart = k8s.helm.v4.Chart(
                     "volcano",
-                    chart="volcano",
-                    version=images.VOLCANO_VERSION,
+                    chart=charts.chart_path(charts.VOLCANO),
+                    version=charts.VOLCANO.chart_version,
                     namespace=VOLCANO_NAMESPACE,
-                    repository_opts=k8s.helm.v4.RepositoryOptsArgs(repo=images.VOLCANO_CHART_REPO),
                     values=volcano_values(args),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
                 )

@@ -1,4 +1,4 @@
-"""Every image the platform runs, pinned by tag. One place to bump, one place policies can read.
+"""Every image the platform runs, pinned by tag; upstream releases come from the pin table (components/pins.py).
 
 Stack keys that choose an image (``descheduler.image``, ``inference.adapter.image``) default to the pins here;
 images a stack must name itself (a virtual-kubelet provider's, a service's, a training job's) have none.
@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import re
 
-#: Volcano release: chart and images move together.
-VOLCANO_VERSION = "1.15.0"
-VOLCANO_CHART_REPO = "https://volcano-sh.github.io/helm-charts"
+from components import pins
+
+#: Volcano release (image tag; the chart comes from the same module, see components/charts.py).
+VOLCANO_VERSION = pins.VOLCANO.version
 
 KUBE_BATCH = "docker.io/kubesigs/kube-batch:v0.5"
 #: Defaults of the stack's ``descheduler.image`` and ``inference.adapter.image`` (a stack may pin another).
-DESCHEDULER = "registry.k8s.io/descheduler/descheduler:v0.34.0"
-PROMETHEUS_ADAPTER = "registry.k8s.io/prometheus-adapter/prometheus-adapter:v0.12.0"
+DESCHEDULER = f"registry.k8s.io/descheduler/descheduler:{pins.DESCHEDULER.version}"
+PROMETHEUS_ADAPTER = f"registry.k8s.io/prometheus-adapter/prometheus-adapter:{pins.PROMETHEUS_ADAPTER.version}"
 #: Liqo's virtual kubelet for ``kind: liqo`` providers (a provider's ``image`` overrides it).
-LIQO_VIRTUAL_KUBELET = "ghcr.io/liqotech/virtual-kubelet:v1.1.2"
-DCGM_EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+LIQO_VIRTUAL_KUBELET = f"ghcr.io/liqotech/virtual-kubelet:{pins.LIQO_VIRTUAL_KUBELET.version}"
+DCGM_EXPORTER = f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER.version}-ubuntu22.04"
 
 #: Our own agents, built from agents/*/Dockerfile and published under the platform registry.
 AGENT_REGISTRY = "registry.gpucluster.io/platform"

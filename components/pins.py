@@ -52,7 +52,7 @@ KWOK = Pin("kwok", "v0.8.0", "sigs.k8s.io/kwok", "tools/localcluster/addons/go.m
 PROMETHEUS_OPERATOR = Pin("prometheus-operator", "v0.85.0", "github.com/prometheus-operator/prometheus-operator")
 PROMETHEUS_ADAPTER = Pin(
     "prometheus-adapter", "v0.12.0",
-    unproven="the local cluster has no Prometheus to serve custom metrics from; the HPA path is tested on rendered objects",
+    unproven="the local cluster runs no Prometheus to serve custom metrics; the HPA path is tested on rendered objects",
 )
 DCGM_EXPORTER = Pin(
     "dcgm-exporter", "4.2.3-4.1.3",

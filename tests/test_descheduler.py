@@ -75,7 +75,7 @@ def test_cronjob_runs_the_pinned_image_on_schedule(local: RunResult) -> None:
     assert spec["concurrencyPolicy"] == "Forbid"
     pod = spec["jobTemplate"]["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert c["image"] == "registry.k8s.io/descheduler/descheduler:v0.34.0"
+    assert c["image"] == "registry.k8s.io/descheduler/descheduler:v0.36.0"
     assert c["args"] == ["--policy-config-file=/policy-dir/policy.yaml", "--v=3"]
     assert pod["serviceAccountName"] == "descheduler"
     assert pod["restartPolicy"] == "Never"

@@ -55,10 +55,13 @@ def test_global_default_from_config(run_stack: StackRunner) -> None:
 
 def test_volcano_chart_values_carry_our_scheduler_conf(prod: RunResult) -> None:
     (chart,) = prod.by_type("kubernetes:helm.sh/v4:Chart")
-    assert chart.inputs["chart"] == "volcano"
-    assert chart.inputs["version"] == "1.15.0"
+    # The chart of the pinned Volcano module (the mock runtime resolves it to its module reference), its images
+    # of the same release: what the local cluster builds from tools/localcluster/volcano/go.mod.
+    assert chart.inputs["chart"] == "volcano.sh/volcano@v1.14.1/installer/helm/chart/volcano"
+    assert chart.inputs["version"] == "1.14.0"
+    assert "repositoryOpts" not in chart.inputs
     values = chart.inputs["values"]
-    assert values["basic"]["image_tag_version"] == "v1.15.0"
+    assert values["basic"]["image_tag_version"] == "v1.14.1"
     conf = yaml.safe_load(values["custom"]["scheduler_config_override"])
     assert [a.strip() for a in conf["actions"].split(",")] == VOLCANO_ACTIONS
     first_tier = [p["name"] for p in conf["tiers"][0]["plugins"]]

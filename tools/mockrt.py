@@ -22,6 +22,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime import stack as runtime_stack
 
+from components import charts
 from components.config import PROJECT
 from components.config.loading import SECRET_PLACEHOLDER, read_stack_file
 
@@ -194,7 +195,9 @@ def run_program(
     outputs: dict[str, Any] = {}
     sys.path.insert(0, str(program.parent))
     try:
-        runpy.run_path(str(program), run_name="__main__")
+        # Charts resolve to their module reference: the mock runtime renders no chart, so it needs no Go.
+        with charts.resolving_with(charts.reference_only):
+            runpy.run_path(str(program), run_name="__main__")
         loop.run_until_complete(runtime_stack.wait_for_rpcs())
         root = settings.get_root_resource()
         if root is not None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 SCHEDULER_K8S_SUPPORT: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     # kube-batch v0.5 watches policy/v1beta1 PDBs (gone in 1.25) and scheduling/v1beta1 classes.
     "kube-batch": ((1, 13), (1, 24)),
-    # Volcano v1.15 supports Kubernetes 1.24–1.35.
+    # Volcano v1.14 (components/pins.py) tracks Kubernetes 1.34 client libraries; the e2e runs it against 1.35.
     "volcano": ((1, 24), (1, 35)),
 }
 

@@ -193,9 +193,14 @@ VOLCANO_FORBIDDEN_PLUGINS = ("proportion",)
 VOLCANO_CONF_KEY = "volcano-scheduler.conf"
 
 
+def chart_name(chart: object) -> str:
+    """A chart's name from its reference: ``volcano``, ``repo/volcano`` or a local path ending in ``/volcano``."""
+    return str(chart or "").rstrip("/").rsplit("/", 1)[-1]
+
+
 def volcano_scheduler_conf(res: Resource) -> tuple[str, str] | None:
     """Where and what a Volcano scheduler configuration is in this resource (chart values or ConfigMap)."""
-    if res.type.startswith("kubernetes:helm.sh/") and res.props.get("chart") == "volcano":
+    if res.type.startswith("kubernetes:helm.sh/") and chart_name(res.props.get("chart")) == "volcano":
         custom = as_map(as_map(res.props.get("values")).get("custom"))
         return "values.custom.scheduler_config_override", str(custom.get("scheduler_config_override") or "")
     if res.kind == "ConfigMap":
