@@ -282,6 +282,7 @@ def capacity(p: ExternalProvider, gpu_resource: str) -> dict[str, dict[str, str]
             "cpu": str(p.cpu),
             "memory": f"{p.memory_gi}Gi",
             "pods": str(p.pods),
+            "ephemeral-storage": f"{p.ephemeral_storage_gi}Gi",
             gpu_resource: str(p.gpus),
         }
     }

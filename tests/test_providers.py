@@ -77,7 +77,8 @@ def test_generic_virtual_kubelet_deployment(prod: RunResult) -> None:
 def test_capacity_comes_from_config(prod: RunResult) -> None:
     cm = prod.one("ConfigMap", "vk-lambda-east-config")
     assert json.loads(cm.inputs["data"]["provider.json"]) == {
-        "vk-lambda-east": {"cpu": "512", "memory": "4096Gi", "pods": "500", "nvidia.com/gpu": "256"}
+        "vk-lambda-east": {"cpu": "512", "memory": "4096Gi", "pods": "500", "ephemeral-storage": "2048Gi",
+                           "nvidia.com/gpu": "256"}
     }
 
 

@@ -33,6 +33,9 @@ class ProviderBase(ConfigModel):
     cpu: PositiveInt = 512
     memory_gi: PositiveInt = 4096
     pods: PositiveInt = 500
+    #: Ephemeral storage the virtual node reports: every pod of ours requests some, and a node that reports
+    #: none is refused by the scheduler for all of them.
+    ephemeral_storage_gi: PositiveInt = 2048
     #: Name of a *secret* config key (``pulumi config set --secret <key> …``) holding the credentials.
     credentials_secret: str
     #: The virtual-kubelet image; kinds with a pinned upstream image take this as an override.
