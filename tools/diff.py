@@ -5,12 +5,21 @@ The manifests of every stack are rendered twice on the mock runtime: from ``BASE
 this virtual environment's Python. Objects are matched by kind, namespace and name; the report lists
 the objects added, changed and removed per stack, each with its unified YAML diff folded in a
 ``<details>`` block, as markdown for the pull-request comment (written to ``--out`` and stdout).
+
+A manifest diff alone misses changes a reviewer must see, so the report also has, per stack:
+
+* the inputs of resources that are no Kubernetes object of their own, matched by URN: a Helm chart's
+  values (Volcano's scheduler configuration is one), its chart and version;
+* resource options: ``protect``, ``retainOnDelete``, ``aliases``, ``dependsOn``, ``ignoreChanges``;
+* the policy verdicts: the rules of this tree's pack over both renders, violations the change adds and
+  those it resolves.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import shutil
 import subprocess
@@ -28,12 +37,36 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKER = "<!-- gpu-cluster manifest diff -->"
 
 
+#: Types that are no Kubernetes object of their own (tools.render leaves them out of the manifests).
+NOT_MANIFESTS = ("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/")
+#: Resource options a reviewer must see change, in report order, with the value meaning "not set".
+OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("protect", False), ("retainOnDelete", False), ("aliases", []), ("dependsOn", []), ("ignoreChanges", []),
+)
+
+
 @dataclass
 class Rendered:
-    """One stack's manifests (file name -> YAML text), or the error that stopped the render."""
+    """One stack's manifests (file name -> YAML text) and registered resources (URN -> resources.json entry),
+    or the error that stopped the render; ``verdicts`` are the policy violations over those resources."""
 
     objects: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+@dataclass(frozen=True, order=True)
+class Verdict:
+    """One policy violation, as the report shows it."""
+
+    level: str
+    rule: str
+    resource: str
+    message: str
+
+    def line(self) -> str:
+        return f"`{self.rule}` ({self.level}) on {self.resource}: {self.message}"
 
 
 @dataclass
@@ -43,10 +76,19 @@ class StackDiff:
     changed: dict[str, str] = field(default_factory=dict)
     removed: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    #: Resource label -> unified YAML diff of the inputs of a resource with no manifest (a chart's values).
+    inputs: dict[str, str] = field(default_factory=dict)
+    #: Resource label -> one line per option that changed (or is set on an added resource).
+    options: dict[str, list[str]] = field(default_factory=dict)
+    new_violations: list[Verdict] = field(default_factory=list)
+    resolved_violations: list[Verdict] = field(default_factory=list)
+    #: Mandatory and advisory violations in the head render.
+    head_violations: tuple[int, int] = (0, 0)
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.changed or self.removed or self.errors)
+        return not (self.added or self.changed or self.removed or self.errors or self.inputs or self.options
+                    or self.new_violations or self.resolved_violations)
 
 
 def stacks_in(tree: Path) -> set[str]:
@@ -64,7 +106,69 @@ def render(tree: Path, stack: str, scratch: Path) -> Rendered:
     if proc.returncode != 0:
         return Rendered(error=(proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")[-2000:])
     manifests = out / "manifests"
-    return Rendered({p.name: p.read_text() for p in sorted(manifests.glob("*.yaml"))})
+    listing = out / "resources.json"
+    data = json.loads(listing.read_text()) if listing.is_file() else {}
+    return Rendered(
+        {p.name: p.read_text() for p in sorted(manifests.glob("*.yaml"))},
+        resources={str(r["urn"]): r for r in data.get("resources", []) if isinstance(r, dict) and r.get("urn")},
+        verdicts=verdicts(tree, stack, data) if data else [],
+    )
+
+
+def verdicts(tree: Path, stack: str, data: dict[str, Any]) -> list[Verdict]:
+    """This tree's policy rules over a render's ``resources.json``, with the rule context of ``tree``'s stack file.
+
+    The rules are the working tree's (imported here), so base and head are judged alike: a verdict that
+    changes is the change's doing, not the pack's.
+    """
+    from components.config import PROJECT, ConfigError
+    from policies.rules import evaluate
+    from tools.mockrt import stack_config
+    from tools.policy import context_for, resources_from_json
+
+    config, secrets = stack_config(stack, tree)
+    prefix = f"{PROJECT}:"
+    raw = {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k not in secrets}
+    try:
+        ctx = context_for(stack, raw)
+    except ConfigError as error:
+        return [Verdict("error", "config", f"Pulumi.{stack}.yaml", str(error).splitlines()[0])]
+    found = evaluate(resources_from_json(data), ctx)
+    return sorted({Verdict(v.level.value, v.rule, v.resource, v.message) for v in found})
+
+
+def has_manifest(resource: dict[str, Any]) -> bool:
+    """Whether tools.render writes this resource as a manifest (then the manifest diff shows its inputs)."""
+    type_ = str(resource.get("type", ""))
+    inputs = resource.get("inputs") or {}
+    return (bool(resource.get("custom")) and type_.startswith("kubernetes:") and not type_.startswith(NOT_MANIFESTS)
+            and "apiVersion" in inputs and "kind" in inputs)
+
+
+def resource_label(resource: dict[str, Any]) -> str:
+    """``type name`` of a registered resource, for headings (``kubernetes:helm.sh/v4:Chart volcano``)."""
+    return f"{resource.get('type', '?')} {resource.get('name', '?')}"
+
+
+def _short(urn: str) -> str:
+    """The ``type::name`` tail of a URN (a dependsOn or alias entry)."""
+    parts = urn.split("::")
+    return "::".join(parts[-2:]) if len(parts) >= 2 else urn
+
+
+def option_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    """One line per option that differs; ``old`` None means an added resource (only set options are listed)."""
+    lines = []
+    for key, unset in OPTIONS:
+        before = (old or {}).get(key, unset) if old is not None else unset
+        after = (new or {}).get(key, unset)
+        if isinstance(unset, list):
+            gone = sorted(set(before or []) - set(after or []))
+            came = sorted(set(after or []) - set(before or []))
+            lines += [f"{key}: + {_short(u)}" for u in came] + [f"{key}: - {_short(u)}" for u in gone]
+        elif bool(before) != bool(after):
+            lines.append(f"{key}: {str(bool(before)).lower()} → {str(bool(after)).lower()}")
+    return lines
 
 
 def title(text: str, fallback: str) -> str:
@@ -103,7 +207,39 @@ def compare(stack: str, base: Rendered, head: Rendered) -> StackDiff:
             diff.removed[name] = unified(old, "", name)
         elif old is not None and new is not None and old != new:
             diff.changed[name] = unified(old, new, name)
+    for urn in sorted(set(base.resources) | set(head.resources)):
+        before, after = base.resources.get(urn), head.resources.get(urn)
+        label = resource_label(after or before or {})
+        shown = [r for r in (before, after) if r is not None and not has_manifest(r) and r.get("inputs")]
+        if shown:
+            old_text = _yaml((before or {}).get("inputs")) if before is not None and not has_manifest(before) else ""
+            new_text = _yaml((after or {}).get("inputs")) if after is not None and not has_manifest(after) else ""
+            if old_text != new_text:
+                diff.inputs[label] = unified(old_text, new_text, label.replace(" ", "/"))
+        if after is not None:
+            lines = option_changes(None if before is None else before.get("options") or {}, after.get("options") or {})
+            if lines:
+                diff.options[label] = lines
+    diff.new_violations = sorted(set(head.verdicts) - set(base.verdicts))
+    diff.resolved_violations = sorted(set(base.verdicts) - set(head.verdicts))
+    diff.head_violations = (sum(v.level == "mandatory" for v in head.verdicts),
+                            sum(v.level != "mandatory" for v in head.verdicts))
     return diff
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (a scheduler configuration inside chart values) as ``|`` blocks: diffable line by line."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def _yaml(value: Any) -> str:
+    return yaml.dump(value, Dumper=_BlockDumper, sort_keys=True, width=120) if value else ""
 
 
 def _section(label: str, items: dict[str, str], objects: dict[str, str]) -> list[str]:
@@ -124,26 +260,57 @@ def _section(label: str, items: dict[str, str], objects: dict[str, str]) -> list
     return lines
 
 
+def _folded(summary: str, body: str, fence: str = "diff") -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", f"```{fence}", body.rstrip("\n"), "```", "</details>", ""]
+
+
+def _extras(d: StackDiff) -> list[str]:
+    """Chart values and inputs, resource options and policy verdicts of one stack, as markdown."""
+    lines: list[str] = []
+    if d.inputs:
+        lines += [f"**Chart values and other inputs** ({len(d.inputs)})", ""]
+        for label, text in d.inputs.items():
+            lines += _folded(label, text)
+    if d.options:
+        lines += [f"**Resource options** ({len(d.options)})", ""]
+        for label, changes in d.options.items():
+            lines.append(f"* {label}: " + "; ".join(changes))
+        lines.append("")
+    mandatory, advisory = d.head_violations
+    lines += [f"**Policy verdicts**: {mandatory} mandatory and {advisory} advisory violation(s) with this change; "
+              f"{len(d.new_violations)} new, {len(d.resolved_violations)} resolved", ""]
+    lines += [f"* new: {v.line()}" for v in d.new_violations]
+    lines += [f"* resolved: {v.line()}" for v in d.resolved_violations]
+    if d.new_violations or d.resolved_violations:
+        lines.append("")
+    return lines
+
+
 def markdown(base_ref: str, diffs: list[StackDiff], base: dict[str, Rendered], head: dict[str, Rendered]) -> str:
     lines = [MARKER, f"## Manifest diff: `{base_ref}` → this change", ""]
-    lines += ["| stack | added | changed | removed |", "|---|---|---|---|"]
+    lines += ["| stack | added | changed | removed | inputs | options | new violations | resolved violations |",
+              "|---|---|---|---|---|---|---|---|"]
     for d in diffs:
         note = " (render failed)" if d.errors else ""
-        lines.append(f"| {d.stack}{note} | {len(d.added)} | {len(d.changed)} | {len(d.removed)} |")
+        lines.append(f"| {d.stack}{note} | {len(d.added)} | {len(d.changed)} | {len(d.removed)} | {len(d.inputs)} | "
+                     f"{len(d.options)} | {len(d.new_violations)} | {len(d.resolved_violations)} |")
     lines.append("")
     for d in diffs:
         lines.append(f"### {d.stack}")
         lines.append("")
         if d.empty:
-            lines += ["No change to rendered objects.", ""]
+            lines += ["No change to rendered objects, inputs, options or policy verdicts.", ""]
             continue
         for error in d.errors:
             lines += ["```", error, "```", ""]
+        if d.errors:
+            continue
         old_objects = base.get(d.stack, Rendered()).objects
         new_objects = head.get(d.stack, Rendered()).objects
         lines += _section("Added", d.added, new_objects)
         lines += _section("Changed", d.changed, new_objects)
         lines += _section("Removed", d.removed, old_objects)
+        lines += _extras(d)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
