@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
+from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TrainingJob
 from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
 from components.naming import Keys, common_labels
 from components.training_job import TrainingJobArgs
@@ -24,8 +24,9 @@ from components.training_job import TrainingJobArgs
 #: Name and key of the published object; the CLI reads exactly these.
 SETTINGS_CONFIGMAP = "gpucluster-settings"
 SETTINGS_KEY = "settings.json"
-#: Bumped when a key changes meaning; the CLI refuses settings newer than it understands.
-SETTINGS_VERSION = 1
+#: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
+#: newer than it understands. 2: ``teams``.
+SETTINGS_VERSION = 2
 
 
 class PoolSettings(ConfigModel):
@@ -62,9 +63,18 @@ class ClusterSettings(ConfigModel):
     monitor_labels: dict[str, str] = Field(default_factory=dict)
     pools: list[PoolSettings]
     checkpoint_claims: list[CheckpointClaim] = Field(default_factory=list)
+    #: The research teams and their queues (``scheduling.teams``).
+    teams: list[Team] = Field(default_factory=list)
 
     def pool(self, name: str) -> PoolSettings | None:
         return next((p for p in self.pools if p.pool.name == name), None)
+
+    def team(self, name: str) -> Team | None:
+        return next((t for t in self.teams if t.name == name), None)
+
+    @property
+    def onprem_gpus(self) -> int:
+        return sum(p.pool.gpu_count for p in self.pools)
 
     def claim(self, filesystem: str) -> str | None:
         return next((c.claim for c in self.checkpoint_claims if c.name == filesystem), None)
@@ -80,6 +90,11 @@ class ClusterSettings(ConfigModel):
             if claim is None:
                 raise KeyError(f"unknown checkpoint filesystem {job.checkpoint.filesystem!r}; this cluster has "
                                f"{[c.name for c in self.checkpoint_claims]}")
+        team = None
+        if job.team is not None:
+            team = self.team(job.team)
+            if team is None:
+                raise KeyError(f"unknown team {job.team!r}; this cluster has {[t.name for t in self.teams]}")
         return TrainingJobArgs(
             job=job,
             pool=pool.pool,
@@ -87,7 +102,7 @@ class ClusterSettings(ConfigModel):
             namespace=self.training_namespace,
             engine=self.engine,
             scheduler_name=self.scheduler_name,
-            queue=pool.queue,
+            queue=team.queue if team is not None else pool.queue,
             priority_class=self.priority_class,
             label_prefix=self.label_prefix,
             gpu_resource=self.gpu_resource,
@@ -97,6 +112,7 @@ class ClusterSettings(ConfigModel):
             heartbeat_metric=self.heartbeat_metric,
             scrape_interval_seconds=self.scrape_interval_seconds,
             monitor_labels=dict(self.monitor_labels),
+            preemptable=team is not None and team.reclaimable,
         )
 
 
@@ -119,6 +135,7 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
         monitor_labels=dict(cfg.observability.monitor_labels),
         pools=[PoolSettings(pool=p, queue=queues[p.name]) for p in cfg.pools],
         checkpoint_claims=[CheckpointClaim(name=f.name, claim=f.object_name) for f in cfg.checkpoint.filesystems],
+        teams=list(cfg.scheduling.teams),
     )
 
 
@@ -136,7 +153,7 @@ def parse_settings(text: str) -> ClusterSettings:
     return ClusterSettings.model_validate(data)
 
 
-#: The Role researchers are bound to (by team groups, see the README): exactly what ``gpucluster`` calls.
+#: The Role researchers are bound to (one RoleBinding per team's Group): exactly what ``gpucluster`` calls.
 RESEARCHER_ROLE = "gpucluster-researcher"
 
 
@@ -158,15 +175,18 @@ def researcher_rules() -> list[dict[str, list[str]]]:
     ]
 
 
-class ClusterSettingsMap(pulumi.ComponentResource):
-    """The CLI's footing in the cluster: the settings ConfigMap it reads and the Role its users need.
+def team_binding_name(team: Team) -> str:
+    return f"{RESEARCHER_ROLE}-{team.name}"
 
-    The Role is not bound here: per-team Group bindings come with team queues; until then an admin binds
-    it (``kubectl -n training create rolebinding ... --role gpucluster-researcher --group <team>``).
+
+class ClusterSettingsMap(pulumi.ComponentResource):
+    """The CLI's footing in the cluster: the settings ConfigMap it reads, the Role its users need, and one
+    RoleBinding per team (``scheduling.teams``) giving the team's Group that Role in the training namespace.
     """
 
     config_map: k8s.core.v1.ConfigMap
     role: k8s.rbac.v1.Role
+    bindings: list[k8s.rbac.v1.RoleBinding]
 
     def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:training:ClusterSettings", name, None, opts)
@@ -188,4 +208,19 @@ class ClusterSettingsMap(pulumi.ComponentResource):
             rules=cast(Any, researcher_rules()),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.bindings = [
+            k8s.rbac.v1.RoleBinding(
+                f"{name}-team-{team.name}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=team_binding_name(team), namespace=cfg.training_namespace,
+                    labels=common_labels(team_binding_name(team), "researcher-access"),
+                ),
+                role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role",
+                                                 name=RESEARCHER_ROLE),
+                subjects=[k8s.rbac.v1.SubjectArgs(api_group="rbac.authorization.k8s.io", kind="Group",
+                                                  name=team.subject_group)],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.role]),
+            )
+            for team in cfg.scheduling.teams
+        ]
         self.register_outputs({"name": SETTINGS_CONFIGMAP})

@@ -85,7 +85,7 @@ class GangSchedulerArgs:
         names = sched.training_queue_names(self.pool_gpus)
         if not sched.queue_per_pool(len(self.pool_gpus)):
             deserved = sum(self.pool_gpus.values()) if base.gpu_deserved is None else base.gpu_deserved
-            return [base.model_copy(update={"gpu_deserved": deserved}), sched.inference_queue]
+            return [base.model_copy(update={"gpu_deserved": deserved}), sched.inference_queue, *self.team_queues()]
         training = [
             base.model_copy(update={
                 "name": names[pool],
@@ -94,7 +94,24 @@ class GangSchedulerArgs:
             })
             for pool, gpus in self.pool_gpus.items()
         ]
-        return [*training, sched.inference_queue]
+        return [*training, sched.inference_queue, *self.team_queues()]
+
+    def team_queues(self) -> list[Queue]:
+        """One queue per team, a sibling of the training and inference queues (not their child).
+
+        Deserved = the team's guarantee: below it the team reclaims from inference and from teams above
+        theirs, and its own pods are no reclaim victims; capability = its quota (every on-prem GPU when
+        unset). Volcano v1.14 could nest these under the training queue (``spec.parent`` with the capacity
+        plugin's ``enableHierarchy``), but hierarchy is one switch for the whole scheduler: only leaf queues
+        then take jobs, so the training queue would stop taking the stack's own gangs, and with per-pool
+        training queues a team would need a child under each. Siblings give the same guarantee and quota.
+        """
+        total = sum(self.pool_gpus.values())
+        return [
+            Queue(name=team.queue, weight=1, reclaimable=team.reclaimable,
+                  gpu_capability=team.capability_gpus or total, gpu_deserved=team.guarantee_gpus)
+            for team in self.scheduling.teams
+        ]
 
 
 KUBE_BATCH_CONF = {

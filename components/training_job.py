@@ -62,9 +62,13 @@ class TrainingJobArgs:
     scrape_interval_seconds: int = 15
     #: Labels the Prometheus Operator selects monitors by (observability.monitorLabels).
     monitor_labels: dict[str, str] = field(default_factory=dict)
+    #: Whether the workers may be reclaim victims: only in a reclaimable team queue, where Volcano's
+    #: capacity plugin takes back just what the team holds above its guarantee.
+    preemptable: bool = False
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
+        team = cfg.scheduling.team(job.team) if job.team is not None else None
         return cls(
             job=job,
             pool=cfg.pool(job.pool),
@@ -73,7 +77,9 @@ class TrainingJobArgs:
             engine=cfg.scheduling.engine,
             scheduler_name=cfg.scheduling.scheduler_name,
             # The pool's own queue when training queues are per pool (see GangSchedulerArgs.queues).
-            queue=cfg.scheduling.training_queue_names(p.name for p in cfg.pools)[job.pool],
+            # A team's gangs go to the team's queue (see GangSchedulerArgs.team_queues).
+            queue=team.queue if team is not None else cfg.scheduling.training_queue_names(
+                p.name for p in cfg.pools)[job.pool],
             priority_class=cfg.priorities.training.name,
             label_prefix=cfg.label_prefix,
             gpu_resource=cfg.gpu_resource,
@@ -84,6 +90,7 @@ class TrainingJobArgs:
             heartbeat_metric=cfg.observability.step_heartbeat_metric,
             scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
             monitor_labels=dict(cfg.observability.monitor_labels),
+            preemptable=team is not None and team.reclaimable,
         )
 
 
@@ -164,7 +171,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     return {
         "metadata": {
             "labels": labels,
-            "annotations": {VOLCANO_PREEMPTABLE_ANNOTATION: "false"},
+            "annotations": {VOLCANO_PREEMPTABLE_ANNOTATION: "true" if args.preemptable else "false"},
         },
         "spec": {
             "schedulerName": args.scheduler_name,

@@ -144,6 +144,7 @@ def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJo
     if nodes > nodes_in_pool:
         raise SpecError(f"{source}: gpus: {nodes} nodes is larger than pool '{pool.name}' ({nodes_in_pool} nodes × "
                         f"{pool.gpus_per_node} GPUs = {pool.gpu_count}); ask for at most {pool.gpu_count} GPUs")
+    team = _team(spec, settings, source, nodes * per_node)
     checkpoint = None
     if settings.checkpoint_claims or spec.checkpoint_filesystem is not None:
         filesystems = [c.name for c in settings.checkpoint_claims]
@@ -153,5 +154,26 @@ def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJo
         checkpoint = CheckpointMount(filesystem=fs, interval_steps=spec.checkpoint_interval)
     return TrainingJob(
         name=spec.name, enabled=True, image=spec.image, pool=pool.name, workers=nodes, gpus_per_worker=per_node,
-        max_retries=spec.max_retries, command=list(spec.command), checkpoint=checkpoint,
+        max_retries=spec.max_retries, command=list(spec.command), checkpoint=checkpoint, team=team,
     )
+
+
+def _team(spec: JobSpec, settings: ClusterSettings, source: str, gpus: int) -> str | None:
+    """The team whose queue the job goes to: required where the cluster has teams, within the team's quota."""
+    names = [t.name for t in settings.teams]
+    if spec.team is None:
+        if names:
+            raise SpecError(f"{source}: team: required on this cluster (each team has its own queue and quota); "
+                            f"choose one of {names}")
+        return None
+    team = settings.team(spec.team)
+    if team is None:
+        if not names:
+            raise SpecError(f"{source}: team: this cluster has no team queues; leave team out")
+        raise SpecError(f"{source}: team: unknown team '{spec.team}'; choose one of {names}")
+    quota = team.capability_gpus or settings.onprem_gpus
+    if gpus > quota:
+        raise SpecError(f"{source}: gpus: {gpus} GPUs exceeds team '{team.name}' quota of {quota} GPUs at once; ask "
+                        f"for at most {quota}, or ask the cluster admins to raise scheduling.teams "
+                        f"'{team.name}' capabilityGpus")
+    return team.name

@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from kubernetes import client
 
 from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, cluster_settings, settings_json
-from components.config import ClusterConfig
+from components.config import ClusterConfig, Team
 from gpucluster_cli import cli
 from gpucluster_cli.kube import Cluster
 from tools.localcluster.plan import load_stack_config
@@ -46,6 +46,8 @@ team: nlp
 def _settings_cm() -> dict[str, Any]:
     cfg = load_stack_config(ROOT, "local")
     assert isinstance(cfg, ClusterConfig)
+    teams = [Team(name="nlp", guarantee_gpus=16, capability_gpus=24)]
+    cfg = cfg.model_copy(update={"scheduling": cfg.scheduling.model_copy(update={"teams": teams})})
     return {"metadata": {"name": SETTINGS_CONFIGMAP, "namespace": NS},
             "data": {SETTINGS_KEY: settings_json(cluster_settings(cfg))}}
 
@@ -168,7 +170,7 @@ def spec_file(tmp_path: Path) -> Path:
 def test_submit_applies_the_templated_job_by_server_side_apply(fake: Fake, spec_file: Path) -> None:
     result = run("train", "submit", str(spec_file))
     assert result.exit_code == 0, result.output
-    assert "submitted ft-llama: 2 × 8 GPUs in pool local-gpu" in result.output
+    assert "submitted ft-llama: 2 × 8 GPUs in pool local-gpu, queue team-nlp" in result.output
     job = fake.jobs["ft-llama"]
     assert job["kind"] == "Job" and job["metadata"]["namespace"] == NS
     assert job["metadata"]["labels"]["gpucluster.io/team"] == "nlp"
@@ -220,7 +222,7 @@ def test_list_shows_phase_queue_team(fake: Fake, spec_file: Path) -> None:
     assert run("train", "list").output.strip() == "no training jobs in namespace training"
     run("train", "submit", str(spec_file))
     out = run("train", "list").output
-    assert re.search(r"ft-llama\s*│\s*Pending\s*│\s*training\s*│\s*nlp\s*│\s*0/2\s*│\s*gpucluster-cli", out), out
+    assert re.search(r"ft-llama\s*│\s*Pending\s*│\s*team-nlp\s*│\s*nlp\s*│\s*0/2\s*│\s*gpucluster-cli", out), out
 
 
 def test_status_shows_gang_pods_per_node_restarts_and_checkpoint(fake: Fake, spec_file: Path) -> None:
@@ -232,7 +234,7 @@ def test_status_shows_gang_pods_per_node_restarts_and_checkpoint(fake: Fake, spe
     fake.metrics["ft-llama-worker-0"] = ('# TYPE gpucluster_checkpoint_last_step gauge\n'
                                          'gpucluster_checkpoint_last_step{rank="0"} 1400.0\n')
     out = run("train", "status", "ft-llama").output
-    assert "ft-llama  gang Running  queue training  workers running 2/2" in out
+    assert "ft-llama  gang Running  queue team-nlp  workers running 2/2" in out
     assert "restarts: gang 2, containers 1" in out
     assert "last checkpoint step: 1400" in out
     assert re.search(r"gpu-local-01\s*│\s*ft-llama-worker-0 \(Running\)", out), out

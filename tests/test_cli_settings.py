@@ -66,13 +66,23 @@ team: vision
 """
 
 
+TEAMS = [{"name": "vision", "group": "research-vision", "guaranteeGpus": 8, "capabilityGpus": 16},
+         {"name": "nlp", "guaranteeGpus": 16, "reclaimable": False}]
+
+
+def with_teams(cfg: dict[str, Any]) -> None:
+    cfg.setdefault("gpu-cluster:scheduling", {})["teams"] = TEAMS
+
+
 def test_cli_job_and_stack_job_from_the_same_spec_render_identically(run_stack: StackRunner) -> None:
     """The job resolved from a CLI spec, put in the stack file, renders the very Volcano Job spec the CLI applies."""
     spec = parse_spec(SPEC, "twin.yaml")
-    first = run_stack("local")
+    first = run_stack("local", with_teams)
     job = resolve(spec, published(first), "twin.yaml")
+    assert job.team == "vision"
 
     def add(cfg: dict[str, Any]) -> None:
+        with_teams(cfg)
         cfg["gpu-cluster:training"]["jobs"].append(job.model_dump(mode="json", by_alias=True, exclude_none=True))
 
     run = run_stack("local", add)
@@ -82,6 +92,9 @@ def test_cli_job_and_stack_job_from_the_same_spec_render_identically(run_stack: 
     assert stack_job["apiVersion"] == cli_job["apiVersion"]
     assert cli_job["spec"]["tasks"][0]["template"] == stack_job["spec"]["tasks"][0]["template"]
     assert cli_job["spec"] == stack_job["spec"]
+    # The team's queue; its pods are reclaim victims only above the team's guarantee (a reclaimable queue).
+    assert cli_job["spec"]["queue"] == "team-vision"
+    assert cli_job["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["volcano.sh/preemptable"] == "true"
     stack_monitor = run.one("PodMonitor", "cli-twin").inputs
     assert pod_monitor(settings, job, spec.team)["spec"] == stack_monitor["spec"]
     # What differs is only who manages it and the team label.

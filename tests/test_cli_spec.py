@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.cluster_settings import ClusterSettings, PoolSettings, cluster_settings
-from components.config import ClusterConfig
+from components.config import ClusterConfig, Team
 from gpucluster_cli.spec import JobSpec, SpecError, load_spec, parse_spec, resolve
 from tools.localcluster.plan import load_stack_config
 
@@ -135,3 +135,47 @@ def test_node_shape_round_trip(nodes: int, per_node: int, name: str) -> None:
         assert nodes > 4 or per_node > 8, str(exc)
         return
     assert (job.name, job.workers, job.gpus_per_worker) == (name, nodes, per_node)
+
+
+# -- teams --------------------------------------------------------------------------------------------
+
+TEAMS = LOCAL.model_copy(update={"teams": [Team(name="nlp", guarantee_gpus=8, capability_gpus=16),
+                                           Team(name="vision", guarantee_gpus=8)]})
+
+
+def _spec(extra: str) -> JobSpec:
+    return parse_spec(f"name: a\nimage: r/t:1\ncommand: [x]\n{extra}", "j.yaml")
+
+
+def test_a_team_is_required_where_the_cluster_has_teams() -> None:
+    with pytest.raises(SpecError, match=r"j\.yaml: team: required on this cluster .*choose one of "
+                                        r"\['nlp', 'vision'\]"):
+        resolve(_spec("gpus: 8\n"), TEAMS, "j.yaml")
+
+
+def test_an_unknown_team_names_the_known_ones() -> None:
+    with pytest.raises(SpecError, match=r"j\.yaml: team: unknown team 'speech'; choose one of \['nlp', 'vision'\]"):
+        resolve(_spec("gpus: 8\nteam: speech\n"), TEAMS, "j.yaml")
+
+
+def test_a_team_on_a_cluster_without_teams_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"j\.yaml: team: this cluster has no team queues; leave team out"):
+        resolve(_spec("gpus: 8\nteam: nlp\n"), LOCAL, "j.yaml")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 8), st.sampled_from(["nlp", "vision"]))
+def test_a_job_over_its_teams_quota_is_refused_naming_the_quota(nodes: int, per_node: int, team: str) -> None:
+    """nlp may hold 16 GPUs at once; vision has no cap beyond the cluster's 32."""
+    spec = _spec(f"gpus: {{nodes: {nodes}, gpusPerNode: {per_node}}}\nteam: {team}\n")
+    quota = 16 if team == "nlp" else 32
+    try:
+        job = resolve(spec, TEAMS, "j.yaml")
+    except SpecError as exc:
+        assert nodes * per_node > quota
+        assert str(exc) == (f"j.yaml: gpus: {nodes * per_node} GPUs exceeds team '{team}' quota of {quota} GPUs "
+                            f"at once; ask for at most {quota}, or ask the cluster admins to raise "
+                            f"scheduling.teams '{team}' capabilityGpus")
+        return
+    assert nodes * per_node <= quota and job.team == team
+    assert TEAMS.training_args(job).queue == f"team-{team}"

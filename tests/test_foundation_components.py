@@ -77,7 +77,7 @@ def test_queues_one_training_queue_per_pool(prod: RunResult) -> None:
     # Two pools: each gets its own training queue, capped at the pool's GPUs, so Volcano's enqueue gate
     # admits gangs per pool (a gang waiting for a full h100-a pool does not hold h200-b's room).
     assert sorted(r.metadata["name"] for r in prod.by_kind("Queue")) == [
-        "inference", "training-h100-a", "training-h200-b"]
+        "inference", "team-llm", "team-vision", "training-h100-a", "training-h200-b"]
     for pool in ("h100-a", "h200-b"):
         spec = prod.one("Queue", f"training-{pool}").inputs["spec"]
         assert spec == {"weight": 8, "reclaimable": False, "capability": {"nvidia.com/gpu": 1024},
@@ -92,7 +92,8 @@ def test_one_shared_training_queue_when_asked(run_stack: StackRunner) -> None:
         c[P + "training"]["jobs"][0]["enabled"] = True
 
     result = run_stack("prod", shared)
-    assert sorted(r.metadata["name"] for r in result.by_kind("Queue")) == ["inference", "training"]
+    assert sorted(r.metadata["name"] for r in result.by_kind("Queue")) == [
+        "inference", "team-llm", "team-vision", "training"]
     # One queue over both pools deserves all of their GPUs.
     assert result.one("Queue", "training").inputs["spec"] == {
         "weight": 8, "reclaimable": False, "deserved": {"nvidia.com/gpu": 2048}}

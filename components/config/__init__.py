@@ -93,6 +93,7 @@ from components.config.scheduling import (
     Queue,
     Scheduling,
     SchedulingEngine,
+    Team,
 )
 from components.config.training import (
     CheckpointMount,
@@ -149,6 +150,7 @@ __all__ = [
     "StaticFilesystem",
     "SystemPool",
     "TaggedUnion",
+    "Team",
     "ThroughputCheck",
     "TierName",
     "Traffic",

@@ -6,9 +6,17 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Self
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
-from components.config.base import ConfigModel, DnsLabel, NonNegativeInt, PositiveInt, Problem
+from components.config.base import (
+    ConfigModel,
+    DnsLabel,
+    NonEmptyStr,
+    NonNegativeInt,
+    PositiveInt,
+    Problem,
+    unique_names,
+)
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -42,6 +50,48 @@ class Queue(ConfigModel):
         return self
 
 
+#: Team queues are named ``<TEAM_QUEUE_PREFIX><team>``.
+TEAM_QUEUE_PREFIX = "team-"
+
+
+class Team(ConfigModel):
+    """A research team: its own Volcano queue beside the training queue(s), and its people's access.
+
+    ``guaranteeGpus`` becomes the queue's ``deserved`` GPUs (capacity plugin): up to it the team may reclaim
+    GPUs from inference and from teams above their guarantee, and its own pods are never reclaimed while it
+    stays within it. Above it, with ``reclaimable`` (the default), its gangs run on spare GPUs and can be
+    taken back. ``capabilityGpus`` is its quota: Volcano's enqueue keeps a gang waiting in the team's queue
+    while it would take the team above it. Volcano's own ``spec.guarantee`` is deliberately not used: it
+    reserves GPUs from every other queue, the training queue included, so a gang that needs a whole pool
+    could never start.
+    """
+
+    name: DnsLabel
+    #: The Kubernetes group (as the authenticator reports it, e.g. a certificate's O=) bound to the
+    #: researcher Role in the training namespace; the team's name when left out.
+    group: NonEmptyStr | None = None
+    guarantee_gpus: NonNegativeInt = 0
+    #: Most GPUs the team's running and admitted gangs may hold at once; every on-prem GPU when left out.
+    capability_gpus: PositiveInt | None = None
+    #: Whether GPUs above the guarantee may be reclaimed by gangs of queues under their own share.
+    reclaimable: bool = True
+
+    @model_validator(mode="after")
+    def _guarantee_within_capability(self) -> Self:
+        if self.capability_gpus is not None and self.guarantee_gpus > self.capability_gpus:
+            raise ValueError(f"guaranteeGpus ({self.guarantee_gpus}) exceeds capabilityGpus "
+                             f"({self.capability_gpus}); a team cannot be guaranteed more than it may use")
+        return self
+
+    @property
+    def queue(self) -> str:
+        return f"{TEAM_QUEUE_PREFIX}{self.name}"
+
+    @property
+    def subject_group(self) -> str:
+        return self.group or self.name
+
+
 class SchedulingEngine(StrEnum):
     VOLCANO = "volcano"
     KUBE_BATCH = "kube-batch"
@@ -60,6 +110,8 @@ class Scheduling(ConfigModel):
     #: so with one queue a gang waiting for a full pool holds the room that a gang for an idle pool needs
     #: (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one.
     training_queue_per_pool: bool | None = None
+    #: Research teams, each with a queue of its own (``team-<name>``) and a researcher RoleBinding.
+    teams: list[Team] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _queues(self) -> Self:
@@ -86,6 +138,9 @@ class Scheduling(ConfigModel):
         if not self.queue_per_pool(len(names)):
             return {pool: base for pool in names}
         return {pool: f"{base}-{pool}" for pool in names}
+
+    def team(self, name: str) -> Team | None:
+        return next((t for t in self.teams if t.name == name), None)
 
 
 def scheduling_problems(cfg: ClusterConfig) -> list[Problem]:
@@ -116,4 +171,35 @@ def scheduling_problems(cfg: ClusterConfig) -> list[Problem]:
         for pool, name in sched.training_queue_names(p.name for p in cfg.pools).items()
         if name == sched.inference_queue.name
     ]
+    return problems + team_problems(cfg)
+
+
+def team_problems(cfg: ClusterConfig) -> list[Problem]:
+    """Teams are distinct, need Volcano, fit the on-prem GPUs, and their queues collide with no other queue."""
+    sched = cfg.scheduling
+    if not sched.teams:
+        return []
+    problems = unique_names(enumerate(t.name for t in sched.teams), "scheduling.teams", "team")
+    if sched.engine is not SchedulingEngine.VOLCANO:
+        problems.append(Problem("scheduling.teams", "team queues need engine 'volcano' (kube-batch v0.5 queues "
+                                "have neither deserved nor capability GPUs); remove the teams or use volcano",
+                                sched.engine.value))
+    total = cfg.onprem_gpus
+    other_queues = {*sched.training_queue_names(p.name for p in cfg.pools).values(), sched.inference_queue.name}
+    for index, team in enumerate(sched.teams):
+        where = f"scheduling.teams[{index}]"
+        if team.queue in other_queues:
+            problems.append(Problem(f"{where}.name", f"its queue '{team.queue}' is also a training or inference "
+                                    "queue; rename the team or that queue", team.name))
+        if team.capability_gpus is not None and team.capability_gpus > total:
+            problems.append(Problem(f"{where}.capabilityGpus", f"is more than the {total} on-prem GPUs of all "
+                                    "pools; leave it out for no limit beyond the cluster", team.capability_gpus))
+        if team.guarantee_gpus > total:
+            problems.append(Problem(f"{where}.guaranteeGpus", f"is more than the {total} on-prem GPUs of all pools",
+                                    team.guarantee_gpus))
+    guaranteed = sum(t.guarantee_gpus for t in sched.teams)
+    if guaranteed > total:
+        problems.append(Problem("scheduling.teams", f"the guarantees add up to {guaranteed} GPUs, more than the "
+                                f"{total} on-prem GPUs: they cannot all hold at once; lower some guaranteeGpus",
+                                guaranteed))
     return problems

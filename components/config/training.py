@@ -62,6 +62,8 @@ class TrainingJob(ConfigModel):
     max_retries: NonNegativeInt = 5
     command: list[str] = Field(default_factory=list)
     checkpoint: CheckpointMount | None = None
+    #: The team (``scheduling.teams``) whose queue the gang goes to; the pool's training queue when unset.
+    team: DnsLabel | None = None
 
 
 class Training(ConfigModel):
@@ -101,6 +103,12 @@ def training_problems(cfg: ClusterConfig) -> list[Problem]:
                 Problem(f"training.jobs[{index}].gpusPerWorker",
                         f"pool '{job.pool}' nodes have {cfg.pool(job.pool).gpus_per_node} GPUs",
                         job.gpus_per_worker)
+            )
+        if job.team is not None and cfg.scheduling.team(job.team) is None:
+            problems.append(
+                Problem(f"training.jobs[{index}].team",
+                        f"unknown team; expected one of {[t.name for t in cfg.scheduling.teams]} "
+                        "(scheduling.teams)", job.team)
             )
         if job.checkpoint is not None and job.checkpoint.filesystem not in fs_names:
             problems.append(
