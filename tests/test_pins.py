@@ -92,3 +92,12 @@ def test_by_name_lists_the_known_pins() -> None:
     with pytest.raises(KeyError, match="no pin named 'volcan'; known: volcano, descheduler"):
         pins.by_name("volcan")
 
+
+
+def test_the_local_build_checks_the_table_and_fetches_by_it() -> None:
+    # A pin with a Go module but no go.mod is fetched by name from the table; the build checks the rest first.
+    script = (ROOT / "tools" / "localcluster" / "build.sh").read_text()
+    assert '-m components.pins check)' in script
+    for pin in pins.PINS:
+        if pin.go_module and not pin.go_mod:
+            assert f"-m components.pins ref {pin.name})" in script, f"build.sh does not fetch {pin.name} by its pin"
