@@ -29,7 +29,9 @@ test: lint unit
 render: venv
 	$(PY) -m tools.render --stack $(STACK) --out $(OUT)
 
-# MOCK=1 skips the real engine (and its first build) and previews on the mock runtime only.
+# MOCK=1 skips the real engine (and its first build) and previews on the mock runtime only. The engine is
+# your own `pulumi` when one at or above the SDK's version is on PATH, else the project's build;
+# ENGINE=built or ENGINE=path chooses (tools/engine_select.py).
 preview: venv
 	$(PY) -m tools.preview --stack $(STACK) $(if $(MOCK),--mock-only)
 

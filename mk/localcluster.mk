@@ -33,7 +33,11 @@ localcluster-status: venv
 
 # `make up`: the main job on the embedded default. Control plane, engine, `pulumi up --stack local`
 # against it, the burst controller and health guard as local processes, then a status summary.
-up: venv go-builds
+# The engine is your own `pulumi` when one at or above the SDK's version is on PATH (then only the
+# control plane is built), else the project's build; ENGINE=built or ENGINE=path chooses (tools/engine_select.py).
+up: venv
+	@kind=$$($(PY) -m tools.engine_select --kind) || exit 2; \
+	  if [ "$$kind" = path ]; then $(MAKE) --no-print-directory localcluster; else $(MAKE) --no-print-directory go-builds; fi
 	@$(PY) -m tools.localcluster.stackup up --stack local
 
 down: venv

@@ -24,12 +24,17 @@ from typing import Any
 
 import yaml
 
+from components.config.base import PROJECT
+from components.config.loading import credential_refs
+
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
 BUILD_SCRIPT = ROOT / "tools" / "engine" / "build.sh"
 ENGINE_DIR = ROOT / ".state" / "engine"
 PULUMI_STATE = ROOT / ".state" / "pulumi"
 CONFIG_COPIES = PULUMI_STATE / "config"
+# The same for runs of the user's own CLI (their backend and secrets provider).
+OWN_CONFIG_COPIES = PULUMI_STATE / "own-config"
 
 ENGINE_FILES = (
     "bin/pulumi",
@@ -118,16 +123,27 @@ def set_config_path(config: dict[str, Any], path: str, value: Any) -> None:
             node = node.setdefault(part, {})
 
 
+#: The keys of a stack file that hold its secrets provider (passphrase salt, cloud KMS key, service).
+PROVIDER_KEYS = ("encryptionsalt", "encryptedkey", "secretsprovider")
+
+
 def config_copy_text(
-    source_text: str, source_name: str, previous_copy: str | None, extra: Mapping[str, Any]
+    source_text: str,
+    source_name: str,
+    previous_copy: str | None,
+    extra: Mapping[str, Any],
+    offline: bool = True,
 ) -> tuple[str, list[str]]:
     """The engine's copy of a stack config and the keys it still has to set as secrets.
 
     The copy has the committed plain values, ``extra`` values (full keys such as
     ``kubernetes:renderYamlToDirectory``, or dotted paths into an object value such as
-    ``gpu-cluster:scheduling.install``), the passphrase salt the engine generated for the
+    ``gpu-cluster:scheduling.install``), the secrets provider the engine set up for the
     stack before (unless the committed file has its own), and the previously set secrets; any
     ``secure:`` key without an encrypted value there is returned so the caller sets it.
+    ``offline`` (the project's file backend) leaves out the Pulumi ESC ``environment:`` block,
+    which only a Pulumi Cloud backend resolves, and returns the credentials the stack expects
+    from it as keys to set; a user's own CLI keeps the block.
     """
     try:
         data = yaml.safe_load(source_text) or {}
@@ -137,12 +153,20 @@ def config_copy_text(
         raise EngineError(f"{source_name}: expected a mapping with a 'config' mapping")
     previous = (yaml.safe_load(previous_copy) or {}) if previous_copy else {}
     prev_config = previous.get("config") or {} if isinstance(previous, dict) else {}
+    own_provider = any(k in data for k in PROVIDER_KEYS)
     config: dict[str, Any] = {}
     pending: list[str] = []
-    for key, value in (data.get("config") or {}).items():
+    committed = data.get("config") or {}
+    if offline and "environment" in data:
+        project = _project_of(committed)
+        committed = {**committed, **{
+            full: {"secure": ""}
+            for full in (k if ":" in k else f"{project}:{k}" for k in credential_refs(committed))
+            if full not in committed}}
+    for key, value in committed.items():
         if isinstance(value, dict) and set(value) == {"secure"}:
             earlier = prev_config.get(key)
-            if "encryptionsalt" not in data and isinstance(earlier, dict) and set(earlier) == {"secure"}:
+            if not own_provider and isinstance(earlier, dict) and set(earlier) == {"secure"}:
                 config[key] = earlier
             else:
                 pending.append(key)
@@ -150,37 +174,63 @@ def config_copy_text(
             config[key] = value
     for path, value in extra.items():
         set_config_path(config, path, value)
-    out: dict[str, Any] = {k: v for k, v in data.items() if k != "config"}
-    if "encryptionsalt" not in out and isinstance(previous, dict) and "encryptionsalt" in previous:
-        out["encryptionsalt"] = previous["encryptionsalt"]
+    dropped = {"config", "environment"} if offline else {"config"}
+    out: dict[str, Any] = {k: v for k, v in data.items() if k not in dropped}
+    if not own_provider and isinstance(previous, dict):
+        out.update({k: previous[k] for k in PROVIDER_KEYS if k in previous})
     out["config"] = config
     return yaml.safe_dump(out, sort_keys=False), pending
 
 
+def _project_of(config: Mapping[str, Any]) -> str:
+    """The project prefix of a stack file's keys (``gpu-cluster``), for keys written without one."""
+    for key in config:
+        if isinstance(key, str) and ":" in key and not key.startswith(("kubernetes:", "pulumi:")):
+            return key.split(":", 1)[0]
+    return PROJECT
+
+
 def _prepare_config(
-    stack: str, project_dir: Path, copies: Path, extra: Mapping[str, Any], backend_url: str | None
+    stack: str,
+    project_dir: Path,
+    copies: Path,
+    extra: Mapping[str, Any],
+    backend_url: str | None,
+    cli: Path | None = None,
 ) -> Path:
-    """Write the engine's copy of the stack config, create the stack, and set its secrets."""
+    """Write the engine's copy of the stack config, create the stack, and set its secrets.
+
+    ``cli`` is the user's own Pulumi CLI (their backend and secrets provider); None is the project's build.
+    """
     source = stack_config_path(stack, project_dir)
     copies.mkdir(parents=True, exist_ok=True)
     copy = copies / f"Pulumi.{stack}.yaml"
     previous = copy.read_text(encoding="utf-8") if copy.is_file() else None
-    text, pending = config_copy_text(source.read_text(encoding="utf-8"), source.name, previous, extra)
+    text, pending = config_copy_text(
+        source.read_text(encoding="utf-8"), source.name, previous, extra, offline=cli is None
+    )
     copy.write_text(text, encoding="utf-8")
-    ensure_stack(stack, copy, cwd=project_dir, backend_url=backend_url)
+    ensure_stack(stack, copy, cwd=project_dir, backend_url=backend_url, cli=cli)
     for key in pending:
         done = pulumi(
             ["config", "set", "--secret", key, PREVIEW_SECRET, "--stack", stack, "--config-file", str(copy)],
             cwd=project_dir,
             backend_url=backend_url,
+            cli=cli,
         )
         if done.returncode != 0:
             raise EngineError(f"could not set secret {key} of stack {stack!r}: {done.stderr.strip()}")
     return copy
 
 
-def _env(backend_url: str | None) -> dict[str, str]:
+def _env(backend_url: str | None, own: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    if own:
+        # The user's own CLI: their backend, login, plugins and kubeconfig, as they use Pulumi elsewhere.
+        env["NO_COLOR"] = "1"
+        if backend_url is not None:
+            env["PULUMI_BACKEND_URL"] = backend_url
+        return env
     # No cluster is reachable: keep the provider away from any kubeconfig on the machine, so a
     # preview runs in the provider's "cluster unreachable" mode.
     env["KUBECONFIG"] = str(PULUMI_STATE / "no-cluster.kubeconfig")
@@ -197,12 +247,13 @@ def pulumi(
     cwd: Path = ROOT,
     backend_url: str | None = None,
     timeout_s: int = PREVIEW_TIMEOUT_S,
+    cli: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``tools/pulumi`` with ``args``; output captured as text, never raises on exit code."""
+    """Run ``tools/pulumi`` (or the user's own ``cli``) with ``args``; output captured, never raises on exit code."""
     return subprocess.run(
-        [str(WRAPPER), *args],
+        [str(cli or WRAPPER), *args],
         cwd=cwd,
-        env=_env(backend_url),
+        env=_env(backend_url, own=cli is not None),
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -231,18 +282,20 @@ def _stack_entry(listing: str, stack: str) -> dict[str, Any] | None:
 
 
 def ensure_stack(
-    stack: str, config_file: Path, *, cwd: Path = ROOT, backend_url: str | None = None
+    stack: str, config_file: Path, *, cwd: Path = ROOT, backend_url: str | None = None, cli: Path | None = None
 ) -> None:
-    """Create the stack in the file backend the first time it is used.
+    """Create the stack in the backend the first time it is used.
 
-    ``pulumi stack init`` writes the passphrase salt into ``Pulumi.<stack>.yaml`` beside the
-    project and has no ``--config-file``; so it runs in a scratch project of the same name and
-    the salt goes into the engine's config copy instead of the committed file.
+    ``pulumi stack init`` writes the secrets provider's keys (the passphrase salt, a KMS key) into
+    ``Pulumi.<stack>.yaml`` beside the project and has no ``--config-file``; so it runs in a
+    scratch project of the same name and those keys go into the engine's config copy instead of
+    the committed file. The project's build uses a passphrase; the user's own ``cli`` uses their
+    backend's default provider, and a stack that already exists there is theirs to keep.
     """
     copy = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
-    listed = pulumi(["stack", "ls", "--json"], cwd=cwd, backend_url=backend_url)
+    listed = pulumi(["stack", "ls", "--json"], cwd=cwd, backend_url=backend_url, cli=cli)
     entry = _stack_entry(listed.stdout, stack) if listed.returncode == 0 else None
-    if entry is not None and "encryptionsalt" in copy:
+    if entry is not None and (cli is not None or "encryptionsalt" in copy):
         return
     if entry is not None:
         # The engine's config copy (with the stack's salt) is gone. A stack with no resources is
@@ -258,16 +311,51 @@ def ensure_stack(
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
     (scratch / "Pulumi.yaml").write_text(f"name: {_project_name(cwd)}\nruntime: python\n", encoding="utf-8")
-    made = pulumi(["stack", "init", stack, "--secrets-provider", "passphrase"], cwd=scratch, backend_url=backend_url)
+    provider = [] if cli is not None else ["--secrets-provider", "passphrase"]
+    made = pulumi(["stack", "init", stack, *provider], cwd=scratch, backend_url=backend_url, cli=cli)
     if made.returncode != 0:
         raise EngineError(f"could not create stack {stack!r}: {made.stderr.strip() or made.stdout.strip()}")
-    init_cfg = yaml.safe_load((scratch / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8")) or {}
-    salt = init_cfg.get("encryptionsalt")
-    if not salt:
+    written = scratch / f"Pulumi.{stack}.yaml"
+    init_cfg = (yaml.safe_load(written.read_text(encoding="utf-8")) if written.is_file() else None) or {}
+    keys = {k: init_cfg[k] for k in PROVIDER_KEYS if k in init_cfg}
+    if cli is None and "encryptionsalt" not in keys:
         raise EngineError(f"stack {stack!r} was created without a passphrase salt")
     shutil.rmtree(scratch)
-    copy = {"encryptionsalt": salt, **{k: v for k, v in copy.items() if k != "encryptionsalt"}}
+    copy = {**keys, **{k: v for k, v in copy.items() if k not in PROVIDER_KEYS}}
     config_file.write_text(yaml.safe_dump(copy, sort_keys=False), encoding="utf-8")
+
+
+def has_placeholder_secrets(source_text: str) -> bool:
+    """Whether a stack file still holds the shipped ``secure:`` placeholders, which no provider decrypts."""
+    data = yaml.safe_load(source_text) or {}
+    config = data.get("config") if isinstance(data, dict) else None
+    return any(
+        isinstance(v, dict) and str(v.get("secure", "")).endswith(PLACEHOLDER_SUFFIX)
+        for v in (config.values() if isinstance(config, dict) else [])
+    )
+
+
+#: How the committed stack files mark a ``secure:`` value that stands for a credential nobody committed.
+PLACEHOLDER_SUFFIX = ":placeholder"
+
+
+def config_for(
+    stack: str, changed: Mapping[str, Any], backend_url: str | None, cli: Path | None
+) -> Path | None:
+    """The ``--config-file`` an engine run uses, or None for the committed stack file itself.
+
+    The user's own CLI reads the committed file as is once it holds their secrets (no placeholders
+    left) and nothing is overridden; otherwise the run gets a prepared copy (``_prepare_config``),
+    kept apart per engine so the project's passphrase and the user's provider never mix.
+    """
+    source = stack_config_path(stack)
+    if cli is not None and not changed and not has_placeholder_secrets(source.read_text(encoding="utf-8")):
+        return None
+    if backend_url is not None:
+        copies = Path(backend_url.removeprefix("file://")) / ("config" if cli is None else "own-config")
+    else:
+        copies = CONFIG_COPIES if cli is None else OWN_CONFIG_COPIES
+    return _prepare_config(stack, ROOT, copies, changed, backend_url, cli)
 
 
 def real_preview(
@@ -275,24 +363,28 @@ def real_preview(
     policy_pack: bool = True,
     overrides: Mapping[str, Any] | None = None,
     backend_url: str | None = None,
+    cli: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``pulumi preview --diff`` of ``stack`` on the real engine, with the policy pack if asked.
 
     ``overrides`` change config values for this preview only (see ``config_copy_text``); the
-    default is ``OFFLINE_OVERRIDES``, and the output's first line names what was changed.
+    default is ``OFFLINE_OVERRIDES`` on the project's build and nothing on the user's own ``cli``
+    (it reaches chart repositories), and the output's first line names what was changed.
     ``backend_url`` (``file://<dir>``) previews against another file backend than the project's;
     its config copies live beside it.
     Raises ``EngineError`` when the engine is not built or the stack has no config file.
     """
-    if not engine_available():
+    if cli is None and not engine_available():
         raise EngineError("the engine is not built; run `make engine`")
-    changed = dict(OFFLINE_OVERRIDES if overrides is None else overrides)
-    copies = CONFIG_COPIES if backend_url is None else Path(backend_url.removeprefix("file://")) / "config"
-    config = _prepare_config(stack, ROOT, copies, changed, backend_url)
-    args = ["preview", "--diff", "--stack", stack, "--config-file", str(config), "--non-interactive"]
+    default = OFFLINE_OVERRIDES if cli is None else {}
+    changed = dict(default if overrides is None else overrides)
+    config = config_for(stack, changed, backend_url, cli)
+    args = ["preview", "--diff", "--stack", stack, "--non-interactive"]
+    if config is not None:
+        args += ["--config-file", str(config)]
     if policy_pack:
         args += ["--policy-pack", str(ROOT / "policies")]
-    return _noted(pulumi(args, backend_url=backend_url), changed)
+    return _noted(pulumi(args, backend_url=backend_url, cli=cli), changed)
 
 
 def _noted(proc: subprocess.CompletedProcess[str], changed: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:

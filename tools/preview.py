@@ -1,7 +1,9 @@
 """``make preview``: what a stack declares and what it would create, as tables.
 
-With the real engine built (``make engine``), runs ``pulumi preview --diff`` with the policy pack first;
-when the engine cannot run on this machine it says so in one line and uses the mock runtime alone. The
+Runs ``pulumi preview --diff`` with the policy pack first, on the user's own ``pulumi`` when one at or above
+the SDK's version is on PATH, else on the project's build (``make engine``; see tools/engine_select.py,
+``ENGINE=built|path`` chooses); when no engine can run on this machine it says so in one line and uses
+the mock runtime alone. The last line names the engine that ran. The
 summary always comes from the mock-runtime render: components, resource counts by kind, and the
 stack's declarations (GPUs per pool, priority tiers, queues, and each capability's own rows).
 """
@@ -21,6 +23,7 @@ from rich.table import Table
 
 import components
 from components.config import ClusterConfig, ConfigError, parse_config
+from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineChoice, EngineSelectionError, select_engine
 from tools.mockrt import Registered, RunResult, raw_from_stack, run_program
 
 SummaryRows = Callable[[ClusterConfig], list[tuple[str, str]]]
@@ -114,22 +117,29 @@ def summary(stack: str, console: Console) -> int:
     return 0
 
 
-def real_engine_preview(stack: str, console: Console) -> int | None:
-    """Run the real engine's preview; None when the engine is not available on this machine."""
+def real_engine_preview(stack: str, console: Console, choice: EngineChoice) -> int | None:
+    """Run the chosen engine's preview; None when the project's build cannot run on this machine."""
     try:
         runner: Any = importlib.import_module("tools.engine_runner")
     except ImportError:
         return None
-    if not runner.engine_available():
-        console.print("preview: building the real engine from Go modules first (cold: ~45 min on 2 cores; "
-                      "`make preview MOCK=1` skips it)")
+    if choice.kind == "built" and not runner.engine_available():
+        console.print(f"preview: building the real engine from Go modules first ({ENGINE_BUILD_ESTIMATE}; "
+                      "`make preview MOCK=1` skips it, a pulumi CLI on PATH replaces it)")
         if not runner.ensure_engine():
             return None
-    proc = runner.real_preview(stack, policy_pack=True)
+    try:
+        proc = runner.real_preview(stack, policy_pack=True, cli=choice.cli)
+    except runner.EngineError as error:
+        console.print(f"[red]preview:[/red] {error}")
+        return 1
     # The engine's own output, unwrapped: its diff lines are wider than a terminal's default.
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
+        if choice.kind == "path":
+            sys.stderr.write("preview: your pulumi failed; `pulumi stack ls` shows the stacks of your backend, "
+                             "and ENGINE=built previews offline on the project's build instead\n")
     sys.stdout.flush()
     return int(proc.returncode)
 
@@ -140,10 +150,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mock-only", action="store_true", help="skip the real engine even when it is built")
     args = parser.parse_args(argv)
     console = Console()
-    code = None if args.mock_only else real_engine_preview(args.stack, console)
-    if code is None:
-        console.print("preview: real Pulumi engine not available here; showing the mock-runtime preview")
+    code: int | None = None
+    if args.mock_only:
+        ran = "engine: none (MOCK=1: the mock runtime only)"
+    else:
+        try:
+            choice = select_engine()
+        except EngineSelectionError as error:
+            console.print(f"[red]preview:[/red] {error}")
+            return 2
+        console.print(choice.describe(), highlight=False, soft_wrap=True)
+        code = real_engine_preview(args.stack, console, choice)
+        ran = choice.describe()
+        if code is None:
+            ran = "engine: none (the project's build cannot run here); the mock runtime only"
+            console.print("preview: real Pulumi engine not available here; showing the mock-runtime preview")
     rc = summary(args.stack, console)
+    console.print(ran, highlight=False, soft_wrap=True)
     return rc or (code or 0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,10 @@ def _where(error: yaml.YAMLError) -> str:
 
 def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any], set[str]]:
     """``Pulumi.<stack>.yaml`` as the engine's flat ``project:key`` map (``secure:`` values as a placeholder)
-    and the secret keys; a file the engine could not read raises :class:`ConfigError` with its line."""
+    and the secret keys; a file the engine could not read raises :class:`ConfigError` with its line.
+
+    A stack whose file imports Pulumi ESC environments (``environment:``) gets the credentials it names
+    but does not hold from them; here those keys are secret placeholders too."""
     name = path.name
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackLoader)
@@ -200,9 +204,44 @@ def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any],
             secrets.add(full)
         else:
             config[full] = value
+    environments = data.get("environment")
+    if environments is not None:
+        if not (isinstance(environments, list) and environments
+                and all(isinstance(e, str) and ESC_NAME.fullmatch(e) for e in environments)):
+            problems.append(Problem("environment", "must be a list of Pulumi ESC environment names such as "
+                                                   "'gpu-cluster/prod-credentials' (optionally '@<version>')",
+                                    environments))
+        else:
+            # Credentials the stack names but does not hold come from the ESC environments at deploy time
+            # (their pulumiConfig values, secrets kept secret); offline they stand as secret placeholders.
+            for key in credential_refs(section):
+                full = key if ":" in key else f"{project}:{key}"
+                if full not in config:
+                    config[full] = SECRET_PLACEHOLDER
+                    secrets.add(full)
     if problems:
         raise ConfigError(name, problems)
     return config, secrets
+
+
+#: An ESC environment reference in a stack file: ``env``, ``project/env`` or ``org/project/env``, with an
+#: optional ``@version`` (a revision number or tag).
+ESC_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}(@[A-Za-z0-9_.-]+)?")
+
+
+def credential_refs(value: Any) -> list[str]:
+    """Config keys named by any ``*CredentialsSecret``/``credentialsSecret`` field inside ``value``."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key.lower().endswith("credentialssecret") and isinstance(item, str):
+                found.append(item)
+            else:
+                found += credential_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += credential_refs(item)
+    return found
 
 
 def _kind(value: Any) -> str:

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tools.engine_runner import EngineError
+from tools.engine_select import EngineSelectionError, select_engine
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan, descheduler_command, load_plan, load_stack_config
 
@@ -46,22 +48,23 @@ def ensure_engine() -> None:
 
 
 def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
-              extra: Mapping[str, Any] | None = None) -> None:
+              extra: Mapping[str, Any] | None = None, cli: Path | None = None) -> None:
     """``pulumi up --yes`` of ``stack`` against the local cluster, through the project's engine runner.
 
     The engine gets its own copy of the stack config (tools/engine_runner), so nothing is written back
     to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend, and
-    ``extra`` overrides config values in that copy only (full keys or dotted paths).
+    ``extra`` overrides config values in that copy only (full keys or dotted paths). ``cli`` is the
+    user's own Pulumi CLI (their backend and login); None runs the project's build offline.
     """
     from tools import engine_runner
 
-    copies = Path(backend_url[len("file://"):]) / "config" if backend_url else engine_runner.CONFIG_COPIES
-    config = engine_runner._prepare_config(stack, ROOT, copies, extra or {}, backend_url)
+    config = engine_runner.config_for(stack, dict(extra or {}), backend_url, cli)
     env = {"KUBECONFIG": str(lay.kubeconfig), "NO_COLOR": "1"}
     if backend_url:
         env["PULUMI_BACKEND_URL"] = backend_url
+    config_args = ["--config-file", str(config)] if config is not None else []
     # --refresh: the local cluster is recreated by every down/up, so the stack's record may be stale.
-    _run([str(PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, "--config-file", str(config),
+    _run([str(cli or PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, *config_args,
           "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
 
 
@@ -223,18 +226,24 @@ def summary(lay: Layout, plan: NodePlan) -> str:
 
 def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
     started = time.monotonic()
+    # Chosen first: a bad ENGINE setting fails before the control plane starts.
+    choice = None if skip_pulumi else select_engine()
+    if choice is not None:
+        control.say(choice.describe())
     plan = control.up(lay, stack=stack)
     failed: str | None = None
-    if not skip_pulumi:
-        ensure_engine()
+    if choice is not None:
         try:
-            pulumi_up(lay, stack)
-        except control.ClusterError as err:  # still start what can run and show where things stand
+            if choice.kind == "built":
+                ensure_engine()
+            pulumi_up(lay, stack, cli=choice.cli)
+        except (control.ClusterError, EngineError) as err:  # still start what can run and show where things stand
             failed = str(err)
     notes = start_agents(lay, stack)
     if not failed:
         settle_handover(lay, plan)
     print(summary(lay, plan))
+    print(f"  {choice.describe() if choice else 'engine: none (--skip-pulumi)'}")
     for note in notes:
         print(f"  note: {note}")
     if failed:
@@ -289,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     except control.ClusterError as err:
         print(f"localcluster: {err}", file=sys.stderr)
         return 1
+    except EngineSelectionError as err:
+        print(f"make up: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
