@@ -4,8 +4,16 @@ Two replicas, one active: leader election through a Lease in the system namespac
 or a crash hands over within the lease duration and never leaves two writers. Its settings come from
 the stack's ``burst`` section, rendered with the agent's own :class:`BurstSettings` so a key the agent
 does not know fails here, at preview, not at start-up in the cluster. RBAC is exactly what the shell
-calls: nodes and pods get/list/watch/patch cluster-wide (taints, deletion cost, the handover gate); leases
-and events in its own namespace; with the handover on, the scale of the named standby Deployments only.
+calls, and it writes only where it acts:
+
+* cluster-wide: nodes get/list/watch/patch (the burst taint on virtual nodes), pods list/watch (free
+  capacity is counted over every pod); no pod write;
+* in the inference namespace: pods patch (the deletion-cost annotation on replicas that run externally)
+  and, with the handover on, the scale of the named standby Deployments only;
+* in the training namespace, with the handover on: pods patch (lifting the handover scheduling gate);
+* in its own namespace: its Lease and events.
+
+A pod elsewhere is never written: the API server refuses it (403), and the shell backs off that action.
 """
 
 from __future__ import annotations
@@ -30,11 +38,13 @@ SETTINGS_FILE = "settings.yaml"
 CONFIG_DIR = "/etc/burst-controller"
 Rule = rbac.Rule
 
-#: Cluster-wide: read nodes and pods; patch node taints and pods' deletion-cost annotation. Nothing else.
+#: Cluster-wide: read and taint nodes; list and watch pods (read only). Pod writes are namespaced (POD_RULES).
 CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
-    Rule(api_groups=[""], resources=["pods"], verbs=["get", "list", "watch", "patch"]),
+    Rule(api_groups=[""], resources=["pods"], verbs=["list", "watch"]),
 )
+#: In a namespace where it acts: patch pods (deletion cost in inference; the handover gate in training).
+POD_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods"], verbs=["patch"]),)
 
 
 def namespace_rules(lease_name: str) -> list[Rule]:
@@ -98,6 +108,8 @@ class BurstControllerArgs:
     settings: BurstSettings
     image: str
     placement: Placement
+    #: Where gated training pods run (the handover gate is lifted there).
+    training_namespace: str = "training"
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
@@ -106,6 +118,7 @@ class BurstControllerArgs:
             settings=settings_from_config(cfg),
             image=images.agent_image(APP),
             placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
+            training_namespace=cfg.training_namespace,
         )
 
 
@@ -122,9 +135,12 @@ class BurstController(pulumi.ComponentResource):
         agent.settings("settings", {SETTINGS_FILE: settings_document(args.settings)})
         agent.grant_cluster(CLUSTER_RULES)
         agent.grant_namespace("ns", namespace_rules(LEASE_NAME), name=APP)
+        agent.grant_namespace("inference-pods", POD_RULES, name=f"{APP}-pods",
+                              namespace=args.settings.inference_namespace)
         if args.settings.handover_services:
             agent.grant_namespace("handover", handover_rules(list(args.settings.handover_services)),
                                   name=f"{APP}-handover", namespace=args.settings.inference_namespace)
+            agent.grant_namespace("training-pods", POD_RULES, name=f"{APP}-pods", namespace=args.training_namespace)
         port = args.burst.metrics_port
         volume, mount = agent.settings_volume("settings", CONFIG_DIR)
         self.deployment = agent.deploy(

@@ -27,10 +27,12 @@ class PlatformNamespaces(pulumi.ComponentResource):
 
     def __init__(self, name: str, cfg: ClusterConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpu-cluster:core:PlatformNamespaces", name, None, opts)
-        # The system namespace hosts DCGM (SYS_ADMIN) and the IB exporter (hostPath /sys): privileged
-        # admission there, with the exceptions named in policies/rules/allow_lists.py (privileged_agents).
+        # The telemetry namespace hosts DCGM (SYS_ADMIN, root) and the IB exporter (hostPath /sys), which no level
+        # below privileged admits: privileged there and nowhere else, with the exceptions named in
+        # policies/rules/allow_lists.py (privileged_agents). The controllers' system namespace enforces restricted.
         levels = {
-            cfg.system_namespace: "privileged",
+            cfg.system_namespace: "restricted",
+            cfg.telemetry_namespace: "privileged",
             cfg.training_namespace: "baseline",
             cfg.inference_namespace: "baseline",
             cfg.monitoring_namespace: "restricted",

@@ -5,8 +5,10 @@ its schedule the descheduler evicts (through the eviction API, so PDBs hold) pod
 that taint — inference pods on virtual nodes — a few per node, namespace and cycle. The policy replaces
 the upstream chart's default profile, which turns on unrelated balancing plugins:
 
-- ``RemovePodsViolatingNodeTaints`` restricted to the burst taint key (provider taints never count);
-- optionally ``RemovePodsViolatingNodeAffinity`` in preferred mode, which needs ``nodeFit``;
+- ``RemovePodsViolatingNodeTaints`` restricted to the burst taint key (provider taints never count) and to
+  the inference namespace (``namespaces.include``);
+- optionally ``RemovePodsViolatingNodeAffinity`` in preferred mode, which needs ``nodeFit``, in the same
+  namespace;
 - ``DefaultEvictor``: only pods labelled ``<prefix>/workload=inference``, only below a priority that sits
   under training's, only older than ``minPodAge``, and only when another node could take them
   (``nodeFit``), so an eviction never strands a replica in Pending.
@@ -35,17 +37,20 @@ PROFILE = "burst-return"
 DEADLINE_SECONDS = 600
 Rule = rbac.Rule
 
-#: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time) and
-#: metrics.k8s.io (only LowNodeUtilization with real usage reads it).
+#: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time),
+#: metrics.k8s.io (only LowNodeUtilization with real usage reads it) and every pod write: its informers read
+#: cluster-wide, but it evicts only in the inference namespace (EVICTION_RULES), the one its policy includes.
+#: Upstream's pods ``delete`` goes too: the descheduler evicts through the Eviction API, never deletes.
 RULES: tuple[Rule, ...] = (
     Rule(api_groups=["events.k8s.io"], resources=["events"], verbs=["create", "update"]),
     Rule(api_groups=[""], resources=["nodes"], verbs=["get", "watch", "list"]),
     Rule(api_groups=[""], resources=["namespaces"], verbs=["get", "watch", "list"]),
-    Rule(api_groups=[""], resources=["pods"], verbs=["get", "watch", "list", "delete"]),
-    Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),
+    Rule(api_groups=[""], resources=["pods"], verbs=["get", "watch", "list"]),
     Rule(api_groups=["scheduling.k8s.io"], resources=["priorityclasses"], verbs=["get", "watch", "list"]),
     Rule(api_groups=["policy"], resources=["poddisruptionbudgets"], verbs=["get", "watch", "list"]),
 )
+#: In the inference namespace only: evict (the Eviction API, so PodDisruptionBudgets hold).
+EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
 
 
 def priority_threshold(priorities: Priorities) -> int:
@@ -53,8 +58,9 @@ def priority_threshold(priorities: Priorities) -> int:
     return priorities.inference.value + 1
 
 
-def policy(d: Descheduler, priorities: Priorities, keys: Keys) -> dict[str, Any]:
-    """The DeschedulerPolicy (descheduler/v1alpha2) doing only the gradual return."""
+def policy(d: Descheduler, priorities: Priorities, keys: Keys, namespace: str) -> dict[str, Any]:
+    """The DeschedulerPolicy (descheduler/v1alpha2) doing only the gradual return, of ``namespace``'s pods."""
+    only = {"include": [namespace]}
     deschedule = ["RemovePodsViolatingNodeTaints"]
     plugin_config: list[dict[str, Any]] = [
         {
@@ -69,13 +75,13 @@ def policy(d: Descheduler, priorities: Priorities, keys: Keys) -> dict[str, Any]
                 "podProtections": {"defaultDisabled": ["PodsWithLocalStorage"]},
             },
         },
-        {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [keys.burst_taint]}},
+        {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [keys.burst_taint], "namespaces": only}},
     ]
     if d.prefer_onprem_affinity:
         deschedule.append("RemovePodsViolatingNodeAffinity")
         plugin_config.append({
             "name": "RemovePodsViolatingNodeAffinity",
-            "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]},
+            "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"], "namespaces": only},
         })
     return {
         "apiVersion": "descheduler/v1alpha2",
@@ -102,6 +108,8 @@ class DeschedulerArgs:
     label_prefix: str
     image: str
     placement: Placement
+    #: The only namespace it evicts in (its policy's ``namespaces.include`` and its eviction Role).
+    inference_namespace: str = "inference"
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> DeschedulerArgs:
@@ -111,6 +119,7 @@ class DeschedulerArgs:
             label_prefix=cfg.label_prefix,
             image=cfg.descheduler.image,
             placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
+            inference_namespace=cfg.inference_namespace,
         )
 
 
@@ -126,9 +135,11 @@ class GradualReturn(pulumi.ComponentResource):
         meta = k8s.meta.v1.ObjectMetaArgs
         agent = SystemAgent(self, APP, labels, args.placement)
         self.agent = agent
-        document = yaml.safe_dump(policy(d, args.priorities, Keys(args.label_prefix)), sort_keys=False)
+        document = yaml.safe_dump(policy(d, args.priorities, Keys(args.label_prefix), args.inference_namespace),
+                                  sort_keys=False)
         config = agent.settings("policy", {POLICY_FILE: document})
-        grant = agent.grant_cluster(RULES)
+        agent.grant_cluster(RULES)
+        agent.grant_namespace("evict", EVICTION_RULES, name=f"{APP}-evict", namespace=args.inference_namespace)
         volume, mount = agent.settings_volume("policy", POLICY_DIR)
         self.cron_job = k8s.batch.v1.CronJob(
             APP,
@@ -163,7 +174,7 @@ class GradualReturn(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, grant.binding]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[config, *agent.grants]),
         )
         self.schedule = pulumi.Output.from_input(d.schedule)
         self.register_outputs({"schedule": self.schedule})
@@ -180,6 +191,7 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         ("descheduler", f"{d.image} on '{d.schedule}': {plugins} for {keys.burst_taint}"),
         ("eviction limits", f"{d.max_pods_per_node}/node, {d.max_pods_per_namespace}/namespace, "
                             f"{d.max_pods_total}/cycle; pods older than {d.min_pod_age_seconds}s; nodeFit"),
-        ("evictable", f"{keys.workload}={INFERENCE} below priority {priority_threshold(cfg.priorities)} "
+        ("evictable", f"{keys.workload}={INFERENCE} in {cfg.inference_namespace} below priority "
+                      f"{priority_threshold(cfg.priorities)} "
                       f"(training is {cfg.priorities.training.value})"),
     ]

@@ -8,8 +8,10 @@ a PodDisruptionBudget (minAvailable 1) keeps a drain from taking both. The objec
 RBAC is exactly what its shell calls:
 
 * cluster-wide: ``nodes`` get/list/watch/patch (taints, labels, annotations), ``nodes/status`` patch (the
-  ``GpuHealthy`` condition), ``pods`` list (what runs on a quarantined node), ``pods/eviction`` create
-  (the Eviction API, so PodDisruptionBudgets are honoured);
+  ``GpuHealthy`` condition), ``pods`` list (what runs on a quarantined node, by field selector); no pod write;
+* in the training namespace, and the inference namespace when fatal nodes evict inference too:
+  ``pods/eviction`` create (the Eviction API, so PodDisruptionBudgets are honoured). A pod labelled as
+  training or inference elsewhere is not the guard's to move: the API server refuses it (403);
 * in ``default``: ``events`` create (node events live there);
 * in the system namespace: ``leases`` create, and get/update of its own Lease only.
 """
@@ -39,8 +41,9 @@ CLUSTER_RULES: tuple[Rule, ...] = (
     Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),
     Rule(api_groups=[""], resources=["nodes/status"], verbs=["patch"]),
     Rule(api_groups=[""], resources=["pods"], verbs=["list"]),
-    Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),
 )
+#: In each namespace whose pods it evicts (``HealthGuardArgs.eviction_namespaces``).
+EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
 EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
 EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
 
@@ -62,16 +65,23 @@ class HealthGuardArgs:
     priority_class: str
     system_pool_selector: dict[str, str]
     image: str
+    #: Where it evicts, by workload (the key names the Role's logical name, so a renamed namespace keeps its
+    #: URN): training always, inference when a fatal node evicts inference too.
+    eviction_namespaces: tuple[tuple[str, str], ...] = (("training", "training"),)
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> HealthGuardArgs:
+        settings = settings_from_config(cfg)
         return cls(
-            settings=settings_from_config(cfg),
+            settings=settings,
             namespace=cfg.system_namespace,
             port=cfg.observability.thermal_guard_port,
             priority_class=cfg.priorities.system.name,
             system_pool_selector=cfg.system_pool_selector,
             image=images.agent_image(APP),
+            eviction_namespaces=(("training", cfg.training_namespace),
+                                 *((("inference", cfg.inference_namespace),) if settings.evict_inference_on_fatal
+                                   else ())),
         )
 
 
@@ -90,6 +100,8 @@ class HealthGuard(pulumi.ComponentResource):
         agent.grant_namespace("events", EVENT_RULES, name=APP, namespace=EVENT_NAMESPACE,
                               annotations=checkov_skips(EVENTS_CHECKOV_SKIPS))
         agent.grant_namespace("lease", lease_rules(args.settings.lease_name), name=f"{APP}-lease")
+        for workload, namespace in args.eviction_namespaces:
+            agent.grant_namespace(f"evict-{workload}", EVICTION_RULES, name=f"{APP}-evict", namespace=namespace)
         pod_name = k8s.core.v1.EnvVarArgs(
             name="POD_NAME",
             value_from=k8s.core.v1.EnvVarSourceArgs(

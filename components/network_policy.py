@@ -1,7 +1,9 @@
 """NetworkPolicies: default deny in the platform namespaces, then only the paths the platform uses.
 
-- **Default deny** (ingress and egress) in the system namespace (agents, controllers, exporters, metrics
-  adapter, generic virtual kubelets) and the inference namespace; every pod there may resolve names (DNS).
+- **Default deny** (ingress and egress) in the system namespace (controllers, metrics adapter, generic virtual
+  kubelets) and the inference namespace; every pod there may resolve names (DNS). The telemetry namespace
+  (the DCGM and InfiniBand exporters, privileged) denies everything but the scrape: its exporters read the
+  node, never the network, so they get no egress at all, not even DNS.
 - **Metrics** ports (named ``metrics``) and inference servers' ``http`` port for scraping accept traffic only
   from the monitoring namespace.
 - **Inference** ingress on ``http`` only from its gateway's namespace (``gateway`` services); ``queue-worker``
@@ -102,6 +104,7 @@ class InferencePaths:
 @dataclass(frozen=True)
 class NetworkPoliciesArgs:
     system_namespace: str
+    telemetry_namespace: str
     inference_namespace: str
     training_namespace: str
     monitoring_namespace: str
@@ -127,6 +130,7 @@ class NetworkPoliciesArgs:
         )
         return cls(
             system_namespace=cfg.system_namespace,
+            telemetry_namespace=cfg.telemetry_namespace,
             inference_namespace=cfg.inference_namespace,
             training_namespace=cfg.training_namespace,
             monitoring_namespace=cfg.monitoring_namespace,
@@ -165,8 +169,11 @@ class NetworkPolicies(pulumi.ComponentResource):
                                                      "by Volcano Jobs (a CRD kube-score does not read)"}))
 
         # Exporters and controllers: their metrics port only from the monitoring namespace.
-        self._policy(sys_ns, "allow-metrics-scrape", ALL_PODS, ingress=[
-            k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[monitoring], ports=tcp("metrics"))])
+        scrape = [k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[monitoring], ports=tcp("metrics"))]
+        self._policy(sys_ns, "allow-metrics-scrape", ALL_PODS, ingress=scrape)
+        # The privileged exporters: scraped from monitoring, nothing else in or out.
+        self._policy(args.telemetry_namespace, "default-deny", ALL_PODS, ingress=[], egress=[])
+        self._policy(args.telemetry_namespace, "allow-metrics-scrape", ALL_PODS, ingress=scrape)
         self._policy(sys_ns, "allow-api-server", app_selector(*args.controllers), egress=[
             k8s.networking.v1.NetworkPolicyEgressRuleArgs(to=api_server, ports=tcp(*API_SERVER_PORTS))])
         self._policy(sys_ns, "allow-prometheus", app_selector(HEALTH_GUARD, ADAPTER), egress=[

@@ -5,6 +5,9 @@ Every object is a ``pulumi_kubernetes`` resource (CRDs through ``CustomResource`
 chart, so the mock runtime, the render tool and the policy pack see the exact DaemonSets, RBAC and
 rules that reach the cluster. The pieces and why they look the way they do:
 
+Both exporters run in the telemetry namespace (``telemetryNamespace``), the only namespace whose Pod Security
+level is ``privileged``; the health guard stays with the other controllers in the system namespace (restricted).
+
 * **dcgm-exporter** (DaemonSet, GPU pools only): our counters CSV in a ConfigMap, a 5 s collection
   interval from the stack (upstream's 30 s is too slow for a 78 °C rule held 2 minutes), only the
   ``SYS_ADMIN`` capability the profiling fields need, and the kubelet pod-resources socket mounted
@@ -103,7 +106,8 @@ class ObservabilityArgs:
     observability: Observability
     pools: list[GpuPool]
     keys: Keys
-    system_namespace: str
+    #: Where the exporters run: the one namespace that admits privileged pods (``telemetryNamespace``).
+    telemetry_namespace: str
     monitoring_namespace: str
     priority_class: str
     system_pool_selector: dict[str, str]
@@ -123,7 +127,7 @@ class ObservabilityArgs:
             observability=o,
             pools=list(cfg.pools),
             keys=keys,
-            system_namespace=cfg.system_namespace,
+            telemetry_namespace=cfg.telemetry_namespace,
             monitoring_namespace=cfg.monitoring_namespace,
             priority_class=cfg.priorities.system.name,
             system_pool_selector=cfg.system_pool_selector,
@@ -311,10 +315,11 @@ class ObservabilityStack(pulumi.ComponentResource):
         """A telemetry exporter on every node of our GPU pools, with its tokenless ServiceAccount and scraping.
 
         The exporters read the node, never the API server: no token is mounted. Rolling 10% at a time keeps
-        most of the fleet measured during an update.
+        most of the fleet measured during an update. They run in the telemetry namespace, the only one that
+        admits what they need (root and SYS_ADMIN, hostPath), apart from the controllers.
         """
         args = self.args
-        ns = args.system_namespace
+        ns = args.telemetry_namespace
         meta = k8s.meta.v1.ObjectMetaArgs
         sa = rbac.service_account(app, ns, labels, self, automount_token=False).service_account
         daemonset = k8s.apps.v1.DaemonSet(
@@ -350,7 +355,7 @@ class ObservabilityStack(pulumi.ComponentResource):
 
     def _dcgm_exporter(self) -> k8s.apps.v1.DaemonSet:
         args = self.args
-        ns = args.system_namespace
+        ns = args.telemetry_namespace
         labels = common_labels(DCGM_APP, "gpu-telemetry", args.dcgm_image.rsplit(":", 1)[-1])
         counters = k8s.core.v1.ConfigMap(
             f"{DCGM_APP}-counters",

@@ -60,11 +60,11 @@ def test_two_replicas_one_leader(prod: RunResult) -> None:
     assert d.metadata["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
 
 
-def test_cluster_rbac_is_exactly_nodes_and_pods(prod: RunResult) -> None:
+def test_cluster_rbac_taints_nodes_and_only_reads_pods(prod: RunResult) -> None:
     role = prod.one("ClusterRole", "gpu-cluster:burst-controller")
     assert role.inputs["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     ]
 
 

@@ -38,7 +38,8 @@ def test_policy_is_only_the_burst_return(prod: RunResult) -> None:
                     "nodeFit": True,
                     "podProtections": {"defaultDisabled": ["PodsWithLocalStorage"]},
                 }},
-                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": ["gpucluster.io/burst"]}},
+                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": ["gpucluster.io/burst"],
+                                                                   "namespaces": {"include": ["inference"]}}},
             ],
             "plugins": {
                 "filter": {"enabled": ["DefaultEvictor"]},
@@ -63,7 +64,8 @@ def test_preferred_affinity_mode_is_opt_in(run_stack: StackRunner) -> None:
         "RemovePodsViolatingNodeTaints", "RemovePodsViolatingNodeAffinity"]
     assert profile["pluginConfig"][2] == {
         "name": "RemovePodsViolatingNodeAffinity",
-        "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]},
+        "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"],
+                 "namespaces": {"include": ["inference"]}},
     }
     assert profile["pluginConfig"][0]["args"]["nodeFit"] is True
 
@@ -93,13 +95,17 @@ def test_rbac_is_upstream_without_extras(prod: RunResult) -> None:
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "update"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "watch", "list"]},
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "watch", "list"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list", "delete"]},
-        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "watch", "list"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "watch", "list"]},
     ]
     binding = prod.one("ClusterRoleBinding", "gpu-cluster:descheduler")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "descheduler", "namespace": NS}]
+    # It evicts in the inference namespace only, the one its policy includes; never deletes.
+    evict = prod.one("Role", "descheduler-evict")
+    assert evict.metadata["namespace"] == "inference"
+    assert evict.inputs["rules"] == [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+    assert prod.one("RoleBinding", "descheduler-evict").inputs["subjects"] == binding.inputs["subjects"]
 
 
 def _error(edit: Any) -> str:

@@ -40,7 +40,6 @@ def test_rbac_is_least_privilege(prod: RunResult) -> None:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     ]
     assert all("*" not in v for r in role.inputs["rules"] for v in r["verbs"] + r["resources"])
     binding = prod.one("ClusterRoleBinding", "gpu-cluster:health-guard")
@@ -55,6 +54,10 @@ def test_rbac_is_least_privilege(prod: RunResult) -> None:
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["health-guard"],
          "verbs": ["get", "update"]},
     ]
+    evict = {r.metadata["namespace"]: r.inputs["rules"] for r in prod.by_kind("Role")
+             if r.metadata["name"] == "health-guard-evict"}
+    assert evict == {ns: [{"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+                     for ns in ("training", "inference")}
 
 
 def test_deployment_two_replicas_one_leader_restricted(prod: RunResult) -> None:

@@ -18,7 +18,7 @@ from components.network_policy import url_port
 from tests.conftest import StackRunner
 from tools.mockrt import RunResult, raw_from_stack
 
-SYS, INF, MON = "gpu-system", "inference", "monitoring"
+SYS, TEL, INF, MON = "gpu-system", "gpu-telemetry", "inference", "monitoring"
 TENANT = "liqo-tenant-dr-cluster-eu-west-4"
 
 
@@ -103,7 +103,8 @@ PROMETHEUS = Pod(MON, {"app.kubernetes.io/name": "prometheus"}, {"web": 9090})
 DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
 BURST = app(SYS, "burst-controller", metrics=9310)
 GUARD = app(SYS, "health-guard", metrics=9316)
-DCGM = app(SYS, "dcgm-exporter", metrics=9400)
+DCGM = app(TEL, "dcgm-exporter", metrics=9400)
+IB = app(TEL, "ib-exporter", metrics=9315)
 ADAPTER = app(SYS, "prometheus-adapter", https=6443)
 VK = app(SYS, "vk-lambda-east", kubelet=10250, metrics=10255)
 LIQO_VK = app(TENANT, "vk-dr-cluster", kubelet=10250, metrics=10255)
@@ -123,19 +124,31 @@ def policies(prod: RunResult) -> Policies:
 def test_default_deny_in_the_platform_namespaces(prod: RunResult, policies: Policies) -> None:
     denies = {(p.metadata["namespace"], p.metadata["name"]): p.inputs["spec"] for p in prod.by_kind("NetworkPolicy")
               if p.metadata["name"] == "default-deny"}
-    assert set(denies) == {(SYS, "default-deny"), (INF, "default-deny")}
+    assert set(denies) == {(SYS, "default-deny"), (TEL, "default-deny"), (INF, "default-deny")}
     assert all(s == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]} for s in denies.values())
     # Anything not listed is refused: pod to pod inside the namespace, and from training.
     assert not policies.allowed(BURST, GUARD, 9316)
     assert not policies.allowed(TRAINING, BURST, 9310)
     assert not policies.allowed(DCGM, HOST, 443)
     # ...while every pod there still resolves names.
-    for pod in (BURST, DCGM, server("sdxl-turbo"), LIQO_VK):
+    for pod in (BURST, server("sdxl-turbo"), LIQO_VK):
         assert policies.allowed(pod, DNS, 53, "UDP") and policies.allowed(pod, DNS, 53, "TCP")
 
 
+def test_the_privileged_exporters_are_only_scraped(prod: RunResult, policies: Policies) -> None:
+    """The telemetry namespace (root, SYS_ADMIN, hostPath) takes the scrape from monitoring and nothing else:
+    no egress at all, not even DNS, and no path from the controllers' namespace."""
+    telemetry = sorted(p.metadata["name"] for p in prod.by_kind("NetworkPolicy") if p.metadata["namespace"] == TEL)
+    assert telemetry == ["allow-metrics-scrape", "default-deny"]
+    for pod in (DCGM, IB):
+        assert policies.allowed(PROMETHEUS, pod, pod.ports["metrics"])
+        assert not policies.allowed(BURST, pod, pod.ports["metrics"]) and not policies.allowed(GUARD, pod, 9400)
+        assert not policies.allowed(pod, DNS, 53, "UDP") and not policies.allowed(pod, HOST, 443)
+        assert not policies.allowed(pod, BURST, 9310) and not policies.allowed(pod, PROMETHEUS, 9090)
+
+
 def test_metrics_ports_only_from_the_monitoring_namespace(policies: Policies) -> None:
-    for pod in (BURST, GUARD, DCGM, app(SYS, "ib-exporter", metrics=9315), VK, LIQO_VK):
+    for pod in (BURST, GUARD, DCGM, IB, VK, LIQO_VK):
         port = pod.ports["metrics"]
         assert policies.allowed(PROMETHEUS, pod, port), pod
         assert not policies.allowed(TRAINING, pod, port), pod

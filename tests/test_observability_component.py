@@ -22,6 +22,7 @@ from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, raw_from_s
 
 P = "gpu-cluster:"
 SYSTEM_NS = "gpu-system"
+TELEMETRY_NS = "gpu-telemetry"
 
 
 def pod_spec(result: RunResult, kind: str, name: str) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def env(c: dict[str, Any]) -> dict[str, Any]:
 
 def test_dcgm_exporter_daemonset(prod: RunResult) -> None:
     ds = prod.one("DaemonSet", "dcgm-exporter")
-    assert ds.metadata["namespace"] == SYSTEM_NS
+    assert ds.metadata["namespace"] == TELEMETRY_NS
     spec = pod_spec(prod, "DaemonSet", "dcgm-exporter")
     c = container(prod, "DaemonSet", "dcgm-exporter")
     assert c["image"] == images.DCGM_EXPORTER == "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
@@ -88,7 +89,7 @@ def test_dcgm_checkov_skips_point_at_the_allow_list_the_pack_enforces(prod: RunR
     assert cited == {"policies/rules/allow_lists.py"}
     assert (Path(__file__).parent.parent / "policies/rules/allow_lists.py").is_file()
     # What the skips excuse (root, SYS_ADMIN) is what that list grants dcgm-exporter, and no more.
-    [dcgm] = [a for a in privileged_agents("gpu-system") if a.name == "dcgm-exporter"]
+    [dcgm] = [a for a in privileged_agents(TELEMETRY_NS) if a.name == "dcgm-exporter"]
     assert dcgm.run_as_root and dcgm.capabilities == {"SYS_ADMIN"}
 
 

@@ -523,7 +523,7 @@ def test_pod_security_restricted() -> None:
     ]
 
 
-def dcgm(name: str = "dcgm-exporter", account: str = "dcgm-exporter", namespace: str = "gpu-system") -> Resource:
+def dcgm(name: str = "dcgm-exporter", account: str = "dcgm-exporter", namespace: str = "gpu-telemetry") -> Resource:
     sys_admin = container(securityContext={"readOnlyRootFilesystem": True, "runAsNonRoot": False,
                                            "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}},
                           volumeMounts=[{"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
@@ -535,7 +535,7 @@ def dcgm(name: str = "dcgm-exporter", account: str = "dcgm-exporter", namespace:
         "template": {"metadata": {"labels": {"app.kubernetes.io/name": name}}, "spec": spec}})
 
 
-DCGM_GRANT = ("dcgm-exporter (namespace 'gpu-system', service account 'dcgm-exporter') is allow-listed for "
+DCGM_GRANT = ("dcgm-exporter (namespace 'gpu-telemetry', service account 'dcgm-exporter') is allow-listed for "
               "capabilities ['SYS_ADMIN'] and read-only host paths ['/var/lib/kubelet/pod-resources'] only")
 
 
@@ -543,7 +543,7 @@ def test_allow_listed_component_keeps_only_its_exception() -> None:
     assert messages("pod-security-restricted", dcgm()) == []
     assert messages("privileges-allow-listed", dcgm()) == []
     # The allow-list is keyed on the pod's identity, not its label: another name with the same identity is fine...
-    assert messages("privileges-allow-listed", dcgm(name="gpu-telemetry")) == []
+    assert messages("privileges-allow-listed", dcgm(name="gpu-metrics")) == []
     # ...and the CAP_ spelling of the same capability too.
     cap_prefixed = dcgm()
     cap_prefixed.props["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = [
@@ -551,7 +551,8 @@ def test_allow_listed_component_keeps_only_its_exception() -> None:
     assert messages("privileges-allow-listed", cap_prefixed) == []
 
 
-@pytest.mark.parametrize(("account", "namespace"), [("default", "gpu-system"), ("dcgm-exporter", "inference")])
+@pytest.mark.parametrize(("account", "namespace"), [("default", "gpu-telemetry"), ("dcgm-exporter", "inference"),
+                                                    ("dcgm-exporter", "gpu-system")])
 def test_a_relabelled_pod_gets_no_privilege(account: str, namespace: str) -> None:
     how = (f"no agent with namespace '{namespace}', service account '{account}' is allow-listed; add a "
            "PrivilegedAgent to policies/rules/allow_lists.py with the reason, or drop the privilege")
@@ -798,7 +799,11 @@ def test_the_pack_serves_the_rules_over_the_analyzer_protocol() -> None:
         # The engine's message is the policy description, a newline, then the rule's message.
         assert [(d.policyName, d.message.split("\n", 1)[1]) for d in response.diagnostics] == [
             ("rbac-least-privilege", "rules[0].verbs contains '*'; list the exact verbs the component uses "
-                                     "(least privilege)")]
+                                     "(least privilege)"),
+            ("rbac-cluster-pod-writes", "rules[0] grants ['*'] on pods cluster-wide; keep list/watch here and write "
+                                        "with a Role in each namespace where the controller acts (training, "
+                                        "inference), or except the grant with its reason in "
+                                        "policies/rules/allow_lists.py")]
         assert response.diagnostics[0].enforcementLevel == analyzer_pb2.EnforcementLevel.Value("MANDATORY")
         channel.close()
     finally:
@@ -819,7 +824,8 @@ def return_policy(**changes: Any) -> dict[str, Any]:
             "pluginConfig": [
                 {"name": "DefaultEvictor", "args": {"labelSelector": {"matchLabels": {WORKLOAD: "inference"}},
                                                     "minPodAge": "600s", "nodeFit": True}},
-                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [f"{PREFIX}/burst"]}},
+                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [f"{PREFIX}/burst"],
+                                                                   "namespaces": {"include": ["inference"]}}},
             ],
             "plugins": {"filter": {"enabled": ["DefaultEvictor"]}, "preEvictionFilter": {"enabled": ["DefaultEvictor"]},
                         "deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},
@@ -861,8 +867,8 @@ def test_descheduler_return_only_refuses_anything_else() -> None:
     evictor.update(minPodAge="30s", nodeFit=False)
     assert messages("descheduler-return-only", policy_map(loose)) == [
         "data.policy.yaml: profile 'burst-return': RemovePodsViolatingNodeTaints args are {'includedTaints': "
-        f"['{PREFIX}/burst', 'node.kubernetes.io/unschedulable']}}; set exactly includedTaints: [{PREFIX}/burst] so "
-        "only pods on closed virtual nodes are moved",
+        f"['{PREFIX}/burst', 'node.kubernetes.io/unschedulable'], 'namespaces': {{'include': ['inference']}}}}; set "
+        f"exactly includedTaints: [{PREFIX}/burst] (and namespaces) so only pods on closed virtual nodes are moved",
         "data.policy.yaml: profile 'burst-return': DefaultEvictor minPodAge is '30s'; set at least '300s' "
         "(descheduler.minPodAgeSeconds) so a pod that just started on external capacity is not moved again",
         "data.policy.yaml: profile 'burst-return': DefaultEvictor nodeFit is False; set nodeFit: true so a pod is "
@@ -875,12 +881,73 @@ def test_descheduler_affinity_plugin_only_when_the_config_turns_it_on() -> None:
     profile = with_affinity["profiles"][0]
     profile["plugins"]["deschedule"]["enabled"].append("RemovePodsViolatingNodeAffinity")
     profile["pluginConfig"].append({"name": "RemovePodsViolatingNodeAffinity",
-                                    "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]}})
+                                    "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"],
+                                             "namespaces": {"include": ["inference"]}}})
     assert len(messages("descheduler-return-only", policy_map(with_affinity))) == 2
     on = replace(CTX, prefer_onprem_affinity=True)
     assert messages("descheduler-return-only", policy_map(with_affinity), ctx=on) == []
     profile["pluginConfig"][-1]["args"]["nodeAffinityType"] = ["requiredDuringSchedulingIgnoredDuringExecution"]
     assert len(messages("descheduler-return-only", policy_map(with_affinity), ctx=on)) == 1
+
+
+def test_descheduler_return_evicts_in_the_inference_namespace_only() -> None:
+    """The return's plugins name the inference namespace, the only one its eviction Role covers."""
+    fix = ("set namespaces: {'include': ['inference']} so the return evicts inference only, where the descheduler's "
+           "eviction Role is")
+    for namespaces in (None, {"include": ["inference", "training"]}, {"exclude": ["kube-system"]},
+                       {"include": ["inference"], "exclude": ["training"]}):
+        wide = return_policy()
+        args = wide["profiles"][0]["pluginConfig"][1]["args"]
+        if namespaces is None:
+            del args["namespaces"]
+        else:
+            args["namespaces"] = namespaces
+        assert messages("descheduler-return-only", policy_map(wide)) == [
+            f"data.policy.yaml: profile 'burst-return': RemovePodsViolatingNodeTaints namespaces are {namespaces!r}; "
+            f"{fix}"], namespaces
+    # The affinity plugin, where the config turns it on, is held to the same namespace.
+    with_affinity = return_policy()
+    profile = with_affinity["profiles"][0]
+    profile["plugins"]["deschedule"]["enabled"].append("RemovePodsViolatingNodeAffinity")
+    profile["pluginConfig"].append({"name": "RemovePodsViolatingNodeAffinity",
+                                    "args": {"nodeAffinityType": ["preferredDuringSchedulingIgnoredDuringExecution"]}})
+    assert messages("descheduler-return-only", policy_map(with_affinity), ctx=replace(
+        CTX, prefer_onprem_affinity=True)) == [
+        f"data.policy.yaml: profile 'burst-return': RemovePodsViolatingNodeAffinity namespaces are None; {fix}"]
+    # Another stack's inference namespace is the one its policy must name.
+    elsewhere = replace(CTX, inference_namespace="serving")
+    assert messages("descheduler-return-only", policy_map(return_policy()), ctx=elsewhere) == [
+        "data.policy.yaml: profile 'burst-return': RemovePodsViolatingNodeTaints namespaces are {'include': "
+        "['inference']}; set namespaces: {'include': ['serving']} so the return evicts inference only, where the "
+        "descheduler's eviction Role is"]
+
+
+def test_cluster_wide_pod_writes_are_refused_unless_excepted() -> None:
+    fix = ("keep list/watch here and write with a Role in each namespace where the controller acts (training, "
+           "inference), or except the grant with its reason in policies/rules/allow_lists.py")
+    reads = role([{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}])
+    assert messages("rbac-cluster-pod-writes", reads) == []
+    writes = role([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["nodes", "pods/status"], "verbs": ["update"]},
+        {"apiGroups": ["apps"], "resources": ["pods"], "verbs": ["delete"]},
+    ])
+    assert messages("rbac-cluster-pod-writes", writes) == [
+        f"rules[0] grants ['patch'] on pods cluster-wide; {fix}",
+        f"rules[1] grants ['create'] on pods/eviction cluster-wide; {fix}",
+        f"rules[2] grants ['update'] on pods/status cluster-wide; {fix}",
+    ]
+    # The same rules in a namespaced Role are where writes belong.
+    namespaced = res("Role", "rbac.authorization.k8s.io/v1", "agent", "inference", rules=writes.props["rules"])
+    assert messages("rbac-cluster-pod-writes", namespaced) == []
+    # An exception covers exactly its grants, with its reason; anything beyond is still refused.
+    excepted = replace(CTX, rbac_exceptions=(RbacException(
+        kind="ClusterRole", name="agent", reason="a node-local agent evicts whatever runs on its node",
+        grants=frozenset({("pods", "patch"), ("pods/eviction", "create")})),))
+    assert messages("rbac-cluster-pod-writes", writes, ctx=excepted) == [
+        f"rules[2] grants ['update'] on pods/status cluster-wide; {fix}"]
 
 
 def test_rbac_escalation_verbs_and_token_minting() -> None:

@@ -341,33 +341,33 @@ def dcgm_copy_in_another_namespace(stack: Stack) -> None:
     stack.clone("DaemonSet", "dcgm-exporter", "dcgm-exporter", namespace="inference")
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/dcgm-exporter")
 def dcgm_with_a_controller_service_account(stack: Stack) -> None:
     live_pod_spec(stack.props("DaemonSet", "dcgm-exporter"))["serviceAccountName"] = "burst-controller"
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/dcgm-exporter")
 def dcgm_extra_capability(stack: Stack) -> None:
     _add_capability(stack.props("DaemonSet", "dcgm-exporter"), "NET_ADMIN")
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/dcgm-exporter")
 def dcgm_extra_host_path(stack: Stack) -> None:
     _add_host_path(stack.props("DaemonSet", "dcgm-exporter"), "/", "/host")
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/ib-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/ib-exporter")
 def ib_exporter_wider_host_path(stack: Stack) -> None:
     spec = live_pod_spec(stack.props("DaemonSet", "ib-exporter"))
     next(v for v in spec["volumes"] if "hostPath" in v)["hostPath"]["path"] = "/"
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/ib-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/ib-exporter")
 def ib_exporter_capability(stack: Stack) -> None:
     _add_capability(stack.props("DaemonSet", "ib-exporter"), "SYS_ADMIN")
 
 
-@mutation("pod-security-restricted", "DaemonSet gpu-system/ib-exporter")
+@mutation("pod-security-restricted", "DaemonSet gpu-telemetry/ib-exporter")
 def ib_exporter_as_root(stack: Stack) -> None:
     props = stack.props("DaemonSet", "ib-exporter")
     live_pod_spec(props)["securityContext"].update(runAsNonRoot=False, runAsUser=0)
@@ -382,17 +382,17 @@ def controller_relabelled_as_inference_runs_as_root(stack: Stack) -> None:
     live_container(props)["securityContext"].update(runAsNonRoot=False, readOnlyRootFilesystem=False)
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/dcgm-exporter")
 def dcgm_privileged(stack: Stack) -> None:
     live_container(stack.props("DaemonSet", "dcgm-exporter"))["securityContext"]["privileged"] = True
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/ib-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/ib-exporter")
 def ib_exporter_host_network(stack: Stack) -> None:
     live_pod_spec(stack.props("DaemonSet", "ib-exporter"))["hostNetwork"] = True
 
 
-@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+@mutation(PRIVILEGES, "DaemonSet gpu-telemetry/dcgm-exporter")
 def dcgm_host_path_read_write(stack: Stack) -> None:
     mounts = live_container(stack.props("DaemonSet", "dcgm-exporter"))["volumeMounts"]
     next(m for m in mounts if m["name"] == "pod-resources")["readOnly"] = False
@@ -461,6 +461,39 @@ def rbac_cluster_wide_secret_reads(stack: Stack) -> None:
 def rbac_provider_secret_writes(stack: Stack) -> None:
     rules = stack.props("ClusterRole", "gpu-cluster:vk-lambda-east")["rules"]
     next(r for r in rules if "secrets" in r["resources"])["verbs"] += ["create", "update", "patch"]
+
+
+# ---- controllers write pods only where they act
+
+POD_WRITES = "rbac-cluster-pod-writes"
+
+
+@mutation(POD_WRITES, "ClusterRole gpu-cluster:burst-controller")
+def burst_controller_patches_pods_cluster_wide(stack: Stack) -> None:
+    """The grant it had before its writes moved to Roles in the inference and training namespaces."""
+    stack.props("ClusterRole", "gpu-cluster:burst-controller")["rules"][1]["verbs"] = ["get", "list", "watch", "patch"]
+
+
+@mutation(POD_WRITES, "ClusterRole gpu-cluster:health-guard")
+def health_guard_evicts_cluster_wide(stack: Stack) -> None:
+    _grant(stack, "ClusterRole", "gpu-cluster:health-guard", "", ["pods/eviction"], ["create"])
+
+
+@mutation(POD_WRITES, "ClusterRole gpu-cluster:descheduler")
+def descheduler_deletes_pods_cluster_wide(stack: Stack) -> None:
+    """Upstream's ClusterRole grants pods delete; the descheduler only evicts, and only in inference."""
+    _grant(stack, "ClusterRole", "gpu-cluster:descheduler", "", ["pods"], ["delete"])
+
+
+@mutation("descheduler-return-only", DESCHEDULER)
+def descheduler_return_in_every_namespace(stack: Stack) -> None:
+    edit_descheduler(stack, lambda doc: _plugin_args(doc, "RemovePodsViolatingNodeTaints").pop("namespaces"))
+
+
+@mutation(PRIVILEGES, "DaemonSet gpu-system/dcgm-exporter")
+def dcgm_back_among_the_controllers(stack: Stack) -> None:
+    """The same DaemonSet and service account in the controllers' (restricted) namespace: not its identity."""
+    stack.clone("DaemonSet", "dcgm-exporter", "dcgm-exporter", namespace="gpu-system")
 
 
 # ---- checkpoints, recognised by their storage class
@@ -640,7 +673,7 @@ def inference_tolerates_the_burst_taint(stack: Stack) -> None:
         {"key": BURST_TAINT, "operator": "Exists", "effect": "NoSchedule"})
 
 
-@mutation("images-pinned", "DaemonSet gpu-system/ib-exporter")
+@mutation("images-pinned", "DaemonSet gpu-telemetry/ib-exporter")
 def image_latest(stack: Stack) -> None:
     image = "registry.gpucluster.io/platform/ib-exporter:latest"
     live_container(stack.props("DaemonSet", "ib-exporter"))["image"] = image

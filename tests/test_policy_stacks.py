@@ -86,7 +86,7 @@ def bad_resources() -> list[Resource]:
                 Options(protect=False, retain_on_delete=True),
                 spec={"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Ti"}}})
     wildcard = k8s("ClusterRole", "rbac.authorization.k8s.io/v1", "wildcard", rules=[
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}])
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}])
     return [taint, unpinned, no_hpa, pdb, claim, wildcard]
 
 

@@ -28,6 +28,9 @@ class ClusterConfig(ConfigModel):
     label_prefix: LabelPrefix = "gpucluster.io"
     gpu_resource: ExtendedResource = "nvidia.com/gpu"
     system_namespace: DnsLabel = "gpu-system"
+    #: The node telemetry exporters (DCGM, InfiniBand): the only namespace whose Pod Security level is
+    #: ``privileged``, so the system namespace, with every controller, enforces ``restricted``.
+    telemetry_namespace: DnsLabel = "gpu-telemetry"
     training_namespace: DnsLabel = "training"
     inference_namespace: DnsLabel = "inference"
     monitoring_namespace: DnsLabel = "monitoring"
@@ -96,20 +99,25 @@ class ClusterConfig(ConfigModel):
 
 
 def namespace_problems(cfg: ClusterConfig) -> list[Problem]:
-    """The platform's namespaces are its own: none of Kubernetes' reserved ones, training and inference (and the
-    system namespace) apart, so quotas, policies and admission rules of one never apply to the other."""
+    """The platform's namespaces are its own: none of Kubernetes' reserved ones, training, inference, the system
+    and the telemetry namespace apart, so quotas, policies and admission rules (the telemetry namespace's
+    ``privileged`` level above all) of one never apply to another."""
     declared = [("systemNamespace", cfg.system_namespace), ("trainingNamespace", cfg.training_namespace),
-                ("inferenceNamespace", cfg.inference_namespace), ("monitoringNamespace", cfg.monitoring_namespace)]
+                ("inferenceNamespace", cfg.inference_namespace), ("telemetryNamespace", cfg.telemetry_namespace),
+                ("monitoringNamespace", cfg.monitoring_namespace)]
     problems = [Problem(key, "is reserved by Kubernetes; choose a namespace of the platform's own", name)
                 for key, name in declared if name in RESERVED_NAMESPACES]
     first: dict[str, str] = {}
-    for key, name in declared[:3]:
+    for key, name in declared[:4]:
         if name in first:
             problems.append(Problem(key, f"is the same namespace as {first[name]}; each needs its own", name))
         first.setdefault(name, key)
     if cfg.monitoring_namespace in (cfg.training_namespace, cfg.inference_namespace):
         problems.append(Problem("monitoringNamespace", "must not be the training or inference namespace",
                                 cfg.monitoring_namespace))
+    if cfg.monitoring_namespace == cfg.telemetry_namespace:
+        problems.append(Problem("telemetryNamespace", "must not be the monitoring namespace: it is the one privileged "
+                                "namespace, and monitoring enforces restricted", cfg.telemetry_namespace))
     return problems
 
 

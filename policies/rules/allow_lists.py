@@ -33,18 +33,19 @@ class PrivilegedAgent:
     run_as_root: bool = False
 
 
-def privileged_agents(system_namespace: str) -> tuple[PrivilegedAgent, ...]:
-    """The platform's privileged agents, in the namespace the stack puts its agents in."""
+def privileged_agents(telemetry_namespace: str) -> tuple[PrivilegedAgent, ...]:
+    """The platform's privileged agents, in the telemetry namespace (``telemetryNamespace``): the one namespace
+    whose Pod Security level admits them, apart from the controllers (the same identity elsewhere is refused)."""
     return (
         PrivilegedAgent(
-            name="dcgm-exporter", namespace=system_namespace, service_account="dcgm-exporter",
+            name="dcgm-exporter", namespace=telemetry_namespace, service_account="dcgm-exporter",
             capabilities=frozenset({"SYS_ADMIN"}), host_paths=frozenset({"/var/lib/kubelet/pod-resources"}),
             run_as_root=True,
             reason="DCGM's profiling fields (tensor and SM activity) need CAP_SYS_ADMIN and its host engine runs as "
                    "root; the kubelet's pod-resources socket maps GPUs to pods",
         ),
         PrivilegedAgent(
-            name="ib-exporter", namespace=system_namespace, service_account="ib-exporter",
+            name="ib-exporter", namespace=telemetry_namespace, service_account="ib-exporter",
             host_paths=frozenset({"/sys"}),
             reason="InfiniBand port and hardware counters are read from the host's /sys/class/infiniband",
         ),

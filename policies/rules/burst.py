@@ -306,9 +306,16 @@ def return_plugin_problems(policy: Mapping[str, Any], ctx: RuleContext) -> list[
         out.append(f"profile '{name}' configures {', '.join(extra_configs)}; only {EVICTOR} and {TAINTS_PLUGIN} belong "
                    "to the return")
     taints = configs.get(TAINTS_PLUGIN, {})
-    if as_seq(taints.get("includedTaints")) != [ctx.keys.burst_taint] or set(taints) - {"includedTaints"}:
+    if as_seq(taints.get("includedTaints")) != [ctx.keys.burst_taint] or set(taints) - {"includedTaints",
+                                                                                        "namespaces"}:
         out.append(f"profile '{name}': {TAINTS_PLUGIN} args are {dict(taints)}; set exactly includedTaints: "
-                   f"[{ctx.keys.burst_taint}] so only pods on closed virtual nodes are moved")
+                   f"[{ctx.keys.burst_taint}] (and namespaces) so only pods on closed virtual nodes are moved")
+    only = {"include": [ctx.inference_namespace]}
+    for plugin in deschedule:
+        namespaces = configs.get(plugin, {}).get("namespaces")
+        if as_map(namespaces) != only:
+            out.append(f"profile '{name}': {plugin} namespaces are {namespaces!r}; set namespaces: {only} so the "
+                       "return evicts inference only, where the descheduler's eviction Role is")
     if ctx.prefer_onprem_affinity and AFFINITY_PLUGIN in configs:
         types = as_seq(configs[AFFINITY_PLUGIN].get("nodeAffinityType"))
         if types != ["preferredDuringSchedulingIgnoredDuringExecution"]:
@@ -329,7 +336,8 @@ def return_plugin_problems(policy: Mapping[str, Any], ctx: RuleContext) -> list[
 @rule(
     "descheduler-return-only",
     "The descheduler policy is exactly the gradual return: one profile whose only deschedule plugin is "
-         "RemovePodsViolatingNodeTaints with includedTaints [the burst taint], and a DefaultEvictor with "
+         "RemovePodsViolatingNodeTaints with includedTaints [the burst taint] in the inference namespace only "
+         "(namespaces.include), and a DefaultEvictor with "
          "minPodAge (at least descheduler.minPodAgeSeconds) and nodeFit.",
     MANDATORY,
     "any other plugin or taint evicts production inference for reasons the burst design never accounted for",

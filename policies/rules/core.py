@@ -100,8 +100,10 @@ class RuleContext:
     virtual_nodes: frozenset[str] = frozenset()
     #: Namespaces of users' training and inference pods (judged by namespace Pod Security admission).
     workload_namespaces: frozenset[str] = frozenset({"training", "inference"})
+    #: The inference namespace: the only one the descheduler's return may evict in.
+    inference_namespace: str = "inference"
     #: Pod identities (namespace, service account) allowed named privileges (policies.rules.allow_lists).
-    privileged: tuple[PrivilegedAgent, ...] = privileged_agents("gpu-system")
+    privileged: tuple[PrivilegedAgent, ...] = privileged_agents("gpu-telemetry")
     #: Roles and bindings allowed named grants beyond the RBAC rules, each with its reason.
     rbac_exceptions: tuple[RbacException, ...] = ()
     #: StorageClasses and pre-provisioned volumes that hold checkpoints: a claim on one is a checkpoint claim.
@@ -139,7 +141,8 @@ class RuleContext:
             max_evictions_total=cfg.descheduler.max_pods_total,
             virtual_nodes=frozenset(p.node_name for p in cfg.providers),
             workload_namespaces=frozenset({cfg.training_namespace, cfg.inference_namespace}),
-            privileged=privileged_agents(cfg.system_namespace),
+            inference_namespace=cfg.inference_namespace,
+            privileged=privileged_agents(cfg.telemetry_namespace),
             rbac_exceptions=rbac_exceptions(p.name for p in cfg.providers),
             checkpoint_classes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if f.dynamic),
             checkpoint_volumes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if not f.dynamic),

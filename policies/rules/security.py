@@ -268,6 +268,43 @@ def check_rbac_cluster_secrets(res: Resource, ctx: RuleContext) -> list[str]:
     return out
 
 
+#: Verbs that change a pod (or act on it through a subresource: evict, bind, exec, status…).
+POD_WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def _pod_resources(entry: Mapping[str, Any]) -> list[str]:
+    """The pod resources and subresources (``pods``, ``pods/eviction``…, or ``*``) a rule of the core group names."""
+    if not ({"", "*"} & {str(g) for g in as_seq(entry.get("apiGroups"))}):
+        return []
+    return [str(r) for r in as_seq(entry.get("resources")) if str(r) in ("pods", "*") or str(r).startswith("pods/")]
+
+
+@rule(
+    "rbac-cluster-pod-writes",
+    "No ClusterRole writes pods (create, update, patch, delete, deletecollection on pods or a pods/ subresource such "
+         "as pods/eviction) cluster-wide unless policies/rules/allow_lists.py excepts exactly those grants for that "
+         "role with a reason; controllers read cluster-wide and write with a Role in each namespace where they act.",
+    MANDATORY,
+    "a cluster-wide pod write lets one controller's bug or stolen token evict or rewrite every workload of the "
+    "cluster, system pods included",
+)
+def check_rbac_cluster_pod_writes(res: Resource, ctx: RuleContext) -> list[str]:
+    if res.kind != "ClusterRole":
+        return []
+    out = []
+    exception = rbac_exception(res, ctx)
+    for index, entry in _rbac_rules(res):
+        resources = _pod_resources(entry)
+        verbs = [str(v) for v in as_seq(entry.get("verbs")) if str(v) in (*POD_WRITE_VERBS, "*")]
+        for resource in resources:
+            refused = _unexcepted([resource], verbs, exception)
+            if refused:
+                out.append(f"rules[{index}] grants {refused} on {resource} cluster-wide; keep list/watch here and "
+                           f"write with a Role in each namespace where the controller acts (training, inference), or "
+                           f"except the grant with its reason in {_EXCEPTIONS_FILE}")
+    return out
+
+
 _CREDENTIAL_ENV = re.compile(r"(^|_)(PASSWORD|PASSWD|TOKEN|API_KEY|APIKEY|SECRET|SECRET_KEY|ACCESS_KEY|CREDENTIALS?)$")
 
 

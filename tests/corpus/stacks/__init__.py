@@ -136,6 +136,13 @@ CASES: list[Case] = [
          edit=at("inferenceNamespace", "training")),
     Case("ns-system-is-training", L, ("trainingNamespace", "systemNamespace"), edit=at("trainingNamespace", "gpu-system")),
     Case("ns-uppercase", L, ("systemNamespace",), edit=at("systemNamespace", "GPU-System")),
+    # The telemetry namespace is the one privileged namespace: never shared with controllers or workloads.
+    Case("ns-telemetry-is-system", P, ("telemetryNamespace", "systemNamespace"),
+         edit=at("telemetryNamespace", "gpu-system")),
+    Case("ns-telemetry-is-inference", L, ("telemetryNamespace", "inferenceNamespace"),
+         edit=at("telemetryNamespace", "inference")),
+    Case("ns-telemetry-is-monitoring", P, ("telemetryNamespace",), edit=at("telemetryNamespace", "monitoring")),
+    Case("ns-telemetry-kube-system", L, ("telemetryNamespace",), edit=at("telemetryNamespace", "kube-system")),
     Case("gpu-resource-no-domain", L, ("gpuResource",), edit=at("gpuResource", "gpu")),
     Case("gpu-resource-k8s-domain", P, ("gpuResource",), edit=at("gpuResource", "kubernetes.io/gpu")),
     Case("gpu-resource-bad-name", L, ("gpuResource",), edit=at("gpuResource", "nvidia.com/GPU!")),
