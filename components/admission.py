@@ -6,9 +6,10 @@ must use the gang scheduler and the training priority class, be held to on-prem 
 gate where the stack runs the handover, and tolerate neither the virtual-node taints nor every taint.
 ``admissionregistration.k8s.io/v1`` policies need Kubernetes 1.30 or newer (GA there).
 
-Each rule is one row of :data:`rules`: a CEL predicate over one pod spec and the message that says what to
-change. The pod policy applies it to ``object.spec``; the Volcano Job policy to every task's template,
-with the Job's own ``schedulerName``/``priorityClassName`` as the fallback Volcano applies to its pods.
+Each rule is a row of the guardrail table (:mod:`components.guardrail_rules`, shared with the policy pack,
+which holds the stack's own objects to the same rows) with a CEL predicate here over one pod spec; its
+message is the row's. The pod policy applies it to ``object.spec``; the Volcano Job policy to every task's
+template, with the Job's own ``schedulerName``/``priorityClassName`` as the fallback Volcano applies to its pods.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import ClusterConfig, SchedulingEngine
+from components.guardrail_rules import GUARDRAILS, TRAINING, VAP_GA, Names, guardrail
 from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys, common_labels
 
-#: admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy is served from this version on (GA in 1.30).
-VAP_GA = (1, 30)
 POD_POLICY = "gpucluster-training-pods"
 JOB_POLICY = "gpucluster-training-volcano-jobs"
 #: Cluster-wide: only standby inference tolerates the burst taint; no node gets it as NoExecute.
@@ -74,6 +74,13 @@ class GuardrailArgs:
             served=cfg.k8s_minor >= VAP_GA,
         )
 
+    @property
+    def names(self) -> Names:
+        keys = Keys(self.label_prefix)
+        return Names(scheduler=self.scheduler_name, priority_class=self.priority_class, location_key=keys.location,
+                     onprem=ONPREM, provider_taint=VK_PROVIDER_TAINT, burst_taint=keys.burst_taint,
+                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY)
+
 
 def _q(value: str) -> str:
     """A CEL string literal."""
@@ -87,7 +94,7 @@ def _effective(spec: str, fallback: str | None, field: str) -> str:
 
 
 def rules(args: GuardrailArgs) -> list[Rule]:
-    """The rule table; both policies are generated from it."""
+    """The table's training rows with their CEL; both training policies are generated from it."""
     keys = Keys(args.label_prefix)
     location = _q(keys.location)
     forbidden = "[" + ", ".join(_q(k) for k in (VK_PROVIDER_TAINT, keys.burst_taint)) + "]"
@@ -119,31 +126,21 @@ def rules(args: GuardrailArgs) -> list[Rule]:
             f"!((has(t.key) ? t.key : '') in {forbidden}))"
         )
 
-    table = [
-        Rule("gang-scheduler", scheduler,
-             f"a GPU training pod must set schedulerName: {args.scheduler_name} (the gang scheduler: one capacity "
-             f"view, gang admission and reclaim); submit with `gpucluster train submit` or set it in the template"),
-        Rule("training-priority", priority,
-             f"a GPU training pod must set priorityClassName: {args.priority_class} (training outranks inference "
-             f"on on-prem GPUs); set it in the pod template"),
-        Rule("onprem-affinity", onprem,
-             f"a GPU training pod must require on-prem nodes: a required node affinity term with "
-             f"{keys.location} In [{ONPREM}] (in every term), or nodeSelector {keys.location}: {ONPREM}; "
-             f"training never runs on virtual nodes"),
-        Rule("no-virtual-node-toleration", no_virtual,
-             f"a GPU training pod must not tolerate {VK_PROVIDER_TAINT} or {keys.burst_taint}, nor every taint "
-             f"(operator Exists without a key): remove that toleration; only standby inference may run there"),
-    ]
-    if args.handover_gate is not None:
-        gate = _q(args.handover_gate)
+    def gated(s: str, f: str | None) -> str:
+        return (f"has({s}.schedulingGates) && {s}.schedulingGates.exists(g, g.name == "
+                f"{_q(args.handover_gate or '')})")
 
-        def gated(s: str, f: str | None) -> str:
-            return f"has({s}.schedulingGates) && {s}.schedulingGates.exists(g, g.name == {gate})"
-
-        table.append(Rule("handover-gate", gated,
-                          f"a GPU training pod must start behind the scheduling gate {args.handover_gate} (the "
-                          f"burst controller lifts it once inference is covered); add it to schedulingGates"))
-    return table
+    checks: dict[str, Callable[[str, str | None], str]] = {
+        "gang-scheduler": scheduler,
+        "training-priority": priority,
+        "onprem-affinity": onprem,
+        "no-virtual-node-toleration": no_virtual,
+        "handover-gate": gated,
+    }
+    names = args.names
+    # The gate rule only where the stack runs the handover (and so lifts the gate).
+    return [Rule(row.id, checks[row.id], row.message(names)) for row in GUARDRAILS
+            if row.policy == TRAINING and (row.id != "handover-gate" or args.handover_gate is not None)]
 
 
 def _requests_gpu(spec: str, gpu: str) -> str:
@@ -227,8 +224,7 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
             "validations": [{
                 "expression": f"has(object.metadata.labels) && {role} in object.metadata.labels && "
                               f"object.metadata.labels[{role}] == {_q(STANDBY)}",
-                "message": f"only standby inference (label {keys.role}: {STANDBY}) may tolerate the burst taint "
-                           f"{keys.burst_taint}; remove that toleration",
+                "message": guardrail("standby-only-burst-toleration").message(args.names),
             }],
         },
         NODE_TAINT_POLICY: {
@@ -240,8 +236,7 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
                 "expression": f"!has(object.spec.taints) || !object.spec.taints.exists(t, {no_execute}) || "
                               f"(request.operation == 'UPDATE' && has(oldObject.spec.taints) && "
                               f"oldObject.spec.taints.exists(t, {no_execute}))",
-                "message": f"a node must not get the burst taint {keys.burst_taint} as NoExecute (it would evict "
-                           f"running inference when the burst opens); use NoSchedule",
+                "message": guardrail("no-noexecute-burst-taint").message(args.names),
             }],
         },
     }

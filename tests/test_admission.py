@@ -79,17 +79,17 @@ CASES: list[tuple[str, Any, str | None]] = [
     ("no scheduler set", _without("schedulerName"), "schedulerName: volcano"),
     ("no priority class", _without("priorityClassName"), "priorityClassName: gpu-training"),
     ("inference priority", _set("priorityClassName", "gpu-inference"), "priorityClassName: gpu-training"),
-    ("no affinity", _without("affinity"), "require on-prem nodes"),
+    ("no affinity", _without("affinity"), "held to on-prem nodes"),
     ("affinity allows external", lambda s: s["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0].update(
-        values=["onprem", "external"]), "require on-prem nodes"),
+        values=["onprem", "external"]), "held to on-prem nodes"),
     ("a second term without location", lambda s: s["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].append(
         {"matchExpressions": [{"key": "gpucluster.io/pool", "operator": "In", "values": ["h100-a"]}]}),
-     "require on-prem nodes"),
+     "held to on-prem nodes"),
     ("only preferred affinity", _set("affinity", {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "preference": {"matchExpressions": [{"key": LOC, "operator": "In", "values": ["onprem"]}]}}]}}),
-     "require on-prem nodes"),
+     "held to on-prem nodes"),
     ("node selector instead of affinity", lambda s: (s.pop("affinity"), s.__setitem__("nodeSelector", {LOC: "onprem"})),
      None),
     ("tolerates the provider taint", lambda s: s["tolerations"].append(
@@ -98,9 +98,9 @@ CASES: list[tuple[str, Any, str | None]] = [
         {"key": "gpucluster.io/burst", "operator": "Equal", "value": "on", "effect": "NoSchedule"}),
      "must not tolerate"),
     ("tolerates everything", lambda s: s["tolerations"].append({"operator": "Exists"}), "must not tolerate"),
-    ("no handover gate", _without("schedulingGates"), "scheduling gate gpucluster.io/handover"),
+    ("no handover gate", _without("schedulingGates"), "add gpucluster.io/handover to schedulingGates"),
     ("another gate only", _set("schedulingGates", [{"name": "example.com/other"}]),
-     "scheduling gate gpucluster.io/handover"),
+     "add gpucluster.io/handover to schedulingGates"),
 ]
 
 
@@ -154,10 +154,10 @@ def test_without_handover_no_gate_rule_and_without_volcano_no_job_policy() -> No
     specs = policy_specs(args)
     assert list(specs) == [POD_POLICY]
     spec = good_pod_spec(gate=False)
-    assert refusals(specs[POD_POLICY], {"spec": spec}) == ["a GPU training pod must set schedulerName: kube-batch "
-                                                          "(the gang scheduler: one capacity view, gang admission "
-                                                          "and reclaim); submit with `gpucluster train submit` or "
-                                                          "set it in the template"]
+    assert refusals(specs[POD_POLICY], {"spec": spec}) == [
+        "a GPU pod must go through the gang scheduler kube-batch (two schedulers double-book GPUs, and the gang "
+        "scheduler cannot preempt pods it did not place); set schedulerName: kube-batch, or submit with "
+        "`gpucluster train submit`"]
 
 
 @pytest.mark.parametrize("stack", ["prod", "local"])
@@ -236,7 +236,7 @@ def test_no_node_gets_the_burst_taint_as_noexecute(prod: RunResult, old: Any, ne
            "request": celpy.json_to_cel({"operation": "CREATE" if old is None else "UPDATE"})}
     [v] = spec["validations"]
     assert bool(env.program(env.compile(v["expression"])).evaluate(act)) is not refused
-    assert "use NoSchedule" in v["message"]
+    assert "use effect NoSchedule" in v["message"]
 
 
 def test_stack_pods_meet_the_burst_toleration_rule(prod: RunResult) -> None:

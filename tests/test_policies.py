@@ -189,7 +189,7 @@ def test_gpu_scheduler_and_platform_pods_without_gpus_are_not_concerned() -> Non
     assert messages("gpu-scheduler", bad) == [
         "spec.template.spec: GPU pod uses schedulerName 'default-scheduler'; every GPU pod must go through "
         "'volcano' (two schedulers double-book GPUs and the gang scheduler cannot preempt pods it did not "
-        "place); set schedulerName: volcano"
+        "place); set schedulerName: volcano, or submit with `gpucluster train submit`"
     ]
 
 
@@ -243,8 +243,8 @@ def test_training_outranks_inference() -> None:
     assert messages("training-outranks-inference", training_job()) == []
     assert messages("training-outranks-inference", training_job(priorityClassName="gpu-inference")) == [
         "spec.tasks[worker].template.spec: training uses priorityClassName 'gpu-inference' (value 10000), which "
-        "does not outrank inference ('gpu-inference', value 10000); set priorityClassName: gpu-training so a "
-        "gang can take GPUs from inference"
+        "does not outrank inference ('gpu-inference', value 10000), so a gang cannot take GPUs from inference; "
+        "set priorityClassName: gpu-training"
     ]
 
 
@@ -255,7 +255,7 @@ def test_training_onprem_only() -> None:
             {"key": f"{PREFIX}/location", "operator": "In", "values": ["onprem"]}]}}]}}
     expected = [
         "spec.tasks[worker].template.spec: training pods may land on a virtual node; add a required node "
-        f"affinity whose every term has '{PREFIX}/location In [onprem]' or 'type NotIn [virtual-kubelet]'"
+        f"affinity whose every term has {PREFIX}/location In [onprem] (or 'type NotIn [virtual-kubelet]')"
     ]
     assert messages("training-onprem-only", training_job(affinity=preferred_only)) == expected
     # One term that allows external nodes is enough to reach a virtual node (terms are ORed).
@@ -357,8 +357,8 @@ def test_inference_no_burst_toleration() -> None:
     assert messages("inference-no-burst-toleration", inference()) == []
     burst = inference(tolerations=[{"key": f"{PREFIX}/burst", "operator": "Exists", "effect": "NoSchedule"}])
     assert messages("inference-no-burst-toleration", burst) == [
-        f"spec.template.spec: inference tolerates the burst taint {PREFIX}/burst; remove that toleration "
-        "(tolerate only the provider's taint) so closing burst capacity keeps new pods on-prem"
+        f"spec.template.spec: inference that is no standby tolerates the burst taint {PREFIX}/burst, so closing "
+        "burst capacity would not keep new pods on-prem; remove that toleration (tolerate only the provider's taint)"
     ]
     everything = inference(tolerations=[{"operator": "Exists"}])
     assert messages("inference-no-burst-toleration", everything) == [

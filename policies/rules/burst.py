@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from components.guardrail_rules import guardrail
 from components.naming import INFERENCE, TRAINING, VK_PROVIDER_TAINT
 from policies.rules.core import (
     ADVISORY,
@@ -64,7 +65,8 @@ def check_no_noexecute(res: Resource, ctx: RuleContext) -> list[str]:
     out = []
     # The health guard's quarantine evicts through the Eviction API (PDBs honoured), never by NoExecute.
     guarded = (ctx.keys.burst_taint, ctx.keys.thermal_taint, ctx.keys.health_taint)
-    fix = "use effect NoSchedule (running pods stay; the descheduler moves them back gradually)"
+    fix = (f"{guardrail('no-noexecute-burst-taint').fix_text(ctx.guardrail_names)} (running pods stay; the "
+           "descheduler moves them back gradually)")
     if res.kind == "Node":
         virtual = _is_virtual_node(res, ctx)
         for taint in (as_map(t) for t in as_seq(as_map(res.props.get("spec")).get("taints"))):
@@ -181,9 +183,10 @@ def check_inference_no_burst_toleration(res: Resource, ctx: RuleContext) -> list
                 out.append(f"{pod.where}: a standby tolerates the burst taint but may land on-prem; require "
                            f"'{ctx.keys.location} In [external]' in every required node affinity term")
             elif tol.get("key") == ctx.keys.burst_taint:
-                out.append(f"{pod.where}: inference tolerates the burst taint {ctx.keys.burst_taint}; remove that "
-                           "toleration (tolerate only the provider's taint) so closing burst capacity keeps new "
-                           "pods on-prem")
+                out.append(f"{pod.where}: inference that is no standby tolerates the burst taint "
+                           f"{ctx.keys.burst_taint}, so closing burst capacity would not keep new pods on-prem; "
+                           f"{guardrail('standby-only-burst-toleration').fix_text(ctx.guardrail_names)} "
+                           "(tolerate only the provider's taint)")
             elif not tol.get("key") and tol.get("operator") == "Exists":
                 out.append(f"{pod.where}: a toleration with operator Exists and no key tolerates every taint, "
                            f"including {ctx.keys.burst_taint}; list the taints inference may tolerate instead")

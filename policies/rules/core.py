@@ -14,7 +14,8 @@ from typing import Any
 from pulumi_policy import EnforcementLevel
 
 from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling
-from components.naming import Keys
+from components.guardrail_rules import Names
+from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys
 from policies.rules.allow_lists import PrivilegedAgent, RbacException, privileged_agents, rbac_exceptions
 
 MANDATORY, ADVISORY = EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY
@@ -119,10 +120,20 @@ class RuleContext:
     secrets_marked: bool = True
     #: Plain (non-secret) string values of the stack file; a credential equal to one came from plain config.
     plain_config_values: frozenset[str] = frozenset()
+    #: The scheduling gate training pods start behind, or None where the stack runs no handover.
+    handover_gate: str | None = None
 
     @property
     def keys(self) -> Keys:
         return Keys(self.label_prefix)
+
+    @property
+    def guardrail_names(self) -> Names:
+        """The names the guardrail table's texts speak of (components.guardrail_rules), as this stack has them."""
+        keys = self.keys
+        return Names(scheduler=self.scheduler_name, priority_class=self.training_class, location_key=keys.location,
+                     onprem=ONPREM, provider_taint=VK_PROVIDER_TAINT, burst_taint=keys.burst_taint,
+                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY)
 
     @classmethod
     def from_config(
@@ -152,6 +163,9 @@ class RuleContext:
             prefer_onprem_affinity=cfg.descheduler.prefer_onprem_affinity,
             secrets_marked=secrets_marked,
             plain_config_values=frozenset(plain_config_values),
+            # As the training template and the admission policy decide it: only Volcano honours the gate.
+            handover_gate=(Keys(cfg.label_prefix).handover_gate
+                           if cfg.handover_active and cfg.scheduling.engine.value == "volcano" else None),
         )
 
     @classmethod

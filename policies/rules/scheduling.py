@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from components.guardrail_rules import guardrail
+from components.naming import VK_PROVIDER_TAINT
 from policies.rules.core import ADVISORY, MANDATORY, Resource, RuleContext, as_map, as_seq, quantity, rule
 from policies.rules.pods import gpu_counts, is_training, is_volcano_job, pod_templates, requests_gpus
 
@@ -75,7 +77,7 @@ def check_gpu_scheduler(res: Resource, ctx: RuleContext) -> list[str]:
             out.append(
                 f"{pod.where}: GPU pod uses schedulerName '{name}'; every GPU pod must go through "
                 f"'{ctx.scheduler_name}' (two schedulers double-book GPUs and the gang scheduler cannot preempt "
-                f"pods it did not place); set schedulerName: {ctx.scheduler_name}"
+                f"pods it did not place); {guardrail('gang-scheduler').fix_text(ctx.guardrail_names)}"
             )
     return out
 
@@ -139,8 +141,8 @@ def check_training_outranks_inference(res: Resource, ctx: RuleContext) -> list[s
         if value is None or inference_value is None or value <= inference_value:
             out.append(
                 f"{pod.where}: training uses priorityClassName {cls!r} (value {value}), which does not outrank "
-                f"inference ('{ctx.inference_class}', value {inference_value}); set priorityClassName: "
-                f"{ctx.training_class} so a gang can take GPUs from inference"
+                f"inference ('{ctx.inference_class}', value {inference_value}), so a gang cannot take GPUs from "
+                f"inference; {guardrail('training-priority').fix_text(ctx.guardrail_names)}"
             )
     return out
 
@@ -160,7 +162,7 @@ def _term_excludes_virtual(term: Mapping[str, Any], ctx: RuleContext) -> bool:
 @rule(
     "training-onprem-only",
     "Training pods (by PriorityClass, label or Volcano Job, in any workload kind) have a required node affinity "
-         "that excludes virtual nodes.",
+         "that excludes virtual nodes, and tolerate neither the virtual nodes' taints nor every taint.",
     MANDATORY,
     "a gang member on external capacity stalls the whole NCCL ring",
 )
@@ -173,11 +175,36 @@ def check_training_onprem(res: Resource, ctx: RuleContext) -> list[str]:
             as_map(as_map(pod.spec.get("affinity")).get("nodeAffinity")).get("requiredDuringSchedulingIgnoredDuringExecution")
         )
         terms = [as_map(t) for t in as_seq(required.get("nodeSelectorTerms"))]
+        names = ctx.guardrail_names
         if not terms or not all(_term_excludes_virtual(t, ctx) for t in terms):
-            out.append(
-                f"{pod.where}: training pods may land on a virtual node; add a required node affinity whose every "
-                f"term has '{ctx.keys.location} In [onprem]' or 'type NotIn [virtual-kubelet]'"
-            )
+            out.append(f"{pod.where}: training pods may land on a virtual node; "
+                       f"{guardrail('onprem-affinity').fix_text(names)} (or 'type NotIn [virtual-kubelet]')")
+        virtual = (VK_PROVIDER_TAINT, ctx.keys.burst_taint)
+        for tol in (as_map(t) for t in as_seq(pod.spec.get("tolerations"))):
+            if tol.get("key") in virtual or (not tol.get("key") and tol.get("operator") == "Exists"):
+                out.append(f"{pod.where}: training tolerates {tol.get('key') or 'every taint'}, which lets it "
+                           f"onto virtual nodes; {guardrail('no-virtual-node-toleration').fix_text(names)}")
+    return out
+
+
+@rule(
+    "training-handover-gate",
+    "Where the stack runs the make-before-break handover, training pods (by PriorityClass, label or Volcano "
+         "Job) start behind its scheduling gate.",
+    MANDATORY,
+    "an ungated gang takes inference's GPUs by reclaim before a standby covers them: ready inference drops",
+)
+def check_training_handover_gate(res: Resource, ctx: RuleContext) -> list[str]:
+    if ctx.handover_gate is None:
+        return []
+    out = []
+    for pod in pod_templates(res):
+        if not is_training(res, pod, ctx):
+            continue
+        gates = [as_map(g).get("name") for g in as_seq(pod.spec.get("schedulingGates"))]
+        if ctx.handover_gate not in gates:
+            out.append(f"{pod.where}: training starts without the handover gate (gates {gates}); "
+                       f"{guardrail('handover-gate').fix_text(ctx.guardrail_names)}")
     return out
 
 
