@@ -311,10 +311,12 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
     }
 
 
-def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "20s") -> list[str]:
-    """The descheduler runs on demand with a policy file (the stack's, for ``make up`` and e2e)."""
+def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "20s",
+                        kubeconfig: Path | None = None) -> list[str]:
+    """The descheduler runs on demand with a policy file (the stack's, for ``make up`` and e2e), as its own
+    ServiceAccount where ``kubeconfig`` holds that account's token (the admin kubeconfig otherwise)."""
     return [
-        str(lay.bin / "descheduler"), f"--kubeconfig={lay.kubeconfig}",
+        str(lay.bin / "descheduler"), f"--kubeconfig={kubeconfig or lay.kubeconfig}",
         f"--policy-config-file={lay.descheduler_policy}", f"--descheduling-interval={interval}",
         "--bind-address=127.0.0.1", f"--secure-port={ports['descheduler']}", "--v=2",
     ]

@@ -113,9 +113,9 @@ def deployed_guard_settings(lay: Layout, overrides: Mapping[str, Any] | None = N
     """
     import json
 
+    from agents.health_guard.contract import APP as GUARD_APP
     from agents.health_guard.contract import parse_settings, settings_document
     from components.health_guard import SETTINGS_KEY
-    from components.observability import GUARD_APP
 
     for cm in _configmaps(lay):
         if cm.metadata.name == f"{GUARD_APP}-settings" and SETTINGS_KEY in (cm.data or {}):
@@ -136,39 +136,54 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
     The guard reads its signals from the Prometheus its deployed settings name; `guard_overrides` points it
     elsewhere (the end-to-end test runs a Prometheus of its own) or shortens its holds, probation and limits;
     `guard_metrics_port` fixes its metrics port so that Prometheus can scrape it.
+
+    Each agent acts as the ServiceAccount the stack deployed for it (a token in its own kubeconfig, see
+    tools/localcluster/agent_identity.py), so what its RBAC does not allow fails here as in a cluster.
     """
+    from tools.localcluster import agent_identity
+
     notes: list[str] = []
     ports = control.load_ports(lay) or {}
     extra = control.free_ports(["burst_metrics", "guard_metrics"])
+    cfg = load_stack_config(ROOT, stack)
+    if cfg is None:
+        raise control.ClusterError(f"Pulumi.{stack}.yaml not found; cannot tell the agents' ServiceAccounts")
+    system_namespace = cfg.system_namespace
+
+    def identity(account: str) -> Path | None:
+        kubeconfig = agent_identity.agent_kubeconfig(lay, system_namespace, account)
+        if kubeconfig is None:
+            notes.append(f"{account}: the stack deployed no ServiceAccount {system_namespace}/{account}; not started")
+        return kubeconfig
 
     settings = deployed_burst_settings(lay) or burst_settings_from_stack(stack)
     burst_conf = lay.state / "burst-controller.yaml"
     burst_conf.write_text(settings)
     burst = _console_script("burst-controller")
-    if burst:
-        control.start_process(lay, "burst-controller", [
-            burst, "--config", str(burst_conf), "--kubeconfig", str(lay.kubeconfig),
-            "--metrics-port", str(extra["burst_metrics"]), "--identity", "localcluster"])
-    else:
+    if not burst:
         notes.append("burst-controller: console script not installed (make venv)")
+    elif kubeconfig := identity("burst-controller"):
+        control.start_process(lay, "burst-controller", [
+            burst, "--config", str(burst_conf), "--kubeconfig", str(kubeconfig),
+            "--metrics-port", str(extra["burst_metrics"]), "--identity", "localcluster"])
 
     guard = _console_script("health-guard")
     guard_settings = deployed_guard_settings(lay, guard_overrides)
-    if guard and guard_settings:
+    if not (guard and guard_settings):
+        notes.append("health-guard: console script not installed or no settings deployed; not started")
+    elif kubeconfig := identity("health-guard"):
         guard_conf = lay.state / "health-guard.json"
         guard_conf.write_text(guard_settings)
         control.start_process(lay, "health-guard", [
-            guard, "--config", str(guard_conf), "--kubeconfig", str(lay.kubeconfig),
+            guard, "--config", str(guard_conf), "--kubeconfig", str(kubeconfig),
             "--metrics-port", str(guard_metrics_port or extra["guard_metrics"]), "--identity", "localcluster"])
-    else:
-        notes.append("health-guard: console script not installed or no settings deployed; not started")
 
     policy = deployed_descheduler_policy(lay)
-    if policy and ports:
-        lay.descheduler_policy.write_text(policy)
-        control.start_process(lay, "descheduler", descheduler_command(lay, ports))
-    else:
+    if not (policy and ports):
         notes.append("descheduler: the stack deployed no DeschedulerPolicy ConfigMap; not started")
+    elif kubeconfig := identity("descheduler"):
+        lay.descheduler_policy.write_text(policy)
+        control.start_process(lay, "descheduler", descheduler_command(lay, ports, kubeconfig=kubeconfig))
     return notes
 
 
