@@ -4,6 +4,10 @@ PY := .venv/bin/python
 STACK ?= prod
 OUT ?= out/$(STACK)
 STATE := .state
+# Long steps (pip, apt, Go builds) print "<step>: still running after 2m30s" every 30 s (tools/progress.sh).
+PROGRESS := bash tools/progress.sh
+# $(call apt_install,<packages>): apt-get update + install, quietly, with the heartbeat.
+apt_install = $(PROGRESS) "apt: installing $(1)" -- bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1)'
 
 .PHONY: venv test lint unit preview render policy bench
 .DEFAULT_GOAL := preview
@@ -11,7 +15,7 @@ STATE := .state
 venv: .venv/.installed
 .venv/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
-	@.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	@$(PROGRESS) "venv: pip install -r requirements.txt" -- .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
 	@.venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 

@@ -6,7 +6,7 @@
 # Debian's fio (3.33 on bookworm) produces the JSON the in-cluster reducer parses; the tests run it
 # for real on a temporary directory. The guard keeps a machine that already has it from touching apt.
 checkpoint-tools: venv
-	@command -v fio >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio)
+	@command -v fio >/dev/null || $(call apt_install,fio)
 
 checkpoint-test: checkpoint-tools
 	.venv/bin/pytest -q tests/test_checkpoint.py tests/test_checkpoint_config.py tests/test_checkpoint_sizing.py \

@@ -6,8 +6,8 @@
 # Debian's prometheus package ships promtool (check/test rules); prometheus-node-exporter is the peer
 # the IB exporter is compared with. The guard keeps a machine that already has them from touching apt.
 observability-tools: venv
-	@command -v promtool >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus)
-	@command -v prometheus-node-exporter >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus-node-exporter)
+	@command -v promtool >/dev/null || $(call apt_install,prometheus)
+	@command -v prometheus-node-exporter >/dev/null || $(call apt_install,prometheus-node-exporter)
 
 observability-test: observability-tools
 	.venv/bin/pytest -q tests/test_ib_exporter.py tests/test_ib_vs_node_exporter.py tests/test_alert_rules.py \

@@ -30,19 +30,19 @@ diff: venv
 
 $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION):
 	@test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
-	@$(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	@$(PROGRESS) "checkov: pip install checkov==$(CHECKOV_VERSION)" -- $(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check checkov==$(CHECKOV_VERSION)
 	@rm -f $(CHECKOV_VENV)/.installed-* && touch $@
 
 $(STATE)/bin/.actionlint-$(ACTIONLINT_VERSION):
-	@command -v go >/dev/null || test -x /usr/local/go/bin/go || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go)
+	@command -v go >/dev/null || test -x /usr/local/go/bin/go || $(call apt_install,golang-go)
 	@mkdir -p $(STATE)/bin
-	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(abspath $(STATE)/bin) go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(abspath $(STATE)/bin) $(PROGRESS) "actionlint: go install $(ACTIONLINT_VERSION)" -- go install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 	@rm -f $(STATE)/bin/.actionlint-* && touch $@
 
 $(STATE)/bin/.kube-score-$(KUBE_SCORE_VERSION):
-	@command -v go >/dev/null || test -x /usr/local/go/bin/go || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go)
+	@command -v go >/dev/null || test -x /usr/local/go/bin/go || $(call apt_install,golang-go)
 	@mkdir -p $(STATE)/bin
-	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(abspath $(STATE)/bin) go install github.com/zegl/kube-score/cmd/kube-score@$(KUBE_SCORE_VERSION)
+	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(abspath $(STATE)/bin) $(PROGRESS) "kube-score: go install $(KUBE_SCORE_VERSION)" -- go install github.com/zegl/kube-score/cmd/kube-score@$(KUBE_SCORE_VERSION)
 	@rm -f $(STATE)/bin/.kube-score-* && touch $@
 
 policy-tools: $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION) $(STATE)/bin/.actionlint-$(ACTIONLINT_VERSION) \

@@ -1,0 +1,96 @@
+"""The heartbeat helpers (tools/progress.sh for shell steps, tools/progress.py for Python steps): a long step
+prints that it is alive at every interval, a fast one stays quiet, and the step's exit status survives."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.mockrt import ROOT
+from tools.progress import format_elapsed, heartbeat
+
+PROGRESS = ROOT / "tools" / "progress.sh"
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(PROGRESS), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def test_a_command_longer_than_the_interval_beats_and_keeps_its_exit_code() -> None:
+    proc = run("--every", "1", "slow step", "--", "bash", "-c", "echo its own output; sleep 2.5; exit 7")
+    assert proc.returncode == 7
+    assert proc.stdout == "its own output\n"
+    beats = [line for line in proc.stderr.splitlines() if line.startswith("slow step: still running after ")]
+    assert len(beats) >= 2, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("slow step: failed (exit 7) after ")
+
+
+def test_a_fast_command_prints_nothing_of_ours() -> None:
+    started = time.monotonic()
+    proc = run("--every", "5", "fast step", "--", "bash", "-c", "echo done")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "done\n", "")
+    assert time.monotonic() - started < 4, "a fast command is not held for the interval"
+
+
+def test_a_logged_command_beats_with_its_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    proc = run("--every", "1", "--log", str(log), "engine", "--",
+               "bash", "-c", "echo 'go: downloading x'; sleep 1.6; echo 'engine: building provider'; sleep 1.2")
+    assert proc.returncode == 0
+    assert proc.stdout == ""
+    assert log.read_text() == "go: downloading x\nengine: building provider\n"
+    assert "engine: still running after 1s; last: go: downloading x" in proc.stderr
+    assert "last: engine: building provider" in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("engine: done in ")
+
+
+def test_timeouts_exit_status_passes_through() -> None:
+    assert run("--every", "1", "bounded", "--", "timeout", "1", "sleep", "5").returncode == 124
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["label-only"], "usage: tools/progress.sh"),
+        (["label", "true"], "usage: tools/progress.sh"),
+        (["--every", "0", "label", "--", "true"], "--every must be a whole number of seconds >= 1, not '0'"),
+        (["--every", "soon", "label", "--", "true"], "not 'soon'"),
+    ],
+)
+def test_bad_usage_is_refused(args: list[str], message: str) -> None:
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_the_python_heartbeat_beats_for_a_long_block_only() -> None:
+    out = io.StringIO()
+    with heartbeat("chart rendering", every_s=0.2, stream=out, detail=lambda: "volcano 1.14.1"):
+        time.sleep(0.7)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "chart rendering: still running after 0s; volcano 1.14.1"
+    assert len(lines) >= 3 and lines[-1] == "chart rendering: done in 0s"
+    quiet = io.StringIO()
+    with heartbeat("warm", every_s=5, stream=quiet):
+        pass
+    assert quiet.getvalue() == ""
+
+
+def test_the_python_heartbeat_says_when_the_block_failed() -> None:
+    out = io.StringIO()
+    with pytest.raises(RuntimeError, match="render failed"), heartbeat("chart", every_s=0.1, stream=out):
+        time.sleep(0.25)
+        raise RuntimeError("render failed")
+    assert out.getvalue().splitlines()[-1] == "chart: failed after 0s"
+    with pytest.raises(ValueError, match="every_s must be > 0"), heartbeat("chart", every_s=0):
+        pass
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (59.9, "59s"), (60, "1m0s"), (1765, "29m25s")])
+def test_elapsed_format(seconds: float, text: str) -> None:
+    assert format_elapsed(seconds) == text
