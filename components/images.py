@@ -6,7 +6,9 @@ images a stack must name itself (a virtual-kubelet provider's, a service's, a tr
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from components import pins
 
@@ -24,11 +26,34 @@ DCGM_EXPORTER = f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER.version}-
 #: Our own agents, built from agents/*/Dockerfile and published under the platform registry.
 AGENT_REGISTRY = "registry.gpucluster.io/platform"
 AGENT_VERSION = "0.1.0"
+#: The digest each agent image was pushed with, per agent (null before its first push): written by
+#: .github/workflows/agent-images.yml through ``python3 -m tools.images record`` and reviewed as a pull request.
+AGENT_DIGESTS_FILE = Path(__file__).with_name("agent_digests.json")
+
+
+def agent_digests(path: Path | None = None) -> dict[str, str | None]:
+    """Agent name → pushed digest (``sha256:…``) or None; a clear error naming the file when it is malformed."""
+    path = path or AGENT_DIGESTS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path.name}: cannot read the agents' image digests: {err}") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and (v is None or (isinstance(v, str) and DIGEST.fullmatch(v))) for k, v in data.items()
+    ):
+        raise ValueError(f"{path.name}: expected {{agent name: \"sha256:<64 hex>\" or null}}")
+    return data
+
+
+#: An image digest as registries report it.
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def agent_image(name: str) -> str:
-    """The pinned image of one of our agents (burst-controller, ib-exporter, health-guard…)."""
-    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"
+    """The pinned image of one of our agents (burst-controller, ib-exporter, health-guard…): its tag, and the
+    digest it was pushed with once the images workflow has recorded one."""
+    digest = agent_digests().get(name)
+    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}" + (f"@{digest}" if digest else "")
 
 
 def image_version(image: str) -> str:

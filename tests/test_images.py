@@ -1,0 +1,148 @@
+"""The agents' images: bases pinned by digest, `make images` with whatever container builder this machine has
+(and a clear message when it has none), and the digests CI pushes recorded in the table the stack deploys from."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import images
+from tools import images as tool
+from tools.mockrt import ROOT
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_the_repository_pins_every_base_and_lists_every_agent() -> None:
+    found = tool.agents()
+    assert [a.name for a in found] == ["burst-controller", "checkpoint-check", "health-guard", "ib-exporter"]
+    assert tool.check(found, images.agent_digests()) == []
+
+
+def write_agent(root: Path, name: str, dockerfile: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "Dockerfile").write_text(dockerfile)
+
+
+def test_an_unpinned_base_and_a_missing_or_stray_table_entry_are_named(tmp_path: Path) -> None:
+    write_agent(tmp_path, "fast_agent", "FROM python:3.11-slim\nRUN true\n")
+    write_agent(tmp_path, "staged", f"FROM --platform=$BUILDPLATFORM golang:1.26@{DIGEST} AS build\n"
+                                    "FROM build\nFROM gcr.io/distroless/static:nonroot\n")
+    problems = tool.check(tool.agents(tmp_path), {"fast-agent": None, "retired": None})
+    assert any("fast_agent/Dockerfile: base image python:3.11-slim is not pinned by digest" in p for p in problems)
+    assert any("base image gcr.io/distroless/static:nonroot is not pinned" in p for p in problems)
+    assert not any("golang" in p or "base image build " in p for p in problems)
+    assert any("no entry for agent staged" in p for p in problems)
+    assert any("retired has no agents/*/Dockerfile" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "bases"),
+    [
+        ("FROM a:1@sha256:x\n", ["a:1@sha256:x"]),
+        ("from --platform=linux/amd64 a:1 as builder\nFROM builder\nFROM b:2\n", ["a:1", "b:2"]),
+        ("# FROM commented:1\nRUN echo FROM x\n", []),
+    ],
+)
+def test_base_images_read_from_the_from_lines(text: str, bases: list[str]) -> None:
+    assert tool.base_images(text) == bases
+
+
+def tool_bin(tmp_path: Path, fakes: dict[str, str]) -> dict[str, str]:
+    """A PATH with make, bash and python3 and the given fake commands only (no real container builder)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("make", "bash", "env"):
+        real = shutil.which(name)
+        assert real, name
+        (folder / name).symlink_to(real)
+    (folder / "python3").symlink_to(sys.executable)
+    for name, body in fakes.items():
+        script = folder / name
+        script.write_text("#!" + str(folder / "bash") + "\n" + body)
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return {**os.environ, "PATH": str(folder)}
+
+
+def test_make_images_says_so_when_no_builder_can_run(tmp_path: Path) -> None:
+    proc = subprocess.run(["make", "-s", "images"], cwd=ROOT, env=tool_bin(tmp_path, {}), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "images: no container builder can run here (looked for docker, podman and buildah)" in proc.stderr
+    assert "the agents' images are not built" in proc.stderr
+
+
+def test_a_docker_without_its_daemon_is_named(tmp_path: Path) -> None:
+    refusal = 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock" >&2\nexit 1\n'
+    env = tool_bin(tmp_path, {"docker": refusal})
+    proc = subprocess.run([sys.executable, "-m", "tools.images", "build"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 3
+    assert "docker (" in proc.stderr and "cannot build here: Cannot connect to the Docker daemon" in proc.stderr
+
+
+def test_make_images_builds_each_agent_with_the_builder_found(tmp_path: Path) -> None:
+    log = tmp_path / "podman.log"
+    env = tool_bin(tmp_path, {"podman": f'[ "$1" = info ] && exit 0\necho "$@" >> {log}\n'})
+    proc = subprocess.run(["make", "-s", "images"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().splitlines() == [
+        f"build -f agents/{a.dockerfile.parent.name}/Dockerfile -t {images.AGENT_REGISTRY}/{a.name}:"
+        f"{images.AGENT_VERSION} ." for a in tool.agents()]
+    assert "images: building 4 agent images with" in proc.stdout
+
+
+def test_pushed_digests_are_recorded_and_deployed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tmp_path / "agent_digests.json"
+    shutil.copy(images.AGENT_DIGESTS_FILE, table)
+    monkeypatch.setattr(images, "AGENT_DIGESTS_FILE", table)
+    metadata = tmp_path / "metadata"
+    metadata.mkdir()
+    (metadata / "health-guard.json").write_text(json.dumps({"containerimage.digest": DIGEST, "image.name": "x"}))
+    written = tool.record(tool.digests_from_metadata(metadata, [a.name for a in tool.agents()]))
+    assert written["health-guard"] == DIGEST and written["ib-exporter"] is None
+    assert json.loads(table.read_text()) == written
+    assert images.agent_image("health-guard") == f"{images.AGENT_REGISTRY}/health-guard:{images.AGENT_VERSION}@{DIGEST}"
+    assert images.agent_image("ib-exporter") == f"{images.AGENT_REGISTRY}/ib-exporter:{images.AGENT_VERSION}"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("health-guard.json", {"containerimage.digest": "sha256:short"}, "not sha256:<64 hex>"),
+        ("health-guard.json", {}, "containerimage.digest is None"),
+        ("web-ui.json", {"containerimage.digest": DIGEST}, "web-ui is no agent"),
+    ],
+)
+def test_bad_metadata_is_refused_with_its_file(tmp_path: Path, name: str, content: dict[str, str],
+                                               message: str) -> None:
+    (tmp_path / name).write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=message):
+        tool.digests_from_metadata(tmp_path, ["health-guard"])
+
+
+def test_a_malformed_digest_table_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "agent_digests.json"
+    bad.write_text('{"health-guard": "latest"}')
+    with pytest.raises(ValueError, match=r"agent_digests.json: expected \{agent name"):
+        images.agent_digests(bad)
+
+
+def test_the_images_workflow_checks_pushes_records_and_proposes() -> None:
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "agent-images.yml").read_text())
+    runs = [str(step.get("run", "")) for step in workflow["jobs"]["images"]["steps"]]
+    order = ["tools.images check", "docker login", "tools.images push", "tools.images record", "gh pr create"]
+    positions = [next(i for i, run in enumerate(runs) if needle in run) for needle in order]
+    assert positions == sorted(positions)
+    login = next(s for s in workflow["jobs"]["images"]["steps"] if "docker login" in str(s.get("run", "")))
+    assert login["env"] == {"REGISTRY_USERNAME": "${{ secrets.AGENT_REGISTRY_USERNAME }}",
+                            "REGISTRY_PASSWORD": "${{ secrets.AGENT_REGISTRY_PASSWORD }}"}
