@@ -30,6 +30,8 @@ from components.config.loading import credential_refs
 ROOT = Path(__file__).resolve().parent.parent
 WRAPPER = ROOT / "tools" / "pulumi"
 BUILD_SCRIPT = ROOT / "tools" / "engine" / "build.sh"
+BUILD_LOG = ROOT / ".state" / "engine-build.log"
+PROGRESS = ROOT / "tools" / "progress.sh"
 ENGINE_DIR = ROOT / ".state" / "engine"
 PULUMI_STATE = ROOT / ".state" / "pulumi"
 CONFIG_COPIES = PULUMI_STATE / "config"
@@ -62,15 +64,20 @@ def engine_available(engine_dir: Path = ENGINE_DIR) -> bool:
 
 
 def ensure_engine(timeout_s: int = BUILD_TIMEOUT_S) -> bool:
-    """Build the engine if needed (a no-op when the build stamp is current); True when usable."""
+    """Build the engine if needed (a no-op when the build stamp is current); True when usable.
+
+    The build's output goes to ``.state/engine-build.log``; a cold build (about 30 minutes on 2 cores)
+    says every 30 seconds on stderr that it is still running, with the log's last line.
+    """
     if shutil.which("go") is None:
         return False
+    BUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
+    BUILD_LOG.write_text("", encoding="utf-8")
+    label = f"engine: building from Go modules (log {BUILD_LOG.relative_to(ROOT)})"
     try:
         proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)],
+            ["bash", str(PROGRESS), "--log", str(BUILD_LOG), label, "--", "bash", str(BUILD_SCRIPT)],
             cwd=ROOT,
-            capture_output=True,
-            text=True,
             timeout=timeout_s,
             check=False,
         )
@@ -83,7 +90,7 @@ def build_failure_reason() -> str:
     """One line saying why the engine is not there, for skip messages."""
     if shutil.which("go") is None:
         return "go is not installed, so the engine cannot be built"
-    log = ROOT / ".state" / "engine-build.log"
+    log = BUILD_LOG
     if log.is_file():
         lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln]
         if lines:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.engine_runner import EngineError
-from tools.engine_select import EngineSelectionError, select_engine
+from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineSelectionError, select_engine
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan, descheduler_command, load_plan, load_stack_config
 
@@ -44,7 +44,7 @@ def ensure_engine() -> None:
     if ENGINE_BIN.exists():
         _run(["bash", "tools/engine/build.sh"], what="engine: checking the build (cached)")
         return
-    _run(["bash", "tools/engine/build.sh"], what="engine: building (cold; see tools/engine)")
+    _run(["bash", "tools/engine/build.sh"], what=f"engine: building from Go modules ({ENGINE_BUILD_ESTIMATE})")
 
 
 def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
