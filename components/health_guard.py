@@ -11,7 +11,8 @@ RBAC is exactly what its shell calls:
   ``GpuHealthy`` condition), ``pods`` list (what runs on a quarantined node, by field selector); no pod write;
 * in the training namespace, and the inference namespace when fatal nodes evict inference too:
   ``pods/eviction`` create (the Eviction API, so PodDisruptionBudgets are honoured). A pod labelled as
-  training or inference elsewhere is not the guard's to move: the API server refuses it (403);
+  training or inference elsewhere is not the guard's to move: its settings (``eviction_namespaces``) leave
+  it alone, and the API server would refuse it;
 * in ``default``: ``events`` create (node events live there);
 * in the system namespace: ``leases`` create, and get/update of its own Lease only.
 """

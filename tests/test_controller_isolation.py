@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -180,6 +181,9 @@ def test_controllers_write_pods_only_where_they_act(prod: RunResult) -> None:
         # The gradual return: inference only, the namespace its policy includes.
         ("Role", INF, "descheduler-evict", "pods/eviction:create"),
     }
+    # The guard itself evicts only there: its settings name the namespaces its Roles cover.
+    guard = json.loads(prod.one("ConfigMap", "health-guard-settings").inputs["data"]["settings.json"])
+    assert guard["eviction_namespaces"] == [TRAIN, INF]
     # Reads stay cluster-wide (free capacity and what runs on a node are cluster-wide questions).
     reads = {r.metadata["name"]: [rule["verbs"] for rule in r.inputs["rules"] if rule["resources"] == ["pods"]]
              for r in prod.by_kind("ClusterRole")}

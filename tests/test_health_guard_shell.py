@@ -196,6 +196,18 @@ def test_fatal_and_degraded_quarantine_evict_condition_event(world) -> None:
     assert sample(guard, "gpucluster_health_signal_events_total", {"signal": "xid-fatal", "class": "fatal"}) == 1
 
 
+def test_only_pods_in_the_eviction_namespaces_are_evicted(world) -> None:
+    """A pod labelled as training outside the namespaces the guard's Roles cover is left where it is."""
+    prom, port, guard = world
+    port.pods.append(k8s_pod("stray-0", "gpu-01", "training", job="stray", ns="research"))
+    prom.xid = {"gpu-01": 1}
+    guard.cycle(T0, 0)
+    prom.seen = T0 + 120
+    guard.cycle(T0 + 120, 120)
+    assert sorted(port.evicted) == ["gang-0", "infer-0"]
+    assert any(p["metadata"]["name"] == "stray-0" for p in port.pods)
+
+
 def test_pdb_protected_inference_is_retried_until_the_budget_allows(world) -> None:
     prom, port, guard = world
     port.pdb_blocked = {"infer-0"}

@@ -236,6 +236,9 @@ class HealthSettings(_Model):
     """This many quarantines within ``flap_window_seconds`` make even a degraded node wait for a repair mark."""
     flap_window_seconds: Annotated[int, Field(gt=0)] = 86400
     evict_inference_on_fatal: bool = True
+    eviction_namespaces: list[str] = Field(default_factory=lambda: ["training", "inference"])
+    """Namespaces whose pods the guard evicts: where its RBAC has a Role. A pod labelled as training or
+    inference anywhere else is not the guard's to move, and is left alone."""
     namespace: str = "gpu-system"
     """Where the Lease lives."""
     lease_name: str = APP
@@ -331,6 +334,7 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings
         "flap_limit": h.flap_limit,
         "flap_window_seconds": h.flap_window_seconds,
         "evict_inference_on_fatal": h.evict_inference_on_fatal,
+        "eviction_namespaces": [cfg.training_namespace, cfg.inference_namespace],
         "namespace": cfg.system_namespace,
         "signals": [s.model_dump() for s in mapped],
         **overrides,

@@ -296,8 +296,11 @@ def event(node: Mapping[str, Any], reason: str, message: str, warning: bool, now
 
 
 def evictable(settings: HealthSettings, pod: Mapping[str, Any], cls: HealthClass) -> bool:
-    """Training always; inference too when the node is fatal. DaemonSet pods and pods already leaving never."""
+    """Training always; inference too when the node is fatal; only in the eviction namespaces (where the guard's
+    Roles are). DaemonSet pods and pods already leaving never."""
     metadata = pod.get("metadata") or {}
+    if metadata.get("namespace") not in settings.eviction_namespaces:
+        return False
     if metadata.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return False
     if any(o.get("kind") == "DaemonSet" for o in metadata.get("ownerReferences") or []):
