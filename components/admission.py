@@ -58,6 +58,9 @@ class GuardrailArgs:
     #: Whether the cluster serves the v1 API; below 1.30 the stack declares no guardrails (the policy pack
     #: still checks what the stack itself declares).
     served: bool = True
+    #: The MutatingAdmissionPolicy apiVersion that adds the training defaults to Volcano Jobs, or None to
+    #: validate only (config ``admission.mutating``; see components/config/admission.py for the versions).
+    mutating_api: str | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
@@ -72,6 +75,7 @@ class GuardrailArgs:
             handover_gate=Keys(cfg.label_prefix).handover_gate if cfg.handover_active and volcano else None,
             volcano=volcano,
             served=cfg.k8s_minor >= VAP_GA,
+            mutating_api=cfg.admission.mutating_api(cfg.k8s_minor) if volcano else None,
         )
 
     @property
@@ -242,6 +246,47 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
     }
 
 
+#: The MutatingAdmissionPolicy that adds the training priority class and the handover gate to Volcano Jobs.
+MUTATING_POLICY = "gpucluster-training-defaults"
+#: Tasks of one Volcano Job the mutation reaches (a JSON patch names each by index; CEL has no range). A
+#: task beyond them keeps what it has, and the validating policy still refuses it with its message.
+MAX_MUTATED_TASKS = 8
+
+
+def mutating_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
+    """Add ``priorityClassName`` (the Job's, which Volcano gives pods without their own) and the handover gate.
+
+    On the Volcano Job, not the pod: the built-in Priority admission plugin resolves a pod's class to its
+    ``priority`` before admission policies run, so a class added to a pod there would never get its value;
+    Volcano creates the pods from the mutated Job, with the class. Only what is missing is added (a wrong
+    class stays and is refused by the validating policy). ``failurePolicy: Ignore``: should the patch fail, the
+    Job is not refused for it; the validating policy, which runs after every mutation, still decides.
+    """
+    if args.mutating_api is None or not args.served or not args.volcano:
+        return None
+    patches = [f"(has(object.spec.priorityClassName) ? [] : [JSONPatch{{op: 'add', path: '/spec/priorityClassName', "
+               f"value: {_q(args.priority_class)}}}])"]
+    if args.handover_gate is not None:
+        gate = _q(args.handover_gate)
+        for i in range(MAX_MUTATED_TASKS):
+            spec = f"object.spec.tasks[{i}].template.spec"
+            path = f"/spec/tasks/{i}/template/spec/schedulingGates"
+            missing = (f"object.spec.tasks.size() > {i} && has(object.spec.tasks[{i}].template) && has({spec}) && "
+                       f"!(has({spec}.schedulingGates) && {spec}.schedulingGates.exists(g, g.name == {gate}))")
+            append = f"[JSONPatch{{op: 'add', path: '{path}/-', value: {{'name': {gate}}}}}]"
+            create = f"[JSONPatch{{op: 'add', path: '{path}', value: [{{'name': {gate}}}]}}]"
+            patches.append(f"(({missing}) ? (has({spec}.schedulingGates) ? {append} : {create}) : [])")
+    return {
+        "failurePolicy": "Ignore",
+        "reinvocationPolicy": "Never",
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
+             "resources": ["jobs"]}]},
+        "matchConditions": [{"name": "requests-gpus", "expression": job_match_condition(args)}],
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": " + ".join(patches)}}],
+    }
+
+
 def binding_spec(policy: str, namespace: str | None) -> dict[str, Any]:
     """Deny (not just audit) what fails: in ``namespace`` only, or everywhere but kube-system when None."""
     match: dict[str, Any]
@@ -282,4 +327,29 @@ class TrainingGuardrails(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[vap]),
             )
             self.policies.append(vap)
-        self.register_outputs({"policies": list(all_policies(args))})
+        self.mutating = self._mutating(args)
+        self.register_outputs({"policies": list(all_policies(args)),
+                               "mutating": MUTATING_POLICY if self.mutating is not None else None})
+
+    def _mutating(self, args: GuardrailArgs) -> pulumi.Resource | None:
+        spec = mutating_policy_spec(args)
+        if spec is None or args.mutating_api is None:
+            return None
+        meta = k8s.meta.v1.ObjectMetaArgs(name=MUTATING_POLICY,
+                                          labels=common_labels(MUTATING_POLICY, "admission-policy"))
+        binding: Any = {"policyName": MUTATING_POLICY, "matchResources": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": args.namespace}}}}
+        policy: pulumi.Resource
+        if args.mutating_api.endswith("/v1beta1"):
+            policy = k8s.admissionregistration.v1beta1.MutatingAdmissionPolicy(
+                MUTATING_POLICY, metadata=meta, spec=cast(Any, spec), opts=pulumi.ResourceOptions(parent=self))
+            k8s.admissionregistration.v1beta1.MutatingAdmissionPolicyBinding(
+                f"{MUTATING_POLICY}-binding", metadata=meta, spec=binding,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+        else:
+            policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
+                MUTATING_POLICY, metadata=meta, spec=cast(Any, spec), opts=pulumi.ResourceOptions(parent=self))
+            k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
+                f"{MUTATING_POLICY}-binding", metadata=meta, spec=binding,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[policy]))
+        return policy

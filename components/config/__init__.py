@@ -13,6 +13,7 @@ section shares, ``loading`` the way from the engine's config map to a validated 
 Import from this package (``from components.config import ClusterConfig``), not from the modules.
 """
 
+from components.config.admission import Admission, MutatingMode
 from components.config.base import (
     PROJECT,
     TAGGED_UNIONS,
@@ -112,6 +113,7 @@ __all__ = [
     "SCHEDULER_K8S_SUPPORT",
     "TAGGED_UNIONS",
     "AdmiraltyProvider",
+    "Admission",
     "Burst",
     "Checkpoint",
     "CheckpointBudget",
@@ -131,6 +133,7 @@ __all__ = [
     "LiqoProvider",
     "LustreFilesystem",
     "MetricsAdapter",
+    "MutatingMode",
     "Nccl",
     "NfsFilesystem",
     "NonEmptyStr",

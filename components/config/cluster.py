@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from components.config.admission import Admission, admission_problems
 from components.config.base import RESERVED_NAMESPACES, ConfigModel, DnsLabel, ExtendedResource, LabelPrefix, Problem
 from components.config.burst import Burst, burst_problems
 from components.config.checkpoint import Checkpoint, Filesystem, checkpoint_problems
@@ -48,6 +49,7 @@ class ClusterConfig(ConfigModel):
     observability: Observability = Observability()
     checkpoint: Checkpoint = Checkpoint()
     training: Training = Training()
+    admission: Admission = Admission()
 
     @field_validator("api_server_cidrs")
     @classmethod
@@ -133,6 +135,7 @@ CROSS_CHECKS: list[Callable[[ClusterConfig], list[Problem]]] = [
     observability_problems,
     checkpoint_problems,
     training_problems,
+    admission_problems,
 ]
 
 

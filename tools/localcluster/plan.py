@@ -275,6 +275,10 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
             "--authorization-mode=RBAC", "--allow-privileged=true",
             # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
             "--endpoint-reconciler-type=none",
+            # MutatingAdmissionPolicy is beta and off by default in 1.34/1.35: served here so a stack with
+            # admission.mutating: v1beta1 can be proven end to end (tests/test_e2e_researcher.py).
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
             "--profiling=false", "--v=1",
         ],
         "kube-controller-manager": [
