@@ -58,13 +58,18 @@ DCGM_EXPORTER = Pin(
     "dcgm-exporter", "4.2.3-4.1.3",
     unproven="needs NVIDIA GPUs and drivers; the local cluster's nodes are kwok fakes",
 )
+#: The upstream virtual-kubelet command with its built-in mock provider: the local stack's external provider.
+#: A generic provider ships its own binary (its image in the stack config), built on this release's library.
+VIRTUAL_KUBELET = Pin("virtual-kubelet", "v1.14.1", "github.com/virtual-kubelet/virtual-kubelet",
+                      "tools/localcluster/virtualkubelet/go.mod")
 LIQO_VIRTUAL_KUBELET = Pin(
     "liqo-virtual-kubelet", "v1.1.2",
     unproven="a Liqo peering needs a second cluster; the e2e's external provider is a virtual-kubelet node",
 )
 
 PINS: tuple[Pin, ...] = (
-    VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS_ADAPTER, DCGM_EXPORTER, LIQO_VIRTUAL_KUBELET,
+    VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS_ADAPTER, DCGM_EXPORTER, VIRTUAL_KUBELET,
+    LIQO_VIRTUAL_KUBELET,
 )
 
 
