@@ -91,6 +91,8 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "handover_services": dict(cfg.handover_services),
             "handover_timeout_seconds": float(burst.handover.timeout_seconds),
             "handover_cover": burst.handover.cover,
+            "handover_sizing": burst.handover.sizing,
+            "handover_return_batch": burst.handover.return_batch,
             "inference_namespace": cfg.inference_namespace,
         },
         source="stack config (burst)",

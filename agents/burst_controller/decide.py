@@ -24,7 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from agents.burst_controller.contract import BurstSettings, Cover
+from agents.burst_controller.contract import BurstSettings, Cover, Sizing
 
 
 class Mode(enum.StrEnum):
@@ -104,6 +104,8 @@ class ServiceReplicas:
     main_ready_onprem: Mapping[str, int] = field(default_factory=dict)  # per on-prem pool ("" = no pool)
     standby_live: int = 0
     standby_ready: int = 0
+    # GPUs one main replica requests: how many replicas a reclaimed GPU count can hold (1 = the upper bound).
+    gpus_per_replica: int = 1
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,8 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     step = next_mode(snapshot, state, now, settings, may_flip)
     reasons.extend(step.reasons)
     closing = step.close_since is not None and now - step.close_since >= settings.close_hold_seconds
-    plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover_cover)
+    plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover_cover,
+                        sizing=settings.handover_sizing, return_batch=settings.handover_return_batch)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
     new_state = BurstState(
@@ -393,7 +396,8 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
         if close_since is not None and now - close_since >= settings.close_hold_seconds:
             # Closing sends external replicas home: the standby covers them first (make before break), with the
             # same cover the standby was scaled with.
-            home = plan_standby(snapshot, returning=True, cover=settings.handover_cover)
+            home = plan_standby(snapshot, returning=True, cover=settings.handover_cover,
+                                sizing=settings.handover_sizing, return_batch=settings.handover_return_batch)
             waited = now - close_since - settings.close_hold_seconds
             if home.covered or waited >= settings.handover_timeout_seconds:
                 flipped = Mode.CLOSED
@@ -499,9 +503,19 @@ def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:
         return unplaced_gpus <= 0
     if not pool.unplaced_pods or not pool.free_nodes:
         return unplaced_gpus <= pool.free
-    nodes = dict(pool.free_nodes)
-    for size in sorted(pool.unplaced_pods, reverse=True):
-        left = pool.unplaced_pods[size]
+    left, _ = _place_on_free(pool.unplaced_pods, pool.free_nodes)
+    return not left
+
+
+def _place_on_free(pods: Mapping[int, int], free_nodes: Mapping[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Best fit of pods (GPUs per pod -> count) onto free node buckets (free GPUs -> nodes), largest pods first.
+
+    Returns the pods left unplaced and the buckets that remain. O(sizes × buckets).
+    """
+    nodes = dict(free_nodes)
+    unplaced: dict[int, int] = {}
+    for size in sorted(pods, reverse=True):
+        left = pods[size]
         if size <= 0:
             continue
         for free in sorted(f for f in nodes if f >= size):
@@ -523,8 +537,37 @@ def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:
                 nodes[leftover] = nodes.get(leftover, 0) + 1
             left -= placed
         if left:
-            return False
-    return True
+            unplaced[size] = left
+    return unplaced, nodes
+
+
+def displaced_gpus(unplaced_gpus: int, pool: PoolGpus | None) -> int:
+    """GPUs of other pods that waiting training must reclaim in a pool: what it lacks on the free GPUs.
+
+    With the node breakdown: after the best fit onto free GPUs, each pod still unplaced takes the node with
+    the most free GPUs left (the fewest to reclaim: the gang scheduler's choice too) and displaces the rest
+    of its size; once no partly free node is left, its whole size. Without it, by GPU count alone.
+    O(sizes × buckets).
+    """
+    if unplaced_gpus <= 0:
+        return 0
+    if pool is None:
+        return unplaced_gpus
+    if not pool.unplaced_pods or not pool.free_nodes:
+        return max(0, unplaced_gpus - pool.free)
+    left, nodes = _place_on_free(pool.unplaced_pods, pool.free_nodes)
+    displaced = 0
+    for size in sorted(left, reverse=True):
+        count = left[size]
+        for free in sorted((f for f in nodes if 0 < f < size and nodes[f] > 0), reverse=True):
+            take = min(count, nodes[free])
+            nodes[free] -= take
+            displaced += take * (size - free)
+            count -= take
+            if not count:
+                break
+        displaced += count * size
+    return displaced
 
 
 @dataclass(frozen=True)
@@ -559,12 +602,17 @@ class StandbyPlan:
         return ", ".join(parts) or "nothing at risk"
 
 
-def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover) -> StandbyPlan:
+def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizing = Sizing.POOL,
+                 return_batch: int = 0) -> StandbyPlan:
     """Standby per service = replicas at risk that the rest cannot cover.
 
     `cover` CURRENT replaces every replica at risk up to the service's current replica count (capacity is
     kept through the handover); MINIMUM only up to minReplicas (the floor is kept, at less external cost).
     No default: the mode step and the standby step must agree on it, so each caller names it.
+    `sizing` POOL puts every ready replica of a risky pool at risk; DISPLACED only as many as the GPUs the
+    training lacks there can hold (`displaced_gpus` / GPUs per replica, per service: an upper bound, since
+    which services sit on the reclaimed nodes is not known). `return_batch` > 0 caps the external replicas
+    at risk while returning (those moving home at once).
 
     On-prem replicas are at risk in a pool where unplaced training (gated, or released and not bound yet)
     does not fit the free GPUs node by node: a gang will reclaim them. Training confined to no pool puts every
@@ -580,6 +628,12 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover) -> StandbyPl
     else:
         all_pools = anywhere > 0 and not _fits_free(anywhere, snapshot.poolless)
     risky_pools = {p for p, gpus in unplaced.items() if p and not _fits_free(gpus, snapshot.pools.get(p))}
+    displaced: dict[str, int] = {}
+    if sizing is Sizing.DISPLACED:
+        displaced = {p: displaced_gpus(unplaced[p], snapshot.pools.get(p)) for p in risky_pools}
+        if all_pools:
+            displaced[""] = (displaced_gpus(anywhere, snapshot.poolless) if snapshot.poolless is not None
+                             else max(0, anywhere - snapshot.onprem_free_gpus))
     targets: dict[str, int] = {}
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}
@@ -596,7 +650,17 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover) -> StandbyPl
                     by_pool.setdefault("", set()).add(name)
         if onprem_risk:
             gang.add(name)
-        risk = onprem_risk + (svc.main_ready_external if returning else 0)
+        if sizing is Sizing.DISPLACED and onprem_risk:
+            per = max(1, svc.gpus_per_replica)
+            bound = sum(min(n, -(-displaced[p] // per)) for p, n in svc.main_ready_onprem.items()
+                        if n and p in risky_pools)
+            if all_pools:
+                bound += -(-displaced[""] // per)
+            onprem_risk = min(onprem_risk, bound)
+        external = svc.main_ready_external if returning else 0
+        if return_batch:
+            external = min(external, return_batch)
+        risk = onprem_risk + external
         if risk == 0 and svc.standby_live == 0:
             continue
         goal = max(svc.min_replicas, svc.main_live)

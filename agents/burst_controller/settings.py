@@ -16,6 +16,7 @@ from agents.burst_controller.contract import (
     BurstSettings,
     Cover,
     SettingsError,
+    Sizing,
     standby_deployment,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "BurstSettings",
     "Cover",
     "SettingsError",
+    "Sizing",
     "load_file",
     "standby_deployment",
 ]

@@ -187,6 +187,8 @@ class _ServiceCounts:
     main_ready_onprem: dict[str, int] = field(default_factory=dict)
     standby_live: int = 0
     standby_ready: int = 0
+    # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
+    gpus: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -547,6 +549,7 @@ class ClusterView:
             counts.standby_ready += sign * pod.ready
             return
         counts.main_live += sign
+        _add(counts.gpus, pod.gpus, sign)
         if not pod.ready:
             return
         counts.main_ready += sign
@@ -632,6 +635,7 @@ class ClusterView:
                     main_ready_onprem=dict(c.main_ready_onprem),
                     standby_live=c.standby_live,
                     standby_ready=c.standby_ready,
+                    gpus_per_replica=max(c.gpus, default=1) or 1,
                 )
                 for name, c in self._services.items()
             },

@@ -40,6 +40,7 @@ class ServiceCounts(NamedTuple):
     main_ready_onprem: dict[str, int]  # ready main pods per on-prem pool
     standby_live: int
     standby_ready: int
+    gpus_per_replica: int
 
 
 class VirtualNodeRow(NamedTuple):
@@ -59,7 +60,7 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int]
+_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int]
 _NodeRow = tuple[str, str, str | None, int, float | None]
 
 
@@ -144,7 +145,7 @@ class ControllerPort:
             out[svc.name] = ServiceCounts(
                 min_replicas=svc.min, main_live=svc.count(), main_ready=len(svc.ready),
                 main_ready_external=svc.ready_ext, main_ready_onprem=onprem, standby_live=svc.sb_count(),
-                standby_ready=len(svc.sb_ready),
+                standby_ready=len(svc.sb_ready), gpus_per_replica=svc.gpus,
             )
         return out
 

@@ -37,6 +37,13 @@ class Handover(ConfigModel):
     #: ``current``: the standby replaces every replica at risk, up to the service's current count (capacity
     #: survives the handover); ``minimum``: only up to minReplicas (the floor survives, fewer external GPUs).
     cover: Literal["current", "minimum"] = _AGENT.handover_cover.value
+    #: ``pool``: a waiting gang puts at risk every ready replica of its pool; ``displaced``: only the replicas on
+    #: the GPUs it lacks (node by node, at most that many per service): fewer external GPU·h, a little less
+    #: availability (README, simulator).
+    sizing: Literal["pool", "displaced"] = _AGENT.handover_sizing.value
+    #: External replicas per service the standby covers while they return home (those the descheduler moves
+    #: at once, e.g. its ``maxPodsPerNamespace``); 0: every external replica.
+    return_batch: NonNegativeInt = _AGENT.handover_return_batch
 
 
 class Burst(ConfigModel):
