@@ -25,9 +25,9 @@ def test_policy_is_only_the_burst_return(prod: RunResult) -> None:
     assert policy(prod) == {
         "apiVersion": "descheduler/v1alpha2",
         "kind": "DeschedulerPolicy",
-        "maxNoOfPodsToEvictPerNode": 2,
-        "maxNoOfPodsToEvictPerNamespace": 8,
-        "maxNoOfPodsToEvictTotal": 8,
+        "maxNoOfPodsToEvictPerNode": 8,
+        "maxNoOfPodsToEvictPerNamespace": 16,
+        "maxNoOfPodsToEvictTotal": 16,
         "profiles": [{
             "name": "burst-return",
             "pluginConfig": [
@@ -124,7 +124,7 @@ def test_bad_cron_is_refused() -> None:
 
 def test_per_node_limit_cannot_exceed_the_total() -> None:
     message = _error(lambda raw: raw["descheduler"].update(maxPodsPerNode=20))
-    assert "descheduler: maxPodsPerNode (20) must not exceed maxPodsTotal (8)" in message
+    assert "descheduler: maxPodsPerNode (20) must not exceed maxPodsTotal (16)" in message
 
 
 def test_unpinned_image_is_refused() -> None:

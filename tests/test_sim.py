@@ -162,7 +162,7 @@ def test_prod_stack_settings_reach_the_simulation() -> None:
     s = setup.settings
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.open_hold_seconds, s.close_hold_seconds) == (
         16, 64, 60.0, 900.0)
-    assert setup.model.descheduler == DeschedulerLimits(120.0, 2, 8, 8, 600.0)
+    assert setup.model.descheduler == DeschedulerLimits(60.0, 8, 16, 16, 600.0)
     assert setup.model.onprem_gpus == 2048
     assert setup.model.queue_per_pool  # two pools: one training queue each, as the stack deploys
     assert [(p.node_name, p.gpus) for p in setup.model.providers] == [("vk-lambda-east", 256), ("vk-dr-cluster", 128)]
