@@ -24,6 +24,8 @@ from bench.sim.model import (
 from bench.sim.policies import CONTROLLER, Policy, all_policies, naive_burst, no_burst
 from bench.sim.run import default_workload, load_stack
 from bench.sim.workload import Gang, Workload, WorkloadSpec, generate, load_trace
+from components.config import parse_config
+from tools.mockrt import raw_from_stack
 
 # One 8-GPU node, one 16-GPU virtual node, one service pinned at 2 replicas of 1 GPU whose traffic is
 # exactly one replica's worth, and one single-node training job from t=1000 s to t=4600 s.
@@ -60,6 +62,27 @@ def test_one_node_one_service_one_job_with_the_controller() -> None:
     assert out.return_minutes_max == pytest.approx(80 / 60)
     assert sim.vn_taint == ["NoSchedule"]
     assert sim.onprem_inf_gpus == 2 and sim.ext_gpus == 0
+
+
+def test_prefer_onprem_affinity_moves_pods_home_while_the_burst_is_open() -> None:
+    """descheduler.preferOnpremAffinity: the job ends at 4600 s and the burst stays open until 4720 s (close
+    hold); the affinity plugin moves the external pods home from the open node at 4620 s and, once the first
+    replacement is Ready (PDB), at 4680 s, two minutes before the taint plugin would start."""
+    prefer = replace(ONE.descheduler, prefer_onprem=True)
+    sim = Simulator(ONE, JOB, replace(OURS, descheduler=prefer), 6000.0, check=True)
+    out = sim.run()
+    assert out.external_gpu_hours == pytest.approx((2 * 3590 + 60) / 3600)
+    assert out.descheduler_evictions == 2
+    assert out.inference_availability == pytest.approx((6000 - 60 - 210) / 6000)  # nothing lost by moving
+    assert out.return_minutes_max is None  # nothing left external when the burst closed
+    assert sim.onprem_inf_gpus == 2 and sim.ext_gpus == 0
+
+
+def test_prefer_onprem_affinity_reaches_the_simulation() -> None:
+    raw = raw_from_stack("prod")
+    raw["descheduler"] = {**raw["descheduler"], "preferOnpremAffinity": True}
+    model = ClusterModel.from_config(parse_config(raw, "Pulumi.prod.yaml"))
+    assert model.descheduler.prefer_onprem and not load_stack("prod").model.descheduler.prefer_onprem
 
 
 def test_one_node_without_burst_inference_waits_for_the_job() -> None:

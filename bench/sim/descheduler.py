@@ -1,7 +1,9 @@
 """The descheduler model: every interval, on virtual nodes that carry our NoSchedule taint, evict pods older than
 the minimum age, within the per-node/namespace/total limits, only when the pod fits on-prem (nodeFit) and the
 service's PDB (maxUnavailable) allows; the ReplicaSet's replacement is scheduled at once. Standby pods
-tolerate our taint, so they are not its to move.
+tolerate our taint, so they are not its to move. With `prefer_onprem` (RemovePodsViolatingNodeAffinity,
+preferred mode) it does the same on open virtual nodes too: a pod there violates its preferred on-prem
+affinity whenever an on-prem node could take it. The taint plugin runs first, so closed nodes go first.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from bench.sim.replicasets import ReplicaSets
 
 
 class Descheduler:
-    """The gradual return: a bounded number of evictions from closed virtual nodes per cycle."""
+    """The gradual return: a bounded number of evictions per cycle from closed virtual nodes (and open ones with
+    `prefer_onprem`)."""
 
     def __init__(self, cluster: ClusterState, replicasets: ReplicaSets, limits: DeschedulerLimits) -> None:
         self.cluster = cluster
@@ -23,9 +26,11 @@ class Descheduler:
         c = self.cluster
         lim = self.limits
         total = min(x for x in (lim.max_total, lim.max_per_namespace, 1 << 30) if x is not None)
-        for v in range(len(c.vn_name)):
-            if c.vn_taint[v] != "NoSchedule" or total <= 0:
-                continue
+        closed = [v for v in range(len(c.vn_name)) if c.vn_taint[v] == "NoSchedule"]
+        open_ = [v for v in range(len(c.vn_name)) if c.vn_taint[v] is None] if lim.prefer_onprem else []
+        for v in closed + open_:
+            if total <= 0:
+                break
             per_node = lim.max_per_node if lim.max_per_node is not None else 1 << 30
             for pid in list(c.vn_pods[v]):
                 if per_node <= 0 or total <= 0:

@@ -42,13 +42,18 @@ class ServiceModel:
 
 @dataclass(frozen=True)
 class DeschedulerLimits:
-    """One descheduler run every `interval_s`; `None` limits mean unlimited (the naive baseline)."""
+    """One descheduler run every `interval_s`; `None` limits mean unlimited (the naive baseline).
+
+    `prefer_onprem` is the stack's `descheduler.preferOnpremAffinity`: RemovePodsViolatingNodeAffinity in
+    preferred mode also moves pods off virtual nodes that are open, whenever one fits on-prem.
+    """
 
     interval_s: float
     max_per_node: int | None
     max_per_namespace: int | None
     max_total: int | None
     min_pod_age_s: float
+    prefer_onprem: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class ClusterModel:
             max_per_namespace=d.max_pods_per_namespace,
             max_total=d.max_pods_total,
             min_pod_age_s=float(d.min_pod_age_seconds),
+            prefer_onprem=d.prefer_onprem_affinity,
         )
         return cls(pools, providers, services, limits, latencies or Latencies(),
                    queue_per_pool=cfg.scheduling.queue_per_pool(len(cfg.pools)))
