@@ -131,7 +131,7 @@ class ScenarioSimulator(Simulator):
 
 def describe(decision: Decision) -> list[str]:
     """The decision's steps the e2e names: flips, standby scale, gate lifts."""
-    out = []
+    out: list[str] = []
     if decision.flipped is not None:  # the flip's own reason, "open: ..." or "close: ..."
         out.extend(r for r in decision.reasons if r.startswith(("open:", "close:")))
     for action in decision.actions:
