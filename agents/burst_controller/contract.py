@@ -167,12 +167,12 @@ class BurstSettings:
     handover_cover: Cover = Cover.CURRENT
     # POOL sizes the standby to every ready replica in the pool a waiting gang does not fit, DISPLACED to the
     # replicas on the GPUs it lacks (node by node, at most that many per service). Measured at 4,096 GPUs × 30
-    # days (bench/sim): DISPLACED saves 0.3-1.9 % of external GPU·h but loses 0.001-0.002 points of
-    # availability (the whole-pool standby also serves traffic while it waits), so POOL stays the default.
+    # days (bench/sim, synthetic and GenTD26): DISPLACED saves 0.6-2.0 % of external GPU·h but loses 0.002
+    # points of availability (the whole-pool standby also serves traffic while it waits): POOL stays default.
     handover_sizing: Sizing = Sizing.POOL
     # While returning home, at most this many external replicas per service count as at risk (the ones the
-    # descheduler moves at once); 0 = all of them. A cap of 8 saves 3 % of external GPU·h and loses 0.003
-    # points of availability (measured as above), so 0 stays the default.
+    # descheduler moves at once); 0 = all of them. A cap of 8 saves 0.2-1.2 % of external GPU·h and loses up to
+    # 0.003 points of availability (measured as above), so 0 stays the default.
     handover_return_batch: int = 0
     inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
