@@ -97,19 +97,35 @@ def _node_rules(node: str) -> tuple[Rule, ...]:
     )
 
 
+#: Generic node-cli virtual kubelet and its node: it creates the node (``create`` cannot be named), reads it
+#: before each status update and patches its status (a three-way patch of ``nodes/status``, so the spec, the
+#: burst controller's taint included, is never written). Nothing else of the node: measured against the real
+#: virtual-kubelet v1.14.1 in ``make e2e`` (tools/localcluster/rbac_usage.py; the issue-21 note lists what was
+#: used and what was removed).
+def _vk_node_rules(node: str) -> tuple[Rule, ...]:
+    return (
+        _rule([""], ["nodes"], ["create"]),
+        _named([""], ["nodes"], ["get"], [node]),
+        _named([""], ["nodes/status"], ["patch"], [node]),
+    )
+
+
 #: Generic node-cli virtual kubelet, cluster scope beyond its node: node-cli's informers for pods (filtered on
 #: ``spec.nodeName``) and for the ConfigMaps, Secrets and Services its pods reference are cluster-wide, so
 #: these reads cannot be namespaced without a rebuilt binary; the Secret read is excepted with its reason in
-#: policies/rules/allow_lists.py. Every write is namespaced.
+#: policies/rules/allow_lists.py. Informers only (its code reads through their caches): ``watch``, and
+#: ``list``, which client-go falls back to where the API server cannot stream the initial list of a watch.
+#: Every write is namespaced.
 BASE_CLUSTER_READS: tuple[Rule, ...] = (
-    _rule([""], ["pods"], ["get", "list", "watch"]),
-    _rule([""], ["configmaps", "secrets", "services"], ["get", "list", "watch"]),
+    _rule([""], ["pods"], ["list", "watch"]),
+    _rule([""], ["configmaps", "secrets", "services"], ["list", "watch"]),
 )
-#: Generic virtual kubelet in each namespace whose pods it runs: delete and patch its pods, report their status,
-#: record their events.
+#: Generic virtual kubelet in each namespace whose pods it runs: delete its pods once the provider has (after
+#: their grace period), report their status (``update`` of ``pods/status``), record their events (client-go's
+#: recorder patches an event that repeats).
 BASE_WORKLOAD_RULES: tuple[Rule, ...] = (
-    _rule([""], ["pods"], ["patch", "delete"]),
-    _rule([""], ["pods/status"], ["update", "patch"]),
+    _rule([""], ["pods"], ["delete"]),
+    _rule([""], ["pods/status"], ["update"]),
     _rule([""], ["events"], ["create", "patch"]),
 )
 
@@ -194,7 +210,8 @@ def _vk_args(p: VirtualKubeletProvider, namespace: str, secret: str) -> list[str
         f"--nodename={p.node_name}",
         f"--provider={p.vk_provider}",
         f"--provider-config={CONFIG_DIR}/provider.json",
-        "--os=Linux",
+        # node-cli's accepted values are lower case ("linux", "windows"); "Linux" exits at start.
+        "--os=linux",
         f"--metrics-addr=:{METRICS_PORT}",
         "--enable-node-lease",
         "--startup-timeout=120s",
@@ -234,7 +251,7 @@ PRESETS: dict[str, ProviderPreset] = {
         taint_key=VK_PROVIDER_TAINT,
         taint_value=None,
         upstream_effect="NoSchedule",
-        cluster_rules=lambda p: (*_node_rules(p.node_name), *BASE_CLUSTER_READS),
+        cluster_rules=lambda p: (*_vk_node_rules(p.node_name), *BASE_CLUSTER_READS),
         workload_rules=lambda p: BASE_WORKLOAD_RULES,
         args=_vk_args,
     ),
@@ -264,6 +281,11 @@ def provider_toleration(p: ExternalProvider) -> k8s.core.v1.TolerationArgs:
     """What inference needs to land on this provider's node (never the burst taint)."""
     taint = provider_taint(p)
     return k8s.core.v1.TolerationArgs(key=taint["key"], operator="Equal", value=taint["value"], effect="NoSchedule")
+
+
+def app_name(p: ExternalProvider) -> str:
+    """The provider's Deployment and ServiceAccount (``vk-<name>``)."""
+    return f"vk-{p.name}"
 
 
 def node_labels(keys: Keys, p: ExternalProvider) -> dict[str, str]:
@@ -321,7 +343,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         preset = PRESETS[p.kind]
         keys = Keys(args.label_prefix)
         ns = args.placement.namespace
-        app = f"vk-{p.name}"
+        app = app_name(p)
         labels = {**common_labels(app, "virtual-kubelet"), keys.provider: p.name}
         child = pulumi.ResourceOptions(parent=self)
         meta = k8s.meta.v1.ObjectMetaArgs

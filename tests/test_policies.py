@@ -1015,11 +1015,11 @@ def test_cluster_wide_secret_reads() -> None:
     ]
     provider = replace(CTX, rbac_exceptions=rbac_exceptions(["lambda"]))
     vk = res("ClusterRole", "rbac.authorization.k8s.io/v1", "gpu-cluster:vk-lambda", rules=[
-        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}])
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}])
     assert messages("rbac-cluster-secrets", vk, ctx=provider) == []
-    vk.props["rules"][0]["verbs"].append("patch")
+    vk.props["rules"][0]["verbs"].append("get")
     assert messages("rbac-cluster-secrets", vk, ctx=provider) == [
-        "rules[0] grants ['patch'] on secrets cluster-wide (excepted: ['get', 'list', 'watch']); use a Role in the "
+        "rules[0] grants ['get'] on secrets cluster-wide (excepted: ['list', 'watch']); use a Role in the "
         "namespace that holds the Secret, with resourceNames, or except the verbs with their reason in "
         "policies/rules/allow_lists.py"
     ]

@@ -68,8 +68,8 @@ class RbacException:
     role_refs: frozenset[str] = frozenset()
 
 
-#: Secret reads a virtual-kubelet provider needs at cluster scope.
-PROVIDER_SECRET_READS = frozenset({("secrets", "get"), ("secrets", "list"), ("secrets", "watch")})
+#: Secret reads a virtual-kubelet provider needs at cluster scope: its informer's (it reads through the cache).
+PROVIDER_SECRET_READS = frozenset({("secrets", "list"), ("secrets", "watch")})
 
 
 def rbac_exceptions(provider_names: Iterable[str]) -> tuple[RbacException, ...]:
