@@ -18,6 +18,11 @@ the suppression alert fires in the real Prometheus; training leaves both quarant
 the whole gang, which waits for room; inference stays on the degraded node and leaves the fatal one. The
 signals clear, the fatal node gets its repair mark, both are released after probation, the gang runs again.
 
+The external provider is the real upstream virtual-kubelet (mock provider) with a token of the provider's own
+ServiceAccount: it is restarted mid-burst (its pods stay, Running as it reports them) and after the return (the
+burst taint stays), its node lease must stay fresh throughout, and the audit log must show no request refused;
+which of its grants it used goes to .state/localcluster/vk-rbac-usage.json.
+
 Per-phase timings are printed and written to .state/localcluster/e2e-phases.json.
 """
 
@@ -40,7 +45,7 @@ import pytest
 
 from tools.engine_runner import engine_available
 from tools.localcluster import control, stackup
-from tools.localcluster.plan import Layout, load_stack_config, stack_config_values
+from tools.localcluster.plan import VIRTUAL_KUBELET, Layout, load_stack_config, stack_config_values
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
@@ -57,6 +62,8 @@ def _prerequisites() -> str | None:
         return f"local control plane not built ({', '.join(missing)}); run `make localcluster`"
     if control.binaries_missing(Layout(BUILT), control.VOLCANO):
         return "Volcano is not built (the gang scheduler); run `make localcluster`"
+    if control.binaries_missing(Layout(BUILT), [VIRTUAL_KUBELET]):
+        return "the virtual-kubelet (the external provider) is not built; run `make localcluster`"
     # Every engine binary, the kubernetes provider included: a build cut off by its per-run budget leaves
     # the CLI and the random provider behind, which must read as "not built", not as a failed scenario.
     if not engine_available():
@@ -188,8 +195,12 @@ def stack(tmp_path_factory, prometheus):
         notes = stackup.start_agents(lay, "local", guard_overrides=guard_overrides(load_stack_config(ROOT, "local"),
                                                                                    rig.url),
                                      guard_metrics_port=rig.guard_port)
+        LEASES.append(LeaseWatch(lay, load_stack_config(ROOT, "local")))
+        LEASES[0].start()
         yield lay, load_stack_config(ROOT, "local"), notes
     finally:
+        for watch in LEASES:
+            watch.stop.set()
         control.down(lay, quiet=True)
 
 
@@ -380,6 +391,8 @@ def test_burst_scenario(stack, prometheus):
         # The standby only bridged the handover: it goes back to zero once the main replicas are ready.
         wait("the standby back to zero after the handover", lambda: not c.inference_pods(service.name, "standby"), 120)
         phases["time_to_standby_gone_s"] = time.monotonic() - started
+        # Mid-burst: the provider restarts under the replicas it runs.
+        phases["vk_restart_open_s"] = restart_virtual_kubelets(lay, c, burst_taint=False, pods_at_least=minimum)
 
         # Training ends: the standby covers the return, the taint comes back (NoSchedule), inference comes home.
         ended = time.monotonic()
@@ -396,6 +409,8 @@ def test_burst_scenario(stack, prometheus):
         phases["time_to_return_s"] = time.monotonic() - ended
         wait("the standby back to zero after the return", lambda: not c.inference_pods(service.name, "standby"), 120)
         phases["time_to_return_standby_gone_s"] = time.monotonic() - ended
+        # Closed again: a restart keeps the controller's burst taint.
+        phases["vk_restart_closed_s"] = restart_virtual_kubelets(lay, c, burst_taint=True, pods_at_least=0)
     finally:
         sampler.stop.set()
         sampler.join(5)
@@ -580,3 +595,143 @@ def _report(phases: dict[str, float]) -> None:
     PHASES_FILE.parent.mkdir(parents=True, exist_ok=True)
     PHASES_FILE.write_text(json.dumps(phases, indent=2, sort_keys=True) + "\n")
     print("\nscenario phases:", json.dumps(phases, indent=2, sort_keys=True))
+
+
+# --------------------------------------------------------------------------- the provider's real virtual kubelet
+
+#: Which grants of the providers' RBAC the real virtual kubelet used, never used, or lacked (written by make e2e).
+RBAC_USAGE_FILE = BUILT / "vk-rbac-usage.json"
+#: Taints the node lifecycle controller puts on a node that stops reading Ready.
+CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+#: The watch over the virtual nodes, running from the stack's deployment to the end of the module.
+LEASES: list[LeaseWatch] = []
+
+
+class LeaseWatch(threading.Thread):
+    """Twice a second: how old each virtual node's Lease is, whether the node reads Ready, and any taint the
+    node lifecycle controller put on it."""
+
+    def __init__(self, lay: Layout, cfg: Any) -> None:
+        super().__init__(daemon=True)
+        self.c = Cluster(lay, cfg)
+        self.nodes = [p.node_name for p in cfg.providers]
+        self.stop = threading.Event()
+        self.max_age = 0.0
+        self.duration = 0
+        self.samples = 0
+        self.not_ready = 0
+        self.condition_taints: set[str] = set()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for name in self.nodes:
+                    lease = self.c.coordination.read_namespaced_lease(name, "kube-node-lease")
+                    self.max_age = max(self.max_age, time.time() - lease.spec.renew_time.timestamp())
+                    self.duration = lease.spec.lease_duration_seconds
+                    node = self.c.core.read_node(name)
+                    if not any(x.type == "Ready" and x.status == "True" for x in node.status.conditions or []):
+                        self.not_ready += 1
+                    self.condition_taints |= {f"{t.key}:{t.effect}" for t in node.spec.taints or []
+                                              if t.key in CONDITION_TAINTS}
+                self.samples += 1
+            except Exception as err:  # keep watching through API hiccups, report them at the end
+                self.errors.append(repr(err))
+            self.stop.wait(0.5)
+
+
+def _pods_on(c: Cluster, node: str) -> dict[str, Any]:
+    pods = c.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    return {p.metadata.uid: p for p in pods if p.metadata.deletion_timestamp is None}
+
+
+def _reported_by_provider(pod: Any, since: float) -> bool:
+    """Running and Ready as the virtual kubelet reports it: it wrote the status (the status subresource's field
+    manager), and the provider started the pod at or after ``since`` (epoch seconds)."""
+    managers = {(m.manager, m.subresource) for m in pod.metadata.managed_fields or []}
+    started = pod.status.start_time.timestamp() if pod.status.start_time else 0.0
+    return (pod.status.phase == "Running" and Cluster.ready(pod) and (VIRTUAL_KUBELET, "status") in managers
+            and started >= since - 1)
+
+
+def restart_virtual_kubelets(lay: Layout, c: Cluster, burst_taint: bool, pods_at_least: int) -> float:
+    """Restart every provider's virtual kubelet (stop, new token, start). Its node is the same object with the
+    same taints (the controller's burst taint among them when ``burst_taint``), and every pod on it stays: the
+    same pod, Running and Ready again as the restarted provider reports it. Returns the longest restart (s)."""
+    from tools.localcluster import virtual_kubelet
+
+    longest = 0.0
+    for t in virtual_kubelet.targets(c.cfg):
+        node = c.core.read_node(t.node)
+        taints = sorted((x.key, x.value or "", x.effect) for x in node.spec.taints or [])
+        assert any(k == c.burst_key for k, _, _ in taints) == burst_taint, taints
+        before = _pods_on(c, t.node)
+        assert len(before) >= pods_at_least, f"{len(before)} pods on {t.node}, expected {pods_at_least} or more"
+        first = time.time()
+        assert all(_reported_by_provider(p, 0) for p in before.values()), [
+            (p.metadata.name, p.status.phase) for p in before.values()]
+        longest = max(longest, virtual_kubelet.restart(lay, t))
+
+        def settled(t: Any = t, before: dict[str, Any] = before, first: float = first,
+                    taints: list[Any] = taints) -> bool:
+            # The node lifecycle controller may taint the node not-ready for the instant the restarted provider
+            # reports Ready=False (before its controllers run); settled means those are gone again too.
+            now = _pods_on(c, t.node)
+            same = sorted((x.key, x.value or "", x.effect) for x in c.core.read_node(t.node).spec.taints or [])
+            return (set(now) == set(before) and all(_reported_by_provider(p, first) for p in now.values())
+                    and same == taints)
+
+        wait(f"every pod on {t.node} kept and reported Running by the restarted provider, its taints as before",
+             settled, 60)
+        assert c.core.read_node(t.node).metadata.uid == node.metadata.uid, "the node was registered anew"
+        failed = [p.metadata.name for p in c.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={t.node},status.phase=Failed").items]
+        assert not failed, f"pods lost on {t.node}: {failed}"
+    return longest
+
+
+def test_virtual_kubelet_provider(stack):
+    """The real virtual kubelet registered its node as the stack's provider config declares it, kept its node
+    lease fresh through both scenarios (and its restarts), and was refused nothing: the provider's RBAC is
+    enough. Which grants it used and never used is written to RBAC_USAGE_FILE."""
+    from kubernetes.utils import parse_quantity
+
+    from tools.localcluster import virtual_kubelet
+    from tools.localcluster.plan import plan_from_config
+    from tools.localcluster.rbac_usage import parse_audit, usage
+
+    lay, cfg, _ = stack
+    c = Cluster(lay, cfg)
+    plan = plan_from_config(cfg, "Pulumi.local.yaml")
+    specs = {n.name: n for n in plan.by_kind("virtual")}
+    for t in virtual_kubelet.targets(cfg):
+        node, spec = c.core.read_node(t.node), specs[t.node]
+        assert (VIRTUAL_KUBELET, "Update") in {(m.manager, m.operation) for m in node.metadata.managed_fields}
+        assert {k: node.metadata.labels.get(k) for k in spec.labels} == dict(spec.labels)
+        assert {(x.key, x.value, x.effect) for x in spec.taints} <= {
+            (x.key, x.value, x.effect) for x in node.spec.taints or []}
+        want = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gi}Gi", "pods": str(spec.pods),
+                "ephemeral-storage": f"{spec.ephemeral_storage_gi}Gi", plan.gpu_resource: str(spec.gpus)}
+        assert {k: parse_quantity(node.status.allocatable.get(k, "0")) for k in want} == {
+            k: parse_quantity(v) for k, v in want.items()}
+
+    (watch,) = LEASES
+    PHASES["vk_lease_max_age_s"] = round(watch.max_age, 1)
+    PHASES["vk_not_ready_samples"] = watch.not_ready
+    _report(PHASES)
+    assert watch.samples > 60 and watch.duration > 0, (watch.samples, watch.errors[:3])
+    assert watch.max_age < watch.duration, f"a lease {watch.max_age:.1f}s old (duration {watch.duration}s)"
+
+    report = {}
+    text = lay.audit_log.read_text()
+    denied = []
+    for t in virtual_kubelet.targets(cfg):
+        result = usage(virtual_kubelet.granted(lay, t), parse_audit(text, str(lay.audit_log), user=t.user))
+        report[t.provider] = result.report()
+        denied += result.report()["denied"]
+    report["lease"] = {"max_age_s": watch.max_age, "duration_s": watch.duration, "not_ready_samples": watch.not_ready,
+                       "condition_taints": sorted(watch.condition_taints)}
+    RBAC_USAGE_FILE.write_text(json.dumps(report, indent=2) + "\n")
+    print("\nvirtual kubelet RBAC usage:", json.dumps(report, indent=2))
+    assert not denied, f"the virtual kubelet was refused: {denied}"

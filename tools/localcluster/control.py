@@ -31,6 +31,7 @@ from tools.localcluster.plan import (
     PORT_NAMES,
     Layout,
     NodePlan,
+    audit_policy,
     component_commands,
     load_plan,
     volcano_conf,
@@ -211,12 +212,15 @@ def api_client(lay: Layout) -> Any:
 
 
 def apply_nodes(lay: Layout, plan: NodePlan) -> None:
-    """Create the plan's nodes (kept as they are if they exist: the stack or the agents may own fields)."""
+    """Create the plan's kwok nodes (kept as they are if they exist: the stack or the agents may own fields).
+
+    Virtual nodes are left to the stack's virtual kubelets, which register them (tools/localcluster/virtual_kubelet.py).
+    """
     from kubernetes import client
 
     api: Any = client.CoreV1Api(api_client(lay))
     existing = {n.metadata.name for n in api.list_node().items}
-    for node in plan.nodes:
+    for node in plan.kwok_nodes:
         if node.name not in existing:
             api.create_node(node.manifest(plan.gpu_resource))
 
@@ -275,7 +279,7 @@ def nodes_ready(lay: Layout, plan: NodePlan) -> bool:
         conds = {c.type: c.status for c in (node.status.conditions or [])}
         if conds.get("Ready") == "True":
             ready.add(node.metadata.name)
-    return all(n.name in ready for n in plan.nodes)
+    return all(n.name in ready for n in plan.kwok_nodes)
 
 
 def default_service_account(lay: Layout) -> bool:
@@ -329,6 +333,8 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
     lay.kubeconfig.write_text(pki.kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki))
     lay.kubeconfig.chmod(0o600)
     lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(), sort_keys=False))
+    lay.audit_policy.write_text(yaml.safe_dump(audit_policy(), sort_keys=False))
+    lay.logs.mkdir(parents=True, exist_ok=True)
     cmds = component_commands(lay, ports)
 
     etcd = start_process(lay, "etcd", cmds["etcd"])
@@ -355,7 +361,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
             "gang scheduling is unavailable")
 
     kwok = load_proc(lay, "kwok")
-    wait_for(f"{len(plan.nodes)} nodes Ready", lambda: nodes_ready(lay, plan), timeout, kwok)
+    wait_for(f"{len(plan.kwok_nodes)} kwok nodes Ready", lambda: nodes_ready(lay, plan), timeout, kwok)
     kcm = load_proc(lay, "kube-controller-manager")
     wait_for("the default service account", lambda: default_service_account(lay), timeout, kcm)
     for name in expected(lay):
@@ -363,7 +369,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
         if proc is None or not proc.alive():
             log = proc.log if proc else "?"
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
-    say(f"up in {time.monotonic() - started:.1f}s: {len(plan.nodes)} nodes from {plan.source}, "
+    say(f"up in {time.monotonic() - started:.1f}s: {len(plan.kwok_nodes)} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan
 

@@ -1,9 +1,10 @@
 """Self-generated certificates and service-account keys for the local control plane (openssl CLI).
 
-One CA signs the API server's serving certificate (SANs: 127.0.0.1, localhost, the first service IP)
-and an admin client certificate in ``system:masters`` that the kubeconfig, the controllers and the
-schedulers use. The service-account key pair signs and verifies bound tokens. Nothing is regenerated
-while the files exist, so a kubeconfig stays valid across ``down``/``up``.
+One CA signs the API server's serving certificate (SANs: 127.0.0.1, localhost, the first service IP),
+the virtual kubelets' serving certificate (127.0.0.1) and an admin client certificate in
+``system:masters`` that the kubeconfig, the controllers and the schedulers use. The service-account key
+pair signs and verifies bound tokens. Nothing is regenerated while the files exist, so a kubeconfig stays
+valid across ``down``/``up``.
 """
 
 from __future__ import annotations
@@ -51,11 +52,54 @@ def ensure_pki(pki: Path) -> None:
         _signed(pki, "admin", "/O=system:masters/CN=localcluster-admin",
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=clientAuth\n")
+    if not (pki / "kubelet-serving.crt").exists():
+        # The virtual kubelets' port (logs, exec): served with this, open only to client certificates of the CA.
+        _signed(pki, "kubelet-serving", "/CN=localcluster-virtual-kubelet",
+                "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
     if not (pki / "sa.key").exists():
         _key(pki, "sa.key")
         _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
     for key in pki.glob("*.key"):
         key.chmod(0o600)
+
+
+def user_certificate(pki: Path, user: str, groups: list[str]) -> tuple[Path, Path]:
+    """A client certificate for ``user`` in ``groups`` (CN and O, as the API server reads them), signed by the CA.
+
+    For acting as someone who is not an admin (a researcher in a team's group); reissued on every call.
+    """
+    if not user or "/" in user or any("/" in g for g in groups):
+        raise ValueError(f"user {user!r} and groups {groups!r} must be non-empty and contain no '/'")
+    subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
+    name = f"user-{user}"
+    _signed(pki, name, subject, "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n")
+    (pki / f"{name}.key").chmod(0o600)
+    return pki / f"{name}.crt", pki / f"{name}.key"
+
+
+def user_kubeconfig_text(server: str, pki: Path, user: str, cert: Path, key: Path) -> str:
+    """A kubeconfig that authenticates as ``user`` with its client certificate (context ``localcluster``)."""
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: localcluster
+  cluster:
+    server: {server}
+    certificate-authority: {pki / 'ca.crt'}
+users:
+- name: {user}
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: localcluster
+  context:
+    cluster: localcluster
+    user: {user}
+current-context: localcluster
+"""
 
 
 def kubeconfig_text(server: str, pki: Path) -> str:

@@ -3,14 +3,18 @@
 The node plan comes from the local stack's configuration when it loads (``Pulumi.local.yaml``): every
 on-prem pool node becomes a kwok node with the pool's GPU capacity, labels and taint (the same values
 the stack's ``NodePatch`` applies, so server-side apply finds nothing to fight over), every system-pool
-node a CPU node, and every external provider a virtual node with the virtual-kubelet provider taint.
-Without a loadable stack file a built-in plan of the same shape is used.
+node a CPU node. Every external provider's virtual node is registered by a real virtual-kubelet that
+runs the stack's provider Deployment as a local process (:func:`virtual_kubelet_process`); its plan entry
+is what that node must look like once registered and labelled. Without a loadable stack file a built-in
+plan of the same shape is used.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +89,11 @@ class NodePlan:
         return [n for n in self.nodes if n.kind == kind]
 
     @property
+    def kwok_nodes(self) -> tuple[NodeSpec, ...]:
+        """The nodes kwok fakes: every one but the virtual nodes, which virtual-kubelets register."""
+        return tuple(n for n in self.nodes if n.kind != "virtual")
+
+    @property
     def onprem_gpus(self) -> int:
         return sum(n.gpus for n in self.by_kind("gpu"))
 
@@ -116,7 +125,8 @@ def _system_node(name: str, pool: str, prefix: str) -> NodeSpec:
 
 
 def _virtual_node(name: str, provider: str, gpus: int, model: str, prefix: str, cpu: int = 512,
-                  memory_gi: int = 4096, pods: int = 500, vk_provider: str | None = None) -> NodeSpec:
+                  memory_gi: int = 4096, pods: int = 500, vk_provider: str | None = None,
+                  ephemeral_storage_gi: int = 2048) -> NodeSpec:
     labels = {
         f"{prefix}/location": "external",
         f"{prefix}/provider": provider,
@@ -125,7 +135,8 @@ def _virtual_node(name: str, provider: str, gpus: int, model: str, prefix: str, 
         "kubernetes.io/role": "agent",
     }
     return NodeSpec(name=name, kind="virtual", pool=provider, gpus=gpus, cpu=cpu, memory_gi=memory_gi,
-                    pods=pods, labels=labels, taints=(Taint(VK_PROVIDER_TAINT, vk_provider or provider),))
+                    pods=pods, ephemeral_storage_gi=ephemeral_storage_gi, labels=labels,
+                    taints=(Taint(VK_PROVIDER_TAINT, vk_provider or provider),))
 
 
 def default_plan() -> NodePlan:
@@ -152,10 +163,11 @@ def plan_from_config(cfg: Any, source: str) -> NodePlan:
 
     for prov in cfg.providers:
         # The taint the stack's virtual kubelet sets (VKUBELET_TAINT_VALUE), which is what inference
-        # tolerates: the provider's name, not the binary's --provider (a kwok node runs no kubelet to set it).
+        # tolerates: the provider's name, not the binary's --provider.
         nodes.append(_virtual_node(prov.node_name, prov.name, prov.gpus, prov.gpu_model, prefix,
                                    cpu=prov.cpu, memory_gi=prov.memory_gi, pods=prov.pods,
-                                   vk_provider=provider_taint(prov)["value"]))
+                                   vk_provider=provider_taint(prov)["value"],
+                                   ephemeral_storage_gi=prov.ephemeral_storage_gi))
     return NodePlan(nodes=tuple(nodes), gpu_resource=cfg.gpu_resource, label_prefix=prefix, source=source)
 
 
@@ -240,6 +252,18 @@ class Layout:
     def descheduler_policy(self) -> Path:
         return self.state / "descheduler-policy.yaml"
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.state / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.logs / "audit.log"
+
+    def virtual_kubelet(self, provider: str) -> Path:
+        """A provider's virtual-kubelet files: its kubeconfig (a token, no admin), capacity file, serving key."""
+        return self.state / "virtual-kubelet" / provider
+
 
 PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "kwok", "vc_scheduler_metrics", "vc_scheduler_healthz",
               "vc_controller_metrics", "vc_controller_healthz", "descheduler")
@@ -273,6 +297,10 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC", "--allow-privileged=true",
+            # Requests of service accounts (only the virtual kubelets authenticate as one here), with the
+            # RBAC decision: which grants they use, and any they lack (see tools/localcluster/rbac_usage.py).
+            f"--audit-policy-file={lay.audit_policy}", f"--audit-log-path={lay.audit_log}",
+            "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
             # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
             "--endpoint-reconciler-type=none",
             # MutatingAdmissionPolicy is beta and off by default in 1.34/1.35: served here so a stack with
@@ -335,3 +363,122 @@ def volcano_conf() -> dict[str, Any]:
 
     conf: dict[str, Any] = volcano_scheduler_conf()
     return conf
+
+
+def audit_policy() -> dict[str, Any]:
+    """Metadata (who, verb, object, RBAC decision) of every request a service account makes; nothing else.
+
+    The control plane and the agents authenticate with the admin certificate, so the log holds the virtual
+    kubelets' requests only: small, and exactly what their RBAC is measured against.
+    """
+    return {
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}],
+    }
+
+
+# --------------------------------------------------------------------------- the stack's virtual kubelets
+
+#: The binary build.sh builds from the pinned virtual-kubelet module (its built-in ``mock`` provider).
+VIRTUAL_KUBELET = "virtual-kubelet"
+#: The only provider that binary carries.
+MOCK_PROVIDER = "mock"
+#: What the pod's downward-API fields are for a local process.
+_FIELD_VALUES = {"status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}
+#: Flags naming paths or addresses inside the pod: the local process gets its own.
+_LOCAL_FLAGS = ("--provider-config", "--metrics-addr", "--kubeconfig")
+_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+@dataclass(frozen=True)
+class VirtualKubeletFiles:
+    """Where a provider's local virtual-kubelet finds what its pod would have mounted."""
+
+    kubeconfig: Path
+    provider_config: Path
+    serving_cert: Path
+    serving_key: Path
+    ca_cert: Path
+
+
+def _flag(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def virtual_kubelet_process(bin_dir: Path, container: Mapping[str, Any], pod_name: str, namespace: str,
+                            files: VirtualKubeletFiles, kubelet_port: int,
+                            metrics_port: int) -> tuple[list[str], dict[str, str]]:
+    """Command line and environment of the stack's virtual-kubelet container, run as a local process.
+
+    Everything the stack sets is kept (node name, ``--provider``, taint variables, flags) except what names
+    the pod's own paths and addresses: the capacity file, the metrics address (loopback) and the kubeconfig,
+    which holds a token of the provider's ServiceAccount and nothing else. The kubelet port serves TLS with a
+    certificate of the local CA and requires client certificates of that CA (the upstream binary listens on
+    every interface). The provider's credentials file is left out: the mock provider reads none, and the
+    Secret stays in the cluster. Anything this cannot reproduce (a Secret or ConfigMap reference in the
+    environment, a ``--provider`` other than the binary's ``mock``) is refused, naming it.
+    """
+    name = str(container.get("name", "?"))
+    args = [str(a) for a in container.get("args") or ()]
+    providers = [a.split("=", 1)[1] for a in args if a.startswith("--provider=")]
+    if providers != [MOCK_PROVIDER]:
+        raise ValueError(f"container {name!r} in {namespace}: the local virtual-kubelet carries only the "
+                         f"{MOCK_PROVIDER!r} provider, the stack asks for {providers or 'none'} (--provider)")
+    argv = [str(bin_dir / VIRTUAL_KUBELET)]
+    argv += [a for a in args if _flag(a) not in _LOCAL_FLAGS]
+    argv += [f"--provider-config={files.provider_config}", f"--metrics-addr=127.0.0.1:{metrics_port}",
+             f"--kubeconfig={files.kubeconfig}"]
+    fields = {**_FIELD_VALUES, "metadata.name": pod_name, "metadata.namespace": namespace}
+    env: dict[str, str] = {}
+    for var in container.get("env") or ():
+        key = str(var["name"])
+        if not var.get("valueFrom"):  # the API server drops an empty value
+            env[key] = _REF.sub(lambda m: env.get(m.group(1), m.group(0)), str(var.get("value") or ""))
+            continue
+        path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if path not in fields:
+            raise ValueError(f"container {name!r} in {namespace}: env {key} comes from "
+                             f"{var.get('valueFrom')!r}, which a local process cannot reproduce")
+        env[key] = fields[path]
+    env.pop("PROVIDER_CREDENTIALS_FILE", None)
+    env.update({
+        "KUBELET_PORT": str(kubelet_port),
+        "KUBECONFIG": str(files.kubeconfig),
+        "APISERVER_CERT_LOCATION": str(files.serving_cert),
+        "APISERVER_KEY_LOCATION": str(files.serving_key),
+        "APISERVER_CA_CERT_LOCATION": str(files.ca_cert),
+    })
+    return argv, env
+
+
+def mock_provider_config(capacity: str, source: str) -> str:
+    """The stack's capacity file (node -> resource -> quantity) in the mock provider's format.
+
+    The mock reads ``cpu``, ``memory`` and ``pods`` by name and every other resource (GPUs, ephemeral
+    storage) under ``others``; a resource it would silently drop is a node that refuses pods.
+    """
+    try:
+        data = json.loads(capacity)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{source}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{source}: expected an object of node name -> resources, got {type(data).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for node, resources in data.items():
+        if not isinstance(resources, dict) or not all(isinstance(v, (str, int)) for v in resources.values()):
+            raise ValueError(f"{source}: node {node!r}: expected resource -> quantity (string or integer)")
+        named = {k: str(resources[k]) for k in ("cpu", "memory", "pods") if k in resources}
+        others = {str(k): str(v) for k, v in resources.items() if k not in named}
+        out[str(node)] = {**named, "others": others}
+    return json.dumps(out, indent=2, sort_keys=True)
+
+
+def required_grants(namespaces: Sequence[str], node: str) -> list[dict[str, str]]:
+    """One request per kind of grant the virtual kubelet needs before it starts (SubjectAccessReview
+    attributes): once the API server allows all of them, its RBAC is in place and it cannot start forbidden."""
+    checks = [{"verb": "create", "resource": "nodes"},
+              {"verb": "get", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease",
+               "name": node},
+              {"verb": "watch", "resource": "pods"}]
+    checks += [{"verb": "update", "resource": "pods", "subresource": "status", "namespace": ns} for ns in namespaces]
+    return checks

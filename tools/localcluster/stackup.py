@@ -1,10 +1,11 @@
 """``make up`` / ``make down``: the local stack deployed for real on the local control plane.
 
 Steps of ``up``: the control plane (``localcluster up``), the engine (``make engine`` if not built),
-``tools/pulumi up --yes --stack local`` against the local kubeconfig, then the in-cluster agents as
-local processes — the burst controller, the health guard and the descheduler — fed with the
-configuration the stack deployed (its ConfigMaps), and a status summary. On kwok nodes the agents'
-own pods are simulated and do nothing, so these local processes are the ones that act.
+``tools/pulumi up --yes --stack local`` against the local kubeconfig (each provider's virtual-kubelet
+starts during it, with a token of the provider's ServiceAccount: tools/localcluster/virtual_kubelet.py),
+then the in-cluster agents as local processes — the burst controller, the health guard and the
+descheduler — fed with the configuration the stack deployed (its ConfigMaps), and a status summary. On
+kwok nodes the agents' own pods are simulated and do nothing, so these local processes are the ones that act.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from tools.engine_runner import EngineError
 from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineSelectionError, select_engine
-from tools.localcluster import control
+from tools.localcluster import control, virtual_kubelet
 from tools.localcluster.plan import Layout, NodePlan, descheduler_command, load_plan, load_stack_config
 
 ROOT = control.ROOT
@@ -64,8 +65,11 @@ def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
         env["PULUMI_BACKEND_URL"] = backend_url
     config_args = ["--config-file", str(config)] if config is not None else []
     # --refresh: the local cluster is recreated by every down/up, so the stack's record may be stale.
-    _run([str(cli or PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, *config_args,
-          "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
+    # The providers' virtual kubelets start as soon as their grants exist, so that each registers its node
+    # before the stack's NodePatch labels it.
+    with virtual_kubelet.running_during(lay, stack):
+        _run([str(cli or PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, *config_args,
+              "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
 
 
 # --------------------------------------------------------------------------- agent configuration
