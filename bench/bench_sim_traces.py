@@ -7,20 +7,25 @@ service's maxReplicas; 23 days looped to 31). Targets of issue 17 are measured h
 tests: availability >= 99.95 %, worst 5 minutes >= 95 %, external GPU·h <= 1.3x the oracle's, on-prem
 utilisation within 1 point of the oracle's, taint flips <= half the naive burst's. Where the oracle itself
 misses a target, the workload makes it impossible and the report says so. A second oracle row keeps the
-HPA headroom of the other policies (bench/sim/cost.py), the fairer bound for the external GPU·h.
+HPA headroom of the other policies (bench/sim/cost.py), the fairer bound for the external GPU·h. Each
+target the controller misses names what bounds it: availability and the worst 5 minutes the external start
+(a second controller run with a 60 s start shows how far that moves them), the external GPU·h and on-prem
+utilisation the HPA headroom and where the controller's external GPU·h go.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.sim.cost import ORACLE_AT_HEADROOM, bill_lines, oracle_at_headroom, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.engine import Outcome
-from bench.sim.policies import all_policies
+from bench.sim.model import Latencies
+from bench.sim.policies import all_policies, controller
 from bench.sim.report import markdown_table
 from bench.sim.run import default_workload, load_stack
 from components.config import parse_config
@@ -32,27 +37,42 @@ DAYS = 30.0
 WARMUP_DAYS = 1.0
 SEED = 1
 TRACE = Path(__file__).resolve().parent / "traces" / "gentd26-sd-requests.csv.gz"
+#: The external start the bound run assumes (the model's default is 180 s).
+FAST_START_S = 60.0
+DEFAULT_START_S = Latencies().external_start_s
 
 
-def targets(policies: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each issue-17 target for the controller: its figure, the bound, met, and whether the oracle meets it."""
+def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each issue-17 target for the controller: its figure, the bound, met, whether the oracle meets it, and
+    for a miss what bounds it (`fast`: the controller's figures with a FAST_START_S external start)."""
     ours, oracle, naive = policies["controller"], policies["oracle"], policies["naive burst"]
+    fair = policies.get(ORACLE_AT_HEADROOM, {})
     out: dict[str, dict[str, Any]] = {}
 
-    def put(name: str, value: float, bound: float, met: bool, oracle_met: bool) -> None:
+    def put(name: str, value: float, bound: float, met: bool, oracle_met: bool, why: str = "") -> None:
         out[name] = {"controller": round(value, 6), "bound": round(bound, 6), "met": met,
-                     "possible": oracle_met}
+                     "possible": oracle_met, "bounded_by": "" if met else why}
 
+    start = (f"the {DEFAULT_START_S:g} s external start: with {FAST_START_S:g} s the controller reaches "
+             f"{fast['inference_availability']:.3%} availability, {fast['worst_window_availability']:.1%} in "
+             "its worst 5 minutes") if fast else f"the {DEFAULT_START_S:g} s external start"
     put("availability >= 99.95 %", ours["inference_availability"], 0.9995,
-        ours["inference_availability"] >= 0.9995, oracle["inference_availability"] >= 0.9995)
+        ours["inference_availability"] >= 0.9995, oracle["inference_availability"] >= 0.9995, start)
     put("worst 5 min >= 95 %", ours["worst_window_availability"], 0.95,
-        ours["worst_window_availability"] >= 0.95, oracle["worst_window_availability"] >= 0.95)
-    ratio = ours["external_gpu_hours"] / oracle["external_gpu_hours"] if oracle["external_gpu_hours"] else 0.0
-    put("external GPU·h <= 1.3x oracle", ratio, 1.3, ratio <= 1.3, True)
+        ours["worst_window_availability"] >= 0.95, oracle["worst_window_availability"] >= 0.95, start)
+    oracle_ext = oracle["external_gpu_hours"]
+    ratio = ours["external_gpu_hours"] / oracle_ext if oracle_ext else 0.0
+    headroom = fair.get("external_gpu_hours", 0.0) / oracle_ext if oracle_ext else 0.0
+    where = (f"HPA headroom: the oracle at the same headroom needs {headroom:.2f}x; of the controller's "
+             f"{ours['external_gpu_hours']:,.0f} GPU·h, {ours.get('movable_gpu_hours', 0.0):,.0f} wait on open "
+             f"virtual nodes while on-prem has room, {ours.get('standby_gpu_hours', 0.0):,.0f} are the standby, "
+             f"{ours.get('returning_gpu_hours', 0.0):,.0f} wait for the descheduler")
+    put("external GPU·h <= 1.3x oracle", ratio, 1.3, ratio <= 1.3, True, where)
     gap = oracle["onprem_gpu_utilization"] - ours["onprem_gpu_utilization"]
-    put("on-prem util within 1 point of oracle", gap, 0.01, gap <= 0.01, True)
+    put("on-prem util within 1 point of oracle", gap, 0.01, gap <= 0.01, True,
+        "the replicas that stay external while on-prem has room (above)")
     put("taint flips <= half naive", ours["taint_flips"], naive["taint_flips"] / 2,
-        ours["taint_flips"] <= naive["taint_flips"] / 2, True)
+        ours["taint_flips"] <= naive["taint_flips"] / 2, True, "hysteresis band and holds")
     return out
 
 
@@ -81,7 +101,14 @@ def run() -> dict[str, Any]:
             row["external_vs_oracle_at_headroom"] = (
                 round(row["external_gpu_hours"] / fair_ext, 3) if fair_ext else None)
         tables[name + " (cost)"] = "\n".join(["```text", *bill_lines(results), "```"])
-        workloads[name] = {"policies": policies, "targets": targets(policies)}
+        quick = replace(model, latencies=replace(model.latencies, external_start_s=FAST_START_S))
+        (fast_outcome, _), = run_costed(quick, workload, [controller(quick, setup.settings)], DAYS * 86400,
+                                        WARMUP_DAYS * 86400, prices)
+        fast = outcomes_json([fast_outcome])["controller"]
+        workloads[name] = {"policies": policies, "targets": targets(policies, fast),
+                           "controller_at_fast_start": {k: fast[k] for k in ("inference_availability",
+                                                                             "worst_window_availability",
+                                                                             "external_gpu_hours")}}
         tables[name] = markdown_table(outcomes) + "\n\n" + tables.pop(name + " (cost)")
     return {
         "name": "cluster_simulation_traces",
@@ -102,11 +129,13 @@ def to_markdown(result: dict[str, Any]) -> str:
              f"{result['warmup_days']:g} warm-up day, seed {result['seed']})", "", "```text",
              *result["trace_report"], "```"]
     for name, table in result["tables_md"].items():
-        lines += ["", f"**{name}**", "", table, "", "| target (controller) | figure | bound | met | oracle meets it |",
-                  "|---|---|---|---|---|"]
+        lines += ["", f"**{name}**", "", table, "",
+                  "| target (controller) | figure | bound | met | oracle meets it | bounded by |",
+                  "|---|---|---|---|---|---|"]
         for target, t in result["workloads"][name]["targets"].items():
             lines.append(f"| {target} | {t['controller']:g} | {t['bound']:g} | {'yes' if t['met'] else 'NO'} | "
-                         f"{'yes' if t['possible'] else 'no: the workload bounds it'} |")
+                         f"{'yes' if t['possible'] else 'no: the workload bounds it'} | "
+                         f"{t.get('bounded_by') or '–'} |")
     return "\n".join(lines)
 
 

@@ -56,6 +56,9 @@ def test_one_node_one_service_one_job_with_the_controller() -> None:
     assert out.training_gpu_utilization == pytest.approx(8 * 3600 / (8 * 6000))
     assert out.onprem_gpu_utilization == pytest.approx((8 * 3600 + 2 * 1000 + 1 * 60 + 2 * 1200) / (8 * 6000))
     assert out.external_gpu_hours == pytest.approx((2 * 3710 + 60) / 3600)
+    # Of those: 4600-4720 s open with the node free (movable), 4720-4800 s closed (returning).
+    assert out.movable_gpu_hours == pytest.approx(2 * 120 / 3600)
+    assert out.returning_gpu_hours == pytest.approx((2 * 20 + 60) / 3600)
     assert (out.preemptions, out.descheduler_evictions) == (2, 2)
     assert out.evictions_per_hour == pytest.approx(4 / (6000 / 3600))
     assert (out.taint_flips, out.node_taint_patches, out.surges) == (2, 2, 1)
@@ -72,6 +75,7 @@ def test_prefer_onprem_affinity_moves_pods_home_while_the_burst_is_open() -> Non
     sim = Simulator(ONE, JOB, replace(OURS, descheduler=prefer), 6000.0, check=True)
     out = sim.run()
     assert out.external_gpu_hours == pytest.approx((2 * 3590 + 60) / 3600)
+    assert (out.movable_gpu_hours, out.returning_gpu_hours) == (pytest.approx((2 * 20 + 60) / 3600), 0.0)
     assert out.descheduler_evictions == 2
     assert out.inference_availability == pytest.approx((6000 - 60 - 210) / 6000)  # nothing lost by moving
     assert out.return_minutes_max is None  # nothing left external when the burst closed

@@ -97,6 +97,11 @@ class Outcome:
     decide_calls: int = 0
     decide_skipped: int = 0
     standby_gpu_hours: float = 0.0  # part of external_gpu_hours: the handover's standby replicas
+    # Parts of external_gpu_hours held by the services' own replicas: while the burst is open and the free
+    # on-prem GPUs (less what pending training asks for) could hold them, and while it is closed (waiting
+    # for the descheduler). The rest serves demand on-prem cannot.
+    movable_gpu_hours: float = 0.0
+    returning_gpu_hours: float = 0.0
     runtime_s: float = 0.0
     samples: list[Sample] = field(default_factory=list, repr=False)
 
@@ -134,6 +139,7 @@ class Simulator:
         self.event_count = 0
         # Metrics.
         self._a_train = self._a_inf = self._a_ext = self._a_open = self._a_standby = 0.0
+        self._a_movable = self._a_returning = 0.0
         self._a_served = self._a_demand = 0.0
         self._served = self._demanded = 0.0
         nwin = max(1, math.ceil(seconds / WINDOW_S))
@@ -283,8 +289,14 @@ class Simulator:
         self._a_inf += c.onprem_inf_gpus * dt
         self._a_ext += c.ext_gpus * dt
         self._a_standby += c.sb_ext_gpus * dt
+        main_ext = c.ext_gpus - c.sb_ext_gpus
         if any(x is None for x in c.vn_taint):
             self._a_open += dt
+            if main_ext:
+                room = c.onprem_free_gpus() - c.pending_train_gpus
+                self._a_movable += (main_ext if main_ext < room else max(room, 0)) * dt
+        elif main_ext:
+            self._a_returning += main_ext * dt
         if c.avail_dirty:
             self._refresh_availability()
         served, demanded = self._served, self._demanded
@@ -324,6 +336,8 @@ class Simulator:
             worst_window_availability=min(windows) if windows else 1.0,
             external_gpu_hours=self._a_ext / 3600.0,
             standby_gpu_hours=self._a_standby / 3600.0,
+            movable_gpu_hours=self._a_movable / 3600.0,
+            returning_gpu_hours=self._a_returning / 3600.0,
             evictions_per_hour=(n.preemptions + n.desched_evictions) / hours if hours else 0.0,
             preemptions=n.preemptions,
             descheduler_evictions=n.desched_evictions,
