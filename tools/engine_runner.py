@@ -42,6 +42,7 @@ ENGINE_FILES = (
     "bin/pulumi",
     "bin/pulumi-language-python",
     "bin/pulumi-language-python-exec",
+    "bin/pulumi-language-yaml",
     "providers/pulumi-resource-kubernetes",
 )
 

@@ -3,6 +3,7 @@
 #   pulumi                        the CLI (github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
 #   pulumi-language-python        the project's Python language host (cli/cmd/pulumi-language-python)
 #   pulumi-language-python-exec   the SDK's launcher script, copied from the sdk module
+#   pulumi-language-yaml          the YAML language host (yaml/go.mod), for YAML programs using our package
 # and into .state/engine/providers:
 #   pulumi-resource-kubernetes    the Kubernetes provider (kubernetes/cmd/pulumi-resource-kubernetes)
 #   pulumi-resource-random        our RandomInteger-only stand-in (cli/cmd/pulumi-resource-random)
@@ -34,7 +35,7 @@ key() {
     go version
     cat "$HERE/build.sh"
     echo "K8S_VERSION=$K8S_VERSION RANDOM_VERSION=$RANDOM_VERSION"
-    find "$HERE/cli" "$HERE/kubernetes" \( -name build -prune \) -o -type f \
+    find "$HERE/cli" "$HERE/kubernetes" "$HERE/yaml" \( -name build -prune \) -o -type f \
       \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort | xargs cat
   } | sha256sum | cut -d' ' -f1
 }
@@ -42,6 +43,7 @@ key() {
 want="$(key)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]] \
   && [[ -x "$BIN/pulumi" && -x "$BIN/pulumi-language-python" && -x "$BIN/pulumi-language-python-exec" \
+        && -x "$BIN/pulumi-language-yaml" \
         && -x "$PROV/pulumi-resource-kubernetes" && -x "$PROV/pulumi-resource-random" ]]; then
   echo "engine: up to date ($BIN)"
   exit 0
@@ -63,6 +65,11 @@ echo "engine: building pulumi $pulumi_version"
 (cd "$HERE/cli" && go build -p "$JOBS" -trimpath -ldflags "-s -w -X main.Version=$RANDOM_VERSION" \
   -o "$PROV/pulumi-resource-random" ./cmd/pulumi-resource-random)
 printf '%s\n' "$RANDOM_VERSION" > "$PROV/pulumi-resource-random.version"
+yaml_version="$(cd "$HERE/yaml" && go list -m -f '{{.Version}}' github.com/pulumi/pulumi-yaml)"
+echo "engine: building pulumi-language-yaml $yaml_version"
+(cd "$HERE/yaml" && go build -p "$JOBS" -trimpath \
+  -ldflags "-s -w -X github.com/pulumi/pulumi-yaml/pkg/version.Version=${yaml_version#v}" \
+  -o "$BIN/pulumi-language-yaml" github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml)
 sdk_dir="$(cd "$HERE/cli" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi/sdk/v3)"
 install -m 0755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$BIN/pulumi-language-python-exec"
 

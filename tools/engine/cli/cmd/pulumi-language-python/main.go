@@ -6,8 +6,9 @@
 // what the engine needs to preview and update a Python program and to run a
 // Python policy pack: it runs the program through the SDK's
 // `pulumi-language-python-exec` script (copied beside this binary by the build)
-// with the interpreter of the project's virtualenv, and runs policy packs with
-// `python -m pulumi.policy`. Everything else (code generation, packing,
+// with the interpreter of the project's virtualenv, runs policy packs with
+// `python -m pulumi.policy`, and runs Python providers (the project's component
+// package in package/) with `python -u <plugin directory>`. Everything else (code generation, packing,
 // dependency installation) is left to the ordinary tools and answers
 // Unimplemented or does nothing.
 package main
@@ -289,14 +290,20 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 	return &pulumirpc.RunResponse{}, nil
 }
 
-// RunPlugin runs Python policy packs (analyzer plugins); the engine talks to the
-// pack through the SDK's policy proxy, which also hands over the stack config.
+// RunPlugin runs Python policy packs (analyzer plugins) and Python resource
+// providers such as component packages (a directory with PulumiPlugin.yaml and
+// __main__.py); the engine talks to a pack through the SDK's policy proxy, which
+// also hands over the stack config.
 func (h *host) RunPlugin(
 	req *pulumirpc.RunPluginRequest, server grpc.ServerStreamingServer[pulumirpc.RunPluginResponse],
 ) error {
 	ctx := server.Context()
-	if req.GetKind() != "analyzer" {
-		return fmt.Errorf("this language host runs only policy packs, not %q plugins", req.GetKind())
+	switch req.GetKind() {
+	case "analyzer":
+	case "resource":
+		return h.runResourcePlugin(req, server)
+	default:
+		return fmt.Errorf("this language host runs policy packs and resource providers, not %q plugins", req.GetKind())
 	}
 	tc, err := resolveToolchain(req.GetInfo())
 	if err != nil {
@@ -360,6 +367,52 @@ func (h *host) RunPlugin(
 		var exitErr *exec.ExitError
 		if !errors.As(err, &exitErr) {
 			return fmt.Errorf("could not run the policy pack: %w", err)
+		}
+		code = int32(exitErr.ExitCode())
+	}
+	return server.Send(&pulumirpc.RunPluginResponse{
+		Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: code},
+	})
+}
+
+// runResourcePlugin runs a Python provider: the plugin directory's __main__.py with
+// the engine's arguments (engine address first). The provider prints its port on
+// stdout, which is streamed back to the engine as the plugin's output.
+func (h *host) runResourcePlugin(
+	req *pulumirpc.RunPluginRequest, server grpc.ServerStreamingServer[pulumirpc.RunPluginResponse],
+) error {
+	ctx := server.Context()
+	tc, err := resolveToolchain(req.GetInfo())
+	if err != nil {
+		return err
+	}
+	if err := tc.ValidateVenv(ctx); err != nil {
+		return err
+	}
+	args := append([]string{"-u", req.GetInfo().GetProgramDirectory()}, req.GetArgs()...)
+	cmd, err := tc.Command(ctx, args...)
+	if err != nil {
+		return err
+	}
+	cmd.Dir = req.GetPwd()
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env, req.GetEnv()...)
+
+	closer, stdout, stderr, err := rpcutil.MakeRunPluginStreams(server, false)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+
+	code := int32(0)
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) {
+			return fmt.Errorf("could not run the provider plugin: %w", err)
 		}
 		code = int32(exitErr.ExitCode())
 	}
