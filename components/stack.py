@@ -18,7 +18,7 @@ from components.config import (
 from components.config.loading import secret_schema_problems
 
 
-def _runtime_config() -> tuple[dict[str, Any], set[str]]:
+def engine_config() -> tuple[dict[str, Any], set[str]]:
     """Every ``project:key`` value the engine (or the mock runtime) gave this program, and the secret keys."""
     values: dict[str, Any] = dict(runtime_config.get_config_env() or {})
     values.update(runtime_config.CONFIG.get())
@@ -33,18 +33,26 @@ def stack_file(stack: str | None = None) -> str:
 
 def load_stack_config() -> ClusterConfig:
     """Validate the whole stack config; on any problem stop with one message and register nothing."""
-    values, secret_keys = _runtime_config()
+    values, secret_keys = engine_config()
     project = pulumi.get_project() or PROJECT
     raw = raw_from_pulumi_config(values, project)
     secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
+    return validate_config(raw, secret_names, set(raw), stack_file())
+
+
+def validate_config(raw: dict[str, Any], secret_names: set[str], present: set[str], filename: str) -> ClusterConfig:
+    """The stack's rules on ``raw`` (keys without the project prefix): schema, cross-field checks, credentials.
+
+    ``secret_names`` are the keys set as secrets and ``present`` every key set; ``filename`` names the
+    source in the error. The component package validates its args here too, so both give the same errors.
+    """
     if schema_secrets := secret_schema_problems(secret_names):
-        raise ConfigError(stack_file(), schema_secrets)
+        raise ConfigError(filename, schema_secrets)
     # Keys named as credentials are checked by check_secrets (secret or not), never as schema keys.
     credential_keys = secret_names | set(_credential_refs(raw))
     plain = {k: v for k, v in raw.items() if k not in credential_keys}
-    filename = stack_file()
     cfg = parse_config(plain, filename)
-    problems = check_secrets(cfg, set(raw), secret_names)
+    problems = check_secrets(cfg, present, secret_names)
     if problems:
         raise ConfigError(filename, problems)
     return cfg
