@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) from three
 # modules (., addons, volcano) and copies the Volcano CRDs of the pinned module into .state/localcluster/crd.
-# Cached: a stamp holds the hash of every go.mod/go.sum, our mains and this script; a warm run only hashes.
-# One binary at a time with -p ${GO_BUILD_P:-2}: the machine is shared with other Go builds.
+# Cached: a stamp holds the hash of every go.mod/go.sum, our mains and the build inputs declared below (Kubernetes
+# version, flags, the monitoring CRDs' release); a warm run only hashes. How the script reports progress is no
+# part of the key. One binary at a time with -p ${GO_BUILD_P:-2}: the machine is shared with other Go builds;
+# each says every 30 s that it is still running (tools/progress.sh). Cold (empty Go cache, 2 cores, the
+# engine building beside it): 28m37s idle, 36m53s with other work on the machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -21,9 +24,14 @@ volcano=(vc-scheduler vc-controller-manager)
 (cd "$root" && "${PYTHON:-python3}" -m components.pins check)
 prom_operator="$(cd "$root" && "${PYTHON:-python3}" -m components.pins ref prometheus-operator)"
 
+# Build inputs besides the Go sources; every one of them is part of the stamp's key (a new input goes here).
+go_flags="-trimpath"
+strip="-s -w"
 key() {
-  (cd "$here" && find . \( -name go.mod -o -name go.sum -o -name '*.go' -o -name build.sh \) -print0 \
-    | LC_ALL=C sort -z | xargs -0 sha256sum; echo "$prom_operator") | sha256sum | cut -d' ' -f1
+  (cd "$here" && find . \( -name go.mod -o -name go.sum -o -name '*.go' \) -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum
+   printf '%s\n' "$prom_operator" "k8s_version=$k8s_version" "go_flags=$go_flags" "strip=$strip") \
+    | sha256sum | cut -d' ' -f1
 }
 
 want="$(key)"
@@ -42,11 +50,13 @@ minor="${k8s_version#v1.}"; minor="${minor%%.*}"
 version_flags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 build() { # module-dir name extra-ldflags
   local start=$SECONDS
-  (cd "$1" && go build -p "$par" -trimpath -ldflags "-s -w $3" -o "$bin/$2.tmp" "./cmd/$2")
+  bash "$root/tools/progress.sh" "localcluster: building $2" -- \
+    go -C "$1" build -p "$par" $go_flags -ldflags "$strip $3" -o "$bin/$2.tmp" "./cmd/$2"
   mv "$bin/$2.tmp" "$bin/$2"
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
 total=$SECONDS
+echo "localcluster: building from Go modules into $bin (cold: about 30 min on 2 cores from an empty Go cache; warm: seconds)"
 # kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
 build "$here/addons" kwok ""
