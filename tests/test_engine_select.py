@@ -3,9 +3,11 @@ project's build; ENGINE=built|path chooses. The decision as a table, then a fake
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -197,9 +199,36 @@ def test_make_up_deploys_with_your_pulumi_against_the_local_cluster(
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     monkeypatch.setattr(er, "OWN_CONFIG_COPIES", tmp_path / "copies")
     lay = Layout(tmp_path / "state")
+    # Whatever pulumi_up runs beside the CLI against a live cluster is out of this test's scope: no cluster here.
+    if hasattr(stackup, "virtual_kubelet"):
+        monkeypatch.setattr(stackup.virtual_kubelet, "running_during", lambda *_a, **_k: contextlib.nullcontext())
     stackup.pulumi_up(lay, "local", cli=cli)
     up = next(c for c in calls(cli.parent) if c["argv"][0] == "up")
     assert up["argv"] == ["up", "--yes", "--skip-preview", "--refresh", "--stack", "local", "--config-file",
                           str(tmp_path / "copies" / "Pulumi.local.yaml"), "--non-interactive"]
     assert up["kubeconfig"] == str(lay.kubeconfig)
     assert up["home"] is None and up["backend"] is None
+
+
+@pytest.mark.skipif(not er.engine_available(), reason=f"real engine unavailable: {er.build_failure_reason()}")
+def test_your_own_cli_previews_for_real_with_its_own_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's built CLI stands in for a user's: its own PULUMI_HOME (with the providers installed) and
+    a file backend of its own, no wrapper; the stack is created with the backend's default secrets provider."""
+    built = er.ENGINE_DIR / "bin" / "pulumi"
+    home = er.PULUMI_STATE / "home"
+    assert er.pulumi(["version"]).returncode == 0  # the wrapper installs the providers into that home once
+    backend = tmp_path / "backend"
+    backend.mkdir()
+    monkeypatch.setenv("PULUMI_HOME", str(home))
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "yours")
+    monkeypatch.setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-cluster.kubeconfig"))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(built.parent), str(er.ENGINE_DIR / "ambient"),
+                                                str(ROOT / ".venv" / "bin"), os.environ["PATH"]]))
+    proc = er.real_preview("local", policy_pack=True, backend_url=f"file://{backend}", cli=built)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert re.search(r"Resources:\n\s+\+ \d+ to create", proc.stdout), proc.stdout[-2000:]
+    assert "Policy Packs run:" in proc.stdout and "gpu-cluster-policies" in proc.stdout
+    copy = backend / "own-config" / "Pulumi.local.yaml"
+    assert "encryptionsalt" in copy.read_text(), "the stack was created with the backend's passphrase provider"
+    assert (backend / ".pulumi" / "stacks").is_dir()
