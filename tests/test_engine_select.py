@@ -200,8 +200,9 @@ def test_make_up_deploys_with_your_pulumi_against_the_local_cluster(
     monkeypatch.setattr(er, "OWN_CONFIG_COPIES", tmp_path / "copies")
     lay = Layout(tmp_path / "state")
     # Whatever pulumi_up runs beside the CLI against a live cluster is out of this test's scope: no cluster here.
-    if hasattr(stackup, "virtual_kubelet"):
-        monkeypatch.setattr(stackup.virtual_kubelet, "running_during", lambda *_a, **_k: contextlib.nullcontext())
+    beside = getattr(stackup, "virtual_kubelet", None)
+    if beside is not None:
+        monkeypatch.setattr(beside, "running_during", lambda *_a, **_k: contextlib.nullcontext())
     stackup.pulumi_up(lay, "local", cli=cli)
     up = next(c for c in calls(cli.parent) if c["argv"][0] == "up")
     assert up["argv"] == ["up", "--yes", "--skip-preview", "--refresh", "--stack", "local", "--config-file",
