@@ -15,7 +15,7 @@ from components.config import (
     parse_config,
     raw_from_pulumi_config,
 )
-from components.config.loading import secret_schema_problems
+from components.config.loading import credential_refs, secret_schema_problems
 
 
 def engine_config() -> tuple[dict[str, Any], set[str]]:
@@ -49,28 +49,13 @@ def validate_config(raw: dict[str, Any], secret_names: set[str], present: set[st
     if schema_secrets := secret_schema_problems(secret_names):
         raise ConfigError(filename, schema_secrets)
     # Keys named as credentials are checked by check_secrets (secret or not), never as schema keys.
-    credential_keys = secret_names | set(_credential_refs(raw))
+    credential_keys = secret_names | set(credential_refs(raw))
     plain = {k: v for k, v in raw.items() if k not in credential_keys}
     cfg = parse_config(plain, filename)
     problems = check_secrets(cfg, present, secret_names)
     if problems:
         raise ConfigError(filename, problems)
     return cfg
-
-
-def _credential_refs(value: Any) -> list[str]:
-    """Config keys the raw config names in any ``*CredentialsSecret``/``credentialsSecret`` field."""
-    found: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key.lower().endswith("credentialssecret") and isinstance(item, str):
-                found.append(item)
-            else:
-                found += _credential_refs(item)
-    elif isinstance(value, list):
-        for item in value:
-            found += _credential_refs(item)
-    return found
 
 
 def check_secrets(cfg: ClusterConfig, present: set[str], secret_names: set[str]) -> list[Problem]:
