@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) from three
-# modules (., addons, volcano) and copies the Volcano CRDs of the pinned module into .state/localcluster/crd.
+# Builds the local control plane into $LOCALCLUSTER_BIN (default .state/localcluster/bin) from four
+# modules (., addons, volcano, virtualkubelet) and copies the Volcano CRDs of the pinned module into
+# .state/localcluster/crd.
 # Cached: a stamp holds the hash of every go.mod/go.sum, our mains and the build inputs declared below (Kubernetes
 # version, flags, the monitoring CRDs' release); a warm run only hashes. How the script reports progress is no
 # part of the key. One binary at a time with -p ${GO_BUILD_P:-2}: the machine is shared with other Go builds;
@@ -19,6 +20,9 @@ k8s_version="v1.35.3"
 core=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 addons=(kwok descheduler)
 volcano=(vc-scheduler vc-controller-manager)
+# The upstream command itself (its built-in mock provider), from the module virtualkubelet/go.mod pins.
+vk=(virtual-kubelet)
+vk_pkg="github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
 # Every upstream release comes from the pin table (components/pins.py, standard library only): the go.mod
 # files below must require what it pins, so the e2e runs the releases a stack deploys.
 (cd "$root" && "${PYTHON:-python3}" -m components.pins check)
@@ -37,7 +41,7 @@ key() {
 want="$(key)"
 have="$(cat "$bin/.stamp" 2>/dev/null || true)"
 complete=1
-for b in "${core[@]}" "${addons[@]}" "${volcano[@]}"; do [ -x "$bin/$b" ] || complete=0; done
+for b in "${core[@]}" "${addons[@]}" "${volcano[@]}" "${vk[@]}"; do [ -x "$bin/$b" ] || complete=0; done
 [ -s "$crd/scheduling.volcano.sh_podgroups.yaml" ] && [ -s "$crd/monitoring.coreos.com_servicemonitors.yaml" ] || complete=0
 if [ "$want" = "$have" ] && [ "$complete" = 1 ]; then
   echo "localcluster: binaries up to date in $bin"
@@ -48,10 +52,10 @@ mkdir -p "$bin" "$crd"
 rm -f "$bin/.stamp"
 minor="${k8s_version#v1.}"; minor="${minor%%.*}"
 version_flags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-build() { # module-dir name extra-ldflags
+build() { # module-dir name extra-ldflags [package, default ./cmd/<name>]
   local start=$SECONDS
   bash "$root/tools/progress.sh" "localcluster: building $2" -- \
-    go -C "$1" build -p "$par" $go_flags -ldflags "$strip $3" -o "$bin/$2.tmp" "./cmd/$2"
+    go -C "$1" build -p "$par" $go_flags -ldflags "$strip $3" -o "$bin/$2.tmp" "${4:-./cmd/$2}"
   mv "$bin/$2.tmp" "$bin/$2"
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
@@ -60,6 +64,8 @@ echo "localcluster: building from Go modules into $bin (cold: about 30 min on 2 
 # kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
 build "$here/addons" kwok ""
+vk_version="$(cd "$here/virtualkubelet" && go list -m -f '{{.Version}}' github.com/virtual-kubelet/virtual-kubelet)"
+build "$here/virtualkubelet" virtual-kubelet "-X main.buildVersion=$vk_version" "$vk_pkg"
 for b in "${volcano[@]}"; do build "$here/volcano" "$b" ""; done
 build "$here/addons" descheduler ""
 
