@@ -35,6 +35,9 @@ from components.config import ClusterConfig, Queue, Scheduling, SchedulingEngine
 from components.naming import common_labels, selector_labels
 from components.security import (
     API_CLIENT,
+    EPHEMERAL_LIMIT,
+    EPHEMERAL_REQUEST,
+    RUN_AS_USER,
     checkov_skips,
     container_security_context,
     pod_security_context,
@@ -147,18 +150,45 @@ def volcano_scheduler_conf() -> dict[str, Any]:
     }
 
 
+def _chart_resources(cpu: str, memory: str) -> dict[str, Any]:
+    """components.security.resources() as plain chart values."""
+    return {
+        "requests": {"cpu": cpu, "memory": memory, "ephemeral-storage": EPHEMERAL_REQUEST},
+        "limits": {"memory": memory, "ephemeral-storage": EPHEMERAL_LIMIT},
+    }
+
+
 def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
-    """Chart values for the pinned Volcano release."""
+    """Chart values for the pinned Volcano release (keys of its chart's values.yaml; tests/test_charts.py checks).
+
+    Every Volcano pod runs on the system pool (``default_ns``), as the restricted profile our own pods follow:
+    non-root, read-only root filesystem, every capability dropped (the chart's default adds DAC_OVERRIDE,
+    which nothing here needs: configuration and certificates are mounted world-readable).
+    The admission webhook is off: its TLS certificate comes from a Helm pre-install hook Job, and
+    ``helm.v4.Chart`` runs no hooks, so the webhook would never start while its ``failurePolicy: Fail``
+    configurations refused every Volcano Job, Queue and PodGroup; the end-to-end test runs Volcano's
+    scheduler and controllers without it too. The chart's ValidatingAdmissionPolicies (``vap_enable``) stay
+    off as well: offline, the Kubernetes provider (4.25) cannot tell whether that kind is namespaced and the
+    preview fails. Training jobs are still validated in the API server by our own policies (TrainingGuardrails).
+    """
     return {
         "basic": {"image_tag_version": images.VOLCANO_VERSION, "image_pull_policy": "IfNotPresent"},
         "custom": {
             "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(), sort_keys=False),
             "scheduler_schedule_period": f"{args.scheduling.schedule_period_seconds}s",
-            "default_queue_enable": False,
-            "scheduler_nodeSelector": args.system_pool_selector,
-            "controller_nodeSelector": args.system_pool_selector,
-            "admission_nodeSelector": args.system_pool_selector,
-            "priority_class": True,
+            "admission_enable": False,
+            "default_ns": args.system_pool_selector,
+            "default_sc": {
+                "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "default_csc": {
+                "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True, "privileged": False,
+                "capabilities": {"add": [], "drop": ["ALL"]},
+            },
+            "scheduler_resources": _chart_resources("500m", "1Gi"),
+            "controller_resources": _chart_resources("200m", "512Mi"),
         },
     }
 

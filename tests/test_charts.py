@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components import charts
+from tools.mockrt import RunResult
 
 
 def chart_tree(root: Path, name: str = "volcano", version: str = "1.14.0") -> Path:
@@ -86,3 +87,25 @@ def test_the_pinned_module_carries_the_chart() -> None:
     assert path.parts[-4:] == ("installer", "helm", "chart", "volcano")
     assert "volcano.sh/volcano@v1.14.1" in str(path)
     assert (path / "templates" / "scheduler.yaml").is_file()
+
+
+def _paths(values: dict[str, object], prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        out.add(path)
+        if isinstance(value, dict) and value:
+            out |= _paths(value, f"{path}.")
+    return out
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="go is not installed")
+def test_every_value_we_pass_is_a_key_of_the_charts_values(prod: RunResult) -> None:
+    # A key the chart does not read is silently ignored (the 1.15 repository chart's node selector keys were).
+    import yaml
+
+    defaults = yaml.safe_load((Path(charts.from_go_module_cache(charts.VOLCANO)) / "values.yaml").read_text())
+    (chart,) = prod.by_type("kubernetes:helm.sh/v4:Chart")
+    ours = chart.inputs["values"]
+    top = {f"{section}.{key}" for section, keys in ours.items() for key in keys}
+    assert sorted(top - _paths(defaults)) == []

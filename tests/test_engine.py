@@ -95,8 +95,12 @@ def test_tiny_program_runs_with_config_and_policy_pack(tmp_path: Path) -> None:
     assert out.stdout.strip() == "hello engine"
 
 
-# What engine runs change offline (the Volcano chart is left out); the mock side gets the same.
-OFFLINE = er.OFFLINE_OVERRIDES
+#: What Volcano's chart (the module's, as prod installs it) renders: the objects the mock runtime cannot see.
+VOLCANO_CHART_OBJECTS = {
+    ("apps/v1", "Deployment"): 2, ("v1", "ConfigMap"): 2, ("v1", "Service"): 2, ("v1", "ServiceAccount"): 2,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): 4, ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): 2,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): 11,
+}
 
 
 @needs_engine
@@ -107,19 +111,25 @@ def test_real_preview_with_policy_pack(stack: str, tmp_path: Path) -> None:
     backend.mkdir()
     proc = er.real_preview(stack, policy_pack=True, backend_url=f"file://{backend}")
     assert proc.returncode == 0, _tail(proc)
-    assert proc.stdout.startswith("note: offline engine run with config changed: gpu-cluster:scheduling.install=False")
+    if stack == "prod":
+        # The stack as committed (Volcano installed); only the provider's render mode is set, so the chart expands.
+        assert proc.stdout.startswith("note: offline engine run with config changed: kubernetes:renderYamlToDirectory=")
+        chart_children = re.findall(r"helm\.sh/v4:Chart\$kubernetes:([^:]+:[^:]+)::volcano:", proc.stdout)
+        assert len(set(chart_children)) == len(VOLCANO_CHART_OBJECTS), _tail(proc)
+        # The scheduler configuration we pass in reaches the object Volcano reads, where the pack judges it.
+        assert re.search(r'volcano-scheduler\.conf: \(yaml\) \{\s+actions: "enqueue, allocate, preempt, reclaim, '
+                         r'backfill"', proc.stdout), _tail(proc)
+    else:
+        assert proc.stdout.startswith("Previewing"), proc.stdout[:200]
     assert re.search(r"\+ \d+ to create", proc.stdout), _tail(proc)
     assert "gpu-cluster-policies" in proc.stdout, "the project's policy pack did not run"
     assert _engine_verdicts(proc.stdout) == _mock_verdicts(stack), "the engine and `make policy` disagree"
 
 
-def _offline_config(stack: str) -> tuple[dict[str, Any], set[str]]:
+def _stack_config(stack: str) -> tuple[dict[str, Any], set[str]]:
     from tools.mockrt import stack_config
 
-    config, secrets = stack_config(stack)
-    for path, value in OFFLINE.items():
-        er.set_config_path(config, path, value)
-    return config, secrets
+    return stack_config(stack)
 
 
 def _engine_verdicts(output: str) -> set[tuple[str, str]]:
@@ -132,7 +142,7 @@ def _mock_verdicts(stack: str) -> set[tuple[str, str]]:
     from tools.mockrt import run_program
     from tools.policy import context_for, resources_of
 
-    config, secrets = _offline_config(stack)
+    config, secrets = _stack_config(stack)
     violations = evaluate(resources_of(run_program(stack, config=config, secret_keys=secrets)), context_for(stack))
     return {(v.level.value, v.rule) for v in violations}
 
@@ -203,9 +213,16 @@ def test_engine_render_agrees_with_make_render(stack: str, tmp_path: Path) -> No
         d for f in sorted(out.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)
     ]
     engine = _objects(engine_docs)
-    config, secrets = _offline_config(stack)
+    config, secrets = _stack_config(stack)
     mock = _objects(list(manifests(run_program(stack, config=config, secret_keys=secrets)).values()))
-    assert sorted(engine) == sorted(mock)
+    # The engine also writes what Volcano's chart renders (prod installs it); the mock runtime sees the Chart only.
+    from_chart = set(engine) - set(mock)
+    counted: dict[tuple[str, str], int] = {}
+    for api_version, kind, _, _ in from_chart:
+        counted[(api_version, kind)] = counted.get((api_version, kind), 0) + 1
+    assert counted == (VOLCANO_CHART_OBJECTS if er.installs_chart(er.stack_config_path(stack).read_text()) else {})
+    assert all(ns in ("", "volcano-system") for _, _, ns, _ in from_chart), sorted(from_chart)
+    assert set(mock) <= set(engine)
     for key, want in mock.items():
         assert _normalize(engine[key]) == _normalize(want), f"{key} differs between the engine and make render"
 
@@ -252,3 +269,24 @@ def test_bad_stack_config_is_refused_with_the_file(tmp_path: Path) -> None:
         er.config_copy_text((tmp_path / "Pulumi.broken.yaml").read_text(), "Pulumi.broken.yaml", None, {})
     with pytest.raises(er.EngineError, match="stack 'missing' has no configuration file"):
         er.stack_config_path("missing", tmp_path)
+
+
+@pytest.mark.parametrize(("text", "installs"), [
+    ("config:\n  gpu-cluster:scheduling: {engine: volcano, install: true}\n", True),
+    ("config:\n  gpu-cluster:pools: []\n", True),  # Volcano and install are the defaults
+    ("config:\n  gpu-cluster:scheduling: {install: false}\n", False),
+    ("config:\n  gpu-cluster:scheduling: {engine: kube-batch}\n", False),
+    ("", True),
+])
+def test_installs_chart_reads_the_stack_file(text: str, installs: bool) -> None:
+    assert er.installs_chart(text) is installs
+
+
+def test_offline_overrides_only_for_a_stack_with_the_chart(tmp_path: Path) -> None:
+    # prod installs Volcano's chart: render mode, so the provider expands it without a cluster; local does not,
+    # so a preview of a deployed local stack diffs against its state with the provider settings it has.
+    assert er.offline_overrides("prod") == {
+        "kubernetes:renderYamlToDirectory": str(er.OFFLINE_RENDER_DIR / "prod")}
+    assert er.offline_overrides("local") == {}
+    with pytest.raises(er.EngineError, match="stack 'nope' has no configuration file"):
+        er.offline_overrides("nope", tmp_path)

@@ -70,7 +70,14 @@ def test_volcano_chart_values_carry_our_scheduler_conf(prod: RunResult) -> None:
     # with proportion a training queue reclaims only up to its weighted share of the GPUs.
     second_tier = [p["name"] for p in conf["tiers"][1]["plugins"]]
     assert "capacity" in second_tier and "proportion" not in second_tier
-    assert values["custom"]["scheduler_nodeSelector"] == {"gpucluster.io/pool": "system"}
+    custom = values["custom"]
+    assert custom["default_ns"] == {"gpucluster.io/pool": "system"}
+    # No admission webhook: its certificate would come from a Helm hook, which helm.v4.Chart never runs.
+    assert custom["admission_enable"] is False
+    # Our restricted profile, and none of the chart's default DAC_OVERRIDE.
+    assert custom["default_csc"]["readOnlyRootFilesystem"] is True
+    assert custom["default_csc"]["capabilities"] == {"add": [], "drop": ["ALL"]}
+    assert custom["default_sc"]["runAsNonRoot"] is True
 
 
 def test_queues_one_training_queue_per_pool(prod: RunResult) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from components.config import PROJECT
-from policies.rules import RULES, Options, Resource, evaluate
+from policies.rules import RULES, Options, Resource, evaluate, scheduling
 from tests.conftest import StackRunner
 from tools import policy
 from tools.mockrt import RunResult, raw_from_stack
@@ -47,7 +47,10 @@ def test_stacks_pass_every_mandatory_rule(stack: str, request: pytest.FixtureReq
 def test_the_gang_schedulers_chart_is_judged(prod: RunResult) -> None:
     """The chart is a component, yet its values hold the scheduler configuration the preemption path needs."""
     charts = [r for r in policy.resources_of(prod) if r.type == "kubernetes:helm.sh/v4:Chart"]
-    assert [(c.object_name, c.props["chart"]) for c in charts] == [("volcano", "volcano")]
+    assert [(c.object_name, c.props["chart"]) for c in charts] == [
+        ("volcano", "volcano.sh/volcano@v1.14.1/installer/helm/chart/volcano")]
+    (found,) = [scheduling.volcano_scheduler_conf(c) for c in charts]
+    assert found is not None and found[0] == "values.custom.scheduler_config_override"
 
 
 def k8s(kind: str, api_version: str, name: str, namespace: str | None = None, options: Options | None = None,

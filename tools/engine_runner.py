@@ -46,10 +46,33 @@ ENGINE_FILES = (
     "providers/pulumi-resource-kubernetes",
 )
 
-# Config changed for every engine run unless the caller says otherwise: the Volcano chart
-# (helm.v4.Chart) is fetched from its chart repository and templated against a live cluster, and
-# neither is reachable offline, so engine runs leave it out; the rest of the stack is unchanged.
-OFFLINE_OVERRIDES: Mapping[str, Any] = {"gpu-cluster:scheduling.install": False}
+# Where the provider's render mode points during offline previews of a stack that installs a chart; a
+# preview writes nothing there.
+OFFLINE_RENDER_DIR = PULUMI_STATE / "offline-render"
+
+
+def installs_chart(config_text: str) -> bool:
+    """Whether a stack file's config installs Volcano from its chart (``scheduling``: engine volcano, install)."""
+    data = yaml.safe_load(config_text) or {}
+    config = data.get("config") if isinstance(data, dict) else None
+    sched = (config or {}).get("gpu-cluster:scheduling") if isinstance(config, dict) else None
+    sched = sched if isinstance(sched, dict) else {}
+    return sched.get("engine", "volcano") == "volcano" and sched.get("install", True) is not False
+
+
+def offline_overrides(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
+    """Config an offline run of the project's engine changes: nothing, unless the stack installs Volcano's chart.
+
+    The Kubernetes provider expands a ``helm.v4.Chart`` only with a reachable cluster or in render mode
+    (``kubernetes:renderYamlToDirectory``), so the preview of such a stack runs the provider in render mode:
+    every object of the chart is previewed and policed, nothing is contacted. A stack without the chart
+    (the local one, possibly deployed by ``make up``) keeps its provider settings, so its preview diffs
+    against its state as it is.
+    """
+    source = stack_config_path(stack, project_dir).read_text(encoding="utf-8")
+    if not installs_chart(source):
+        return {}
+    return {"kubernetes:renderYamlToDirectory": str(OFFLINE_RENDER_DIR / stack)}
 
 # A preview of the whole stack takes tens of seconds; these bound a hung engine, not a slow one.
 PREVIEW_TIMEOUT_S = 900
@@ -376,7 +399,7 @@ def real_preview(
     """``pulumi preview --diff`` of ``stack`` on the real engine, with the policy pack if asked.
 
     ``overrides`` change config values for this preview only (see ``config_copy_text``); the
-    default is ``OFFLINE_OVERRIDES`` on the project's build and nothing on the user's own ``cli``
+    default is ``offline_overrides(stack)`` on the project's build and nothing on the user's own ``cli``
     (it reaches chart repositories), and the output's first line names what was changed.
     ``backend_url`` (``file://<dir>``) previews against another file backend than the project's;
     its config copies live beside it.
@@ -384,7 +407,7 @@ def real_preview(
     """
     if cli is None and not engine_available():
         raise EngineError("the engine is not built; run `make engine`")
-    default = OFFLINE_OVERRIDES if cli is None else {}
+    default = offline_overrides(stack) if cli is None else {}
     changed = dict(default if overrides is None else overrides)
     config = config_for(stack, changed, backend_url, cli)
     args = ["preview", "--diff", "--stack", stack, "--non-interactive"]
@@ -410,9 +433,9 @@ def render_via_engine(
 
     The provider writes every object as YAML under ``out_dir`` (``0-crd/`` and ``1-manifest/``)
     instead of applying it. The update runs against a throw-away backend so the project's
-    stacks keep no record of it. ``overrides`` as for ``real_preview``.
+    stacks keep no record of it. ``overrides`` change config values as for ``real_preview`` (none by default).
     """
-    changed = dict(OFFLINE_OVERRIDES if overrides is None else overrides)
+    changed = dict(overrides or {})  # render mode already: the chart expands without a cluster
     if not engine_available():
         raise EngineError("the engine is not built; run `make engine`")
     out_dir = out_dir.resolve()

@@ -72,8 +72,30 @@ class RbacException:
 PROVIDER_SECRET_READS = frozenset({("secrets", "list"), ("secrets", "watch")})
 
 
+#: The ClusterRoles Volcano's chart renders for release ``volcano`` (components/gang_scheduler.py): the gang
+#: scheduler and the job controller act on pods wherever training and inference run.
+VOLCANO_RBAC_EXCEPTIONS = (
+    RbacException(
+        kind="ClusterRole", name="volcano-scheduler",
+        grants=frozenset({("pods/binding", "create"), ("pods/status", "update"), ("pods", "patch"),
+                          ("pods", "delete")}),
+        reason="the gang scheduler binds every pod it places, records why a gang waits, and evicts the victims of "
+               "preempt and reclaim, in whichever namespace training and inference pods run",
+    ),
+    RbacException(
+        kind="ClusterRole", name="volcano-controllers",
+        grants=frozenset({("pods", "create"), ("pods", "update"), ("pods", "patch"), ("pods", "delete"),
+                          ("pods/finalizers", "update"), ("pods/finalizers", "patch"), ("secrets", "get"),
+                          ("secrets", "create"), ("secrets", "update"), ("secrets", "delete")}),
+        reason="the job controller creates, restarts and deletes the pods of Volcano Jobs in the namespaces they are "
+               "submitted to, and its ssh plugin keeps each job's key pair in a Secret there",
+    ),
+)
+
+
 def rbac_exceptions(provider_names: Iterable[str]) -> tuple[RbacException, ...]:
-    """The RBAC exceptions of a stack: each external provider's virtual kubelet reads Secrets cluster-wide."""
+    """The RBAC exceptions of a stack: each external provider's virtual kubelet reads Secrets cluster-wide, and
+    Volcano's scheduler and job controller write pods (and the controller its jobs' Secrets) cluster-wide."""
     return tuple(
         RbacException(
             kind="ClusterRole", name=f"{PROJECT}:vk-{name}", grants=PROVIDER_SECRET_READS,
@@ -81,7 +103,7 @@ def rbac_exceptions(provider_names: Iterable[str]) -> tuple[RbacException, ...]:
                    "in whichever namespace those pods run, and watches them to keep the remote copies current",
         )
         for name in provider_names
-    )
+    ) + VOLCANO_RBAC_EXCEPTIONS
 
 
 def capability(name: str) -> str:
