@@ -1166,3 +1166,22 @@ def test_queues_keep_inference_reclaimable_and_training_not() -> None:
         "training queue training has reclaimable: None (Volcano's default is true); another queue could reclaim a "
         "gang's members; set reclaimable: false",
     ]
+
+
+def test_volcano_roles_keep_only_their_excepted_writes() -> None:
+    # The chart's ClusterRoles (release "volcano"): the scheduler binds and evicts, the job controller makes pods
+    # and its jobs' Secrets, wherever jobs run; an extra write, or the same grants on another role, is refused.
+    ctx = replace(CTX, rbac_exceptions=rbac_exceptions([]))
+    scheduler = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
+                 {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update"]},
+                 {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}]
+    volcano = res("ClusterRole", "rbac.authorization.k8s.io/v1", "volcano-scheduler", rules=scheduler)
+    assert messages("rbac-cluster-pod-writes", volcano, ctx=ctx) == []
+    other = res("ClusterRole", "rbac.authorization.k8s.io/v1", "not-volcano", rules=scheduler)
+    assert len(messages("rbac-cluster-pod-writes", other, ctx=ctx)) == 3
+    secrets = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create", "delete", "update"]}]
+    controllers = res("ClusterRole", "rbac.authorization.k8s.io/v1", "volcano-controllers", rules=secrets)
+    assert messages("rbac-cluster-secrets", controllers, ctx=ctx) == []
+    reads_all = res("ClusterRole", "rbac.authorization.k8s.io/v1", "volcano-controllers",
+                    rules=[{**secrets[0], "verbs": ["get", "list"]}])
+    assert len(messages("rbac-cluster-secrets", reads_all, ctx=ctx)) == 1
