@@ -40,7 +40,8 @@ Rule = rbac.Rule
 #: The upstream descheduler ClusterRole, less leader election (a CronJob runs one pod at a time),
 #: metrics.k8s.io (only LowNodeUtilization with real usage reads it) and every pod write: its informers read
 #: cluster-wide, but it evicts only in the inference namespace (EVICTION_RULES), the one its policy includes.
-#: Upstream's pods ``delete`` goes too: the descheduler evicts through the Eviction API, never deletes.
+#: Upstream's pods ``delete`` goes too: the descheduler evicts through the Eviction API, never deletes. Since
+#: v0.36 it watches PersistentVolumeClaims (the DefaultEvictor's PVC protection), as upstream's chart grants.
 RULES: tuple[Rule, ...] = (
     Rule(api_groups=["events.k8s.io"], resources=["events"], verbs=["create", "update"]),
     Rule(api_groups=[""], resources=["nodes"], verbs=["get", "watch", "list"]),
@@ -48,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     Rule(api_groups=[""], resources=["pods"], verbs=["get", "watch", "list"]),
     Rule(api_groups=["scheduling.k8s.io"], resources=["priorityclasses"], verbs=["get", "watch", "list"]),
     Rule(api_groups=["policy"], resources=["poddisruptionbudgets"], verbs=["get", "watch", "list"]),
+    Rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get", "watch", "list"]),
 )
 #: In the inference namespace only: evict (the Eviction API, so PodDisruptionBudgets hold).
 EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)

@@ -98,6 +98,7 @@ def test_rbac_is_upstream_without_extras(prod: RunResult) -> None:
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "watch", "list"]},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "watch", "list"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "watch", "list"]},
     ]
     binding = prod.one("ClusterRoleBinding", "gpu-cluster:descheduler")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "descheduler", "namespace": NS}]
