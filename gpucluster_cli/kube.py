@@ -157,6 +157,10 @@ class Cluster:
             if exc.status in (400, 404):
                 raise CliError(f"no logs for pod {pod}: {_reason(exc)} (the container has not started, or its "
                                f"node keeps no logs)") from None
+            if exc.status in (500, 502, 503):
+                # The API server could not reach the node's kubelet (a virtual or simulated node keeps none).
+                raise CliError(f"no logs for pod {pod}: its node's kubelet did not answer the API server "
+                               f"({_reason(exc)})") from None
             raise explain(exc, f"reading logs of {pod}", self.namespace) from None
         if not follow:
             yield resp.data.decode("utf-8", "replace")

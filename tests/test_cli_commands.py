@@ -61,6 +61,8 @@ class Fake:
         self.logs: dict[str, str] = {}
         self.metrics: dict[str, str] = {}
         self.forbid: list[tuple[str, str]] = []
+        #: Pods whose log request fails with this status (the API server could not reach the kubelet).
+        self.log_failures: dict[str, int] = {}
         self.requests: list[dict[str, Any]] = []
 
     def pod(self, name: str, node: str | None, phase: str, restarts: int = 0, job: str = "ft-llama") -> None:
@@ -106,6 +108,9 @@ def handle(fake: Fake, method: str, path: str, query: dict[str, list[str]], head
     if path == PODS:
         key, _, value = query.get("labelSelector", [""])[0].partition("=")
         return 200, {"items": [p for p in fake.pods if p["metadata"]["labels"].get(key) == value]}
+    if (m := re.fullmatch(rf"{PODS}/([^/:]+)/log", path)) and m.group(1) in fake.log_failures:
+        return _status(fake.log_failures[m.group(1)], 'Get "https://127.0.0.1:10250/containerLogs/training/'
+                       f'{m.group(1)}/trainer": dial tcp 127.0.0.1:10250: connect: connection refused')
     if m := re.fullmatch(rf"{PODS}/([^/:]+)/log", path):
         if m.group(1) not in fake.logs:
             return _status(400, f'container "trainer" in pod "{m.group(1)}" is waiting to start')
@@ -281,6 +286,15 @@ def test_logs_of_a_pod_without_logs_say_why(fake: Fake, spec_file: Path) -> None
     assert result.exit_code == 1
     assert "no logs for pod ft-llama-worker-0" in result.output
     assert "has not started, or its node keeps no logs" in result.output
+
+
+def test_logs_of_a_pod_whose_kubelet_does_not_answer_say_so(fake: Fake, spec_file: Path) -> None:
+    """What the local cluster's kwok nodes (and any node without a reachable kubelet) give: a 500."""
+    run("train", "submit", str(spec_file))
+    fake.log_failures["ft-llama-worker-1"] = 500
+    result = run("train", "logs", "ft-llama", "--rank", "1")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "no logs for pod ft-llama-worker-1: its node's kubelet did not answer the API server" in result.output
 
 
 def test_cancel_deletes_job_and_monitor(fake: Fake, spec_file: Path) -> None:
