@@ -48,4 +48,4 @@ down: venv
 
 # The end-to-end burst scenario on the real components (tests/test_e2e.py).
 e2e: venv localcluster engine observability-tools
-	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py
+	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py
