@@ -36,6 +36,14 @@ def synthetic(nodes: int) -> tuple[dict[str, Any], set[str]]:
     for job in config.get("gpu-cluster:training", {}).get("jobs", []):
         job["pool"] = "pool-a"
         job["workers"] = min(job["workers"], half)
+    # Team shares are sized for prod's GPUs: scale them to this cluster so they still fit (a share of 0 stays 0).
+    teams = config.get("gpu-cluster:scheduling", {}).get("teams", [])
+    total = sum(team.get("guaranteeGpus", 0) for team in teams)
+    gpus = nodes * 8
+    for team in teams:
+        for key in ("guaranteeGpus", "capabilityGpus"):
+            if team.get(key):
+                team[key] = max(1, min(gpus, team[key] * gpus // max(total * 2, gpus)))
     return config, secrets
 
 
