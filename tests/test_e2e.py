@@ -43,6 +43,7 @@ from typing import Any
 
 import pytest
 
+from tests.polling import wait
 from tools.engine_runner import engine_available
 from tools.localcluster import control, stackup
 from tools.localcluster.plan import VIRTUAL_KUBELET, Layout, load_stack_config, stack_config_values
@@ -255,17 +256,6 @@ class Cluster:
     def gang_pods(self, job: str) -> list[Any]:
         sel = f"volcano.sh/job-name={job}"
         return self.core.list_namespaced_pod(self.cfg.training_namespace, label_selector=sel).items
-
-
-def wait(what: str, check, timeout: float) -> float:
-    started = time.monotonic()
-    last = None
-    while time.monotonic() - started < timeout:
-        last = check()
-        if last:
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s: {what} (last: {last!r})")
 
 
 class Sampler(threading.Thread):

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from tests.polling import wait
 from tools.engine_runner import engine_available
 from tools.localcluster import control, pki, stackup
 from tools.localcluster.plan import Layout, load_stack_config, stack_config_values
@@ -52,17 +53,6 @@ def _prerequisites() -> str | None:
     if not GPUCLUSTER.exists():
         return "the gpucluster console script is not installed; run `make venv`"
     return None
-
-
-def wait(what: str, check: Callable[[], Any], timeout: float) -> float:
-    started = time.monotonic()
-    last = None
-    while time.monotonic() - started < timeout:
-        last = check()
-        if last:
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s: {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

@@ -104,22 +104,4 @@ current-context: localcluster
 
 def kubeconfig_text(server: str, pki: Path) -> str:
     """A kubeconfig with the admin client certificate; paths are absolute so it works from anywhere."""
-    return f"""apiVersion: v1
-kind: Config
-clusters:
-- name: localcluster
-  cluster:
-    server: {server}
-    certificate-authority: {pki / 'ca.crt'}
-users:
-- name: localcluster-admin
-  user:
-    client-certificate: {pki / 'admin.crt'}
-    client-key: {pki / 'admin.key'}
-contexts:
-- name: localcluster
-  context:
-    cluster: localcluster
-    user: localcluster-admin
-current-context: localcluster
-"""
+    return user_kubeconfig_text(server, pki, "localcluster-admin", pki / "admin.crt", pki / "admin.key")

@@ -1,0 +1,19 @@
+"""Polling for the end-to-end tests: wait for a condition on a live cluster and time it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float) -> float:
+    """Seconds until ``check()`` is truthy (polled every 0.5 s); fails naming ``what`` and the last answer."""
+    started = time.monotonic()
+    last = None
+    while time.monotonic() - started < timeout:
+        last = check()
+        if last:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s: {what} (last: {last!r})")
