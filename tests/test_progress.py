@@ -94,3 +94,27 @@ def test_the_python_heartbeat_says_when_the_block_failed() -> None:
 @pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (59.9, "59s"), (60, "1m0s"), (1765, "29m25s")])
 def test_elapsed_format(seconds: float, text: str) -> None:
     assert format_elapsed(seconds) == text
+
+
+def test_the_captured_engine_preview_says_it_lives(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``make preview`` holds the engine's output until it ends; meanwhile the heartbeat names the step."""
+    from rich.console import Console
+
+    import tools.engine_runner as runner
+    from tools.engine_select import EngineChoice
+    from tools.preview import real_engine_preview
+
+    def slow_preview(stack: str, **_: object) -> subprocess.CompletedProcess[str]:
+        time.sleep(0.7)
+        return subprocess.CompletedProcess(["pulumi", "preview"], 0, stdout=f"Previewing {stack}\n", stderr="")
+
+    monkeypatch.setenv("PROGRESS_EVERY_S", "0.2")
+    monkeypatch.setattr(runner, "engine_available", lambda: True)
+    monkeypatch.setattr(runner, "real_preview", slow_preview)
+    rc = real_engine_preview("local", Console(), EngineChoice(kind="built", reason="test"))
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert out.endswith("Previewing local\n")
+    assert "preview: pulumi preview --stack local: still running after 0s" in err
+    assert err.splitlines()[-1] == "preview: pulumi preview --stack local: done in 0s"

@@ -25,6 +25,7 @@ import components
 from components.config import ClusterConfig, ConfigError, parse_config
 from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineChoice, EngineSelectionError, select_engine
 from tools.mockrt import Registered, RunResult, raw_from_stack, run_program
+from tools.progress import heartbeat
 
 SummaryRows = Callable[[ClusterConfig], list[tuple[str, str]]]
 
@@ -129,7 +130,9 @@ def real_engine_preview(stack: str, console: Console, choice: EngineChoice) -> i
         if not runner.ensure_engine():
             return None
     try:
-        proc = runner.real_preview(stack, policy_pack=True, cli=choice.cli)
+        # The engine's output is captured until it ends (a prod preview renders the Volcano chart): say it lives.
+        with heartbeat(f"preview: pulumi preview --stack {stack}"):
+            proc = runner.real_preview(stack, policy_pack=True, cli=choice.cli)
     except runner.EngineError as error:
         console.print(f"[red]preview:[/red] {error}")
         return 1

@@ -1,6 +1,6 @@
-"""A heartbeat for long Python steps (chart rendering, a cold engine build), like ``tools/progress.sh``.
+"""A heartbeat for long Python steps (the captured engine preview of ``make preview``), like ``tools/progress.sh``.
 
-``with heartbeat("volcano chart: rendering"):`` prints ``<label>: still running after 1m30s`` every 30
+``with heartbeat("preview: pulumi preview --stack prod"):`` prints ``<label>: still running after 1m30s`` every 30
 seconds (``PROGRESS_EVERY_S``) while the block runs, and ``<label>: done in …`` at the end when it beat
 at least once; a block faster than one interval prints nothing, so quick warm runs stay quiet.
 """
