@@ -6,6 +6,7 @@ images a stack must name itself (a virtual-kubelet provider's, a service's, a tr
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -49,11 +50,22 @@ def agent_digests(path: Path | None = None) -> dict[str, str | None]:
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
+@functools.cache
+def _recorded_digests(path: Path) -> dict[str, str | None]:
+    """The digest table at ``path``, read once per process (every agent component asks for its image)."""
+    return agent_digests(path)
+
+
+def agent_tag(name: str) -> str:
+    """The tag an agent image is built and pushed with (burst-controller, ib-exporter, health-guard…)."""
+    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"
+
+
 def agent_image(name: str) -> str:
-    """The pinned image of one of our agents (burst-controller, ib-exporter, health-guard…): its tag, and the
-    digest it was pushed with once the images workflow has recorded one."""
-    digest = agent_digests().get(name)
-    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}" + (f"@{digest}" if digest else "")
+    """The pinned image of one of our agents: its tag, and the digest it was pushed with once the images
+    workflow has recorded one."""
+    digest = _recorded_digests(AGENT_DIGESTS_FILE).get(name)
+    return agent_tag(name) + (f"@{digest}" if digest else "")
 
 
 def image_version(image: str) -> str:

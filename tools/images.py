@@ -43,7 +43,7 @@ class Agent:
     @property
     def image(self) -> str:
         """The tag the stack deploys (without the digest, which only a push produces)."""
-        return f"{images.AGENT_REGISTRY}/{self.name}:{images.AGENT_VERSION}"
+        return images.agent_tag(self.name)
 
 
 def agents(root: Path = AGENTS) -> list[Agent]:
