@@ -28,6 +28,7 @@ from agents.burst_controller.contract import BurstSettings, standby_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels
+from components.providers import provider_taint
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.system_agent import Placement, SystemAgent
 from components.workloads import metrics_liveness_probe, metrics_readiness_probe, spread_across_nodes
@@ -94,6 +95,9 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "handover_sizing": burst.handover.sizing,
             "handover_return_batch": burst.handover.return_batch,
             "inference_namespace": cfg.inference_namespace,
+            "provider_taints": {
+                p.name: "{key}={value}".format(**provider_taint(p)) for p in cfg.providers
+            },
         },
         source="stack config (burst)",
     )

@@ -187,3 +187,16 @@ def test_handover_off_leaves_no_grant_and_no_services(run_stack: Any) -> None:
 def test_handover_timeout_is_bounded() -> None:
     message = _error(lambda raw: raw["burst"].update(handover={"timeoutSeconds": 0}))
     assert "burst.handover.timeoutSeconds" in message
+
+
+def test_the_deployed_settings_name_every_providers_own_taint(prod: RunResult) -> None:
+    """The controller restores a provider's taint only if the stack told it which one (key=value per provider)."""
+    deployed = settings(prod).provider_taints
+    cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert sorted(deployed) == sorted(p.name for p in cfg.providers) and deployed
+    from components.providers import LIQO_TAINT
+
+    expected = {"virtual-kubelet": lambda name: f"virtual-kubelet.io/provider={name}",
+                "liqo": lambda name: f"{LIQO_TAINT}=true"}
+    assert {p.name: deployed[p.name] for p in cfg.providers} == {
+        p.name: expected[p.kind](p.name) for p in cfg.providers}

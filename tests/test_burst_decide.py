@@ -408,6 +408,12 @@ def test_settings_defaults() -> None:
         ({"open_hold_seconds": -1}, "cfg.yaml: open_hold_seconds: must be >= 0, got -1.0"),
         ({"taint_key": "virtual-kubelet.io/provider"}, "cfg.yaml: taint_key: the provider's own taint"),
         ({"renew_deadline_seconds": 20}, "cfg.yaml: renew_deadline_seconds: must be below lease_duration"),
+        ({"provider_taints": {"gpucloud": "no-equals"}},
+         "cfg.yaml: provider_taints.gpucloud: must be '<prefix>/<name>=<value>', got 'no-equals'"),
+        ({"provider_taints": {"gpucloud": "gpucluster.io/burst=x"}},
+         "cfg.yaml: provider_taints.gpucloud: 'gpucluster.io/burst' is the burst taint"),
+        ({"provider_taints": ["virtual-kubelet.io/provider=gpucloud"]},
+         "cfg.yaml: key 'provider_taints' must be a mapping of names to strings"),
     ],
 )
 def test_settings_errors_name_the_key(data: dict[str, object], message: str) -> None:
@@ -586,3 +592,29 @@ def test_view_pod_before_node_and_relist_drops_missing() -> None:
     assert snapshot.synced
     view.mark_unsynced()
     assert not view.snapshot().synced
+
+
+@pytest.mark.parametrize("state", [CLOSED, OPEN])
+def test_a_virtual_node_without_its_provider_taint_is_tainted_first_in_any_mode(state: BurstState) -> None:
+    """The provider taint is safety, not hysteresis: it is added whatever the mode, before any other action,
+    and only on the node that lacks it."""
+    base = snap(20, vnodes={"vk-a": ("NoSchedule", 0), "vk-b": ("NoSchedule", 0)})
+    bare = replace(base.virtual_nodes["vk-b"], provider_taint_missing=True)
+    snapshot = replace(base, virtual_nodes={**base.virtual_nodes, "vk-b": bare})
+    acts = decide(snapshot, state, NOW, S).actions
+    assert acts[0] == Action(ActionKind.TAINT_PROVIDER, node="vk-b")
+    assert [a for a in acts if a.kind is ActionKind.TAINT_PROVIDER] == [acts[0]]
+    assert not [a for a in decide(base, state, NOW, S).actions if a.kind is ActionKind.TAINT_PROVIDER]
+
+
+def test_view_marks_a_virtual_node_that_lacks_its_providers_taint() -> None:
+    settings = replace(S, provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud"})
+    bare = virtual_node("vk-bare", "gpucloud", settings=settings)
+    bare["spec"]["taints"] = [t for t in bare["spec"]["taints"] if t["key"] != "virtual-kubelet.io/provider"]
+    wrong_value = virtual_node("vk-wrong", "gpucloud", settings=settings)
+    wrong_value["spec"]["taints"][0]["value"] = "othercloud"
+    nodes = [bare, wrong_value, virtual_node("vk-ok", "gpucloud", settings=settings),
+             virtual_node("vk-unknown", "othercloud", settings=settings), onprem_node("n1", 8)]
+    snapshot = ClusterView.from_lists(nodes, [], settings, NOW).snapshot()
+    assert {n: v.provider_taint_missing for n, v in snapshot.virtual_nodes.items()} == {
+        "vk-bare": True, "vk-wrong": True, "vk-ok": False, "vk-unknown": False}

@@ -7,6 +7,7 @@ rules (backoff, coalescing, the lease before every write, freshness) are tested 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -430,3 +431,36 @@ def test_missing_standby_deployment_is_reported_not_fatal(api: tuple[FakeApi, st
     assert decision is not None and decision.standby == {"svc": 1}
     assert metric(sh, "gpucluster_burst_actions_total", kind="set_standby") is None
     assert fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"]  # still waiting (until the timeout)
+
+
+def test_a_virtual_node_created_without_its_provider_taint_gets_it_back(api: tuple[FakeApi, str]) -> None:
+    """Something created the node before its virtual kubelet did (the stack's label patch can): the provider
+    taint is added as NoSchedule, every other taint kept, the annotation of our own taint left alone, and one
+    Warning event says why; a node that has its provider taint (any effect) is never touched."""
+    fake, url = api
+    settings = dataclasses.replace(S, provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud",
+                                                       "othercloud": "virtual-kubelet.io/provider=othercloud"})
+    exhausted_cluster(fake)
+    bare = virtual_node("vk-a", burst_effect="NoSchedule", settings=settings)
+    bare["spec"]["taints"] = [t for t in bare["spec"]["taints"] if t["key"] != "virtual-kubelet.io/provider"]
+    bare["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+    fake.put(NODES, bare)
+    liqo_like = virtual_node("vk-b", "othercloud", burst_effect="NoSchedule", settings=settings)
+    liqo_like["spec"]["taints"][0]["effect"] = "NoExecute"  # present with another effect: not ours to change
+    fake.put(NODES, liqo_like)
+    sh = make_shell(url, Clock(), settings=settings)
+    lead_and_sync(sh)
+    assert sh.reconcile() is not None
+    taints = fake.node("vk-a")["spec"]["taints"]
+    assert {"key": "virtual-kubelet.io/provider", "value": "gpucloud", "effect": "NoSchedule"} in taints
+    assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in taints
+    assert sum(t["key"] == "virtual-kubelet.io/provider" for t in taints) == 1
+    assert [t for t in fake.node("vk-b")["spec"]["taints"] if t["key"] == "virtual-kubelet.io/provider"] == [
+        {"key": "virtual-kubelet.io/provider", "value": "othercloud", "effect": "NoExecute"}]
+    restored = [e for e in fake.events if e["reason"] == "ProviderTaintRestored"]
+    assert [(e["involvedObject"]["name"], e["type"]) for e in restored] == [("vk-a", "Warning")]
+    assert metric(sh, "gpucluster_burst_actions_total", kind="taint_provider") == 1
+    # Once there, the next cycle has nothing to add.
+    patches = len([r for r in fake.requests if r[0] == "PATCH"])
+    assert sh.reconcile() is not None
+    assert len([r for r in fake.requests if r[0] == "PATCH"]) == patches

@@ -164,6 +164,10 @@ class BurstSettings:
     handover_services: dict[str, int] = field(default_factory=dict)
     # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
     handover_timeout_seconds: float = 300.0
+    # Provider name -> its own taint as "key=value". A virtual kubelet taints its node only when it creates
+    # it; a node that something else created first (the stack's label patch can) would be open to every pod.
+    # The controller adds a missing provider taint (NoSchedule) and never removes or changes one.
+    provider_taints: dict[str, str] = field(default_factory=dict)
     handover_cover: Cover = Cover.CURRENT
     # POOL sizes the standby to every ready replica in the pool a waiting gang does not fit, DISPLACED to the
     # replicas on the GPUs it lacks (node by node, at most that many per service). Measured at 4,096 GPUs × 30
@@ -226,6 +230,12 @@ class BurstSettings:
             raise SettingsError(f"taint_key: must look like '<prefix>/<name>', got {self.taint_key!r}")
         if self.taint_key.startswith("virtual-kubelet.io/"):
             raise SettingsError("taint_key: the provider's own taint is not ours to manage")
+        for provider, taint in self.provider_taints.items():
+            key, sep, _ = taint.partition("=")
+            if not sep or not key or "/" not in key:
+                raise SettingsError(f"provider_taints.{provider}: must be '<prefix>/<name>=<value>', got {taint!r}")
+            if key == self.taint_key:
+                raise SettingsError(f"provider_taints.{provider}: {key!r} is the burst taint, not a provider's")
         for name in ("open_below_free_gpus", "close_at_free_gpus", "max_cost_patches_per_cycle",
                      "handover_return_batch"):
             if getattr(self, name) < 0:
@@ -335,6 +345,10 @@ def _coerce(key: str, type_name: Any, value: Any, source: str) -> Any:
         if not isinstance(value, Mapping):
             raise SettingsError(f"{source}: key {key!r} must be a mapping of names to integers, got {value!r}")
         return {str(k): _coerce(f"{key}.{k}", "int", v, source) for k, v in value.items()}
+    if kind == "dict[str, str]":
+        if not isinstance(value, Mapping):
+            raise SettingsError(f"{source}: key {key!r} must be a mapping of names to strings, got {value!r}")
+        return {str(k): _coerce(f"{key}.{k}", "str", v, source) for k, v in value.items()}
     enums: dict[str, type[Cover] | type[Sizing]] = {"Cover": Cover, "Sizing": Sizing}
     if kind in enums:
         try:

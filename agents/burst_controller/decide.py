@@ -40,6 +40,7 @@ class ActionKind(enum.StrEnum):
     SET_DELETION_COST = "set_deletion_cost"
     SET_STANDBY = "set_standby"  # scale a service's standby Deployment to `replicas`
     UNGATE = "ungate"  # lift the handover scheduling gate from a training pod
+    TAINT_PROVIDER = "taint_provider"  # add the provider's own taint to its node when it lacks it (never removed)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class VirtualNode:
     # GPUs requested by live pods bound to this node: they must fit on-prem before we close.
     gpus_in_use: int = 0
     changed_at: float | None = None
+    # The node lacks its provider's own taint (something created it before its virtual kubelet did).
+    provider_taint_missing: bool = False
 
     @property
     def closed(self) -> bool:
@@ -474,8 +477,10 @@ def actions(
     snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings
 ) -> tuple[Action, ...]:
     """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
-    out: list[Action] = []
-    for node in sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name):
+    nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
+    # First: a virtual node without its provider's taint takes any pod, training included.
+    out = [Action(ActionKind.TAINT_PROVIDER, node=node.name) for node in nodes if node.provider_taint_missing]
+    for node in nodes:
         if step.mode is Mode.OPEN and node.closed:
             out.append(Action(ActionKind.OPEN_NODE, node=node.name))
         elif step.mode is Mode.CLOSED and node.taint_effect != "NoSchedule" and not step.close_blocked:

@@ -599,7 +599,7 @@ class BurstShell:
             if self.apply(action):
                 self._backoff.pop(action, None)
                 self.metrics.actions.labels(action.kind.value).inc()
-                if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE):
+                if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE, ActionKind.TAINT_PROVIDER):
                     self._event(action, decision)
             elif action in self._failed:
                 self._back_off(action)
@@ -629,6 +629,8 @@ class BurstShell:
                 return self._set_standby(action.service, action.replicas)
             if action.kind is ActionKind.UNGATE:
                 return self._ungate(action.namespace, action.pod)
+            if action.kind is ActionKind.TAINT_PROVIDER:
+                return self._taint_provider(action.node)
             return self._set_taint(action.node, close=action.kind is ActionKind.CLOSE_NODE)
         except CallFailed as exc:
             self._error(exc.kind)
@@ -664,6 +666,35 @@ class BurstShell:
         raise CallFailed(last, f"gave up after {s.api_retry_attempts} attempts")
 
     def _set_taint(self, node: str, close: bool) -> bool:
+        """Set (close) or remove (open) our NoSchedule burst taint; every copy of our key goes first."""
+        s = self.settings
+
+        def edit(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            keep = [t for t in taints if t.get("key") != s.taint_key]  # a NoExecute copy included
+            return [*keep, {"key": s.taint_key, "value": s.taint_value, "effect": "NoSchedule"}] if close else keep
+
+        return self._edit_taints(node, edit, annotate=True)
+
+    def _taint_provider(self, node: str) -> bool:
+        """Add the provider's own taint (NoSchedule) to its node when no copy of it is there; nothing else."""
+        with self.lock:
+            record = self.view.node_record(node)
+        wanted = self.settings.provider_taints.get(record.provider) if record is not None else None
+        if wanted is None:
+            return False
+        key, _, value = wanted.partition("=")
+
+        def edit(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            if any(t.get("key") == key and str(t.get("value", "")) == value for t in taints):
+                return taints
+            return [*taints, {"key": key, "value": value, "effect": "NoSchedule"}]
+
+        return self._edit_taints(node, edit, annotate=False)
+
+    def _edit_taints(
+        self, node: str, edit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], annotate: bool
+    ) -> bool:
+        """Patch a node's taints to ``edit(current)`` under its resourceVersion (a 409 re-reads and edits again)."""
         s = self.settings
         with self.lock:
             record = self.view.node_record(node)
@@ -679,22 +710,15 @@ class BurstShell:
         def patch() -> bool:
             if not current:
                 reread()
-            # Every copy of our key goes (a NoExecute one included); closing adds back the one NoSchedule copy.
-            keep = [t for t in current["taints"] if t.get("key") != s.taint_key]
-            ours = {"key": s.taint_key, "value": s.taint_value, "effect": "NoSchedule"}
-            wanted = [*keep, ours] if close else keep
+            wanted = edit(current["taints"])
             if wanted == current["taints"]:
                 return False
-            body = {
-                "metadata": {
-                    "resourceVersion": current["rv"],
-                    "annotations": {s.changed_at_annotation: _now_rfc3339(self.clock())},
-                },
-                # A merge patch replaces the list; other taints are kept because we send them back,
-                # and the resourceVersion turns a concurrent change into a 409 instead of a lost write.
-                "spec": {"taints": wanted},
-            }
-            obj = self.api.patch_node(node, body)
+            meta: dict[str, Any] = {"resourceVersion": current["rv"]}
+            if annotate:
+                meta["annotations"] = {s.changed_at_annotation: _now_rfc3339(self.clock())}
+            # A merge patch replaces the list; other taints are kept because we send them back,
+            # and the resourceVersion turns a concurrent change into a 409 instead of a lost write.
+            obj = self.api.patch_node(node, {"metadata": meta, "spec": {"taints": wanted}})
             with self.lock:
                 self.view.apply_node("MODIFIED", obj)
             return True
@@ -779,11 +803,20 @@ class BurstShell:
 
     def _event(self, action: Action, decision: Decision) -> None:
         s = self.settings
+        node_ref = {"apiVersion": "v1", "kind": "Node", "name": action.node}
+        if action.kind is ActionKind.TAINT_PROVIDER:
+            self._create_event(self._event_body(
+                action.node, node_ref, "ProviderTaintRestored",
+                "the node lacked its provider's own taint (created before its virtual kubelet registered it); "
+                "added it as NoSchedule so only workloads that tolerate the provider land there",
+                "Warning",
+            ))
+            return
         opened = action.kind is ActionKind.OPEN_NODE
         message = "; ".join(decision.reasons) or ("reconciled to " + decision.state.mode.value)
         self._create_event(self._event_body(
             action.node,
-            {"apiVersion": "v1", "kind": "Node", "name": action.node},
+            node_ref,
             "BurstOpened" if opened else "BurstClosed",
             f"{s.taint_key} {'removed' if opened else 'set NoSchedule'}: {message}",
         ))

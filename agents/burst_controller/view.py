@@ -141,6 +141,7 @@ class _Node:
     taint_effect: str | None = None
     changed_at: float | None = None
     taints: list[dict[str, Any]] = field(default_factory=list)
+    provider_taint_missing: bool = False
     resource_version: str = ""
     pods: set[str] = field(default_factory=set)
 
@@ -211,6 +212,7 @@ class NodeRecord:
     name: str
     taints: tuple[dict[str, Any], ...]
     resource_version: str
+    provider: str = ""
 
 
 class ClusterView:
@@ -374,6 +376,10 @@ class ClusterView:
         rec.taint_effect = burst_effect([str(t.get("effect")) for t in taints if t.get("key") == s.taint_key])
         rec.changed_at = parse_timestamp((meta.get("annotations") or {}).get(s.changed_at_annotation))
         rec.taints = taints
+        wanted = s.provider_taints.get(rec.provider) if rec.kind == VIRTUAL else None
+        rec.provider_taint_missing = wanted is not None and not any(
+            f"{t.get('key')}={t.get('value', '')}" == wanted for t in taints
+        )
         rec.resource_version = str(meta.get("resourceVersion", ""))
 
     def _add_capacity(self, rec: _Node, sign: int) -> None:
@@ -390,7 +396,7 @@ class ClusterView:
         rec = self._nodes.get(name)
         if rec is None or rec.kind == MISSING:
             return None
-        return NodeRecord(name, tuple(rec.taints), rec.resource_version)
+        return NodeRecord(name, tuple(rec.taints), rec.resource_version, rec.provider)
 
     # -- pods ------------------------------------------------------------------------------------
 
@@ -600,6 +606,7 @@ class ClusterView:
                 taint_effect=rec.taint_effect,
                 gpus_in_use=rec.requested,
                 changed_at=rec.changed_at,
+                provider_taint_missing=rec.provider_taint_missing,
             )
             for name in self._virtual
             for rec in (self._nodes[name],)

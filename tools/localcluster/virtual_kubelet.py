@@ -200,7 +200,9 @@ def _provider_taint(dep: dict[str, Any]) -> tuple[str, str]:
 
 
 def check_registered(lay: Layout, ts: list[Target], timeout: float = 60.0) -> None:
-    """Every provider's node Ready with its provider taint, as its virtual kubelet registered it."""
+    """Every provider's node Ready. A node without its provider taint was created before its virtual kubelet
+    registered it (the stack's NodePatch creates a missing node, and a virtual kubelet taints only a node it
+    creates): said here, and restored by the burst controller (``provider_taints``) once it runs."""
     from kubernetes.client import ApiException
 
     core, _, _ = _apis(lay)
@@ -210,21 +212,19 @@ def check_registered(lay: Layout, ts: list[Target], timeout: float = 60.0) -> No
             raise control.ClusterError(f"the stack deployed no {t.app} in {t.namespace}: nothing to run for {t.node}")
         key, value = _provider_taint(dep)
 
-        def registered(t: Target = t, key: str = key, value: str = value) -> bool:
+        def ready(t: Target = t) -> bool:
             try:
                 node = core.read_node(t.node)
             except ApiException as err:
                 if err.status == 404:
                     return False
                 raise
-            taints = {(x.key, x.value) for x in node.spec.taints or []}
-            if (key, value) not in taints:
-                raise control.ClusterError(
-                    f"node {t.node} exists without the provider taint {key}={value}: something created it before "
-                    f"its virtual kubelet registered it (the stack's NodePatch creates a missing node)")
             return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
-        control.wait_for(f"{t.node} registered and Ready", registered, timeout, control.load_proc(lay, t.process))
+        control.wait_for(f"{t.node} registered and Ready", ready, timeout, control.load_proc(lay, t.process))
+        if (key, value) not in {(x.key, x.value) for x in core.read_node(t.node).spec.taints or []}:
+            print(f"virtual-kubelet: {t.node} was created before its virtual kubelet registered it and lacks "
+                  f"{key}={value}; the burst controller adds it when it starts")
 
 
 @contextlib.contextmanager
