@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -53,6 +54,25 @@ def test_a_logged_command_beats_with_its_last_line(tmp_path: Path) -> None:
 
 def test_timeouts_exit_status_passes_through() -> None:
     assert run("--every", "1", "bounded", "--", "timeout", "1", "sleep", "5").returncode == 124
+
+
+def test_a_path_with_bash_alone_runs_the_command_without_the_heartbeat(tmp_path: Path) -> None:
+    """A bare PATH (a test's, a minimal image's) has no sleep, date or mktemp: the command still runs, once,
+    with its exit status and its log, instead of the beat spinning without a pause."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    bash = shutil.which("bash")
+    assert bash
+    (bin_dir / "bash").symlink_to(bash)
+    log = tmp_path / "step.log"
+    started = time.monotonic()
+    proc = subprocess.run([str(bin_dir / "bash"), str(PROGRESS), "--every", "1", "--log", str(log), "bare", "--",
+                           str(bin_dir / "bash"), "-c", "echo one; echo two >&2; exit 3"],
+                          capture_output=True, text=True, timeout=30, check=False, env={"PATH": str(bin_dir)})
+    assert proc.returncode == 3
+    assert (proc.stdout, proc.stderr) == ("", "")
+    assert log.read_text() == "one\ntwo\n"
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize(
