@@ -464,7 +464,7 @@ def test_view_aggregates_exclude_thermal_and_cordoned_nodes() -> None:
     assert snapshot.virtual_nodes == {
         "vk-a": VirtualNode("vk-a", "gpucloud", None, 3, 1714521600.0),
     }
-    assert snapshot.pods_needing_cost == (PodRef("serving", "i1"),)
+    assert snapshot.pods_needing_cost == (PodRef("inference", "i1"),)
     assert snapshot.synced and snapshot.observed_at == NOW
 
 
@@ -573,6 +573,19 @@ def test_view_incremental_matches_full_list() -> None:
     churn(S, rng, node_names=30, pod_names=300, make_node=node, make_pod=pod, check=check)
 
 
+def test_view_asks_the_deletion_cost_only_for_pods_of_its_inference_namespace() -> None:
+    """The controller's pod Role is the inference namespace's: a pod of another namespace on a virtual node (a
+    user's own burst workload, a provider's daemon) is counted but never patched, so no write is refused."""
+    pods = [gpu_pod("mine", 1, node="vk-a"), gpu_pod("theirs", 1, node="vk-a", namespace="research"),
+            gpu_pod("batch", 2, node="vk-a", workload="training", namespace="training")]
+    snapshot = ClusterView.from_lists([virtual_node("vk-a")], pods, S, NOW).snapshot()
+    assert snapshot.pods_needing_cost == (PodRef("inference", "mine"),)
+    assert snapshot.virtual_nodes["vk-a"].gpus_in_use == 4
+    elsewhere = replace(S, inference_namespace="research")
+    assert ClusterView.from_lists([virtual_node("vk-a")], pods, elsewhere, NOW).snapshot().pods_needing_cost == (
+        PodRef("research", "theirs"),)
+
+
 def test_view_pod_before_node_and_relist_drops_missing() -> None:
     view = ClusterView(S)
     view.apply_pod("ADDED", gpu_pod("i1", 2, node="vk-a"))
@@ -581,7 +594,7 @@ def test_view_pod_before_node_and_relist_drops_missing() -> None:
     view.apply_node("ADDED", virtual_node("vk-a"))
     view.apply_node("ADDED", onprem_node("n1", 8))
     snapshot = view.snapshot()
-    assert snapshot.pods_needing_cost == (PodRef("serving", "i1"),)
+    assert snapshot.pods_needing_cost == (PodRef("inference", "i1"),)
     assert snapshot.virtual_nodes["vk-a"].gpus_in_use == 2
     assert snapshot.onprem_free_gpus == 5
     assert not snapshot.synced

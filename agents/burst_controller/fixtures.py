@@ -95,7 +95,7 @@ def gpu_pod(
     *,
     node: str | None = None,
     workload: str = "inference",
-    namespace: str = "serving",
+    namespace: str = "inference",
     phase: str | None = None,
     unschedulable: bool = False,
     deletion_cost: int | None = None,

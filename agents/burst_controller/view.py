@@ -581,8 +581,10 @@ class ClusterView:
     def _update_cost_need(self, pod: _Pod) -> None:
         rec = self._nodes.get(pod.node)
         on_virtual = rec is not None and rec.kind == VIRTUAL
-        # A standby's pods are all external: the cost would order nothing within its ReplicaSet.
-        if on_virtual and pod.live and not pod.deleting and not pod.cost_ok and not pod.standby:
+        # A standby's pods are all external: the cost would order nothing within its ReplicaSet. Pods of other
+        # namespaces are not ours to patch (the controller's pod Role is the inference namespace's alone).
+        ours = pod.namespace == self._s.inference_namespace
+        if on_virtual and ours and pod.live and not pod.deleting and not pod.cost_ok and not pod.standby:
             self._needing_cost[pod.key] = PodRef(pod.namespace, pod.name)
         else:
             self._needing_cost.pop(pod.key, None)
