@@ -130,7 +130,7 @@ def test_close_sets_noschedule_and_marks_external_pods(api: tuple[FakeApi, str])
     assert decision is not None and decision.flipped is Mode.CLOSED
     assert fake.node("vk-a")["spec"]["taints"] == [VK_TAINT, BURST_TAINT]
     assert fake.node("vk-b")["spec"]["taints"] == [VK_TAINT, BURST_TAINT]  # NoExecute replaced
-    pod = fake.objects[PODS]["serving/inf-0"]
+    pod = fake.objects[PODS]["inference/inf-0"]
     assert pod["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] == "-100"
     assert metric(sh, "gpucluster_burst_actions_total", kind="set_deletion_cost") == 1
     assert metric(sh, "gpucluster_burst_flips_total", direction="closed") == 1
