@@ -42,6 +42,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from agents import serving_cert
 from components import images, rbac
 from components.config import ClusterConfig, ExternalProvider, LiqoProvider, VirtualKubeletProvider
 from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels
@@ -55,6 +56,13 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 LIQO_TAINT = "virtual-node.liqo.io/not-allowed"
 CREDENTIALS_KEY = "kubeconfig"
 CONFIG_DIR = "/etc/virtual-kubelet"
+#: The in-memory volume the serving-cert init container writes the kubelet API's key pair into.
+SERVING_DIR = "/var/run/virtual-kubelet/serving"
+#: The cluster CA every pod gets with its token: it signs the API server's kubelet client certificate on
+#: kubeadm-style clusters, so node-cli requires it of callers of the kubelet API (logs, exec).
+CLUSTER_CA_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+#: Our image that carries ``serving-cert`` (agents/serving_cert.py).
+SERVING_CERT_IMAGE_AGENT = "burst-controller"
 METRICS_PORT = 10255
 KUBELET_PORT = 10250
 #: Per-object checkov skips for every virtual-kubelet Deployment, with the reasons.
@@ -108,6 +116,14 @@ def _vk_node_rules(node: str) -> tuple[Rule, ...]:
         _named([""], ["nodes"], ["get"], [node]),
         _named([""], ["nodes/status"], ["patch"], [node]),
     )
+
+
+#: node-cli's kubelet API, with a client CA set, authorizes each caller (the API server, for logs and exec)
+#: by a SubjectAccessReview, as a kubelet does; bearer tokens would need ``tokenreviews`` too, and nothing
+#: calls it with one, so that is not granted (such a caller is refused, 401).
+VK_KUBELET_API_RULES: tuple[Rule, ...] = (
+    _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+)
 
 
 #: Generic node-cli virtual kubelet, cluster scope beyond its node: node-cli's informers for pods (filtered on
@@ -202,6 +218,9 @@ class ProviderPreset:
     own_rules: Callable[[Any, str], tuple[Rule, ...]] = field(repr=False, default=lambda p, secret: ())
     #: Whether the capacity file (--provider-config) is how this binary learns its node's capacity.
     capacity_file: bool = True
+    #: Whether the pod makes the kubelet API's serving certificate at start (node-cli reads it from
+    #: ``APISERVER_CERT_LOCATION``/``APISERVER_KEY_LOCATION`` and exits without it); Liqo requests its own.
+    serving_cert: bool = False
 
 
 def _vk_args(p: VirtualKubeletProvider, namespace: str, secret: str) -> list[str]:
@@ -251,9 +270,10 @@ PRESETS: dict[str, ProviderPreset] = {
         taint_key=VK_PROVIDER_TAINT,
         taint_value=None,
         upstream_effect="NoSchedule",
-        cluster_rules=lambda p: (*_vk_node_rules(p.node_name), *BASE_CLUSTER_READS),
+        cluster_rules=lambda p: (*_vk_node_rules(p.node_name), *BASE_CLUSTER_READS, *VK_KUBELET_API_RULES),
         workload_rules=lambda p: BASE_WORKLOAD_RULES,
         args=_vk_args,
+        serving_cert=True,
     ),
     "liqo": ProviderPreset(
         kind="liqo",
@@ -396,6 +416,13 @@ class ExternalGpuProvider(pulumi.ComponentResource):
                                    value=f"{CONFIG_DIR}/credentials/{CREDENTIALS_KEY}"),
             k8s.core.v1.EnvVarArgs(name="PROVIDER_REGION", value=p.region),
         ]
+        init_containers = []
+        if preset.serving_cert:
+            volumes.append(k8s.core.v1.VolumeArgs(name="serving-cert", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
+                medium="Memory", size_limit="1Mi")))
+            mounts.append(k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path=SERVING_DIR, read_only=True))
+            env += serving_cert_env()
+            init_containers.append(serving_cert_container(p.node_name))
         image = p.image or preset.image
         assert image is not None  # the config requires an image where the preset has none
         self.deployment = agent.deploy(
@@ -419,6 +446,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
             annotations=checkov_skips(VK_CHECKOV_SKIPS),
             depends_on=[secret],
             volumes=volumes,
+            init_containers=init_containers or None,
         )
         # The node exists once the virtual kubelet registered it; labels go on by server-side apply.
         self.node_patch = k8s.core.v1.NodePatch(
@@ -429,6 +457,30 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         self.node_name = pulumi.Output.from_input(p.node_name)
         self.taint = pulumi.Output.from_input(taint)
         self.register_outputs({"node_name": self.node_name, "taint": self.taint})
+
+
+def serving_cert_env() -> list[k8s.core.v1.EnvVarArgs]:
+    """Where node-cli finds its kubelet API's key pair and the CA its callers' client certificates must chain to."""
+    return [
+        k8s.core.v1.EnvVarArgs(name="APISERVER_CERT_LOCATION", value=f"{SERVING_DIR}/{serving_cert.CERT_FILE}"),
+        k8s.core.v1.EnvVarArgs(name="APISERVER_KEY_LOCATION", value=f"{SERVING_DIR}/{serving_cert.KEY_FILE}"),
+        k8s.core.v1.EnvVarArgs(name="APISERVER_CA_CERT_LOCATION", value=CLUSTER_CA_FILE),
+    ]
+
+
+def serving_cert_container(node_name: str) -> k8s.core.v1.ContainerArgs:
+    """The init container that makes the kubelet API's certificate for the node name and the pod IP."""
+    return k8s.core.v1.ContainerArgs(
+        name="serving-cert",
+        image=images.agent_image(SERVING_CERT_IMAGE_AGENT),
+        command=["serving-cert"],
+        args=[f"--dir={SERVING_DIR}", f"--name={node_name}", "--ip=$(POD_IP)"],
+        env=[k8s.core.v1.EnvVarArgs(name="POD_IP", value_from=k8s.core.v1.EnvVarSourceArgs(
+            field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="status.podIP")))],
+        resources=resources("50m", "64Mi"),
+        security_context=container_security_context(),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path=SERVING_DIR)],
+    )
 
 
 def external_providers(cfg: ClusterConfig, opts: pulumi.ResourceOptions) -> list[ExternalGpuProvider]:

@@ -4,11 +4,13 @@ its capacity file in the mock provider's format, the audit policy and the RBAC u
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,19 +25,25 @@ from tools.localcluster.plan import (
     load_stack_config,
     mock_provider_config,
     required_grants,
+    serving_cert_process,
     virtual_kubelet_process,
 )
 from tools.localcluster.rbac_usage import Grant, Request, grants_from_rules, matches, parse_audit, usage
 from tools.mockrt import RunResult
 
-FILES = VirtualKubeletFiles(Path("/s/vk/kubeconfig"), Path("/s/vk/provider.json"), Path("/s/pki/kubelet-serving.crt"),
-                            Path("/s/pki/kubelet-serving.key"), Path("/s/pki/ca.crt"))
+FILES = VirtualKubeletFiles(Path("/s/vk/kubeconfig"), Path("/s/vk/provider.json"), Path("/s/vk/serving/tls.crt"),
+                            Path("/s/vk/serving/tls.key"), Path("/s/pki/ca.crt"))
 
 
 def _deployed(local: RunResult, name: str = "vk-local-cloud") -> tuple[dict[str, Any], dict[str, Any]]:
-    (dep,) = [d for d in local.by_kind("Deployment") if d.metadata["name"] == name]
     (cm,) = [c for c in local.by_kind("ConfigMap") if c.metadata["name"] == f"{name}-config"]
-    return dep.inputs["spec"]["template"]["spec"]["containers"][0], cm.inputs["data"]
+    return _pod(local, name)["containers"][0], cm.inputs["data"]
+
+
+def _pod(local: RunResult, name: str = "vk-local-cloud") -> dict[str, Any]:
+    (dep,) = [d for d in local.by_kind("Deployment") if d.metadata["name"] == name]
+    pod: dict[str, Any] = dep.inputs["spec"]["template"]["spec"]
+    return pod
 
 
 def test_the_local_stack_provider_runs_as_the_upstream_binary_with_its_own_token(local: RunResult) -> None:
@@ -55,7 +63,45 @@ def test_the_local_stack_provider_runs_as_the_upstream_binary_with_its_own_token
     assert env["VKUBELET_POD_IP"] == "127.0.0.1" and env["POD_NAMESPACE"] == "gpu-system"
     # Its own kubeconfig even if the caller's environment names the admin one; the mock reads no credentials.
     assert env["KUBECONFIG"] == "/s/vk/kubeconfig" and "PROVIDER_CREDENTIALS_FILE" not in env
-    assert env["KUBELET_PORT"] == "31000" and env["APISERVER_CA_CERT_LOCATION"] == "/s/pki/ca.crt"
+    assert env["KUBELET_PORT"] == "31000"
+    # The kubelet API's key pair is the one the stack's init container makes (run locally), and the cluster CA
+    # the stack names for its callers is the local cluster's.
+    assert (env["APISERVER_CERT_LOCATION"], env["APISERVER_KEY_LOCATION"], env["APISERVER_CA_CERT_LOCATION"]) == (
+        "/s/vk/serving/tls.crt", "/s/vk/serving/tls.key", "/s/pki/ca.crt")
+
+
+def test_a_stack_without_a_serving_key_pair_is_refused(local: RunResult) -> None:
+    container, _ = _deployed(local)
+    bare = {**container, "env": [e for e in container["env"] if e["name"] != "APISERVER_KEY_LOCATION"]}
+    with pytest.raises(ValueError, match=r"'virtual-kubelet' in gpu-system: APISERVER_KEY_LOCATION not set: "
+                                         r"virtual-kubelet exits at start without the key pair"):
+        virtual_kubelet_process(Path("/b"), bare, "p", "gpu-system", FILES, 1, 2)
+    # No client CA named: none locally either (the binary then serves without client authentication).
+    no_ca = {**container, "env": [e for e in container["env"] if e["name"] != "APISERVER_CA_CERT_LOCATION"]}
+    _, env = virtual_kubelet_process(Path("/b"), no_ca, "p", "gpu-system", FILES, 1, 2)
+    assert "APISERVER_CA_CERT_LOCATION" not in env
+
+
+def test_the_init_container_makes_the_key_pair_locally(local: RunResult, tmp_path: Path) -> None:
+    argv = serving_cert_process(_pod(local)["initContainers"], "gpu-system", tmp_path)
+    assert argv[1:] == ["-m", "agents.serving_cert", "--name=vk-local-cloud", "--ip=127.0.0.1",
+                        f"--dir={tmp_path}"]
+    subprocess.run(argv, cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True)
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert (san.get_values_for_type(x509.DNSName), [str(a) for a in san.get_values_for_type(x509.IPAddress)]) == (
+        ["vk-local-cloud"], ["127.0.0.1"])
+
+
+def test_init_containers_the_harness_cannot_run_are_refused(local: RunResult, tmp_path: Path) -> None:
+    (init,) = _pod(local)["initContainers"]
+    with pytest.raises(ValueError, match=r"init container 'setup' in ns: runs \['sh'\], which the local harness"):
+        serving_cert_process([init, {"name": "setup", "command": ["sh"]}], "ns", tmp_path)
+    with pytest.raises(ValueError, match=r"no 'serving-cert' init container in ns"):
+        serving_cert_process([], "ns", tmp_path)
+    secret = {**init, "env": [{"name": "POD_IP", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    with pytest.raises(ValueError, match=r"env POD_IP comes from .*secretKeyRef.*cannot reproduce"):
+        serving_cert_process([secret], "ns", tmp_path)
 
 
 def test_a_provider_the_binary_does_not_carry_is_refused_by_name(local: RunResult) -> None:
@@ -103,6 +149,14 @@ def test_the_api_server_audits_service_accounts_only(tmp_path: Path) -> None:
     policy = audit_policy()
     assert policy["rules"] == [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}]
     yaml.safe_dump(policy)  # what control.up writes
+
+
+def test_the_api_server_calls_kubelets_with_its_own_client_certificate(tmp_path: Path) -> None:
+    """Logs and exec reach a virtual kubelet as kubeadm's kubelet client user, checked there by RBAC."""
+    lay = Layout(tmp_path)
+    argv = component_commands(lay, dict.fromkeys(PORT_NAMES, 1))["kube-apiserver"]
+    assert f"--kubelet-client-certificate={lay.pki / 'kubelet-client.crt'}" in argv
+    assert f"--kubelet-client-key={lay.pki / 'kubelet-client.key'}" in argv
 
 
 def test_the_grants_checked_before_start_cover_node_lease_pods_and_status() -> None:

@@ -68,6 +68,22 @@ def test_generic_virtual_kubelet_deployment(prod: RunResult) -> None:
     assert e["PROVIDER_CREDENTIALS_FILE"] == "/etc/virtual-kubelet/credentials/kubeconfig"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # The kubelet API (logs, exec) serves TLS: node-cli exits without a key pair, and requires callers' client
+    # certificates to chain to the cluster CA. The pair is made at pod start for the node name and pod IP.
+    assert (e["APISERVER_CERT_LOCATION"], e["APISERVER_KEY_LOCATION"], e["APISERVER_CA_CERT_LOCATION"]) == (
+        "/var/run/virtual-kubelet/serving/tls.crt", "/var/run/virtual-kubelet/serving/tls.key",
+        "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    pod = prod.one("Deployment", "vk-lambda-east").inputs["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["image"].startswith("registry.gpucluster.io/platform/burst-controller:")
+    assert (init["command"], init["args"]) == (["serving-cert"], [
+        "--dir=/var/run/virtual-kubelet/serving", "--name=vk-lambda-east", "--ip=$(POD_IP)"])
+    assert init["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert init["securityContext"]["readOnlyRootFilesystem"] is True
+    volume = next(v for v in pod["volumes"] if v["name"] == "serving-cert")
+    assert volume == {"name": "serving-cert", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    assert {"name": "serving-cert", "mountPath": "/var/run/virtual-kubelet/serving", "readOnly": True} in c[
+        "volumeMounts"]
     # Token and probe exceptions are per Deployment, each with its reason (checkov reads the annotations).
     skipped = {v.split("=", 1)[0] for k, v in prod.one("Deployment", "vk-lambda-east").metadata["annotations"].items()
                if k.startswith("checkov.io/skip")}
@@ -119,6 +135,9 @@ def test_liqo_preset_overrides_noexecute(prod: RunResult) -> None:
     e = env(c)
     assert (e["VKUBELET_TAINT_KEY"], e["VKUBELET_TAINT_VALUE"], e["VKUBELET_TAINT_EFFECT"]) == (
         "virtual-node.liqo.io/not-allowed", "true", "NoSchedule")
+    # Liqo requests its serving certificate through a CSR: no init container, no node-cli certificate variables.
+    assert "initContainers" not in prod.one("Deployment", "vk-dr-cluster").inputs["spec"]["template"]["spec"]
+    assert not {"APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION"} & set(e)
     # Liqo learns capacity from its peering, not from a capacity file.
     with pytest.raises(LookupError):
         prod.one("ConfigMap", "vk-dr-cluster-config")
@@ -166,6 +185,8 @@ def test_generic_rbac_is_exact(prod: RunResult) -> None:
         ("", "configmaps", ("list", "watch"), ()),
         ("", "secrets", ("list", "watch"), ()),
         ("", "services", ("list", "watch"), ()),
+        # Its kubelet API authorizes the API server's logs and exec calls as a kubelet does; no tokenreviews.
+        ("authorization.k8s.io", "subjectaccessreviews", ("create",), ()),
     }
     # Writes only where its pods run (inference), heartbeats by name; nothing in its own namespace.
     assert role_namespaces(prod, role) == {"inference", "kube-node-lease"}

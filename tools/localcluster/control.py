@@ -258,6 +258,25 @@ def apply_runtime_classes(lay: Layout) -> None:
                 {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name})
 
 
+def apply_kubelet_api_binding(lay: Layout) -> None:
+    """What kubeadm binds: the API server's kubelet client may use every kubelet API (logs, exec), which
+    kubelets (and virtual kubelets) check by a SubjectAccessReview on each call."""
+    from kubernetes import client
+
+    rbac: Any = client.RbacAuthorizationV1Api(api_client(lay))
+    try:
+        rbac.create_cluster_role_binding({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": pki.KUBELET_CLIENT_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:kubelet-api-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": pki.KUBELET_CLIENT_USER}],
+        })
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+
+
 def crds_established(lay: Layout, names: Sequence[str]) -> bool:
     from kubernetes import client
 
@@ -349,6 +368,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
 
     apply_nodes(lay, plan)
     apply_runtime_classes(lay)
+    apply_kubelet_api_binding(lay)
     start_process(lay, "provisioner", [sys.executable, "-m", "tools.localcluster.provisioner",
                                        f"--kubeconfig={lay.kubeconfig}"], env={"PYTHONPATH": str(ROOT)})
     if expected(lay) == CONTROL_PLANE:

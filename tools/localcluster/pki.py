@@ -33,8 +33,12 @@ def _signed(cwd: Path, name: str, subject: str, ext: str) -> None:
     (cwd / f"{name}.ext").unlink()
 
 
+#: The user the API server presents to kubelets (kubeadm's name; bound to ``system:kubelet-api-admin``).
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+
+
 def ensure_pki(pki: Path) -> None:
-    """Create ca, apiserver, admin and sa key material under ``pki`` unless already there."""
+    """Create ca, apiserver, admin, kubelet-client and sa key material under ``pki`` unless already there."""
     pki.mkdir(parents=True, exist_ok=True)
     pki.chmod(0o700)
     if not (pki / "ca.crt").exists():
@@ -52,11 +56,12 @@ def ensure_pki(pki: Path) -> None:
         _signed(pki, "admin", "/O=system:masters/CN=localcluster-admin",
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=clientAuth\n")
-    if not (pki / "kubelet-serving.crt").exists():
-        # The virtual kubelets' port (logs, exec): served with this, open only to client certificates of the CA.
-        _signed(pki, "kubelet-serving", "/CN=localcluster-virtual-kubelet",
+    if not (pki / "kubelet-client.crt").exists():
+        # The API server's client certificate to kubelets (logs, exec), as kubeadm makes it: the virtual
+        # kubelets verify it against the CA and ask RBAC (a SubjectAccessReview) what this user may do.
+        _signed(pki, "kubelet-client", f"/CN={KUBELET_CLIENT_USER}",
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+                "extendedKeyUsage=clientAuth\n")
     if not (pki / "sa.key").exists():
         _key(pki, "sa.key")
         _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,6 +293,8 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -401,6 +404,11 @@ class VirtualKubeletFiles:
     ca_cert: Path
 
 
+def _expand(value: str, env: Mapping[str, str]) -> str:
+    """``$(VAR)`` references as the kubelet expands them (an unknown one stays as written)."""
+    return _REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
+
+
 def _flag(arg: str) -> str:
     return arg.split("=", 1)[0]
 
@@ -412,11 +420,13 @@ def virtual_kubelet_process(bin_dir: Path, container: Mapping[str, Any], pod_nam
 
     Everything the stack sets is kept (node name, ``--provider``, taint variables, flags) except what names
     the pod's own paths and addresses: the capacity file, the metrics address (loopback) and the kubeconfig,
-    which holds a token of the provider's ServiceAccount and nothing else. The kubelet port serves TLS with a
-    certificate of the local CA and requires client certificates of that CA (the upstream binary listens on
-    every interface). The provider's credentials file is left out: the mock provider reads none, and the
-    Secret stays in the cluster. Anything this cannot reproduce (a Secret or ConfigMap reference in the
-    environment, a ``--provider`` other than the binary's ``mock``) is refused, naming it.
+    which holds a token of the provider's ServiceAccount and nothing else. The kubelet API's key pair and client
+    CA are where the stack puts them, mapped to local files: the pair its init container made
+    (:func:`serving_cert_process`), the local CA where the stack names the pod's cluster CA. A stack that sets no
+    key pair is refused: the upstream binary exits without one. The provider's credentials file is left out: the
+    mock provider reads none, and the Secret stays in the cluster. Anything this cannot reproduce (a Secret or
+    ConfigMap reference in the environment, a ``--provider`` other than the binary's ``mock``) is refused,
+    naming it.
     """
     name = str(container.get("name", "?"))
     args = [str(a) for a in container.get("args") or ()]
@@ -433,7 +443,7 @@ def virtual_kubelet_process(bin_dir: Path, container: Mapping[str, Any], pod_nam
     for var in container.get("env") or ():
         key = str(var["name"])
         if not var.get("valueFrom"):  # the API server drops an empty value
-            env[key] = _REF.sub(lambda m: env.get(m.group(1), m.group(0)), str(var.get("value") or ""))
+            env[key] = _expand(str(var.get("value") or ""), env)
             continue
         path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         if path not in fields:
@@ -441,14 +451,58 @@ def virtual_kubelet_process(bin_dir: Path, container: Mapping[str, Any], pod_nam
                              f"{var.get('valueFrom')!r}, which a local process cannot reproduce")
         env[key] = fields[path]
     env.pop("PROVIDER_CREDENTIALS_FILE", None)
+    missing = [k for k in SERVING_VARIABLES if not env.get(k)]
+    if missing:
+        raise ValueError(f"container {name!r} in {namespace}: {' and '.join(missing)} not set: virtual-kubelet "
+                         "exits at start without the key pair of its kubelet API (logs, exec)")
     env.update({
         "KUBELET_PORT": str(kubelet_port),
         "KUBECONFIG": str(files.kubeconfig),
         "APISERVER_CERT_LOCATION": str(files.serving_cert),
         "APISERVER_KEY_LOCATION": str(files.serving_key),
-        "APISERVER_CA_CERT_LOCATION": str(files.ca_cert),
     })
+    if env.get("APISERVER_CA_CERT_LOCATION"):
+        env["APISERVER_CA_CERT_LOCATION"] = str(files.ca_cert)
     return argv, env
+
+
+#: Where node-cli reads its kubelet API's key pair; it exits at start when either is unset.
+SERVING_VARIABLES = ("APISERVER_CERT_LOCATION", "APISERVER_KEY_LOCATION")
+#: The command of the stack's init container that makes the key pair (agents/serving_cert.py).
+SERVING_CERT_COMMAND = "serving-cert"
+
+
+def serving_cert_process(init_containers: Sequence[Mapping[str, Any]], namespace: str,
+                         directory: Path) -> list[str]:
+    """The stack's ``serving-cert`` init container as a local command writing into ``directory``.
+
+    Its arguments are kept except ``--dir`` (the pod's in-memory volume); ``$(VAR)`` references resolve from its
+    environment, downward-API fields as a local process sees them. Any other init container is refused, naming
+    it: the local process would start without what that container prepares.
+    """
+    argv: list[str] | None = None
+    for init in init_containers:
+        name = str(init.get("name", "?"))
+        if list(init.get("command") or ()) != [SERVING_CERT_COMMAND]:
+            raise ValueError(f"init container {name!r} in {namespace}: runs {init.get('command')!r}, which the "
+                             f"local harness cannot reproduce (it runs only {SERVING_CERT_COMMAND!r})")
+        env: dict[str, str] = {}
+        for var in init.get("env") or ():
+            if not var.get("valueFrom"):
+                env[str(var["name"])] = str(var.get("value") or "")
+                continue
+            path = str(((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"))
+            if path not in _FIELD_VALUES:
+                raise ValueError(f"init container {name!r} in {namespace}: env {var['name']} comes from "
+                                 f"{var.get('valueFrom')!r}, which a local process cannot reproduce")
+            env[str(var["name"])] = _FIELD_VALUES[path]
+        args = [_expand(str(a), env) for a in init.get("args") or ()]
+        argv = [sys.executable, "-m", "agents.serving_cert", *(a for a in args if _flag(a) != "--dir"),
+                f"--dir={directory}"]
+    if argv is None:
+        raise ValueError(f"no {SERVING_CERT_COMMAND!r} init container in {namespace}: the stack's virtual kubelet "
+                         "would have no key pair for its kubelet API")
+    return argv
 
 
 def mock_provider_config(capacity: str, source: str) -> str:

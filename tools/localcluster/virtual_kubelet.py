@@ -17,6 +17,7 @@ soon as its grants exist, and checks afterwards that every node was registered w
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from tools.localcluster.plan import (
     load_stack_config,
     mock_provider_config,
     required_grants,
+    serving_cert_process,
     virtual_kubelet_process,
 )
 from tools.localcluster.rbac_usage import Grant, grants_from_rules
@@ -163,15 +165,22 @@ def launch(lay: Layout, t: Target, dep: dict[str, Any]) -> control.Proc:
     home = lay.virtual_kubelet(t.provider)
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o700)
-    files = VirtualKubeletFiles(home / "kubeconfig", home / "provider.json", lay.pki / "kubelet-serving.crt",
-                                lay.pki / "kubelet-serving.key", lay.pki / "ca.crt")
+    serving = home / "serving"
+    files = VirtualKubeletFiles(home / "kubeconfig", home / "provider.json", serving / "tls.crt",
+                                serving / "tls.key", lay.pki / "ca.crt")
     try:
         config = mock_provider_config(_capacity(lay, dep, container), f"{t.app} capacity file")
         extra = control.free_ports(["kubelet", "metrics"])
         argv, env = virtual_kubelet_process(lay.bin, container, f"{t.app}-local", t.namespace, files,
                                             extra["kubelet"], extra["metrics"])
+        make_cert = serving_cert_process(pod.get("initContainers") or (), t.namespace, serving)
     except ValueError as err:
         raise control.ClusterError(str(err)) from None
+    # What the pod's init container does at each start: a new key pair, in a directory only we can read.
+    serving.mkdir(mode=0o700, exist_ok=True)
+    made = subprocess.run(make_cert, cwd=control.ROOT, capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        raise control.ClusterError(f"{t.app}: the serving-cert init container failed: {made.stderr.strip()}")
     files.provider_config.write_text(config)
     files.kubeconfig.write_text(_kubeconfig(f"https://127.0.0.1:{ports['apiserver']}", files.ca_cert,
                                             _token(lay, t, account), t.user))
