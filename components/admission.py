@@ -30,6 +30,8 @@ JOB_POLICY = "gpucluster-training-volcano-jobs"
 #: Cluster-wide: only standby inference tolerates the burst taint; no node gets it as NoExecute.
 BURST_TOLERATION_POLICY = "gpucluster-burst-toleration"
 NODE_TAINT_POLICY = "gpucluster-node-burst-taint"
+#: In the training namespace: a researcher's Volcano Job goes to one of their own teams' queues.
+TEAM_QUEUE_POLICY = "gpucluster-team-queues"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class GuardrailArgs:
     #: The MutatingAdmissionPolicy apiVersion that adds the training defaults to Volcano Jobs, or None to
     #: validate only (config ``admission.mutating``; see components/config/admission.py for the versions).
     mutating_api: str | None = None
+    #: Each team's (queue, group): whose members may send Volcano Jobs to that queue.
+    team_queues: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
@@ -76,6 +80,7 @@ class GuardrailArgs:
             volcano=volcano,
             served=cfg.k8s_minor >= VAP_GA,
             mutating_api=cfg.admission.mutating_api(cfg.k8s_minor) if volcano else None,
+            team_queues=tuple((t.queue, t.subject_group) for t in cfg.scheduling.teams),
         )
 
     @property
@@ -246,6 +251,40 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
     }
 
 
+def team_queue_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
+    """A researcher (a member of any team's group) may send a Volcano Job only to a queue of their own teams.
+
+    The researcher Role lets every team create Jobs in the one training namespace, and a Job names its queue
+    itself: without this, a member of one team could run on another team's guarantee, or on the training
+    queue that the stack's own jobs use. Whoever is in no team's group (the stack's deploying identity, the
+    platform's admins, Volcano's controllers) is not matched. None without teams, or without Volcano.
+    """
+    if not args.team_queues or not args.volcano or not args.served:
+        return None
+    groups = "[" + ", ".join(_q(g) for g in sorted({g for _, g in args.team_queues})) + "]"
+    owners: dict[str, list[str]] = {}
+    for queue, group in args.team_queues:
+        owners.setdefault(queue, []).append(group)
+    table = "{" + ", ".join(f"{_q(q)}: [{', '.join(_q(g) for g in gs)}]" for q, gs in sorted(owners.items())) + "}"
+    queue = "(has(object.spec.queue) ? object.spec.queue : 'default')"
+    message = guardrail("team-queue").message(args.names)
+    return {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
+             "resources": ["jobs"]}]},
+        "matchConditions": [{"name": "from-a-researcher", "expression":
+                             f"has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {groups})"}],
+        "variables": [{"name": "queue", "expression": queue}, {"name": "owners", "expression": table}],
+        "validations": [{
+            "expression": "variables.queue in variables.owners && "
+                          "variables.owners[variables.queue].exists(g, g in request.userInfo.groups)",
+            "message": message,
+            "messageExpression": f"{_q(message)} + ' (you asked for queue ' + variables.queue + ')'",
+        }],
+    }
+
+
 #: The MutatingAdmissionPolicy that adds the training priority class and the handover gate to Volcano Jobs.
 MUTATING_POLICY = "gpucluster-training-defaults"
 #: Tasks of one Volcano Job the mutation reaches (a JSON patch names each by index; CEL has no range). A
@@ -305,6 +344,9 @@ def all_policies(args: GuardrailArgs) -> dict[str, tuple[dict[str, Any], dict[st
         return {}
     out = {name: (spec, binding_spec(name, args.namespace)) for name, spec in policy_specs(args).items()}
     out.update({name: (spec, binding_spec(name, None)) for name, spec in burst_policy_specs(args).items()})
+    team = team_queue_policy_spec(args)
+    if team is not None:
+        out[TEAM_QUEUE_POLICY] = (team, binding_spec(TEAM_QUEUE_POLICY, args.namespace))
     return out
 
 

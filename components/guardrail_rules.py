@@ -21,6 +21,7 @@ VAP_GA = (1, 30)
 TRAINING = "training"
 BURST_TOLERATION = "burst-toleration"
 NODE_BURST_TAINT = "node-burst-taint"
+TEAM_QUEUE = "team-queue"
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,9 @@ class Guardrail:
     """One rule: what it requires, why, and what to change (templates over :class:`Names`)."""
 
     id: str
-    #: The policy pack rule that enforces it on the stack's own objects.
-    pack_rule: str
+    #: The policy pack rule that enforces it on the stack's own objects; None for a rule about who sends an
+    #: object, which only admission sees (the stack's own objects all come from its deploying identity).
+    pack_rule: str | None
     #: Which admission policy carries it (TRAINING rows: the pod policy and the Volcano Job policy).
     policy: str
     requirement: str
@@ -98,6 +100,13 @@ GUARDRAILS: tuple[Guardrail, ...] = (
         "a node must not get the burst taint {burst_taint} as NoExecute (it would evict running inference when "
         "the burst opens)",
         "use effect NoSchedule",
+    ),
+    Guardrail(
+        "team-queue", None, TEAM_QUEUE,
+        "a researcher's Volcano Job must go to the queue of one of their own teams (team-<team>: a team's "
+        "guarantee and quota are for its members' jobs alone)",
+        "set queue to your team's queue (`gpucluster train submit` sets it from the spec's team), or ask the "
+        "cluster admins to add you to that team's group",
     ),
 )
 

@@ -17,6 +17,7 @@ from components.admission import (
     JOB_POLICY,
     NODE_TAINT_POLICY,
     POD_POLICY,
+    TEAM_QUEUE_POLICY,
     GuardrailArgs,
     all_policies,
     policy_specs,
@@ -34,19 +35,30 @@ def policy(run: RunResult, name: str) -> dict[str, Any]:
     return run.one("ValidatingAdmissionPolicy", name).inputs["spec"]  # type: ignore[no-any-return]
 
 
-def refusals(spec: dict[str, Any], obj: dict[str, Any]) -> list[str] | None:
-    """None when the policy does not match the object (no GPUs); else the messages of failed validations."""
+def refusals(spec: dict[str, Any], obj: dict[str, Any], request: dict[str, Any] | None = None,
+             detailed: bool = False) -> list[str] | None:
+    """None when the policy does not match the object (no GPUs); else the messages of failed validations.
+
+    ``request`` is the admission request (``userInfo``…); ``variables`` are evaluated in order as the API
+    server does; ``detailed`` returns a validation's ``messageExpression`` where it has one.
+    """
     env = celpy.Environment()
-    act = {"object": celpy.json_to_cel(obj)}
-    for cond in spec["matchConditions"]:
+    act: dict[str, Any] = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request or {})}
+    for cond in spec.get("matchConditions", ()):
         if not env.program(env.compile(cond["expression"])).evaluate(act):
             return None
+    variables = celpy.celtypes.MapType()
+    for var in spec.get("variables", ()):
+        act["variables"] = variables
+        variables[celpy.celtypes.StringType(var["name"])] = env.program(env.compile(var["expression"])).evaluate(act)
+    act["variables"] = variables
     out = []
     for v in spec["validations"]:
         result = env.program(env.compile(v["expression"])).evaluate(act)
         assert isinstance(result, celpy.celtypes.BoolType), (v["expression"], result)  # an error is not a pass
         if not result:
-            out.append(v["message"])
+            expression = v.get("messageExpression") if detailed else None
+            out.append(str(env.program(env.compile(expression)).evaluate(act)) if expression else v["message"])
     return out
 
 
@@ -175,13 +187,16 @@ def test_bindings_deny_in_the_training_namespace_or_everywhere_but_kube_system(
     run: RunResult = request.getfixturevalue(stack)
     bindings = {b.metadata["name"]: b.inputs["spec"] for b in run.by_kind("ValidatingAdmissionPolicyBinding")}
     policies = {p.metadata["name"]: p.inputs["spec"] for p in run.by_kind("ValidatingAdmissionPolicy")}
-    assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY, BURST_TOLERATION_POLICY, NODE_TAINT_POLICY}
+    # Team queues only where the stack has teams (prod; the local stack has none).
+    teams = {TEAM_QUEUE_POLICY} if stack == "prod" else set()
+    assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY, BURST_TOLERATION_POLICY, NODE_TAINT_POLICY,
+                                              *teams}
     for name, b in bindings.items():
         assert b["policyName"] == name
         assert b["validationActions"] == ["Deny"]
         assert policies[name]["failurePolicy"] == "Fail"
         assert run.one("ValidatingAdmissionPolicy", name).inputs["apiVersion"] == "admissionregistration.k8s.io/v1"
-    for name in (POD_POLICY, JOB_POLICY):
+    for name in (POD_POLICY, JOB_POLICY, *teams):
         assert bindings[name]["matchResources"]["namespaceSelector"] == {
             "matchLabels": {"kubernetes.io/metadata.name": "training"}}
     for name in (BURST_TOLERATION_POLICY, NODE_TAINT_POLICY):

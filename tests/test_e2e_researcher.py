@@ -13,6 +13,8 @@ the team's group, no admin — with the ``gpucluster`` console script and her ow
   GPU pod (created by the admin: researchers may not create pods at all);
 * with ``admission.mutating: v1beta1`` (the local API server enables the beta), a Volcano Job without the
   priority class and the handover gate is admitted with both added;
+* a job of hers for the other team's queue (``vision``) or the training queue is refused by the team-queue
+  policy, naming the queue; the admin's is not;
 * she can read no Secret, and can neither read nor change nodes.
 
 Timings are printed and written to .state/localcluster/e2e-researcher.json.
@@ -40,6 +42,8 @@ BUILT = ROOT / ".state" / "localcluster"
 RESULTS = BUILT / "e2e-researcher.json"
 GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 USER, GROUP, TEAM = "alice", "research-nlp", "nlp"
+#: A second team alice is not in: its queue is not hers to use.
+OTHER_GROUP, OTHER_TEAM = "research-vision", "vision"
 TEAM_GPUS = 16
 MEASURED: dict[str, Any] = {}
 
@@ -70,7 +74,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, 
     training = dict(raw.get("training") or {})
     training["jobs"] = [{**job, "enabled": False} for job in training.get("jobs", [])]
     scheduling = {**dict(raw.get("scheduling") or {}), "teams": [
-        {"name": TEAM, "group": GROUP, "guaranteeGpus": TEAM_GPUS, "capabilityGpus": TEAM_GPUS}]}
+        {"name": TEAM, "group": GROUP, "guaranteeGpus": TEAM_GPUS, "capabilityGpus": TEAM_GPUS},
+        {"name": OTHER_TEAM, "group": OTHER_GROUP, "guaranteeGpus": 8, "capabilityGpus": TEAM_GPUS}]}
     try:
         started = time.monotonic()
         control.up(lay, timeout=300)
@@ -100,9 +105,9 @@ def cli(kubeconfig: Path, *args: str, cwd: Path | None = None) -> subprocess.Com
     return subprocess.run([str(GPUCLUSTER), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
-def spec(path: Path, name: str) -> Path:
+def spec(path: Path, name: str, team: str = TEAM) -> Path:
     path.write_text(f"name: {name}\nimage: registry.gpucluster.io/training/smoke:1.0.0\ncommand: [python, train.py]\n"
-                    f"gpus: {{nodes: 2, gpusPerNode: 8}}\ncheckpointInterval: 100\nteam: {TEAM}\n")
+                    f"gpus: {{nodes: 2, gpusPerNode: 8}}\ncheckpointInterval: 100\nteam: {team}\n")
     return path
 
 
@@ -259,6 +264,37 @@ def test_the_guardrails_refuse_the_default_scheduler(cluster: tuple[Layout, Path
     with pytest.raises(ApiException) as forbidden:
         client.CoreV1Api(api.alice).create_namespaced_pod("training", pod)
     assert forbidden.value.status == 403
+
+
+def test_a_researcher_may_use_only_her_teams_queues(cluster: tuple[Layout, Path], tmp_path: Path) -> None:
+    """The researcher Role lets every team create Jobs in the training namespace; the team-queue policy keeps
+    alice (nlp) off the vision team's queue and off the platform's training queue, naming what she asked for."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    lay, kubeconfig = cluster
+    api = Api(lay, kubeconfig)
+    out = cli(kubeconfig, "train", "submit", str(spec(tmp_path / "v.yaml", "nlp-in-vision", OTHER_TEAM)))
+    MEASURED["other_team_queue_refusal"] = (out.returncode, out.stderr.strip())
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "refused by the cluster's training guardrails" in out.stderr, out.stderr
+    assert "gpucluster-team-queues" in out.stderr and "(you asked for queue team-vision)" in out.stderr, out.stderr
+    assert api.job_phase("nlp-in-vision") is None
+
+    body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": "nlp-on-training", "namespace": "training"},
+            "spec": {"queue": "training", "minAvailable": 1, "schedulerName": "volcano",
+                     "tasks": [{"name": "cpu", "replicas": 1, "template": {"spec": {
+                         "restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "registry.gpucluster.io/tools/busybox:1.37"}]}}}]}}
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(api.alice).create_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", "training", "jobs", body, dry_run="All")
+    message = json.loads(str(refused.value.body))["message"]
+    assert "(you asked for queue training)" in message and "your team's queue" in message, message
+    # The admin (in no team's group) is not held to a team's queue.
+    client.CustomObjectsApi(api.admin).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", "training", "jobs", body, dry_run="All")
 
 
 def test_the_researcher_reads_no_secrets_and_touches_no_nodes(cluster: tuple[Layout, Path]) -> None:

@@ -15,9 +15,24 @@ from typing import Any
 import celpy
 import pytest
 
-from components.admission import BURST_TOLERATION_POLICY, JOB_POLICY, NODE_TAINT_POLICY, POD_POLICY, GuardrailArgs
+from components.admission import (
+    BURST_TOLERATION_POLICY,
+    JOB_POLICY,
+    NODE_TAINT_POLICY,
+    POD_POLICY,
+    TEAM_QUEUE_POLICY,
+    GuardrailArgs,
+)
 from components.config import ClusterConfig
-from components.guardrail_rules import BURST_TOLERATION, GUARDRAILS, NODE_BURST_TAINT, TRAINING, Guardrail, guardrail
+from components.guardrail_rules import (
+    BURST_TOLERATION,
+    GUARDRAILS,
+    NODE_BURST_TAINT,
+    TEAM_QUEUE,
+    TRAINING,
+    Guardrail,
+    guardrail,
+)
 from policies.rules import RULES, Resource, RuleContext, evaluate
 from tests.test_admission import good_pod_spec, policy, refusals
 from tests.test_policies import res
@@ -31,7 +46,8 @@ CTX = RuleContext.from_config(PROD)
 NAMES = GuardrailArgs.from_config(PROD).names
 
 
-def pack(rule: str, resource: Resource) -> list[str]:
+def pack(rule: str | None, resource: Resource) -> list[str]:
+    assert rule is not None, "an admission-only row has no pack rule"
     chosen = [r for r in RULES if r.name == rule]
     assert chosen, f"the table names pack rule {rule!r}, which the pack does not have"
     return [v.message for v in evaluate([resource], CTX, chosen)]
@@ -121,3 +137,40 @@ def test_the_node_taint_row_on_both_sides(prod: RunResult) -> None:
     assert not verdict and validation["message"] == row.message(NAMES)
     found = pack(row.pack_rule, res("Node", "v1", "gpu-a-001", spec=node["spec"]))
     assert len(found) == 1 and row.fix_text(NAMES) in found[0], found
+
+
+def test_only_rules_about_who_sends_an_object_are_admission_only() -> None:
+    """The pack sees only what the stack declares, all of it sent by the deploying identity: a rule about the
+    sender has no pack side. Every other row names a rule the pack has."""
+    assert [r.id for r in GUARDRAILS if r.pack_rule is None] == [r.id for r in GUARDRAILS if r.policy == TEAM_QUEUE]
+    assert {r.pack_rule for r in GUARDRAILS if r.pack_rule is not None} <= {r.name for r in RULES}
+
+
+def test_the_team_queue_row_holds_each_researcher_to_their_teams(prod: RunResult) -> None:
+    [row] = [r for r in GUARDRAILS if r.policy == TEAM_QUEUE]
+    spec = policy(prod, TEAM_QUEUE_POLICY)
+    llm = {"userInfo": {"username": "alice", "groups": ["research-llm", "system:authenticated"]}}
+
+    def job(queue: str | None) -> dict[str, Any]:
+        body = volcano_job(good_pod_spec(gate=True))
+        if queue is not None:
+            body["spec"]["queue"] = queue
+        return body
+
+    assert refusals(spec, job("team-llm"), llm) == []
+    # Another team's queue, the stack's training queue, no queue at all (Volcano's default): refused, saying which.
+    for queue, asked in (("team-vision", "team-vision"), ("training", "training"), (None, "default")):
+        assert refusals(spec, job(queue), llm) == [row.message(NAMES)], queue
+        assert refusals(spec, job(queue), llm, detailed=True) == [
+            f"{row.message(NAMES)} (you asked for queue {asked})"]
+    # A member of both teams may use either.
+    both = {"userInfo": {"username": "bob", "groups": ["research-llm", "research-vision"]}}
+    assert refusals(spec, job("team-vision"), both) == []
+    # Whoever is in no team's group (the stack's identity, admins, Volcano's controllers) is not matched.
+    for groups in (["system:masters"], ["system:serviceaccounts", "system:serviceaccounts:volcano-system"], []):
+        assert refusals(spec, job("training"), {"userInfo": {"username": "x", "groups": groups}}) is None
+    # In the training namespace only, and it denies.
+    binding = prod.one("ValidatingAdmissionPolicyBinding", TEAM_QUEUE_POLICY).inputs["spec"]
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "training"}}
