@@ -61,6 +61,9 @@ SERVING_DIR = "/var/run/virtual-kubelet/serving"
 #: The cluster CA every pod gets with its token: it signs the API server's kubelet client certificate on
 #: kubeadm-style clusters, so node-cli requires it of callers of the kubelet API (logs, exec).
 CLUSTER_CA_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+#: Where a provider's ``kubeletClientCaConfigMap`` is mounted, and its key.
+KUBELET_CLIENT_CA_DIR = "/etc/virtual-kubelet/kubelet-client-ca"
+CA_KEY = "ca.crt"
 #: Our image that carries ``serving-cert`` (agents/serving_cert.py).
 SERVING_CERT_IMAGE_AGENT = "burst-controller"
 METRICS_PORT = 10255
@@ -421,7 +424,15 @@ class ExternalGpuProvider(pulumi.ComponentResource):
             volumes.append(k8s.core.v1.VolumeArgs(name="serving-cert", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(
                 medium="Memory", size_limit="1Mi")))
             mounts.append(k8s.core.v1.VolumeMountArgs(name="serving-cert", mount_path=SERVING_DIR, read_only=True))
-            env += serving_cert_env()
+            ca_file = CLUSTER_CA_FILE
+            if isinstance(p, VirtualKubeletProvider) and p.kubelet_client_ca_config_map:
+                volumes.append(k8s.core.v1.VolumeArgs(name="kubelet-client-ca", config_map=(
+                    k8s.core.v1.ConfigMapVolumeSourceArgs(name=p.kubelet_client_ca_config_map, items=[
+                        k8s.core.v1.KeyToPathArgs(key=CA_KEY, path=CA_KEY)]))))
+                mounts.append(k8s.core.v1.VolumeMountArgs(name="kubelet-client-ca", mount_path=KUBELET_CLIENT_CA_DIR,
+                                                          read_only=True))
+                ca_file = f"{KUBELET_CLIENT_CA_DIR}/{CA_KEY}"
+            env += serving_cert_env(ca_file)
             init_containers.append(serving_cert_container(p.node_name))
         image = p.image or preset.image
         assert image is not None  # the config requires an image where the preset has none
@@ -459,12 +470,12 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         self.register_outputs({"node_name": self.node_name, "taint": self.taint})
 
 
-def serving_cert_env() -> list[k8s.core.v1.EnvVarArgs]:
+def serving_cert_env(ca_file: str) -> list[k8s.core.v1.EnvVarArgs]:
     """Where node-cli finds its kubelet API's key pair and the CA its callers' client certificates must chain to."""
     return [
         k8s.core.v1.EnvVarArgs(name="APISERVER_CERT_LOCATION", value=f"{SERVING_DIR}/{serving_cert.CERT_FILE}"),
         k8s.core.v1.EnvVarArgs(name="APISERVER_KEY_LOCATION", value=f"{SERVING_DIR}/{serving_cert.KEY_FILE}"),
-        k8s.core.v1.EnvVarArgs(name="APISERVER_CA_CERT_LOCATION", value=CLUSTER_CA_FILE),
+        k8s.core.v1.EnvVarArgs(name="APISERVER_CA_CERT_LOCATION", value=ca_file),
     ]
 
 

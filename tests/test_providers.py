@@ -324,3 +324,23 @@ def test_extra_args_must_be_flags() -> None:
 def test_a_key_of_another_kind_names_its_kind() -> None:
     message = _error(lambda raw: raw["providers"][1].update(vkProvider="azure"))
     assert "providers[1].vkProvider: applies only to kind 'virtual-kubelet', not 'liqo' (got \"azure\")" in message
+
+
+def test_the_kubelet_client_ca_can_be_another_than_the_cluster_ca(run_stack: StackRunner) -> None:
+    """Where the API server's kubelet client certificate comes from another CA, the stack mounts it from a
+    ConfigMap and node-cli requires callers' certificates of that CA instead."""
+    def edit(cfg: dict[str, Any]) -> None:
+        providers = copy.deepcopy(cfg["gpu-cluster:providers"])
+        providers[0]["kubeletClientCaConfigMap"] = "kubelet-client-ca"
+        cfg["gpu-cluster:providers"] = providers
+
+    result = run_stack("prod", edit)
+    c = container(result, "vk-lambda-east")
+    assert env(c)["APISERVER_CA_CERT_LOCATION"] == "/etc/virtual-kubelet/kubelet-client-ca/ca.crt"
+    assert {"name": "kubelet-client-ca", "mountPath": "/etc/virtual-kubelet/kubelet-client-ca",
+            "readOnly": True} in c["volumeMounts"]
+    pod = result.one("Deployment", "vk-lambda-east").inputs["spec"]["template"]["spec"]
+    assert {"name": "kubelet-client-ca", "configMap": {"name": "kubelet-client-ca", "items": [
+        {"key": "ca.crt", "path": "ca.crt"}]}} in pod["volumes"]
+    message = _error(lambda raw: raw["providers"][1].update(kubeletClientCaConfigMap="kubelet-client-ca"))
+    assert "providers[1].kubeletClientCaConfigMap: applies only to kind 'virtual-kubelet', not 'liqo'" in message

@@ -75,6 +75,10 @@ class VirtualKubeletProvider(ProviderBase):
     image: PinnedImage
     #: The ``--provider`` name compiled into the provider binary (e.g. ``azure``).
     vk_provider: DnsLabel
+    #: A ConfigMap in the provider's namespace whose ``ca.crt`` is the CA of the API server's kubelet client
+    #: certificate, where that is not the cluster CA (the default, as on kubeadm-style clusters): the virtual
+    #: kubelet accepts logs and exec calls only from client certificates of this CA.
+    kubelet_client_ca_config_map: DnsLabel | None = None
 
 
 class LiqoProvider(ProviderBase):
