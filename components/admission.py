@@ -252,12 +252,14 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
 
 
 def team_queue_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
-    """A researcher (a member of any team's group) may send a Volcano Job only to a queue of their own teams.
+    """A researcher (a member of any team's group) may create, change or delete Volcano Jobs only in the queues
+    of their own teams.
 
-    The researcher Role lets every team create Jobs in the one training namespace, and a Job names its queue
-    itself: without this, a member of one team could run on another team's guarantee, or on the training
-    queue that the stack's own jobs use. Whoever is in no team's group (the stack's deploying identity, the
-    platform's admins, Volcano's controllers) is not matched. None without teams, or without Volcano.
+    The researcher Role lets every team create and delete Jobs in the one training namespace, and a Job names
+    its queue itself: without this, a member of one team could run on another team's guarantee or on the
+    training queue that the stack's own jobs use, or cancel another team's job. Whoever is in no team's group
+    (the stack's deploying identity, the platform's admins, Volcano's controllers) is not matched. None without
+    teams, or without Volcano.
     """
     if not args.team_queues or not args.volcano or not args.served:
         return None
@@ -266,21 +268,25 @@ def team_queue_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
     for queue, group in args.team_queues:
         owners.setdefault(queue, []).append(group)
     table = "{" + ", ".join(f"{_q(q)}: [{', '.join(_q(g) for g in gs)}]" for q, gs in sorted(owners.items())) + "}"
-    queue = "(has(object.spec.queue) ? object.spec.queue : 'default')"
     message = guardrail("team-queue").message(args.names)
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {"resourceRules": [
-            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "operations": ["CREATE", "UPDATE"],
-             "resources": ["jobs"]}]},
+            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"],
+             "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["jobs"]}]},
         "matchConditions": [{"name": "from-a-researcher", "expression":
                              f"has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {groups})"}],
-        "variables": [{"name": "queue", "expression": queue}, {"name": "owners", "expression": table}],
+        "variables": [
+            # A DELETE has no object: the Job being deleted is the old one (`train cancel` of another team's job).
+            {"name": "job", "expression": "request.operation == 'DELETE' ? oldObject : object"},
+            {"name": "queue", "expression": "has(variables.job.spec.queue) ? variables.job.spec.queue : 'default'"},
+            {"name": "owners", "expression": table},
+        ],
         "validations": [{
             "expression": "variables.queue in variables.owners && "
                           "variables.owners[variables.queue].exists(g, g in request.userInfo.groups)",
             "message": message,
-            "messageExpression": f"{_q(message)} + ' (you asked for queue ' + variables.queue + ')'",
+            "messageExpression": f"{_q(message)} + ' (queue: ' + variables.queue + ')'",
         }],
     }
 

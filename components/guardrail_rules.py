@@ -103,8 +103,8 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     ),
     Guardrail(
         "team-queue", None, TEAM_QUEUE,
-        "a researcher's Volcano Job must go to the queue of one of their own teams (team-<team>: a team's "
-        "guarantee and quota are for its members' jobs alone)",
+        "a researcher may create, change or cancel Volcano Jobs only in the queues of their own teams "
+        "(team-<team>: a team's guarantee, quota and jobs are its members' alone)",
         "set queue to your team's queue (`gpucluster train submit` sets it from the spec's team), or ask the "
         "cluster admins to add you to that team's group",
     ),

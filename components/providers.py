@@ -121,9 +121,10 @@ def _vk_node_rules(node: str) -> tuple[Rule, ...]:
     )
 
 
-#: node-cli's kubelet API, with a client CA set, authorizes each caller (the API server, for logs and exec)
-#: by a SubjectAccessReview, as a kubelet does; bearer tokens would need ``tokenreviews`` too, and nothing
-#: calls it with one, so that is not granted (such a caller is refused, 401).
+#: node-cli's kubelet API, with a client CA set, requires a client certificate of that CA in the TLS handshake
+#: and then authorizes each caller (the API server, for logs and exec) by a SubjectAccessReview, as a kubelet
+#: does. A caller with a bearer token only (metrics-server reading ``/metrics/resource``) is dropped in the
+#: handshake, so ``tokenreviews`` would serve nothing and is not granted.
 VK_KUBELET_API_RULES: tuple[Rule, ...] = (
     _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
 )

@@ -35,15 +35,17 @@ def policy(run: RunResult, name: str) -> dict[str, Any]:
     return run.one("ValidatingAdmissionPolicy", name).inputs["spec"]  # type: ignore[no-any-return]
 
 
-def refusals(spec: dict[str, Any], obj: dict[str, Any], request: dict[str, Any] | None = None,
-             detailed: bool = False) -> list[str] | None:
+def refusals(spec: dict[str, Any], obj: dict[str, Any] | None, request: dict[str, Any] | None = None,
+             detailed: bool = False, old: dict[str, Any] | None = None) -> list[str] | None:
     """None when the policy does not match the object (no GPUs); else the messages of failed validations.
 
-    ``request`` is the admission request (``userInfo``…); ``variables`` are evaluated in order as the API
+    ``request`` is the admission request (``operation``, ``userInfo``…), ``old`` its ``oldObject`` (None: null,
+    as for a CREATE; ``obj`` None is a DELETE's null object); ``variables`` are evaluated in order as the API
     server does; ``detailed`` returns a validation's ``messageExpression`` where it has one.
     """
     env = celpy.Environment()
-    act: dict[str, Any] = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request or {})}
+    act: dict[str, Any] = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+                           "request": celpy.json_to_cel(request or {})}
     for cond in spec.get("matchConditions", ()):
         if not env.program(env.compile(cond["expression"])).evaluate(act):
             return None

@@ -14,7 +14,8 @@ the team's group, no admin — with the ``gpucluster`` console script and her ow
 * with ``admission.mutating: v1beta1`` (the local API server enables the beta), a Volcano Job without the
   priority class and the handover gate is admitted with both added;
 * a job of hers for the other team's queue (``vision``) or the training queue is refused by the team-queue
-  policy, naming the queue; the admin's is not;
+  policy, naming the queue, and so are a change to and ``train cancel`` of the other team's job; the admin's
+  job is not held to a team's queue;
 * she can read no Secret, and can neither read nor change nodes.
 
 Timings are printed and written to .state/localcluster/e2e-researcher.json.
@@ -267,8 +268,9 @@ def test_the_guardrails_refuse_the_default_scheduler(cluster: tuple[Layout, Path
 
 
 def test_a_researcher_may_use_only_her_teams_queues(cluster: tuple[Layout, Path], tmp_path: Path) -> None:
-    """The researcher Role lets every team create Jobs in the training namespace; the team-queue policy keeps
-    alice (nlp) off the vision team's queue and off the platform's training queue, naming what she asked for."""
+    """The researcher Role lets every team create and delete Jobs in the training namespace; the team-queue
+    policy keeps alice (nlp) off the vision team's queue, its jobs and the platform's training queue, naming
+    the queue."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -278,7 +280,7 @@ def test_a_researcher_may_use_only_her_teams_queues(cluster: tuple[Layout, Path]
     MEASURED["other_team_queue_refusal"] = (out.returncode, out.stderr.strip())
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert "refused by the cluster's training guardrails" in out.stderr, out.stderr
-    assert "gpucluster-team-queues" in out.stderr and "(you asked for queue team-vision)" in out.stderr, out.stderr
+    assert "gpucluster-team-queues" in out.stderr and "(queue: team-vision)" in out.stderr, out.stderr
     assert api.job_phase("nlp-in-vision") is None
 
     body = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
@@ -291,10 +293,28 @@ def test_a_researcher_may_use_only_her_teams_queues(cluster: tuple[Layout, Path]
         client.CustomObjectsApi(api.alice).create_namespaced_custom_object(
             "batch.volcano.sh", "v1alpha1", "training", "jobs", body, dry_run="All")
     message = json.loads(str(refused.value.body))["message"]
-    assert "(you asked for queue training)" in message and "your team's queue" in message, message
+    assert "(queue: training)" in message and "your team's queue" in message, message
     # The admin (in no team's group) is not held to a team's queue.
-    client.CustomObjectsApi(api.admin).create_namespaced_custom_object(
-        "batch.volcano.sh", "v1alpha1", "training", "jobs", body, dry_run="All")
+    admin: Any = client.CustomObjectsApi(api.admin)
+    admin.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "training", "jobs", body, dry_run="All")
+
+    # Another team's job: alice can neither change it nor cancel it.
+    vision = {**body, "metadata": {"name": "vision-job", "namespace": "training"},
+              "spec": {**body["spec"], "queue": f"team-{OTHER_TEAM}"}}
+    admin.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "training", "jobs", vision)
+    try:
+        with pytest.raises(ApiException) as changed:
+            client.CustomObjectsApi(api.alice).patch_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", "training", "jobs", "vision-job",
+                {"metadata": {"labels": {"touched-by": USER}}})
+        assert "(queue: team-vision)" in json.loads(str(changed.value.body))["message"]
+        cancel = cli(kubeconfig, "train", "cancel", "vision-job")
+        MEASURED["other_team_cancel_refusal"] = (cancel.returncode, cancel.stderr.strip())
+        assert cancel.returncode == 1 and "refused by the cluster's training guardrails" in cancel.stderr, cancel.stderr
+        assert "(queue: team-vision)" in cancel.stderr, cancel.stderr
+        assert api.job_phase("vision-job") is not None, "the other team's job was deleted"
+    finally:
+        admin.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", "training", "jobs", "vision-job")
 
 
 def test_the_researcher_reads_no_secrets_and_touches_no_nodes(cluster: tuple[Layout, Path]) -> None:

@@ -149,7 +149,7 @@ def test_only_rules_about_who_sends_an_object_are_admission_only() -> None:
 def test_the_team_queue_row_holds_each_researcher_to_their_teams(prod: RunResult) -> None:
     [row] = [r for r in GUARDRAILS if r.policy == TEAM_QUEUE]
     spec = policy(prod, TEAM_QUEUE_POLICY)
-    llm = {"userInfo": {"username": "alice", "groups": ["research-llm", "system:authenticated"]}}
+    llm = {"operation": "CREATE", "userInfo": {"username": "alice", "groups": ["research-llm", "system:authenticated"]}}
 
     def job(queue: str | None) -> dict[str, Any]:
         body = volcano_job(good_pod_spec(gate=True))
@@ -161,14 +161,22 @@ def test_the_team_queue_row_holds_each_researcher_to_their_teams(prod: RunResult
     # Another team's queue, the stack's training queue, no queue at all (Volcano's default): refused, saying which.
     for queue, asked in (("team-vision", "team-vision"), ("training", "training"), (None, "default")):
         assert refusals(spec, job(queue), llm) == [row.message(NAMES)], queue
-        assert refusals(spec, job(queue), llm, detailed=True) == [
-            f"{row.message(NAMES)} (you asked for queue {asked})"]
+        assert refusals(spec, job(queue), llm, detailed=True) == [f"{row.message(NAMES)} (queue: {asked})"]
+    # Changing or cancelling another team's job: the same refusal (a DELETE's job is the old object).
+    update = {**llm, "operation": "UPDATE"}
+    assert refusals(spec, job("team-vision"), update, old=job("team-vision")) == [row.message(NAMES)]
+    delete = {**llm, "operation": "DELETE"}
+    assert refusals(spec, None, delete, detailed=True, old=job("team-vision")) == [
+        f"{row.message(NAMES)} (queue: team-vision)"]
+    assert refusals(spec, None, delete, old=job("team-llm")) == []
     # A member of both teams may use either.
-    both = {"userInfo": {"username": "bob", "groups": ["research-llm", "research-vision"]}}
+    both = {"operation": "CREATE", "userInfo": {"username": "bob", "groups": ["research-llm", "research-vision"]}}
     assert refusals(spec, job("team-vision"), both) == []
-    # Whoever is in no team's group (the stack's identity, admins, Volcano's controllers) is not matched.
+    # Whoever is in no team's group (the stack's identity, admins, Volcano's controllers), or in no group at
+    # all, is not matched.
     for groups in (["system:masters"], ["system:serviceaccounts", "system:serviceaccounts:volcano-system"], []):
-        assert refusals(spec, job("training"), {"userInfo": {"username": "x", "groups": groups}}) is None
+        assert refusals(spec, job("training"), {"operation": "CREATE", "userInfo": {"groups": groups}}) is None
+    assert refusals(spec, job("training"), {"operation": "CREATE", "userInfo": {"username": "x"}}) is None
     # In the training namespace only, and it denies.
     binding = prod.one("ValidatingAdmissionPolicyBinding", TEAM_QUEUE_POLICY).inputs["spec"]
     assert binding["validationActions"] == ["Deny"]

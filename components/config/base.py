@@ -28,6 +28,12 @@ def _dns_label(value: str) -> str:
     return value
 
 
+def _dns_subdomain(value: str) -> str:
+    if not DNS_SUBDOMAIN.match(value):
+        raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 chars)")
+    return value
+
+
 def _label_prefix(value: str) -> str:
     if not DNS_SUBDOMAIN.match(value) or "." not in value:
         raise ValueError("must be a DNS subdomain such as 'gpucluster.io'")
@@ -44,6 +50,8 @@ def _pinned_image(value: str) -> str:
 
 
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+#: Names of most Kubernetes objects (ConfigMaps, Secrets…).
+DnsSubdomain = Annotated[str, AfterValidator(_dns_subdomain)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 LabelPrefix = Annotated[str, AfterValidator(_label_prefix)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]

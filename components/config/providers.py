@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from components.config.base import (
     ConfigModel,
     DnsLabel,
+    DnsSubdomain,
     LabelValue,
     PinnedImage,
     PositiveInt,
@@ -78,7 +79,7 @@ class VirtualKubeletProvider(ProviderBase):
     #: A ConfigMap in the provider's namespace whose ``ca.crt`` is the CA of the API server's kubelet client
     #: certificate, where that is not the cluster CA (the default, as on kubeadm-style clusters): the virtual
     #: kubelet accepts logs and exec calls only from client certificates of this CA.
-    kubelet_client_ca_config_map: DnsLabel | None = None
+    kubelet_client_ca_config_map: DnsSubdomain | None = None
 
 
 class LiqoProvider(ProviderBase):
