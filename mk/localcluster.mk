@@ -25,7 +25,7 @@ LOCALCLUSTER_BUILD_BUDGET_S ?= 1800
 localcluster-optional:
 	@mkdir -p $(STATE)/localcluster
 	@: > $(STATE)/localcluster/build-make.log; \
-	  timeout $(LOCALCLUSTER_BUILD_BUDGET_S) $(PROGRESS) --log $(STATE)/localcluster/build-make.log "localcluster: building (cold: about 30 min on 2 cores; log $(STATE)/localcluster/build-make.log)" -- $(MAKE) --no-print-directory localcluster; rc=$$?; \
+	  timeout $(LOCALCLUSTER_BUILD_BUDGET_S) $(PROGRESS) --log $(STATE)/localcluster/build-make.log "localcluster: building (cold: about 35 min on 2 cores; log $(STATE)/localcluster/build-make.log)" -- $(MAKE) --no-print-directory localcluster; rc=$$?; \
 	  if [ $$rc = 0 ]; then tail -n 1 $(STATE)/localcluster/build-make.log; \
 	  elif [ $$rc = 124 ]; then echo "localcluster: build passed its $(LOCALCLUSTER_BUILD_BUDGET_S)s budget in this run; its tests will skip (the Go cache keeps the progress for the next run)"; \
 	  else echo "localcluster: not built on this machine (see $(STATE)/localcluster/build-make.log); its tests will skip"; fi

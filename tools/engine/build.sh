@@ -83,7 +83,7 @@ ldv="-X $PULUMI_VERSION_VAR=$pulumi_version"
 # go -C <module dir> build …, under the heartbeat.
 gobuild() { local what="$1" dir="$2"; shift 2; bash "$PROGRESS" "engine: building $what" -- go -C "$dir" build -p "$JOBS" $GO_FLAGS "$@"; }
 
-echo "engine: building pulumi $pulumi_version (cold: about 30 min on 2 cores from an empty Go cache; warm: seconds)"
+echo "engine: building pulumi $pulumi_version (cold: about 35 min on 2 cores from an empty Go cache; warm: seconds)"
 gobuild pulumi "$HERE/cli" -ldflags "$STRIP $ldv" -o "$BIN/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi
 gobuild pulumi-language-python "$HERE/cli" -ldflags "$STRIP $ldv" -o "$BIN/pulumi-language-python" \
   ./cmd/pulumi-language-python

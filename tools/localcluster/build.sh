@@ -60,7 +60,7 @@ build() { # module-dir name extra-ldflags [package, default ./cmd/<name>]
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
 total=$SECONDS
-echo "localcluster: building from Go modules into $bin (cold: about 30 min on 2 cores from an empty Go cache; warm: seconds)"
+echo "localcluster: building from Go modules into $bin (cold: about 35 min on 2 cores from an empty Go cache; warm: seconds)"
 # kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
 build "$here/addons" kwok ""
