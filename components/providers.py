@@ -16,7 +16,10 @@ shares is decided here:
   field manager would fight it on every ``pulumi up``;
 - credentials come only from Pulumi secret config into a Kubernetes Secret;
 - RBAC follows what each provider serves: its own Node by name at cluster scope, writes in the namespaces
-  whose pods it runs (the inference namespace), heartbeats by name in kube-node-lease.
+  whose pods it runs (the inference namespace), heartbeats by name in kube-node-lease;
+- a generic (node-cli) provider's kubelet API (logs, exec) serves a key pair its ``serving-cert`` init
+  container makes at pod start, and takes only client certificates of the cluster CA (or of
+  ``kubeletClientCaConfigMap``'s), each call authorized by a SubjectAccessReview.
 
 What Liqo's virtual kubelet needs, by feature (its upstream local ClusterRole grants all of it cluster-wide):
 
