@@ -3,7 +3,9 @@
 The policy pack only sees what Pulumi declares; these policies see every GPU pod and Volcano Job created in
 the training namespace, whoever creates it (the researcher CLI, kubectl, a notebook). A GPU training pod
 must use the gang scheduler and the training priority class, be held to on-prem nodes, carry the handover
-gate where the stack runs the handover, and tolerate neither the virtual-node taints nor every taint.
+gate where the stack runs the handover, and tolerate neither the virtual-node taints nor every taint. A GPU
+pod of the inference namespace (and of ``admission.gangSchedulerNamespaces``) must use the gang scheduler too;
+a researcher's Volcano Jobs stay in their own teams' queues.
 ``admissionregistration.k8s.io/v1`` policies need Kubernetes 1.30 or newer (GA there).
 
 Each rule is a row of the guardrail table (:mod:`components.guardrail_rules`, shared with the policy pack,
@@ -30,6 +32,8 @@ JOB_POLICY = "gpucluster-training-volcano-jobs"
 #: Cluster-wide: only standby inference tolerates the burst taint; no node gets it as NoExecute.
 BURST_TOLERATION_POLICY = "gpucluster-burst-toleration"
 NODE_TAINT_POLICY = "gpucluster-node-burst-taint"
+#: GPU pods of the inference namespace (and ``admission.gangSchedulerNamespaces``) use the gang scheduler too.
+GANG_SCHEDULER_POLICY = "gpucluster-gpu-pods-gang-scheduler"
 #: In the training namespace: a researcher's Volcano Job goes to one of their own teams' queues.
 TEAM_QUEUE_POLICY = "gpucluster-team-queues"
 
@@ -65,6 +69,8 @@ class GuardrailArgs:
     mutating_api: str | None = None
     #: Each team's (queue, group): whose members may send Volcano Jobs to that queue.
     team_queues: tuple[tuple[str, str], ...] = ()
+    #: Namespaces outside training whose GPU pods must use the gang scheduler (inference, then the config's).
+    gang_scheduler_namespaces: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
@@ -81,6 +87,8 @@ class GuardrailArgs:
             served=cfg.k8s_minor >= VAP_GA,
             mutating_api=cfg.admission.mutating_api(cfg.k8s_minor) if volcano else None,
             team_queues=tuple((t.queue, t.subject_group) for t in cfg.scheduling.teams),
+            gang_scheduler_namespaces=tuple(dict.fromkeys(
+                [cfg.inference_namespace, *cfg.admission.gang_scheduler_namespaces])),
         )
 
     @property
@@ -251,6 +259,23 @@ def burst_policy_specs(args: GuardrailArgs) -> dict[str, dict[str, Any]]:
     }
 
 
+def gang_scheduler_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
+    """The gang-scheduler row for every GPU pod of the inference namespace (and the configured others).
+
+    Inference shares the on-prem GPUs with training: a GPU pod placed by another scheduler takes GPUs the gang
+    scheduler believes free (both bind, the kubelet refuses one), and the gang scheduler cannot reclaim it for
+    training. The training namespace's pod policy already carries this row with the training rows.
+    """
+    if not args.gang_scheduler_namespaces:
+        return None
+    row = guardrail("gang-scheduler")
+    check = next(r.check for r in rules(args) if r.name == row.id)
+    return _policy_spec(
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        pod_match_condition(args), [{"expression": check("object.spec", None), "message": row.message(args.names)}],
+    )
+
+
 def team_queue_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
     """A researcher (a member of any team's group) may create, change or delete Volcano Jobs only in the queues
     of their own teams.
@@ -332,10 +357,14 @@ def mutating_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
     }
 
 
-def binding_spec(policy: str, namespace: str | None) -> dict[str, Any]:
-    """Deny (not just audit) what fails: in ``namespace`` only, or everywhere but kube-system when None."""
+def binding_spec(policy: str, namespace: str | tuple[str, ...] | None) -> dict[str, Any]:
+    """Deny (not just audit) what fails: in ``namespace`` (or each of several) only, or everywhere but
+    kube-system when None."""
     match: dict[str, Any]
-    if namespace is not None:
+    if isinstance(namespace, tuple):
+        match = {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(namespace)}]}}
+    elif namespace is not None:
         match = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
     else:
         # namespaceSelector does not restrict cluster-scoped objects (nodes): those all match.
@@ -350,6 +379,9 @@ def all_policies(args: GuardrailArgs) -> dict[str, tuple[dict[str, Any], dict[st
         return {}
     out = {name: (spec, binding_spec(name, args.namespace)) for name, spec in policy_specs(args).items()}
     out.update({name: (spec, binding_spec(name, None)) for name, spec in burst_policy_specs(args).items()})
+    gang = gang_scheduler_policy_spec(args)
+    if gang is not None:
+        out[GANG_SCHEDULER_POLICY] = (gang, binding_spec(GANG_SCHEDULER_POLICY, args.gang_scheduler_namespaces))
     team = team_queue_policy_spec(args)
     if team is not None:
         out[TEAM_QUEUE_POLICY] = (team, binding_spec(TEAM_QUEUE_POLICY, args.namespace))

@@ -14,6 +14,7 @@ import pytest
 
 from components.admission import (
     BURST_TOLERATION_POLICY,
+    GANG_SCHEDULER_POLICY,
     JOB_POLICY,
     NODE_TAINT_POLICY,
     POD_POLICY,
@@ -22,6 +23,7 @@ from components.admission import (
     all_policies,
     policy_specs,
 )
+from tests.conftest import StackRunner
 from tools.mockrt import RunResult
 
 GPU = "nvidia.com/gpu"
@@ -192,7 +194,9 @@ def test_bindings_deny_in_the_training_namespace_or_everywhere_but_kube_system(
     # Team queues only where the stack has teams (prod; the local stack has none).
     teams = {TEAM_QUEUE_POLICY} if stack == "prod" else set()
     assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY, BURST_TOLERATION_POLICY, NODE_TAINT_POLICY,
-                                              *teams}
+                                              GANG_SCHEDULER_POLICY, *teams}
+    assert bindings[GANG_SCHEDULER_POLICY]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["inference"]}]}
     for name, b in bindings.items():
         assert b["policyName"] == name
         assert b["validationActions"] == ["Deny"]
@@ -283,3 +287,43 @@ def test_a_task_without_a_template_is_no_error(prod: RunResult) -> None:
     assert refusals(spec, {"spec": {"tasks": [{"name": "empty"}]}}) is None
     job = {"spec": {"tasks": [{"name": "empty"}, {"name": "w", "template": {"spec": good_pod_spec(gate=True)}}]}}
     assert refusals(spec, job) == []
+
+
+def test_gpu_pods_of_inference_go_through_the_gang_scheduler(prod: RunResult) -> None:
+    """Inference shares the on-prem GPUs with training: a GPU pod another scheduler places double-books them."""
+    spec = policy(prod, GANG_SCHEDULER_POLICY)
+    pod = {"spec": {"schedulerName": "default-scheduler", "containers": [
+        {"name": "server", "image": "r/i:1", "resources": {"limits": {GPU: "1"}}}]}}
+    assert refusals(spec, pod) == [
+        "a GPU pod must go through the gang scheduler volcano (two schedulers double-book GPUs, and the gang "
+        "scheduler cannot preempt pods it did not place); set schedulerName: volcano, or submit with "
+        "`gpucluster train submit`"]
+    del pod["spec"]["schedulerName"]  # the default scheduler too
+    assert len(refusals(spec, pod) or []) == 1
+    pod["spec"]["schedulerName"] = "volcano"
+    assert refusals(spec, pod) == []
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    assert refusals(spec, pod) is None  # CPU pods are not its business
+
+
+@pytest.mark.parametrize("stack", ["prod", "local"])
+def test_every_inference_deployment_the_stack_renders_passes(stack: str, request: pytest.FixtureRequest) -> None:
+    run: RunResult = request.getfixturevalue(stack)
+    spec = policy(run, GANG_SCHEDULER_POLICY)
+    deployments = [d for d in run.by_kind("Deployment") if d.metadata.get("namespace") == "inference"]
+    assert deployments
+    matched = 0
+    for d in deployments:
+        verdict = refusals(spec, {"spec": d.inputs["spec"]["template"]["spec"]})
+        assert verdict in (None, []), (d.metadata["name"], verdict)
+        matched += verdict == []
+    assert matched, "no inference Deployment requests GPUs"
+
+
+def test_more_namespaces_can_be_held_to_the_gang_scheduler(run_stack: StackRunner) -> None:
+    result = run_stack("prod", lambda cfg: cfg.update({"gpu-cluster:admission": {
+        "gangSchedulerNamespaces": ["notebooks", "inference"]}}))
+    binding = result.one("ValidatingAdmissionPolicyBinding", GANG_SCHEDULER_POLICY).inputs["spec"]
+    assert binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "inference", "notebooks"]

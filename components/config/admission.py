@@ -11,7 +11,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from components.config.base import ConfigModel, Problem
+from pydantic import Field
+
+from components.config.base import ConfigModel, DnsLabel, Problem
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -32,6 +34,10 @@ class MutatingMode(StrEnum):
 
 class Admission(ConfigModel):
     mutating: MutatingMode = MutatingMode.AUTO
+    #: Namespaces beyond training and inference whose GPU pods must also go through the gang scheduler (a
+    #: second scheduler double-books the GPUs it shares with it). Not cluster-wide by default: GPU pods of
+    #: other software (the GPU operator's validators) use the default scheduler in their own namespaces.
+    gang_scheduler_namespaces: list[DnsLabel] = Field(default_factory=list)
 
     def mutating_api(self, k8s_minor: tuple[int, int]) -> str | None:
         """The MutatingAdmissionPolicy apiVersion to declare, or None to validate only."""
