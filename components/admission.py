@@ -305,15 +305,24 @@ def team_queue_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
             # A DELETE has no object: the Job being deleted is the old one (`train cancel` of another team's job).
             {"name": "job", "expression": "request.operation == 'DELETE' ? oldObject : object"},
             {"name": "queue", "expression": "has(variables.job.spec.queue) ? variables.job.spec.queue : 'default'"},
+            # An UPDATE must not take another team's job into one's own queue either: its old queue counts too.
+            {"name": "oldQueue", "expression": "request.operation != 'UPDATE' ? variables.queue : "
+                                               "(has(oldObject.spec.queue) ? oldObject.spec.queue : 'default')"},
             {"name": "owners", "expression": table},
         ],
-        "validations": [{
-            "expression": "variables.queue in variables.owners && "
-                          "variables.owners[variables.queue].exists(g, g in request.userInfo.groups)",
-            "message": message,
-            "messageExpression": f"{_q(message)} + ' (queue: ' + variables.queue + ')'",
-        }],
+        "validations": [
+            {"expression": _owned("variables.queue"), "message": message,
+             "messageExpression": f"{_q(message)} + ' (queue: ' + variables.queue + ')'"},
+            {"expression": f"variables.oldQueue == variables.queue || {_owned('variables.oldQueue')}",
+             "message": message,
+             "messageExpression": f"{_q(message)} + ' (queue: ' + variables.oldQueue + ')'"},
+        ],
     }
+
+
+def _owned(queue: str) -> str:
+    """CEL: ``queue`` is a team queue one of whose groups the requester is in."""
+    return f"{queue} in variables.owners && variables.owners[{queue}].exists(g, g in request.userInfo.groups)"
 
 
 #: The MutatingAdmissionPolicy that adds the training priority class and the handover gate to Volcano Jobs.

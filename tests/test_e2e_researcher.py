@@ -308,6 +308,11 @@ def test_a_researcher_may_use_only_her_teams_queues(cluster: tuple[Layout, Path]
                 "batch.volcano.sh", "v1alpha1", "training", "jobs", "vision-job",
                 {"metadata": {"labels": {"touched-by": USER}}})
         assert "(queue: team-vision)" in json.loads(str(changed.value.body))["message"]
+        with pytest.raises(ApiException) as taken:  # nor take it into her own team's queue
+            client.CustomObjectsApi(api.alice).patch_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", "training", "jobs", "vision-job",
+                {"spec": {"queue": f"team-{TEAM}"}}, dry_run="All")
+        assert "(queue: team-vision)" in json.loads(str(taken.value.body))["message"]
         cancel = cli(kubeconfig, "train", "cancel", "vision-job")
         MEASURED["other_team_cancel_refusal"] = (cancel.returncode, cancel.stderr.strip())
         assert cancel.returncode == 1 and "refused by the cluster's training guardrails" in cancel.stderr, cancel.stderr

@@ -165,6 +165,11 @@ def test_the_team_queue_row_holds_each_researcher_to_their_teams(prod: RunResult
     # Changing or cancelling another team's job: the same refusal (a DELETE's job is the old object).
     update = {**llm, "operation": "UPDATE"}
     assert refusals(spec, job("team-vision"), update, old=job("team-vision")) == [row.message(NAMES)]
+    # Nor take another team's job into one's own queue, nor one's own into another's.
+    assert refusals(spec, job("team-llm"), update, detailed=True, old=job("team-vision")) == [
+        f"{row.message(NAMES)} (queue: team-vision)"]
+    assert refusals(spec, job("team-vision"), update, old=job("team-llm")) == [row.message(NAMES)]
+    assert refusals(spec, job("team-llm"), update, old=job("team-llm")) == []
     delete = {**llm, "operation": "DELETE"}
     assert refusals(spec, None, delete, detailed=True, old=job("team-vision")) == [
         f"{row.message(NAMES)} (queue: team-vision)"]
