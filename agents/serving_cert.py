@@ -20,11 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 #: Long enough to outlive any pod (a restarted pod makes a new one), short enough to bound a leaked key.
@@ -38,7 +33,16 @@ class ServingCert:
 
 
 def self_signed(name: str, ips: Sequence[str], now: dt.datetime, days: int = DEFAULT_DAYS) -> ServingCert:
-    """An ECDSA P-256 serving certificate for ``name`` (CN and DNS name) and each of ``ips``."""
+    """An ECDSA P-256 serving certificate for ``name`` (CN and DNS name) and each of ``ips``.
+
+    cryptography is imported here, not with the module: the stack reads this module's file names at every
+    program start and makes no certificate.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     if not name:
         raise ValueError("the node name is empty")
     if days < 1:

@@ -409,6 +409,23 @@ def _expand(value: str, env: Mapping[str, str]) -> str:
     return _REF.sub(lambda m: env.get(m.group(1), m.group(0)), value)
 
 
+def _local_env(container: Mapping[str, Any], what: str, fields: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment as a local process gets it: values with ``$(VAR)`` expanded, downward-API
+    ``fields`` as given; any other source (a Secret, a ConfigMap) is refused, naming ``what`` and the variable."""
+    env: dict[str, str] = {}
+    for var in container.get("env") or ():
+        key = str(var["name"])
+        if not var.get("valueFrom"):  # the API server drops an empty value
+            env[key] = _expand(str(var.get("value") or ""), env)
+            continue
+        path = str(((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"))
+        if path not in fields:
+            raise ValueError(f"{what}: env {key} comes from {var.get('valueFrom')!r}, which a local process "
+                             "cannot reproduce")
+        env[key] = fields[path]
+    return env
+
+
 def _flag(arg: str) -> str:
     return arg.split("=", 1)[0]
 
@@ -438,18 +455,8 @@ def virtual_kubelet_process(bin_dir: Path, container: Mapping[str, Any], pod_nam
     argv += [a for a in args if _flag(a) not in _LOCAL_FLAGS]
     argv += [f"--provider-config={files.provider_config}", f"--metrics-addr=127.0.0.1:{metrics_port}",
              f"--kubeconfig={files.kubeconfig}"]
-    fields = {**_FIELD_VALUES, "metadata.name": pod_name, "metadata.namespace": namespace}
-    env: dict[str, str] = {}
-    for var in container.get("env") or ():
-        key = str(var["name"])
-        if not var.get("valueFrom"):  # the API server drops an empty value
-            env[key] = _expand(str(var.get("value") or ""), env)
-            continue
-        path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if path not in fields:
-            raise ValueError(f"container {name!r} in {namespace}: env {key} comes from "
-                             f"{var.get('valueFrom')!r}, which a local process cannot reproduce")
-        env[key] = fields[path]
+    env = _local_env(container, f"container {name!r} in {namespace}",
+                     {**_FIELD_VALUES, "metadata.name": pod_name, "metadata.namespace": namespace})
     env.pop("PROVIDER_CREDENTIALS_FILE", None)
     missing = [k for k in SERVING_VARIABLES if not env.get(k)]
     if missing:
@@ -486,16 +493,7 @@ def serving_cert_process(init_containers: Sequence[Mapping[str, Any]], namespace
         if list(init.get("command") or ()) != [SERVING_CERT_COMMAND]:
             raise ValueError(f"init container {name!r} in {namespace}: runs {init.get('command')!r}, which the "
                              f"local harness cannot reproduce (it runs only {SERVING_CERT_COMMAND!r})")
-        env: dict[str, str] = {}
-        for var in init.get("env") or ():
-            if not var.get("valueFrom"):
-                env[str(var["name"])] = str(var.get("value") or "")
-                continue
-            path = str(((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"))
-            if path not in _FIELD_VALUES:
-                raise ValueError(f"init container {name!r} in {namespace}: env {var['name']} comes from "
-                                 f"{var.get('valueFrom')!r}, which a local process cannot reproduce")
-            env[str(var["name"])] = _FIELD_VALUES[path]
+        env = _local_env(init, f"init container {name!r} in {namespace}", _FIELD_VALUES)
         args = [_expand(str(a), env) for a in init.get("args") or ()]
         argv = [sys.executable, "-m", "agents.serving_cert", *(a for a in args if _flag(a) != "--dir"),
                 f"--dir={directory}"]

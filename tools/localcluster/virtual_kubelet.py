@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from agents import serving_cert
 from tools.localcluster import control
 from tools.localcluster.plan import (
     VIRTUAL_KUBELET,
@@ -166,8 +167,8 @@ def launch(lay: Layout, t: Target, dep: dict[str, Any]) -> control.Proc:
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o700)
     serving = home / "serving"
-    files = VirtualKubeletFiles(home / "kubeconfig", home / "provider.json", serving / "tls.crt",
-                                serving / "tls.key", lay.pki / "ca.crt")
+    files = VirtualKubeletFiles(home / "kubeconfig", home / "provider.json", serving / serving_cert.CERT_FILE,
+                                serving / serving_cert.KEY_FILE, lay.pki / "ca.crt")
     try:
         config = mock_provider_config(_capacity(lay, dep, container), f"{t.app} capacity file")
         extra = control.free_ports(["kubelet", "metrics"])
