@@ -5,12 +5,16 @@ share the seeded synthetic training gangs; the trace row replaces the generated 
 GenTD26 Stable Diffusion request log carried in bench/traces/ (shape from the trace, peak at 80 % of each
 service's maxReplicas; 23 days looped to 31). Targets of issue 17 are measured here, never asserted in
 tests: availability >= 99.95 %, worst 5 minutes >= 95 %, external GPU·h <= 1.3x the oracle's, on-prem
-utilisation within 1 point of the oracle's, taint flips <= half the naive burst's. Where the oracle itself
-misses a target, the workload makes it impossible and the report says so. A second oracle row keeps the
-HPA headroom of the other policies (bench/sim/cost.py), the fairer bound for the external GPU·h. Each
-target the controller misses names what bounds it: availability and the worst 5 minutes the external start
-(a second controller run with a 60 s start shows how far that moves them), the external GPU·h and on-prem
-utilisation the HPA headroom and where the controller's external GPU·h go.
+utilisation within 1 point of the oracle's, taint flips <= half the naive burst's.
+
+Where no policy can meet a target, the report says so. The zero-lag oracle bounds the GPU·h; for
+availability its zero start time makes it no bound, so the services alone (no training, every replica on
+idle on-prem GPUs, the same HPAs) bound it instead: a target they miss is out of reach of every policy that
+reacts to demand. A second oracle row keeps the HPA headroom of the other policies (bench/sim/cost.py), the
+fairer bound for the external GPU·h. Each target the controller misses names what bounds it: availability
+and the worst 5 minutes the external start (a second controller run with a 60 s start shows how far that
+moves them) and the services' own bound, the external GPU·h and on-prem utilisation the HPA headroom and
+where the controller's external GPU·h go.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from bench.sim.engine import Outcome
 from bench.sim.model import Latencies
 from bench.sim.policies import all_policies, controller
 from bench.sim.report import markdown_table
-from bench.sim.run import default_workload, load_stack
+from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
 
@@ -40,32 +44,47 @@ TRACE = Path(__file__).resolve().parent / "traces" / "gentd26-sd-requests.csv.gz
 #: The external start the bound run assumes (the model's default is 180 s).
 FAST_START_S = 60.0
 DEFAULT_START_S = Latencies().external_start_s
+ONPREM_START_S = Latencies().onprem_start_s
 
 
-def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Each issue-17 target for the controller: its figure, the bound, met, whether the oracle meets it, and
-    for a miss what bounds it (`fast`: the controller's figures with a FAST_START_S external start)."""
+def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = None,
+            alone: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each issue-17 target for the controller: its figure, the bound, met, whether it is possible at all, and
+    for a miss what bounds it (`fast`: the controller's figures with a FAST_START_S external start; `alone`:
+    the services without training, which bounds availability for every policy that reacts to demand)."""
     ours, oracle, naive = policies["controller"], policies["oracle"], policies["naive burst"]
     fair = policies.get(ORACLE_AT_HEADROOM, {})
     out: dict[str, dict[str, Any]] = {}
 
-    def put(name: str, value: float, bound: float, met: bool, oracle_met: bool, why: str = "") -> None:
+    def put(name: str, value: float, bound: float, met: bool, possible: bool, why: str = "") -> None:
         out[name] = {"controller": round(value, 6), "bound": round(bound, 6), "met": met,
-                     "possible": oracle_met, "bounded_by": "" if met else why}
+                     "possible": possible, "bounded_by": "" if met else why}
 
     start = (f"the {DEFAULT_START_S:g} s external start: with {FAST_START_S:g} s the controller reaches "
              f"{fast['inference_availability']:.3%} availability, {fast['worst_window_availability']:.1%} in "
              "its worst 5 minutes") if fast else f"the {DEFAULT_START_S:g} s external start"
+    if alone is not None:
+        start += (f"; the demand's jumps beyond the HPA headroom during a {ONPREM_START_S:g} s on-prem start: the "
+                  f"services alone on idle GPUs reach {alone['inference_availability']:.3%}, "
+                  f"{alone['worst_window_availability']:.1%} in their worst 5 minutes")
+
+    def reachable(key: str, bound: float) -> bool:
+        # The zero-lag oracle meets every availability target; a policy whose pods take time to start meets
+        # one only if the services alone, without training, do.
+        return oracle[key] >= bound and (alone is None or alone[key] >= bound)
+
     put("availability >= 99.95 %", ours["inference_availability"], 0.9995,
-        ours["inference_availability"] >= 0.9995, oracle["inference_availability"] >= 0.9995, start)
+        ours["inference_availability"] >= 0.9995, reachable("inference_availability", 0.9995), start)
     put("worst 5 min >= 95 %", ours["worst_window_availability"], 0.95,
-        ours["worst_window_availability"] >= 0.95, oracle["worst_window_availability"] >= 0.95, start)
+        ours["worst_window_availability"] >= 0.95, reachable("worst_window_availability", 0.95), start)
     oracle_ext = oracle["external_gpu_hours"]
     ratio = ours["external_gpu_hours"] / oracle_ext if oracle_ext else 0.0
     headroom = fair.get("external_gpu_hours", 0.0) / oracle_ext if oracle_ext else 0.0
     where = (f"HPA headroom: the oracle at the same headroom needs {headroom:.2f}x; of the controller's "
              f"{ours['external_gpu_hours']:,.0f} GPU·h, {ours.get('movable_gpu_hours', 0.0):,.0f} wait on open "
-             f"virtual nodes while on-prem has room, {ours.get('standby_gpu_hours', 0.0):,.0f} are the standby, "
+             f"virtual nodes while on-prem has room (of it, {ours.get('movable_past_queue_gpu_hours', 0.0):,.0f} "
+             "past the training still queued, which claims the rest), "
+             f"{ours.get('standby_gpu_hours', 0.0):,.0f} are the standby, "
              f"{ours.get('returning_gpu_hours', 0.0):,.0f} wait for the descheduler")
     put("external GPU·h <= 1.3x oracle", ratio, 1.3, ratio <= 1.3, True, where)
     gap = oracle["onprem_gpu_utilization"] - ours["onprem_gpu_utilization"]
@@ -105,10 +124,11 @@ def run() -> dict[str, Any]:
         (fast_outcome, _), = run_costed(quick, workload, [controller(quick, setup.settings)], DAYS * 86400,
                                         WARMUP_DAYS * 86400, prices)
         fast = outcomes_json([fast_outcome])["controller"]
-        workloads[name] = {"policies": policies, "targets": targets(policies, fast),
-                           "controller_at_fast_start": {k: fast[k] for k in ("inference_availability",
-                                                                             "worst_window_availability",
-                                                                             "external_gpu_hours")}}
+        alone = outcomes_json([inference_alone(model, workload, DAYS, WARMUP_DAYS)])[INFERENCE_ALONE]
+        bounds = ("inference_availability", "worst_window_availability")
+        workloads[name] = {"policies": policies, "targets": targets(policies, fast, alone),
+                           "controller_at_fast_start": {k: fast[k] for k in (*bounds, "external_gpu_hours")},
+                           "inference_alone": {k: alone[k] for k in bounds}}
         tables[name] = markdown_table(outcomes) + "\n\n" + tables.pop(name + " (cost)")
     return {
         "name": "cluster_simulation_traces",
@@ -130,7 +150,7 @@ def to_markdown(result: dict[str, Any]) -> str:
              *result["trace_report"], "```"]
     for name, table in result["tables_md"].items():
         lines += ["", f"**{name}**", "", table, "",
-                  "| target (controller) | figure | bound | met | oracle meets it | bounded by |",
+                  "| target (controller) | figure | bound | met | reachable | bounded by |",
                   "|---|---|---|---|---|---|"]
         for target, t in result["workloads"][name]["targets"].items():
             lines.append(f"| {target} | {t['controller']:g} | {t['bound']:g} | {'yes' if t['met'] else 'NO'} | "

@@ -55,6 +55,7 @@ from components.naming import (
     selector_labels,
 )
 from components.node_pools import pool_toleration
+from components.provider_rank import provider_weights
 from components.providers import provider_toleration
 from components.security import (
     API_CLIENT,
@@ -67,7 +68,7 @@ from components.security import (
     with_ephemeral_storage,
 )
 from components.stack import secret_value
-from components.workloads import gpu_resources, prefer_onprem_affinity, spread_across_nodes
+from components.workloads import gpu_resources, prefer_onprem_affinity, provider_preferences, spread_across_nodes
 
 ADAPTER = "prometheus-adapter"
 ADAPTER_PORT = 6443
@@ -239,7 +240,9 @@ def standby_tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.Tolerati
 
 
 def external_required_affinity(keys: Keys, providers: list[ExternalProvider]) -> k8s.core.v1.AffinityArgs:
-    """Required: a virtual node of one of the service's eligible providers, never an on-prem GPU."""
+    """Required: a virtual node of one of the service's eligible providers, never an on-prem GPU; preferred:
+    the cheaper providers (`provider_rank`)."""
+    weights = provider_weights(providers)
     return k8s.core.v1.AffinityArgs(
         node_affinity=k8s.core.v1.NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
@@ -248,7 +251,8 @@ def external_required_affinity(keys: Keys, providers: list[ExternalProvider]) ->
                     k8s.core.v1.NodeSelectorRequirementArgs(
                         key=keys.provider, operator="In", values=[p.name for p in providers]),
                 ])]
-            )
+            ),
+            preferred_during_scheduling_ignored_during_execution=provider_preferences(keys, weights) or None,
         )
     )
 
@@ -357,7 +361,8 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 strategy=surge_first(),
                 template=server_pod_template(
-                    args, labels, env, prefer_onprem_affinity(keys, svc.pool), tolerations(args)
+                    args, labels, env, prefer_onprem_affinity(keys, svc.pool, provider_weights(args.providers)),
+                    tolerations(args),
                 ),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi_kubernetes as k8s
@@ -31,22 +32,40 @@ def onprem_required_affinity(keys: Keys, pool: str | None) -> dict[str, Any]:
     }
 
 
-def prefer_onprem_affinity(keys: Keys, pool: str | None) -> k8s.core.v1.AffinityArgs:
-    """Required: a GPU node of ours (on-prem or external); preferred: on-prem. Inference uses this."""
+def provider_preferences(keys: Keys, weights: Mapping[str, int]) -> list[k8s.core.v1.PreferredSchedulingTermArgs]:
+    """One preferred term per ranked provider (`provider_rank`): the cheaper, the heavier."""
+    term = k8s.core.v1.NodeSelectorTermArgs
+    match = k8s.core.v1.NodeSelectorRequirementArgs
+    return [
+        k8s.core.v1.PreferredSchedulingTermArgs(
+            weight=w, preference=term(match_expressions=[match(key=keys.provider, operator="In", values=[name])]))
+        for name, w in weights.items()
+    ]
+
+
+def prefer_onprem_affinity(keys: Keys, pool: str | None,
+                           provider_weights: Mapping[str, int] | None = None) -> k8s.core.v1.AffinityArgs:
+    """Required: a GPU node of ours (on-prem or external); preferred: on-prem, then the cheaper providers.
+
+    With provider terms, a second on-prem term as heavy as the best one keeps on-prem's lead at 100.
+    """
     required = [k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM, EXTERNAL])]
     preferred = [k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM])]
     if pool is not None:
         preferred.append(k8s.core.v1.NodeSelectorRequirementArgs(key=keys.pool, operator="In", values=[pool]))
+    terms = [k8s.core.v1.PreferredSchedulingTermArgs(
+        weight=100, preference=k8s.core.v1.NodeSelectorTermArgs(match_expressions=preferred))]
+    if provider_weights:
+        terms.append(k8s.core.v1.PreferredSchedulingTermArgs(
+            weight=max(provider_weights.values()), preference=k8s.core.v1.NodeSelectorTermArgs(match_expressions=[
+                k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM])])))
+        terms += provider_preferences(keys, provider_weights)
     return k8s.core.v1.AffinityArgs(
         node_affinity=k8s.core.v1.NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
                 node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=required)]
             ),
-            preferred_during_scheduling_ignored_during_execution=[
-                k8s.core.v1.PreferredSchedulingTermArgs(
-                    weight=100, preference=k8s.core.v1.NodeSelectorTermArgs(match_expressions=preferred)
-                )
-            ],
+            preferred_during_scheduling_ignored_during_execution=terms,
         )
     )
 

@@ -42,9 +42,43 @@ def test_placement_goes_through_volcano_at_inference_priority(prod: RunResult) -
     affinity = spec["affinity"]["nodeAffinity"]
     assert affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": "gpucluster.io/location", "operator": "In", "values": ["onprem", "external"]}]}]
+    onprem = {"matchExpressions": [{"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]}]}
+    # On-prem first (its lead over the best provider stays 100), then the cheaper provider: dr-cluster at
+    # 1.50 USD per GPU-hour over lambda-east at 2.99.
     assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        {"weight": 100, "preference": onprem},
+        {"weight": 100, "preference": onprem},
+        {"weight": 50, "preference": {"matchExpressions": [
+            {"key": "gpucluster.io/provider", "operator": "In", "values": ["lambda-east"]}]}},
         {"weight": 100, "preference": {"matchExpressions": [
-            {"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]}]}}]
+            {"key": "gpucluster.io/provider", "operator": "In", "values": ["dr-cluster"]}]}},
+    ]
+
+
+def node_affinity_score(affinity: dict[str, Any], labels: dict[str, str]) -> int:
+    """What Volcano's nodeorder adds for a node: the weights of the preferred terms its labels match."""
+    return sum(term["weight"] for term in affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+               if all(labels.get(e["key"]) in e["values"] for e in term["preference"]["matchExpressions"]))
+
+
+def test_a_burst_fills_the_cheaper_provider_and_on_prem_keeps_its_lead(prod: RunResult, local: RunResult) -> None:
+    onprem = {"gpucluster.io/location": "onprem", "gpucluster.io/pool": "h100-a"}
+    cheap = {"gpucluster.io/location": "external", "gpucluster.io/provider": "dr-cluster"}
+    dear = {"gpucluster.io/location": "external", "gpucluster.io/provider": "lambda-east"}
+    for name in ("sdxl-turbo", "whisper-large"):
+        main = pod_spec(prod, name)["affinity"]["nodeAffinity"]
+        assert node_affinity_score(main, onprem) - node_affinity_score(main, cheap) == 100, name
+        assert node_affinity_score(main, cheap) > node_affinity_score(main, dear), name
+        standby = standby_for(prod, name).inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        assert node_affinity_score(standby, cheap) > node_affinity_score(standby, dear), name
+    # The gateway service may burst to the routable provider only: nothing to rank, the plain on-prem term.
+    gateway = pod_spec(prod, "llama-70b-chat")["affinity"]["nodeAffinity"]
+    assert len(gateway["preferredDuringSchedulingIgnoredDuringExecution"]) == 1
+    # One provider (the local stack): no ranking, the standby has no preferred terms at all.
+    assert len(pod_spec(local, "sdxl-turbo")["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]) == 1
+    local_standby = standby_for(local, "sdxl-turbo").inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in local_standby
 
 
 def test_queue_workers_tolerate_pools_and_every_provider_but_not_the_burst_taint(prod: RunResult) -> None:

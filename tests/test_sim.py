@@ -22,7 +22,7 @@ from bench.sim.model import (
     cron_interval_seconds,
 )
 from bench.sim.policies import CONTROLLER, Policy, all_policies, naive_burst, no_burst
-from bench.sim.run import default_workload, load_stack
+from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from bench.sim.workload import Gang, Workload, WorkloadSpec, generate, load_trace
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
@@ -65,6 +65,51 @@ def test_one_node_one_service_one_job_with_the_controller() -> None:
     assert out.return_minutes_max == pytest.approx(80 / 60)
     assert sim.vn_taint == ["NoSchedule"]
     assert sim.onprem_inf_gpus == 2 and sim.ext_gpus == 0
+
+
+@pytest.mark.parametrize(("providers", "used"), [
+    # The cheaper provider first, wherever the stack lists it (the pods' preferred affinity ranks it).
+    ((ProviderModel("dear", "vk-dear", 16, 100, 2.99), ProviderModel("cheap", "vk-cheap", 16, 100, 1.50)), [0, 2]),
+    # It fills, and the rest goes to the next.
+    ((ProviderModel("dear", "vk-dear", 16, 100, 2.99), ProviderModel("cheap", "vk-cheap", 1, 100, 1.50)), [1, 1]),
+    # Without two prices nothing is ranked: the configured order.
+    ((ProviderModel("a", "vk-a", 16, 100), ProviderModel("b", "vk-b", 16, 100, 1.50)), [2, 0]),
+])
+def test_a_burst_fills_the_cheaper_provider_first(providers: tuple[ProviderModel, ...], used: list[int]) -> None:
+    two = replace(ONE, providers=providers)
+    sim = Simulator(two, JOB, replace(OURS, descheduler=two.descheduler), 1300.0, check=True)
+    sim.run()
+    assert sim.cluster.vn_used == used  # both preempted replicas external, Ready since 1210 s
+
+
+def test_the_stack_prices_reach_the_simulation() -> None:
+    model = load_stack("prod").model
+    assert {p.name: p.price_per_gpu_hour for p in model.providers} == {"lambda-east": 2.99, "dr-cluster": 1.50}
+
+
+def test_room_that_queued_training_will_claim_is_not_counted_past_the_queue() -> None:
+    """Two 8-GPU nodes. A 2-node gang preempts both replicas (external from 1210 s) until 4600 s; then a 1-node
+    gang starts and a 2-node gang waits for enqueue (16 GPUs, 8 left in the queue). From 4600 s to the close at
+    4720 s one node is free: the two external replicas are movable, but not past the queue, whose waiting gang
+    will take that node as soon as the running one ends."""
+    two = replace(ONE, pools=(PoolModel("gpu", 2, 8),))
+    gangs = (Gang(1000.0, 2, 3600.0, "gpu"), Gang(4000.0, 1, 3600.0, "gpu"), Gang(4100.0, 2, 3600.0, "gpu"))
+    sim = Simulator(two, Workload(gangs, (), FLAT), replace(OURS, descheduler=two.descheduler), 6000.0, check=True)
+    out = sim.run()
+    assert out.movable_gpu_hours == pytest.approx(2 * 120 / 3600)
+    assert out.movable_past_queue_gpu_hours == 0.0
+    assert sim.cluster.waiting_train_gpus == 16 and list(sim.waiting) == [2]
+    # Without the waiting gang the same free node counts past the queue too.
+    out = Simulator(two, Workload(gangs[:2], (), FLAT), replace(OURS, descheduler=two.descheduler), 6000.0,
+                    check=True).run()
+    assert out.movable_past_queue_gpu_hours == pytest.approx(out.movable_gpu_hours) == pytest.approx(2 * 120 / 3600)
+
+
+def test_inference_alone_bounds_availability_by_the_on_prem_start_only() -> None:
+    out = inference_alone(ONE, JOB, 6000.0 / 86400, 0.0)
+    assert out.policy == INFERENCE_ALONE
+    assert out.inference_availability == pytest.approx((6000 - 60) / 6000)  # Ready at 60 s, never preempted
+    assert (out.training_gpu_utilization, out.external_gpu_hours, out.preemptions) == (0.0, 0.0, 0)
 
 
 def test_prefer_onprem_affinity_moves_pods_home_while_the_burst_is_open() -> None:

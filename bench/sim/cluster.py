@@ -17,6 +17,7 @@ from typing import NamedTuple
 from bench.sim.model import ClusterModel
 from bench.sim.policies import ALWAYS, CONTROLLER, Policy
 from bench.sim.workload import Gang
+from components.provider_rank import fill_order
 
 # Event kinds (ints keep heap tuples cheap and comparable).
 ARRIVAL, JOB_END, POD_READY, HPA, CTRL, DESCHED, SAMPLE = range(7)
@@ -180,6 +181,7 @@ class ClusterState:
         self.queue: dict[int, dict[int, float]] = {z: {} for z in range(len(self.zones))}  # zone -> gang -> arrival
         self.pending_train_gpus = 0  # GPUs of Inqueue gangs (pods created, unschedulable)
         self.waiting: dict[int, float] = {}  # gangs not yet Inqueue (no pods): gang -> arrival
+        self.waiting_train_gpus = 0  # their GPUs: room on-prem that queued training will claim next
         self.jobs: dict[int, Job] = {}
         self.surge_closed_at: float | None = None  # when the last surge closed, while external pods remain
 
@@ -247,6 +249,8 @@ class ClusterState:
         self.vn_taint: list[str | None] = [None if open_ else "NoSchedule" for _ in provs]
         self.vn_changed: list[float | None] = [None] * len(provs)
         self.vn_index = {n: i for i, n in enumerate(self.vn_name)}
+        # The order a burst fills virtual nodes: the pods' preferred affinity ranks the cheaper provider first.
+        self.vn_order = fill_order(provs)
         self.needing_cost: dict[int, None] = {}
 
     # ------------------------------------------------------------------ queries
@@ -464,5 +468,7 @@ class ClusterState:
                 assert self.zone_train[z] + self.zone_pend[z] <= self.zone_nodes[z] * self.zone_gpn[z]
         inqueue = {i for q in self.queue.values() for i in q}
         assert not set(self.waiting) & inqueue
+        assert self.waiting_train_gpus == sum(self.gangs[i].nodes * self.zone_gpn[self.train_zone[self.gangs[i].pool]]
+                                              for i in self.waiting)
         assert set(self.gated) <= inqueue, "a gated gang that is not Inqueue"
         assert self.handover or not self.gated, "gangs gated without the handover"

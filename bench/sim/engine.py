@@ -10,8 +10,8 @@ simplicity and for the tie-break order (time, then push order) that makes runs e
 This module is the event loop and the measurements; the models it drives share one `cluster.ClusterState`:
 
 - `scheduler`: Volcano's enqueue and allocate for training gangs (whole nodes, preempting inference) and best
-  fit for inference pods, on-prem first, then the first open virtual node; `replicasets` keep each
-  service's pod count, placing new pods at once.
+  fit for inference pods, on-prem first, then the first open virtual node, cheapest provider first;
+  `replicasets` keep each service's pod count, placing new pods at once.
 - `hpa`: per service every period, desired = ceil(demand × headroom) clamped to [min, max], with the upstream
   stabilisation windows.
 - The burst controller's real core (through `controller_adapter`, over `port.ControllerPort`) every
@@ -101,6 +101,9 @@ class Outcome:
     # on-prem GPUs (less what pending training asks for) could hold them, and while it is closed (waiting
     # for the descheduler). The rest serves demand on-prem cannot.
     movable_gpu_hours: float = 0.0
+    # The part of movable_gpu_hours that training still queued for enqueue (no pods yet, invisible to the
+    # controller) leaves room for: what a return while open could keep on-prem rather than see preempted.
+    movable_past_queue_gpu_hours: float = 0.0
     returning_gpu_hours: float = 0.0
     runtime_s: float = 0.0
     samples: list[Sample] = field(default_factory=list, repr=False)
@@ -139,7 +142,7 @@ class Simulator:
         self.event_count = 0
         # Metrics.
         self._a_train = self._a_inf = self._a_ext = self._a_open = self._a_standby = 0.0
-        self._a_movable = self._a_returning = 0.0
+        self._a_movable = self._a_movable_past_queue = self._a_returning = 0.0
         self._a_served = self._a_demand = 0.0
         self._served = self._demanded = 0.0
         nwin = max(1, math.ceil(seconds / WINDOW_S))
@@ -294,7 +297,11 @@ class Simulator:
             self._a_open += dt
             if main_ext:
                 room = c.onprem_free_gpus() - c.pending_train_gpus
-                self._a_movable += (main_ext if main_ext < room else max(room, 0)) * dt
+                if room > 0:
+                    self._a_movable += (main_ext if main_ext < room else room) * dt
+                    room -= c.waiting_train_gpus
+                    if room > 0:
+                        self._a_movable_past_queue += (main_ext if main_ext < room else room) * dt
         elif main_ext:
             self._a_returning += main_ext * dt
         if c.avail_dirty:
@@ -337,6 +344,7 @@ class Simulator:
             external_gpu_hours=self._a_ext / 3600.0,
             standby_gpu_hours=self._a_standby / 3600.0,
             movable_gpu_hours=self._a_movable / 3600.0,
+            movable_past_queue_gpu_hours=self._a_movable_past_queue / 3600.0,
             returning_gpu_hours=self._a_returning / 3600.0,
             evictions_per_hour=(n.preemptions + n.desched_evictions) / hours if hours else 0.0,
             preemptions=n.preemptions,

@@ -68,7 +68,7 @@ class Hpa:
     def rebalance(self) -> None:
         """Oracle only: move external pods on-prem the moment they fit, at no cost."""
         c = self.cluster
-        for v in range(len(c.vn_name)):
+        for v in reversed(c.vn_order):  # the dearest provider's pods come home first
             for pid in list(c.vn_pods[v]):
                 if c.onprem_free_gpus() == 0:
                     return

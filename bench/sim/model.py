@@ -27,6 +27,7 @@ class ProviderModel:
     node_name: str
     gpus: int
     pods: int
+    price_per_gpu_hour: float | None = None  # ranks the providers a burst fills (components.provider_rank)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class ClusterModel:
     @classmethod
     def from_config(cls, cfg: ClusterConfig, latencies: Latencies | None = None) -> ClusterModel:
         pools = tuple(PoolModel(p.name, len(p.node_names), p.gpus_per_node) for p in cfg.pools)
-        providers = tuple(ProviderModel(p.name, p.node_name, p.gpus, p.pods) for p in cfg.providers)
+        providers = tuple(ProviderModel(p.name, p.node_name, p.gpus, p.pods, p.price_per_gpu_hour)
+                          for p in cfg.providers)
         services = tuple(
             ServiceModel(
                 s.name,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents.burst_controller.settings import BurstSettings
 from bench.sim.controller_adapter import settings_from_config
 from bench.sim.engine import Outcome, simulate
 from bench.sim.model import ClusterModel
-from bench.sim.policies import Policy, all_policies
+from bench.sim.policies import NEVER, Policy, all_policies
 from bench.sim.workload import DAY, Workload, WorkloadSpec, generate
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
@@ -41,3 +41,15 @@ def compare(model: ClusterModel, settings: BurstSettings, workload: Workload, da
     """Every policy on the same workload, in table order."""
     chosen = policies if policies is not None else all_policies(model, settings, workload.spec)
     return [simulate(model, workload, p, days * DAY, warmup_days * DAY) for p in chosen]
+
+
+#: The availability bound's row: the services alone, on idle on-prem GPUs.
+INFERENCE_ALONE = "inference alone"
+
+
+def inference_alone(model: ClusterModel, workload: Workload, days: float, warmup_days: float) -> Outcome:
+    """The same services, HPAs and demand with no training at all: every replica starts on-prem in the on-prem
+    start time and nothing is ever preempted. No policy that shares the GPUs with training and reacts to demand
+    (rather than foreseeing it) can serve more, so this bounds availability where the zero-lag oracle cannot:
+    what is left is the demand's jumps beyond the HPA headroom during a pod's start."""
+    return simulate(model, replace(workload, gangs=()), Policy(INFERENCE_ALONE, NEVER), days * DAY, warmup_days * DAY)

@@ -8,7 +8,8 @@ the default scheduler's best fit for inference pods (on-prem first, then the fir
   enqueue room is cluster-wide with one training queue, per pool with one queue per pool
   (`ClusterModel.queue_per_pool`).
 - Inference pods are bin-packed (best fit) onto nodes without training; when none fits they go to the first
-  virtual node that is open (our taint absent) and has GPU and pod room, else they stay pending
+  virtual node, cheapest provider first (`components.provider_rank`: the pods' preferred affinity), that is
+  open (our taint absent) and has GPU and pod room, else they stay pending
   (unschedulable). A standby pod goes only to virtual nodes, whatever our taint says (it tolerates it).
 """
 
@@ -54,6 +55,7 @@ class Scheduler:
             if nodes != gang.nodes:
                 c.gangs[index] = Gang(gang.arrival_s, nodes, gang.duration_s, gang.pool)
             c.waiting[index] = self.events.now
+            c.waiting_train_gpus += nodes * c.zone_gpn[z]
             c.admit_dirty = True
         if index + 1 < len(c.gangs):
             self.events.push(c.gangs[index + 1].arrival_s, ARRIVAL, index + 1)
@@ -88,6 +90,7 @@ class Scheduler:
                 gpus = gang.nodes * c.zone_gpn[z]
                 if gpus <= rooms[key]:
                     c.queue[z][index] = c.waiting.pop(index)
+                    c.waiting_train_gpus -= gpus
                     c.pending_train_gpus += gpus
                     c.zone_pend[z] += gpus
                     rooms[key] -= gpus
@@ -182,10 +185,11 @@ class Scheduler:
         return self.place_virtual(pod, any_taint=False)
 
     def place_virtual(self, pod: Pod, any_taint: bool) -> bool:
-        """The first virtual node with GPU and pod room that is open (or any, for a pod tolerating our taint)."""
+        """The first virtual node in fill order (cheapest provider first) with GPU and pod room that is open (or
+        any, for a pod tolerating our taint)."""
         c = self.cluster
         g = pod.gpus
-        for v in range(len(c.vn_name)):
+        for v in c.vn_order:
             if (any_taint or c.vn_taint[v] is None) and c.vn_used[v] + g <= c.vn_cap[v] \
                     and len(c.vn_pods[v]) < c.vn_podcap[v]:
                 c.bind_virtual(pod, v)
