@@ -28,6 +28,7 @@ from agents.burst_controller.contract import BurstSettings, standby_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels
+from components.provider_rank import deletion_costs
 from components.providers import provider_taint
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.system_agent import Placement, SystemAgent
@@ -83,6 +84,7 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "close_hold_seconds": float(burst.close_hold_seconds),
             "pending_grace_seconds": float(burst.pending_grace_seconds),
             "external_deletion_cost": burst.external_deletion_cost,
+            "provider_deletion_costs": deletion_costs(cfg.providers, burst.external_deletion_cost),
             "resync_seconds": float(burst.resync_seconds),
             "stale_after_seconds": float(burst.stale_after_seconds),
             "tick_seconds": float(burst.tick_seconds),
@@ -189,7 +191,17 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         ("burst closes", f"free on-prem GPUs ≥ {b.close_at_free_gpus} for {b.close_hold_seconds}s"),
         ("handover", f"training gated until standby replicas cover displaced inference (timeout "
                      f"{b.handover.timeout_seconds}s)" if cfg.handover_active else "off"),
-        ("external pods", f"pod-deletion-cost {b.external_deletion_cost} (scaled down first)"),
+        ("external pods", external_pods_row(cfg)),
         ("burst controller", f"{b.replicas} replicas, one leader (Lease {LEASE_NAME}), "
                              f"resync {b.resync_seconds}s, stale after {b.stale_after_seconds}s"),
     ]
+
+
+def external_pods_row(cfg: ClusterConfig) -> str:
+    """The deletion costs of external replicas: one for all, or per provider when prices rank them."""
+    base = cfg.burst.external_deletion_cost
+    costs = deletion_costs(cfg.providers, base)
+    if not costs:
+        return f"pod-deletion-cost {base} (scaled down first)"
+    ranked = ", ".join(f"{name} {cost}" for name, cost in sorted(costs.items(), key=lambda kv: kv[1]))
+    return f"pod-deletion-cost {ranked} (scaled down first, the dearest provider first)"

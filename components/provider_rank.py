@@ -11,7 +11,10 @@ Volcano's nodeorder plugin adds the weights of the matching terms (times `nodeaf
 normalised across nodes), so on-prem keeps its lead with a second on-prem term as heavy as the best
 provider's: an on-prem node still outscores every virtual node by 100, as it did before any ranking.
 
-Pure: the components render it and the simulator fills virtual nodes in the same order.
+A scale-down removes the dearest external replicas first: the burst controller gives replicas on a provider
+a pod-deletion-cost below the stack's `externalDeletionCost` by the provider's distance from the best weight.
+
+Pure: the components render it and the simulator fills and empties virtual nodes in the same order.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Protocol
 
 #: The API's bound for one preferred scheduling term's weight.
 MAX_WEIGHT = 100
+#: The pod-deletion-cost annotation is an int32.
+INT32_MIN = -(2**31)
 
 
 class PricedProvider(Protocol):
@@ -45,3 +50,12 @@ def fill_order(providers: Sequence[PricedProvider]) -> list[int]:
     """Indexes of `providers` in the order a burst fills them: heaviest weight first, then as configured."""
     weights = provider_weights(providers)
     return sorted(range(len(providers)), key=lambda i: -weights.get(providers[i].name, 0))
+
+
+def deletion_costs(providers: Sequence[PricedProvider], external_cost: int) -> dict[str, int]:
+    """Provider name -> pod-deletion-cost of its external replicas: `external_cost` for the cheapest, lower by
+    the weight it lacks for the others (unpriced ones lowest); empty when nothing is ranked."""
+    weights = provider_weights(providers)
+    if not weights:
+        return {}
+    return {p.name: max(INT32_MIN, external_cost - (MAX_WEIGHT - weights.get(p.name, 0))) for p in providers}

@@ -30,10 +30,13 @@ def test_settings_map_the_stack_burst_section(prod: RunResult) -> None:
     assert (s.external_deletion_cost, s.resync_seconds, s.stale_after_seconds) == (-100, 30.0, 120.0)
     assert (s.namespace, s.lease_name, s.event_namespace) == (NS, "burst-controller", NS)
     assert s.gpu_resource == "nvidia.com/gpu"
+    # Scale-down removes the dearer provider's replicas first (lambda-east 2.99 USD/GPU·h, dr-cluster 1.50).
+    assert s.provider_deletion_costs == {"lambda-east": -150, "dr-cluster": -100}
 
 
 def test_local_thresholds_follow_the_local_stack(local: RunResult) -> None:
     s = settings(local)
+    assert s.provider_deletion_costs == {}  # one provider: nothing to rank
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.open_hold_seconds, s.close_hold_seconds) == (
         1, 4, 5.0, 20.0)
 
@@ -200,3 +203,15 @@ def test_the_deployed_settings_name_every_providers_own_taint(prod: RunResult) -
                 "liqo": lambda name: f"{LIQO_TAINT}=true"}
     assert {p.name: deployed[p.name] for p in cfg.providers} == {
         p.name: expected[p.kind](p.name) for p in cfg.providers}
+
+
+def test_summary_names_each_providers_deletion_cost() -> None:
+    from components.burst_controller import external_pods_row
+    from components.config import parse_config
+    from tools.mockrt import raw_from_stack
+
+    prod = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
+    assert external_pods_row(prod) == (
+        "pod-deletion-cost lambda-east -150, dr-cluster -100 (scaled down first, the dearest provider first)")
+    local = parse_config(raw_from_stack("local"), "Pulumi.local.yaml")
+    assert external_pods_row(local) == "pod-deletion-cost -100 (scaled down first)"

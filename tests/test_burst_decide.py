@@ -631,3 +631,38 @@ def test_view_marks_a_virtual_node_that_lacks_its_providers_taint() -> None:
     snapshot = ClusterView.from_lists(nodes, [], settings, NOW).snapshot()
     assert {n: v.provider_taint_missing for n, v in snapshot.virtual_nodes.items()} == {
         "vk-bare": True, "vk-wrong": True, "vk-ok": False, "vk-unknown": False}
+
+
+def test_each_provider_gets_its_own_deletion_cost_from_view_to_action() -> None:
+    """Replicas on the dearer provider carry the lower cost, so a scale-down removes them first; a provider the
+    settings do not rank takes external_deletion_cost; a node relabelled to another provider is asked again."""
+    ranked = replace(S, provider_deletion_costs={"dear": -150, "cheap": -100})
+    nodes = [onprem_node("n1", 8), virtual_node("vk-dear", "dear"), virtual_node("vk-cheap", "cheap"),
+             virtual_node("vk-other", "other")]
+    pods = [gpu_pod("d1", 1, node="vk-dear"), gpu_pod("d2", 1, node="vk-dear", deletion_cost=-100),
+            gpu_pod("d3", 1, node="vk-dear", deletion_cost=-150), gpu_pod("c1", 1, node="vk-cheap", deletion_cost=-100),
+            gpu_pod("o1", 1, node="vk-other")]
+    view = ClusterView.from_lists(nodes, pods, ranked, NOW)
+    snapshot = view.snapshot()
+    wanted = {PodRef("inference", "d1"): -150, PodRef("inference", "d2"): -150, PodRef("inference", "o1"): -100}
+    assert dict(snapshot.deletion_costs) == wanted
+    assert sorted(snapshot.pods_needing_cost, key=str) == sorted(wanted, key=str)
+    decision = decide(snapshot, state_from_snapshot(snapshot, NOW), NOW, ranked)
+    patches = {(a.pod, a.deletion_cost) for a in decision.actions if a.kind is ActionKind.SET_DELETION_COST}
+    assert patches == {("d1", -150), ("d2", -150), ("o1", -100)}
+    view.apply_node("MODIFIED", virtual_node("vk-other", "dear", resource_version="2"))
+    assert view.snapshot().deletion_costs[PodRef("inference", "o1")] == -150
+    view.apply_pod("MODIFIED", gpu_pod("o1", 1, node="vk-other", deletion_cost=-150))
+    assert PodRef("inference", "o1") not in view.snapshot().pods_needing_cost
+
+
+@pytest.mark.parametrize(("costs", "message"), [
+    ({"dear": True}, "provider_deletion_costs: 'dear' must map to an int32 pod-deletion-cost, got True"),
+    ({"dear": -(2**31) - 1}, "provider_deletion_costs: 'dear' must map to an int32 pod-deletion-cost, got -2147483649"),
+    ({"dear": "-150"}, "provider_deletion_costs: 'dear' must map to an int32 pod-deletion-cost, got '-150'"),
+    ({"": -150}, "provider_deletion_costs: '' must map to an int32 pod-deletion-cost, got -150"),
+])
+def test_provider_deletion_costs_are_checked(costs: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        replace(S, provider_deletion_costs=costs)
+    assert str(err.value) == message

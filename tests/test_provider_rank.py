@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.provider_rank import MAX_WEIGHT, fill_order, provider_weights
+from components.provider_rank import INT32_MIN, MAX_WEIGHT, deletion_costs, fill_order, provider_weights
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,11 @@ def test_weights_fall_with_price_within_the_api_bounds(price_list: list[float | 
     assert sorted(order) == list(range(len(providers)))
     ranked = [weights.get(providers[i].name, 0) for i in order]
     assert ranked == sorted(ranked, reverse=True)
+
+
+def test_deletion_costs_put_the_dearest_first_in_a_scale_down() -> None:
+    providers = [P("dear", 2.99), P("cheap", 1.50), P("unpriced", None)]
+    assert deletion_costs(providers, -100) == {"dear": -150, "cheap": -100, "unpriced": -200}
+    assert deletion_costs([P("a", 1.0), P("b", 1.0)], -100) == {}  # nothing ranked: one cost for all
+    low = INT32_MIN + 10  # clamped to the annotation's int32
+    assert deletion_costs(providers, low) == {"dear": INT32_MIN, "cheap": low, "unpriced": INT32_MIN}

@@ -82,6 +82,24 @@ def test_a_burst_fills_the_cheaper_provider_first(providers: tuple[ProviderModel
     assert sim.cluster.vn_used == used  # both preempted replicas external, Ready since 1210 s
 
 
+@pytest.mark.parametrize(("costs", "left"), [
+    ({"first": -150, "second": -100}, [0, 1]),  # the lower cost goes first, although it is the older pod
+    ({}, [1, 0]),  # one cost for every external replica: the newest goes first
+])
+def test_a_scale_down_removes_the_lower_deletion_cost_first(costs: dict[str, int], left: list[int]) -> None:
+    """Unpriced providers fill in configured order: the first replacement lands on `first`, the second on
+    `second`; the controller patches each pod with its provider's cost, and the ReplicaSet ranks by it."""
+    first, second = ProviderModel("first", "vk-first", 1, 100), ProviderModel("second", "vk-second", 1, 100)
+    two = replace(ONE, providers=(first, second))
+    policy = Policy("controller", CONTROLLER, replace(SETTINGS, provider_deletion_costs=costs), two.descheduler)
+    sim = Simulator(two, JOB, policy, 1300.0, check=True)
+    sim.run()
+    assert sim.cluster.vn_used == [1, 1]
+    sim.services[0].replicas = 1
+    sim.replicasets.reconcile(0)
+    assert sim.cluster.vn_used == left
+
+
 def test_the_stack_prices_reach_the_simulation() -> None:
     model = load_stack("prod").model
     assert {p.name: p.price_per_gpu_hour for p in model.providers} == {"lambda-east": 2.99, "dr-cluster": 1.50}

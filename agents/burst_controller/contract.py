@@ -138,6 +138,9 @@ class BurstSettings:
     close_hold_seconds: float = 600.0
     pending_grace_seconds: float = 30.0
     external_deletion_cost: int = -100
+    # Provider name -> the pod-deletion-cost of replicas on its virtual node, lower for a dearer provider, so a
+    # scale-down removes the dearest external replicas first; a provider not listed takes external_deletion_cost.
+    provider_deletion_costs: dict[str, int] = field(default_factory=dict)
     max_cost_patches_per_cycle: int = 50
     resync_seconds: float = 30.0
     tick_seconds: float = 5.0
@@ -223,6 +226,10 @@ class BurstSettings:
     def keys(self) -> BurstKeys:
         return BurstKeys(self.label_prefix)
 
+    def deletion_cost_for(self, provider: str) -> int:
+        """The pod-deletion-cost of an external replica on `provider`'s virtual node."""
+        return self.provider_deletion_costs.get(provider, self.external_deletion_cost)
+
     def _validate(self) -> None:
         if not self.label_prefix or "/" in self.label_prefix:
             raise SettingsError(f"label_prefix: must be a DNS prefix without '/', got {self.label_prefix!r}")
@@ -294,6 +301,10 @@ class BurstSettings:
             )
         if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
             raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
+        for provider, cost in self.provider_deletion_costs.items():
+            if not provider or isinstance(cost, bool) or not isinstance(cost, int) or not -(2**31) <= cost < 2**31:
+                raise SettingsError(
+                    f"provider_deletion_costs: {provider!r} must map to an int32 pod-deletion-cost, got {cost!r}")
         for service, minimum in self.handover_services.items():
             if not service or isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
                 raise SettingsError(

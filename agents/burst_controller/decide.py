@@ -143,6 +143,9 @@ class Snapshot:
     pending_training_gpus: int = 0
     virtual_nodes: Mapping[str, VirtualNode] = field(default_factory=dict)
     pods_needing_cost: tuple[PodRef, ...] = ()
+    # The cost each of those pods should carry (its provider's, `BurstSettings.deletion_cost_for`); a pod not
+    # listed takes external_deletion_cost.
+    deletion_costs: Mapping[PodRef, int] = field(default_factory=dict)
     pools: Mapping[str, PoolGpus] = field(default_factory=dict)
     services: Mapping[str, ServiceReplicas] = field(default_factory=dict)
     # GPUs of training pods not bound to a node yet (gated, pending, or being placed by a reclaim), per pool
@@ -491,7 +494,7 @@ def actions(
     out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
     out.extend(
         Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
-               deletion_cost=settings.external_deletion_cost)
+               deletion_cost=snapshot.deletion_costs.get(ref, settings.external_deletion_cost))
         for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]
     )
     return tuple(out)

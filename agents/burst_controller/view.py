@@ -164,7 +164,7 @@ class _Pod:
     live: bool
     unschedulable: bool
     deleting: bool
-    cost_ok: bool
+    cost: str | None  # the pod-deletion-cost annotation as found
     gated: bool = False  # a training pod behind the handover scheduling gate
     created: float | None = None  # creationTimestamp of a gated pod (its handover timeout counts from it)
     service: str = ""  # the handover service this inference pod belongs to ("" = none we track)
@@ -220,11 +220,11 @@ class ClusterView:
 
     def __init__(self, settings: BurstSettings) -> None:
         self._s = settings
-        self._cost_value = str(settings.external_deletion_cost)
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, _Pod] = {}
         self._virtual: set[str] = set()
         self._needing_cost: dict[str, PodRef] = {}
+        self._cost_wanted: dict[str, int] = {}  # pod key -> the cost its provider's replicas carry
         self.onprem_allocatable = 0
         self.onprem_free = 0
         self.pending_inference = 0
@@ -310,6 +310,7 @@ class ClusterView:
         self._add_free(rec, -rec.onprem_free())
         self._add_capacity(rec, -1)
         was_virtual = rec.kind == VIRTUAL
+        provider = rec.provider
         where = (rec.kind, rec.pool)
         if event_type == "DELETED":
             rec.kind, rec.allocatable, rec.eligible, rec.taints, rec.pool = MISSING, 0, False, [], ""
@@ -327,8 +328,8 @@ class ClusterView:
             self._virtual.add(name)
         else:
             self._virtual.discard(name)
-        if was_virtual != (rec.kind == VIRTUAL):
-            for key in rec.pods:  # rare: a node turned virtual or went away; pods per node are few
+        if was_virtual != (rec.kind == VIRTUAL) or provider != rec.provider:
+            for key in rec.pods:  # rare: a node turned virtual, went away or changed provider; pods per node are few
                 self._update_cost_need(self._pods[key])
         if rec.kind == MISSING and not rec.pods:
             del self._nodes[name]
@@ -457,7 +458,7 @@ class ClusterView:
             live=phase not in _TERMINAL_PHASES,
             unschedulable=unschedulable,
             deleting=meta.get("deletionTimestamp") is not None,
-            cost_ok=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION) == self._cost_value,
+            cost=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION),
             gated=gated and workload == "training",
             created=parse_timestamp(meta.get("creationTimestamp")) if gated else None,
             service=service if service in self._services else "",
@@ -470,6 +471,7 @@ class ClusterView:
     def _set_pod(self, key: str, new: _Pod | None) -> None:
         old = self._pods.pop(key, None)
         self._needing_cost.pop(key, None)
+        self._cost_wanted.pop(key, None)
         if old is not None:
             self._pod_contribution(old, -1)
         if new is not None:
@@ -584,10 +586,13 @@ class ClusterView:
         # A standby's pods are all external: the cost would order nothing within its ReplicaSet. Pods of other
         # namespaces are not ours to patch (the controller's pod Role is the inference namespace's alone).
         ours = pod.namespace == self._s.inference_namespace
-        if on_virtual and ours and pod.live and not pod.deleting and not pod.cost_ok and not pod.standby:
+        wanted = self._s.deletion_cost_for(rec.provider) if on_virtual and rec is not None else 0
+        if on_virtual and ours and pod.live and not pod.deleting and pod.cost != str(wanted) and not pod.standby:
             self._needing_cost[pod.key] = PodRef(pod.namespace, pod.name)
+            self._cost_wanted[pod.key] = wanted
         else:
             self._needing_cost.pop(pod.key, None)
+            self._cost_wanted.pop(pod.key, None)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -614,6 +619,7 @@ class ClusterView:
             for rec in (self._nodes[name],)
         }
         infeasible, hopeless = self._infeasible()
+        needing = tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle))
         pending_training = self.pending_training - sum(g.waiting for g in hopeless)
         pool_pending, unplaced_gpus, unplaced_pods = self._pool_pending, self._unplaced_gpus, self._unplaced_pods
         if hopeless:  # rare: leave the training that can never fit out of every count, on copies
@@ -633,7 +639,8 @@ class ClusterView:
             pending_inference_gpus=self.pending_inference,
             pending_training_gpus=pending_training,
             virtual_nodes=virtual,
-            pods_needing_cost=tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle)),
+            pods_needing_cost=needing,
+            deletion_costs={ref: self._cost_wanted[f"{ref.namespace}/{ref.name}"] for ref in needing},
             pools=self._pools(pool_pending, unplaced_pods),
             services={
                 name: ServiceReplicas(

@@ -74,7 +74,7 @@ class Pod:
         self.created = created
         self.state = PENDING
         self.node = -1  # >= 0: on-prem node index; <= -2: virtual node -(node + 2); -1: unplaced
-        self.cost = False
+        self.cost = 0  # the pod-deletion-cost annotation (0: none)
         self.standby = standby  # a pod of the service's standby Deployment (handover), not the HPA's
 
 

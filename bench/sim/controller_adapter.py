@@ -92,7 +92,7 @@ class ClusterPort(Protocol):
     def pool_gpus(self) -> dict[str, tuple[int, int]]: ...
     def pool_shapes(self) -> dict[str, tuple[dict[int, int], dict[int, int]]]: ...
     def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]: ...
-    def pods_needing_cost(self, limit: int) -> list[tuple[str, str]]: ...
+    def pods_needing_cost(self, limit: int) -> list[tuple[str, str, str]]: ...
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
     def quiet_key(self) -> tuple[object, ...]: ...
@@ -143,7 +143,10 @@ class ControllerAdapter:
                 for name, provider, effect, used, changed in rows
             }
         nodes = self._nodes
-        refs = tuple(PodRef(ns, name) for ns, name in port.pods_needing_cost(self.settings.max_cost_patches_per_cycle))
+        needing = port.pods_needing_cost(self.settings.max_cost_patches_per_cycle)
+        refs = tuple(PodRef(ns, name) for ns, name, _ in needing)
+        costs = ({PodRef(ns, name): self.settings.deletion_cost_for(provider) for ns, name, provider in needing}
+                 if self.settings.provider_deletion_costs else {})
         pools = port.pool_gpus()  # pool -> (free on-prem GPUs, GPUs of Inqueue gangs for the pool)
         pending_training = port.pending_training_gpus()
         # Unplaced training is a sparse map, as the view keeps it; without per-pool accounting every gang
@@ -167,6 +170,7 @@ class ControllerAdapter:
             pending_training_gpus=pending_training,
             virtual_nodes=nodes,
             pods_needing_cost=refs,
+            deletion_costs=costs,
             pools=self._pools(pools) if self.per_pool else {},
             services=services,
             unplaced_training=unplaced,

@@ -160,12 +160,14 @@ class ControllerPort:
             for v in range(len(c.vn_name))
         ]
 
-    def pods_needing_cost(self, limit: int) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for pid in self.cluster.needing_cost:
+    def pods_needing_cost(self, limit: int) -> list[tuple[str, str, str]]:
+        """External replicas without their deletion cost yet: namespace, name and their node's provider."""
+        c = self.cluster
+        out: list[tuple[str, str, str]] = []
+        for pid in c.needing_cost:
             if len(out) >= limit:
                 break
-            out.append(PodName(INFERENCE_NAMESPACE, f"p{pid}"))
+            out.append((INFERENCE_NAMESPACE, f"p{pid}", c.vn_provider[-2 - c.pods[pid].node]))
         return out
 
     # ------------------------------------------------------------------ actions
@@ -184,7 +186,7 @@ class ControllerPort:
         pid = int(pod[1:])
         p = self.cluster.pods.get(pid)
         if p is not None:
-            p.cost = cost < 0
+            p.cost = cost
             self.cluster.needing_cost.pop(pid, None)
 
     def set_standby(self, service: str, replicas: int) -> None:

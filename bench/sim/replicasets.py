@@ -65,15 +65,11 @@ class ReplicaSets:
                 if len(out) == n:
                     return out
                 out.append(pods[pid])
-        ready = [pods[pid] for pid in reversed(list(svc.ready))]
-        for pod in ready:
-            if len(out) == n:
-                return out
-            if pod.cost:
-                out.append(pod)
-        for pod in ready:
-            if len(out) == n:
-                return out
-            if not pod.cost:
-                out.append(pod)
-        return out
+        # Lower pod-deletion-cost first (the dearest provider's replicas, then other external ones), newest first
+        # among equals (a stable sort of the newest-first list).
+        ready = sorted((pods[pid] for pid in reversed(list(svc.ready))), key=_deletion_cost)
+        return out + ready[: n - len(out)]
+
+
+def _deletion_cost(pod: Pod) -> int:
+    return pod.cost

@@ -19,7 +19,9 @@ class Descheduler(ConfigModel):
     max_pods_per_namespace: PositiveInt = 8
     max_pods_total: PositiveInt = 16
     min_pod_age_seconds: NonNegativeInt = 300
-    #: Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room).
+    #: Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room). With
+    #: priced providers it also moves pods from a dearer provider to a cheaper one with room, each an external
+    #: restart. Off by default: the room it fills is mostly room queued training takes next (bench report).
     prefer_onprem_affinity: bool = False
 
     @field_validator("schedule")

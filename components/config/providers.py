@@ -43,7 +43,9 @@ class ProviderBase(ConfigModel):
     image: PinnedImage | None = None
     extra_args: list[str] = Field(default_factory=list)
     region: str = ""
-    #: What one GPU-hour on this provider costs (US dollars): the simulator's cost of a burst. Unset: not costed.
+    #: What one GPU-hour on this provider costs (US dollars). A burst fills the cheaper providers first (inference
+    #: pods prefer them, `components.provider_rank`); the simulator costs a burst with it. Unset: ranked last,
+    #: not costed.
     price_per_gpu_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     #: Whether pods on this node get cluster-routable IPs (a Service can reach them); default per kind.
     pods_routable: bool | None = None
