@@ -10,11 +10,11 @@ utilisation within 1 point of the oracle's, taint flips <= half the naive burst'
 Where no policy can meet a target, the report says so. The zero-lag oracle bounds the GPU·h; for
 availability its zero start time makes it no bound, so the services alone (no training, every replica on
 idle on-prem GPUs, the same HPAs) bound it instead: a target they miss is out of reach of every policy that
-reacts to demand. A second oracle row keeps the HPA headroom of the other policies (bench/sim/cost.py), the
-fairer bound for the external GPU·h. Each target the controller misses names what bounds it: availability
-and the worst 5 minutes the external start (a second controller run with a 60 s start shows how far that
-moves them) and the services' own bound, the external GPU·h and on-prem utilisation the HPA headroom and
-where the controller's external GPU·h go.
+reacts to demand with the replicas the HPAs ask for. A second oracle row keeps the HPA headroom of the
+other policies (bench/sim/cost.py), the fairer bound for the external GPU·h. Each target the controller
+misses names what bounds it: availability and the worst 5 minutes the external start (a second controller
+run with a 60 s start shows how far that moves them) and the services' own bound, the external GPU·h and
+on-prem utilisation the HPA headroom and where the controller's external GPU·h go.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = N
 
     def reachable(key: str, bound: float) -> bool:
         # The zero-lag oracle meets every availability target; a policy whose pods take time to start meets
-        # one only if the services alone, without training, do.
+        # one at the services' HPA settings only if the services alone, without training, do.
         return oracle[key] >= bound and (alone is None or alone[key] >= bound)
 
     put("availability >= 99.95 %", ours["inference_availability"], 0.9995,
@@ -154,7 +154,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|"]
         for target, t in result["workloads"][name]["targets"].items():
             lines.append(f"| {target} | {t['controller']:g} | {t['bound']:g} | {'yes' if t['met'] else 'NO'} | "
-                         f"{'yes' if t['possible'] else 'no: the workload bounds it'} | "
+                         f"{'yes' if t['possible'] else 'no: the workload and the HPA headroom bound it'} | "
                          f"{t.get('bounded_by') or '–'} |")
     return "\n".join(lines)
 

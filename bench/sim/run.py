@@ -49,7 +49,8 @@ INFERENCE_ALONE = "inference alone"
 
 def inference_alone(model: ClusterModel, workload: Workload, days: float, warmup_days: float) -> Outcome:
     """The same services, HPAs and demand with no training at all: every replica starts on-prem in the on-prem
-    start time and nothing is ever preempted. No policy that shares the GPUs with training and reacts to demand
-    (rather than foreseeing it) can serve more, so this bounds availability where the zero-lag oracle cannot:
-    what is left is the demand's jumps beyond the HPA headroom during a pod's start."""
+    start time and nothing is ever preempted. With the replicas the services' HPAs ask for, no policy that
+    shares the GPUs with training and reacts to demand (rather than foreseeing it) serves more, so this bounds
+    availability where the zero-lag oracle cannot: what is left is the demand's jumps beyond the HPA headroom
+    during a pod's start. Only more replicas than the HPAs ask for (more headroom) move it."""
     return simulate(model, replace(workload, gangs=()), Policy(INFERENCE_ALONE, NEVER), days * DAY, warmup_days * DAY)
