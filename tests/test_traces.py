@@ -23,6 +23,7 @@ from bench.sim.demand import (
 from bench.sim.engine import simulate
 from bench.sim.model import ClusterModel, DeschedulerLimits, PoolModel, ProviderModel, ServiceModel
 from bench.sim.policies import oracle
+from bench.sim.run import default_workload, inference_alone, load_stack
 from bench.sim.traces import (
     InferenceTrace,
     Request,
@@ -335,3 +336,18 @@ def test_simulate_cli_rejects_a_malformed_trace(capsys: pytest.CaptureFixture[st
     path = CORPUS / "bad-time.csv"
     assert main(["--stack", "local", "--days", "0.1", "--inference-trace", str(path)]) == 2
     assert f"simulate: {path}:3:1: time: expected epoch seconds or ISO 8601" in capsys.readouterr().err
+
+
+def test_simulate_cli_prints_the_availability_bound_of_the_services_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.simulate import main
+
+    assert main(["--stack", "local", "--days", "0.05", "--warmup-days", "0", "--policies", "controller",
+                 "--out", str(Path(".state/simulate/test-bound.png"))]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("availability bound")]
+    assert len(lines) == 1
+    assert lines[0].startswith("availability bound (inference alone: no training, every replica on idle on-prem "
+                               "GPUs, the same HPAs): ")
+    setup = load_stack("local")
+    alone = inference_alone(setup.model, default_workload(setup.model, 0.05, 1, 0.0), 0.05, 0.0)
+    assert lines[0].endswith(f": {alone.inference_availability:.3%}, worst 5 min {alone.worst_window_availability:.1%}")
+    assert alone.training_gpu_utilization == 0.0

@@ -17,7 +17,7 @@ from bench.sim.cost import bill_lines, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
-from bench.sim.run import default_workload, load_stack
+from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from bench.sim.workload import WorkloadSpec, load_trace
 from components.config import ConfigError, parse_config
 from components.goodput_model import cluster_rows, summary_rows
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     gpus = setup.model.onprem_gpus
     print_table(outcomes, f"stack {args.stack}: {gpus:,} on-prem GPUs, {args.days:g} days, seed {args.seed}")
     print("\n".join(bill_lines(results)))
+    alone = inference_alone(setup.model, workload, args.days, args.warmup_days)
+    print(f"availability bound ({INFERENCE_ALONE}: no training, every replica on idle on-prem GPUs, the same HPAs): "
+          f"{alone.inference_availability:.3%}, worst 5 min {alone.worst_window_availability:.1%}")
     shown = next((o for o in outcomes if o.policy == "controller"), outcomes[0])
     out = args.out or Path(".state/simulate") / f"{args.stack}.png"
     path = plot(shown, gpus, out, f"{args.stack}: {shown.policy} — GPU use and burst taint")

@@ -640,7 +640,8 @@ class ClusterView:
             pending_training_gpus=pending_training,
             virtual_nodes=virtual,
             pods_needing_cost=needing,
-            deletion_costs={ref: self._cost_wanted[f"{ref.namespace}/{ref.name}"] for ref in needing},
+            deletion_costs=({ref: self._cost_wanted[f"{ref.namespace}/{ref.name}"] for ref in needing}
+                            if self._s.provider_deletion_costs else {}),
             pools=self._pools(pool_pending, unplaced_pods),
             services={
                 name: ServiceReplicas(
