@@ -46,6 +46,6 @@ up: venv
 down: venv
 	@$(PY) -m tools.localcluster.stackup down
 
-# The end-to-end burst scenario on the real components (tests/test_e2e.py).
+# The end-to-end scenarios on the real components (tests/test_e2e*.py: burst and faults, researchers, provider rank).
 e2e: venv localcluster engine observability-tools
-	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py
+	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py
