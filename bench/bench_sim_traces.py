@@ -63,6 +63,10 @@ def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = N
     start = (f"the {DEFAULT_START_S:g} s external start: with {FAST_START_S:g} s the controller reaches "
              f"{fast['inference_availability']:.3%} availability, {fast['worst_window_availability']:.1%} in "
              "its worst 5 minutes") if fast else f"the {DEFAULT_START_S:g} s external start"
+    if "shortfall_starting" in ours:
+        start += (f"; of the {1 - ours['inference_availability']:.3%} missing, {ours['shortfall_starting']:.3%} wait "
+                  f"for scale-ups to start, {ours['shortfall_replacing']:.3%} for replacements of replicas taken "
+                  f"away, {ours['shortfall_unasked']:.3%} were not asked for")
     if alone is not None:
         start += (f"; the demand's jumps beyond the HPA headroom during a {ONPREM_START_S:g} s on-prem start: the "
                   f"services alone on idle GPUs reach {alone['inference_availability']:.3%}, "

@@ -60,3 +60,12 @@ def test_a_target_the_services_alone_miss_is_out_of_reach_though_the_oracle_meet
     assert reachable["availability >= 99.95 %"]["possible"] and reachable["worst 5 min >= 95 %"]["possible"]
     # Without the bound run, the oracle decides (it meets both).
     assert bench.targets(POLICIES, fast)["availability >= 99.95 %"]["possible"]
+
+
+def test_the_shortfall_split_is_named_when_the_run_has_it() -> None:
+    ours = POLICIES["controller"] | {"shortfall_starting": 0.0009, "shortfall_replacing": 0.00008,
+                                     "shortfall_unasked": 0.00002}
+    t = bench.targets(POLICIES | {"controller": ours})
+    assert t["availability >= 99.95 %"]["bounded_by"] == (
+        "the 180 s external start; of the 0.100% missing, 0.090% wait for scale-ups to start, 0.008% for "
+        "replacements of replicas taken away, 0.002% were not asked for")

@@ -23,7 +23,7 @@ from bench.sim.model import (
 )
 from bench.sim.policies import CONTROLLER, Policy, all_policies, naive_burst, no_burst
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
-from bench.sim.workload import Gang, Workload, WorkloadSpec, generate, load_trace
+from bench.sim.workload import Gang, Spike, Workload, WorkloadSpec, generate, load_trace
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
 
@@ -52,6 +52,9 @@ def test_one_node_one_service_one_job_with_the_controller() -> None:
     # external pods Ready at 1210 s. Job ends 4600 s; close holds 120 s -> closed at 4720 s; the descheduler
     # (every 60 s, one pod per cycle, PDB maxUnavailable 1) moves one pod at 4740 s and the other at 4800 s.
     assert out.inference_availability == pytest.approx((6000 - 60 - 210) / 6000)
+    # The first 60 s are the HPA's replicas starting; the 210 s after the preemption are their replacements.
+    assert (out.shortfall_starting, out.shortfall_replacing, out.shortfall_unasked) == pytest.approx(
+        (60 / 6000, 210 / 6000, 0.0))
     assert out.worst_window_availability == pytest.approx(100 / 300)
     assert out.training_gpu_utilization == pytest.approx(8 * 3600 / (8 * 6000))
     assert out.onprem_gpu_utilization == pytest.approx((8 * 3600 + 2 * 1000 + 1 * 60 + 2 * 1200) / (8 * 6000))
@@ -127,7 +130,20 @@ def test_inference_alone_bounds_availability_by_the_on_prem_start_only() -> None
     out = inference_alone(ONE, JOB, 6000.0 / 86400, 0.0)
     assert out.policy == INFERENCE_ALONE
     assert out.inference_availability == pytest.approx((6000 - 60) / 6000)  # Ready at 60 s, never preempted
+    assert (out.shortfall_starting, out.shortfall_replacing) == pytest.approx((60 / 6000, 0.0))
     assert (out.training_gpu_utilization, out.external_gpu_hours, out.preemptions) == (0.0, 0.0, 0)
+
+
+def test_a_spike_the_hpa_holds_back_is_unasked_then_starting() -> None:
+    """One replica's worth of demand (2 replicas at headroom 1.15) jumps to 4 at the HPA's run at 1005 s; a
+    60 s scale-up stabilisation window holds 2 replicas until 1065 s (2 unasked), then two start for 60 s."""
+    four = replace(ONE, services=(ServiceModel("svc", 1, 1, 4, 1, 60.0, 300.0),))
+    spike = Workload((), (Spike("svc", 1000.0, 600.0, 4.0),), replace(FLAT, floor_share=0.25, peak_share=0.25))
+    out = simulate(four, spike, no_burst(), 2000.0, check=True)
+    demand = 1 * 2000 + 3 * 600  # replica-seconds
+    assert out.shortfall_unasked == pytest.approx(2 * 60 / demand)
+    assert out.shortfall_starting == pytest.approx((1 * 60 + 2 * 60) / demand)  # the first 60 s, then the spike
+    assert out.shortfall_replacing == 0.0
 
 
 def test_prefer_onprem_affinity_moves_pods_home_while_the_burst_is_open() -> None:
@@ -226,6 +242,9 @@ def test_conservation_under_every_policy() -> None:
         out = simulate(model, workload, policy, 0.5 * 86400, 0.25 * 86400, check=True)
         assert 0.0 <= out.onprem_gpu_utilization <= 1.0
         assert 0.0 <= out.worst_window_availability <= out.inference_availability <= 1.0
+        # The shortfall's split by cause adds up to what is missing, each part non-negative.
+        parts = (out.shortfall_replacing, out.shortfall_starting, out.shortfall_unasked)
+        assert min(parts) >= 0.0 and sum(parts) == pytest.approx(1.0 - out.inference_availability, abs=1e-12)
 
 
 def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:

@@ -65,10 +65,13 @@ class Job(NamedTuple):
 
 
 class Pod:
-    __slots__ = ("cost", "created", "gpus", "id", "node", "standby", "state", "svc")
+    __slots__ = ("cost", "created", "gpus", "id", "node", "replacement", "standby", "state", "svc")
 
-    def __init__(self, pid: int, svc: int, gpus: int, created: float, standby: bool = False) -> None:
+    def __init__(self, pid: int, svc: int, gpus: int, created: float, standby: bool = False,
+                 replacement: bool = False) -> None:
         self.id = pid
+        # Created to replace a replica a gang, the descheduler or the oracle's move took away, not by the HPA.
+        self.replacement = replacement
         self.svc = svc
         self.gpus = gpus
         self.created = created
@@ -100,6 +103,7 @@ class Service:
         "sb_replicas",
         "sb_starting",
         "starting",
+        "unready_replacements",
         "up_s",
     )
 
@@ -119,6 +123,7 @@ class Service:
         self.pending: dict[int, None] = {}
         self.starting: dict[int, None] = {}
         self.ready: dict[int, None] = {}
+        self.unready_replacements = 0  # main pods not ready yet that replace a replica taken away
         # What the handover core reads, kept as the pods change: ready main pods on virtual nodes and per
         # on-prem zone, and the standby Deployment's target and pods.
         self.handover = False  # named in the controller's handover services: the core sees this service
@@ -269,18 +274,22 @@ class ClusterState:
 
     # ------------------------------------------------------------------ pods
 
-    def new_pod(self, s: int, standby: bool = False) -> Pod:
-        """A pod of service `s` (of its standby Deployment if `standby`), filed as pending but not yet placed."""
+    def new_pod(self, s: int, standby: bool = False, replacement: bool = False) -> Pod:
+        """A pod of service `s` (of its standby Deployment if `standby`), filed as pending but not yet placed;
+        `replacement` when it replaces a replica taken away rather than adding one the HPA asked for."""
         svc = self.services[s]
         pid = self.next_pod
         self.next_pod += 1
-        pod = Pod(pid, s, svc.gpus, self.events.now, standby=standby)
+        pod = Pod(pid, s, svc.gpus, self.events.now, standby=standby, replacement=replacement and not standby)
         self.pods[pid] = pod
+        self.avail_dirty = True  # the shortfall's split by cause counts not-ready pods
         if standby:
             svc.sb_pending[pid] = None
             self.handover_seq += 1
         else:
             svc.pending[pid] = None
+            if pod.replacement:
+                svc.unready_replacements += 1
             if svc.handover:
                 self.handover_seq += 1
         return pod
@@ -336,6 +345,8 @@ class ClusterState:
             return
         del svc.starting[pid]
         svc.ready[pid] = None
+        if pod.replacement:
+            svc.unready_replacements -= 1
         if pod.node <= -2:
             svc.ready_ext += 1
         else:
@@ -351,6 +362,10 @@ class ClusterState:
         node = pod.node
         g = pod.gpus
         del self.pods[pid]
+        if pod.state != READY:
+            self.avail_dirty = True
+            if pod.replacement:
+                svc.unready_replacements -= 1
         if pod.standby or svc.handover:
             self.handover_seq += 1
         if pod.standby:
@@ -442,6 +457,8 @@ class ClusterState:
                         assert (pod.svc, pod.standby, pod.state) == (s, role, state), f"pod {pid} misfiled"
                         assert (pod.node == -1) == (state == PENDING), f"pod {pid}: placement and state disagree"
                         assert not (role and pod.node >= 0), f"standby pod {pid} on-prem"
+            assert svc.unready_replacements == sum(1 for g in (svc.pending, svc.starting) for p in g
+                                                   if self.pods[p].replacement)
             # The counts the core reads, kept incrementally, against a recount.
             ready = [self.pods[p] for p in svc.ready]
             assert svc.ready_ext == sum(1 for p in ready if p.node <= -2)

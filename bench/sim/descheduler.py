@@ -52,4 +52,4 @@ class Descheduler:
                     c.counters.desched_evictions += 1
                 per_node -= 1
                 total -= 1
-                self.replicasets.reconcile(s)
+                self.replicasets.reconcile(s, replacement=True)

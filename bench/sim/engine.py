@@ -105,6 +105,12 @@ class Outcome:
     # controller) leaves room for: what a return while open could keep on-prem rather than see preempted.
     movable_past_queue_gpu_hours: float = 0.0
     returning_gpu_hours: float = 0.0
+    # 1 − inference_availability split by what the missing replicas were doing (shares of demand): replacing
+    # replicas a gang, the descheduler or a move took away; starting (or waiting for a node) after the HPA
+    # asked for them; not asked for at all (demand beyond the HPA's replicas: its lag, or maxReplicas).
+    shortfall_replacing: float = 0.0
+    shortfall_starting: float = 0.0
+    shortfall_unasked: float = 0.0
     runtime_s: float = 0.0
     samples: list[Sample] = field(default_factory=list, repr=False)
 
@@ -145,6 +151,8 @@ class Simulator:
         self._a_movable = self._a_movable_past_queue = self._a_returning = 0.0
         self._a_served = self._a_demand = 0.0
         self._served = self._demanded = 0.0
+        self._lost = (0.0, 0.0, 0.0)  # the shortfall now: replacing, starting, unasked (GPUs)
+        self._a_lost = [0.0, 0.0, 0.0]
         nwin = max(1, math.ceil(seconds / WINDOW_S))
         self._w_served = [0.0] * nwin
         self._w_demand = [0.0] * nwin
@@ -274,12 +282,26 @@ class Simulator:
 
     def _refresh_availability(self) -> None:
         served = demanded = 0.0
+        replacing = starting = unasked = 0.0
         for s in self.cluster.services:
             d = s.demand * s.gpus
             demanded += d
             ready = (len(s.ready) + len(s.sb_ready)) * s.gpus  # the standby serves traffic too
-            served += ready if ready < d else d
+            if ready >= d:
+                served += d
+                continue
+            served += ready
+            lost = d - ready
+            part = min(lost, s.unready_replacements * s.gpus)
+            replacing += part
+            lost -= part
+            unready = len(s.pending) + len(s.starting) - s.unready_replacements + len(s.sb_pending) \
+                + len(s.sb_starting)
+            part = min(lost, unready * s.gpus)
+            starting += part
+            unasked += lost - part
         self._served, self._demanded = served, demanded
+        self._lost = (replacing, starting, unasked)
         self.cluster.avail_dirty = False
 
     def _integrate(self, t0: float, t1: float) -> None:
@@ -309,6 +331,12 @@ class Simulator:
         served, demanded = self._served, self._demanded
         self._a_served += served * dt
         self._a_demand += demanded * dt
+        if served < demanded:
+            lost = self._lost
+            acc = self._a_lost
+            acc[0] += lost[0] * dt
+            acc[1] += lost[1] * dt
+            acc[2] += lost[2] * dt
         # Split across 5-minute windows.
         a = t0 - self.warmup
         b = t1 - self.warmup
@@ -346,6 +374,9 @@ class Simulator:
             movable_gpu_hours=self._a_movable / 3600.0,
             movable_past_queue_gpu_hours=self._a_movable_past_queue / 3600.0,
             returning_gpu_hours=self._a_returning / 3600.0,
+            shortfall_replacing=self._a_lost[0] / self._a_demand if self._a_demand else 0.0,
+            shortfall_starting=self._a_lost[1] / self._a_demand if self._a_demand else 0.0,
+            shortfall_unasked=self._a_lost[2] / self._a_demand if self._a_demand else 0.0,
             evictions_per_hour=(n.preemptions + n.desched_evictions) / hours if hours else 0.0,
             preemptions=n.preemptions,
             descheduler_evictions=n.desched_evictions,

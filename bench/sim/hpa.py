@@ -77,4 +77,4 @@ class Hpa:
                     continue
                 s = pod.svc
                 c.remove_pod(pod)
-                self.replicasets.create_pod(s)
+                self.replicasets.create_pod(s, replacement=True)

@@ -18,9 +18,9 @@ class ReplicaSets:
         self.cluster = cluster
         self.place = place
 
-    def create_pod(self, s: int) -> None:
+    def create_pod(self, s: int, replacement: bool = False) -> None:
         c = self.cluster
-        pod = c.new_pod(s)
+        pod = c.new_pod(s, replacement=replacement)
         if not self.place(pod):
             c.pending[pod.id] = None
             c.pending_inf_gpus += pod.gpus
@@ -31,12 +31,13 @@ class ReplicaSets:
         if not self.place(pod):
             c.sb_pending[pod.id] = None
 
-    def reconcile(self, s: int) -> None:
-        """Create or delete pods until the service has `replicas` of them."""
+    def reconcile(self, s: int, replacement: bool = False) -> None:
+        """Create or delete pods until the service has `replicas` of them (`replacement`: the new ones replace
+        pods taken away, rather than scaling up)."""
         svc = self.cluster.services[s]
         diff = svc.replicas - svc.count()
         for _ in range(diff):
-            self.create_pod(s)
+            self.create_pod(s, replacement)
         if diff < 0:
             for pod in self.deletion_order(svc, -diff):
                 self.cluster.remove_pod(pod)

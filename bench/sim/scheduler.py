@@ -148,7 +148,7 @@ class Scheduler:
             c.counters.gang_waits.append(now - arrived)
         self.events.push(now + gang.duration_s, JOB_END, index)
         for s in sorted(hit):
-            self.replicasets.reconcile(s)  # the ReplicaSets replace what the gang deleted
+            self.replicasets.reconcile(s, replacement=True)  # the ReplicaSets replace what the gang deleted
 
     def job_end(self, index: int) -> None:
         c = self.cluster
