@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agents.burst_controller.settings import BurstSettings
 from bench.sim.cost import ORACLE_AT_HEADROOM, bill_lines, oracle_at_headroom, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
 from bench.sim.engine import Outcome
-from bench.sim.model import Latencies
+from bench.sim.model import ClusterModel, Latencies
 from bench.sim.policies import all_policies, controller
 from bench.sim.report import markdown_table
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
+from bench.sim.workload import Workload
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
 
@@ -99,6 +102,22 @@ def targets(policies: dict[str, dict[str, Any]], fast: dict[str, Any] | None = N
     return out
 
 
+def price_ranking(model: ClusterModel, settings: BurstSettings, workload: Workload,
+                  prices: Mapping[str, float | None], ranked: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """What each half of the provider ranking saves: the controller with no ranking at all (providers filled
+    in configured order, one deletion cost), with the placement ranking only, and with both (`ranked`)."""
+    unpriced = replace(model, providers=tuple(replace(p, price_per_gpu_hour=None) for p in model.providers))
+    one_cost = replace(settings, provider_deletion_costs={})
+    runs = {"unranked": (unpriced, one_cost), "placement only": (model, one_cost)}
+    keys = ("inference_availability", "external_gpu_hours")
+    out: dict[str, dict[str, float]] = {}
+    for label, (m, s) in runs.items():
+        (outcome, bill), = run_costed(m, workload, [controller(m, s)], DAYS * 86400, WARMUP_DAYS * 86400, prices)
+        out[label] = {k: round(getattr(outcome, k), 6) for k in keys} | {"cost_usd": round(bill.cost, 2)}
+    out["placement and deletion order"] = {k: ranked[k] for k in keys} | {"cost_usd": round(ranked["cost_usd"], 2)}
+    return out
+
+
 def run() -> dict[str, Any]:
     setup = load_stack(STACK)
     model = setup.model.scaled_to(GPUS)
@@ -132,7 +151,9 @@ def run() -> dict[str, Any]:
         bounds = ("inference_availability", "worst_window_availability")
         workloads[name] = {"policies": policies, "targets": targets(policies, fast, alone),
                            "controller_at_fast_start": {k: fast[k] for k in (*bounds, "external_gpu_hours")},
-                           "inference_alone": {k: alone[k] for k in bounds}}
+                           "inference_alone": {k: alone[k] for k in bounds},
+                           "price_ranking": price_ranking(model, setup.settings, workload, prices,
+                                                          policies["controller"])}
         tables[name] = markdown_table(outcomes) + "\n\n" + tables.pop(name + " (cost)")
     return {
         "name": "cluster_simulation_traces",
@@ -160,6 +181,12 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {target} | {t['controller']:g} | {t['bound']:g} | {'yes' if t['met'] else 'NO'} | "
                          f"{'yes' if t['possible'] else 'no: the workload and the HPA headroom bound it'} | "
                          f"{t.get('bounded_by') or '–'} |")
+        ranking = result["workloads"][name].get("price_ranking")
+        if ranking:
+            lines += ["", "| controller, providers ranked by price | availability | external GPU·h | cost USD |",
+                      "|---|---|---|---|"]
+            lines += [f"| {label} | {r['inference_availability']:.3%} | {r['external_gpu_hours']:,.0f} | "
+                      f"{r['cost_usd']:,.0f} |" for label, r in ranking.items()]
     return "\n".join(lines)
 
 

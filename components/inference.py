@@ -23,6 +23,7 @@ custom.metrics.k8s.io and external.metrics.k8s.io, leaving metrics.k8s.io to met
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -239,10 +240,10 @@ def standby_tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.Tolerati
     return [*tolerations(args), burst]
 
 
-def external_required_affinity(keys: Keys, providers: list[ExternalProvider]) -> k8s.core.v1.AffinityArgs:
+def external_required_affinity(keys: Keys, providers: list[ExternalProvider],
+                               weights: Mapping[str, int]) -> k8s.core.v1.AffinityArgs:
     """Required: a virtual node of one of the service's eligible providers, never an on-prem GPU; preferred:
-    the cheaper providers (`provider_rank`)."""
-    weights = provider_weights(providers)
+    the cheaper providers (`weights`, from `provider_rank`)."""
     return k8s.core.v1.AffinityArgs(
         node_affinity=k8s.core.v1.NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
@@ -354,6 +355,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
         serving = {k: v for k, v in labels.items() if k in ("app.kubernetes.io/component", "app.kubernetes.io/part-of")}
         serving[keys.service] = svc.name
         annotations = checkov_skips(skips) or None
+        weights = provider_weights(args.providers)  # the main and the standby rank the providers alike
         self.deployment = k8s.apps.v1.Deployment(
             svc.name,
             metadata=meta(name=svc.name, namespace=ns, labels=labels, annotations=annotations),
@@ -361,7 +363,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
                 strategy=surge_first(),
                 template=server_pod_template(
-                    args, labels, env, prefer_onprem_affinity(keys, svc.pool, provider_weights(args.providers)),
+                    args, labels, env, prefer_onprem_affinity(keys, svc.pool, weights),
                     tolerations(args),
                 ),
             ),
@@ -379,7 +381,8 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                     selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(standby)),
                     strategy=surge_first(),
                     template=server_pod_template(
-                        args, standby, env, external_required_affinity(keys, args.providers), standby_tolerations(args)
+                        args, standby, env, external_required_affinity(keys, args.providers, weights),
+                        standby_tolerations(args),
                     ),
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),

@@ -223,8 +223,8 @@ class ClusterView:
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, _Pod] = {}
         self._virtual: set[str] = set()
-        self._needing_cost: dict[str, PodRef] = {}
-        self._cost_wanted: dict[str, int] = {}  # pod key -> the cost its provider's replicas carry
+        # Pod key -> the pod and the deletion cost its provider's replicas carry, for pods still lacking it.
+        self._needing_cost: dict[str, tuple[PodRef, int]] = {}
         self.onprem_allocatable = 0
         self.onprem_free = 0
         self.pending_inference = 0
@@ -471,7 +471,6 @@ class ClusterView:
     def _set_pod(self, key: str, new: _Pod | None) -> None:
         old = self._pods.pop(key, None)
         self._needing_cost.pop(key, None)
-        self._cost_wanted.pop(key, None)
         if old is not None:
             self._pod_contribution(old, -1)
         if new is not None:
@@ -588,11 +587,9 @@ class ClusterView:
         ours = pod.namespace == self._s.inference_namespace
         wanted = self._s.deletion_cost_for(rec.provider) if on_virtual and rec is not None else 0
         if on_virtual and ours and pod.live and not pod.deleting and pod.cost != str(wanted) and not pod.standby:
-            self._needing_cost[pod.key] = PodRef(pod.namespace, pod.name)
-            self._cost_wanted[pod.key] = wanted
+            self._needing_cost[pod.key] = (PodRef(pod.namespace, pod.name), wanted)
         else:
             self._needing_cost.pop(pod.key, None)
-            self._cost_wanted.pop(pod.key, None)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -620,6 +617,7 @@ class ClusterView:
         }
         infeasible, hopeless = self._infeasible()
         needing = tuple(islice(self._needing_cost.values(), self._s.max_cost_patches_per_cycle))
+        ranked = bool(self._s.provider_deletion_costs)
         pending_training = self.pending_training - sum(g.waiting for g in hopeless)
         pool_pending, unplaced_gpus, unplaced_pods = self._pool_pending, self._unplaced_gpus, self._unplaced_pods
         if hopeless:  # rare: leave the training that can never fit out of every count, on copies
@@ -639,9 +637,8 @@ class ClusterView:
             pending_inference_gpus=self.pending_inference,
             pending_training_gpus=pending_training,
             virtual_nodes=virtual,
-            pods_needing_cost=needing,
-            deletion_costs=({ref: self._cost_wanted[f"{ref.namespace}/{ref.name}"] for ref in needing}
-                            if self._s.provider_deletion_costs else {}),
+            pods_needing_cost=tuple(ref for ref, _ in needing),
+            deletion_costs={ref: cost for ref, cost in needing} if ranked else {},
             pools=self._pools(pool_pending, unplaced_pods),
             services={
                 name: ServiceReplicas(
