@@ -1,7 +1,11 @@
 """The agents' container images (agents/*/Dockerfile): build them here, push them from CI, record their digests.
 
-``python3 -m tools.images build``   ``make images``: builds every agent image with docker, podman or buildah
-                                    (the first that works), tagged as the stack deploys it; says so when none can.
+``python3 -m tools.images local``   ``make images``: every agent image and the pause image built here without a
+                                    registry (buildah on a Python base built locally, tools/image_local.py) into
+                                    .state/images/oci, which the local cluster's real nodes import.
+``python3 -m tools.images build``   ``make images-upstream``: builds every agent image on its pinned upstream base
+                                    with docker, podman or buildah (the first that works), tagged as the stack
+                                    deploys it; says so when none can.
 ``python3 -m tools.images check``   every Dockerfile's base image is pinned by digest and every agent has an
                                     entry in components/agent_digests.json (non-zero exit naming each problem).
 ``python3 -m tools.images push DIR``  CI: ``docker buildx build --push`` of each image, metadata files into DIR.
@@ -51,14 +55,23 @@ def agents(root: Path = AGENTS) -> list[Agent]:
     return [Agent(d.parent.name.replace("_", "-"), d) for d in sorted(root.glob("*/Dockerfile"))]
 
 
+_ARG_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def base_images(dockerfile_text: str) -> list[str]:
-    """The images the ``FROM`` lines name (build stages referred to by name are left out)."""
+    """The images the ``FROM`` lines name, with ``ARG`` defaults substituted (a base given as a build argument is
+    judged by its default: what a build without arguments pulls); build stages referred to by name are left out."""
     found: list[str] = []
     stages: set[str] = set()
+    args: dict[str, str] = {}
     for line in dockerfile_text.splitlines():
         words = line.split()
+        if len(words) >= 2 and words[0].upper() == "ARG":
+            name, _, default = words[1].partition("=")
+            args[name] = default
         if len(words) >= 2 and words[0].upper() == "FROM":
             image = next(w for w in words[1:] if not w.startswith("--"))
+            image = _ARG_REF.sub(lambda m: args.get(m.group(1) or m.group(2), m.group(0)), image)
             if image not in stages:
                 found.append(image)
             if len(words) >= 4 and words[-2].upper() == "AS":
@@ -180,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tools.images", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("build")
+    sub.add_parser("local")
     sub.add_parser("check")
     sub.add_parser("registry")
     for name in ("push", "record"):
@@ -188,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = agents()
     if args.cmd == "build":
         return build(found)
+    if args.cmd == "local":
+        from tools import image_local
+
+        return image_local.main([(a.name, a.dockerfile) for a in found], images.AGENT_VERSION,
+                                ROOT / ".state" / "localcluster" / "bin" / "pause", image_local.PAUSE_IMAGE)
     if args.cmd == "registry":
         print(images.AGENT_REGISTRY.split("/", 1)[0])
         return 0

@@ -20,6 +20,9 @@ k8s_version="v1.35.3"
 core=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 addons=(kwok descheduler)
 volcano=(vc-scheduler vc-controller-manager)
+# The real nodes' components (kubelet, kube-proxy, our fake GPU device plugin) from the core module, built
+# after the control plane with a stamp of their own: a run that ends inside them leaves the control plane usable.
+node=(kubelet kube-proxy fake-gpu-plugin pause)
 # The upstream command itself (its built-in mock provider), from the module virtualkubelet/go.mod pins.
 vk=(virtual-kubelet)
 vk_pkg="github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
@@ -43,13 +46,15 @@ have="$(cat "$bin/.stamp" 2>/dev/null || true)"
 complete=1
 for b in "${core[@]}" "${addons[@]}" "${volcano[@]}" "${vk[@]}"; do [ -x "$bin/$b" ] || complete=0; done
 [ -s "$crd/scheduling.volcano.sh_podgroups.yaml" ] && [ -s "$crd/monitoring.coreos.com_servicemonitors.yaml" ] || complete=0
-if [ "$want" = "$have" ] && [ "$complete" = 1 ]; then
+node_complete=1
+for b in "${node[@]}"; do [ -x "$bin/$b" ] || node_complete=0; done
+node_have="$(cat "$bin/.node-stamp" 2>/dev/null || true)"
+if [ "$want" = "$have" ] && [ "$complete" = 1 ] && [ "$want" = "$node_have" ] && [ "$node_complete" = 1 ]; then
   echo "localcluster: binaries up to date in $bin"
   exit 0
 fi
 
 mkdir -p "$bin" "$crd"
-rm -f "$bin/.stamp"
 minor="${k8s_version#v1.}"; minor="${minor%%.*}"
 version_flags="-X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 build() { # module-dir name extra-ldflags [package, default ./cmd/<name>]
@@ -60,6 +65,8 @@ build() { # module-dir name extra-ldflags [package, default ./cmd/<name>]
   echo "localcluster: built $2 in $((SECONDS - start))s"
 }
 total=$SECONDS
+if [ "$want" != "$have" ] || [ "$complete" != 1 ]; then
+rm -f "$bin/.stamp" "$bin/.node-stamp"
 echo "localcluster: building from Go modules into $bin (cold: about 35 min on 2 cores from an empty Go cache; warm: seconds)"
 # kwok right after the Kubernetes components: with it the cluster is usable while Volcano builds.
 for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do build "$here" "$b" "$version_flags"; done
@@ -80,4 +87,15 @@ for c in servicemonitors podmonitors prometheusrules; do
   install -m 0644 "$prom_dir/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$crd/"
 done
 echo "$want" > "$bin/.stamp"
-echo "localcluster: built everything in $((SECONDS - total))s"
+echo "localcluster: built the control plane in $((SECONDS - total))s"
+fi
+
+# The real nodes (tools/localcluster/nodes.py): kubelet and kube-proxy at the API server's version.
+node_start=$SECONDS
+rm -f "$bin/.node-stamp"
+build "$here" kubelet "$version_flags"
+build "$here" kube-proxy "$version_flags"
+build "$here" fake-gpu-plugin ""
+CGO_ENABLED=0 build "$here" pause ""
+echo "$want" > "$bin/.node-stamp"
+echo "localcluster: built the real nodes' components in $((SECONDS - node_start))s; everything in $((SECONDS - total))s"

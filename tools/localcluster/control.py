@@ -334,8 +334,14 @@ def is_up(lay: Layout) -> bool:
         return False
 
 
-def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
+def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bool = False) -> NodePlan:
+    """Start the control plane and the plan's kwok nodes; with ``real_nodes``, real kubelets beside them
+    (tools/localcluster/nodehost.py: the host is checked first, and what they change is restored by ``down``)."""
     plan = load_plan(ROOT, stack)
+    if real_nodes:
+        from tools.localcluster import nodehost
+
+        nodehost.check_host(lay)
     missing = binaries_missing(lay)
     if missing:
         raise ClusterError(f"binaries missing in {lay.bin}: {', '.join(missing)}; run `make localcluster`")
@@ -354,7 +360,9 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
     lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(), sort_keys=False))
     lay.audit_policy.write_text(yaml.safe_dump(audit_policy(), sort_keys=False))
     lay.logs.mkdir(parents=True, exist_ok=True)
-    cmds = component_commands(lay, ports)
+    from tools.localcluster.realnodes import APISERVER_IP
+
+    cmds = component_commands(lay, ports, APISERVER_IP if real_nodes else None)
 
     etcd = start_process(lay, "etcd", cmds["etcd"])
     wait_for("etcd health", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, etcd)
@@ -389,12 +397,22 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0) -> NodePlan:
         if proc is None or not proc.alive():
             log = proc.log if proc else "?"
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
+    if real_nodes:
+        from tools.localcluster import nodehost
+        from tools.localcluster.realnodes import real_nodes_for
+
+        nodehost.up(lay, real_nodes_for(plan))
     say(f"up in {time.monotonic() - started:.1f}s: {len(plan.kwok_nodes)} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan
 
 
 def down(lay: Layout, keep_data: bool = False, quiet: bool = False) -> None:
+    from tools.localcluster import nodehost
+
+    restored = nodehost.down_recorded(lay)
+    if restored and not quiet:
+        say(f"host restored: {', '.join(restored)}")
     procs = {p.name: p for p in recorded(lay)}
     order = [n for n in procs if n not in CONTROL_PLANE] + [n for n in reversed(CONTROL_PLANE) if n in procs]
     for name in order:

@@ -1,6 +1,7 @@
 """Self-generated certificates and service-account keys for the local control plane (openssl CLI).
 
-One CA signs the API server's serving certificate (SANs: 127.0.0.1, localhost, the first service IP),
+One CA signs the API server's serving certificate (SANs: 127.0.0.1, localhost, the first service IP and the
+address pods reach it at, tools/localcluster/realnodes.APISERVER_IP),
 the virtual kubelets' serving certificate (127.0.0.1) and an admin client certificate in
 ``system:masters`` that the kubeconfig, the controllers and the schedulers use. The service-account key
 pair signs and verifies bound tokens. Nothing is regenerated while the files exist, so a kubeconfig stays
@@ -50,7 +51,7 @@ def ensure_pki(pki: Path) -> None:
         _signed(pki, "apiserver", "/CN=kube-apiserver",
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=serverAuth\n"
-                "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+                "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:10.255.255.1,DNS:localhost,DNS:kubernetes,"
                 "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n")
     if not (pki / "admin.crt").exists():
         _signed(pki, "admin", "/O=system:masters/CN=localcluster-admin",
@@ -82,6 +83,26 @@ def user_certificate(pki: Path, user: str, groups: list[str]) -> tuple[Path, Pat
             "extendedKeyUsage=clientAuth\n")
     (pki / f"{name}.key").chmod(0o600)
     return pki / f"{name}.crt", pki / f"{name}.key"
+
+
+def node_certificates(pki: Path, node: str, ip: str) -> tuple[Path, Path, Path, Path]:
+    """A real node's kubelet credentials: its client certificate as ``system:node:<node>`` in ``system:nodes``
+    (what the Node authorizer and NodeRestriction check) and its serving certificate for ``ip`` and ``node``.
+
+    Returns (client cert, client key, serving cert, serving key); reissued on every call.
+    """
+    if not node or "/" in node:
+        raise ValueError(f"node name {node!r} must be non-empty and contain no '/'")
+    client, serving = f"node-{node}", f"node-{node}-serving"
+    _signed(pki, client, f"/O=system:nodes/CN=system:node:{node}",
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n")
+    _signed(pki, serving, f"/CN={node}",
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage=serverAuth\nsubjectAltName=IP:{ip},DNS:{node}\n")
+    for name in (client, serving):
+        (pki / f"{name}.key").chmod(0o600)
+    return pki / f"{client}.crt", pki / f"{client}.key", pki / f"{serving}.crt", pki / f"{serving}.key"
 
 
 def user_kubeconfig_text(server: str, pki: Path, user: str, cert: Path, key: Path) -> str:

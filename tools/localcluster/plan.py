@@ -273,10 +273,20 @@ SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
-def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[str]]:
-    """Command lines in start order. Everything binds to 127.0.0.1 or serves nothing (port 0)."""
+def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: str | None = None
+                       ) -> dict[str, list[str]]:
+    """Command lines in start order. Everything binds to 127.0.0.1 or serves nothing (port 0).
+
+    With real nodes (``pod_reachable_ip``, tools/localcluster/realnodes.APISERVER_IP) the API server listens on
+    every address and advertises that one, so the ``kubernetes`` Service gets an endpoint pods can reach.
+    """
     b, pki, kc = lay.bin, lay.pki, str(lay.kubeconfig)
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    if pod_reachable_ip:
+        addresses = ["--bind-address=0.0.0.0", f"--advertise-address={pod_reachable_ip}"]
+    else:
+        # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
+        addresses = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
     return {
         "etcd": [
             str(b / "etcd"), "--name=local", f"--data-dir={lay.etcd_data}",
@@ -290,7 +300,7 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
         ],
         "kube-apiserver": [
             str(b / "kube-apiserver"), f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+            *addresses, f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
@@ -299,13 +309,12 @@ def component_commands(lay: Layout, ports: Mapping[str, int]) -> dict[str, list[
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC", "--allow-privileged=true",
+            # Node: a real kubelet may read only what its pods need (and NodeRestriction: change only its Node).
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
             # Requests of service accounts (only the virtual kubelets authenticate as one here), with the
             # RBAC decision: which grants they use, and any they lack (see tools/localcluster/rbac_usage.py).
             f"--audit-policy-file={lay.audit_policy}", f"--audit-log-path={lay.audit_log}",
             "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=1",
-            # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
-            "--endpoint-reconciler-type=none",
             # MutatingAdmissionPolicy is beta and off by default in 1.34/1.35: served here so a stack with
             # admission.mutating: v1beta1 can be proven end to end (tests/test_e2e_researcher.py).
             "--feature-gates=MutatingAdmissionPolicy=true",

@@ -1,0 +1,276 @@
+"""Real nodes: the plan each kubelet, containerd and CNI network gets, the host checks, and the host hygiene."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tools.localcluster import hostcheck
+from tools.localcluster.plan import Layout, component_commands, default_plan
+from tools.localcluster.realnodes import (
+    APISERVER_IP,
+    REAL_GPU_POOL,
+    REAL_NODE_TAINT,
+    addresses,
+    cni_conflist,
+    containerd_config,
+    device_plugin_command,
+    from_record,
+    kube_proxy_config,
+    kubelet_command,
+    kubelet_config,
+    node_paths,
+    node_ready_condition,
+    real_nodes,
+    real_nodes_for,
+    to_record,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / ".state" / "localcluster"
+NODES = real_nodes_for(default_plan())
+
+
+def test_one_system_node_in_the_stacks_system_pool_and_one_gpu_node_in_a_pool_of_its_own() -> None:
+    system, gpu = NODES
+    assert (system.kind, system.labels["gpucluster.io/pool"]) == ("system", "system")
+    assert (gpu.kind, gpu.gpus, gpu.labels["gpucluster.io/pool"]) == ("gpu", 8, REAL_GPU_POOL)
+    # Only pods that ask for a real kubelet land on them: the stack's own pods stay on kwok.
+    assert all(REAL_NODE_TAINT in n.taints for n in NODES)
+    with pytest.raises(ValueError, match="at least one fake GPU, got 0"):
+        real_nodes("system", "g", gpus=0)
+
+
+def test_nodes_share_nothing_they_would_fight_over() -> None:
+    """Two kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ."""
+    for attr in ("ip", "pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
+        values = [getattr(n, attr) for n in NODES]
+        assert len(set(values)) == len(values), attr
+    subnets = [ipaddress.ip_network(n.pod_cidr) for n in NODES]
+    kwok = ipaddress.ip_network("10.244.0.0/16")  # kwok's fake pod addresses (plan.component_commands)
+    assert not any(s.overlaps(kwok) for s in subnets)
+    assert not subnets[0].overlaps(subnets[1])
+    assert all(len(n.bridge) <= 15 for n in NODES)  # the kernel's interface-name limit
+    assert addresses(NODES) == [APISERVER_IP, *(n.ip for n in NODES)]
+
+
+def test_every_unix_socket_fits_the_kernels_108_byte_limit_under_the_default_state() -> None:
+    for node in NODES:
+        paths = node_paths(STATE, node)
+        for sock in (paths.containerd_socket, Path(str(paths.containerd_socket) + ".ttrpc"),
+                     paths.device_plugins / "kubelet.sock", paths.device_plugins / "fakegpu.sock"):
+            assert len(str(sock).encode()) < 108, sock
+
+
+def test_containerd_config_is_valid_toml_with_what_this_host_needs() -> None:
+    node = NODES[0]
+    paths = node_paths(STATE, node)
+    conf = tomllib.loads(containerd_config(node, paths))
+    assert conf["version"] == 2
+    assert conf["grpc"]["address"] == str(paths.containerd_socket)
+    assert conf["root"].startswith(str(paths.base)) and conf["state"].startswith(str(paths.base))
+    cri = conf["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # this host refuses a negative oom_score_adj
+    assert cri["sandbox_image"] == "docker.io/local/pause:3.10"
+    assert cri["cni"]["conf_dir"] == str(paths.cni_conf_dir)
+    runtimes = cri["containerd"]["runtimes"]
+    assert set(runtimes) == {"runc", "nvidia"}  # the stack's training pods name RuntimeClass nvidia
+    assert all(r["options"]["SystemdCgroup"] is False for r in runtimes.values())
+
+
+def test_cni_network_is_the_nodes_own_bridge_without_masquerade() -> None:
+    node = NODES[1]
+    paths = node_paths(STATE, node)
+    conf = cni_conflist(node, paths)
+    bridge = conf["plugins"][0]
+    assert (conf["name"], bridge["bridge"], bridge["ipMasq"]) == (node.network, node.bridge, False)
+    assert bridge["ipam"]["ranges"] == [[{"subnet": node.pod_cidr, "gateway": node.gateway}]]
+    assert bridge["ipam"]["dataDir"].startswith(str(paths.base))
+
+
+def test_kubelet_config_locks_the_kubelet_api_and_runs_on_cgroup_v1() -> None:
+    node = NODES[0]
+    paths = node_paths(STATE, node)
+    conf = kubelet_config(node, paths, Path("/ca.crt"), Path("/s.crt"), Path("/s.key"))
+    assert conf["failCgroupV1"] is False and conf["cgroupDriver"] == "cgroupfs"
+    assert conf["cgroupRoot"] == f"/gpucluster/{node.name}"
+    assert conf["authentication"]["anonymous"] == {"enabled": False}
+    assert conf["authentication"]["webhook"] == {"enabled": True}
+    assert conf["authorization"] == {"mode": "Webhook"}
+    assert conf["readOnlyPort"] == 0
+    assert conf["registerWithTaints"] == [REAL_NODE_TAINT]
+    argv = kubelet_command(Path("/bin"), node, paths)
+    assert f"--node-ip={node.ip}" in argv and f"--hostname-override={node.name}" in argv
+    labels = next(a for a in argv if a.startswith("--node-labels="))
+    assert "gpucluster.io/pool=system" in labels
+
+
+def test_device_plugin_reports_the_nodes_gpus_and_reads_its_unhealthy_file() -> None:
+    node = NODES[1]
+    paths = node_paths(STATE, node)
+    argv = device_plugin_command(Path("/bin"), node, paths)
+    assert "--count=8" in argv and "--resource=nvidia.com/gpu" in argv
+    assert f"--plugin-dir={paths.device_plugins}" in argv and f"--unhealthy-file={paths.unhealthy_gpus}" in argv
+
+
+def test_kube_proxy_leaves_conntrack_alone_and_serves_loopback_only() -> None:
+    conf = kube_proxy_config(Path("/kp.kubeconfig"))
+    assert conf["mode"] == "iptables" and conf["conntrack"]["maxPerCore"] == 0
+    assert conf["bindAddress"] == "127.0.0.1" and conf["metricsBindAddress"].startswith("127.0.0.1:")
+
+
+def test_api_server_is_reachable_from_pods_only_with_real_nodes() -> None:
+    ports = {name: 1000 + i for i, name in enumerate(
+        ("etcd", "etcd_peer", "apiserver", "kwok", "vc_scheduler_metrics", "vc_scheduler_healthz",
+         "vc_controller_metrics", "vc_controller_healthz", "descheduler"))}
+    lay = Layout(Path("/s"))
+    kwok_only = component_commands(lay, ports)["kube-apiserver"]
+    assert "--bind-address=127.0.0.1" in kwok_only and "--endpoint-reconciler-type=none" in kwok_only
+    real = component_commands(lay, ports, APISERVER_IP)["kube-apiserver"]
+    assert f"--advertise-address={APISERVER_IP}" in real and "--endpoint-reconciler-type=none" not in real
+    for argv in (kwok_only, real):
+        assert "--authorization-mode=Node,RBAC" in argv
+        assert "--enable-admission-plugins=NodeRestriction" in argv
+
+
+def test_the_record_of_started_nodes_round_trips() -> None:
+    assert from_record(json.loads(json.dumps(to_record(NODES)))) == NODES
+
+
+@pytest.mark.parametrize(("status", "ready"), [
+    ({"conditions": [{"type": "Ready", "status": "True"}]}, True),
+    ({"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "False"}]}, False),
+    ({"conditions": None}, False),
+    ({}, False),
+])
+def test_node_ready_reads_the_kubelets_ready_condition(status: dict[str, Any], ready: bool) -> None:
+    assert node_ready_condition(status) is ready
+
+
+# --------------------------------------------------------------------------- host checks
+
+
+def _readings(**over: Any) -> hostcheck.HostReadings:
+    base: dict[str, Any] = {
+        "euid": 0, "filesystems": frozenset({"overlay", "ext4"}),
+        "cgroup_controllers": frozenset(hostcheck.CGROUP_CONTROLLERS), "cgroup_v2": False,
+        "commands": dict.fromkeys(hostcheck.COMMANDS, True),
+        "cni_plugins": dict.fromkeys(hostcheck.CNI_PLUGINS, True),
+        "binaries": {"kubelet": True, "pause": True},
+    }
+    base.update(over)
+    return hostcheck.HostReadings(**base)
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"euid": 1000}, "root: running as uid 1000; needs root"),
+    ({"filesystems": frozenset({"ext4"})}, "overlayfs: not in /proc/filesystems; needs the overlay filesystem"),
+    ({"cgroup_controllers": frozenset({"cpu", "memory"})},
+     "cgroups: cpuacct, cpuset, pids, devices, freezer missing from the mounted cgroup v1 hierarchies"),
+    ({"cgroup_controllers": frozenset({"cpu"}), "cgroup_v2": True}, "missing from the cgroup v2 root's"),
+    ({"commands": {**dict.fromkeys(hostcheck.COMMANDS, True), "containerd": False}},
+     "containerd: not on PATH; needs the container runtime (Debian package containerd)"),
+    ({"cni_plugins": {"bridge": True}}, "CNI plugins: host-local, portmap, loopback missing from /usr/lib/cni"),
+    ({"binaries": {"kubelet": False, "pause": True}}, "binaries: kubelet not built in .state/localcluster/bin"),
+])
+def test_each_failed_host_check_is_one_line_naming_what_and_why(over: dict[str, Any], message: str) -> None:
+    found = hostcheck.problems(_readings(**over))
+    assert len(found) == 1 and message in found[0], found
+
+
+def test_a_host_that_has_everything_passes() -> None:
+    assert hostcheck.problems(_readings()) == []
+
+
+def test_proc_cgroups_lists_only_enabled_controllers() -> None:
+    text = "#subsys_name\thierarchy\tnum_cgroups\tenabled\ncpu\t1\t5\t1\nrdma\t0\t1\t0\nmemory\t4\t9\t1\n"
+    assert hostcheck.parse_cgroup_controllers(text) == {"cpu", "memory"}
+    assert hostcheck.parse_filesystems("nodev\tsysfs\n\text4\nnodev\toverlay\n") == {"sysfs", "ext4", "overlay"}
+
+
+@given(st.text())
+def test_host_readings_parsers_never_fail_on_any_text(text: str) -> None:
+    assert isinstance(hostcheck.parse_cgroup_controllers(text), frozenset)
+    assert isinstance(hostcheck.parse_filesystems(text), frozenset)
+    assert isinstance(hostcheck.strip_counters(text.replace(":", "")), list)
+
+
+_VALUES = st.text(alphabet="0123456789 \t", min_size=1, max_size=8)
+
+
+@given(st.dictionaries(st.sampled_from(hostcheck.SYSCTLS), _VALUES),
+       st.dictionaries(st.sampled_from(hostcheck.SYSCTLS), _VALUES))
+def test_sysctl_restores_write_back_exactly_what_changed(before: dict[str, str], now: dict[str, str]) -> None:
+    restores = hostcheck.sysctl_restores(before, now)
+    for name, value in restores.items():
+        assert value == before[name] and " ".join(now[name].split()) != " ".join(value.split())
+    # After writing them back, nothing is left to restore.
+    assert hostcheck.sysctl_restores(before, {**now, **restores}) == {}
+
+
+def test_rules_added_ignores_counters_and_names_new_chains_and_rules() -> None:
+    before = "# Generated\n*filter\n:INPUT ACCEPT [10:200]\n-A INPUT -i lo -j ACCEPT\nCOMMIT\n"
+    after = ("*filter\n:INPUT ACCEPT [99:9999]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -i lo -j ACCEPT\n"
+             "-A INPUT -j KUBE-FIREWALL\nCOMMIT\n")
+    assert hostcheck.rules_added(before, after) == [":KUBE-FIREWALL -", "-A INPUT -j KUBE-FIREWALL"]
+    assert hostcheck.rules_added(after, after) == []
+    # A table that did not exist before is emptied by the restore.
+    assert hostcheck.restore_input("", after) == "*filter\nCOMMIT\n"
+    assert hostcheck.restore_input(before, after) == before
+
+
+# --------------------------------------------------------------------------- host hygiene on this host
+
+
+def _root_with_iptables() -> None:
+    if os.geteuid() != 0 or not shutil.which("iptables-save"):
+        pytest.skip("the hygiene restore changes this host: needs root and iptables")
+
+
+def test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them(tmp_path: Path) -> None:
+    """What the kubelet and the bridge CNI do to a host (a sysctl, a chain and a rule), undone by ``restore``."""
+    _root_with_iptables()
+    from tools.localcluster import nodehost
+
+    lay = Layout(tmp_path)
+    panic = Path(hostcheck.sysctl_path("kernel.panic"))
+    try:
+        panic.write_text(panic.read_text())
+    except OSError as err:
+        pytest.skip(f"sysctls are read-only here: {err}")
+    before_sysctls = nodehost.read_sysctls()
+    before_rules = hostcheck.strip_counters(nodehost.iptables_dump("iptables"))
+    nodehost.snapshot(lay)
+    try:
+        panic.write_text(str(int(before_sysctls["kernel.panic"]) + 7))
+        subprocess.run(["iptables", "-N", "GPUCLUSTER-HYGIENE-TEST"], check=True)
+        subprocess.run(["iptables", "-A", "INPUT", "-s", "192.0.2.123/32", "-j", "GPUCLUSTER-HYGIENE-TEST"],
+                       check=True)
+        assert nodehost.read_sysctls() != before_sysctls
+        changed = nodehost.restore(lay)
+    finally:
+        if (tmp_path / "host-before.json").exists():
+            nodehost.restore(lay)
+    assert "kernel.panic=" + before_sysctls["kernel.panic"] in changed and "iptables rules" in changed
+    assert nodehost.read_sysctls() == before_sysctls
+    assert hostcheck.strip_counters(nodehost.iptables_dump("iptables")) == before_rules
+    assert not (tmp_path / "host-before.json").exists()
+
+
+def test_fake_gpu_plugin_go_tests_pass() -> None:
+    """The device plugin's own tests (device names, health, allocation), once its module is in the Go cache."""
+    if not (STATE / "bin" / "fake-gpu-plugin").exists() or not shutil.which("go"):
+        pytest.skip("the local cluster's Go build has not run here (make localcluster)")
+    proc = subprocess.run(["go", "-C", str(ROOT / "tools" / "localcluster"), "test", "./cmd/fake-gpu-plugin/"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,214 @@
+"""Images without a registry: every agent image built here from its own Dockerfile, for the local nodes.
+
+No registry is reachable on a build machine, so the Dockerfiles' pinned upstream base cannot be pulled. Their
+base is a build argument (``ARG BASE=<pinned upstream>``); here it points at a Python base built locally:
+
+1. ``debootstrap --variant=minbase`` of Debian bookworm with python3, pip and CA certificates (cached by its
+   inputs under ``.state/images/base``). The build machine's CA bundle replaces the image's, so ``pip`` in a
+   ``RUN`` step trusts what this machine trusts (a TLS-inspecting proxy included); the image is only for the
+   local nodes and never pushed.
+2. ``umoci`` packs the rootfs into an OCI layout, ``buildah pull oci-archive:`` stores it as :data:`BASE_REF`.
+3. ``buildah bud --isolation chroot`` builds each Dockerfile with ``--build-arg BASE=`` that base, daemonless.
+4. ``buildah push … oci-archive:`` writes ``.state/images/oci/<name>.tar``, which every real node's containerd
+   imports (tools/localcluster/nodehost.py) under :data:`LOCAL_REGISTRY`.
+
+The pause image (the pod sandbox) is a single static binary of ours (tools/localcluster/cmd/pause) packed the
+same way. Plans are pure (:func:`base_plan`, :func:`agent_plan`, :func:`pause_plan`); :func:`run` executes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".state" / "images"
+#: Where the real nodes find the images: the registry part of every local image reference.
+LOCAL_REGISTRY = "docker.io/local"
+#: The pod sandbox image every real node's containerd uses (tools/localcluster/cmd/pause).
+PAUSE_IMAGE = f"{LOCAL_REGISTRY}/pause:3.10"
+BASE_REF = "localhost/gpucluster-python-base:bookworm"
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+#: buildah's storage: vfs works on every filesystem (overlay-on-overlay does not), chroot needs no daemon.
+BUILDAH = ("buildah", "--storage-driver", "vfs")
+#: What a local build needs on PATH, and the Debian package that has it.
+TOOLS = {"debootstrap": "debootstrap", "umoci": "umoci", "buildah": "buildah"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a plan, with what it does (for the progress line)."""
+
+    what: str
+    argv: tuple[str, ...]
+
+
+def local_ref(name: str, version: str) -> str:
+    return f"{LOCAL_REGISTRY}/{name}:{version}"
+
+
+def base_key(packages: Sequence[str] = BASE_PACKAGES, suite: str = SUITE, mirror: str = MIRROR) -> str:
+    """The base's cache key: what debootstrap is asked for (the host's CA bundle is copied on every pack)."""
+    return hashlib.sha256(json.dumps([suite, mirror, sorted(packages)]).encode()).hexdigest()[:16]
+
+
+def base_plan(state: Path, rootfs_ready: bool) -> list[Step]:
+    """debootstrap (unless the cached rootfs is current), then the OCI layout and buildah's copy of it."""
+    rootfs, layout, bundle, archive = state / "base" / "rootfs", state / "base" / "layout", state / "base" / "bundle", \
+        state / "base" / "base.tar"
+    steps: list[Step] = []
+    if not rootfs_ready:
+        steps += [
+            Step("clean the old rootfs", ("rm", "-rf", str(rootfs))),
+            Step(f"debootstrap {SUITE} minbase + {' '.join(BASE_PACKAGES)}",
+                 ("debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs),
+                  MIRROR)),
+            # Smaller, and pip may install: the Dockerfiles pip-install into the image as they do on python:slim.
+            Step("trim apt caches, let pip install", ("sh", "-c",
+                 f"rm -rf {rootfs}/var/cache/apt/archives/*.deb {rootfs}/var/lib/apt/lists/* "
+                 f"{rootfs}/usr/lib/python3*/EXTERNALLY-MANAGED")),
+        ]
+    steps += [
+        Step("trust this machine's CA bundle",
+             ("cp", str(HOST_CA_BUNDLE), str(rootfs / "etc/ssl/certs/ca-certificates.crt"))),
+        Step("fresh OCI layout", ("rm", "-rf", str(layout), str(bundle), str(archive))),
+        Step("umoci init", ("umoci", "init", "--layout", str(layout))),
+        Step("umoci new", ("umoci", "new", "--image", f"{layout}:{SUITE}")),
+        Step("umoci unpack", ("umoci", "unpack", "--image", f"{layout}:{SUITE}", str(bundle))),
+        Step("rootfs into the bundle", ("sh", "-c", f"rmdir {bundle}/rootfs && cp -a {rootfs} {bundle}/rootfs")),
+        Step("umoci repack", ("umoci", "repack", "--image", f"{layout}:{SUITE}", str(bundle))),
+        Step("umoci config", ("umoci", "config", "--image", f"{layout}:{SUITE}",
+                              "--config.env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                              "--config.cmd", "python3")),
+        Step("archive", ("tar", "-C", str(layout), "-cf", str(archive), ".")),
+        Step(f"buildah pull the base as {BASE_REF}", ("sh", "-c", f'id=$({" ".join(BUILDAH)} pull -q '
+             f'oci-archive:{archive}) && {" ".join(BUILDAH)} tag "$id" {BASE_REF}')),
+        Step("drop the bundle", ("rm", "-rf", str(bundle))),
+    ]
+    return steps
+
+
+def agent_plan(state: Path, name: str, dockerfile: Path, version: str, root: Path = ROOT) -> list[Step]:
+    """buildah bud of one Dockerfile on the local base, pushed into ``<state>/oci/<name>.tar``."""
+    ref = local_ref(name, version)
+    archive = state / "oci" / f"{name}.tar"
+    rel = dockerfile.relative_to(root) if dockerfile.is_relative_to(root) else dockerfile
+    return [
+        Step(f"build {ref}", (*BUILDAH, "bud", "--isolation", "chroot", "--pull=false", "--layers=false",
+                              "--build-arg", f"BASE={BASE_REF}", "-f", str(rel), "-t", ref, str(root))),
+        Step(f"archive {ref}", ("rm", "-f", str(archive))),
+        Step(f"push {ref} to {archive.name}", (*BUILDAH, "push", "-q", ref, f"oci-archive:{archive}:{ref}")),
+    ]
+
+
+def pause_plan(state: Path, pause_binary: Path, ref: str) -> list[Step]:
+    """The pod sandbox image: our static pause binary alone, as its entrypoint."""
+    layout, bundle, archive = state / "pause" / "layout", state / "pause" / "bundle", state / "oci" / "pause.tar"
+    tag = ref.rsplit(":", 1)[1]
+    return [
+        Step("fresh OCI layout", ("rm", "-rf", str(layout), str(bundle), str(archive))),
+        Step("umoci init", ("umoci", "init", "--layout", str(layout))),
+        Step("umoci new", ("umoci", "new", "--image", f"{layout}:{tag}")),
+        Step("umoci unpack", ("umoci", "unpack", "--image", f"{layout}:{tag}", str(bundle))),
+        Step("the binary", ("install", "-m", "0755", str(pause_binary), str(bundle / "rootfs" / "pause"))),
+        Step("umoci repack", ("umoci", "repack", "--image", f"{layout}:{tag}", str(bundle))),
+        Step("umoci config", ("umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/pause",
+                              "--config.user", "65535:65535")),
+        # containerd names an imported image by the index's ref.name annotation: the full reference.
+        Step("name it", (sys.executable, "-c", _RENAME, str(layout / "index.json"), tag, ref)),
+        Step("archive", ("tar", "-C", str(layout), "-cf", str(archive), ".")),
+        Step("drop the bundle", ("rm", "-rf", str(bundle))),
+    ]
+
+
+_RENAME = (
+    "import json,sys;p,tag,ref=sys.argv[1:];d=json.load(open(p))\n"
+    "for m in d['manifests']:\n"
+    " a=m.setdefault('annotations',{})\n"
+    " if a.get('org.opencontainers.image.ref.name')==tag: a['org.opencontainers.image.ref.name']=ref\n"
+    "json.dump(d,open(p,'w'))"
+)
+
+
+def missing_tools(which: dict[str, str | None] | None = None) -> list[str]:
+    """``tool (Debian package)`` for every tool a local build needs and this machine lacks."""
+    found = which if which is not None else {t: shutil.which(t) for t in TOOLS}
+    return [f"{t} (Debian package {p})" for t, p in TOOLS.items() if not found.get(t)]
+
+
+def run(steps: Sequence[Step], log: Path) -> None:
+    """Run each step, output to ``log``; the first failure raises with its command and the log's tail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        for step in steps:
+            argv = list(step.argv)
+            out.write(f"$ {' '.join(argv)}\n")
+            out.flush()
+            proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=out, text=True, check=False, cwd=ROOT)
+            out.write(proc.stdout)
+            if proc.returncode != 0:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-8:])
+                raise RuntimeError(f"{step.what} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}")
+
+
+def _rootfs_ready(state: Path) -> bool:
+    stamp = state / "base" / "rootfs.key"
+    return (state / "base" / "rootfs" / "usr" / "bin" / "python3").exists() and \
+        stamp.exists() and stamp.read_text().strip() == base_key()
+
+
+def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str,
+              state: Path = STATE) -> dict[str, float]:
+    """The base (cached), every agent image and the pause image; seconds per image, for the bench."""
+    log = state / "build.log"
+    log.unlink(missing_ok=True)
+    (state / "oci").mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    ready = _rootfs_ready(state)
+    run(base_plan(state, ready), log)
+    (state / "base" / "rootfs.key").write_text(base_key())
+    seconds["base" if not ready else "base (cached rootfs)"] = round(time.monotonic() - started, 1)
+    for name, dockerfile in agents:
+        started = time.monotonic()
+        print(f"images: building {local_ref(name, version)}", flush=True)
+        run(agent_plan(state, name, dockerfile, version), log)
+        seconds[name] = round(time.monotonic() - started, 1)
+    started = time.monotonic()
+    run(pause_plan(state, pause_binary, pause_ref), log)
+    seconds["pause"] = round(time.monotonic() - started, 1)
+    (state / "oci" / "build-seconds.json").write_text(json.dumps(seconds, indent=2))
+    return seconds
+
+
+def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str) -> int:
+    missing = missing_tools()
+    if missing:
+        print(f"images: a local build needs {', '.join(missing)}; `make images` installs them with apt",
+              file=sys.stderr)
+        return 3
+    if os.geteuid() != 0:
+        print("images: a local build runs debootstrap and buildah's chroot isolation, which need root",
+              file=sys.stderr)
+        return 3
+    if not pause_binary.exists():
+        print(f"images: {pause_binary} is not built; run `make localcluster`", file=sys.stderr)
+        return 3
+    try:
+        seconds = build_all(agents, version, pause_binary, pause_ref)
+    except RuntimeError as err:
+        print(f"images: {err}", file=sys.stderr)
+        return 1
+    print("images: built " + ", ".join(f"{k} {v}s" for k, v in seconds.items()) + f" into {STATE / 'oci'}")
+    return 0

@@ -1,0 +1,354 @@
+"""Real nodes beside the kwok ones: a kubelet on its own containerd + runc + bridge CNI (pure plan).
+
+Every real node shares the host's network namespace but has its own containerd (socket, root, state), its own
+kubelet (root dir, ports, cgroup root ``/gpucluster/<node>``), its own CNI bridge and pod subnet, all under
+``.state/localcluster/nodes/<node>``. The API server is reached at :data:`APISERVER_IP`, an address the
+local cluster adds to ``lo`` so pods can reach it (it advertises that address, so the ``kubernetes`` Service
+has an endpoint and in-cluster clients work). Each node has an address of its own on ``lo`` too (the
+kubelet insists its ``--node-ip`` is a local address, and the API server reaches the kubelet there).
+
+A GPU node advertises fake ``nvidia.com/gpu`` devices through our device plugin (cmd/fake-gpu-plugin).
+Real nodes are tainted :data:`REAL_NODE_TAINT` so only pods that ask for a real kubelet land there: the
+stack's own pods keep running on kwok nodes until their images exist here.
+
+Nothing here touches the host; :mod:`tools.localcluster.nodehost` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.image_local import PAUSE_IMAGE
+from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
+
+#: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
+#: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
+APISERVER_IP = "10.255.255.1"
+#: Real pods' addresses: one /24 per node, away from kwok's fake 10.244.0.0/16.
+POD_SUPERNET = "10.88"
+#: Only pods tolerating this land on a real node.
+REAL_NODE_TAINT = {"key": "gpucluster.io/real-node", "value": "true", "effect": "NoSchedule"}
+#: The runtime handlers containerd offers: runc, and ``nvidia`` (the RuntimeClass the GPU operator adds,
+#: which our training pods name) mapped to runc as well: there is no GPU to hook here.
+RUNTIME_HANDLERS = ("runc", "nvidia")
+RUNC = "/usr/sbin/runc"
+#: The real GPU node's pool: a pool of its own, which no service or job of the stack's names.
+REAL_GPU_POOL = "real-gpu"
+CNI_BIN_DIR = "/usr/lib/cni"
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """One real node: its name, kind (``system`` or ``gpu``), index (addresses, ports) and labels."""
+
+    name: str
+    kind: str
+    index: int
+    gpus: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+
+    @property
+    def ip(self) -> str:
+        return f"10.255.255.{10 + self.index}"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"{POD_SUPERNET}.{self.index}.0/24"
+
+    @property
+    def gateway(self) -> str:
+        return f"{POD_SUPERNET}.{self.index}.1"
+
+    @property
+    def bridge(self) -> str:
+        """The CNI bridge (at most 15 characters, the kernel's limit)."""
+        return f"gpucl{self.index}"
+
+    @property
+    def network(self) -> str:
+        return f"gpucluster-{self.name}"
+
+    @property
+    def kubelet_port(self) -> int:
+        return 10250 + 10 * self.index
+
+    @property
+    def healthz_port(self) -> int:
+        return 10248 + 10 * self.index
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/gpucluster/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Everything of one node under ``<state>/nodes/<node>``."""
+
+    base: Path
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.base / "containerd" / "root"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.base / "containerd" / "state"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.base / "containerd" / "containerd.sock"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.base / "containerd" / "config.toml"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.base / "cni" / "net.d"
+
+    @property
+    def cni_data_dir(self) -> Path:
+        return self.base / "cni" / "ipam"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.base / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.base / "kubelet-config.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.base / "kubelet.kubeconfig"
+
+    @property
+    def device_plugins(self) -> Path:
+        return self.kubelet_root / "device-plugins"
+
+    @property
+    def unhealthy_gpus(self) -> Path:
+        """Device IDs listed here are reported Unhealthy by the node's device plugin."""
+        return self.base / "unhealthy-gpus"
+
+
+def node_paths(state: Path, node: RealNode) -> NodePaths:
+    return NodePaths(state / "nodes" / node.name)
+
+
+def real_nodes(system_pool: str, gpu_pool: str, gpus: int = 8, prefix: str = DEFAULT_LABEL_PREFIX,
+               gpu_model: str = "H100-SXM5-80GB") -> tuple[RealNode, ...]:
+    """The default pair: one system-pool node (our agents) and one GPU node with ``gpus`` fake devices."""
+    if gpus < 1:
+        raise ValueError(f"a real GPU node needs at least one fake GPU, got {gpus}")
+    system = RealNode(
+        name="real-system-01", kind="system", index=1,
+        labels={f"{prefix}/pool": system_pool, f"{prefix}/real-node": "true"},
+        taints=(REAL_NODE_TAINT,))
+    gpu = RealNode(
+        name="real-gpu-01", kind="gpu", index=2, gpus=gpus,
+        labels={f"{prefix}/pool": gpu_pool, f"{prefix}/location": "onprem", f"{prefix}/gpu-model": gpu_model,
+                f"{prefix}/real-node": "true"},
+        taints=(REAL_NODE_TAINT,))
+    return (system, gpu)
+
+
+def real_nodes_for(plan: Any, gpus: int = 8) -> tuple[RealNode, ...]:
+    """The real nodes of a local cluster: the system node joins the plan's system pool, the GPU node a pool of
+    its own (:data:`REAL_GPU_POOL`), so the stack's burst and quarantine arithmetic over its pools is unchanged."""
+    systems = plan.by_kind("system")
+    system_pool = systems[0].pool if systems else "system"
+    return real_nodes(system_pool, REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix)
+
+
+def to_record(nodes: Sequence[RealNode]) -> list[dict[str, Any]]:
+    return [{"name": n.name, "kind": n.kind, "index": n.index, "gpus": n.gpus, "labels": dict(n.labels),
+             "taints": [dict(t) for t in n.taints]} for n in nodes]
+
+
+def from_record(data: Sequence[Mapping[str, Any]]) -> tuple[RealNode, ...]:
+    return tuple(RealNode(name=str(d["name"]), kind=str(d["kind"]), index=int(d["index"]), gpus=int(d["gpus"]),
+                          labels=dict(d["labels"]), taints=tuple(dict(t) for t in d["taints"])) for d in data)
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def containerd_config(node: RealNode, paths: NodePaths) -> str:
+    """containerd 1.6's config (version 2): CRI with runc on cgroupfs, overlayfs, our CNI dirs and pause image.
+
+    ``restrict_oom_score_adj``: this host refuses a negative ``oom_score_adj`` (runc then fails with
+    "can't get final child's PID from pipe").
+    """
+    runtimes = []
+    for handler in RUNTIME_HANDLERS:
+        runtimes.append(f"""
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{handler}]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{handler}.options]
+  BinaryName = {_toml_str(RUNC)}
+  SystemdCgroup = false
+""")
+    return f"""version = 2
+root = {_toml_str(str(paths.containerd_root))}
+state = {_toml_str(str(paths.containerd_state))}
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = {_toml_str(str(paths.containerd_socket))}
+
+[ttrpc]
+  address = {_toml_str(str(paths.containerd_socket) + ".ttrpc")}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {_toml_str(str(paths.base / "containerd" / "opt"))}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = {_toml_str(PAUSE_IMAGE)}
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  disable_apparmor = true
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+{"".join(runtimes)}
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = {_toml_str(CNI_BIN_DIR)}
+  conf_dir = {_toml_str(str(paths.cni_conf_dir))}
+  max_conf_num = 1
+"""
+
+
+def cni_conflist(node: RealNode, paths: NodePaths) -> dict[str, Any]:
+    """The node's CNI network: a bridge of its own, host-local addresses from its /24 (state under .state),
+    no masquerade (pods reach the API server and each other on this host; nothing else is out there)."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": node.network,
+        "plugins": [
+            {
+                "type": "bridge", "bridge": node.bridge, "isGateway": True, "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local", "dataDir": str(paths.cni_data_dir),
+                    "ranges": [[{"subnet": node.pod_cidr, "gateway": node.gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def kubelet_config(node: RealNode, paths: NodePaths, ca_file: Path, tls_cert: Path, tls_key: Path) -> dict[str, Any]:
+    """The KubeletConfiguration of a real node.
+
+    cgroup v1 here (``failCgroupV1: false``), cgroupfs under the node's own root so two kubelets never share
+    ``/kubepods``; webhook authentication and authorization (the API server's kubelet client is bound to
+    ``system:kubelet-api-admin``); no read-only port; evictions only when the disk or memory is nearly
+    full (a shared build machine's disk is busy, not ours to guard).
+    """
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": node.cgroup_root,
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
+        "containerRuntimeEndpoint": f"unix://{paths.containerd_socket}",
+        "address": node.ip,
+        "port": node.kubelet_port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": node.healthz_port,
+        "tlsCertFile": str(tls_cert),
+        "tlsPrivateKeyFile": str(tls_key),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(ca_file)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "registerNode": True,
+        "registerWithTaints": [dict(t) for t in node.taints],
+        "failSwapOn": False,
+        "protectKernelDefaults": False,
+        "makeIPTablesUtilChains": True,
+        "serializeImagePulls": False,
+        "maxPods": 40,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "volumePluginDir": str(paths.base / "volume-plugins"),
+        "resolvConf": "/etc/resolv.conf",
+        "staticPodPath": "",
+        "shutdownGracePeriod": "0s",
+        "nodeStatusReportFrequency": "10s",
+        "nodeStatusUpdateFrequency": "5s",
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "10s",
+    }
+
+
+def kubelet_command(bin_dir: Path, node: RealNode, paths: NodePaths) -> list[str]:
+    labels = ",".join(f"{k}={v}" for k, v in sorted(node.labels.items()))
+    return [
+        str(bin_dir / "kubelet"), f"--config={paths.kubelet_config}", f"--kubeconfig={paths.kubeconfig}",
+        f"--root-dir={paths.kubelet_root}", f"--cert-dir={paths.base / 'pki'}", f"--hostname-override={node.name}",
+        f"--node-ip={node.ip}", f"--node-labels={labels}", "--v=1",
+    ]
+
+
+def containerd_command(paths: NodePaths) -> list[str]:
+    return ["containerd", f"--config={paths.containerd_config}", "--log-level=warn"]
+
+
+def device_plugin_command(bin_dir: Path, node: RealNode, paths: NodePaths,
+                          resource: str = DEFAULT_GPU_RESOURCE) -> list[str]:
+    return [
+        str(bin_dir / "fake-gpu-plugin"), f"--plugin-dir={paths.device_plugins}", f"--resource={resource}",
+        f"--count={node.gpus}", f"--id-prefix={node.name}", f"--unhealthy-file={paths.unhealthy_gpus}",
+    ]
+
+
+def kube_proxy_config(kubeconfig: Path, cluster_cidr: str = f"{POD_SUPERNET}.0.0/16") -> dict[str, Any]:
+    """One kube-proxy for the host (every real node shares its network namespace): iptables mode; Services
+    reach real pods only (kwok's pod addresses go nowhere, so traffic from outside the pod range is not
+    masqueraded into them)."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "clusterCIDR": cluster_cidr,
+        "bindAddress": "127.0.0.1",
+        "healthzBindAddress": "127.0.0.1:10356",
+        "metricsBindAddress": "127.0.0.1:10349",
+        "conntrack": {"maxPerCore": 0},
+        "nodePortAddresses": ["127.0.0.1/32"],
+    }
+
+
+def node_ready_condition(node_status: Mapping[str, Any]) -> bool:
+    """Whether a Node's status says Ready (the kubelet's own report)."""
+    for cond in node_status.get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def addresses(nodes: Sequence[RealNode]) -> list[str]:
+    """Every address the real nodes need on ``lo``: the API server's, then each node's."""
+    return [APISERVER_IP, *(n.ip for n in nodes)]
