@@ -124,7 +124,7 @@ class BurstControllerArgs:
         return cls(
             burst=cfg.burst,
             settings=settings_from_config(cfg),
-            image=images.agent_image(APP),
+            image=images.agent_image(APP, cfg.agent_registry),
             placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
             training_namespace=cfg.training_namespace,
         )

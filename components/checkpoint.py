@@ -166,10 +166,11 @@ class CheckArgs:
     queue: str
     priority_class: str
     reduce: ReduceSettings
+    registry: str = images.AGENT_REGISTRY
 
     @property
     def image(self) -> str:
-        return self.check.image or images.agent_image(CHECK_APP)
+        return self.check.image or images.agent_image(CHECK_APP, self.registry)
 
     @property
     def name(self) -> str:
@@ -265,7 +266,7 @@ class CheckpointStorageArgs:
                 pool=pool.name, gpus_per_node=pool.gpus_per_node, gpu_resource=cfg.gpu_resource,
                 label_prefix=cfg.label_prefix, scheduler_name=cfg.scheduling.scheduler_name,
                 queue=cfg.scheduling.inference_queue.name, priority_class=cfg.priorities.inference.name,
-                reduce=reduce_settings(cfg),
+                reduce=reduce_settings(cfg), registry=cfg.agent_registry,
             )
         # Strict mode already failed validation; otherwise the same findings become preview warnings.
         warnings = tuple(f"{path}: {message}" for path, message, _ in sizing_problems(cfg))

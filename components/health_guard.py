@@ -79,7 +79,7 @@ class HealthGuardArgs:
             port=cfg.observability.thermal_guard_port,
             priority_class=cfg.priorities.system.name,
             system_pool_selector=cfg.system_pool_selector,
-            image=images.agent_image(APP),
+            image=images.agent_image(APP, cfg.agent_registry),
             eviction_namespaces=(("training", cfg.training_namespace),
                                  *((("inference", cfg.inference_namespace),) if settings.evict_inference_on_fatal
                                    else ())),

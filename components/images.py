@@ -24,8 +24,12 @@ PROMETHEUS_ADAPTER = f"registry.k8s.io/prometheus-adapter/prometheus-adapter:{pi
 LIQO_VIRTUAL_KUBELET = f"ghcr.io/liqotech/virtual-kubelet:{pins.LIQO_VIRTUAL_KUBELET.version}"
 DCGM_EXPORTER = f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER.version}-ubuntu22.04"
 
-#: Our own agents, built from agents/*/Dockerfile and published under the platform registry.
+#: Our own agents, built from agents/*/Dockerfile and published under the platform registry: the default of the
+#: stack key ``agentRegistry`` (each site pushes to and pulls from its own; the local stack's real nodes import
+#: ``make images`` output under ``docker.io/local``).
 AGENT_REGISTRY = "registry.gpucluster.io/platform"
+#: ``host[:port]/path`` with no tag or digest: where agent images are pulled from.
+REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 AGENT_VERSION = "0.1.0"
 #: The digest each agent image was pushed with, per agent (null before its first push): written by
 #: .github/workflows/agent-images.yml through ``python3 -m tools.images record`` and reviewed as a pull request.
@@ -56,16 +60,17 @@ def _recorded_digests(path: Path) -> dict[str, str | None]:
     return agent_digests(path)
 
 
-def agent_tag(name: str) -> str:
+def agent_tag(name: str, registry: str = AGENT_REGISTRY) -> str:
     """The tag an agent image is built and pushed with (burst-controller, ib-exporter, health-guard…)."""
-    return f"{AGENT_REGISTRY}/{name}:{AGENT_VERSION}"
+    return f"{registry}/{name}:{AGENT_VERSION}"
 
 
-def agent_image(name: str) -> str:
-    """The pinned image of one of our agents: its tag, and the digest it was pushed with once the images
-    workflow has recorded one."""
-    digest = _recorded_digests(AGENT_DIGESTS_FILE).get(name)
-    return agent_tag(name) + (f"@{digest}" if digest else "")
+def agent_image(name: str, registry: str = AGENT_REGISTRY) -> str:
+    """The pinned image of one of our agents in ``registry``: its tag, and the digest it was pushed with once the
+    images workflow has recorded one. Another registry holds the site's own builds, whose digests the table does
+    not know, so it gets the tag alone."""
+    digest = _recorded_digests(AGENT_DIGESTS_FILE).get(name) if registry == AGENT_REGISTRY else None
+    return agent_tag(name, registry) + (f"@{digest}" if digest else "")
 
 
 def image_version(image: str) -> str:

@@ -146,7 +146,7 @@ class ObservabilityArgs:
                 repaired_key=HealthNames(cfg.label_prefix).repaired,
             ),
             dcgm_image=images.DCGM_EXPORTER,
-            ib_image=images.agent_image(IB_APP),
+            ib_image=images.agent_image(IB_APP, cfg.agent_registry),
             ib=ib_contract.settings_from_config(cfg),
         )
 

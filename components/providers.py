@@ -345,6 +345,8 @@ class ExternalGpuProviderArgs:
     placement: Placement
     #: The namespaces whose pods this provider runs (inference bursts there): its workload Roles go there.
     workload_namespaces: tuple[str, ...] = ()
+    #: Where the serving-cert init container's image (one of our agents) comes from.
+    agent_registry: str = images.AGENT_REGISTRY
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, provider: ExternalProvider) -> ExternalGpuProviderArgs:
@@ -355,6 +357,7 @@ class ExternalGpuProviderArgs:
             placement=Placement(provider.namespace(cfg.system_namespace), cfg.priorities.system.name,
                                 cfg.system_pool_selector),
             workload_namespaces=(cfg.inference_namespace,),
+            agent_registry=cfg.agent_registry,
         )
 
 
@@ -437,7 +440,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
                                                           read_only=True))
                 ca_file = f"{KUBELET_CLIENT_CA_DIR}/{CA_KEY}"
             env += serving_cert_env(ca_file)
-            init_containers.append(serving_cert_container(p.node_name))
+            init_containers.append(serving_cert_container(p.node_name, args.agent_registry))
         image = p.image or preset.image
         assert image is not None  # the config requires an image where the preset has none
         self.deployment = agent.deploy(
@@ -483,11 +486,11 @@ def serving_cert_env(ca_file: str) -> list[k8s.core.v1.EnvVarArgs]:
     ]
 
 
-def serving_cert_container(node_name: str) -> k8s.core.v1.ContainerArgs:
+def serving_cert_container(node_name: str, registry: str = images.AGENT_REGISTRY) -> k8s.core.v1.ContainerArgs:
     """The init container that makes the kubelet API's certificate for the node name and the pod IP."""
     return k8s.core.v1.ContainerArgs(
         name="serving-cert",
-        image=images.agent_image(SERVING_CERT_IMAGE_AGENT),
+        image=images.agent_image(SERVING_CERT_IMAGE_AGENT, registry),
         command=["serving-cert"],
         args=[f"--dir={SERVING_DIR}", f"--name={node_name}", "--ip=$(POD_IP)"],
         env=[k8s.core.v1.EnvVarArgs(name="POD_IP", value_from=k8s.core.v1.EnvVarSourceArgs(

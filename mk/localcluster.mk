@@ -9,6 +9,10 @@ LOCALCLUSTER := tools/localcluster/localcluster
 # openssl makes the cluster's certificates; the guard keeps a machine that has it from touching apt.
 localcluster-tools:
 	@command -v openssl >/dev/null || $(call apt_install,openssl)
+	@# The real nodes' runtime and network (tools/localcluster/nodehost.py), all from Debian.
+	@command -v containerd >/dev/null && command -v runc >/dev/null && test -x /usr/lib/cni/bridge && \
+	  command -v iptables-save >/dev/null || \
+	  $(call apt_install,containerd runc containernetworking-plugins iptables ipset conntrack iproute2)
 	@command -v go >/dev/null || { echo "localcluster: needs Go >= 1.26 on PATH (go.mod of tools/localcluster)"; exit 1; }
 
 localcluster: localcluster-tools
@@ -47,5 +51,5 @@ down: venv
 	@$(PY) -m tools.localcluster.stackup down
 
 # The end-to-end scenarios on the real components (tests/test_e2e*.py: burst and faults, researchers, provider rank).
-e2e: venv localcluster engine observability-tools
-	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py
+e2e: venv localcluster engine observability-tools images
+	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py tests/test_e2e_realnodes.py

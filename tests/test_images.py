@@ -33,7 +33,7 @@ def write_agent(root: Path, name: str, dockerfile: str) -> None:
 
 
 def test_an_unpinned_base_and_a_missing_or_stray_table_entry_are_named(tmp_path: Path) -> None:
-    write_agent(tmp_path, "fast_agent", "FROM python:3.11-slim\nRUN true\n")
+    write_agent(tmp_path, "fast_agent", "ARG BASE=python:3.11-slim\nFROM ${BASE}\nRUN true\n")
     write_agent(tmp_path, "staged", f"FROM --platform=$BUILDPLATFORM golang:1.26@{DIGEST} AS build\n"
                                     "FROM build\nFROM gcr.io/distroless/static:nonroot\n")
     problems = tool.check(tool.agents(tmp_path), {"fast-agent": None, "retired": None})
@@ -50,6 +50,10 @@ def test_an_unpinned_base_and_a_missing_or_stray_table_entry_are_named(tmp_path:
         ("FROM a:1@sha256:x\n", ["a:1@sha256:x"]),
         ("from --platform=linux/amd64 a:1 as builder\nFROM builder\nFROM b:2\n", ["a:1", "b:2"]),
         ("# FROM commented:1\nRUN echo FROM x\n", []),
+        # A base given as a build argument is judged by its default (what a build without arguments pulls).
+        ("ARG BASE=a:1@sha256:x\nFROM ${BASE}\n", ["a:1@sha256:x"]),
+        ("ARG BASE=a:1\nFROM $BASE AS b\nFROM b\n", ["a:1"]),
+        ("FROM ${UNSET}\n", ["${UNSET}"]),
     ],
 )
 def test_base_images_read_from_the_from_lines(text: str, bases: list[str]) -> None:
@@ -72,8 +76,8 @@ def tool_bin(tmp_path: Path, fakes: dict[str, str]) -> dict[str, str]:
     return {**os.environ, "PATH": str(folder)}
 
 
-def test_make_images_says_so_when_no_builder_can_run(tmp_path: Path) -> None:
-    proc = subprocess.run(["make", "-s", "images"], cwd=ROOT, env=tool_bin(tmp_path, {}), capture_output=True,
+def test_make_images_upstream_says_so_when_no_builder_can_run(tmp_path: Path) -> None:
+    proc = subprocess.run(["make", "-s", "images-upstream"], cwd=ROOT, env=tool_bin(tmp_path, {}), capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode != 0
     assert "images: no container builder can run here (looked for docker, podman and buildah)" in proc.stderr
@@ -89,10 +93,10 @@ def test_a_docker_without_its_daemon_is_named(tmp_path: Path) -> None:
     assert "docker (" in proc.stderr and "cannot build here: Cannot connect to the Docker daemon" in proc.stderr
 
 
-def test_make_images_builds_each_agent_with_the_builder_found(tmp_path: Path) -> None:
+def test_make_images_upstream_builds_each_agent_with_the_builder_found(tmp_path: Path) -> None:
     log = tmp_path / "podman.log"
     env = tool_bin(tmp_path, {"podman": f'[ "$1" = info ] && exit 0\necho "$@" >> {log}\n'})
-    proc = subprocess.run(["make", "-s", "images"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(["make", "-s", "images-upstream"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().splitlines() == [
@@ -146,3 +150,9 @@ def test_the_images_workflow_checks_pushes_records_and_proposes() -> None:
     login = next(s for s in workflow["jobs"]["images"]["steps"] if "docker login" in str(s.get("run", "")))
     assert login["env"] == {"REGISTRY_USERNAME": "${{ secrets.AGENT_REGISTRY_USERNAME }}",
                             "REGISTRY_PASSWORD": "${{ secrets.AGENT_REGISTRY_PASSWORD }}"}
+
+
+def test_a_stack_pulls_agent_images_from_its_own_registry() -> None:
+    """The digest table names the images CI pushed to the default registry; another registry gets the tag."""
+    assert images.agent_image("health-guard", "docker.io/local") == f"docker.io/local/health-guard:{images.AGENT_VERSION}"
+    assert images.agent_image("health-guard").startswith(f"{images.AGENT_REGISTRY}/health-guard:")

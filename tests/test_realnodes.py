@@ -68,7 +68,7 @@ def test_every_unix_socket_fits_the_kernels_108_byte_limit_under_the_default_sta
     for node in NODES:
         paths = node_paths(STATE, node)
         for sock in (paths.containerd_socket, Path(str(paths.containerd_socket) + ".ttrpc"),
-                     paths.device_plugins / "kubelet.sock", paths.device_plugins / "fakegpu.sock"):
+                     paths.plugins_registry / "fakegpu.sock"):
             assert len(str(sock).encode()) < 108, sock
 
 
@@ -120,7 +120,7 @@ def test_device_plugin_reports_the_nodes_gpus_and_reads_its_unhealthy_file() -> 
     paths = node_paths(STATE, node)
     argv = device_plugin_command(Path("/bin"), node, paths)
     assert "--count=8" in argv and "--resource=nvidia.com/gpu" in argv
-    assert f"--plugin-dir={paths.device_plugins}" in argv and f"--unhealthy-file={paths.unhealthy_gpus}" in argv
+    assert f"--registry-dir={paths.plugins_registry}" in argv and f"--unhealthy-file={paths.unhealthy_gpus}" in argv
 
 
 def test_kube_proxy_leaves_conntrack_alone_and_serves_loopback_only() -> None:

@@ -20,6 +20,7 @@ from components.config.priorities import Priorities
 from components.config.providers import ExternalProvider, providers_problems
 from components.config.scheduling import Scheduling, scheduling_problems
 from components.config.training import Training, training_problems
+from components.images import AGENT_REGISTRY, REGISTRY
 
 
 class ClusterConfig(ConfigModel):
@@ -38,6 +39,8 @@ class ClusterConfig(ConfigModel):
     #: Where the API server answers (its addresses or the control plane's range): the only egress our
     #: controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it.
     api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
+    #: Where our agents' images are pulled from (``host[:port]/path``, no tag): every site pushes them to its own.
+    agent_registry: str = AGENT_REGISTRY
     pools: list[GpuPool]
     system_pool: SystemPool
     priorities: Priorities = Priorities()
@@ -59,6 +62,14 @@ class ClusterConfig(ConfigModel):
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as exc:
                 raise ValueError(f"'{cidr}' is not a CIDR block ({exc})") from None
+        return value
+
+    @field_validator("agent_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        if not REGISTRY.fullmatch(value):
+            raise ValueError(f"'{value}' is not an image registry path (host[:port]/path, lower case, no tag or "
+                             "digest), for example registry.example.com/platform")
         return value
 
     @field_validator("pools")

@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="start the control plane and create the fake nodes")
     p_up.add_argument("--stack", default="local", help="stack whose nodes to fake (Pulumi.<stack>.yaml)")
     p_up.add_argument("--timeout", type=float, default=240.0)
+    p_up.add_argument("--real-nodes", action="store_true",
+                      help="also start real kubelets on containerd (a system node and a GPU node, see realnodes.py)")
     p_down = sub.add_parser("down", help="stop every recorded process and drop the etcd data")
     p_down.add_argument("--keep-data", action="store_true", help="keep etcd data for the next up")
     sub.add_parser("status", help="components, nodes, GPUs and taints; exit 1 when down")
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     lay = Layout(args.state.resolve())
     try:
         if args.cmd == "up":
-            control.up(lay, stack=args.stack, timeout=args.timeout)
+            control.up(lay, stack=args.stack, timeout=args.timeout, real_nodes=args.real_nodes)
             control.status(lay)
         elif args.cmd == "down":
             control.down(lay, keep_data=args.keep_data)

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from tools import image_local
 from tools.localcluster import control, hostcheck, pki
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import (
@@ -51,12 +52,15 @@ NETNS_DIR = Path("/run/netns")
 CNI_CACHE = Path("/var/lib/cni/results")
 POD_LOG_LINKS = Path("/var/log/containers")
 IPTABLES = ("iptables", "ip6tables")
+#: Host paths the kubelet, containerd's shims and CNI create whatever their configuration says (the device manager's
+#: socket dir, shim sockets, the CNI result cache, pod log links, network namespaces): removed by ``down`` when they
+#: did not exist before ``up``.
+HOST_PATHS = (Path("/var/lib/kubelet"), Path("/run/containerd"), Path("/var/lib/cni"), POD_LOG_LINKS, NETNS_DIR)
 IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
 
 
-def images_dir(lay: Layout) -> Path:
-    """Where ``make images`` leaves OCI archives for the nodes to import (``.state/images/oci``)."""
-    return lay.state.parent / "images" / "oci"
+#: Where ``make images`` leaves OCI archives for the nodes to import.
+IMAGES_DIR = image_local.STATE / "oci"
 
 
 def _snapshot_file(lay: Layout) -> Path:
@@ -115,7 +119,8 @@ def snapshot(lay: Layout) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(path.read_text())
         return data
     data = {"sysctls": read_sysctls(), "iptables": {cmd: iptables_dump(cmd) for cmd in IPTABLES},
-            "netns": sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.exists() else []}
+            "netns": sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.exists() else [],
+            "absent": [str(p) for p in HOST_PATHS if not p.exists()]}
     lay.state.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
     return data
@@ -134,6 +139,11 @@ def restore(lay: Layout) -> list[str]:
             changed.append(f"{name}={value}")
         except OSError as err:
             changed.append(f"{name}: could not restore to {value} ({err})")
+    for absent in data.get("absent", []):
+        made = Path(absent)
+        if made.exists() and not mounts_under([made]):
+            shutil.rmtree(made, ignore_errors=True)
+            changed.append(f"removed {made}")
     for cmd, dump in data["iptables"].items():
         now = iptables_dump(cmd)
         if hostcheck.rules_added(dump, now):
@@ -283,7 +293,7 @@ def _api_server_url(lay: Layout) -> str:
 def start_node(lay: Layout, node: RealNode) -> None:
     paths = node_paths(lay.state, node)
     for d in (paths.containerd_root, paths.containerd_state, paths.cni_conf_dir, paths.cni_data_dir,
-              paths.kubelet_root, paths.device_plugins, paths.base / "pki", paths.base / "pod-logs"):
+              paths.kubelet_root, paths.plugins_registry, paths.base / "pki", paths.base / "pod-logs"):
         d.mkdir(parents=True, exist_ok=True)
     _write(paths.containerd_config, containerd_config(node, paths))
     _write(paths.cni_conf_dir / "10-gpucluster.conflist", json.dumps(cni_conflist(node, paths), indent=2))
@@ -299,7 +309,7 @@ def start_node(lay: Layout, node: RealNode) -> None:
     control.wait_for(f"containerd of {node.name}", lambda: _ctr(paths.containerd_socket, "version",
                                                                  timeout=5).returncode == 0, 60, containerd)
     started = time.monotonic()
-    imported = import_images(paths.containerd_socket, images_dir(lay))
+    imported = import_images(paths.containerd_socket, IMAGES_DIR)
     control.say(f"{node.name}: imported {len(imported)} images in {time.monotonic() - started:.1f}s")
     control.start_process(lay, f"kubelet-{node.name}", kubelet_command(lay.bin, node, paths))
     if node.gpus:

@@ -283,7 +283,9 @@ def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: 
     b, pki, kc = lay.bin, lay.pki, str(lay.kubeconfig)
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
     if pod_reachable_ip:
-        addresses = ["--bind-address=0.0.0.0", f"--advertise-address={pod_reachable_ip}"]
+        # Kubelets are reached at their InternalIP (the node names resolve nowhere).
+        addresses = ["--bind-address=0.0.0.0", f"--advertise-address={pod_reachable_ip}",
+                     "--kubelet-preferred-address-types=InternalIP,Hostname"]
     else:
         # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
         addresses = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]

@@ -129,8 +129,10 @@ class NodePaths:
         return self.base / "kubelet.kubeconfig"
 
     @property
-    def device_plugins(self) -> Path:
-        return self.kubelet_root / "device-plugins"
+    def plugins_registry(self) -> Path:
+        """The kubelet's plugin-watcher directory, where our device plugin registers (its own per kubelet: the
+        device manager's socket, /var/lib/kubelet/device-plugins/kubelet.sock, ignores --root-dir)."""
+        return self.kubelet_root / "plugins_registry"
 
     @property
     def unhealthy_gpus(self) -> Path:
@@ -318,7 +320,7 @@ def containerd_command(paths: NodePaths) -> list[str]:
 def device_plugin_command(bin_dir: Path, node: RealNode, paths: NodePaths,
                           resource: str = DEFAULT_GPU_RESOURCE) -> list[str]:
     return [
-        str(bin_dir / "fake-gpu-plugin"), f"--plugin-dir={paths.device_plugins}", f"--resource={resource}",
+        str(bin_dir / "fake-gpu-plugin"), f"--registry-dir={paths.plugins_registry}", f"--resource={resource}",
         f"--count={node.gpus}", f"--id-prefix={node.name}", f"--unhealthy-file={paths.unhealthy_gpus}",
     ]
 

@@ -3,8 +3,14 @@
 // envvar strategy, Allocate hands the container NVIDIA_VISIBLE_DEVICES with the granted device IDs.
 //
 // A device listed in --unhealthy-file (one ID per line) is reported Unhealthy, so a test can take a GPU
-// away from the kubelet's allocatable count the way a failing GPU does. The plugin re-registers when the
-// kubelet restarts (the kubelet removes every plugin socket when it starts).
+// away from the kubelet's allocatable count the way a failing GPU does.
+//
+// Two ways to register. With --registry-dir (<root-dir>/plugins_registry) the kubelet's plugin watcher finds
+// our socket there and asks it (pluginregistration v1 GetInfo), which works with several kubelets on one
+// host: the device manager's own socket is always /var/lib/kubelet/device-plugins/kubelet.sock, whatever
+// --root-dir says, so only one kubelet per host can own it. Without it the plugin calls Register on that
+// socket, as NVIDIA's plugin does, and registers again when the kubelet restarts (the kubelet removes every
+// plugin socket in that directory when it starts).
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // deviceIDs names count devices the way nvidia-smi's index order would: <node>-gpu-<i>.
@@ -154,9 +161,27 @@ func (p *plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 	return &pluginapi.PreStartContainerResponse{}, nil
 }
 
-// serve listens on our socket and registers it with the kubelet; it returns the server to stop.
-func serve(p *plugin, dir, endpoint, resource string) (*grpc.Server, error) {
-	sock := filepath.Join(dir, endpoint)
+// watcherRegistration answers the kubelet's plugin watcher: a device plugin for resource at endpoint.
+type watcherRegistration struct {
+	registerapi.UnimplementedRegistrationServer
+	resource, endpoint string
+}
+
+func (w *watcherRegistration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: w.resource, Endpoint: w.endpoint,
+		SupportedVersions: []string{pluginapi.Version}}, nil
+}
+
+func (w *watcherRegistration) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	if st.PluginRegistered {
+		log.Printf("the kubelet registered %s", w.resource)
+	} else {
+		log.Printf("the kubelet refused %s: %s", w.resource, st.Error)
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+func listen(p *plugin, sock string, registration *watcherRegistration) (*grpc.Server, error) {
 	_ = os.Remove(sock)
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -164,7 +189,19 @@ func serve(p *plugin, dir, endpoint, resource string) (*grpc.Server, error) {
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
+	if registration != nil {
+		registerapi.RegisterRegistrationServer(srv, registration)
+	}
 	go func() { _ = srv.Serve(lis) }()
+	return srv, nil
+}
+
+// serve listens on our socket and registers it with the kubelet; it returns the server to stop.
+func serve(p *plugin, dir, endpoint, resource string) (*grpc.Server, error) {
+	srv, err := listen(p, filepath.Join(dir, endpoint), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "kubelet.sock"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -191,6 +228,8 @@ func main() {
 	count := flag.Int("count", 8, "devices to advertise")
 	prefix := flag.String("id-prefix", "fake", "device ID prefix (the node's name)")
 	unhealthy := flag.String("unhealthy-file", "", "file of device IDs to report Unhealthy, one per line")
+	registry := flag.String("registry-dir", "", "the kubelet's plugin-watcher directory (<root-dir>/plugins_registry); "+
+		"registers there instead of on the device manager's socket")
 	flag.Parse()
 	if *count < 1 {
 		log.Fatalf("--count must be at least 1, got %d", *count)
@@ -206,6 +245,20 @@ func main() {
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	if *registry != "" {
+		if err := os.MkdirAll(*registry, 0o750); err != nil {
+			log.Fatal(err)
+		}
+		sock := filepath.Join(*registry, endpoint)
+		srv, err := listen(p, sock, &watcherRegistration{resource: *resource, endpoint: sock})
+		if err != nil {
+			log.Fatalf("listen on %s: %v", sock, err)
+		}
+		log.Printf("serving %s with %d devices at %s for the kubelet's plugin watcher", *resource, *count, sock)
+		<-stop
+		srv.Stop()
+		return
+	}
 	var srv *grpc.Server
 	for {
 		sock := filepath.Join(*dir, endpoint)

@@ -1,0 +1,73 @@
+"""Images without a registry: the plans `make images` runs (buildah on a Python base built here), pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tools import image_local
+from tools import images as tool
+
+STATE = Path("/s")
+
+
+def _argv(steps: list[image_local.Step]) -> list[str]:
+    return [" ".join(s.argv) for s in steps]
+
+
+def test_each_agent_builds_from_its_own_dockerfile_on_the_local_base_daemonless() -> None:
+    for agent in tool.agents():
+        steps = image_local.agent_plan(STATE, agent.name, agent.dockerfile, "0.1.0")
+        build = steps[0].argv
+        assert build[:5] == ("buildah", "--storage-driver", "vfs", "bud", "--isolation")
+        assert "chroot" in build and "--pull=false" in build
+        assert f"BASE={image_local.BASE_REF}" in build
+        assert f"agents/{agent.dockerfile.parent.name}/Dockerfile" in build
+        ref = f"docker.io/local/{agent.name}:0.1.0"
+        assert build[build.index("-t") + 1] == ref
+        # The archive the real nodes import names the image by its full reference.
+        assert steps[-1].argv[-1] == f"oci-archive:{STATE}/oci/{agent.name}.tar:{ref}"
+
+
+def test_every_dockerfile_takes_its_base_as_a_build_argument() -> None:
+    for agent in tool.agents():
+        text = agent.dockerfile.read_text()
+        assert "ARG BASE=" in text and "FROM ${BASE}" in text, agent.dockerfile
+
+
+def test_the_base_is_debootstrapped_once_and_trusts_this_machines_ca_bundle() -> None:
+    cold = _argv(image_local.base_plan(STATE, rootfs_ready=False))
+    warm = _argv(image_local.base_plan(STATE, rootfs_ready=True))
+    assert any(a.startswith("debootstrap --variant=minbase --include=python3,python3-pip") for a in cold)
+    assert not any(a.startswith("debootstrap") for a in warm)
+    for plan in (cold, warm):
+        assert f"cp {image_local.HOST_CA_BUNDLE} {STATE}/base/rootfs/etc/ssl/certs/ca-certificates.crt" in plan
+        assert any(image_local.BASE_REF in a and "pull" in a for a in plan)
+    # pip may install into the image, as it does on the upstream python:slim base.
+    assert any("EXTERNALLY-MANAGED" in a for a in cold)
+
+
+def test_the_pause_image_is_our_binary_alone_named_by_its_full_reference() -> None:
+    steps = _argv(image_local.pause_plan(STATE, Path("/bin/pause"), image_local.PAUSE_IMAGE))
+    assert f"install -m 0755 /bin/pause {STATE}/pause/bundle/rootfs/pause" in steps
+    assert any("--config.entrypoint /pause" in a and "--config.user 65535:65535" in a for a in steps)
+    assert any(a.endswith(f"3.10 {image_local.PAUSE_IMAGE}") for a in steps)
+
+
+def test_an_image_is_rebuilt_only_when_what_it_copies_changes(tmp_path: Path) -> None:
+    (tmp_path / "agents" / "a").mkdir(parents=True)
+    dockerfile = tmp_path / "agents" / "a" / "Dockerfile"
+    dockerfile.write_text("ARG BASE=x\nFROM ${BASE}\n")
+    (tmp_path / "agents" / "a" / "m.py").write_text("x = 1\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    first = image_local.context_key(dockerfile, tmp_path, "base1")
+    assert image_local.context_key(dockerfile, tmp_path, "base1") == first
+    (tmp_path / "agents" / "a" / "m.py").write_text("x = 2\n")
+    second = image_local.context_key(dockerfile, tmp_path, "base1")
+    assert second != first
+    assert image_local.context_key(dockerfile, tmp_path, "base2") != second  # a new base rebuilds everything
+
+
+def test_missing_tools_are_named_with_their_debian_package() -> None:
+    assert image_local.missing_tools({"debootstrap": "/usr/sbin/debootstrap", "umoci": None, "buildah": None}) == [
+        "umoci (Debian package umoci)", "buildah (Debian package buildah)"]
+    assert image_local.missing_tools(dict.fromkeys(image_local.TOOLS, "/x")) == []
