@@ -11,7 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-PHASES = Path(__file__).resolve().parent.parent / ".state" / "localcluster" / "e2e-phases.json"
+STATE = Path(__file__).resolve().parent.parent / ".state"
+PHASES = STATE / "localcluster" / "e2e-phases.json"
+#: What tests/test_e2e_realnodes.py measured on real kubelets, and what `make images` took per image.
+REAL_PODS = STATE / "localcluster" / "e2e-realnodes.json"
+IMAGE_SECONDS = STATE / "images" / "oci" / "build-seconds.json"
 #: The fault scenario's headline phases (seconds from the fault): the let-it-crash loop closed by the guard.
 FAULT_PHASES = {
     "fault_time_to_quarantine_s": "time to quarantine",
@@ -21,9 +25,19 @@ FAULT_PHASES = {
 }
 
 
-def run(path: Path = PHASES) -> dict[str, Any]:
+def real_pods(path: Path = REAL_PODS, images: Path = IMAGE_SECONDS) -> dict[str, Any]:
+    """real_nodes, agent_pods_running, leader_failover_s, liveness_restart_s, host hygiene, image build seconds."""
+    out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {
+        "status": "not run here: run `make e2e` first"}
+    if images.is_file():
+        out["image_build_s"] = json.loads(images.read_text())
+    return out
+
+
+def run(path: Path = PHASES, real: Path = REAL_PODS, images: Path = IMAGE_SECONDS) -> dict[str, Any]:
     if not path.is_file():
-        return {"name": "e2e burst scenario phases", "status": "not run here: run `make e2e` first"}
+        return {"name": "e2e burst scenario phases", "status": "not run here: run `make e2e` first",
+                "real_pods": real_pods(real, images)}
     phases = json.loads(path.read_text())
     when = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
     fault = {label: round(phases[key], 2) for key, label in FAULT_PHASES.items() if key in phases}
@@ -31,6 +45,7 @@ def run(path: Path = PHASES) -> dict[str, Any]:
         "name": "e2e burst and fault scenario phases (seconds, last `make e2e`)",
         "measured_at": when,
         "fault_loop": fault or "fault scenario not in the last run",
+        "real_pods": real_pods(real, images),
         **{key: round(value, 2) if isinstance(value, float) else value for key, value in sorted(phases.items())},
     }
 

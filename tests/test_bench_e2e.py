@@ -27,3 +27,14 @@ def test_reports_the_fault_loop_headline(tmp_path: Path) -> None:
                                        "time to gang running again (incl. probation and repair)": 41.0}
     path.write_text(json.dumps({"time_to_open_s": 8.0}))
     assert run(path)["fault_loop"] == "fault scenario not in the last run"
+
+
+def test_reports_the_real_pod_figures_and_image_build_seconds(tmp_path: Path) -> None:
+    real, images = tmp_path / "real.json", tmp_path / "build-seconds.json"
+    real.write_text(json.dumps({"real_nodes": ["real-system-01"], "liveness_restart_s": 82.5}))
+    images.write_text(json.dumps({"health-guard": 139.3}))
+    result = run(tmp_path / "missing.json", real, images)["real_pods"]
+    assert result == {"real_nodes": ["real-system-01"], "liveness_restart_s": 82.5,
+                      "image_build_s": {"health-guard": 139.3}}
+    assert run(tmp_path / "missing.json", tmp_path / "none.json", tmp_path / "none2.json")["real_pods"] == {
+        "status": "not run here: run `make e2e` first"}

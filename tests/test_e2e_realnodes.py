@@ -9,7 +9,7 @@ privileges, read-only root and the mounted token; the guard reaches the API serv
 Service (it takes its Lease); the standby takes over when the leader's pod is deleted; a frozen guard is
 restarted by the kubelet's liveness probe. A GPU pod gets the devices the plugin granted.
 
-Figures go to ``.state/e2e-realnodes.json`` for ``bench_e2e``.
+Figures go to ``.state/localcluster/e2e-realnodes.json`` for ``bench_e2e``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from tools.localcluster.realnodes import REAL_NODE_TAINT
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
 IMAGES = nodehost.IMAGES_DIR
-FIGURES = ROOT / ".state" / "e2e-realnodes.json"
+FIGURES = BUILT / "e2e-realnodes.json"
 NS = "gpu-system"
 SYSTEM_NODE, GPU_NODE = "real-system-01", "real-gpu-01"
 GUARD = "health-guard"
@@ -60,7 +61,7 @@ def _why_not() -> str | None:
     found = hostcheck.problems(nodehost.read_host(lay))
     if found:
         return "this host cannot run real nodes: " + "; ".join(found)
-    wanted = [f"{n}.tar" for n in ("pause", GUARD)]
+    wanted = [f"{n}.tar" for n in ("pause", GUARD, "ib-exporter")]
     if not all((IMAGES / w).exists() for w in wanted):
         return f"images not built ({', '.join(wanted)} in {IMAGES}); run `make images`"
     return None
@@ -77,25 +78,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
     lay = Layout(state)
-    sysctls_before = nodehost.read_sysctls()
-    rules_before = {c: hostcheck.strip_counters(nodehost.iptables_dump(c)) for c in nodehost.IPTABLES}
-    try:
-        started = time.monotonic()
-        control.up(lay, timeout=300, real_nodes=True)
-        figures["cluster_up_s"] = round(time.monotonic() - started, 1)
-        yield lay
-    finally:
-        control.down(lay, quiet=True)
-        figures["host_restored"] = {
-            "sysctls": nodehost.read_sysctls() == sysctls_before,
-            "iptables": {c: hostcheck.strip_counters(nodehost.iptables_dump(c)) == rules_before[c]
-                         for c in nodehost.IPTABLES},
-        }
-        FIGURES.parent.mkdir(parents=True, exist_ok=True)
-        FIGURES.write_text(json.dumps(figures, indent=2, sort_keys=True))
-        import shutil
-
-        shutil.rmtree(state, ignore_errors=True)
+    with nodehost.host_lock():
+        sysctls_before = nodehost.read_sysctls()
+        rules_before = {c: hostcheck.strip_counters(nodehost.iptables_dump(c)) for c in nodehost.IPTABLES}
+        try:
+            started = time.monotonic()
+            control.up(lay, timeout=300, real_nodes=True)
+            figures["cluster_up_s"] = round(time.monotonic() - started, 1)
+            yield lay
+        finally:
+            control.down(lay, quiet=True)
+            figures["host_restored"] = {
+                "sysctls": nodehost.read_sysctls() == sysctls_before,
+                "iptables": {c: hostcheck.strip_counters(nodehost.iptables_dump(c)) == rules_before[c]
+                             for c in nodehost.IPTABLES},
+            }
+            FIGURES.parent.mkdir(parents=True, exist_ok=True)
+            FIGURES.write_text(json.dumps(figures, indent=2, sort_keys=True))
+            shutil.rmtree(state, ignore_errors=True)
     # Host hygiene: what the kubelets, kube-proxy and the bridge CNI changed is back as it was.
     assert figures["host_restored"] == {"sysctls": True, "iptables": dict.fromkeys(nodehost.IPTABLES, True)}
 
@@ -299,7 +299,7 @@ def test_a_gpu_pod_gets_the_devices_the_plugin_granted(cluster: Layout) -> None:
             "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
             "nodeSelector": {"kubernetes.io/hostname": GPU_NODE},
             "containers": [{
-                "name": "env", "image": f"{LOCAL_REGISTRY}/{GUARD}:0.1.0", "imagePullPolicy": "Never",
+                "name": "env", "image": f"{LOCAL_REGISTRY}/ib-exporter:0.1.0", "imagePullPolicy": "Never",
                 "command": ["python3", "-c", "import os; print(os.environ['NVIDIA_VISIBLE_DEVICES'])"],
                 "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "100m", "memory": "64Mi"}},
                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,

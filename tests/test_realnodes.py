@@ -250,6 +250,14 @@ def test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them(tmp_p
         pytest.skip(f"sysctls are read-only here: {err}")
     before_sysctls = nodehost.read_sysctls()
     before_rules = hostcheck.strip_counters(nodehost.iptables_dump("iptables"))
+    with nodehost.host_lock():
+        _snapshot_change_restore(lay, panic, before_sysctls, before_rules, tmp_path)
+
+
+def _snapshot_change_restore(lay: Layout, panic: Path, before_sysctls: dict[str, str], before_rules: list[str],
+                             tmp_path: Path) -> None:
+    from tools.localcluster import nodehost
+
     nodehost.snapshot(lay)
     try:
         panic.write_text(str(int(before_sysctls["kernel.panic"]) + 7))

@@ -20,7 +20,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tools.localcluster import control, hostcheck, pki
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import (
     APISERVER_IP,
+    IMAGES_BY_KIND,
     RealNode,
     addresses,
     cni_conflist,
@@ -272,10 +273,12 @@ def _ctr(socket: Path, *args: str, timeout: float = 300) -> subprocess.Completed
                           text=True, timeout=timeout, check=False)
 
 
-def import_images(socket: Path, directory: Path) -> list[str]:
-    """``ctr image import`` of every ``*.tar`` in ``directory`` (OCI archives named by ``make images``)."""
+def import_images(socket: Path, directory: Path, names: Sequence[str]) -> list[str]:
+    """``ctr image import`` of the archives ``make images`` left in ``directory`` for ``names`` (those built)."""
     imported: list[str] = []
-    for tar in sorted(directory.glob("*.tar")):
+    for tar in (directory / f"{n}.tar" for n in names):
+        if not tar.exists():
+            continue
         proc = _ctr(socket, "image", "import", "--all-platforms", str(tar))
         if proc.returncode != 0:
             raise control.ClusterError(f"ctr image import {tar}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -309,7 +312,7 @@ def start_node(lay: Layout, node: RealNode) -> None:
     control.wait_for(f"containerd of {node.name}", lambda: _ctr(paths.containerd_socket, "version",
                                                                  timeout=5).returncode == 0, 60, containerd)
     started = time.monotonic()
-    imported = import_images(paths.containerd_socket, IMAGES_DIR)
+    imported = import_images(paths.containerd_socket, IMAGES_DIR, IMAGES_BY_KIND[node.kind])
     control.say(f"{node.name}: imported {len(imported)} images in {time.monotonic() - started:.1f}s")
     control.start_process(lay, f"kubelet-{node.name}", kubelet_command(lay.bin, node, paths))
     if node.gpus:
@@ -335,6 +338,23 @@ def node_ready(lay: Layout, node: RealNode) -> bool:
     if not node_ready_condition(api.api_client.sanitize_for_serialization(obj.status)):
         return False
     return not node.gpus or str((obj.status.allocatable or {}).get("nvidia.com/gpu")) == str(node.gpus)
+
+
+#: One set of real nodes per host: they own fixed addresses, ports, bridges and the host's iptables.
+HOST_LOCK = Path("/run/gpucluster-realnodes.lock")
+
+
+@contextlib.contextmanager
+def host_lock() -> Iterator[None]:
+    """Held while real nodes run (or anything snapshots and restores the host): a second holder waits."""
+    import fcntl
+
+    with HOST_LOCK.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _nodes_file(lay: Layout) -> Path:
