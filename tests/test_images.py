@@ -96,8 +96,8 @@ def test_a_docker_without_its_daemon_is_named(tmp_path: Path) -> None:
 def test_make_images_upstream_builds_each_agent_with_the_builder_found(tmp_path: Path) -> None:
     log = tmp_path / "podman.log"
     env = tool_bin(tmp_path, {"podman": f'[ "$1" = info ] && exit 0\necho "$@" >> {log}\n'})
-    proc = subprocess.run(["make", "-s", "images-upstream"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(["make", "-s", "images-upstream"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().splitlines() == [
         f"build -f agents/{a.dockerfile.parent.name}/Dockerfile -t {images.AGENT_REGISTRY}/{a.name}:"
@@ -154,5 +154,6 @@ def test_the_images_workflow_checks_pushes_records_and_proposes() -> None:
 
 def test_a_stack_pulls_agent_images_from_its_own_registry() -> None:
     """The digest table names the images CI pushed to the default registry; another registry gets the tag."""
-    assert images.agent_image("health-guard", "docker.io/local") == f"docker.io/local/health-guard:{images.AGENT_VERSION}"
+    local = images.agent_image("health-guard", "docker.io/local")
+    assert local == f"docker.io/local/health-guard:{images.AGENT_VERSION}"
     assert images.agent_image("health-guard").startswith(f"{images.AGENT_REGISTRY}/health-guard:")
