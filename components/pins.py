@@ -67,9 +67,14 @@ LIQO_VIRTUAL_KUBELET = Pin(
     unproven="a Liqo peering needs a second cluster; the e2e's external provider is a virtual-kubelet node",
 )
 
+#: The local cluster's NetworkPolicy engine for its real nodes (its firewall alone, beside kube-proxy); never
+#: deployed by a stack, which relies on the site's CNI to enforce its policies. The only release served here.
+KUBE_ROUTER = Pin("kube-router", "v2.1.0", "github.com/cloudnativelabs/kube-router/v2",
+                  "tools/localcluster/kuberouter/go.mod")
+
 PINS: tuple[Pin, ...] = (
     VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS_ADAPTER, DCGM_EXPORTER, VIRTUAL_KUBELET,
-    LIQO_VIRTUAL_KUBELET,
+    LIQO_VIRTUAL_KUBELET, KUBE_ROUTER,
 )
 
 

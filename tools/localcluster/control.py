@@ -353,6 +353,16 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     started = time.monotonic()
     pki.ensure_pki(lay.pki)
     ports = free_ports(PORT_NAMES)
+    if real_nodes:
+        from tools.localcluster.realnodes import APISERVER_PORT
+
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", APISERVER_PORT))
+            except OSError as err:
+                raise ClusterError(f"real nodes need the API server on port {APISERVER_PORT} (the stack's "
+                                   f"NetworkPolicies allow 443 and 6443), which is taken: {err}") from None
+        ports["apiserver"] = APISERVER_PORT
     lay.run.mkdir(parents=True, exist_ok=True)
     (lay.run / "ports.yaml").write_text(yaml.safe_dump(ports))
     lay.kubeconfig.write_text(pki.kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki))

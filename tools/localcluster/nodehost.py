@@ -40,6 +40,7 @@ from tools.localcluster.realnodes import (
     device_plugin_command,
     from_record,
     kube_proxy_config,
+    kube_router_command,
     kubelet_command,
     kubelet_config,
     node_paths,
@@ -121,7 +122,7 @@ def snapshot(lay: Layout) -> dict[str, Any]:
         return data
     data = {"sysctls": read_sysctls(), "iptables": {cmd: iptables_dump(cmd) for cmd in IPTABLES},
             "netns": sorted(p.name for p in NETNS_DIR.iterdir()) if NETNS_DIR.exists() else [],
-            "absent": [str(p) for p in HOST_PATHS if not p.exists()]}
+            "absent": [str(p) for p in HOST_PATHS if not p.exists()], "ipsets": ipsets()}
     lay.state.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
     return data
@@ -152,8 +153,20 @@ def restore(lay: Layout) -> list[str]:
                                   text=True, check=False)
             failed = "" if proc.returncode == 0 else f": restore failed: {proc.stderr.strip()}"
             changed.append(f"{cmd} rules{failed}")
+    # After the rules: a set an iptables rule still names cannot be destroyed.
+    for name in sorted(set(ipsets()) - set(data.get("ipsets", []))):
+        subprocess.run(["ipset", "destroy", name], capture_output=True, check=False)
+        changed.append(f"ipset {name} destroyed")
     path.unlink()
     return changed
+
+
+def ipsets() -> list[str]:
+    """The host's ipset names (kube-router keeps a set per policy and namespace)."""
+    if not shutil.which("ipset"):
+        return []
+    proc = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False)
+    return sorted(proc.stdout.split()) if proc.returncode == 0 else []
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -330,6 +343,15 @@ def start_kube_proxy(lay: Layout) -> None:
                                               "--hostname-override=real-system-01", "--v=1"])
 
 
+def start_kube_router(lay: Layout) -> bool:
+    """The NetworkPolicy engine for the system node's pods, when built (False: policies are not enforced)."""
+    if not os.access(lay.bin / "kube-router", os.X_OK):
+        control.say("warning: kube-router not built; NetworkPolicies are not enforced")
+        return False
+    control.start_process(lay, "kube-router", kube_router_command(lay.bin, lay.kubeconfig))
+    return True
+
+
 def node_ready(lay: Layout, node: RealNode) -> bool:
     from kubernetes import client
 
@@ -358,7 +380,7 @@ def host_lock() -> Iterator[None]:
 
 
 def _nodes_file(lay: Layout) -> Path:
-    return lay.run / "real-nodes.json"
+    return lay.state / "real-nodes.json"  # not in run/: that holds one record per process
 
 
 def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
@@ -371,6 +393,7 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
     for node in nodes:
         start_node(lay, node)
     start_kube_proxy(lay)
+    start_kube_router(lay)
     for node in nodes:
         kubelet = control.load_proc(lay, f"kubelet-{node.name}")
         what = f"real node {node.name} Ready" + (f" with {node.gpus} GPUs" if node.gpus else "")
@@ -380,7 +403,7 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
 
 def down(lay: Layout, nodes: Sequence[RealNode]) -> list[str]:
     """Stop the real nodes and put the host back as it was; returns what was restored (for the log)."""
-    names = ["kube-proxy"] + [f"{p}-{n.name}" for n in nodes for p in ("fake-gpu-plugin", "kubelet")]
+    names = ["kube-router", "kube-proxy"] + [f"{p}-{n.name}" for n in nodes for p in ("fake-gpu-plugin", "kubelet")]
     for name in names:
         proc = control.load_proc(lay, name)
         if proc is not None:

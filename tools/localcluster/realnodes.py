@@ -349,6 +349,25 @@ def kube_proxy_config(kubeconfig: Path, cluster_cidr: str = f"{POD_SUPERNET}.0.0
     }
 
 
+#: The API server's port with real nodes: the stack's NetworkPolicies let controllers reach it on 443 or 6443 only
+#: (the ``kubernetes`` Service's 443 is DNAT'ed to this port before the policy engine sees the packet).
+APISERVER_PORT = 6443
+#: The node whose pods kube-router's firewall guards: both nodes share the host's network namespace and one
+#: kube-router there owns its chains, so a second instance (for the GPU node) would delete the first one's.
+POLICY_NODE = "real-system-01"
+
+
+def kube_router_command(bin_dir: Path, kubeconfig: Path, node: str = POLICY_NODE,
+                        service_cidr: str = "10.96.0.0/16") -> list[str]:
+    """kube-router v2.1.0's NetworkPolicy firewall alone, beside kube-proxy (no routing, no proxy, no CNI of its
+    own: IPVS is not in this kernel, and the bridge CNI already wires the pods)."""
+    return [
+        str(bin_dir / "kube-router"), f"--kubeconfig={kubeconfig}", f"--hostname-override={node}",
+        "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+        "--enable-pod-egress=false", "--health-port=0", f"--service-cluster-ip-range={service_cidr}", "--v=1",
+    ]
+
+
 def node_ready_condition(node_status: Mapping[str, Any]) -> bool:
     """Whether a Node's status says Ready (the kubelet's own report)."""
     for cond in node_status.get("conditions") or ():
