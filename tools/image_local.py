@@ -218,7 +218,8 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
         run(pause_plan(state, pause_binary, pause_ref), log)
         pause_stamp.write_text(pause_key)
         seconds["pause"] = round(time.monotonic() - started, 1)
-    (state / "oci" / "build-seconds.json").write_text(json.dumps(seconds, indent=2))
+    if seconds:  # the figures of the last build that built something
+        (state / "oci" / "build-seconds.json").write_text(json.dumps(seconds, indent=2))
     return seconds
 
 
@@ -240,5 +241,8 @@ def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, p
     except RuntimeError as err:
         print(f"images: {err}", file=sys.stderr)
         return 1
-    print("images: built " + ", ".join(f"{k} {v}s" for k, v in seconds.items()) + f" into {STATE / 'oci'}")
+    if seconds:
+        print("images: built " + ", ".join(f"{k} {v}s" for k, v in seconds.items()) + f" into {STATE / 'oci'}")
+    else:
+        print(f"images: every image up to date in {STATE / 'oci'}")
     return 0
