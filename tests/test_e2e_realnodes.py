@@ -32,15 +32,16 @@ import yaml
 from tests.polling import wait
 from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, hostcheck, nodehost
-from tools.localcluster.plan import Layout
-from tools.localcluster.realnodes import REAL_NODE_TAINT
+from tools.localcluster.plan import Layout, load_plan
+from tools.localcluster.realnodes import REAL_NODE_TAINT, node_paths, real_nodes_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
 IMAGES = nodehost.IMAGES_DIR
 FIGURES = BUILT / "e2e-realnodes.json"
 NS = "gpu-system"
-SYSTEM_NODE, GPU_NODE = "real-system-01", "real-gpu-01"
+#: The stack's system node (its kubelet registers it in kwok's place) and the extra GPU node.
+SYSTEM_NODE, GPU_NODE = (n.name for n in real_nodes_for(load_plan(ROOT, "local")))
 GUARD, BURST = "health-guard", "burst-controller"
 #: What the agents need before their own objects: namespaces (with their Pod Security levels), priorities and
 #: every NetworkPolicy the stack declares, so the agents start under default-deny as in production.
@@ -200,10 +201,7 @@ def _ready_pods(lay: Layout, app: str) -> list[Any]:
 
 def _container_pid(lay: Layout, node: str, container_id: str) -> int:
     """The host PID of a container's first process, from the node's containerd."""
-    from tools.localcluster.plan import default_plan
-    from tools.localcluster.realnodes import node_paths, real_nodes_for
-
-    by_name = {n.name: n for n in real_nodes_for(default_plan())}
+    by_name = {n.name: n for n in nodehost.recorded_nodes(lay)}
     sock = node_paths(lay.state, by_name[node]).containerd_socket
     cid = container_id.split("://", 1)[1]
     out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "task", "ls"], capture_output=True,
@@ -230,7 +228,10 @@ def test_real_kubelets_registered_their_nodes_with_the_plugins_gpus(cluster: Lay
         info = nodes[name].status.node_info
         assert info.kubelet_version == "v1.35.3", info
         assert info.container_runtime_version.startswith("containerd://1.6"), info
-        assert any(t.key == REAL_NODE_TAINT["key"] for t in nodes[name].spec.taints or [])
+    # The extra GPU node takes only pods that ask for it; the stack's system node takes the system pool's pods.
+    assert any(t.key == REAL_NODE_TAINT["key"] for t in nodes[GPU_NODE].spec.taints or [])
+    assert not any(t.key == REAL_NODE_TAINT["key"] for t in nodes[SYSTEM_NODE].spec.taints or [])
+    assert "type" not in (nodes[SYSTEM_NODE].metadata.labels or {})  # kwok's nodes carry type=kwok
     assert nodes[GPU_NODE].status.allocatable["nvidia.com/gpu"] == "8"
     assert "nvidia.com/gpu" not in (nodes[SYSTEM_NODE].status.allocatable or {})
     figures["real_nodes"] = [SYSTEM_NODE, GPU_NODE]

@@ -31,6 +31,7 @@ from tools.localcluster.realnodes import (
     kubelet_config,
     node_paths,
     node_ready_condition,
+    policy_node,
     real_nodes,
     real_nodes_for,
     to_record,
@@ -41,12 +42,21 @@ STATE = ROOT / ".state" / "localcluster"
 NODES = real_nodes_for(default_plan())
 
 
-def test_one_system_node_in_the_stacks_system_pool_and_one_gpu_node_in_a_pool_of_its_own() -> None:
+def test_the_stacks_system_node_becomes_real_and_a_gpu_node_joins_in_a_pool_of_its_own() -> None:
     system, gpu = NODES
-    assert (system.kind, system.labels["gpucluster.io/pool"]) == ("system", "system")
+    plan_system = default_plan().by_kind("system")[0]
+    # The stack's own system node, registered by a real kubelet in kwok's place: its pods run for real.
+    assert (system.name, system.kind, system.labels["gpucluster.io/pool"]) == (plan_system.name, "system", "system")
+    assert system.taints == ()
     assert (gpu.kind, gpu.gpus, gpu.labels["gpucluster.io/pool"]) == ("gpu", 8, REAL_GPU_POOL)
-    # Only pods that ask for a real kubelet land on them: the stack's own pods stay on kwok.
-    assert all(REAL_NODE_TAINT in n.taints for n in NODES)
+    # Only pods that ask for a real kubelet land on the extra GPU node.
+    assert REAL_NODE_TAINT in gpu.taints
+    # The kubelet refuses kubernetes.io labels on its command line; the stack's NodePatch sets those.
+    assert not any("kubernetes.io" in k for n in NODES for k in n.labels)
+    assert policy_node(NODES) == plan_system.name
+    # Without a system node in the plan, the system node is an extra one, tainted too.
+    extra = real_nodes("system", "g")[0]
+    assert (extra.name, extra.taints) == ("real-system-01", (REAL_NODE_TAINT,))
     with pytest.raises(ValueError, match="at least one fake GPU, got 0"):
         real_nodes("system", "g", gpus=0)
 
@@ -108,7 +118,7 @@ def test_kubelet_config_locks_the_kubelet_api_and_runs_on_cgroup_v1() -> None:
     assert conf["authentication"]["webhook"] == {"enabled": True}
     assert conf["authorization"] == {"mode": "Webhook"}
     assert conf["readOnlyPort"] == 0
-    assert conf["registerWithTaints"] == [REAL_NODE_TAINT]
+    assert conf["registerWithTaints"] == []
     argv = kubelet_command(Path("/bin"), node, paths)
     assert f"--node-ip={node.ip}" in argv and f"--hostname-override={node.name}" in argv
     labels = next(a for a in argv if a.startswith("--node-labels="))

@@ -211,8 +211,9 @@ def api_client(lay: Layout) -> Any:
     return config.new_client_from_config(config_file=str(lay.kubeconfig))  # type: ignore[no-untyped-call]
 
 
-def apply_nodes(lay: Layout, plan: NodePlan) -> None:
-    """Create the plan's kwok nodes (kept as they are if they exist: the stack or the agents may own fields).
+def apply_nodes(lay: Layout, plan: NodePlan, real: Sequence[str] = ()) -> None:
+    """Create the plan's kwok nodes (kept as they are if they exist: the stack or the agents may own fields);
+    the ``real`` ones are left to their kubelets, which register them.
 
     Virtual nodes are left to the stack's virtual kubelets, which register them (tools/localcluster/virtual_kubelet.py).
     """
@@ -221,7 +222,7 @@ def apply_nodes(lay: Layout, plan: NodePlan) -> None:
     api: Any = client.CoreV1Api(api_client(lay))
     existing = {n.metadata.name for n in api.list_node().items}
     for node in plan.kwok_nodes:
-        if node.name not in existing:
+        if node.name not in existing and node.name not in real:
             api.create_node(node.manifest(plan.gpu_resource))
 
 
@@ -289,7 +290,7 @@ def crds_established(lay: Layout, names: Sequence[str]) -> bool:
     return True
 
 
-def nodes_ready(lay: Layout, plan: NodePlan) -> bool:
+def nodes_ready(lay: Layout, plan: NodePlan, real: Sequence[str] = ()) -> bool:
     from kubernetes import client
 
     api: Any = client.CoreV1Api(api_client(lay))
@@ -298,7 +299,7 @@ def nodes_ready(lay: Layout, plan: NodePlan) -> bool:
         conds = {c.type: c.status for c in (node.status.conditions or [])}
         if conds.get("Ready") == "True":
             ready.add(node.metadata.name)
-    return all(n.name in ready for n in plan.kwok_nodes)
+    return all(n.name in ready for n in plan.kwok_nodes if n.name not in real)
 
 
 def default_service_account(lay: Layout) -> bool:
@@ -338,16 +339,21 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     """Start the control plane and the plan's kwok nodes; with ``real_nodes``, real kubelets beside them
     (tools/localcluster/nodehost.py: the host is checked first, and what they change is restored by ``down``)."""
     plan = load_plan(ROOT, stack)
+    real: tuple[str, ...] = ()
     if real_nodes:
         from tools.localcluster import nodehost
+        from tools.localcluster.realnodes import real_nodes_for
 
         nodehost.check_host(lay)
+        real = tuple(n.name for n in real_nodes_for(plan))
     missing = binaries_missing(lay)
     if missing:
         raise ClusterError(f"binaries missing in {lay.bin}: {', '.join(missing)}; run `make localcluster`")
     if is_up(lay):
+        from tools.localcluster import nodehost
+
         say("already up; making sure the nodes exist")
-        apply_nodes(lay, plan)
+        apply_nodes(lay, plan, tuple(n.name for n in nodehost.recorded_nodes(lay)))
         return plan
     down(lay, quiet=True)  # a half-started cluster from a crash: clean slate
     started = time.monotonic()
@@ -384,7 +390,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
         start_process(lay, name, cmds[name])
 
-    apply_nodes(lay, plan)
+    apply_nodes(lay, plan, real)
     apply_runtime_classes(lay)
     apply_kubelet_api_binding(lay)
     start_process(lay, "provisioner", [sys.executable, "-m", "tools.localcluster.provisioner",
@@ -399,7 +405,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             "gang scheduling is unavailable")
 
     kwok = load_proc(lay, "kwok")
-    wait_for(f"{len(plan.kwok_nodes)} kwok nodes Ready", lambda: nodes_ready(lay, plan), timeout, kwok)
+    wait_for(f"{len(plan.kwok_nodes)} kwok nodes Ready", lambda: nodes_ready(lay, plan, real), timeout, kwok)
     kcm = load_proc(lay, "kube-controller-manager")
     wait_for("the default service account", lambda: default_service_account(lay), timeout, kcm)
     for name in expected(lay):
@@ -408,9 +414,6 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             log = proc.log if proc else "?"
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
     if real_nodes:
-        from tools.localcluster import nodehost
-        from tools.localcluster.realnodes import real_nodes_for
-
         nodehost.up(lay, real_nodes_for(plan))
     say(f"up in {time.monotonic() - started:.1f}s: {len(plan.kwok_nodes)} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")

@@ -45,6 +45,7 @@ from tools.localcluster.realnodes import (
     kubelet_config,
     node_paths,
     node_ready_condition,
+    policy_node,
     to_record,
 )
 
@@ -332,7 +333,7 @@ def start_node(lay: Layout, node: RealNode) -> None:
         control.start_process(lay, f"fake-gpu-plugin-{node.name}", device_plugin_command(lay.bin, node, paths))
 
 
-def start_kube_proxy(lay: Layout) -> None:
+def start_kube_proxy(lay: Layout, node: str) -> None:
     cert, key = pki.user_certificate(lay.pki, "system:kube-proxy", [])
     kubeconfig = lay.state / "nodes" / "kube-proxy.kubeconfig"
     _write(kubeconfig, pki.user_kubeconfig_text(_api_server_url(lay), lay.pki, "system:kube-proxy", cert, key),
@@ -340,15 +341,15 @@ def start_kube_proxy(lay: Layout) -> None:
     config = lay.state / "nodes" / "kube-proxy.yaml"
     _write(config, yaml.safe_dump(kube_proxy_config(kubeconfig), sort_keys=False))
     control.start_process(lay, "kube-proxy", [str(lay.bin / "kube-proxy"), f"--config={config}",
-                                              "--hostname-override=real-system-01", "--v=1"])
+                                              f"--hostname-override={node}", "--v=1"])
 
 
-def start_kube_router(lay: Layout) -> bool:
+def start_kube_router(lay: Layout, node: str) -> bool:
     """The NetworkPolicy engine for the system node's pods, when built (False: policies are not enforced)."""
     if not os.access(lay.bin / "kube-router", os.X_OK):
         control.say("warning: kube-router not built; NetworkPolicies are not enforced")
         return False
-    control.start_process(lay, "kube-router", kube_router_command(lay.bin, lay.kubeconfig))
+    control.start_process(lay, "kube-router", kube_router_command(lay.bin, lay.kubeconfig, node))
     return True
 
 
@@ -392,8 +393,8 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
     started = time.monotonic()
     for node in nodes:
         start_node(lay, node)
-    start_kube_proxy(lay)
-    start_kube_router(lay)
+    start_kube_proxy(lay, policy_node(nodes))
+    start_kube_router(lay, policy_node(nodes))
     for node in nodes:
         kubelet = control.load_proc(lay, f"kubelet-{node.name}")
         what = f"real node {node.name} Ready" + (f" with {node.gpus} GPUs" if node.gpus else "")
@@ -439,6 +440,12 @@ def down(lay: Layout, nodes: Sequence[RealNode]) -> list[str]:
     remove_addresses(nodes)
     _nodes_file(lay).unlink(missing_ok=True)
     return restore(lay)
+
+
+def recorded_nodes(lay: Layout) -> tuple[RealNode, ...]:
+    """The real nodes ``up`` started (none when it started none)."""
+    path = _nodes_file(lay)
+    return from_record(json.loads(path.read_text())) if path.exists() else ()
 
 
 def down_recorded(lay: Layout) -> list[str]:

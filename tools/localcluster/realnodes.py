@@ -151,14 +151,20 @@ def node_paths(state: Path, node: RealNode) -> NodePaths:
 
 
 def real_nodes(system_pool: str, gpu_pool: str, gpus: int = 8, prefix: str = DEFAULT_LABEL_PREFIX,
-               gpu_model: str = "H100-SXM5-80GB") -> tuple[RealNode, ...]:
-    """The default pair: one system-pool node (our agents) and one GPU node with ``gpus`` fake devices."""
+               gpu_model: str = "H100-SXM5-80GB", system_node: str | None = None) -> tuple[RealNode, ...]:
+    """The pair: one system-pool node (our agents) and one GPU node with ``gpus`` fake devices.
+
+    ``system_node`` names a node the stack declares in its system pool: the real kubelet registers it in kwok's
+    place, untainted, so everything the stack schedules onto the system pool runs for real there. Without it
+    the system node is an extra one, tainted like the GPU node. (Only labels outside ``kubernetes.io`` go on the
+    kubelet's command line, which refuses the others; the stack's NodePatch adds the rest.)
+    """
     if gpus < 1:
         raise ValueError(f"a real GPU node needs at least one fake GPU, got {gpus}")
     system = RealNode(
-        name="real-system-01", kind="system", index=1,
+        name=system_node or "real-system-01", kind="system", index=1,
         labels={f"{prefix}/pool": system_pool, f"{prefix}/real-node": "true"},
-        taints=(REAL_NODE_TAINT,))
+        taints=() if system_node else (REAL_NODE_TAINT,))
     gpu = RealNode(
         name="real-gpu-01", kind="gpu", index=2, gpus=gpus,
         labels={f"{prefix}/pool": gpu_pool, f"{prefix}/location": "onprem", f"{prefix}/gpu-model": gpu_model,
@@ -168,11 +174,20 @@ def real_nodes(system_pool: str, gpu_pool: str, gpus: int = 8, prefix: str = DEF
 
 
 def real_nodes_for(plan: Any, gpus: int = 8) -> tuple[RealNode, ...]:
-    """The real nodes of a local cluster: the system node joins the plan's system pool, the GPU node a pool of
-    its own (:data:`REAL_GPU_POOL`), so the stack's burst and quarantine arithmetic over its pools is unchanged."""
+    """The real nodes of a local cluster: the plan's first system node becomes real (the stack's agents run on it),
+    and a GPU node joins in a pool of its own (:data:`REAL_GPU_POOL`), so the stack's burst and quarantine
+    arithmetic over its pools is unchanged."""
     systems = plan.by_kind("system")
-    system_pool = systems[0].pool if systems else "system"
-    return real_nodes(system_pool, REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix)
+    if not systems:
+        return real_nodes("system", REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix)
+    return real_nodes(systems[0].pool, REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix,
+                      system_node=systems[0].name)
+
+
+def policy_node(nodes: Sequence[RealNode]) -> str:
+    """The node whose pods kube-router's firewall guards: the system node (where the agents run). Both nodes share
+    the host's network namespace and one kube-router owns its chains there; a second would delete the first's."""
+    return next(n.name for n in nodes if n.kind == "system")
 
 
 def to_record(nodes: Sequence[RealNode]) -> list[dict[str, Any]]:
@@ -352,12 +367,7 @@ def kube_proxy_config(kubeconfig: Path, cluster_cidr: str = f"{POD_SUPERNET}.0.0
 #: The API server's port with real nodes: the stack's NetworkPolicies let controllers reach it on 443 or 6443 only
 #: (the ``kubernetes`` Service's 443 is DNAT'ed to this port before the policy engine sees the packet).
 APISERVER_PORT = 6443
-#: The node whose pods kube-router's firewall guards: both nodes share the host's network namespace and one
-#: kube-router there owns its chains, so a second instance (for the GPU node) would delete the first one's.
-POLICY_NODE = "real-system-01"
-
-
-def kube_router_command(bin_dir: Path, kubeconfig: Path, node: str = POLICY_NODE,
+def kube_router_command(bin_dir: Path, kubeconfig: Path, node: str,
                         service_cidr: str = "10.96.0.0/16") -> list[str]:
     """kube-router v2.1.0's NetworkPolicy firewall alone, beside kube-proxy (no routing, no proxy, no CNI of its
     own: IPVS is not in this kernel, and the bridge CNI already wires the pods)."""
