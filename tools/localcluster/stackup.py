@@ -133,8 +133,13 @@ def _console_script(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name)
 
 
+#: The agents that run as the stack's own pods when the system node is real (their images come from
+#: `make images`); the descheduler and the provider's virtual-kubelet still run as local processes.
+IN_POD_AGENTS = ("burst-controller", "health-guard")
+
+
 def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | None = None,
-                 guard_metrics_port: int | None = None) -> list[str]:
+                 guard_metrics_port: int | None = None, in_pods: bool = False) -> list[str]:
     """Start the burst controller, health guard and descheduler; returns what could not start and why.
 
     The guard reads its signals from the Prometheus its deployed settings name; `guard_overrides` points it
@@ -164,7 +169,9 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
     burst_conf = lay.state / "burst-controller.yaml"
     burst_conf.write_text(settings)
     burst = _console_script("burst-controller")
-    if not burst:
+    if in_pods:
+        notes += [f"{a}: runs as the stack's pods on the real system node" for a in IN_POD_AGENTS]
+    elif not burst:
         notes.append("burst-controller: console script not installed (make venv)")
     elif kubeconfig := identity("burst-controller"):
         control.start_process(lay, "burst-controller", [
@@ -173,7 +180,9 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
 
     guard = _console_script("health-guard")
     guard_settings = deployed_guard_settings(lay, guard_overrides)
-    if not (guard and guard_settings):
+    if in_pods:
+        pass
+    elif not (guard and guard_settings):
         notes.append("health-guard: console script not installed or no settings deployed; not started")
     elif kubeconfig := identity("health-guard"):
         guard_conf = lay.state / "health-guard.json"
@@ -243,13 +252,13 @@ def summary(lay: Layout, plan: NodePlan) -> str:
     return "\n".join(lines)
 
 
-def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
+def up(lay: Layout, stack: str, skip_pulumi: bool = False, real_nodes: bool = False) -> int:
     started = time.monotonic()
     # Chosen first: a bad ENGINE setting fails before the control plane starts.
     choice = None if skip_pulumi else select_engine()
     if choice is not None:
         control.say(choice.describe())
-    plan = control.up(lay, stack=stack)
+    plan = control.up(lay, stack=stack, real_nodes=real_nodes)
     failed: str | None = None
     if choice is not None:
         try:
@@ -258,7 +267,7 @@ def up(lay: Layout, stack: str, skip_pulumi: bool = False) -> int:
             pulumi_up(lay, stack, cli=choice.cli)
         except (control.ClusterError, EngineError) as err:  # still start what can run and show where things stand
             failed = str(err)
-    notes = start_agents(lay, stack)
+    notes = start_agents(lay, stack, in_pods=real_nodes)
     if not failed:
         settle_handover(lay, plan)
     print(summary(lay, plan))
@@ -305,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", default="local")
     parser.add_argument("--skip-pulumi", action="store_true", help="control plane and agents only")
     parser.add_argument("--state", type=Path, default=control.DEFAULT_STATE)
+    parser.add_argument("--real-nodes", action="store_true",
+                        help="the system node and a GPU node on real kubelets; the agents run in the stack's pods")
     args = parser.parse_args(argv)
     lay = Layout(args.state.resolve())
     try:
         if args.cmd == "up":
-            return up(lay, args.stack, skip_pulumi=args.skip_pulumi)
+            return up(lay, args.stack, skip_pulumi=args.skip_pulumi, real_nodes=args.real_nodes)
         if args.cmd == "summary":
             print(summary(lay, load_plan(ROOT, args.stack)))
             return 0
