@@ -119,6 +119,8 @@ def test_kubelet_config_locks_the_kubelet_api_and_runs_on_cgroup_v1() -> None:
     assert conf["authorization"] == {"mode": "Webhook"}
     assert conf["readOnlyPort"] == 0
     assert conf["registerWithTaints"] == []
+    # Everything the kubelet writes stays under the node's state folder.
+    assert conf["podLogsDir"].startswith(str(paths.base)) and conf["volumePluginDir"].startswith(str(paths.base))
     argv = kubelet_command(Path("/bin"), node, paths)
     assert f"--node-ip={node.ip}" in argv and f"--hostname-override={node.name}" in argv
     labels = next(a for a in argv if a.startswith("--node-labels="))
@@ -192,6 +194,7 @@ def _readings(**over: Any) -> hostcheck.HostReadings:
      "containerd: not on PATH; needs the container runtime (Debian package containerd)"),
     ({"cni_plugins": {"bridge": True}}, "CNI plugins: host-local, portmap, loopback missing from /usr/lib/cni"),
     ({"binaries": {"kubelet": False, "pause": True}}, "binaries: kubelet not built in .state/localcluster/bin"),
+    ({"other_real_nodes": True}, "real nodes: another local cluster's real nodes run on this host"),
 ])
 def test_each_failed_host_check_is_one_line_naming_what_and_why(over: dict[str, Any], message: str) -> None:
     found = hostcheck.problems(_readings(**over))

@@ -405,7 +405,8 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             "gang scheduling is unavailable")
 
     kwok = load_proc(lay, "kwok")
-    wait_for(f"{len(plan.kwok_nodes)} kwok nodes Ready", lambda: nodes_ready(lay, plan, real), timeout, kwok)
+    kwok_count = sum(n.name not in real for n in plan.kwok_nodes)
+    wait_for(f"{kwok_count} kwok nodes Ready", lambda: nodes_ready(lay, plan, real), timeout, kwok)
     kcm = load_proc(lay, "kube-controller-manager")
     wait_for("the default service account", lambda: default_service_account(lay), timeout, kcm)
     for name in expected(lay):
@@ -415,7 +416,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
     if real_nodes:
         nodehost.up(lay, real_nodes_for(plan))
-    say(f"up in {time.monotonic() - started:.1f}s: {len(plan.kwok_nodes)} kwok nodes from {plan.source}, "
+    say(f"up in {time.monotonic() - started:.1f}s: {kwok_count} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan
 

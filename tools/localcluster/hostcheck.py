@@ -7,7 +7,7 @@ it is needed for. :data:`SYSCTLS` are the kernel settings the kubelet, kube-prox
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: Settings the real nodes change (the kubelet: panic, panic_on_oops, overcommit; the bridge CNI: forwarding;
@@ -52,11 +52,16 @@ class HostReadings:
     commands: Mapping[str, bool]
     cni_plugins: Mapping[str, bool]
     binaries: Mapping[str, bool]
+    #: Real nodes of another state folder run here (they own the addresses, ports and bridges).
+    other_real_nodes: bool = False
 
 
 def problems(r: HostReadings) -> list[str]:
     """One line per failed check: ``<check>: <what is wrong>; needs <what>``. Empty when the host can run them."""
     out: list[str] = []
+    if r.other_real_nodes:
+        out.append("real nodes: another local cluster's real nodes run on this host; needs its `localcluster down` "
+                   "first (one set per host: they own fixed addresses, ports and bridges)")
     if r.euid != 0:
         out.append(f"root: running as uid {r.euid}; needs root (the kubelet mounts volumes and creates cgroups)")
     if "overlay" not in r.filesystems:
@@ -143,8 +148,3 @@ def restore_input(before: str, now: str) -> str:
     each table that exists only now (restoring a table flushes it and drops its chains)."""
     extra = [t for t in tables(now) if t not in tables(before)]
     return before + "".join(f"*{t}\nCOMMIT\n" for t in extra)
-
-
-def leftovers(names: Iterable[str], ours: str) -> list[str]:
-    """The names that start with one of our prefixes (bridges, netns, CNI cache entries)."""
-    return sorted(n for n in names if n.startswith(ours))

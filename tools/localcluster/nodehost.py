@@ -90,6 +90,8 @@ def read_host(lay: Layout) -> hostcheck.HostReadings:
         commands={c: shutil.which(c) is not None for c in hostcheck.COMMANDS},
         cni_plugins={p: os.access(f"/usr/lib/cni/{p}", os.X_OK) for p in hostcheck.CNI_PLUGINS},
         binaries={b: os.access(lay.bin / b, os.X_OK) for b in NODE_BINARIES},
+        other_real_nodes=f" {APISERVER_IP}/32 " in _ip("-o", "addr", "show", "dev", "lo").stdout
+        and not _nodes_file(lay).exists(),
     )
 
 
@@ -310,13 +312,12 @@ def _api_server_url(lay: Layout) -> str:
 def start_node(lay: Layout, node: RealNode) -> None:
     paths = node_paths(lay.state, node)
     for d in (paths.containerd_root, paths.containerd_state, paths.cni_conf_dir, paths.cni_data_dir,
-              paths.kubelet_root, paths.plugins_registry, paths.base / "pki", paths.base / "pod-logs"):
+              paths.kubelet_root, paths.plugins_registry, paths.base / "pki", paths.pod_logs):
         d.mkdir(parents=True, exist_ok=True)
     _write(paths.containerd_config, containerd_config(node, paths))
     _write(paths.cni_conf_dir / "10-gpucluster.conflist", json.dumps(cni_conflist(node, paths), indent=2))
     cert, key, serving, serving_key = pki.node_certificates(lay.pki, node.name, node.ip)
     config = kubelet_config(node, paths, lay.pki / "ca.crt", serving, serving_key)
-    config["podLogsDir"] = str(paths.base / "pod-logs")
     _write(paths.kubelet_config, yaml.safe_dump(config, sort_keys=False))
     _write(paths.kubeconfig, pki.user_kubeconfig_text(_api_server_url(lay), lay.pki, f"system:node:{node.name}",
                                                       cert, key), 0o600)

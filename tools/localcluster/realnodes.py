@@ -127,6 +127,11 @@ class NodePaths:
         return self.base / "kubelet"
 
     @property
+    def pod_logs(self) -> Path:
+        """The kubelet's pod log directory (``podLogsDir``; /var/log/pods otherwise)."""
+        return self.base / "pod-logs"
+
+    @property
     def kubelet_config(self) -> Path:
         return self.base / "kubelet-config.yaml"
 
@@ -315,6 +320,7 @@ def kubelet_config(node: RealNode, paths: NodePaths, ca_file: Path, tls_cert: Pa
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "volumePluginDir": str(paths.base / "volume-plugins"),
+        "podLogsDir": str(paths.pod_logs),
         "resolvConf": "/etc/resolv.conf",
         "staticPodPath": "",
         "shutdownGracePeriod": "0s",

@@ -133,9 +133,9 @@ def _console_script(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name)
 
 
-#: The agents that run as the stack's own pods when the system node is real (their images come from
-#: `make images`); the descheduler and the provider's virtual-kubelet still run as local processes.
-IN_POD_AGENTS = ("burst-controller", "health-guard")
+#: With ``in_pods`` (a real system node) the burst controller and the health guard run as the stack's own pods
+#: (images from `make images`); the descheduler and the provider's virtual-kubelet still run as local processes.
+IN_POD = "runs as the stack's pods on the real system node"
 
 
 def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | None = None,
@@ -170,7 +170,7 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
     burst_conf.write_text(settings)
     burst = _console_script("burst-controller")
     if in_pods:
-        notes += [f"{a}: runs as the stack's pods on the real system node" for a in IN_POD_AGENTS]
+        notes.append(f"burst-controller: {IN_POD}")
     elif not burst:
         notes.append("burst-controller: console script not installed (make venv)")
     elif kubeconfig := identity("burst-controller"):
@@ -179,9 +179,9 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
             "--metrics-port", str(extra["burst_metrics"]), "--identity", "localcluster"])
 
     guard = _console_script("health-guard")
-    guard_settings = deployed_guard_settings(lay, guard_overrides)
+    guard_settings = None if in_pods else deployed_guard_settings(lay, guard_overrides)
     if in_pods:
-        pass
+        notes.append(f"health-guard: {IN_POD}")
     elif not (guard and guard_settings):
         notes.append("health-guard: console script not installed or no settings deployed; not started")
     elif kubeconfig := identity("health-guard"):
