@@ -218,8 +218,10 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
         run(pause_plan(state, pause_binary, pause_ref), log)
         pause_stamp.write_text(pause_key)
         seconds["pause"] = round(time.monotonic() - started, 1)
-    if seconds:  # the figures of the last build that built something
-        (state / "oci" / "build-seconds.json").write_text(json.dumps(seconds, indent=2))
+    # Each image keeps the seconds of its last build: a warm run that rebuilt nothing leaves the figures as they were.
+    figures = state / "oci" / "build-seconds.json"
+    kept = json.loads(figures.read_text()) if figures.exists() else {}
+    figures.write_text(json.dumps({**kept, **seconds}, indent=2, sort_keys=True))
     return seconds
 
 
