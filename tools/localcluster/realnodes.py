@@ -37,7 +37,7 @@ REAL_NODE_TAINT = {"key": "gpucluster.io/real-node", "value": "true", "effect": 
 RUNTIME_HANDLERS = ("runc", "nvidia")
 RUNC = "/usr/sbin/runc"
 #: The images each kind of node imports (``make images`` archives by name): what runs there, nothing more, since
-#: every import unpacks the whole image (about 25 s for 100 MB here). The pause image goes everywhere.
+#: every import unpacks the whole image (each node says how long its imports took). The pause image goes everywhere.
 IMAGES_BY_KIND = {
     "system": ("pause", "burst-controller", "health-guard"),
     "gpu": ("pause", "ib-exporter", "checkpoint-check"),
