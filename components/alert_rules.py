@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from agents.health_guard.contract import FATAL_XIDS
 from agents.health_guard.contract import Names as HealthNames
 
 DCGM_NODE_LABEL = "Hostname"
@@ -61,9 +62,9 @@ class AlertThresholds:
     """Warn this many degrees below the threshold, before the guard acts."""
     thermal_warning_hold_seconds: int = 300
     throttle_hold_seconds: int = 300
-    critical_xids: tuple[int, ...] = (48, 64, 74, 79, 95)
-    """XIDs that mean drain and RMA: DBE ECC (48), row remap failure (64), NVLink (74), fallen off the bus
-    (79), uncontained ECC (95). 13/31/43 are usually the application and are not paged on."""
+    critical_xids: tuple[int, ...] = FATAL_XIDS
+    """XIDs that page: the health guard's fatal ones (one table, :data:`agents.health_guard.contract.XIDS`),
+    so every XID that quarantines a node also pages. 13/31/43 are usually the application and do neither."""
     repeated_xids: tuple[int, ...] = (94,)
     """Contained ECC errors (94) are survivable once; repeated ones mean the memory is going."""
     repeated_xid_count: int = 2
@@ -242,6 +243,7 @@ def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
 
 
 def _gpu_errors(t: AlertThresholds) -> list[dict[str, Any]]:
+    names = HealthNames(t.label_prefix)
     node = f"{{{{ $labels.{DCGM_NODE_LABEL} }}}}"
     critical = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {x}" for x in t.critical_xids)
     repeated = "|".join(str(x) for x in t.repeated_xids)
@@ -256,8 +258,9 @@ def _gpu_errors(t: AlertThresholds) -> list[dict[str, Any]]:
             f"GPU {{{{ $labels.gpu }}}} on {node} reported XID {{{{ $value }}}}",
             f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.UUID }}}}) on node {node} reported XID {{{{ $value }}}}, "
             f"one of {', '.join(str(x) for x in t.critical_xids)}: hardware, not the application. Check: "
-            "dmesg for NVRM lines, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL and DCGM_FI_DEV_ROW_REMAP_FAILURE. Action: "
-            "cordon and drain the node, run the DCGM diagnostic (dcgmi diag -r 3), open an RMA if it fails.",
+            "dmesg for NVRM lines, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL and DCGM_FI_DEV_ROW_REMAP_FAILURE. The health "
+            f"guard quarantines the node as fatal on the same XIDs ({names.taint}=fatal). Action: run the DCGM "
+            "diagnostic (dcgmi diag -r 3), open an RMA if it fails.",
         ),
         _alert(
             t,
@@ -492,8 +495,10 @@ def _training(t: AlertThresholds) -> list[dict[str, Any]]:
         _alert(
             t,
             "TrainingHeartbeatStalled",
-            # ``and ... offset`` keeps a job younger than the window (no history yet) from firing.
-            f"changes({t.heartbeat_metric}[{window}]) == 0 and {t.heartbeat_metric} offset {window}",
+            # One alert per job, not per rank: every worker of a job exports its own heartbeat. ``and ...
+            # offset`` keeps a job younger than the window (no history yet) from firing.
+            f"max by (namespace, job_name) (changes({t.heartbeat_metric}[{window}])) == 0 "
+            f"and on (namespace, job_name) max by (namespace, job_name) ({t.heartbeat_metric} offset {window})",
             CRITICAL,
             "training",
             "Training job {{ $labels.namespace }}/{{ $labels.job_name }} made no step for " + window,
@@ -511,7 +516,8 @@ def _training(t: AlertThresholds) -> list[dict[str, Any]]:
             f"(rate(infiniband_port_data_transmitted_bytes_total[{rate_window}])), "
             f'"{DCGM_NODE_LABEL}", "$1", "{IB_NODE_LABEL}", "(.+)") < {_number(t.ib_flat_bytes_per_second)} '
             f"and on ({DCGM_NODE_LABEL}) sum by ({DCGM_NODE_LABEL}) "
-            f"(rate(DCGM_FI_PROF_NVLINK_TX_BYTES[{rate_window}])) < {_number(t.nvlink_flat_bytes_per_second)}",
+            # NVLINK_TX_BYTES is already bytes per second (a gauge): averaged, not rate()d.
+            f"(avg_over_time(DCGM_FI_PROF_NVLINK_TX_BYTES[{rate_window}])) < {_number(t.nvlink_flat_bytes_per_second)}",
             CRITICAL,
             "training",
             f"Node {node} holds GPUs for pods but computes and communicates nothing",
@@ -531,7 +537,7 @@ def _checkpoint(t: AlertThresholds) -> list[dict[str, Any]]:
         _alert(
             t,
             "CheckpointOverBudget",
-            f"{t.checkpoint_duration_metric} > {budget}",
+            f"max by (namespace, job_name) ({t.checkpoint_duration_metric}) > {budget}",
             WARNING,
             "checkpoint",
             "Checkpoint of {{ $labels.namespace }}/{{ $labels.job_name }} took {{ $value }} s "

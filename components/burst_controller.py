@@ -19,7 +19,7 @@ A pod elsewhere is never written: the API server refuses it (403), and the shell
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -31,8 +31,8 @@ from components.naming import Keys, common_labels
 from components.provider_rank import deletion_costs
 from components.providers import provider_taint
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
-from components.system_agent import Placement, SystemAgent
-from components.workloads import metrics_liveness_probe, metrics_readiness_probe, spread_across_nodes
+from components.system_agent import Placement, Scrape, SystemAgent
+from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
 APP = "burst-controller"
 LEASE_NAME = "burst-controller"
@@ -118,6 +118,8 @@ class BurstControllerArgs:
     placement: Placement
     #: Where gated training pods run (the handover gate is lifted there).
     training_namespace: str = "training"
+    #: The stack's scrape interval and monitor labels (without them the operator would not select the monitor).
+    scrape: Scrape = field(default_factory=Scrape)
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
@@ -127,6 +129,7 @@ class BurstControllerArgs:
             image=images.agent_image(APP, cfg.agent_registry),
             placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
             training_namespace=cfg.training_namespace,
+            scrape=Scrape.of(cfg.observability),
         )
 
 
@@ -172,11 +175,10 @@ class BurstController(pulumi.ComponentResource):
             # One leader, one warm standby: the Lease, not the replica count, guarantees one writer.
             replicas=args.burst.replicas,
             annotations=checkov_skips({"CKV_K8S_38": API_CLIENT}),
-            affinity=spread_across_nodes(agent.selector),
             volumes=[volume],
         )
         agent.disruption_budget()
-        agent.scrape(port)
+        agent.scrape(port, args.scrape)
         self.taint_key = pulumi.Output.from_input(args.settings.taint_key)
         self.register_outputs({"taint_key": self.taint_key})
 

@@ -73,8 +73,10 @@ COUNTERS: tuple[tuple[str, tuple[Counter, ...]], ...] = (
                 "counter",
                 "Total number of NVLink bandwidth counters for all lanes.",
             ),
-            Counter("DCGM_FI_PROF_NVLINK_TX_BYTES", "counter", "NVLink bytes transmitted."),
-            Counter("DCGM_FI_PROF_NVLINK_RX_BYTES", "counter", "NVLink bytes received."),
+            # DCGM defines these two as rates (bytes per second) and dcgm-exporter types them gauge: read
+            # them as they are (avg_over_time), never through rate().
+            Counter("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "NVLink bytes transmitted per second."),
+            Counter("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "NVLink bytes received per second."),
             Counter(
                 "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
                 "counter",

@@ -48,6 +48,7 @@ from components.security import (
     pod_security_context,
     resources,
 )
+from components.system_agent import Scrape
 
 DCGM_APP = "dcgm-exporter"
 IB_APP = ib_contract.APP
@@ -90,7 +91,7 @@ def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
         thermal_threshold_celsius=float(o.thermal_threshold_celsius),
         thermal_hold_seconds=o.thermal_hold_seconds,
         thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
-        critical_xids=tuple(o.critical_xids),
+        critical_xids=tuple(o.health.fatal_xids),
         ib_nominal_rate_bytes_per_second=o.ib_nominal_rate_gbps * 1e9 / 8,
         hang_window_seconds=o.hang_window_minutes * 60,
         heartbeat_metric=o.step_heartbeat_metric,
@@ -203,6 +204,26 @@ def _node_relabeling() -> list[dict[str, Any]]:
     ]
 
 
+#: The target labels the operator always sets from the scraped pod, which dcgm-exporter also uses for the pod
+#: that holds each GPU.
+WORKLOAD_LABELS = ("namespace", "pod", "container")
+
+
+def _gpu_workload_relabeling() -> list[dict[str, Any]]:
+    """dcgm-exporter's ``namespace``/``pod``/``container`` name the workload that holds each GPU.
+
+    The operator sets the same three target labels to the exporter's own pod, so by default the workload's
+    become ``exported_*`` and every GPU seems to belong to the exporter; ``honorLabels`` alone would keep
+    the workload's but still stamp the exporter's pod on GPUs no pod holds. Dropping the three target
+    labels leaves exactly dcgm-exporter's: a GPU no pod holds has no ``pod`` label (``pod=""`` in PromQL).
+    The exporter stays identified by ``instance`` and ``exporter_pod``.
+    """
+    return [
+        {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "exporter_pod", "action": "replace"},
+        {"regex": "|".join(WORKLOAD_LABELS), "action": "labeldrop"},
+    ]
+
+
 class ObservabilityStack(pulumi.ComponentResource):
     """DCGM exporter, InfiniBand exporter, scrape configs, alert rules, dashboards and health guard."""
 
@@ -264,7 +285,8 @@ class ObservabilityStack(pulumi.ComponentResource):
     # ------------------------------------------------------------------ scraping helper
 
     def _service_and_monitor(
-        self, app: str, labels: dict[str, str], namespace: str, port: int, depends: list[pulumi.Resource]
+        self, app: str, labels: dict[str, str], namespace: str, port: int, depends: list[pulumi.Resource],
+        relabelings: list[dict[str, Any]],
     ) -> k8s.apiextensions.CustomResource:
         meta = k8s.meta.v1.ObjectMetaArgs
         selector = selector_labels(labels)
@@ -290,7 +312,7 @@ class ObservabilityStack(pulumi.ComponentResource):
                         "port": "metrics",
                         "path": "/metrics",
                         "interval": f"{self.args.observability.scrape_interval_seconds}s",
-                        "relabelings": _node_relabeling(),
+                        "relabelings": relabelings,
                     }
                 ],
             },
@@ -311,6 +333,7 @@ class ObservabilityStack(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
         annotations: dict[str, str] | None = None,
         runtime_class: str | None = None,
+        relabelings: list[dict[str, Any]] | None = None,
     ) -> k8s.apps.v1.DaemonSet:
         """A telemetry exporter on every node of our GPU pools, with its tokenless ServiceAccount and scraping.
 
@@ -348,7 +371,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*depends_on, sa]),
         )
-        self._service_and_monitor(app, labels, ns, port, [daemonset])
+        self._service_and_monitor(app, labels, ns, port, [daemonset], [*_node_relabeling(), *(relabelings or [])])
         return daemonset
 
     # ------------------------------------------------------------------ DCGM
@@ -379,6 +402,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             DCGM_PORT,
             annotations={**checkov_skips(DCGM_CHECKOV_SKIPS), **kube_score_ignores(DCGM_KUBE_SCORE_IGNORES)},
             runtime_class=args.observability.dcgm_runtime_class,
+            relabelings=_gpu_workload_relabeling(),
             # DCGM's host engine needs root; it gets SYS_ADMIN only (allow-listed), never privileged.
             pod_security=pod_security_context(run_as_non_root=False, run_as_user=0, run_as_group=0, fs_group=None),
             container=k8s.core.v1.ContainerArgs(
@@ -462,10 +486,11 @@ class ObservabilityStack(pulumi.ComponentResource):
     # ------------------------------------------------------------------ health guard
 
     def _health_guard(self) -> HealthGuard:
-        """The guard (components.health_guard) as a child, scraped like the exporters."""
+        """The guard (components.health_guard) as a child, scraped like the other agents (``honorLabels``)."""
         guard = HealthGuard(GUARD_APP, self.args.guard, pulumi.ResourceOptions(parent=self))
-        self._service_and_monitor(GUARD_APP, guard.labels, self.args.guard.namespace, self.args.guard.port,
-                                  [guard.deployment])
+        # This component created the guard's Service and ServiceMonitor before the agent builder did.
+        guard.agent.scrape(self.args.guard.port, Scrape.of(self.args.observability), depends_on=[guard.deployment],
+                           alias_parent=self)
         return guard
 
 

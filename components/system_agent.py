@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,6 +25,10 @@ import pulumi_kubernetes as k8s
 from components import rbac
 from components.naming import selector_labels
 from components.security import pod_security_context
+from components.workloads import spread_across_nodes
+
+if TYPE_CHECKING:
+    from components.config import Observability
 
 Rule = rbac.Rule
 
@@ -36,6 +40,19 @@ class Placement:
     namespace: str
     priority_class: str
     system_pool_selector: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """How the stack's Prometheus finds an agent: the scrape interval and the labels it selects monitors by."""
+
+    interval_seconds: int = 15
+    monitor_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, o: Observability) -> Scrape:
+        """The stack's ``observability.scrapeIntervalSeconds`` and ``monitorLabels``."""
+        return cls(interval_seconds=o.scrape_interval_seconds, monitor_labels=dict(o.monitor_labels))
 
 
 class SystemAgent:
@@ -135,8 +152,14 @@ class SystemAgent:
     def deploy(self, containers: Sequence[k8s.core.v1.ContainerArgs], *, replicas: int,
                annotations: Mapping[str, str] | None = None, strategy: str | None = None,
                depends_on: Sequence[pulumi.Resource] = (), **pod: Any) -> k8s.apps.v1.Deployment:
-        """The Deployment ``<app>``; it waits for the settings, ``depends_on`` and every grant so far."""
+        """The Deployment ``<app>``; it waits for the settings, ``depends_on`` and every grant so far.
+
+        More than one replica (a leader and its standby) are spread over nodes unless ``affinity`` says
+        otherwise: a standby on the leader's node goes down with it.
+        """
         waits = [*depends_on, *([self.config_map] if self.config_map else []), *self.grants]
+        if replicas > 1:
+            pod.setdefault("affinity", spread_across_nodes(self.selector))
         self.deployment = k8s.apps.v1.Deployment(
             self.app,
             metadata=k8s.meta.v1.ObjectMetaArgs(name=self.app, namespace=self.namespace, labels=self.labels,
@@ -152,24 +175,33 @@ class SystemAgent:
         return self.deployment
 
     def disruption_budget(self, min_available: int = 1) -> k8s.policy.v1.PodDisruptionBudget:
-        """``<app>-pdb``: a drain never takes the last replica (the standby keeps the Lease warm)."""
+        """``<app>-pdb``: a drain never takes the last replica (the standby keeps the Lease warm).
+
+        A replica that is not ready (crash-looping, stuck) protects nothing: ``AlwaysAllow`` lets a drain
+        evict it even while the budget is short, where the default would block the drain on it.
+        """
         self.pod_disruption_budget = k8s.policy.v1.PodDisruptionBudget(
             f"{self.app}-pdb",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=self.app, namespace=self.namespace, labels=self.labels),
             spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-                min_available=min_available, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=self.selector)),
+                min_available=min_available, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=self.selector),
+                unhealthy_pod_eviction_policy="AlwaysAllow"),
             opts=pulumi.ResourceOptions(parent=self.parent),
         )
         return self.pod_disruption_budget
 
-    def scrape(self, port: int, *, interval: str = "15s", monitor_labels: Mapping[str, str] | None = None,
-               endpoint: Mapping[str, Any] | None = None, spec: Mapping[str, Any] | None = None,
-               depends_on: Sequence[pulumi.Resource] = ()) -> k8s.apiextensions.CustomResource:
+    def scrape(self, port: int, how: Scrape, *, spec: Mapping[str, Any] | None = None,
+               depends_on: Sequence[pulumi.Resource] = (),
+               alias_parent: pulumi.Resource | None = None) -> k8s.apiextensions.CustomResource:
         """The Service ``<app>-metrics`` on the pods' ``metrics`` port and the ServiceMonitor ``<app>`` over it.
 
-        ``endpoint`` adds keys to the one scrape endpoint (relabelings…), ``spec`` to the monitor's spec.
+        ``honorLabels``: an agent's series name the objects it acts on — ``node``, ``namespace``, ``job`` of a
+        gang — and the operator's target labels of the same names (the agent's own pod) must not rename
+        them ``exported_*``. ``spec`` adds keys to the monitor's spec; ``alias_parent`` is the component
+        that created these two objects before this builder did (their URNs stay, no replacement).
         """
         meta = k8s.meta.v1.ObjectMetaArgs
+        aliases = [pulumi.Alias(parent=alias_parent)] if alias_parent is not None else None
         self.service = k8s.core.v1.Service(
             f"{self.app}-metrics",
             metadata=meta(name=f"{self.app}-metrics", namespace=self.namespace, labels=self.labels),
@@ -177,18 +209,19 @@ class SystemAgent:
                 selector=self.selector,
                 ports=[k8s.core.v1.ServicePortArgs(name="metrics", port=port, target_port="metrics")],
             ),
-            opts=pulumi.ResourceOptions(parent=self.parent, depends_on=list(depends_on)),
+            opts=pulumi.ResourceOptions(parent=self.parent, depends_on=list(depends_on), aliases=aliases),
         )
         self.service_monitor = k8s.apiextensions.CustomResource(
             f"{self.app}-servicemonitor",
             api_version="monitoring.coreos.com/v1",
             kind="ServiceMonitor",
-            metadata=meta(name=self.app, namespace=self.namespace, labels={**self.labels, **(monitor_labels or {})}),
+            metadata=meta(name=self.app, namespace=self.namespace, labels={**self.labels, **how.monitor_labels}),
             spec={
                 "selector": {"matchLabels": self.selector},
                 **(spec or {}),
-                "endpoints": [{"port": "metrics", "interval": interval, "path": "/metrics", **(endpoint or {})}],
+                "endpoints": [{"port": "metrics", "interval": f"{how.interval_seconds}s", "path": "/metrics",
+                               "honorLabels": True}],
             },
-            opts=pulumi.ResourceOptions(parent=self.parent, depends_on=[self.service]),
+            opts=pulumi.ResourceOptions(parent=self.parent, depends_on=[self.service], aliases=aliases),
         )
         return self.service_monitor

@@ -8,64 +8,24 @@ for the expected labels and value, so a wording change cannot hide a wrong label
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from agents.health_guard.contract import FATAL_XIDS, XIDS, HealthClass, default_signals
 from components.alert_rules import AlertThresholds, alert_names, build_rule_spec, duration, render_rules_yaml
-
-PROMTOOL = shutil.which("promtool")
+from tests.promtool_support import expected_alert, promtool, rule, run_unit_test, series
+from tools.mockrt import RunResult
 
 GPU = {"gpu": "0", "UUID": "GPU-0a", "Hostname": "gpu-node-1", "modelName": "NVIDIA H100 80GB HBM3"}
 IB = {"device": "mlx5_0", "port": "1", "node": "gpu-node-1", "instance": "10.0.0.5:9315"}
 JOB = {"namespace": "team-a", "job_name": "llm-70b"}
-
-
-def promtool() -> str:
-    assert PROMTOOL is not None, "promtool missing: run `make observability-tools` (Debian prometheus package)"
-    return PROMTOOL
-
-
 LEADER = "gpucluster_burst_leader"
 RESTARTS = "gpucluster_health_gang_restarts_total"
 JOB_GANG = {"namespace": "team-a", "job": "llm-70b", "pool": "h100-a"}
-
-
-def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return {"series": f"{name}{{{inner}}}", "values": values}
-
-
-def _humanize(value: float) -> str:
-    prefixes = ["", "k", "M", "G", "T", "P"]
-    i = 0
-    while abs(value) >= 1000 and i < len(prefixes) - 1:
-        value /= 1000
-        i += 1
-    return f"{value:.4g}{prefixes[i]}"
-
-
-def _go_value(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(value)
-
-
-def expand(template: str, labels: dict[str, str], value: float) -> str:
-    """The subset of Go templating our annotations use: $labels.x, $value, $value | humanize."""
-    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
-    text = text.replace("{{ $value | humanize }}", _humanize(value))
-    text = text.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
-    text = text.replace("{{ $value }}", _go_value(value))
-    assert "{{" not in text, text
-    return text
-
-
-def rule(spec: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(r for g in spec["groups"] for r in g["rules"] if r["alert"] == name)
 
 
 @dataclass
@@ -351,6 +311,39 @@ CASES = [
         "19m",
     ),
     Case(
+        "busy NVLink (a bytes-per-second gauge) with idle tensor cores and flat IB is not a hang",
+        "NcclHangSuspected",
+        [
+            series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", {**GPU, "namespace": "team-a", "pod": "llm-70b-0"}, "0x80"),
+            series("infiniband_port_data_transmitted_bytes_total", IB, "5000x80"),
+            series("DCGM_FI_PROF_NVLINK_TX_BYTES", GPU, "5000000000x80"),
+        ],
+        "19m",
+    ),
+    Case(
+        "one stalled job of many ranks is one alert",
+        "TrainingHeartbeatStalled",
+        [series("training_step_heartbeat_timestamp_seconds", {**JOB, "rank": str(r), "pod": f"w-{r}"},
+                "100+1x40 140x80") for r in range(4)],
+        "26m",
+        [(JOB, 0)],
+    ),
+    Case(
+        "a job with one moving rank is not stalled",
+        "TrainingHeartbeatStalled",
+        [series("training_step_heartbeat_timestamp_seconds", {**JOB, "rank": "0", "pod": "w-0"}, "100+1x40 140x80"),
+         series("training_step_heartbeat_timestamp_seconds", {**JOB, "rank": "1", "pod": "w-1"}, "100+1x120")],
+        "26m",
+    ),
+    Case(
+        "a slow checkpoint on several ranks is one alert with the slowest",
+        "CheckpointOverBudget",
+        [series("gpucluster_checkpoint_duration_seconds", {**JOB, "rank": "0"}, "42x4"),
+         series("gpucluster_checkpoint_duration_seconds", {**JOB, "rank": "1"}, "37x4")],
+        "1m",
+        [(JOB, 42)],
+    ),
+    Case(
         "slow checkpoint warns",
         "CheckpointOverBudget",
         [series("gpucluster_checkpoint_duration_seconds", JOB, "42x4")],
@@ -423,34 +416,9 @@ def test_promtool_check_rules_accepts_the_rendered_rules(rules_file: Path) -> No
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_promtool_unit(case: Case, rules_file: Path, tmp_path: Path) -> None:
     spec = build_rule_spec()
-    r = rule(spec, case.alert)
-    exp_alerts = [
-        {
-            "exp_labels": {**labels, **r["labels"]},
-            "exp_annotations": {k: expand(v, labels, value) for k, v in r["annotations"].items()},
-        }
-        for labels, value in case.fires
-    ]
-    test_file = tmp_path / "test.yml"
-    test_file.write_text(
-        yaml.safe_dump(
-            {
-                "rule_files": [str(rules_file)],
-                "evaluation_interval": "15s",
-                "tests": [
-                    {
-                        "interval": "15s",
-                        "input_series": case.input_series,
-                        "alert_rule_test": [
-                            {"eval_time": case.eval_time, "alertname": case.alert, "exp_alerts": exp_alerts}
-                        ],
-                    }
-                ],
-            },
-            sort_keys=False,
-        )
-    )
-    result = subprocess.run([promtool(), "test", "rules", str(test_file)], capture_output=True, text=True)
+    exp_alerts = [expected_alert(spec, case.alert, labels, value) for labels, value in case.fires]
+    result = run_unit_test(rules_file, tmp_path / "test.yml", case.input_series,
+                           [{"eval_time": case.eval_time, "alertname": case.alert, "exp_alerts": exp_alerts}])
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -490,9 +458,11 @@ def test_thresholds_flow_into_the_rules() -> None:
     assert rule(spec, "GpuTemperatureWarning")["expr"] == ("DCGM_FI_DEV_GPU_TEMP >= 77.5 and DCGM_FI_DEV_GPU_TEMP < 80")
     assert rule(spec, "GpuCriticalXid")["expr"] == "DCGM_FI_DEV_XID_ERRORS == 79"
     assert rule(spec, "TrainingHeartbeatStalled")["expr"] == (
-        "changes(my_steps_total[15m]) == 0 and my_steps_total offset 15m"
+        "max by (namespace, job_name) (changes(my_steps_total[15m])) == 0 "
+        "and on (namespace, job_name) max by (namespace, job_name) (my_steps_total offset 15m)"
     )
-    assert rule(spec, "CheckpointOverBudget")["expr"] == "gpucluster_checkpoint_duration_seconds > 45"
+    assert rule(spec, "CheckpointOverBudget")["expr"] == (
+        "max by (namespace, job_name) (gpucluster_checkpoint_duration_seconds) > 45")
 
 
 def test_health_and_thermal_texts_use_the_stacks_label_prefix() -> None:
@@ -511,8 +481,20 @@ def test_default_thermal_rule_is_78c_for_2m() -> None:
     assert (crit["expr"], crit["for"]) == ("DCGM_FI_DEV_GPU_TEMP >= 78", "2m")
     assert rule(build_rule_spec(), "GpuCriticalXid")["expr"] == (
         "DCGM_FI_DEV_XID_ERRORS == 48 or DCGM_FI_DEV_XID_ERRORS == 64 or DCGM_FI_DEV_XID_ERRORS == 74 "
-        "or DCGM_FI_DEV_XID_ERRORS == 79 or DCGM_FI_DEV_XID_ERRORS == 95"
+        "or DCGM_FI_DEV_XID_ERRORS == 79 or DCGM_FI_DEV_XID_ERRORS == 95 or DCGM_FI_DEV_XID_ERRORS == 119 "
+        "or DCGM_FI_DEV_XID_ERRORS == 120"
     )
+
+
+def test_the_xids_that_page_are_the_xids_that_quarantine(prod: RunResult, local: RunResult) -> None:
+    """One XID table: every XID the guard calls fatal pages, and nothing else does (the stacks' rules)."""
+    assert tuple(x.number for x in XIDS if x.health_class is HealthClass.FATAL) == FATAL_XIDS
+    assert AlertThresholds().critical_xids == FATAL_XIDS
+    fatal_query = next(s.query for s in default_signals() if s.name == "xid-fatal")
+    assert sorted(int(x) for x in re.findall(r"== (\d+)", fatal_query)) == sorted(FATAL_XIDS)
+    for result in (prod, local):
+        expr = rule(result.one("PrometheusRule", "gpu-alerts").inputs["spec"], "GpuCriticalXid")["expr"]
+        assert sorted(int(x) for x in re.findall(r"== (\d+)", expr)) == sorted(FATAL_XIDS), result.stack
 
 
 @pytest.mark.parametrize(

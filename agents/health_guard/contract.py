@@ -152,8 +152,31 @@ class Signal(_Model):
         return self
 
 
-FATAL_XIDS: tuple[int, ...] = (48, 64, 74, 79, 95, 119, 120)
-DEGRADED_XIDS: tuple[int, ...] = (92, 94)
+@dataclass(frozen=True)
+class Xid:
+    """One row of the XID table: what NVIDIA's catalogue says it means and what the platform does."""
+
+    number: int
+    health_class: HealthClass
+    meaning: str
+
+
+#: The one XID table: the guard quarantines by it and the ``GpuCriticalXid`` alert pages on its fatal rows
+#: (``components.alert_rules`` reads the stack's ``health.fatalXids``, whose default is this table). 13, 31
+#: and 43 are usually the application and are in neither class.
+XIDS: tuple[Xid, ...] = (
+    Xid(48, HealthClass.FATAL, "double-bit ECC error"),
+    Xid(64, HealthClass.FATAL, "row-remapping recording failure"),
+    Xid(74, HealthClass.FATAL, "NVLink error"),
+    Xid(79, HealthClass.FATAL, "GPU has fallen off the bus"),
+    Xid(95, HealthClass.FATAL, "uncontained ECC error"),
+    Xid(119, HealthClass.FATAL, "GSP firmware timeout"),
+    Xid(120, HealthClass.FATAL, "GSP firmware error"),
+    Xid(92, HealthClass.DEGRADED, "high single-bit ECC error rate"),
+    Xid(94, HealthClass.DEGRADED, "contained ECC error"),
+)
+FATAL_XIDS: tuple[int, ...] = tuple(x.number for x in XIDS if x.health_class is HealthClass.FATAL)
+DEGRADED_XIDS: tuple[int, ...] = tuple(x.number for x in XIDS if x.health_class is HealthClass.DEGRADED)
 XID_SOURCE = "NVIDIA XID catalogue, docs.nvidia.com/deploy/xid-errors"
 
 

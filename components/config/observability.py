@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -60,6 +60,17 @@ class HealthGuardConfig(ConfigModel):
 
 
 class Observability(ConfigModel):
+    @model_validator(mode="before")
+    @classmethod
+    def _one_xid_list(cls, data: Any) -> Any:
+        """``criticalXids`` was a second XID list beside ``health.fatalXids``; the two had drifted apart."""
+        if isinstance(data, dict) and "criticalXids" in data:
+            raise ValueError(
+                "criticalXids is gone: one list decides both the page (GpuCriticalXid) and the quarantine, "
+                "set observability.health.fatalXids instead"
+            )
+        return data
+
     dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
     #: At least 60 °C: a busy GPU runs warmer than that, so a lower threshold would quarantine the whole fleet.
     thermal_threshold_celsius: Annotated[int, Field(ge=60)] = 78
@@ -86,8 +97,6 @@ class Observability(ConfigModel):
     scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
     #: Labels the Prometheus Operator selects ServiceMonitors and PrometheusRules by (e.g. release).
     monitor_labels: Labels = Field(default_factory=dict)
-    #: XIDs that page: drain and RMA.
-    critical_xids: list[Annotated[int, Field(ge=1, le=999)]] = Field(default_factory=lambda: [48, 64, 74, 79, 95])
     #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
     dcgm_runtime_class: DnsLabel | None = "nvidia"
     #: The health guard (deployed when ``thermalGuard`` is on): signal classes and guard rails.
@@ -110,8 +119,6 @@ class Observability(ConfigModel):
                 f"scrapeIntervalSeconds ({self.scrape_interval_seconds}) must not exceed thermalHoldSeconds "
                 f"({self.thermal_hold_seconds})"
             )
-        if not self.critical_xids:
-            raise ValueError("criticalXids must list at least one XID")
         return self
 
 
