@@ -69,7 +69,13 @@ from components.security import (
     with_ephemeral_storage,
 )
 from components.stack import secret_value
-from components.workloads import gpu_resources, prefer_onprem_affinity, provider_preferences, spread_across_nodes
+from components.workloads import (
+    UNHEALTHY_POD_EVICTION,
+    gpu_resources,
+    prefer_onprem_affinity,
+    provider_preferences,
+    spread_across_nodes,
+)
 
 ADAPTER = "prometheus-adapter"
 ADAPTER_PORT = 6443
@@ -416,8 +422,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
             spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
                 max_unavailable=svc.max_unavailable,
                 selector=k8s.meta.v1.LabelSelectorArgs(match_labels=serving),
-                # A replica stuck unready protects nothing; let drains and the descheduler move it.
-                unhealthy_pod_eviction_policy="AlwaysAllow",
+                unhealthy_pod_eviction_policy=UNHEALTHY_POD_EVICTION,
             ),
             opts=child,
         )
@@ -612,7 +617,8 @@ class PrometheusAdapter(pulumi.ComponentResource):
             f"{ADAPTER}-pdb",
             metadata=meta(name=ADAPTER, namespace=ns, labels=labels),
             spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
-                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector)),
+                max_unavailable=1, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+                unhealthy_pod_eviction_policy=UNHEALTHY_POD_EVICTION),
             opts=child,
         )
         service = k8s.core.v1.Service(

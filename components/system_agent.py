@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 from components import rbac
 from components.naming import selector_labels
 from components.security import pod_security_context
-from components.workloads import spread_across_nodes
+from components.workloads import UNHEALTHY_POD_EVICTION, spread_across_nodes
 
 if TYPE_CHECKING:
     from components.config import Observability
@@ -177,15 +177,14 @@ class SystemAgent:
     def disruption_budget(self, min_available: int = 1) -> k8s.policy.v1.PodDisruptionBudget:
         """``<app>-pdb``: a drain never takes the last replica (the standby keeps the Lease warm).
 
-        A replica that is not ready (crash-looping, stuck) protects nothing: ``AlwaysAllow`` lets a drain
-        evict it even while the budget is short, where the default would block the drain on it.
+        A replica that is not ready is evictable (:data:`~components.workloads.UNHEALTHY_POD_EVICTION`).
         """
         self.pod_disruption_budget = k8s.policy.v1.PodDisruptionBudget(
             f"{self.app}-pdb",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=self.app, namespace=self.namespace, labels=self.labels),
             spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
                 min_available=min_available, selector=k8s.meta.v1.LabelSelectorArgs(match_labels=self.selector),
-                unhealthy_pod_eviction_policy="AlwaysAllow"),
+                unhealthy_pod_eviction_policy=UNHEALTHY_POD_EVICTION),
             opts=pulumi.ResourceOptions(parent=self.parent),
         )
         return self.pod_disruption_budget

@@ -100,6 +100,11 @@ def metrics_liveness_probe() -> k8s.core.v1.ProbeArgs:
                                  period_seconds=20, failure_threshold=3)
 
 
+#: Every PodDisruptionBudget of ours: a replica that is not ready protects nothing, so a drain (or the
+#: descheduler) may evict it even while the budget is short; the default (IfHealthyBudget) blocks the drain on it.
+UNHEALTHY_POD_EVICTION = "AlwaysAllow"
+
+
 def spread_across_nodes(selector: dict[str, str]) -> k8s.core.v1.AffinityArgs:
     """Preferred anti-affinity by hostname: replicas on different nodes, so one node down leaves a replica.
 

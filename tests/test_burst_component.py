@@ -90,7 +90,7 @@ def test_metrics_service_and_servicemonitor(prod: RunResult) -> None:
     sm = prod.one("ServiceMonitor", "burst-controller")
     assert sm.inputs["spec"] == {
         "selector": {"matchLabels": svc.inputs["spec"]["selector"]},
-        "endpoints": [{"port": "metrics", "interval": "15s", "path": "/metrics"}],
+        "endpoints": [{"port": "metrics", "interval": "15s", "path": "/metrics", "honorLabels": True}],
     }
 
 

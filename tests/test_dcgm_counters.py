@@ -95,3 +95,47 @@ def test_comments_and_blank_lines_are_ignored() -> None:
 
 def test_required_fields_are_the_shipped_fields() -> None:
     assert {c.field for c in parse(render())} == dcgm_counters.REQUIRED_FIELDS
+
+
+#: What each field is, from DCGM's field definitions (dcgm_fields.h) and the type dcgm-exporter's own
+#: default-counters.csv gives it: ``total`` fields only grow (counter), ``level`` and ``rate`` fields are read as
+#: they are (gauge). NVLink TX/RX bytes are a *rate* (bytes per second): ``rate()`` of them means nothing.
+DCGM_DEFINITIONS = {
+    "DCGM_FI_DEV_GPU_TEMP": "level", "DCGM_FI_DEV_MEMORY_TEMP": "level", "DCGM_FI_DEV_POWER_USAGE": "level",
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "total", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "level",
+    "DCGM_FI_DEV_SM_CLOCK": "level", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "level", "DCGM_FI_PROF_SM_ACTIVE": "level",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "level", "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "level",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "level", "DCGM_FI_DEV_GPU_UTIL": "level", "DCGM_FI_DEV_FB_USED": "level",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "total", "DCGM_FI_PROF_NVLINK_TX_BYTES": "rate",
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": "rate", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "total",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "total", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": "total",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": "total", "DCGM_FI_DEV_XID_ERRORS": "level",
+    "DCGM_EXP_XID_ERRORS_COUNT": "level", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "total",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "total", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "total",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "level",
+}
+PROMETHEUS_TYPE = {"total": "counter", "level": "gauge", "rate": "gauge"}
+
+
+def test_every_field_is_typed_as_dcgm_defines_it() -> None:
+    shipped = {c.field: c.type for c in parse(render())}
+    assert set(shipped) == set(DCGM_DEFINITIONS)
+    wrong = {f: (t, PROMETHEUS_TYPE[DCGM_DEFINITIONS[f]]) for f, t in shipped.items()
+             if t != PROMETHEUS_TYPE[DCGM_DEFINITIONS[f]]}
+    assert wrong == {}
+
+
+def test_no_rule_or_signal_takes_rate_of_a_gauge() -> None:
+    """``rate()``/``increase()`` only over counters: on a gauge they read noise (or zero) as the answer."""
+    import re
+
+    from agents.health_guard.contract import default_signals
+    from components.alert_rules import build_rule_spec
+    from components.dashboards import gpu_fleet, gpu_health
+
+    gauges = {f for f, kind in DCGM_DEFINITIONS.items() if PROMETHEUS_TYPE[kind] == "gauge"}
+    texts = [r["expr"] for g in build_rule_spec()["groups"] for r in g["rules"]]
+    texts += [s.query for s in default_signals()]
+    texts += [gpu_fleet.render(gpu_fleet.DashboardOptions()), gpu_health.render(gpu_health.HealthDashboardOptions())]
+    misuse = sorted({m for text in texts for m in re.findall(r"(?:rate|increase|irate)\((\w+)", text)} & gauges)
+    assert misuse == []

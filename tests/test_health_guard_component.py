@@ -168,3 +168,23 @@ def test_health_dashboard_configmap_and_valid_queries(prod: RunResult, tmp_path:
         {"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
     check = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_replicated_agent_spreads_over_nodes_and_its_budget_lets_a_stuck_replica_go(prod: RunResult) -> None:
+    """The guard's two replicas got no anti-affinity while its siblings had it; a stuck standby blocked drains."""
+    spread = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {}}}]}}
+    for name in ("health-guard", "burst-controller"):
+        deployment = prod.one("Deployment", name)
+        spec = deployment.inputs["spec"]
+        assert spec["replicas"] == 2, name
+        affinity = spec["template"]["spec"]["affinity"]
+        term = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        assert term["podAffinityTerm"]["labelSelector"] == {"matchLabels": spec["selector"]["matchLabels"]}, name
+        assert {**term, "podAffinityTerm": {**term["podAffinityTerm"], "labelSelector": {}}} == \
+            spread["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0], name
+    budgets = prod.by_kind("PodDisruptionBudget")
+    agents = [b for b in budgets if b.metadata.get("namespace") == "gpu-system"]
+    assert {b.metadata["name"] for b in agents} >= {"health-guard", "burst-controller"}
+    stuck = [b.metadata["name"] for b in budgets if b.inputs["spec"].get("unhealthyPodEvictionPolicy") != "AlwaysAllow"]
+    assert stuck == []

@@ -289,7 +289,8 @@ def test_adapter_serves_custom_and_external_metrics(prod: RunResult) -> None:
     assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
         "kubernetes.io/hostname")
     assert prod.one("PodDisruptionBudget", "prometheus-adapter").inputs["spec"] == {
-        "maxUnavailable": 1, "selector": {"matchLabels": adapter.inputs["spec"]["selector"]["matchLabels"]}}
+        "maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {"matchLabels": adapter.inputs["spec"]["selector"]["matchLabels"]}}
     assert adapter.metadata["annotations"]["checkov.io/skip1"].startswith("CKV_K8S_38=")
     reader = prod.one("ClusterRole", "gpu-cluster:prometheus-adapter")
     assert reader.inputs["rules"] == [{"apiGroups": [""], "resources": ["nodes", "namespaces", "pods", "services"],

@@ -156,22 +156,31 @@ def test_ib_exporter_can_be_turned_off(run_stack: StackRunner) -> None:
 # ---- scraping --------------------------------------------------------------------------------------
 
 
-def test_service_monitors_add_the_node_label(prod: RunResult) -> None:
-    for name, port in (("dcgm-exporter", 9400), ("ib-exporter", 9315), ("health-guard", 9316)):
+def test_exporter_monitors_add_the_node_label_and_dcgm_keeps_the_gpus_workload(prod: RunResult) -> None:
+    node = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+    workload = [
+        {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "exporter_pod", "action": "replace"},
+        {"regex": "namespace|pod|container", "action": "labeldrop"},
+    ]
+    for name, port, relabelings in (("dcgm-exporter", 9400, [node, *workload]), ("ib-exporter", 9315, [node])):
         sm = prod.one("ServiceMonitor", name)
         assert sm.inputs["apiVersion"] == "monitoring.coreos.com/v1"
         (endpoint,) = sm.inputs["spec"]["endpoints"]
-        assert endpoint == {
-            "port": "metrics",
-            "path": "/metrics",
-            "interval": "15s",
-            "relabelings": [
-                {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
-            ],
-        }
+        assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "15s", "relabelings": relabelings}
         service = prod.one("Service", f"{name}-metrics")
         assert service.inputs["spec"]["ports"] == [{"name": "metrics", "port": port, "targetPort": "metrics"}]
         assert service.inputs["spec"]["selector"] == sm.inputs["spec"]["selector"]["matchLabels"]
+
+
+def test_the_guard_is_scraped_like_every_agent_and_keeps_its_urns(prod: RunResult) -> None:
+    """``honorLabels``: the guard's ``node``/``namespace``/``job`` name what it acts on, not its own pod."""
+    sm = prod.one("ServiceMonitor", "health-guard")
+    assert sm.inputs["spec"]["endpoints"] == [{"port": "metrics", "interval": "15s", "path": "/metrics",
+                                               "honorLabels": True}]
+    (stack,) = prod.by_type("gpu-cluster:observability:ObservabilityStack")
+    for registered in (sm, prod.one("Service", "health-guard-metrics")):
+        # Created by this component before the agent builder: the alias keeps `pulumi up` from replacing them.
+        assert registered.aliases == [f"parent:{stack.urn}"], registered.urn
 
 
 def test_monitor_labels_reach_service_monitors_and_rules(run_stack: StackRunner) -> None:
@@ -195,10 +204,12 @@ def test_prometheus_rule_is_the_tested_rule_set(prod: RunResult) -> None:
         "DCGM_FI_DEV_GPU_TEMP >= 78",
         "2m",
     )
-    assert rules["CheckpointOverBudget"]["expr"] == "gpucluster_checkpoint_duration_seconds > 30"
+    assert rules["CheckpointOverBudget"]["expr"] == (
+        "max by (namespace, job_name) (gpucluster_checkpoint_duration_seconds) > 30")
     assert rules["TrainingHeartbeatStalled"]["expr"] == (
-        "changes(training_step_heartbeat_timestamp_seconds[10m]) == 0 "
-        "and training_step_heartbeat_timestamp_seconds offset 10m"
+        "max by (namespace, job_name) (changes(training_step_heartbeat_timestamp_seconds[10m])) == 0 "
+        "and on (namespace, job_name) max by (namespace, job_name) "
+        "(training_step_heartbeat_timestamp_seconds offset 10m)"
     )
     assert 'kube_pod_labels{label_gpucluster_io_workload="training"}' in rules["TrainingTensorCoresIdle"]["expr"]
     assert rules["InfinibandRateBelowNominal"]["expr"].startswith("infiniband_rate_bytes_per_second < 50000000000 ")
@@ -323,4 +334,5 @@ def test_component_tree(prod: RunResult) -> None:
         "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
         "gpu-cluster:health:HealthGuard",  # its own objects: tests/test_health_guard_component.py
     }
-    assert len([r for r in prod.resources if r.parent == component.urn]) == 15
+    # The guard's Service and ServiceMonitor are the HealthGuard's children (aliased from here).
+    assert len([r for r in prod.resources if r.parent == component.urn]) == 13

@@ -156,6 +156,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 aliases=sorted(
                     [a.urn for a in request.aliases if a.urn] + list(request.aliasURNs)
                     + [a.spec.name for a in request.aliases if a.HasField("spec") and a.spec.name]
+                    # An alias that only moves the resource from another parent: "parent:<its URN>".
+                    + [f"parent:{a.spec.parentUrn}" for a in request.aliases
+                       if a.HasField("spec") and not a.spec.name and a.spec.parentUrn]
                 ),
                 ignore_changes=list(request.ignoreChanges),
             )

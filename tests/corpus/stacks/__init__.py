@@ -156,6 +156,8 @@ CASES: list[Case] = [
     Case("thermal-10c", L, ("observability.thermalThresholdCelsius",), edit=at("observability.thermalThresholdCelsius", 10)),
     Case("thermal-above-limit", P, ("observability.thermalThresholdCelsius",),
          edit=at("observability.thermalThresholdCelsius", 95)),
+    Case("critical-xids-gone", L, ("observability", "criticalXids is gone", "observability.health.fatalXids"),
+         edit=at("observability.criticalXids", [79])),
     Case("node-range-millions", L, ("pools[0].nodes",), edit=at("pools[0].nodes", ["gpu-[0000001-9999999]"])),
     Case("node-range-system-millions", P, ("systemPool.nodes",), edit=at("systemPool.nodes", ["cpu-[1-5000000]"])),
     Case("node-range-backwards", L, ("pools[0].nodes",), edit=at("pools[0].nodes", ["gpu-[09-01]"])),
