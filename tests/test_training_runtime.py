@@ -22,7 +22,7 @@ from training_runtime import (
     parse_manifest,
 )
 from training_runtime.checkpointer import AsyncCheckpointer
-from training_runtime.manifest import FileEntry, Manifest, sha256_hex
+from training_runtime.manifest import MAX_STEP, FileEntry, Manifest, sha256_hex
 from training_runtime.metrics import CHECKPOINT_DURATION, TrainingMetrics
 from training_runtime.settings import CheckpointSettings, DistEnv, Settings
 
@@ -76,7 +76,7 @@ names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}", fullmatch=True).filte
     lambda n: n not in ("manifest.json", "COMMITTED"))
 entries = st.builds(FileEntry, name=names, size=st.integers(0, 2**50),
                     sha256=st.text("0123456789abcdef", min_size=64, max_size=64))
-manifests = st.builds(Manifest, step=st.integers(0, 2**40), world_size=st.integers(1, 20_000),
+manifests = st.builds(Manifest, step=st.integers(0, MAX_STEP), world_size=st.integers(1, 20_000),
                       files=st.lists(entries, min_size=1, max_size=8, unique_by=lambda e: e.name).map(tuple))
 
 
@@ -305,3 +305,12 @@ def test_steps_per_second_over_the_window() -> None:
 
 def test_sha256_helper_is_the_standard_digest() -> None:
     assert sha256_hex(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def test_a_step_past_the_bound_is_named_not_raised() -> None:
+    body = json.dumps({"version": 1, "step": MAX_STEP + 1, "worldSize": 1, "files": []}).encode()
+    with pytest.raises(ManifestError, match=r"step: expected a whole number >= 0 and <= 999999999999, got"):
+        parse_manifest(body)
+    huge = b'{"version": 1, "step": ' + b"9" * 5000 + b', "worldSize": 1, "files": []}'
+    with pytest.raises(ManifestError, match="not JSON"):
+        parse_manifest(huge)

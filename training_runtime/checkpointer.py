@@ -23,6 +23,11 @@ from training_runtime.store import CheckpointStore
 
 log = logging.getLogger("training_runtime.checkpoint")
 
+#: The most a crash can cost, in checkpoint intervals: the steps since the newest checkpoint started (at most
+#: one interval) plus, when that checkpoint was still being written, the interval before it (the next
+#: checkpoint waits for the previous write, so no more than one write is ever in flight).
+LOSS_BOUND_INTERVALS = 2
+
 
 class Snapshot(Protocol):
     """State already copied in memory; ``files()`` serialises it (runs in the background thread)."""
@@ -90,7 +95,7 @@ class AsyncCheckpointer:
         written = sum(e.size for e in entries)
         if d.rank == 0:
             published = self.store.commit(d.attempt_key, step, d.world_size, self.timeout)
-            self.store.prune(self.settings.keep_last, current_attempt=d.attempt_key)
+            self.store.prune(self.settings.keep_last, current_attempt=d.attempt_key, newest=step)
             log.info("checkpoint step %d committed: %d files, %d bytes in %.3f s", step,
                      len(published.manifest.files), published.manifest.total_bytes, self.clock() - started)
         self.metrics.checkpoint_duration.set(self.clock() - started)

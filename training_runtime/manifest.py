@@ -19,6 +19,9 @@ MANIFEST_NAME = "manifest.json"
 #: Written last inside the staging directory; holds the manifest's SHA-256 so an edited manifest is caught.
 COMMIT_MARKER = "COMMITTED"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: No job takes a trillion steps: a larger step (a manifest or directory name with thousands of digits) is
+#: damage, refused like any other wrong field instead of raising from int() or overflowing a format.
+MAX_STEP = 10**12 - 1
 #: One path component: no separators, no parent references, no hidden files (those are ours).
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 
@@ -61,10 +64,13 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _whole(value: Any, where: str, minimum: int) -> int:
+def _whole(value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
     # bool is an int in Python; a manifest saying "step": true is still wrong.
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ManifestError(f"{where}: expected a whole number >= {minimum}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (
+            maximum is not None and value > maximum):
+        bound = f" and <= {maximum}" if maximum is not None else ""
+        shown = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a larger number"
+        raise ManifestError(f"{where}: expected a whole number >= {minimum}{bound}, got {shown}")
     return value
 
 
@@ -87,7 +93,7 @@ def parse_manifest(data: bytes | str) -> Manifest:
     """Parse a manifest; raises :class:`ManifestError` naming the first wrong field."""
     try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and ints past Python's digit limit
         raise ManifestError(f"not JSON: {exc}") from None
     except RecursionError:
         raise ManifestError("not JSON: nested too deeply") from None
@@ -98,7 +104,7 @@ def parse_manifest(data: bytes | str) -> Manifest:
     unknown = sorted(set(raw) - {"version", "step", "worldSize", "files"})
     if unknown:
         raise ManifestError(f"unknown keys {unknown}")
-    step = _whole(raw.get("step"), "step", 0)
+    step = _whole(raw.get("step"), "step", 0, MAX_STEP)
     world_size = _whole(raw.get("worldSize"), "worldSize", 1)
     files_raw = raw.get("files")
     if not isinstance(files_raw, list) or not files_raw:

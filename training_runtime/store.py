@@ -26,6 +26,7 @@ from pathlib import Path
 from training_runtime.manifest import (
     COMMIT_MARKER,
     MANIFEST_NAME,
+    MAX_STEP,
     FileEntry,
     Manifest,
     ManifestError,
@@ -88,9 +89,20 @@ def write_durable(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _parse_step(name: str) -> int | None:
-    digits = name.removeprefix(STEP_PREFIX)
-    return int(digits) if name.startswith(STEP_PREFIX) and digits.isdigit() else None
+def parse_step_dir(name: str) -> int | None:
+    """The step of a checkpoint directory named exactly as :func:`step_dir_name` writes it, else ``None``.
+
+    Only the canonical spelling counts: ``step-1200`` (no padding) would sort as step 1200 while resume
+    looks for ``step-00001200``, so it is not a checkpoint of ours at all; neither is a name with thousands
+    of digits or non-ASCII digits.
+    """
+    if not name.startswith(STEP_PREFIX):
+        return None
+    digits = name[len(STEP_PREFIX):]
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > len(str(MAX_STEP)):
+        return None
+    step = int(digits)
+    return step if name == step_dir_name(step) else None
 
 
 class CheckpointStore:
@@ -158,37 +170,77 @@ class CheckpointStore:
     # ------------------------------------------------------------------ reading
 
     def published_steps(self) -> list[int]:
+        """Steps of the checkpoint directories here, newest first (see :meth:`foreign_entries` for the rest)."""
+        return sorted((step for step, _ in self._listing()[0]), reverse=True)
+
+    def foreign_entries(self) -> list[Path]:
+        """``step-*`` entries that are not checkpoints of ours: symbolic links (they may point out of the job's
+        directory, at another job's state) and names not spelled as we write them. Never resumed, never
+        counted by retention, never deleted."""
+        return self._listing()[1]
+
+    def _listing(self) -> tuple[list[tuple[int, Path]], list[Path]]:
         if not self.root.is_dir():
-            return []
-        steps = [_parse_step(p.name) for p in self.root.iterdir() if p.is_dir()]
-        return sorted((s for s in steps if s is not None), reverse=True)
+            return [], []
+        ours: list[tuple[int, Path]] = []
+        foreign: list[Path] = []
+        for path in self.root.iterdir():
+            if not path.name.startswith(STEP_PREFIX):
+                continue
+            step = parse_step_dir(path.name)
+            if step is None or path.is_symlink() or not path.is_dir():
+                foreign.append(path)
+            else:
+                ours.append((step, path))
+        return ours, sorted(foreign)
 
     def verify(self, path: Path, *, checksums: bool = True) -> Manifest:
-        """The checkpoint's manifest if every file matches it; :class:`CheckpointCorrupt` says what does not."""
-        marker = path / COMMIT_MARKER
-        if not marker.is_file():
-            raise CheckpointCorrupt("no commit marker (partial write)")
+        """The checkpoint's manifest if every file matches it; :class:`CheckpointCorrupt` says what does not.
+
+        Whatever state a crash or a person left the directory in, the answer is a manifest or
+        :class:`CheckpointCorrupt`, never another exception: a resume that raises makes the gang crash-loop.
+        """
         try:
-            body = (path / MANIFEST_NAME).read_bytes()
+            return self._verify(path, checksums)
+        except OSError as exc:
+            raise CheckpointCorrupt(f"unreadable: {exc.strerror or exc}") from None
+
+    def _verify(self, path: Path, checksums: bool) -> Manifest:
+        if path.is_symlink():
+            raise CheckpointCorrupt("a symbolic link, not a checkpoint directory of this job")
+        marker = path / COMMIT_MARKER
+        if marker.is_symlink() or not marker.is_file():
+            raise CheckpointCorrupt("no commit marker (partial write)")
+        manifest_path = path / MANIFEST_NAME
+        if manifest_path.is_symlink():
+            raise CheckpointCorrupt("manifest is a symbolic link")
+        try:
+            body = manifest_path.read_bytes()
         except OSError as exc:
             raise CheckpointCorrupt(f"manifest unreadable: {exc.strerror}") from None
-        if marker.read_text().strip() != sha256_hex(body):
+        try:
+            recorded = marker.read_bytes().decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise CheckpointCorrupt("commit marker is not a checksum (not text)") from None
+        if recorded != sha256_hex(body):
             raise CheckpointCorrupt("manifest does not match the commit marker's checksum")
         try:
             manifest = parse_manifest(body)
         except ManifestError as exc:
             raise CheckpointCorrupt(f"manifest invalid: {exc}") from None
-        expected_step = _parse_step(path.name)
+        expected_step = parse_step_dir(path.name)
         if expected_step is not None and manifest.step != expected_step:
             raise CheckpointCorrupt(f"manifest says step {manifest.step}, directory says {expected_step}")
         for entry in manifest.files:
             file = path / entry.name
             try:
-                size = file.stat().st_size
+                info = file.lstat()
             except OSError:
                 raise CheckpointCorrupt(f"{entry.name}: missing") from None
-            if size != entry.size:
-                raise CheckpointCorrupt(f"{entry.name}: {size} bytes, manifest says {entry.size} (truncated?)")
+            if file.is_symlink():
+                raise CheckpointCorrupt(f"{entry.name}: a symbolic link, not a file of this checkpoint")
+            if info.st_size != entry.size:
+                raise CheckpointCorrupt(f"{entry.name}: {info.st_size} bytes, manifest says {entry.size} (truncated?)")
             if checksums:
                 actual = sha256_hex(file.read_bytes())
                 if actual != entry.sha256:
@@ -197,7 +249,10 @@ class CheckpointStore:
         return manifest
 
     def latest_complete(self, *, checksums: bool = True) -> Published | None:
-        """The newest checkpoint that verifies; each one skipped is logged with the reason."""
+        """The newest checkpoint that verifies; each one skipped, and each foreign entry, is logged with why."""
+        for path in self.foreign_entries():
+            log.warning("ignoring %s: not a checkpoint of this job (a symbolic link, or not named %s)", path,
+                        step_dir_name(0).replace("0", "N"))
         for step in self.published_steps():
             path = self.root / step_dir_name(step)
             try:
@@ -223,11 +278,35 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------ retention (rank 0)
 
-    def prune(self, keep_last: int, *, current_attempt: str | None = None) -> list[Path]:
-        """Keep the newest ``keep_last`` published checkpoints; drop older ones, other attempts' staging, trash."""
+    def prune(self, keep_last: int, *, current_attempt: str | None = None, newest: int | None = None) -> list[Path]:
+        """Retention: keep the newest ``keep_last`` complete checkpoints, drop the rest and leftovers.
+
+        ``newest`` is the step this attempt has just committed. It is never removed. Checkpoints above it come
+        from a timeline the job has left: resume skipped them as incomplete, and a later resume must not
+        jump back to them, so they are removed. Completeness is judged on the directories themselves
+        (marker, manifest, sizes), never on step order alone. A corrupt checkpoint therefore never holds a
+        slot, and retention never leaves fewer complete checkpoints than ``keep_last`` allows. Also removed:
+        corrupt checkpoints, other attempts' staging directories (never this attempt's: it may be writing)
+        and the trash. :meth:`foreign_entries` are left alone.
+        """
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be at least 1, got {keep_last}")
         removed: list[Path] = []
-        for step in self.published_steps()[keep_last:]:
-            removed.append(self.root / step_dir_name(step))
+        complete: list[int] = []
+        for step in self.published_steps():
+            path = self.root / step_dir_name(step)
+            if step == newest:
+                complete.append(step)
+            elif newest is not None and step > newest:
+                removed.append(path)
+            else:
+                try:
+                    self.verify(path, checksums=False)
+                except CheckpointCorrupt:
+                    removed.append(path)
+                    continue
+                complete.append(step)
+        removed += [self.root / step_dir_name(step) for step in complete[keep_last:] if step != newest]
         staging = self.root / STAGING
         if staging.is_dir() and current_attempt is not None:
             removed += [p for p in staging.iterdir() if not p.name.startswith(f"{current_attempt}-s")]
@@ -235,5 +314,8 @@ class CheckpointStore:
         if trash.is_dir():
             removed += list(trash.iterdir())
         for path in removed:
-            shutil.rmtree(path, ignore_errors=True)
+            if path.is_symlink():
+                path.unlink()
+            else:
+                shutil.rmtree(path, ignore_errors=True)
         return removed
