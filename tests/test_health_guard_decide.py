@@ -18,6 +18,7 @@ from agents.health_guard.decide import (
     Observations,
     Quarantine,
     Reading,
+    RecordOverride,
     Release,
     Suppress,
     TripBreaker,
@@ -324,11 +325,59 @@ def test_opt_out_label_is_respected() -> None:
 def test_taint_removed_by_hand_is_respected_until_the_signal_clears() -> None:
     by_hand = NodeView("gpu-01", "a", marked=True, reasons=("xid-fatal",), history=(T0 - 60,))
     d = decide(S, obs(T0, xid79=("gpu-01",)), nodes(**{"gpu-01": by_hand}), GuardState(), T0)
-    assert kinds(d, "gpu-01") == ["Release"]
-    # Still XID 79 next cycle: the operator's decision stands.
-    d2 = decide(S, obs(T0 + 1, xid79=("gpu-01",)), nodes(), d.state, T0 + 1)
+    assert kinds(d, "gpu-01") == ["Release", "RecordOverride"]
+    assert RecordOverride("gpu-01", frozenset({"xid-fatal"})) in d.actions
+    overridden = NodeView("gpu-01", "a", overridden=frozenset({"xid-fatal"}))
+    # Still XID 79 next cycle: the operator's decision stands (and is on the node: nothing to write).
+    d2 = decide(S, obs(T0 + 1, xid79=("gpu-01",)), nodes(**{"gpu-01": overridden}), d.state, T0 + 1)
     assert kinds(d2, "gpu-01") == []
-    # It cleared once, then came back: a new fault, quarantined again.
-    d3 = decide(S, obs(T0 + 2), nodes(), d2.state, T0 + 2)
+    # It cleared once: the override is removed from the node; then it came back: a new fault, quarantined.
+    d3 = decide(S, obs(T0 + 2), nodes(**{"gpu-01": overridden}), d2.state, T0 + 2)
+    assert kinds(d3, "gpu-01") == ["RecordOverride"] and RecordOverride("gpu-01", frozenset()) in d3.actions
     d4 = decide(S, obs(T0 + 3, xid79=("gpu-01",)), nodes(), d3.state, T0 + 3)
     assert kinds(d4, "gpu-01") == ["Quarantine", "Drain"]
+
+
+def test_the_operators_override_outlives_a_restart_and_a_new_leader() -> None:
+    """Defect: the override lived in memory; a restarted guard re-quarantined the node while the fault went on."""
+    overridden = NodeView("gpu-01", "a", overridden=frozenset({"xid-fatal"}))
+    fresh = GuardState()  # a new process, or the standby that just took the lease
+    d = decide(S, obs(T0, xid79=("gpu-01",)), nodes(**{"gpu-01": overridden}), fresh, T0)
+    assert kinds(d, "gpu-01") == [] and d.status["gpu-01"] is NodeStatus.HEALTHY
+    # A write that was lost (annotation missing) is written again while the override holds.
+    d2 = decide(S, obs(T0, xid79=("gpu-01",)), nodes(), d.state, T0)
+    assert kinds(d2, "gpu-01") == ["RecordOverride"]
+
+
+def test_an_override_covers_only_what_fired_then() -> None:
+    overridden = NodeView("gpu-01", "a", overridden=frozenset({"xid-fatal"}))
+    d = decide(S, obs(T0, xid79=("gpu-01",), xid94=("gpu-01",)), nodes(**{"gpu-01": overridden}), GuardState(), T0)
+    assert [(a.health_class, a.reasons) for a in d.actions if isinstance(a, Quarantine)] == [
+        (DEGRADED, ("xid-degraded",))]
+
+
+# --------------------------------------------------------------------------- no reading is no evidence
+
+
+def test_a_nan_temperature_never_releases_a_hot_node() -> None:
+    """Defect: NaN was dropped, read as 'no sample' (clear) and released a heat-quarantined node on no reading."""
+    hot = NodeView("gpu-01", "a", quarantined=DEGRADED, marked=True, reasons=("gpu-temperature",),
+                   condition_false=True, history=(T0 - 600,))
+    state = GuardState()
+    for t in range(0, int(S.probation_seconds) * 3, 15):
+        d = decide(S, obs(T0 + t, {"gpu-01": float("nan")}), nodes(**{"gpu-01": hot}), state, T0 + t)
+        state = d.state
+        assert d.readings["gpu-01"]["gpu-temperature"] is Reading.UNKNOWN
+        assert not [a for a in d.actions if isinstance(a, Release)], t
+        assert d.status["gpu-01"] is NodeStatus.QUARANTINED
+    # A real reading below the clear level starts probation; it completes only after the full probation.
+    d = decide(S, obs(T0 + 1000, {"gpu-01": 60.0}), nodes(**{"gpu-01": hot}), state, T0 + 1000)
+    assert d.status["gpu-01"] is NodeStatus.PROBATION
+
+
+def test_a_nan_reading_never_quarantines() -> None:
+    state = GuardState()
+    for t in range(0, 600, 15):
+        d = decide(S, obs(T0 + t, {"gpu-01": float("nan")}), nodes(), state, T0 + t)
+        state = d.state
+        assert kinds(d, "gpu-01") == []

@@ -5,6 +5,7 @@ Eviction API, PDB refusals, leases, leader handover), and its Prometheus parser 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -110,7 +111,8 @@ class FakePort:
         meta = dict(body.get("metadata", {}))
         meta.pop("resourceVersion", None)
         merge(node["metadata"], meta)
-        node["spec"]["taints"] = body["spec"]["taints"]
+        if "spec" in body:
+            node["spec"]["taints"] = body["spec"]["taints"]
         node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
 
     def patch_node_status(self, name: str, body: dict[str, Any]) -> None:
@@ -235,6 +237,29 @@ def test_idempotent_and_restart_safe(world) -> None:
     assert port.nodes["gpu-01"]["metadata"]["annotations"][f"{P}/gpu-health-history"] == f"{T0:.0f}"
 
 
+def test_a_taint_removed_by_hand_stays_removed_across_a_restart_while_the_fault_goes_on(world) -> None:
+    prom, port, guard = world
+    prom.xid = {"gpu-01": 1}
+    guard.cycle(T0, 0)
+    assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-01")
+    # An operator takes the node back by hand; XID 79 still shows.
+    port.nodes["gpu-01"]["spec"]["taints"] = []
+    guard.cycle(T0 + 1, 1)
+    assert port.nodes["gpu-01"]["metadata"]["annotations"][f"{P}/gpu-health-overridden"] == "xid-fatal"
+    # A new process (a restart, or the standby after a handover): the person's decision holds.
+    fresh = Guard(SETTINGS, prom, port, identity="me")
+    for t in range(2, 6):
+        fresh.cycle(T0 + t, t)
+    assert port.taints("gpu-01") == []
+    # The fault clears once: the override goes; when it comes back it is a new fault.
+    prom.xid = {}
+    fresh.cycle(T0 + 10, 10)
+    assert f"{P}/gpu-health-overridden" not in port.nodes["gpu-01"]["metadata"]["annotations"]
+    prom.xid = {"gpu-01": 1}
+    fresh.cycle(T0 + 11, 11)
+    assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-01")
+
+
 def test_lost_condition_is_reasserted(world) -> None:
     prom, port, guard = world
     port.fail_status = True
@@ -344,9 +369,22 @@ def test_parse_vector_never_crashes_on_arbitrary_json(payload) -> None:
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=8), st.floats(allow_nan=True), max_size=5))
-def test_parse_vector_keeps_every_labelled_number(values) -> None:
+def test_parse_vector_keeps_every_labelled_reading_nan_included(values) -> None:
+    """NaN is kept (the decision reads it as unknown); dropping it read as "no sample", which means clear."""
     out = parse_vector(vector("Hostname", values), "Hostname")
-    assert out == {k: v for k, v in values.items() if v == v}
+    assert out.keys() == values.keys()
+    assert all(math.isnan(out[k]) if math.isnan(v) else out[k] == v for k, v in values.items())
+
+
+@given(st.lists(st.tuples(st.sampled_from(["gpu-a", "gpu-b"]), st.floats(allow_nan=True, allow_infinity=False)),
+                max_size=8))
+def test_parse_vector_worst_known_value_wins_and_nan_only_when_nothing_else(samples) -> None:
+    payload = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"Hostname": node}, "value": [0, repr(value)]} for node, value in samples]}}
+    out = parse_vector(payload, "Hostname")
+    for node in {n for n, _ in samples}:
+        known = [v for n, v in samples if n == node and not math.isnan(v)]
+        assert (out[node] == max(known)) if known else math.isnan(out[node])
 
 
 @given(st.dictionaries(st.sampled_from(["poll_seconds", "probation_seconds", "max_nodes_per_hour", "bogus"]),

@@ -91,6 +91,12 @@ class Names:
         return f"{self.prefix}/gpu-repaired"
 
     @property
+    def overridden(self) -> str:
+        """Comma-separated signals an operator overrode by removing our taint by hand: ignored on the node until
+        each reads clear once. On the node, so a restart or a new leader keeps the person's decision."""
+        return f"{self.prefix}/gpu-health-overridden"
+
+    @property
     def opt_out(self) -> str:
         """Label ``<prefix>/gpu-health-guard=disabled``: the guard leaves the node alone."""
         return f"{self.prefix}/gpu-health-guard"

@@ -21,7 +21,13 @@ The policy, and why:
   quarantined ``flap_limit`` times within the flap window.
 * **People win.** A node labelled opt-out is left alone. If an operator removes the taint by hand, the guard
   removes its own marks and ignores the signals that were firing on that node until they have read clear
-  once (kept in memory; the opt-out label is the durable override).
+  once. That decision is kept on the node (an annotation), so a restart or a new leader honours it too.
+* **No reading is no evidence.** A NaN reading is *unknown*, like a stale one: it neither quarantines nor
+  counts toward a release.
+* **Clocks in memory.** Holds and probation restart when the guard restarts or the lease changes hands:
+  both mean "observed without a break", and a new leader cannot vouch for what nobody observed in the gap.
+  Starting over costs at most one hold (quarantine later) or one probation (release later), never a wrong
+  release; the node's history (rate limit, flap count) is on the node and survives.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class NodeView:
     opted_out: bool = False
     history: tuple[float, ...] = ()
     """Epoch seconds of its recent quarantines, from its annotation."""
+    overridden: frozenset[str] = frozenset()
+    """Signals an operator overrode on this node (its annotation), ignored until each reads clear once."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,14 @@ class Release:
 
 
 @dataclass(frozen=True)
+class RecordOverride:
+    """Write the node's overridden signals (empty: remove the annotation) so the decision outlives this process."""
+
+    node: str
+    signals: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Suppress:
     node: str
     health_class: HealthClass
@@ -141,7 +157,7 @@ class TripBreaker:
     reason: str
 
 
-Action = Quarantine | Drain | MarkCondition | Release | Suppress | TripBreaker
+Action = Quarantine | Drain | MarkCondition | Release | RecordOverride | Suppress | TripBreaker
 
 
 @dataclass(frozen=True)
@@ -159,8 +175,10 @@ def read(settings: HealthSettings, obs: Observations, signal: Signal, node: str,
     if signal.name in obs.failed or seen is None or now - seen > settings.stale_after_seconds:
         return Reading.UNKNOWN
     value = obs.readings.get(signal.name, {}).get(node)
-    if value is None or math.isnan(value):
-        return Reading.CLEAR
+    if value is None:
+        return Reading.CLEAR  # a fresh exporter and no sample: count and increase queries say nothing happened
+    if math.isnan(value):
+        return Reading.UNKNOWN  # a sample without a value: no evidence either way
     if value >= signal.threshold:
         return Reading.FIRING
     return Reading.BETWEEN if value >= signal.clear else Reading.CLEAR
@@ -210,7 +228,8 @@ def decide(
                 total_now += 1
                 quarantined_now[node.pool] = quarantined_now.get(node.pool, 0) + 1
             continue
-        ignored = frozenset(s for s in state.overridden.get(name, frozenset()) if r.get(s) is not Reading.CLEAR)
+        prior = state.overridden.get(name, frozenset()) | node.overridden
+        ignored = frozenset(s for s in prior if r.get(s) is not Reading.CLEAR)
         if ignored:
             overridden[name] = ignored
         held: list[tuple[Signal, float]] = []
@@ -229,8 +248,12 @@ def decide(
             overridden[name] = frozenset(s.name for s, _ in held) | ignored
             for s, _ in held:
                 firing_since.pop((name, s.name), None)
+            if overridden[name] != node.overridden:
+                actions.append(RecordOverride(name, overridden[name]))
             status[name] = NodeStatus.HEALTHY
             continue
+        if ignored != node.overridden:
+            actions.append(RecordOverride(name, ignored))
 
         if node.quarantined is not None:
             total_now += 1
@@ -251,7 +274,7 @@ def decide(
             since = min(t for _, t in active)
             candidates.append(_Candidate(node, active[0][0].health_class, tuple(sorted(s.name for s, _ in active)),
                                          since))
-        elif any(v is Reading.FIRING for v in r.values()):
+        elif any(v is Reading.FIRING for k, v in r.items() if k not in ignored):
             status[name] = NodeStatus.PENDING
         elif r and all(v is Reading.UNKNOWN for v in r.values()):
             status[name] = NodeStatus.UNKNOWN

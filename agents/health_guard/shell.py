@@ -44,6 +44,7 @@ from agents.health_guard.decide import (
     Observations,
     Quarantine,
     Reading,
+    RecordOverride,
     Release,
     Suppress,
     TripBreaker,
@@ -103,9 +104,11 @@ class Prometheus(Protocol):
 
 
 def parse_vector(payload: Any, node_label: str) -> dict[str, float]:
-    """Turn a Prometheus instant-vector answer into ``{node: value}``; NaN and unlabelled samples dropped.
+    """Turn a Prometheus instant-vector answer into ``{node: value}``; unlabelled samples dropped.
 
-    Several samples for one node keep the largest (the worst reading wins).
+    Several samples for one node keep the largest (the worst reading wins). NaN is kept only for a node
+    with no other value: the decision reads it as unknown, never as clear (dropping it would read "no
+    sample", which a fresh exporter means clear, and release a hot node on no reading at all).
     """
     if not isinstance(payload, Mapping) or payload.get("status") != "success":
         status = payload.get("status") if isinstance(payload, Mapping) else type(payload).__name__
@@ -126,8 +129,13 @@ def parse_vector(payload: Any, node_label: str) -> dict[str, float]:
             value = float(item["value"][1])
         except (KeyError, IndexError, TypeError, ValueError):
             continue
-        if isinstance(node, str) and node and not math.isnan(value):
-            out[node] = max(value, out.get(node, -math.inf))
+        if not isinstance(node, str) or not node:
+            continue
+        known = out.get(node)
+        if known is None or math.isnan(known):
+            out[node] = value
+        elif not math.isnan(value):
+            out[node] = max(value, known)
     return out
 
 
@@ -211,6 +219,7 @@ def node_view(settings: HealthSettings, node: Mapping[str, Any]) -> NodeView:
         repaired=names.repaired in labels or names.repaired in annotations,
         opted_out=labels.get(names.opt_out) == OPT_OUT_VALUE,
         history=parse_history(annotations.get(names.history)),
+        overridden=frozenset(x for x in str(annotations.get(names.overridden, "")).split(",") if x),
     )
 
 
@@ -519,6 +528,9 @@ class Guard:
                 self._condition(action.node, True, "Released", f"released: {action.why}", now)
                 self._event(node, "GpuHealthRelease", f"released: {action.why}", False, now)
                 log.info("released node %s: %s", action.node, action.why)
+        elif isinstance(action, RecordOverride):
+            value = ",".join(sorted(action.signals)) or None
+            self._patch(action.node, {"metadata": {"annotations": {s.names.overridden: value}}}, "override")
         elif isinstance(action, Suppress):
             self.metrics.suppressed.labels(view.pool).inc()
             if action.node not in self._announced:
