@@ -10,6 +10,7 @@ per-writer rate can exceed what one client link carries, which no filesystem can
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -152,3 +153,32 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
             f"({writers}) × {check.size_per_writer_gi} GiB, pass at ≥ {req.aggregate_gbps:.1f} GB/s",
         ))
     return rows
+
+
+#: Device-to-host copy of a rank's state before it is written (the snapshot): a conservative PCIe/NVLink-C2C
+#: figure, so the grace errs long. An H100 over PCIe Gen5 copies at 25-50 GB/s.
+SNAPSHOT_GBPS = 10.0
+#: Twice the estimate: a grace that only just holds one checkpoint loses it to the first slow write.
+GRACE_MARGIN = 2.0
+#: Kubernetes' own default grace: never shorter.
+GRACE_FLOOR_SECONDS = 30
+
+
+def emergency_checkpoint_seconds(size_tb: float, ranks: int, write_gbps: float, client_link_gbps: float) -> float:
+    """Seconds for one emergency checkpoint on SIGTERM: every rank snapshots its shard, then writes it.
+
+    Each rank writes ``size / ranks`` at its share of the filesystem's aggregate (all ranks write at once),
+    capped by one client link. That is the whole checkpoint at the aggregate rate, unless few ranks make
+    the link the limit.
+    """
+    if size_tb <= 0 or ranks <= 0 or write_gbps <= 0 or client_link_gbps <= 0:
+        raise ValueError("size, ranks, write and link bandwidth must be positive")
+    shard_gb = size_tb * GB_PER_TB / ranks
+    per_writer_gbps = min(write_gbps / ranks, client_link_gbps)
+    return shard_gb / SNAPSHOT_GBPS + shard_gb / per_writer_gbps
+
+
+def termination_grace_seconds(size_tb: float, ranks: int, write_gbps: float, client_link_gbps: float) -> int:
+    """The ``terminationGracePeriodSeconds`` that holds one emergency checkpoint with margin."""
+    needed = GRACE_MARGIN * emergency_checkpoint_seconds(size_tb, ranks, write_gbps, client_link_gbps)
+    return max(GRACE_FLOOR_SECONDS, math.ceil(needed))

@@ -10,12 +10,13 @@ settings). The CLI reads it back into :class:`ClusterSettings` and rebuilds the 
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import Field
 
+from components.checkpoint_sizing import termination_grace_seconds
 from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TrainingJob
 from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
 from components.naming import Keys, common_labels
@@ -25,8 +26,9 @@ from components.training_job import TrainingJobArgs
 SETTINGS_CONFIGMAP = "gpucluster-settings"
 SETTINGS_KEY = "settings.json"
 #: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
-#: newer than it understands. 2: ``teams``.
-SETTINGS_VERSION = 2
+#: newer than it understands. 2: ``teams``. 3: each claim's ``writeGbps`` and the checkpoint size and client link
+#: (the workers' termination grace holds one emergency checkpoint).
+SETTINGS_VERSION = 3
 
 
 class PoolSettings(ConfigModel):
@@ -41,6 +43,8 @@ class CheckpointClaim(ConfigModel):
 
     name: DnsLabel
     claim: NonEmptyStr
+    #: The filesystem's declared write throughput (GB/s), for the workers' termination grace.
+    write_gbps: Annotated[float, Field(gt=0)]
 
 
 class ClusterSettings(ConfigModel):
@@ -63,6 +67,9 @@ class ClusterSettings(ConfigModel):
     monitor_labels: dict[str, str] = Field(default_factory=dict)
     pools: list[PoolSettings]
     checkpoint_claims: list[CheckpointClaim] = Field(default_factory=list)
+    #: ``checkpoint.budget.sizeTb`` and ``clientLinkGbps``: the checkpoint one grace must hold.
+    checkpoint_size_tb: Annotated[float, Field(gt=0)]
+    client_link_gbps: Annotated[float, Field(gt=0)]
     #: The research teams and their queues (``scheduling.teams``).
     teams: list[Team] = Field(default_factory=list)
 
@@ -76,20 +83,21 @@ class ClusterSettings(ConfigModel):
     def onprem_gpus(self) -> int:
         return sum(p.pool.gpu_count for p in self.pools)
 
-    def claim(self, filesystem: str) -> str | None:
-        return next((c.claim for c in self.checkpoint_claims if c.name == filesystem), None)
-
     def training_args(self, job: TrainingJob) -> TrainingJobArgs:
         """The template's arguments for ``job``, as ``TrainingJobArgs.from_config`` builds them in the stack."""
         pool = self.pool(job.pool)
         if pool is None:
             raise KeyError(f"unknown pool {job.pool!r}; this cluster has {[p.pool.name for p in self.pools]}")
         claim = None
+        grace = None
         if job.checkpoint is not None:
-            claim = self.claim(job.checkpoint.filesystem)
-            if claim is None:
+            found = next((c for c in self.checkpoint_claims if c.name == job.checkpoint.filesystem), None)
+            if found is None:
                 raise KeyError(f"unknown checkpoint filesystem {job.checkpoint.filesystem!r}; this cluster has "
                                f"{[c.name for c in self.checkpoint_claims]}")
+            claim = found.claim
+            grace = termination_grace_seconds(self.checkpoint_size_tb, job.workers * job.gpus_per_worker,
+                                              found.write_gbps, self.client_link_gbps)
         team = None
         if job.team is not None:
             team = self.team(job.team)
@@ -113,6 +121,7 @@ class ClusterSettings(ConfigModel):
             scrape_interval_seconds=self.scrape_interval_seconds,
             monitor_labels=dict(self.monitor_labels),
             preemptable=team is not None and team.reclaimable,
+            termination_grace_seconds=grace,
         )
 
 
@@ -134,7 +143,10 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
         scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
         monitor_labels=dict(cfg.observability.monitor_labels),
         pools=[PoolSettings(pool=p, queue=queues[p.name]) for p in cfg.pools],
-        checkpoint_claims=[CheckpointClaim(name=f.name, claim=f.object_name) for f in cfg.checkpoint.filesystems],
+        checkpoint_claims=[CheckpointClaim(name=f.name, claim=f.object_name, write_gbps=f.write_gbps)
+                           for f in cfg.checkpoint.filesystems],
+        checkpoint_size_tb=cfg.checkpoint.budget.size_tb,
+        client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
         teams=list(cfg.scheduling.teams),
     )
 

@@ -19,6 +19,7 @@ from typing import Any, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.checkpoint_sizing import termination_grace_seconds
 from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
 from components.config.training import VOLCANO_PYTORCH_PORT
 from components.naming import (
@@ -65,6 +66,9 @@ class TrainingJobArgs:
     #: Whether the workers may be reclaim victims: only in a reclaimable team queue, where Volcano's
     #: capacity plugin takes back just what the team holds above its guarantee.
     preemptable: bool = False
+    #: Seconds a worker gets between SIGTERM and SIGKILL: long enough for one emergency checkpoint
+    #: (components.checkpoint_sizing.termination_grace_seconds); ``None`` keeps Kubernetes' 30 s.
+    termination_grace_seconds: int | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -91,7 +95,17 @@ class TrainingJobArgs:
             scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
             monitor_labels=dict(cfg.observability.monitor_labels),
             preemptable=team is not None and team.reclaimable,
+            termination_grace_seconds=job_grace_seconds(cfg, job),
         )
+
+
+def job_grace_seconds(cfg: ClusterConfig, job: TrainingJob) -> int | None:
+    """The grace that holds one emergency checkpoint of ``job`` on its filesystem (``None``: no checkpoints)."""
+    if job.checkpoint is None:
+        return None
+    budget = cfg.checkpoint.budget
+    return termination_grace_seconds(budget.size_tb, job.workers * job.gpus_per_worker,
+                                     cfg.filesystem(job.checkpoint.filesystem).write_gbps, budget.client_link_gbps)
 
 
 def nccl_env(nccl: Nccl) -> list[dict[str, Any]]:
@@ -177,6 +191,9 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "schedulerName": args.scheduler_name,
             "priorityClassName": args.priority_class,
             "restartPolicy": "Never",
+            # SIGTERM (an eviction, a reclaim, a preemption) makes the runtime checkpoint and exit 0; the grace
+            # holds that checkpoint, so a graceful stop loses no step.
+            "terminationGracePeriodSeconds": args.termination_grace_seconds,
             "automountServiceAccountToken": False,  # the training runtime never calls the Kubernetes API
             # The runtime's default seccomp filter: NCCL, IB verbs and CUDA work through device ioctls, mmap and
             # sockets, which it allows. Users' images may run as root, so non-root is left to the namespace's

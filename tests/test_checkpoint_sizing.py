@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from components.checkpoint_sizing import assess, requirement, sizing_problems, summary_rows
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from components.checkpoint_sizing import (
+    GRACE_FLOOR_SECONDS,
+    assess,
+    emergency_checkpoint_seconds,
+    requirement,
+    sizing_problems,
+    summary_rows,
+    termination_grace_seconds,
+)
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
 
@@ -84,3 +96,35 @@ def test_summary_rows_for_prod() -> None:
     assert "margin +6.7 GB/s (1.20×" in rows["checkpoint vast-ckpt"]
     check = rows["checkpoint throughput check"]
     assert check.startswith("weekly CronJob on 'weka-ckpt': 32 nodes × 8 fio writers (256)")
+
+
+# ---------------------------------------------------------------------------------------------- grace on SIGTERM
+
+@pytest.mark.parametrize(("size_tb", "ranks", "write", "link", "seconds", "grace"), [
+    # 1 TB from 512 ranks to a 60 GB/s filesystem: 16.7 s at the aggregate, plus a 0.2 s snapshot.
+    (1.0, 512, 60.0, 50.0, 1000 / 512 / 10 + 1000 / 60, 34),
+    # Few ranks: one client link is the limit, not the filesystem.
+    (1.0, 8, 1000.0, 50.0, 125 / 10 + 125 / 50, 30),
+    # A slow NFS: the default 30 s grace would lose the checkpoint.
+    (1.0, 32, 2.0, 50.0, 1000 / 32 / 10 + 500, 1007),
+])
+def test_the_grace_holds_one_emergency_checkpoint_with_margin(size_tb: float, ranks: int, write: float, link: float,
+                                                              seconds: float, grace: int) -> None:
+    assert emergency_checkpoint_seconds(size_tb, ranks, write, link) == pytest.approx(seconds)
+    assert termination_grace_seconds(size_tb, ranks, write, link) == grace
+
+
+@given(st.floats(0.001, 20), st.integers(1, 100_000), st.floats(0.1, 5000), st.floats(1, 400), st.floats(1.01, 4))
+def test_the_grace_never_falls_below_the_floor_and_grows_with_the_checkpoint(size: float, ranks: int, write: float,
+                                                                              link: float, factor: float) -> None:
+    grace = termination_grace_seconds(size, ranks, write, link)
+    assert grace >= GRACE_FLOOR_SECONDS
+    assert grace >= 2 * emergency_checkpoint_seconds(size, ranks, write, link)
+    assert termination_grace_seconds(size * factor, ranks, write, link) >= grace
+    assert termination_grace_seconds(size, ranks, write * factor, link) <= grace
+
+
+def test_the_stack_gives_every_checkpointing_job_its_grace(local: Any) -> None:
+    job = local.one("Job", "smoke-gang")
+    spec = job.inputs["spec"]["tasks"][0]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] >= GRACE_FLOOR_SECONDS

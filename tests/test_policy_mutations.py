@@ -252,6 +252,16 @@ def volcano_job_partial_gang(stack: Stack) -> None:
     stack.props("Job", "llm-pretrain-70b")["spec"]["minAvailable"] = 32
 
 
+@mutation("training-grace-holds-a-checkpoint", "Job training/llm-pretrain-70b", with_job=True)
+def volcano_job_with_the_default_grace(stack: Stack) -> None:
+    live_pod_spec(stack.props("Job", "llm-pretrain-70b")).pop("terminationGracePeriodSeconds")
+
+
+@mutation("training-grace-holds-a-checkpoint", "Job training/llm-pretrain-70b", with_job=True)
+def volcano_job_with_a_grace_too_short_for_its_checkpoint(stack: Stack) -> None:
+    live_pod_spec(stack.props("Job", "llm-pretrain-70b"))["terminationGracePeriodSeconds"] = 31
+
+
 @mutation("training-onprem-only", "Job training/llm-pretrain-70b", with_job=True)
 def volcano_job_without_onprem_affinity(stack: Stack) -> None:
     live_pod_spec(stack.props("Job", "llm-pretrain-70b")).pop("affinity")

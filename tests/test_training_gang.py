@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from training_runtime.checkpointer import LOSS_BOUND_INTERVALS
-from training_runtime.examples.resume_drill import kill_and_resume, read_events, run_gang_once
+from training_runtime.examples.resume_drill import kill_and_resume, read_events, run_gang_once, terminate_and_resume
 from training_runtime.gang import Action, decide
 
 WORKERS = 3
@@ -83,3 +83,16 @@ def test_truncated_and_tampered_checkpoints_are_skipped_on_resume(tmp_path: Path
     manifest = json.loads((ckpt / "step-00000050" / "manifest.json").read_text())
     assert manifest["step"] == 50 and manifest["worldSize"] == WORKERS
     assert not (ckpt / ".staging" / "old-a0-s00000050").exists()
+
+
+def test_sigterm_checkpoints_every_rank_at_one_step_and_loses_nothing(tmp_path: Path) -> None:
+    """The graceful path: one worker gets SIGTERM (its node's pods evicted); every rank stops at the same step,
+    commits that step's checkpoint and exits 0; the next attempt resumes exactly there."""
+    drill = terminate_and_resume(tmp_path, workers=WORKERS, steps=60, interval_steps=INTERVAL, stop_at_step=23,
+                                 victim=1)
+    assert drill.first_rc == 0, drill.output
+    assert len(drill.stopped_steps) == WORKERS and len(set(drill.stopped_steps.values())) == 1, drill
+    stopped = drill.stopped_steps[0]
+    assert stopped % INTERVAL != 0 or stopped >= 23, "an emergency checkpoint, not only the periodic one"
+    assert set(drill.resume_steps.values()) == {stopped}, drill
+    assert drill.lost_steps == 0, drill

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,7 @@ class TrainingRuntime:
                                     "adapter's) or set CHECKPOINT_DIR for the file rendezvous")
         self.collective = collective
         self.checkpointer: AsyncCheckpointer | None = None
+        self._stop = threading.Event()
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
 
@@ -101,6 +104,38 @@ class TrainingRuntime:
 
     def step_done(self, step: int) -> None:
         self.metrics.step_done(step)
+
+    # ------------------------------------------------------------------ graceful stop
+
+    def handle_sigterm(self) -> None:
+        """The first SIGTERM asks for a graceful stop: the gang stops at the next step boundary, checkpoints that
+        step and exits 0, so an eviction, a queue reclaim or a preemption loses nothing. The second SIGTERM (or
+        the kubelet's SIGKILL when the grace period ends) takes the crash path: the default action, at once,
+        and the next attempt resumes from the newest complete checkpoint."""
+
+        def first(signum: int, frame: object) -> None:
+            self._stop.set()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+        signal.signal(signal.SIGTERM, first)
+
+    def request_stop(self) -> None:
+        """What the first SIGTERM does (for callers with their own signal handling)."""
+        self._stop.set()
+
+    def should_stop(self) -> bool:
+        """True on every rank once any rank was asked to stop: one small allgather per step, so that the ranks
+        that were not signalled (an eviction of one node's pods) stop at the same step as the ones that were."""
+        return any(bool(x) for x in self.collective.allgather(self._stop.is_set()))
+
+    def checkpoint_and_stop(self, step: int, capture: Capture) -> int:
+        """Checkpoint ``step`` on every rank (unless it is the one already started), wait for the commit, and
+        return the exit code 0. Call it on every rank when :meth:`should_stop` says so."""
+        if self.checkpointer is not None and self.checkpointer.last_started_step != step:
+            self.checkpointer.save(step, capture)
+        self.close()
+        log.info("rank %d: stopped gracefully at step %d with its checkpoint committed", self.rank, step)
+        return 0
 
     def maybe_checkpoint(self, step: int, capture: Capture) -> bool:
         """Checkpoint at ``step`` when the step or time interval is reached; stalls only for ``capture()``."""

@@ -122,6 +122,11 @@ class RuleContext:
     plain_config_values: frozenset[str] = frozenset()
     #: The scheduling gate training pods start behind, or None where the stack runs no handover.
     handover_gate: str | None = None
+    #: Checkpoint claims (object names) and their filesystems' write GB/s, plus the checkpoint size and one
+    #: client link: what a training pod's termination grace must hold (one emergency checkpoint).
+    checkpoint_write_gbps: Mapping[str, float] = field(default_factory=dict)
+    checkpoint_size_tb: float = 1.0
+    client_link_gbps: float = 50.0
 
     @property
     def keys(self) -> Keys:
@@ -166,6 +171,9 @@ class RuleContext:
             # As the training template and the admission policy decide it: only Volcano honours the gate.
             handover_gate=(Keys(cfg.label_prefix).handover_gate
                            if cfg.handover_active and cfg.scheduling.engine.value == "volcano" else None),
+            checkpoint_write_gbps={f.object_name: f.write_gbps for f in cfg.checkpoint.filesystems},
+            checkpoint_size_tb=cfg.checkpoint.budget.size_tb,
+            client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
         )
 
     @classmethod

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, rule
+from components.checkpoint_sizing import termination_grace_seconds
+from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, quantity, rule
+from policies.rules.pods import is_volcano_job, pod_templates
 
 
 def is_checkpoint(res: Resource, ctx: RuleContext) -> bool:
@@ -56,4 +58,47 @@ def check_checkpoint_storage(res: Resource, ctx: RuleContext) -> list[str]:
     if res.options.retain_on_delete is False:
         out.append("retainOnDelete is off; register it with ResourceOptions(retain_on_delete=True) so removing it "
                    "from the program leaves the object in the cluster")
+    return out
+
+
+def _checkpoint_claim(spec: dict[str, object] | object, ctx: RuleContext) -> str | None:
+    for volume in as_seq(as_map(spec).get("volumes")):
+        claim = as_map(as_map(volume).get("persistentVolumeClaim")).get("claimName")
+        if isinstance(claim, str) and claim in ctx.checkpoint_write_gbps:
+            return claim
+    return None
+
+
+@rule(
+    "training-grace-holds-a-checkpoint",
+    "A training pod that mounts a checkpoint filesystem gets a terminationGracePeriodSeconds that holds one "
+    "emergency checkpoint (every rank's shard at its share of the filesystem's write throughput, with margin).",
+    MANDATORY,
+    "on SIGTERM (an eviction, a reclaim, a preemption) the runtime checkpoints and exits; Kubernetes' 30 s "
+    "default kills a large model's checkpoint halfway, and the job loses up to two intervals instead of none",
+)
+def check_training_grace(res: Resource, ctx: RuleContext) -> list[str]:
+    if not (is_volcano_job(res) or (res.kind == "Job" and res.api_version == "batch/v1")):
+        return []
+    spec = as_map(res.props.get("spec"))
+    tasks = as_seq(spec.get("tasks")) if is_volcano_job(res) else [{"replicas": spec.get("parallelism", 1)}]
+    templates = pod_templates(res)
+    ranks = 0
+    for task, template in zip(tasks, templates, strict=False):
+        gpus = sum(quantity(as_map(as_map(c).get("resources")).get("limits", {}).get(ctx.gpu_resource)) or 0
+                   for _, c in template.containers())
+        ranks += int(quantity(as_map(task).get("replicas")) or 1) * max(1, int(gpus))
+    out = []
+    for template in templates:
+        claim = _checkpoint_claim(template.spec, ctx)
+        if claim is None:
+            continue
+        need = termination_grace_seconds(ctx.checkpoint_size_tb, max(ranks, 1), ctx.checkpoint_write_gbps[claim],
+                                         ctx.client_link_gbps)
+        grace = quantity(template.spec.get("terminationGracePeriodSeconds"))
+        have = 30.0 if grace is None else grace
+        if have < need:
+            out.append(f"{template.where}.terminationGracePeriodSeconds is {have:g}; one emergency checkpoint of "
+                       f"{ctx.checkpoint_size_tb:g} TB from {ranks} ranks to {claim} "
+                       f"({ctx.checkpoint_write_gbps[claim]:g} GB/s) needs {need} s: set it to at least {need}")
     return out

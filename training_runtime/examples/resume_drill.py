@@ -125,3 +125,54 @@ def kill_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interva
                        attempts=attempts, launcher_rc=rc, reached_step=reached_step, resume_steps=resumes,
                        lost_steps=reached_step - resume, interval_steps=interval_steps,
                        durable_lag_steps=max(lags, default=0), final_steps=finals, output=log_path.read_text())
+
+
+@dataclass(frozen=True)
+class GracefulResult:
+    first_rc: int
+    #: Furthest step any rank reached before it stopped, the step it stopped (and checkpointed) at per rank.
+    reached_step: int
+    stopped_steps: dict[int, int]
+    resume_steps: dict[int, int]
+    lost_steps: int
+    output: str
+
+
+def terminate_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interval_steps: int = 10,
+                         stop_at_step: int = 35, victim: int = 1, step_seconds: float = 0.02,
+                         payload_bytes: int = 16 * 1024, timeout: float = 180) -> GracefulResult:
+    """SIGTERM one worker (an eviction, a reclaim, a preemption); the gang checkpoints, exits 0, starts again."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    events = workdir / "events"
+    log_path = workdir / "gang.log"
+    with open(log_path, "w") as log:
+        launcher = subprocess.Popen(gang_command(workdir, workers, steps, step_seconds, payload_bytes),
+                                    env=trainer_env(workdir, interval_steps), stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=REPO, text=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if time.monotonic() > deadline or launcher.poll() is not None:
+                    raise RuntimeError(f"the gang never reached step {stop_at_step}:\n{log_path.read_text()}")
+                reached = [e["step"] for e in read_events(events, workers) if e["event"] == "step"]
+                if reached and max(reached) >= stop_at_step:
+                    break
+                time.sleep(0.005)
+            pids = json.loads((workdir / "gang.json").read_text())["pids"]
+            os.kill(pids[victim], signal.SIGTERM)
+            rc = launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+    first = read_events(events, workers)
+    reached_step = max(e["step"] for e in first if e["event"] == "step")
+    stopped = {e["rank"]: e["step"] for e in first if e["event"] == "graceful"}
+    again = run_gang_once(workdir, workers=workers, steps=steps, interval_steps=interval_steps,
+                          payload_bytes=payload_bytes, timeout=timeout)
+    seen = read_events(events, workers)[len(first):]
+    resumes = {e["rank"]: e["step"] for e in seen if e["event"] == "resume"}
+    resume = min(resumes.values()) if resumes else 0
+    return GracefulResult(first_rc=rc, reached_step=reached_step, stopped_steps=stopped, resume_steps=resumes,
+                          lost_steps=reached_step - resume,
+                          output=log_path.read_text() + again.stdout + again.stderr)

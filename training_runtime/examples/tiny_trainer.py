@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     rt = TrainingRuntime.from_env()
+    rt.handle_sigterm()
     events: IO[str] | None = None
     if args.events is not None:
         events = open(f"{args.events}.rank-{rt.rank}", "a", buffering=1)  # noqa: SIM115 - lives as long as main
@@ -92,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rt.checkpointer and rt.checkpointer.last_durable_step != durable:
             durable = rt.checkpointer.last_durable_step
             emit("durable", step=durable, at_step=step)
+        if rt.should_stop():
+            code = rt.checkpoint_and_stop(step, capture)
+            emit("graceful", step=step)
+            return code
     rt.close()
     if rt.checkpointer and rt.checkpointer.last_durable_step != durable:
         emit("durable", step=rt.checkpointer.last_durable_step, at_step=step)
