@@ -32,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     rt = TrainingRuntime.from_env(collective=torch_adapter.init_process_group(backend="gloo"))
+    rt.handle_sigterm()
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                                         torch.nn.Linear(32, 1)))
@@ -54,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         step += 1
         rt.step_done(step)
         rt.maybe_checkpoint(step, lambda: torch_adapter.snapshot({"model": model.module, "optim": opt}))
+        if rt.should_stop():
+            log.info("rank %d: asked to stop; checkpointing step %d", rt.rank, step)
+            code = rt.checkpoint_and_stop(step, lambda: torch_adapter.snapshot({"model": model.module, "optim": opt}))
+            torch.distributed.destroy_process_group()
+            return code
         if rt.dist.attempt == 0 and rt.rank == args.crash_rank and step == args.crash_at_step:
             log.warning("rank %d: crashing on purpose at step %d", rt.rank, step)
             os.kill(os.getpid(), signal.SIGKILL)
