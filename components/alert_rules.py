@@ -613,8 +613,9 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
         _alert(
             t,
             "GangRestartLoopOnNode",
-            f"sum by (namespace, job, node) (increase(gpucluster_health_gang_restarts_total[{loop}])) "
-            f">= {t.restart_loop_count}",
+            # The guard's restarts only: an application crash names no node to blame.
+            'sum by (namespace, job, node) (increase(gpucluster_health_gang_restarts_total{cause="guard"}'
+            f"[{loop}])) >= {t.restart_loop_count}",
             CRITICAL,
             "training",
             "Job {{ $labels.namespace }}/{{ $labels.job }} restarted {{ $value | humanize }} times because of node "

@@ -46,6 +46,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 #: In each namespace whose pods it evicts (``HealthGuardArgs.eviction_namespaces``).
 EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
 EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
+#: In the training namespace: Volcano Jobs' retry counts are the restarts application crashes cause.
+GANG_RULES: tuple[Rule, ...] = (Rule(api_groups=["batch.volcano.sh"], resources=["jobs"], verbs=["list"]),)
 EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
 
 
@@ -103,6 +105,8 @@ class HealthGuard(pulumi.ComponentResource):
         agent.grant_namespace("lease", lease_rules(args.settings.lease_name), name=f"{APP}-lease")
         for workload, namespace in args.eviction_namespaces:
             agent.grant_namespace(f"evict-{workload}", EVICTION_RULES, name=f"{APP}-evict", namespace=namespace)
+        for namespace in args.settings.training_namespaces:
+            agent.grant_namespace(f"gangs-{namespace}", GANG_RULES, name=f"{APP}-gangs", namespace=namespace)
         pod_name = k8s.core.v1.EnvVarArgs(
             name="POD_NAME",
             value_from=k8s.core.v1.EnvVarSourceArgs(

@@ -266,8 +266,12 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
             m.node_quarantined.labels(node=GPU_NODES[1], **{"class": "fatal"}).set(1)
             m.quarantined.labels(**{"class": "degraded", "pool": "local-gpu"}).set(1)
             m.pool_share.labels(pool="local-gpu").set(0.5)
-            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool="local-gpu", node=GPU_NODES[0]).inc()
-            m.gang_restarts.labels(namespace=train_ns, job="other-gang", pool="local-gpu", node=GPU_NODES[1]).inc()
+            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool="local-gpu", node=GPU_NODES[0],
+                                   cause="guard").inc()
+            m.gang_restarts.labels(namespace=train_ns, job="other-gang", pool="local-gpu", node=GPU_NODES[1],
+                                   cause="guard").inc()
+            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool="local-gpu", node="",
+                                   cause="application").inc()
             m.firing.labels(signal="gpu-temperature").set(1)
             m.evictions.labels(workload="training", result="evicted").inc()
             m.suppressed.labels(pool="local-gpu").inc()

@@ -25,7 +25,7 @@ IB = {"device": "mlx5_0", "port": "1", "node": "gpu-node-1", "instance": "10.0.0
 JOB = {"namespace": "team-a", "job_name": "llm-70b"}
 LEADER = "gpucluster_burst_leader"
 RESTARTS = "gpucluster_health_gang_restarts_total"
-JOB_GANG = {"namespace": "team-a", "job": "llm-70b", "pool": "h100-a"}
+JOB_GANG = {"namespace": "team-a", "job": "llm-70b", "pool": "h100-a", "cause": "guard"}
 
 
 @dataclass
@@ -378,6 +378,11 @@ CASES = [
     Case("a job restarted twice by one node pages", "GangRestartLoopOnNode",
          [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 1 1 2 2 2 2 2 2")], "9m",
          [({"namespace": "team-a", "job": "llm-70b", "node": "gpu-node-1"}, 2 * 9.5 / 9)]),
+    Case("application crashes name no node: no loop", "GangRestartLoopOnNode",
+         [series(RESTARTS, {**JOB_GANG, "node": "", "cause": "application"}, "0 0 1 1 2 2 3 3 3 3")], "9m"),
+    Case("application crashes count toward the pool's restart rate", "GangRestartRateHigh",
+         [series(RESTARTS, {**JOB_GANG, "node": "", "cause": "application"}, "0 0 0 0 4 4 4 4 4 4")], "9m",
+         [({"pool": "h100-a"}, 4 * 9.5 / 9)]),
     Case("restarts from different nodes are no loop", "GangRestartLoopOnNode",
          [series(RESTARTS, {**JOB_GANG, "node": "gpu-node-1"}, "0 0 1 1 1 1 1 1 1 1"),
           series(RESTARTS, {**JOB_GANG, "node": "gpu-node-2"}, "0 0 0 0 1 1 1 1 1 1")], "9m"),

@@ -101,6 +101,7 @@ class FakePort:
         self.leases: dict[str, dict[str, Any]] = {}
         self.evicted: list[str] = []
         self.fail_status = False
+        self.gang_jobs: list[dict[str, Any]] = []
 
     def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
         copy: list[dict[str, Any]] = json.loads(json.dumps(list(self.nodes.values())))
@@ -147,6 +148,9 @@ class FakePort:
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         self.leases[name] = body
 
+    def list_gang_jobs(self, namespace: str) -> list[dict[str, Any]]:
+        return [j for j in self.gang_jobs if j["metadata"]["namespace"] == namespace]
+
     # helpers for assertions
     def taints(self, name: str) -> list[tuple[str, str, str]]:
         return [(t["key"], t.get("value", ""), t["effect"]) for t in self.nodes[name]["spec"]["taints"]]
@@ -192,7 +196,7 @@ def test_fatal_and_degraded_quarantine_evict_condition_event(world) -> None:
     assert labels[f"{P}/gpu-health"] == "fatal"
     assert sample(guard, "gpucluster_health_taints_applied_total", {"class": "fatal", "pool": "a"}) == 1
     assert sample(guard, "gpucluster_health_gang_restarts_total",
-                  {"namespace": "training", "job": "gang", "pool": "a", "node": "gpu-01"}) == 1
+                  {"namespace": "training", "job": "gang", "pool": "a", "node": "gpu-01", "cause": "guard"}) == 1
     assert sample(guard, "gpucluster_health_nodes_quarantined", {"class": "degraded", "pool": "a"}) == 1
     assert sample(guard, "gpucluster_health_pool_quarantined_ratio", {"pool": "a"}) == 0.5
     assert sample(guard, "gpucluster_health_signal_events_total", {"signal": "xid-fatal", "class": "fatal"}) == 1
@@ -258,6 +262,25 @@ def test_a_taint_removed_by_hand_stays_removed_across_a_restart_while_the_fault_
     prom.xid = {"gpu-01": 1}
     fresh.cycle(T0 + 11, 11)
     assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-01")
+
+
+def test_application_crashes_count_as_gang_restarts_and_the_guards_are_not_counted_twice(world) -> None:
+    prom, port, guard = world
+    gang = {"metadata": {"name": "gang", "namespace": "training"}, "status": {"retryCount": 0}}
+    port.gang_jobs = [gang]
+    guard.cycle(T0, 0)  # baseline
+    gang["status"]["retryCount"] = 1  # a worker crashed: Volcano restarted the gang
+    guard.cycle(T0 + 1, 1)
+    app = {"namespace": "training", "job": "gang", "pool": "", "node": "", "cause": "application"}
+    assert sample(guard, "gpucluster_health_gang_restarts_total", app) == 1
+    # The guard restarts it (XID 79 on gpu-01); Volcano's retry of that is the guard's, counted once.
+    prom.xid = {"gpu-01": 1}
+    guard.cycle(T0 + 2, 2)
+    by_guard = {"namespace": "training", "job": "gang", "pool": "a", "node": "gpu-01", "cause": "guard"}
+    assert sample(guard, "gpucluster_health_gang_restarts_total", by_guard) == 1
+    gang["status"]["retryCount"] = 2
+    guard.cycle(T0 + 3, 3)
+    assert sample(guard, "gpucluster_health_gang_restarts_total", app) == 1
 
 
 def test_lost_condition_is_reasserted(world) -> None:

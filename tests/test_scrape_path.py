@@ -108,8 +108,10 @@ def test_gpu_series_carry_the_workload_that_holds_the_gpu(world: World) -> None:
 def test_guard_series_name_the_nodes_and_gangs_they_are_about(world: World) -> None:
     quarantined = {(s["node"], s["class"]) for s in world.arrived("gpucluster_health_node_quarantined")}
     assert quarantined == {("gpu-a", "degraded"), ("gpu-b", "fatal")}
-    restarts = {(s["namespace"], s["job"], s["node"]) for s in world.arrived("gpucluster_health_gang_restarts_total")}
-    assert restarts == {("training", "smoke-gang", "gpu-a"), ("training", "other-gang", "gpu-b")}
+    restarts = {(s["namespace"], s["job"], s.get("node", ""), s["cause"])
+                for s in world.arrived("gpucluster_health_gang_restarts_total")}
+    assert restarts == {("training", "smoke-gang", "gpu-a", "guard"), ("training", "other-gang", "gpu-b", "guard"),
+                        ("training", "smoke-gang", "", "application")}
     leaders = {s["pod"]: s["namespace"] for s in world.arrived("gpucluster_health_leader")}
     assert leaders == {"health-guard-7d9f-a": "gpu-system", "health-guard-7d9f-b": "gpu-system"}
 
@@ -298,6 +300,8 @@ SCENARIOS = [
               gpu("DCGM_FI_PROF_NVLINK_TX_BYTES", "30000000000x80")), "16m"),
     Scenario("an idle inference GPU is no training hang", "TrainingTensorCoresIdle",
              (gpu(TENSOR, "0x80", GPU_A_INFERENCE), Feed("kube_pod_labels", {"pod": "sd-0"}, "1x80")), "19m"),
+    Scenario("application crashes are no loop on a node", "GangRestartLoopOnNode",
+             (Feed(RESTARTS, {"cause": "application"}, "0 0 1 1 2 2 2 2 2 2"),), "9m"),
     Scenario("two gangs restarted once each on two nodes is no loop", "GangRestartLoopOnNode",
              (Feed(RESTARTS, {"node": "gpu-a"}, "0 0 1 1 1 1 1 1 1 1"),
               Feed(RESTARTS, {"node": "gpu-b"}, "0 0 0 0 1 1 1 1 1 1")), "9m"),

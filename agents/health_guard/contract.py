@@ -268,6 +268,8 @@ class HealthSettings(_Model):
     eviction_namespaces: list[str] = Field(default_factory=lambda: ["training", "inference"])
     """Namespaces whose pods the guard evicts: where its RBAC has a Role. A pod labelled as training or
     inference anywhere else is not the guard's to move, and is left alone."""
+    training_namespaces: list[str] = Field(default_factory=lambda: ["training"])
+    """Where the gangs run: their Volcano Jobs' retry counts are the restarts application crashes cause."""
     namespace: str = "gpu-system"
     """Where the Lease lives."""
     lease_name: str = APP
@@ -364,6 +366,7 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings
         "flap_window_seconds": h.flap_window_seconds,
         "evict_inference_on_fatal": h.evict_inference_on_fatal,
         "eviction_namespaces": [cfg.training_namespace, cfg.inference_namespace],
+        "training_namespaces": [cfg.training_namespace],
         "namespace": cfg.system_namespace,
         "signals": [s.model_dump() for s in mapped],
         **overrides,

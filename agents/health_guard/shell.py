@@ -50,12 +50,14 @@ from agents.health_guard.decide import (
     TripBreaker,
     decide,
 )
+from agents.health_guard.restarts import GangJob, Ledger, account, gang_job, guard_caused
 
 log = logging.getLogger(APP)
 
 TRAINING = "training"
 INFERENCE = "inference"
 GANG_LABEL = "volcano.sh/job-name"
+VOLCANO_GROUP, VOLCANO_VERSION = "batch.volcano.sh", "v1alpha1"
 
 
 class QueryError(RuntimeError):
@@ -94,6 +96,8 @@ class ClusterPort(Protocol):
     def create_lease(self, namespace: str, body: dict[str, Any]) -> None: ...
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None: ...
+
+    def list_gang_jobs(self, namespace: str) -> list[dict[str, Any]]: ...
 
 
 class Prometheus(Protocol):
@@ -428,8 +432,10 @@ class GuardMetrics:
                              registry=r)
         self.evictions = Counter(f"{p}evictions", "Eviction attempts by workload and result.",
                                  ["workload", "result"], registry=r)
-        self.gang_restarts = Counter(f"{p}gang_restarts", "Gangs restarted by an eviction from a quarantined node.",
-                                     ["namespace", "job", "pool", "node"], registry=r)
+        self.gang_restarts = Counter(
+            f"{p}gang_restarts", "Gang restarts: cause=guard (an eviction from a quarantined node, with the node) or "
+            "cause=application (Volcano's retry after a failed pod).", ["namespace", "job", "pool", "node", "cause"],
+            registry=r)
         self.between_failures = Histogram(
             f"{p}seconds_between_failures", "Seconds between consecutive quarantines in a pool.", ["pool"],
             buckets=(300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400),
@@ -456,6 +462,7 @@ class Guard:
     state: GuardState = field(default_factory=GuardState)
     elector: LeaseElector | None = None
     _restarted: set[tuple[str, str, str, str]] = field(default_factory=set)
+    _ledger: Ledger = field(default_factory=Ledger)
     _announced: set[str] = field(default_factory=set)
     _firing: set[tuple[str, str]] = field(default_factory=set)
 
@@ -490,6 +497,7 @@ class Guard:
         self.state = decision.state
         for action in decision.actions:
             self._apply(action, by_name, views, now)
+        self._count_application_restarts()
         self._publish(decision, views)
         self.metrics.last_cycle.set(now)
         return decision
@@ -610,7 +618,23 @@ class Guard:
             key = (action.node, since, str(metadata["namespace"]), str(job))
             if job and key not in self._restarted:
                 self._restarted.add(key)
-                self.metrics.gang_restarts.labels(metadata["namespace"], job, view.pool, action.node).inc()
+                self.metrics.gang_restarts.labels(metadata["namespace"], job, view.pool, action.node, "guard").inc()
+                self._ledger = guard_caused(self._ledger, (str(metadata["namespace"]), str(job)))
+
+    def _count_application_restarts(self) -> None:
+        """Volcano's retries the guard did not cause: application crashes, counted without a node."""
+        jobs: list[GangJob] = []
+        for namespace in self.settings.training_namespaces:
+            try:
+                raw = self.port.list_gang_jobs(namespace)
+            except Exception as exc:  # the next cycle counts what this one missed
+                self.metrics.errors.labels("list").inc()
+                log.warning("listing gang jobs in %s failed: %s", namespace, exc)
+                return
+            jobs += [j for j in (gang_job(r, self.settings.names.pool) for r in raw) if j is not None]
+        self._ledger, restarts = account(self._ledger, jobs)
+        for job, count in restarts.items():
+            self.metrics.gang_restarts.labels(job.namespace, job.name, job.pool, "", "application").inc(count)
 
     def _between_failures(self, view: NodeView, views: Mapping[str, NodeView], now: float) -> None:
         earlier = [t for v in views.values() if v.pool == view.pool for t in v.history if t < now - 1]
@@ -687,6 +711,7 @@ class KubePort:
             api_client = client.ApiClient()
         self._core: Any = client.CoreV1Api(api_client)
         self._coord: Any = client.CoordinationV1Api(api_client)
+        self._custom: Any = client.CustomObjectsApi(api_client)
         self._serialize: Any = api_client.sanitize_for_serialization
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -737,3 +762,9 @@ class KubePort:
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
         self._call(self._coord.replace_namespaced_lease, name, namespace, body)
+
+    def list_gang_jobs(self, namespace: str) -> list[dict[str, Any]]:
+        result = self._call(self._custom.list_namespaced_custom_object, VOLCANO_GROUP, VOLCANO_VERSION, namespace,
+                            "jobs")
+        items: list[dict[str, Any]] = (result or {}).get("items", [])
+        return items
