@@ -104,7 +104,8 @@ class AlertThresholds:
     """The burst controller releases gated training after this long; held longer means it cannot act."""
     controller_absent_seconds: int = 120
     gang_restart_rate_per_hour: float = 3.0
-    """Guard-caused gang restarts per pool and hour above which the pool fails faster than planned."""
+    """Gang restarts per pool and hour (the guard's and application crashes') above which the pool fails faster
+    than planned."""
     restart_loop_count: int = 2
     """Restarts of one job caused by one node within ``restart_loop_window_seconds`` that make a loop."""
     restart_loop_window_seconds: int = 21600
