@@ -15,7 +15,9 @@ what arrived, not on label sets written by hand:
 from __future__ import annotations
 
 import copy
+import json
 import re
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +133,6 @@ def test_nvlink_bytes_arrive_as_the_gauge_dcgm_defines(world: World) -> None:
     metadata = world.query('count by (__name__) ({__name__=~"DCGM_FI_PROF_NVLINK_.X_BYTES"})')
     assert {m["metric"]["__name__"] for m in metadata} == {"DCGM_FI_PROF_NVLINK_TX_BYTES",
                                                            "DCGM_FI_PROF_NVLINK_RX_BYTES"}
-    import json
-    import urllib.request
     with urllib.request.urlopen(f"{world.prometheus_url}/api/v1/metadata", timeout=5) as response:
         types = {name: entries[0]["type"] for name, entries in json.load(response)["data"].items()}
     assert types["DCGM_FI_PROF_NVLINK_TX_BYTES"] == types["DCGM_FI_PROF_NVLINK_RX_BYTES"] == "gauge"
@@ -352,7 +352,6 @@ def _panels(world: World) -> list[tuple[str, str, str]]:
     found: list[tuple[str, str, str]] = []
     for name in ("gpu-fleet-dashboard", "gpu-health-dashboard"):
         data = world.result.one("ConfigMap", name).inputs["data"]
-        import json
         board = json.loads(next(iter(data.values())))
         for panel in board["panels"]:
             for target in panel.get("targets", []):
@@ -361,7 +360,6 @@ def _panels(world: World) -> list[tuple[str, str, str]]:
 
 
 def test_every_dashboard_panel_returns_series_with_its_legend_labels(world: World) -> None:
-    import json
     problems: list[str] = []
     panels = _panels(world)
     assert len(panels) >= 20
