@@ -14,6 +14,7 @@ the label sets that arrived.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -312,9 +313,11 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
     jobs = [job for monitor in picked for job in scrape_jobs(monitor, targets)]
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(jobs, []), sort_keys=False))
+    binary = shutil.which("prometheus")
+    assert binary is not None, "prometheus missing: run `make observability-tools` (Debian's prometheus package)"
     port = free_port()
     log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     world = World(result, f"http://127.0.0.1:{port}", jobs, ignored)
     try:
