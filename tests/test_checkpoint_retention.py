@@ -103,7 +103,7 @@ def test_a_damaged_marker_or_manifest_is_skipped_not_raised(tmp_path: Path, dama
     assert f"skipping checkpoint {tmp_path / step_dir_name(20)}" in caplog.text
 
 
-def test_a_directory_with_thousands_of_digits_is_not_a_step(tmp_path: Path) -> None:
+def test_a_directory_with_hundreds_of_digits_is_not_a_step(tmp_path: Path) -> None:
     (tmp_path / ("step-" + "7" * 250)).mkdir()  # as long as a file name can be
     store = CheckpointStore(tmp_path)
     publish(store, 5)

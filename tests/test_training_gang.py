@@ -93,6 +93,6 @@ def test_sigterm_checkpoints_every_rank_at_one_step_and_loses_nothing(tmp_path: 
     assert drill.first_rc == 0, drill.output
     assert len(drill.stopped_steps) == WORKERS and len(set(drill.stopped_steps.values())) == 1, drill
     stopped = drill.stopped_steps[0]
-    assert stopped % INTERVAL != 0 or stopped >= 23, "an emergency checkpoint, not only the periodic one"
+    assert stopped >= 23, "the gang stopped after the signal, at the step it had reached"
     assert set(drill.resume_steps.values()) == {stopped}, drill
     assert drill.lost_steps == 0, drill

@@ -250,11 +250,11 @@ class CheckpointStore:
 
     def latest_complete(self, *, checksums: bool = True) -> Published | None:
         """The newest checkpoint that verifies; each one skipped, and each foreign entry, is logged with why."""
-        for path in self.foreign_entries():
-            log.warning("ignoring %s: not a checkpoint of this job (a symbolic link, or not named %s)", path,
-                        step_dir_name(0).replace("0", "N"))
-        for step in self.published_steps():
-            path = self.root / step_dir_name(step)
+        ours, foreign = self._listing()
+        for path in foreign:
+            log.warning("ignoring %s: not a checkpoint of this job (a symbolic link, or not named "
+                        "step-<8 digits>)", path)
+        for step, path in sorted(ours, reverse=True):
             try:
                 manifest = self.verify(path, checksums=checksums)
             except CheckpointCorrupt as exc:

@@ -83,9 +83,10 @@ def run_gang_once(workdir: Path, *, workers: int, steps: int, interval_steps: in
                           timeout=timeout, cwd=REPO, check=False)
 
 
-def kill_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interval_steps: int = 10,
-                    kill_at_step: int = 35, victim: int = 1, step_seconds: float = 0.02,
-                    payload_bytes: int = 16 * 1024, timeout: float = 180) -> DrillResult:
+def signal_at_step(workdir: Path, *, sig: signal.Signals, workers: int, steps: int, interval_steps: int,
+                   at_step: int, victim: int, step_seconds: float, payload_bytes: int, timeout: float) -> int:
+    """Run the gang until it passes ``at_step`` in its first attempt, send ``sig`` to worker ``victim``, and wait
+    for the launcher; its exit code. Events go to ``<workdir>/events``, the launcher's output to gang.log."""
     workdir.mkdir(parents=True, exist_ok=True)
     events = workdir / "events"
     log_path = workdir / "gang.log"
@@ -97,19 +98,29 @@ def kill_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interva
             deadline = time.monotonic() + timeout
             while True:
                 if time.monotonic() > deadline or launcher.poll() is not None:
-                    raise RuntimeError(f"the gang never reached step {kill_at_step}:\n{log_path.read_text()}")
+                    raise RuntimeError(f"the gang never reached step {at_step}:\n{log_path.read_text()}")
                 reached = [e["step"] for e in read_events(events, workers)
                            if e["event"] == "step" and e["attempt"] == 0]
-                if reached and max(reached) >= kill_at_step:
+                if reached and max(reached) >= at_step:
                     break
                 time.sleep(0.005)
             pids = json.loads((workdir / "gang.json").read_text())["pids"]
-            os.kill(pids[victim], signal.SIGKILL)
-            rc = launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
+            os.kill(pids[victim], sig)
+            return launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
         finally:
             if launcher.poll() is None:
                 launcher.kill()
                 launcher.wait()
+
+
+def kill_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, interval_steps: int = 10,
+                    kill_at_step: int = 35, victim: int = 1, step_seconds: float = 0.02,
+                    payload_bytes: int = 16 * 1024, timeout: float = 180) -> DrillResult:
+    rc = signal_at_step(workdir, sig=signal.SIGKILL, workers=workers, steps=steps, interval_steps=interval_steps,
+                        at_step=kill_at_step, victim=victim, step_seconds=step_seconds,
+                        payload_bytes=payload_bytes, timeout=timeout)
+    events = workdir / "events"
+    log_path = workdir / "gang.log"
     seen = read_events(events, workers)
     first = [e for e in seen if e["attempt"] == 0]
     reached_step = max(e["step"] for e in first if e["event"] == "step")
@@ -142,29 +153,11 @@ def terminate_and_resume(workdir: Path, *, workers: int = 3, steps: int = 80, in
                          stop_at_step: int = 35, victim: int = 1, step_seconds: float = 0.02,
                          payload_bytes: int = 16 * 1024, timeout: float = 180) -> GracefulResult:
     """SIGTERM one worker (an eviction, a reclaim, a preemption); the gang checkpoints, exits 0, starts again."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    rc = signal_at_step(workdir, sig=signal.SIGTERM, workers=workers, steps=steps, interval_steps=interval_steps,
+                        at_step=stop_at_step, victim=victim, step_seconds=step_seconds,
+                        payload_bytes=payload_bytes, timeout=timeout)
     events = workdir / "events"
     log_path = workdir / "gang.log"
-    with open(log_path, "w") as log:
-        launcher = subprocess.Popen(gang_command(workdir, workers, steps, step_seconds, payload_bytes),
-                                    env=trainer_env(workdir, interval_steps), stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=REPO, text=True)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if time.monotonic() > deadline or launcher.poll() is not None:
-                    raise RuntimeError(f"the gang never reached step {stop_at_step}:\n{log_path.read_text()}")
-                reached = [e["step"] for e in read_events(events, workers) if e["event"] == "step"]
-                if reached and max(reached) >= stop_at_step:
-                    break
-                time.sleep(0.005)
-            pids = json.loads((workdir / "gang.json").read_text())["pids"]
-            os.kill(pids[victim], signal.SIGTERM)
-            rc = launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            if launcher.poll() is None:
-                launcher.kill()
-                launcher.wait()
     first = read_events(events, workers)
     reached_step = max(e["step"] for e in first if e["event"] == "step")
     stopped = {e["rank"]: e["step"] for e in first if e["event"] == "graceful"}
