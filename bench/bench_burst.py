@@ -26,9 +26,10 @@ from kubernetes.client.exceptions import ApiException
 
 from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.decide import decide, state_from_snapshot
-from agents.burst_controller.fixtures import MemoryApi, gpu_pod, onprem_node, virtual_node
+from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 from agents.burst_controller.view import ClusterView
+from agents.kit.memory import MemoryApi
 
 SIZES = (100, 1_000, 4_000)
 PODS_PER_NODE = 20
@@ -142,8 +143,8 @@ def hot_loop(coalesce: bool, action_backoff: bool, status: int = 403) -> dict[st
     shell.elector.step()
     shell.relist(NODES)
     shell.relist(PODS)
-    api.fail_always("patch_node", ApiException(status=status, reason="Refused"))
-    patches_before, reconciles = api.count("patch_node"), 0
+    api.fail_always("patch:nodes", ApiException(status=status, reason="Refused"))
+    patches_before, reconciles = api.count("patch:nodes"), 0
     start, renew_at = clock.t, clock.t + settings.retry_period_seconds
     end = start + HOT_LOOP_LONG_SECONDS
     at_10s: dict[str, int] = {}
@@ -151,7 +152,7 @@ def hot_loop(coalesce: bool, action_backoff: bool, status: int = 403) -> dict[st
     i = 0
     while clock.t < end:
         if not at_10s and clock.t >= start + HOT_LOOP_SECONDS:
-            at_10s = {"patch_attempts_10s": api.count("patch_node") - patches_before, "reconciles_10s": reconciles}
+            at_10s = {"patch_attempts_10s": api.count("patch:nodes") - patches_before, "reconciles_10s": reconciles}
         with shell.lock:
             shell.view.apply_pod("MODIFIED", gpu_pod(f"churn-{i % 50}", 0, node="n1"))
             shell.view.mark_fresh(clock.t)
@@ -165,7 +166,7 @@ def hot_loop(coalesce: bool, action_backoff: bool, status: int = 403) -> dict[st
             shell.reconcile()
             reconciles += 1
         clock.t += step
-    return {**at_10s, "patch_attempts_60s": api.count("patch_node") - patches_before}
+    return {**at_10s, "patch_attempts_60s": api.count("patch:nodes") - patches_before}
 
 
 def hot_loop_rows() -> dict[str, dict[str, int]]:

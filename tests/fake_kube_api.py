@@ -1,15 +1,15 @@
-"""A small fake Kubernetes API served over HTTP on 127.0.0.1, for the suites that test the real client.
+"""The kit's in-memory API (`agents.kit.memory.MemoryApi`) served over HTTP on 127.0.0.1, for the suites
+that test the real client (`agents.kit.port.HttpPort`) of every agent.
 
-It keeps objects with resourceVersions, a watch history that can be compacted (410 Gone), merge patches with
-optimistic concurrency (409 on a stale resourceVersion), the scale subresource, Leases, Events, and a queue of
-injected faults (status codes, slow answers). Shell behaviour beyond the client is tested against
-`agents.burst_controller.fixtures.MemoryApi`, without HTTP.
+Paths are routed to the same verbs the port has, so the HTTP-level tests and the in-memory ones see one
+store with one set of semantics (resourceVersions, conflicts, evictions, scale). On top: a watch served from
+the store's history that can be compacted (410 Gone), and a queue of injected faults per method and path (a
+status code, a delay, or an answer that never comes).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import re
 import threading
@@ -17,54 +17,36 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
-from agents.burst_controller.fixtures import merge_patch
-from agents.burst_controller.shell import NODES, PODS
+from agents.kit.errors import ApiError
+from agents.kit.memory import MemoryApi
+from agents.kit.port import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS, VOLCANO_JOBS, Resource
+
+RESOURCES = {(r.group, r.plural): r for r in (NODES, PODS, EVENTS, LEASES, DEPLOYMENTS, VOLCANO_JOBS)}
+PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+                  r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?")
+STATUS_OF = {"conflict": 409, "gone": 410, "not_found": 404, "forbidden": 403, "invalid": 422, "throttled": 429,
+             "server_error": 500}
 
 
-class FakeApi:
-    """In-memory API objects plus the HTTP handler that serves them."""
+class FakeApi(MemoryApi):
+    """The in-memory API plus what only HTTP has: injected faults, a compactable watch, the request log."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rv = 100
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {NODES: {}, PODS: {}, "leases": {}, "scales": {}}
-        self.history: list[tuple[int, str, str, dict[str, Any]]] = []
+        super().__init__()
         self.compacted = 0
-        self.events: list[dict[str, Any]] = []
-        self.faults: list[tuple[str, str, Any]] = []  # (method, path regex, status code or ("delay", s))
-        self.requests: list[tuple[str, str]] = []
+        self.faults: list[tuple[str, str, Any]] = []  # (method, path regex, status code, ("delay", s) or "hang")
+        self.requests: list[tuple[str, str]] = []  # (method, path)
+        self.content_types: list[tuple[str, str, str]] = []  # (method, path, Content-Type)
+        self.released = threading.Event()  # set to let hanging requests end
 
-    # -- object store ----------------------------------------------------------------------------
-
-    @staticmethod
-    def key(kind: str, obj: dict[str, Any]) -> str:
-        meta = obj["metadata"]
-        return f"{meta.get('namespace', '')}/{meta['name']}" if kind != NODES else meta["name"]
-
-    def put(self, kind: str, obj: dict[str, Any], etype: str = "MODIFIED") -> dict[str, Any]:
-        with self.lock:
-            self.rv += 1
-            obj = copy.deepcopy(obj)
-            obj["metadata"]["resourceVersion"] = str(self.rv)
-            self.objects[kind][self.key(kind, obj)] = obj
-            if kind in (NODES, PODS):
-                self.history.append((self.rv, kind, etype, copy.deepcopy(obj)))
-            return obj
-
-    def delete(self, kind: str, key: str) -> None:
-        with self.lock:
-            obj = self.objects[kind].pop(key)
-            self.rv += 1
-            self.history.append((self.rv, kind, "DELETED", obj))
+    def node(self, name: str) -> dict[str, Any]:
+        return self.objects["nodes"][name]
 
     def compact(self) -> None:
         with self.lock:
             self.compacted = self.rv
-
-    def node(self, name: str) -> dict[str, Any]:
-        return self.objects[NODES][name]
 
     def fault(self, method: str, path: str, what: Any) -> None:
         self.faults.append((method, path, what))
@@ -76,8 +58,6 @@ class FakeApi:
                     del self.faults[i]
                     return what
         return None
-
-    # -- HTTP ------------------------------------------------------------------------------------
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -105,132 +85,67 @@ class FakeApi:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 api.requests.append((method, url.path))
+                api.content_types.append((method, url.path, self.headers.get("Content-Type", "")))
                 fault = api.take_fault(method, url.path)
+                body = self.body() if method in ("PATCH", "PUT", "POST") else None
+                if fault == "hang":
+                    api.released.wait(120)
+                    return
                 if isinstance(fault, tuple) and fault[0] == "delay":
                     time.sleep(fault[1])
                 elif isinstance(fault, int):
-                    if method in ("PATCH", "PUT", "POST"):
-                        self.body()
                     self.status(fault, "Injected")
                     return
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.route(method, url.path, query)
+                    self.route(method, url.path, query, body)
 
-            def route(self, method: str, path: str, query: dict[str, str]) -> None:
-                if path in ("/api/v1/nodes", "/api/v1/pods") and method == "GET":
-                    kind = NODES if path.endswith("nodes") else PODS
-                    if query.get("watch") == "true":
-                        self.watch(kind, int(query.get("resourceVersion") or 0))
+            def route(self, method: str, path: str, query: dict[str, str], body: Any) -> None:
+                m = PATH.fullmatch(path)
+                resource = RESOURCES.get(("" if m and m["core"] else (m["group"] if m else ""),
+                                          m["plural"] if m else ""))
+                if m is None or resource is None:
+                    self.status(404, "NotFound")
+                    return
+                ns, name, sub = m["ns"], unquote(m["name"]) if m["name"] else None, m["sub"]
+                try:
+                    if method == "GET" and name is None and query.get("watch") == "true":
+                        self.watch(resource, int(query.get("resourceVersion") or 0))
+                        return
+                    if method == "GET" and name is None:
+                        answer = api.list(resource, ns, label_selector=query.get("labelSelector"),
+                                          field_selector=query.get("fieldSelector"),
+                                          limit=int(query.get("limit") or 0) or None,
+                                          continue_token=query.get("continue"))
+                    elif method == "GET":
+                        answer = api.get(resource, name or "", ns)
+                    elif method == "POST":
+                        answer = api.create(resource, body or {}, ns, name, sub)
+                    elif method == "PATCH":
+                        answer = api.patch(resource, name or "", body or {}, ns,
+                                           self.headers.get("Content-Type", ""), sub)
+                    elif method == "PUT":
+                        answer = api.replace(resource, name or "", body or {}, ns)
                     else:
-                        self.list(kind, int(query.get("limit") or 0), int(query.get("continue") or 0))
+                        self.status(405, "MethodNotAllowed")
+                        return
+                except ApiError as exc:
+                    self.status(exc.status or STATUS_OF.get(exc.kind, 500), exc.kind)
                     return
-                if m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):
-                    self.obj(method, NODES, m.group(1))
-                    return
-                if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
-                    self.obj(method, PODS, f"{m.group(1)}/{m.group(2)}")
-                    return
-                if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/deployments/([^/]+)/scale", path):
-                    self.scale(method, f"{m.group(1)}/{m.group(2)}")
-                    return
-                if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path):
-                    event = self.body()
-                    event["metadata"]["namespace"] = m.group(1)
-                    api.events.append(event)
-                    self.send_json(201, event)
-                    return
-                if m := re.fullmatch(r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases(?:/([^/]+))?", path):
-                    self.lease(method, m.group(1), m.group(2))
-                    return
-                self.status(404, "NotFound")
+                self.send_json(201 if method == "POST" else 200, answer)
 
-            def list(self, kind: str, limit: int, offset: int) -> None:
-                with api.lock:
-                    items = list(api.objects[kind].values())
-                    rv = api.rv
-                page = items[offset : offset + limit] if limit else items
-                meta: dict[str, Any] = {"resourceVersion": str(rv)}
-                if limit and offset + limit < len(items):
-                    meta["continue"] = str(offset + limit)
-                self.send_json(200, {"kind": "List", "metadata": meta, "items": page})
-
-            def watch(self, kind: str, since: int) -> None:
+            def watch(self, resource: Resource, since: int) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
                 with api.lock:
                     gone = since < api.compacted
-                    events = [(t, o) for rv, k, t, o in api.history if k == kind and rv > since]
+                    events = [(t, o) for rv, k, t, o in api.history if k == resource.plural and rv > since]
                 if gone:
                     status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
                     self.wfile.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
                     return
                 for etype, obj in events:
                     self.wfile.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
-
-            def obj(self, method: str, kind: str, key: str) -> None:
-                with api.lock:
-                    current = copy.deepcopy(api.objects[kind].get(key))
-                if current is None:
-                    if method == "PATCH":
-                        self.body()
-                    self.status(404, "NotFound")
-                    return
-                if method == "GET":
-                    self.send_json(200, current)
-                    return
-                patch = self.body()
-                if self.headers["Content-Type"] == "application/strategic-merge-patch+json":
-                    # Only what the controller sends: delete one scheduling gate by its merge key.
-                    doomed = {g["name"] for g in patch["spec"]["schedulingGates"] if g.get("$patch") == "delete"}
-                    gates = [g for g in current["spec"].get("schedulingGates", []) if g["name"] not in doomed]
-                    current["spec"]["schedulingGates"] = gates
-                    self.send_json(200, api.put(kind, current))
-                    return
-                assert self.headers["Content-Type"] == "application/merge-patch+json"
-                want_rv = (patch.get("metadata") or {}).get("resourceVersion")
-                if want_rv is not None and want_rv != current["metadata"]["resourceVersion"]:
-                    self.status(409, "Conflict")
-                    return
-                self.send_json(200, api.put(kind, merge_patch(current, patch)))
-
-            def scale(self, method: str, key: str) -> None:
-                current = api.objects["scales"].get(key)
-                if current is None:
-                    if method == "PATCH":
-                        self.body()
-                    self.status(404, "NotFound")
-                    return
-                if method == "PATCH":
-                    assert self.headers["Content-Type"] == "application/merge-patch+json"
-                    current = api.put("scales", merge_patch(current, self.body()))
-                self.send_json(200, current)
-
-            def lease(self, method: str, namespace: str, name: str | None) -> None:
-                if method == "POST":
-                    body = self.body()
-                    key = f"{namespace}/{body['metadata']['name']}"
-                    if key in api.objects["leases"]:
-                        self.status(409, "AlreadyExists")
-                        return
-                    self.send_json(201, api.put("leases", body))
-                    return
-                key = f"{namespace}/{name}"
-                current = api.objects["leases"].get(key)
-                if current is None:
-                    if method == "PUT":
-                        self.body()
-                    self.status(404, "NotFound")
-                    return
-                if method == "GET":
-                    self.send_json(200, current)
-                    return
-                body = self.body()
-                if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-                    self.status(409, "Conflict")
-                    return
-                body["metadata"]["namespace"] = namespace
-                self.send_json(200, api.put("leases", body))
 
             def do_GET(self) -> None:
                 self.handle_any("GET")
@@ -247,7 +162,6 @@ class FakeApi:
         return Handler
 
 
-
 @contextlib.contextmanager
 def serve(fake: FakeApi) -> Iterator[str]:
     """Serve `fake` on a free local port for the duration of the block; yields its base URL."""
@@ -258,5 +172,18 @@ def serve(fake: FakeApi) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        fake.released.set()
         server.shutdown()
         server.server_close()
+
+
+def http_port(url: str, request_timeout_seconds: float = 5.0) -> Any:
+    """The real port (`HttpPort`) on a fake served at `url`."""
+    from kubernetes import client
+
+    from agents.kit.port import HttpPort
+
+    conf = client.Configuration()
+    conf.host = url
+    conf.retries = False
+    return HttpPort(client.ApiClient(conf), request_timeout_seconds)

@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
-from agents.burst_controller.shell import Metrics as BurstMetrics
-from agents.health_guard.shell import GuardMetrics
+from agents.burst_controller.metrics import Metrics as BurstMetrics
+from agents.health_guard.metrics import GuardMetrics
 from agents.ib_exporter.collector import InfiniBandCollector
 from agents.ib_exporter.exposition import serve as serve_ib
 from agents.ib_exporter.fake_sysfs import full_node

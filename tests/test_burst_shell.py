@@ -14,14 +14,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
-from agents.burst_controller import shell as shell_mod
 from agents.burst_controller.decide import Mode
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.settings import BurstSettings
-from agents.burst_controller.shell import NODES, PODS, BurstShell, KubeApi
-from tests.fake_kube_api import FakeApi, serve
+from agents.burst_controller.shell import NODES, PODS, BurstShell
+from agents.kit.port import DEPLOYMENTS
+from tests.fake_kube_api import FakeApi, http_port, serve
 
 S = BurstSettings(
     open_below_free_gpus=1,
@@ -63,12 +62,9 @@ def api() -> Iterator[tuple[FakeApi, str]]:
 
 
 def make_shell(url: str, clock: Clock, identity: str = "a", settings: BurstSettings = S) -> BurstShell:
-    config = client.Configuration()
-    config.host = url
-    config.retries = False  # our own backoff decides; urllib3 must not retry behind our back
     return BurstShell(
-        settings, KubeApi(client.ApiClient(config), settings), identity=identity, clock=clock, monotonic=clock,
-        sleep=clock.sleep,
+        settings, http_port(url, settings.request_timeout_seconds), identity=identity, clock=clock,
+        monotonic=clock, sleep=clock.sleep,
     )
 
 
@@ -130,7 +126,7 @@ def test_close_sets_noschedule_and_marks_external_pods(api: tuple[FakeApi, str])
     assert decision is not None and decision.flipped is Mode.CLOSED
     assert fake.node("vk-a")["spec"]["taints"] == [VK_TAINT, BURST_TAINT]
     assert fake.node("vk-b")["spec"]["taints"] == [VK_TAINT, BURST_TAINT]  # NoExecute replaced
-    pod = fake.objects[PODS]["inference/inf-0"]
+    pod = fake.objects["pods"]["inference/inf-0"]
     assert pod["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] == "-100"
     assert metric(sh, "gpucluster_burst_actions_total", kind="set_deletion_cost") == 1
     assert metric(sh, "gpucluster_burst_flips_total", direction="closed") == 1
@@ -177,7 +173,7 @@ def test_persistent_server_errors_give_up_and_retry_next_decision(api: tuple[Fak
     for _ in range(S.api_retry_attempts):
         fake.fault("PATCH", "/nodes/vk-a$", 502)
     sh.reconcile()
-    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0]  # no sleep after the last attempt: it gives up at once
     assert fake.node("vk-a")["spec"]["taints"] == [VK_TAINT, BURST_TAINT]
     assert [t["key"] for t in fake.node("vk-b")["spec"]["taints"]] == ["virtual-kubelet.io/provider"]
     clock.t += 5
@@ -213,7 +209,7 @@ def test_watch_streams_events_from_resource_version(api: tuple[FakeApi, str]) ->
     snapshot = sh.view.snapshot()
     assert (snapshot.onprem_allocatable_gpus, snapshot.onprem_free_gpus) == (16, 4)
     assert snapshot.observed_at == clock.t
-    assert sh.cursors[PODS].resource_version == str(fake.rv)
+    assert sh.informers[PODS].resource_version == str(fake.rv)
     lists = [r for r in fake.requests if r[0] == "GET" and r[1] in ("/api/v1/nodes", "/api/v1/pods")]
     assert len(lists) == 4  # two lists, two watches: no re-list
 
@@ -224,11 +220,11 @@ def test_watch_410_relists(api: tuple[FakeApi, str]) -> None:
     clock = Clock()
     sh = make_shell(url, clock)
     lead_and_sync(sh)
-    fake.delete(PODS, "train/train-0")
+    fake.remove(PODS, "train/train-0")
     fake.compact()
     sh.watch_once(PODS)
     assert metric(sh, "gpucluster_burst_errors_total", kind="watch_gone") == 1
-    assert sh.cursors[PODS].needs_list
+    assert sh.informers[PODS].needs_list
     assert not sh.view.snapshot().synced
     assert sh.reconcile() is None  # unsynced: no decision, no patch
     sh.watch_once(PODS)  # re-lists first
@@ -237,13 +233,13 @@ def test_watch_410_relists(api: tuple[FakeApi, str]) -> None:
     assert metric(sh, "gpucluster_burst_cluster_visible") == 1
 
 
-def test_paged_list(api: tuple[FakeApi, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paged_list(api: tuple[FakeApi, str]) -> None:
     fake, url = api
     exhausted_cluster(fake)
     for i in range(5):
         fake.put(PODS, gpu_pod(f"inf-{i}", 1, node="vk-a"))
-    monkeypatch.setattr(shell_mod, "LIST_PAGE", 2)
     sh = make_shell(url, Clock())
+    sh.informers[PODS].page = 2
     assert sh.relist(PODS)
     assert sh.view.pod_count == 6
     assert len([r for r in fake.requests if r == ("GET", "/api/v1/pods")]) == 3
@@ -265,7 +261,7 @@ def test_blind_controller_leaves_taints(api: tuple[FakeApi, str]) -> None:
     # Listed once, then the API goes dark: once the data is stale nothing changes either.
     assert sh.relist(NODES)
     fake.fault("GET", "^/api/v1/nodes$", 503)
-    sh.cursors[NODES].needs_list = True
+    sh.informers[NODES].needs_list = True
     sh.watch_once(NODES)
     assert metric(sh, "gpucluster_burst_cluster_visible") == 0
     assert not sh.view.snapshot().synced
@@ -356,13 +352,10 @@ def test_restart_keeps_cluster_state(api: tuple[FakeApi, str]) -> None:
 def test_run_loop_opens_nodes(api: tuple[FakeApi, str]) -> None:
     fake, url = api
     exhausted_cluster(fake)
-    config = client.Configuration()
-    config.host = url
-    config.retries = False
     settings = BurstSettings.from_mapping(
         {"open_hold_seconds": 0, "tick_seconds": 0.05, "retry_period_seconds": 0.05, "watch_timeout_seconds": 1}
     )
-    sh = BurstShell(settings, KubeApi(client.ApiClient(config), settings), identity="runner")
+    sh = BurstShell(settings, http_port(url, settings.request_timeout_seconds), identity="runner")
     stop = threading.Event()
     thread = threading.Thread(target=sh.run, args=(stop,), daemon=True)
     thread.start()
@@ -389,16 +382,15 @@ def test_handover_scales_standby_then_lifts_only_our_gate(api: tuple[FakeApi, st
     worker = gpu_pod("gang-0", 8, workload="training", namespace="training", pool="a", gated=True)
     worker["spec"]["schedulingGates"].append({"name": "example.com/quota"})
     fake.put(PODS, worker)
-    scale = {"kind": "Scale", "metadata": {"name": "svc-standby", "namespace": "inference"}, "spec": {"replicas": 0}}
-    fake.put("scales", scale)
+    fake.put(DEPLOYMENTS, {"metadata": {"name": "svc-standby", "namespace": "inference"}, "spec": {"replicas": 0}})
     clock = Clock()
     sh = make_shell(url, clock, settings=settings)
     lead_and_sync(sh)
 
     first = sh.reconcile()
     assert first is not None and first.standby == {"svc": 2}
-    assert fake.objects["scales"]["inference/svc-standby"]["spec"]["replicas"] == 2
-    assert [g["name"] for g in fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"]] == [
+    assert fake.scales["inference/svc-standby"] == 2
+    assert [g["name"] for g in fake.objects["pods"]["training/gang-0"]["spec"]["schedulingGates"]] == [
         "gpucluster.io/handover", "example.com/quota"]
     assert metric(sh, "gpucluster_burst_standby_replicas", service="svc") == 2
     assert metric(sh, "gpucluster_burst_gated_training_pods") == 1
@@ -413,7 +405,7 @@ def test_handover_scales_standby_then_lifts_only_our_gate(api: tuple[FakeApi, st
                                            namespace="inference"))
     decision = sh.reconcile()
     assert decision is not None and any(a.kind.value == "ungate" for a in decision.actions)
-    assert fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
+    assert fake.objects["pods"]["training/gang-0"]["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
     assert metric(sh, "gpucluster_burst_actions_total", kind="ungate") == 1
     assert metric(sh, "gpucluster_burst_gated_training_pods") == 0
 
@@ -430,7 +422,7 @@ def test_missing_standby_deployment_is_reported_not_fatal(api: tuple[FakeApi, st
     decision = sh.reconcile()
     assert decision is not None and decision.standby == {"svc": 1}
     assert metric(sh, "gpucluster_burst_actions_total", kind="set_standby") is None
-    assert fake.objects[PODS]["training/gang-0"]["spec"]["schedulingGates"]  # still waiting (until the timeout)
+    assert fake.objects["pods"]["training/gang-0"]["spec"]["schedulingGates"]  # still waiting (until the timeout)
 
 
 def test_a_virtual_node_created_without_its_provider_taint_gets_it_back(api: tuple[FakeApi, str]) -> None:
@@ -464,3 +456,40 @@ def test_a_virtual_node_created_without_its_provider_taint_gets_it_back(api: tup
     patches = len([r for r in fake.requests if r[0] == "PATCH"])
     assert sh.reconcile() is not None
     assert len([r for r in fake.requests if r[0] == "PATCH"]) == patches
+
+
+def test_a_call_that_never_answers_gives_up_within_its_timeout_and_the_retry_acts(api: tuple[FakeApi, str]) -> None:
+    """A hung API call ends at the request timeout (0.5 s here) as a retryable `timeout`; the retry lands."""
+    fake, url = api
+    exhausted_cluster(fake)
+    clock = Clock()
+    sh = make_shell(url, clock)
+    lead_and_sync(sh)
+    fake.fault("PATCH", "/nodes/vk-a$", "hang")
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(sh.reconcile()), daemon=True)
+    worker.start()
+    worker.join(timeout=10)  # far beyond the timeout; without one the call would wait for the server
+    assert not worker.is_alive() and done and done[0] is not None
+    assert metric(sh, "gpucluster_burst_errors_total", kind="timeout") == 1
+    assert [t["key"] for t in fake.node("vk-a")["spec"]["taints"]] == ["virtual-kubelet.io/provider"]
+
+
+def test_on_stop_the_controller_releases_its_lease_and_the_standby_leads_at_once(api: tuple[FakeApi, str]) -> None:
+    fake, url = api
+    exhausted_cluster(fake)
+    settings = BurstSettings.from_mapping({"tick_seconds": 0.05, "retry_period_seconds": 0.05,
+                                           "watch_timeout_seconds": 1})
+    sh = BurstShell(settings, http_port(url, 1.0), identity="leader")
+    stop = threading.Event()
+    thread = threading.Thread(target=sh.run, args=(stop,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sh.last_decision is None:
+        time.sleep(0.02)
+    assert fake.objects["leases"]["gpu-burst/burst-controller"]["spec"]["holderIdentity"] == "leader"
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    standby = BurstShell(settings, http_port(url, 1.0), identity="standby")
+    assert standby.elector.step()  # at once: no wait for the lease to expire

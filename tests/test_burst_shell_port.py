@@ -17,8 +17,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agents.burst_controller.contract import GANG_ANNOTATION, BurstSettings
-from agents.burst_controller.fixtures import MemoryApi, gpu_pod, onprem_node, virtual_node
+from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.shell import NODES, PODS, BurstShell, WatchEnd
+from agents.kit.memory import MemoryApi
 
 S = BurstSettings(
     open_below_free_gpus=1,
@@ -100,18 +101,18 @@ def drive(sh: BurstShell, clock: Clock, seconds: float, events_per_second: int, 
 @pytest.mark.parametrize("status", [403, 422])
 def test_a_patch_that_fails_for_good_is_not_hammered(status: int) -> None:
     sh, api, clock = leading_shell()
-    api.fail_always("patch_node", ApiException(status=status, reason="Refused"))
+    api.fail_always("patch:nodes", ApiException(status=status, reason="Refused"))
     drive(sh, clock, 10, events_per_second=100)
-    assert api.count("patch_node") <= 10
-    assert api.count("patch_node") >= 2  # each node was tried, and tried again after its backoff
+    assert api.count("patch:nodes") <= 10
+    assert api.count("patch:nodes") >= 2  # each node was tried, and tried again after its backoff
 
 
 def test_the_previous_shell_hammered_the_api() -> None:
     """The baseline the benchmark keeps: a reconcile per event and no per-action backoff."""
     sh, api, clock = leading_shell(replace(S, action_backoff_base_seconds=0), coalesce=False)
-    api.fail_always("patch_node", ApiException(status=403, reason="Forbidden"))
+    api.fail_always("patch:nodes", ApiException(status=403, reason="Forbidden"))
     drive(sh, clock, 10, events_per_second=100)
-    assert api.count("patch_node") >= 1000
+    assert api.count("patch:nodes") >= 1000
 
 
 def test_events_are_coalesced_into_one_reconcile_per_tick() -> None:
@@ -131,22 +132,22 @@ def test_events_are_coalesced_into_one_reconcile_per_tick() -> None:
 
 def test_action_backoff_doubles_with_jitter_and_resets_on_success() -> None:
     sh, api, clock = leading_shell()
-    api.fail_always("patch_node", ApiException(status=403, reason="Forbidden"))
+    api.fail_always("patch:nodes", ApiException(status=403, reason="Forbidden"))
     for _ in range(60):  # one reconcile per simulated second for a minute
         sh.reconcile()
         clock.t += 1
         sh.elector.step()
     for node in ("vk-a", "vk-b"):  # each node's patch has its own backoff
-        tries = [t for name, target, t in api.calls if name == "patch_node" and target == node]
+        tries = [t for name, target, t in api.calls if name == "patch:nodes" and target == node]
         gaps = [b - a for a, b in itertools.pairwise(tries)]
         # 2, 4, 8, 16 s ±20 % jitter, rounded up to the next reconcile (one per second here)
         assert gaps[:4] == pytest.approx([2, 4, 8, 16], rel=0.2, abs=1)
-    api.fail_always("patch_node", None)
+    api.fail_always("patch:nodes", None)
     clock.t += 60
     sh.elector.step()
     sh.view.mark_fresh(clock.t)
     sh.reconcile()
-    assert api.objects[NODES]["vk-a"]["spec"]["taints"] == [VK_TAINT]
+    assert api.objects["nodes"]["vk-a"]["spec"]["taints"] == [VK_TAINT]
     assert sh._backoff == {}
 
 
@@ -156,36 +157,37 @@ def test_action_backoff_doubles_with_jitter_and_resets_on_success() -> None:
 def test_retries_stop_before_the_lease_could_pass_to_another_replica() -> None:
     sh, api, clock = leading_shell()
     renewed = clock.t
-    api.fail("patch_node", *[ApiException(status=503, reason="Unavailable")] * 4)
+    api.fail("patch:nodes", *[ApiException(status=503, reason="Unavailable")] * 4)
     sh.reconcile()  # no renewal while it retries: backoff sleeps of 2, 4, 8 s take simulated time
-    writes = [t for name, _, t in api.calls if name == "patch_node"]
+    writes = [t for name, _, t in api.calls if name == "patch:nodes"]
     assert writes, "the first attempt is made while the lease is fresh"
     assert all(t + S.request_timeout_seconds < renewed + S.lease_duration_seconds for t in writes)
     assert sh.metrics.registry.get_sample_value("gpucluster_burst_errors_total", {"kind": "not_leader"}) == 1
 
 
-def test_a_conflict_reread_checks_the_lease_first() -> None:
+def test_a_conflict_retry_after_the_lease_lapsed_writes_nothing() -> None:
     sh, api, clock = leading_shell()
     # Our cached resourceVersion is stale: the first patch answers 409. By then the lease is too old to write.
-    node = api.objects[NODES]["vk-a"]
+    node = api.objects["nodes"]["vk-a"]
     api.put(NODES, node)
 
-    def late_conflict(name: str, body: dict[str, Any], real: Any = api.patch_node) -> dict[str, Any]:
+    def late_conflict(*args: Any, real: Any = api.patch, **kwargs: Any) -> dict[str, Any]:
         clock.t += 7  # a slow answer: by then this replica is past its renew deadline
-        return real(name, body)  # type: ignore[no-any-return]
+        return real(*args, **kwargs)  # type: ignore[no-any-return]
 
-    api.patch_node = late_conflict  # type: ignore[method-assign]
+    api.patch = late_conflict  # type: ignore[method-assign]
     clock.t += 4
     sh.reconcile()
-    assert api.count("read_node") == 0
-    assert [name for name, target, _ in api.calls if target == "vk-a"] == ["patch_node"]
+    # The re-read is a read; the patch after it is refused by the fence before anything is sent.
+    assert [name for name, target, _ in api.calls if target == "vk-a"] == ["patch:nodes", "get:nodes"]
+    assert sh.api.refused >= 1
 
 
 def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
     sh, api, clock = leading_shell()
     clock.t += S.renew_deadline_seconds  # no renewal for the renew deadline
     assert sh.reconcile() is None
-    assert api.count("patch_node") == api.count("create_event") == 0
+    assert api.count("patch:nodes") == api.count("create:events") == 0
 
 
 # -- 12. a resync is not a failure; freshness per kind, confirmed by the server --------------------------------
@@ -212,50 +214,51 @@ class CountingStop(threading.Event):
 def test_watches_ending_at_their_timeout_and_resyncs_never_back_off() -> None:
     sh, api, _clock = leading_shell()
     for _ in range(6):
-        api.watch_answers[PODS].append([])  # the server ends each watch at its timeout, quietly
+        api.watch_answers["pods"].append([])  # the server ends each watch at its timeout, quietly
     stop = CountingStop(rounds=6)
-    original = sh.watch_once
+    informer = sh.informers[PODS]
+    original = informer.watch_once
 
-    def with_resync(kind: str) -> str:
-        sh.cursors[kind].needs_list = True  # the run loop's periodic resync asks for a re-list every time
-        return original(kind)
+    def with_resync() -> str:
+        informer.needs_list = True  # the run loop's periodic resync asks for a re-list every time
+        return original()
 
-    sh.watch_once = with_resync  # type: ignore[method-assign]
-    sh._watch_loop(PODS, stop)
+    informer.watch_once = with_resync  # type: ignore[method-assign]
+    informer.run(stop, S.backoff_base_seconds, S.backoff_max_seconds)
     assert stop.waits == []
-    assert api.count("list") == 2 + 6  # the two initial lists, then one re-list per resync
+    assert api.count("list:nodes") + api.count("list:pods") == 2 + 6  # two initial lists, one re-list per resync
 
 
 def test_a_failing_watch_still_backs_off() -> None:
     sh, api, _clock = leading_shell()
     for _ in range(3):
-        api.watch_answers[PODS].append(ApiException(status=500, reason="Internal"))
-    api.fail("list", *[ApiException(status=500, reason="Internal")] * 2)
+        api.watch_answers["pods"].append(ApiException(status=500, reason="Internal"))
+    api.fail("list:pods", *[ApiException(status=500, reason="Internal")] * 2)
     stop = CountingStop(rounds=3)
-    sh._watch_loop(PODS, stop)
+    sh.informers[PODS].run(stop, S.backoff_base_seconds, S.backoff_max_seconds)
     assert stop.waits == [4, 8, 8]  # base 2 s doubled per failure, capped at 8 s
 
 
 def test_freshness_is_per_kind_and_only_what_the_server_confirmed() -> None:
     sh, api, clock = leading_shell()
     clock.t += 50
-    api.watch_answers[NODES].append([{"type": "MODIFIED", "object": api.objects[NODES]["n1"]}])
-    api.watch_answers[PODS].append([])  # quiet, no bookmark: nothing confirms the pods
+    api.watch_answers["nodes"].append([{"type": "MODIFIED", "object": api.objects["nodes"]["n1"]}])
+    api.watch_answers["pods"].append([])  # quiet, no bookmark: nothing confirms the pods
     assert sh.watch_once(NODES) == WatchEnd.OK and sh.watch_once(PODS) == WatchEnd.OK
     assert sh.view.observed == {"nodes": START + 50, "pods": START}
     assert sh.view.snapshot().observed_at == START  # as old as the staler kind
     bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": str(api.rv)}}}
-    api.watch_answers[PODS].append([bookmark])
+    api.watch_answers["pods"].append([bookmark])
     sh.watch_once(PODS)
     assert sh.view.snapshot().observed_at == START + 50
-    assert sh.cursors[PODS].resource_version == str(api.rv)
+    assert sh.informers[PODS].resource_version == str(api.rv)
 
 
 def test_quiet_pods_for_longer_than_the_staleness_limit_stop_the_controller() -> None:
     sh, api, clock = leading_shell()
     clock.t += S.stale_after_seconds + 1
-    api.watch_answers[NODES].append([{"type": "MODIFIED", "object": api.objects[NODES]["n1"]}])
-    api.watch_answers[PODS].append([])
+    api.watch_answers["nodes"].append([{"type": "MODIFIED", "object": api.objects["nodes"]["n1"]}])
+    api.watch_answers["pods"].append([])
     sh.watch_once(NODES)
     sh.watch_once(PODS)
     sh.elector.step()
@@ -277,7 +280,7 @@ def test_closing_removes_every_copy_of_the_burst_taint_and_adds_one_noschedule()
     sh = BurstShell(S, api, identity="a", clock=clock, monotonic=clock, sleep=clock.sleep)
     assert sh.elector.step() and sh.relist(NODES) and sh.relist(PODS)
     sh.reconcile()
-    assert api.objects[NODES]["vk-a"]["spec"]["taints"] == [VK_TAINT, BURST_TAINT]
+    assert api.objects["nodes"]["vk-a"]["spec"]["taints"] == [VK_TAINT, BURST_TAINT]
 
 
 def test_training_that_can_never_fit_is_reported_once() -> None:

@@ -7,27 +7,25 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.contract import CONDITION_TYPE, HealthSettings, parse_settings
-from agents.health_guard.decide import NodeStatus
-from agents.health_guard.shell import (
-    EvictionBlocked,
-    Guard,
-    KubePort,
-    LeaseElector,
-    NotFound,
-    QueryError,
-    node_view,
-    parse_vector,
-)
+from agents.health_guard.decide import Decision, NodeStatus
+from agents.health_guard.nodes import node_view
+from agents.health_guard.prometheus import QueryError, parse_vector
+from agents.health_guard.shell import Guard
+from agents.kit.errors import ApiError
+from agents.kit.lease import LeaseElector
+from agents.kit.memory import MemoryApi
+from agents.kit.port import LEASES, PODS, VOLCANO_JOBS
+from agents.kit.port import NODES as NODES_RES
+from tests.fake_kube_api import FakeApi, http_port, serve
 
 P = "gpucluster.io"
 T0 = 1_800_000_000.0
@@ -65,7 +63,7 @@ class FakePrometheus:
 
 
 def k8s_node(name: str, pool: str = "a") -> dict[str, Any]:
-    return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1",
+    return {"metadata": {"name": name, "uid": f"uid-{name}",
                          "labels": {f"{P}/pool": pool, f"{P}/location": "onprem"}, "annotations": {}},
             "spec": {"taints": [{"key": f"{P}/pool", "value": pool, "effect": "NoSchedule"}]},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
@@ -75,95 +73,76 @@ def k8s_pod(name: str, node: str, workload: str, job: str | None = None, ns: str
     labels = {f"{P}/workload": workload}
     if job:
         labels["volcano.sh/job-name"] = job
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels},
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels, "uid": f"uid-{ns}-{name}"},
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example/x:1"}]},
             "status": {"phase": "Running"}}
 
 
-def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge(target[key], value)
-        else:
-            target[key] = value
+class Views(MemoryApi):
+    """The views these tests assert on, over the kit's in-memory store."""
 
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return self.objects["nodes"]
 
-class FakePort:
-    """In-memory cluster with the port's semantics (strategic merge of labels/annotations, conditions by type)."""
+    @property
+    def pods(self) -> list[dict[str, Any]]:
+        return list(self.objects.get("pods", {}).values())
 
-    def __init__(self) -> None:
-        self.nodes = {n: k8s_node(n) for n in NODES}
-        self.pods: list[dict[str, Any]] = []
-        self.pdb_blocked: set[str] = set()
-        self.events: list[dict[str, Any]] = []
-        self.leases: dict[str, dict[str, Any]] = {}
-        self.evicted: list[str] = []
-        self.fail_status = False
-        self.gang_jobs: list[dict[str, Any]] = []
+    @property
+    def evicted_names(self) -> list[str]:
+        return [key.split("/", 1)[1] for key in self.evicted]
 
-    def list_nodes(self, label_selector: str) -> list[dict[str, Any]]:
-        copy: list[dict[str, Any]] = json.loads(json.dumps(list(self.nodes.values())))
-        return copy
+    def lease(self, name: str = "health-guard") -> dict[str, Any]:
+        return self.objects["leases"][f"gpu-system/{name}"]
 
-    def patch_node(self, name: str, body: dict[str, Any]) -> None:
-        node = self.nodes[name]
-        meta = dict(body.get("metadata", {}))
-        meta.pop("resourceVersion", None)
-        merge(node["metadata"], meta)
-        if "spec" in body:
-            node["spec"]["taints"] = body["spec"]["taints"]
-        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
-
-    def patch_node_status(self, name: str, body: dict[str, Any]) -> None:
-        if self.fail_status:
-            raise RuntimeError("status patch refused")
-        conds = self.nodes[name]["status"]["conditions"]
-        for c in body["status"]["conditions"]:
-            conds[:] = [x for x in conds if x["type"] != c["type"]] + [c]
-
-    def list_pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return [p for p in self.pods if p["spec"]["nodeName"] == node]
-
-    def evict_pod(self, namespace: str, name: str) -> None:
-        if name in self.pdb_blocked:
-            raise EvictionBlocked("Cannot evict pod as it would violate the pod's disruption budget.")
-        before = len(self.pods)
-        self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
-        if len(self.pods) == before:
-            raise NotFound(name)
-        self.evicted.append(name)
-
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.events.append(body)
-
-    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        lease = self.leases.get(name)
-        return json.loads(json.dumps(lease)) if lease else None
-
-    def create_lease(self, namespace: str, body: dict[str, Any]) -> None:
-        self.leases[body["metadata"]["name"]] = body
-
-    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self.leases[name] = body
-
-    def list_gang_jobs(self, namespace: str) -> list[dict[str, Any]]:
-        return [j for j in self.gang_jobs if j["metadata"]["namespace"] == namespace]
-
-    # helpers for assertions
     def taints(self, name: str) -> list[tuple[str, str, str]]:
         return [(t["key"], t.get("value", ""), t["effect"]) for t in self.nodes[name]["spec"]["taints"]]
 
     def condition(self, name: str) -> dict[str, Any] | None:
         return next((c for c in self.nodes[name]["status"]["conditions"] if c["type"] == CONDITION_TYPE), None)
 
+    def edit_node(self, name: str, edit: Callable[[dict[str, Any]], None]) -> None:
+        """A change by someone else (a person, kubectl): a new resourceVersion, as on the API server."""
+        node = json.loads(json.dumps(self.nodes[name]))
+        edit(node)
+        self.put(NODES_RES, node)
+
+
+class Cluster(Views):
+    """The kit's in-memory API with four GPU nodes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for n in NODES:
+            self.put(NODES_RES, k8s_node(n))
+
+
+class HttpCluster(Views, FakeApi):
+    """The same, served over HTTP (``tests.fake_kube_api``)."""
+
+
+def turn(guard: Guard, now: float, mono: float) -> Decision | None:
+    """One cycle at wall time ``now`` and monotonic time ``mono``."""
+    guard.clock = lambda: now
+    guard.monotonic = lambda: mono
+    return guard.cycle()
+
+
+def elector(port: Any, identity: str, duration: int, clock: list[float], name: str = "health-guard",
+            namespace: str = "gpu-system") -> LeaseElector:
+    """A second replica's elector on its own monotonic clock (``clock[0]``)."""
+    return LeaseElector(port, namespace, name, identity, lease_duration_seconds=duration,
+                        renew_deadline_seconds=duration * 2 / 3, request_timeout_seconds=duration / 5,
+                        monotonic=lambda: clock[0], wall=lambda: T0 + clock[0])
+
 
 @pytest.fixture
-def world() -> tuple[FakePrometheus, FakePort, Guard]:
-    prom, port = FakePrometheus(), FakePort()
-    port.pods = [k8s_pod(f"gang-{i}", n, "training", job="gang") for i, n in enumerate(NODES)]
-    port.pods += [k8s_pod(f"infer-{i}", n, "inference", ns="inference") for i, n in enumerate(NODES)]
+def world() -> tuple[FakePrometheus, Cluster, Guard]:
+    prom, port = FakePrometheus(), Cluster()
+    for i, n in enumerate(NODES):
+        port.put(PODS, k8s_pod(f"gang-{i}", n, "training", job="gang"))
+        port.put(PODS, k8s_pod(f"infer-{i}", n, "inference", ns="inference"))
     return prom, port, Guard(SETTINGS, prom, port, identity="me")
 
 
@@ -176,9 +155,9 @@ def test_fatal_and_degraded_quarantine_evict_condition_event(world) -> None:
     prom, port, guard = world
     prom.xid = {"gpu-01": 1}
     prom.temps["gpu-02"] = 80.0
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     prom.seen = T0 + 120
-    guard.cycle(T0 + 120, 120)
+    turn(guard, T0 + 120, 120)
     assert port.taints("gpu-01")[-1] == (f"{P}/gpu-health", "fatal", "NoSchedule")
     assert port.taints("gpu-02")[-1] == (f"{P}/gpu-health", "degraded", "NoSchedule")
     assert port.taints("gpu-01")[0] == (f"{P}/pool", "a", "NoSchedule")  # the pool taint is kept
@@ -187,7 +166,7 @@ def test_fatal_and_degraded_quarantine_evict_condition_event(world) -> None:
     assert cond is not None and cond["status"] == "False" and cond["reason"] == "GpuFatal"
     assert "xid-fatal" in cond["message"] and f"{P}/gpu-repaired" in cond["message"]
     # Training leaves both; inference leaves only the fatal node.
-    assert sorted(port.evicted) == ["gang-0", "gang-1", "infer-0"]
+    assert sorted(port.evicted_names) == ["gang-0", "gang-1", "infer-0"]
     assert {p["metadata"]["name"] for p in port.pods if p["spec"]["nodeName"] == "gpu-02"} == {"infer-1"}
     reasons = [(e["involvedObject"]["name"], e["reason"], e["type"]) for e in port.events]
     assert ("gpu-01", "GpuHealthQuarantine", "Warning") in reasons
@@ -205,12 +184,12 @@ def test_fatal_and_degraded_quarantine_evict_condition_event(world) -> None:
 def test_only_pods_in_the_eviction_namespaces_are_evicted(world) -> None:
     """A pod labelled as training outside the namespaces the guard's Roles cover is left where it is."""
     prom, port, guard = world
-    port.pods.append(k8s_pod("stray-0", "gpu-01", "training", job="stray", ns="research"))
+    port.put(PODS, k8s_pod("stray-0", "gpu-01", "training", job="stray", ns="research"))
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     prom.seen = T0 + 120
-    guard.cycle(T0 + 120, 120)
-    assert sorted(port.evicted) == ["gang-0", "infer-0"]
+    turn(guard, T0 + 120, 120)
+    assert sorted(port.evicted_names) == ["gang-0", "infer-0"]
     assert any(p["metadata"]["name"] == "stray-0" for p in port.pods)
 
 
@@ -218,23 +197,23 @@ def test_pdb_protected_inference_is_retried_until_the_budget_allows(world) -> No
     prom, port, guard = world
     port.pdb_blocked = {"infer-0"}
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0, 0)
-    assert "infer-0" not in port.evicted and "gang-0" in port.evicted
+    turn(guard, T0, 0)
+    assert "infer-0" not in port.evicted_names and "gang-0" in port.evicted_names
     assert sample(guard, "gpucluster_health_evictions_total", {"workload": "inference", "result": "blocked"}) == 1
     port.pdb_blocked = set()  # a replacement became ready elsewhere
-    guard.cycle(T0 + 1, 1)
-    assert "infer-0" in port.evicted
+    turn(guard, T0 + 1, 1)
+    assert "infer-0" in port.evicted_names
 
 
 def test_idempotent_and_restart_safe(world) -> None:
     prom, port, guard = world
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     taints, events = port.taints("gpu-01"), len(port.events)
-    guard.cycle(T0 + 1, 1)
+    turn(guard, T0 + 1, 1)
     # A new guard process (no memory) over the same cluster: nothing is applied twice.
     fresh = Guard(SETTINGS, prom, port, identity="me")
-    decision = fresh.cycle(T0 + 2, 2)
+    decision = turn(fresh, T0 + 2, 2)
     assert decision is not None and decision.status["gpu-01"] is NodeStatus.QUARANTINED
     assert port.taints("gpu-01") == taints and len(port.events) == events
     # The rate-limit history survived the restart: it is on the node.
@@ -244,54 +223,56 @@ def test_idempotent_and_restart_safe(world) -> None:
 def test_a_taint_removed_by_hand_stays_removed_across_a_restart_while_the_fault_goes_on(world) -> None:
     prom, port, guard = world
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-01")
     # An operator takes the node back by hand; XID 79 still shows.
-    port.nodes["gpu-01"]["spec"]["taints"] = []
-    guard.cycle(T0 + 1, 1)
+    port.edit_node("gpu-01", lambda n: n["spec"].update(taints=[]))
+    turn(guard, T0 + 1, 1)
     assert port.nodes["gpu-01"]["metadata"]["annotations"][f"{P}/gpu-health-overridden"] == "xid-fatal"
     # A new process (a restart, or the standby after a handover): the person's decision holds.
     fresh = Guard(SETTINGS, prom, port, identity="me")
     for t in range(2, 6):
-        fresh.cycle(T0 + t, t)
+        turn(fresh, T0 + t, t)
     assert port.taints("gpu-01") == []
     # The fault clears once: the override goes; when it comes back it is a new fault.
     prom.xid = {}
-    fresh.cycle(T0 + 10, 10)
+    turn(fresh, T0 + 10, 10)
     assert f"{P}/gpu-health-overridden" not in port.nodes["gpu-01"]["metadata"]["annotations"]
     prom.xid = {"gpu-01": 1}
-    fresh.cycle(T0 + 11, 11)
+    turn(fresh, T0 + 11, 11)
     assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-01")
 
 
 def test_application_crashes_count_as_gang_restarts_and_the_guards_are_not_counted_twice(world) -> None:
     prom, port, guard = world
     gang = {"metadata": {"name": "gang", "namespace": "training"}, "status": {"retryCount": 0}}
-    port.gang_jobs = [gang]
-    guard.cycle(T0, 0)  # baseline
+    port.put(VOLCANO_JOBS, gang)
+    turn(guard, T0, 0)  # baseline
     gang["status"]["retryCount"] = 1  # a worker crashed: Volcano restarted the gang
-    guard.cycle(T0 + 1, 1)
+    port.put(VOLCANO_JOBS, gang)
+    turn(guard, T0 + 1, 1)
     app = {"namespace": "training", "job": "gang", "pool": "", "node": "", "cause": "application"}
     assert sample(guard, "gpucluster_health_gang_restarts_total", app) == 1
     # The guard restarts it (XID 79 on gpu-01); Volcano's retry of that is the guard's, counted once.
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0 + 2, 2)
+    turn(guard, T0 + 2, 2)
     by_guard = {"namespace": "training", "job": "gang", "pool": "a", "node": "gpu-01", "cause": "guard"}
     assert sample(guard, "gpucluster_health_gang_restarts_total", by_guard) == 1
     gang["status"]["retryCount"] = 2
-    guard.cycle(T0 + 3, 3)
+    port.put(VOLCANO_JOBS, gang)
+    turn(guard, T0 + 3, 3)
     assert sample(guard, "gpucluster_health_gang_restarts_total", app) == 1
 
 
 def test_lost_condition_is_reasserted(world) -> None:
     prom, port, guard = world
-    port.fail_status = True
+    port.fail_always("patch:nodes/status", ApiError("forbidden", "status patch refused", 403))
     prom.xid = {"gpu-01": 1}
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     assert port.condition("gpu-01") is None and sample(guard, "gpucluster_health_errors_total",
                                                        {"stage": "status"}) == 1
-    port.fail_status = False
-    guard.cycle(T0 + 1, 1)
+    port.fail_always("patch:nodes/status", None)
+    turn(guard, T0 + 1, 1)
     cond = port.condition("gpu-01")
     assert cond is not None and cond["status"] == "False"
 
@@ -299,19 +280,20 @@ def test_lost_condition_is_reasserted(world) -> None:
 def test_suppression_trips_the_breaker_on_the_lease_until_a_person_resets_it(world) -> None:
     prom, port, guard = world
     prom.xid = {"gpu-01": 1, "gpu-02": 1, "gpu-03": 1}
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     assert [n for n in NODES if f"{P}/gpu-health" in port.nodes[n]["metadata"]["labels"]] == ["gpu-01", "gpu-02"]
-    note = port.leases["health-guard"]["metadata"]["annotations"][f"{P}/gpu-health-breaker"]
+    note = port.lease()["metadata"]["annotations"][f"{P}/gpu-health-breaker"]
     assert "gpu-03" in note and "max_nodes_quarantined is 2" in note
     assert sample(guard, "gpucluster_health_breaker_tripped") == 1
     assert sample(guard, "gpucluster_health_suppressed_total", {"pool": "a"}) == 1
     assert [e["reason"] for e in port.events if e["involvedObject"]["name"] == "gpu-03"] == ["GpuHealthSuppressed"]
-    guard.cycle(T0 + 1, 1)
+    turn(guard, T0 + 1, 1)
     assert sample(guard, "gpucluster_health_breaker_tripped") == 1
     assert len([e for e in port.events if e["reason"] == "GpuHealthSuppressed"]) == 1  # announced once
     # The operator resets it: `kubectl annotate lease health-guard gpucluster.io/gpu-health-breaker-`.
-    del port.leases["health-guard"]["metadata"]["annotations"][f"{P}/gpu-health-breaker"]
-    guard.cycle(T0 + 2, 2)
+    del port.lease()["metadata"]["annotations"][f"{P}/gpu-health-breaker"]  # kubectl writes a new version
+    port.put(LEASES, port.lease())
+    turn(guard, T0 + 2, 2)
     assert sample(guard, "gpucluster_health_breaker_tripped") == 1  # gpu-03 still over the limit: trips again
 
 
@@ -319,20 +301,20 @@ def test_release_after_probation_and_repair_mark(world) -> None:
     prom, port, guard = world
     prom.xid = {"gpu-01": 1}
     prom.temps["gpu-02"] = 80.0
-    guard.cycle(T0, 0)
+    turn(guard, T0, 0)
     prom.seen = T0 + 120
-    guard.cycle(T0 + 120, 120)
+    turn(guard, T0 + 120, 120)
     prom.xid, prom.temps["gpu-02"] = {}, 60.0
     for t in (130, 165):
         prom.seen = T0 + t
-        guard.cycle(T0 + t, t)
+        turn(guard, T0 + t, t)
     assert port.taints("gpu-02") == [(f"{P}/pool", "a", "NoSchedule")]
     assert port.condition("gpu-02")["status"] == "True"
     assert f"{P}/gpu-health" not in port.nodes["gpu-02"]["metadata"]["labels"]
     assert port.taints("gpu-01")[-1][1] == "fatal"  # fatal waits for the repair mark
-    port.nodes["gpu-01"]["metadata"]["labels"][f"{P}/gpu-repaired"] = "alice"
+    port.edit_node("gpu-01", lambda n: n["metadata"]["labels"].update({f"{P}/gpu-repaired": "alice"}))
     prom.seen = T0 + 170
-    guard.cycle(T0 + 170, 170)
+    turn(guard, T0 + 170, 170)
     assert port.taints("gpu-01") == [(f"{P}/pool", "a", "NoSchedule")]
     assert f"{P}/gpu-repaired" not in port.nodes["gpu-01"]["metadata"]["labels"]  # consumed
     assert sample(guard, "gpucluster_health_releases_total", {"class": "fatal"}) == 1
@@ -341,32 +323,36 @@ def test_release_after_probation_and_repair_mark(world) -> None:
 def test_prometheus_down_decides_nothing(world) -> None:
     prom, port, guard = world
     prom.down = True
-    decision = guard.cycle(T0, 0)
+    decision = turn(guard, T0, 0)
     assert decision is not None and set(decision.status.values()) == {NodeStatus.UNKNOWN}
-    assert port.evicted == [] and sample(guard, "gpucluster_health_errors_total", {"stage": "query"}) > 0
+    assert port.evicted_names == [] and sample(guard, "gpucluster_health_errors_total", {"stage": "query"}) > 0
 
 
 def test_leader_handover_on_a_stale_lease() -> None:
-    port = FakePort()
-    a = LeaseElector(port, "sys", "health-guard", "a", 10)
-    b = LeaseElector(port, "sys", "health-guard", "b", 10)
-    assert a.step(T0, 0) is True
-    assert b.step(T0, 0) is False  # a holds it
-    assert a.step(T0 + 5, 5) is True
-    assert b.step(T0 + 5, 5) is False  # renewed: b's clock restarts
-    assert b.step(T0 + 14, 14.9) is False  # unchanged for 9.9 s on b's clock: not yet
-    assert b.step(T0 + 15, 15.1) is True  # a stopped renewing more than 10 s ago
-    assert port.leases["health-guard"]["spec"]["holderIdentity"] == "b"
-    assert port.leases["health-guard"]["spec"]["leaseTransitions"] == 1
-    assert a.step(T0 + 16, 16) is False  # a sees b's record and stands down
+    port, clock = Cluster(), [0.0]
+    a, b = elector(port, "a", 10, clock), elector(port, "b", 10, clock)
+    assert a.step() is True
+    assert b.step() is False  # a holds it
+    clock[0] = 5
+    assert a.step() is True
+    assert b.step() is False  # renewed: b's clock restarts
+    clock[0] = 14.9
+    assert b.step() is False  # unchanged for 9.9 s on b's clock: not yet
+    assert not a.can_write()  # a, not renewed for 9.9 s, may no longer start a write
+    clock[0] = 15.1
+    assert b.step() is True  # a stopped renewing more than 10 s ago
+    assert port.lease()["spec"]["holderIdentity"] == "b"
+    assert port.lease()["spec"]["leaseTransitions"] == 1
+    clock[0] = 16
+    assert a.step() is False and not a.is_leader  # a sees b's record and stands down
 
 
 def test_follower_does_not_act(world) -> None:
     prom, port, guard = world
-    LeaseElector(port, SETTINGS.namespace, SETTINGS.lease_name, "other", 30).step(T0, 0)
+    elector(port, "other", 30, [0.0]).step()
     prom.xid = {"gpu-01": 1}
-    assert guard.cycle(T0, 0) is None
-    assert port.evicted == [] and sample(guard, "gpucluster_health_leader") == 0
+    assert turn(guard, T0, 0) is None
+    assert port.evicted_names == [] and sample(guard, "gpucluster_health_leader") == 0
 
 
 def test_node_view_reads_foreign_taint_value_as_fatal() -> None:
@@ -430,134 +416,134 @@ def test_settings_errors_name_every_key() -> None:
 # --------------------------------------------------------------------------- HTTP-level fake API server
 
 
-class FakeApiServer:
-    """Just enough of the Kubernetes API for the real client: nodes, node status, pods, eviction, events, leases."""
-
-    def __init__(self, port: FakePort) -> None:
-        self.state = port
-        self.requests: list[tuple[str, str, str]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _body(self) -> Any:
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length) or b"{}")
-
-            def _send(self, code: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _route(self, method: str) -> None:
-                url = urlparse(self.path)
-                parts = url.path.strip("/").split("/")
-                server.requests.append((method, url.path, self.headers.get("Content-Type", "")))
-                s = server.state
-                status = {"kind": "Status", "apiVersion": "v1"}
-                if parts[:3] == ["api", "v1", "nodes"]:
-                    if method == "GET":
-                        return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "items": s.list_nodes("")})
-                    if parts[-1] == "status":
-                        s.patch_node_status(parts[3], self._body())
-                    else:
-                        s.patch_node(parts[3], self._body())
-                    return self._send(200, s.nodes[parts[3]])
-                if parts[:3] == ["api", "v1", "pods"]:
-                    node = parse_qs(url.query)["fieldSelector"][0].split("=", 1)[1]
-                    return self._send(200, {"kind": "PodList", "apiVersion": "v1",
-                                            "items": s.list_pods_on_node(node)})
-                if parts[-1] == "eviction":
-                    self._body()
-                    try:
-                        s.evict_pod(parts[3], parts[5])
-                    except EvictionBlocked:
-                        return self._send(429, {**status, "code": 429, "reason": "TooManyRequests"})
-                    except NotFound:
-                        return self._send(404, {**status, "code": 404, "reason": "NotFound"})
-                    return self._send(201, {**status, "status": "Success"})
-                if parts[-1] == "events":
-                    body = self._body()
-                    s.create_event(parts[3], body)
-                    return self._send(201, body)
-                if "leases" in parts:
-                    ns, name = parts[4], parts[6] if len(parts) > 6 else None
-                    if method == "GET":
-                        lease = s.read_lease(ns, name or "")
-                        return self._send(200, lease) if lease else self._send(404, {**status, "code": 404})
-                    body = self._body()
-                    if method == "POST":
-                        s.create_lease(ns, body)
-                    else:
-                        s.replace_lease(ns, name or "", body)
-                    return self._send(200, body)
-                return self._send(404, {**status, "code": 404})
-
-            def do_GET(self) -> None:
-                self._route("GET")
-
-            def do_PATCH(self) -> None:
-                self._route("PATCH")
-
-            def do_POST(self) -> None:
-                self._route("POST")
-
-            def do_PUT(self) -> None:
-                self._route("PUT")
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def port_client(self) -> KubePort:
-        from kubernetes import client
-
-        conf = client.Configuration()
-        conf.host = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        return KubePort(api_client=client.ApiClient(conf))
-
-
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    state = FakePort()
-    state.pods = [k8s_pod("gang-0", "gpu-01", "training", job="gang"),
-                  k8s_pod("infer-0", "gpu-01", "inference", ns="inference")]
-    server = FakeApiServer(state)
-    yield server
-    server.httpd.shutdown()
+def api() -> Iterator[tuple[HttpCluster, str]]:
+    fake = HttpCluster()
+    for n in NODES:
+        fake.put(NODES_RES, k8s_node(n))
+    fake.put(PODS, k8s_pod("gang-0", "gpu-01", "training", job="gang"))
+    fake.put(PODS, k8s_pod("infer-0", "gpu-01", "inference", ns="inference"))
+    with serve(fake) as url:
+        yield fake, url
 
 
 def test_real_client_over_http_quarantines_and_evicts(api) -> None:
+    fake, url = api
     prom = FakePrometheus()
     prom.xid = {"gpu-01": 1}
-    api.state.pdb_blocked = {"infer-0"}
-    guard = Guard(SETTINGS, prom, api.port_client(), identity="me")
-    decision = guard.cycle(T0, 0)
+    fake.pdb_blocked = {"inference/infer-0"}
+    guard = Guard(SETTINGS, prom, http_port(url), identity="me")
+    decision = turn(guard, T0, 0)
     assert decision is not None and decision.status["gpu-01"] is NodeStatus.QUARANTINED
-    assert api.state.taints("gpu-01")[-1] == (f"{P}/gpu-health", "fatal", "NoSchedule")
-    assert api.state.condition("gpu-01")["reason"] == "GpuFatal"
-    assert api.state.evicted == ["gang-0"]  # the PDB refused infer-0 with 429: retried later
+    assert fake.taints("gpu-01")[-1] == (f"{P}/gpu-health", "fatal", "NoSchedule")
+    assert fake.condition("gpu-01")["reason"] == "GpuFatal"
+    assert fake.evicted_names == ["gang-0"]  # the PDB refused infer-0 with 429: retried later
     assert sample(guard, "gpucluster_health_evictions_total", {"workload": "inference", "result": "blocked"}) == 1
-    patches = {(path, ctype) for method, path, ctype in api.requests if method == "PATCH"}
+    patches = {(path, ctype) for method, path, ctype in fake.content_types if method == "PATCH"}
     assert patches == {("/api/v1/nodes/gpu-01", "application/strategic-merge-patch+json"),
                        ("/api/v1/nodes/gpu-01/status", "application/strategic-merge-patch+json")}
-    posts = [path for method, path, _ in api.requests if method == "POST"]
+    posts = [path for method, path in fake.requests if method == "POST"]
     assert "/api/v1/namespaces/training/pods/gang-0/eviction" in posts
     assert "/api/v1/namespaces/default/events" in posts
     assert "/apis/coordination.k8s.io/v1/namespaces/gpu-system/leases" in posts
-    assert api.state.leases["health-guard"]["spec"]["holderIdentity"] == "me"
+    assert fake.lease()["spec"]["holderIdentity"] == "me"
 
 
 def test_real_client_leader_handover_over_http(api) -> None:
-    port_a, port_b = api.port_client(), api.port_client()
-    a = LeaseElector(port_a, "gpu-system", "health-guard", "a", 5)
-    b = LeaseElector(port_b, "gpu-system", "health-guard", "b", 5)
-    assert a.step(T0, 0) and not b.step(T0, 0)
-    assert not b.step(T0 + 5, 5)
-    assert b.step(T0 + 6, 6)  # a stopped renewing
-    assert api.state.leases["health-guard"]["spec"]["holderIdentity"] == "b"
-    assert [m for m, p, _ in api.requests if p.endswith("/leases/health-guard") and m == "PUT"]
+    fake, url = api
+    clock = [0.0]
+    a, b = elector(http_port(url), "a", 6, clock), elector(http_port(url), "b", 6, clock)
+    assert a.step() and not b.step()
+    clock[0] = 5
+    assert not b.step()
+    clock[0] = 6.5
+    assert b.step()  # a stopped renewing
+    assert fake.lease()["spec"]["holderIdentity"] == "b"
+    assert [m for m, p in fake.requests if p.endswith("/leases/health-guard") and m == "PUT"]
+
+
+# --------------------------------------------------------------------------- fencing, timeouts, handover
+
+
+def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(world) -> None:
+    """The acceptance scenario: the lease changes hands right after the leader's election step. Before the kit
+    the old leader still sent 6 writes (a taint patch, the condition, an Event, 3 evictions); now none."""
+    prom, port, guard = world
+    standby = Guard(SETTINGS, prom, port, identity="standby")
+    prom.xid = {"gpu-01": 1}
+    mono = [0.0]
+    real_query = prom.query_raw
+    standby_writes: list[int] = []
+
+    def frozen_then_woken(promql: str) -> Any:
+        if mono[0] == 0.0:  # right after the leader renewed: SIGSTOP for 45 s, the standby takes over
+            assert turn(standby, T0, 0) is None  # the standby sees the leader's fresh record
+            mono[0] = 45.0
+            assert turn(standby, T0 + 45, 45) is not None
+            standby_writes.append(len(port.writes()))  # every write so far: the leader's lease, the standby's
+        return real_query(promql)
+
+    prom.query_raw = frozen_then_woken  # type: ignore[method-assign]
+    guard.clock, guard.monotonic = (lambda: T0 + mono[0]), (lambda: mono[0])
+    decision = guard.cycle()
+    assert decision is not None  # it decided on what it saw, and was fenced at its first write
+    assert port.lease()["spec"]["holderIdentity"] == "standby"
+    assert port.writes()[standby_writes[0]:] == []  # the woken leader wrote nothing
+    assert sorted(port.evicted_names) == ["gang-0", "infer-0"]  # the standby's evictions, once
+    assert sample(guard, "gpucluster_health_errors_total", {"stage": "fenced"}) >= 1
+
+
+def test_a_late_eviction_never_hits_the_pod_that_replaced_it(world) -> None:
+    """Volcano restarts the gang under the same pod names; an eviction decided on the old pod carries its UID
+    and the API server refuses it for the new one."""
+    prom, port, guard = world
+    prom.xid = {"gpu-01": 1}
+    real_list = port.list
+
+    def list_then_replace(resource: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        answer = real_list(resource, *args, **kwargs)
+        if resource == PODS and kwargs.get("field_selector") == "spec.nodeName=gpu-01":
+            port.remove(PODS, "training/gang-0")
+            new = k8s_pod("gang-0", "gpu-01", "training", job="gang")
+            new["metadata"]["uid"] = "uid-the-new-one"
+            port.put(PODS, new)
+        return answer
+
+    port.list = list_then_replace  # type: ignore[method-assign]
+    turn(guard, T0, 0)
+    assert port.objects["pods"]["training/gang-0"]["metadata"]["uid"] == "uid-the-new-one"
+    assert "gang-0" not in port.evicted_names
+    assert sample(guard, "gpucluster_health_evictions_total", {"workload": "training", "result": "replaced"}) == 1
+
+
+def test_a_call_that_never_answers_gives_up_within_its_timeout_and_the_next_cycle_acts(api) -> None:
+    fake, url = api
+    prom = FakePrometheus()
+    prom.xid = {"gpu-01": 1}
+    settings = SETTINGS.model_copy(update={"request_timeout_seconds": 0.5})
+    guard = Guard(settings, prom, http_port(url, settings.request_timeout_seconds), identity="me")
+    fake.fault("GET", "^/api/v1/nodes$", "hang")
+    done: list[Decision | None] = []
+    worker = threading.Thread(target=lambda: done.append(turn(guard, T0, 0)), daemon=True)
+    worker.start()
+    worker.join(timeout=10)  # far beyond the 0.5 s timeout; without one the call would wait for the server
+    assert not worker.is_alive() and done == [None]
+    assert sample(guard, "gpucluster_health_errors_total", {"stage": "list"}) == 1
+    assert turn(guard, T0 + 1, 1) is not None
+    assert fake.taints("gpu-01")[-1] == (f"{P}/gpu-health", "fatal", "NoSchedule")
+
+
+def test_on_sigterm_the_guard_releases_its_lease_and_the_standby_takes_over_at_once(world) -> None:
+    _, port, guard = world
+    stop = threading.Event()
+    runner = threading.Thread(target=guard.run, args=(stop,), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and guard.last_pass() is None:
+        time.sleep(0.01)
+    assert port.lease()["spec"]["holderIdentity"] == "me"
+    stop.set()  # what the SIGTERM handler does
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert port.lease()["spec"]["holderIdentity"] is None
+    assert elector(port, "standby", 30, [0.0]).step()  # no wait for the lease to expire

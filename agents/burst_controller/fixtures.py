@@ -1,16 +1,12 @@
 """Builders for API-shaped node and pod objects (the JSON the API serves).
 
 The tests, the benchmark and the simulator describe clusters with these, so they all feed the view
-exactly what a list or watch would; `MemoryApi` answers the shell's API calls the same way, in memory.
+exactly what a list or watch would (``agents.kit.memory.MemoryApi`` stores them behind the kit's port).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterator
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from agents.burst_controller.contract import BurstSettings
 
@@ -149,137 +145,3 @@ def gpu_pod(
         "spec": spec,
         "status": {"phase": phase or ("Running" if node else "Pending"), "conditions": conditions},
     }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-class MemoryApi:
-    """An in-memory `shell.ClusterApi` for tests and the benchmark: no HTTP, the API's answers and errors.
-
-    Objects keep resourceVersions; node patches honour optimistic concurrency (409 on a stale one); `fail`
-    queues errors per call name (consumed in order) and `fail_always` makes a call fail for good. Every call is
-    logged in `calls` as (name, target, time of `clock()`), so tests can say when each write started.
-    """
-
-    def __init__(self, clock: Callable[[], float] = lambda: 0.0) -> None:
-        self.clock = clock
-        self.rv = 100
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}, "leases": {}, "scales": {}}
-        self.events: list[dict[str, Any]] = []
-        self.calls: list[tuple[str, str, float]] = []
-        self.watch_answers: dict[str, list[list[dict[str, Any]] | BaseException]] = {"nodes": [], "pods": []}
-        self._queued: dict[str, list[BaseException]] = {}
-        self._always: dict[str, BaseException] = {}
-
-    # -- setup -----------------------------------------------------------------------------------
-
-    def put(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        self.rv += 1
-        obj = copy.deepcopy(obj)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        meta = obj["metadata"]
-        key = meta["name"] if kind == "nodes" else f"{meta.get('namespace', '')}/{meta['name']}"
-        self.objects[kind][key] = obj
-        return obj
-
-    def fail(self, call: str, *errors: BaseException) -> None:
-        self._queued.setdefault(call, []).extend(errors)
-
-    def fail_always(self, call: str, error: BaseException | None) -> None:
-        if error is None:
-            self._always.pop(call, None)
-        else:
-            self._always[call] = error
-
-    def count(self, call: str) -> int:
-        return sum(1 for name, _, _ in self.calls if name == call)
-
-    def _enter(self, call: str, target: str) -> None:
-        self.calls.append((call, target, self.clock()))
-        queued = self._queued.get(call)
-        if queued:
-            raise queued.pop(0)
-        if call in self._always:
-            raise self._always[call]
-
-    # -- ClusterApi ------------------------------------------------------------------------------
-
-    def list(self, kind: str, limit: int, token: str | None) -> dict[str, Any]:
-        self._enter("list", kind)
-        items = list(self.objects[kind].values())
-        start = int(token or 0)
-        page = items[start : start + limit]
-        meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
-        if start + limit < len(items):
-            meta["continue"] = str(start + limit)
-        return {"metadata": meta, "items": copy.deepcopy(page)}
-
-    def watch(self, kind: str, resource_version: str) -> Iterator[dict[str, Any]]:
-        self._enter("watch", kind)
-        answer = self.watch_answers[kind].pop(0) if self.watch_answers[kind] else []
-        if isinstance(answer, BaseException):
-            raise answer
-        yield from answer
-
-    def read_node(self, name: str) -> dict[str, Any]:
-        self._enter("read_node", name)
-        return copy.deepcopy(self._get("nodes", name))
-
-    def patch_node(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        self._enter("patch_node", name)
-        current = self._get("nodes", name)
-        want = (body.get("metadata") or {}).get("resourceVersion")
-        if want is not None and want != current["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        return copy.deepcopy(self.put("nodes", merge_patch(current, body)))
-
-    def patch_pod(self, namespace: str, name: str, body: dict[str, Any], content_type: str) -> dict[str, Any]:
-        self._enter("patch_pod", f"{namespace}/{name}")
-        current = copy.deepcopy(self._get("pods", f"{namespace}/{name}"))
-        if "strategic" in content_type:  # only what the shell sends: delete scheduling gates by name
-            doomed = {g["name"] for g in body["spec"]["schedulingGates"] if g.get("$patch") == "delete"}
-            gates = [g for g in current["spec"].get("schedulingGates", []) if g["name"] not in doomed]
-            current["spec"]["schedulingGates"] = gates
-            return copy.deepcopy(self.put("pods", current))
-        return copy.deepcopy(self.put("pods", merge_patch(current, body)))
-
-    def scale(self, namespace: str, deployment: str, replicas: int) -> None:
-        self._enter("scale", f"{namespace}/{deployment}")
-        self.objects["scales"][f"{namespace}/{deployment}"] = {"spec": {"replicas": replicas}}
-
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self._enter("create_event", namespace)
-        self.events.append(copy.deepcopy(body))
-
-    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._enter("read_lease", name)
-        lease = self.objects["leases"].get(f"{namespace}/{name}")
-        return copy.deepcopy(lease) if lease is not None else None
-
-    def create_lease(self, namespace: str, body: dict[str, Any]) -> None:
-        self._enter("create_lease", body["metadata"]["name"])
-        self.put("leases", {**body, "metadata": {**body["metadata"], "namespace": namespace}})
-
-    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
-        self._enter("replace_lease", name)
-        current = self._get("leases", f"{namespace}/{name}")
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
-        self.put("leases", {**body, "metadata": {**body["metadata"], "namespace": namespace}})
-
-    def _get(self, kind: str, key: str) -> dict[str, Any]:
-        obj = self.objects[kind].get(key)
-        if obj is None:
-            raise ApiException(status=404, reason="NotFound")
-        return obj

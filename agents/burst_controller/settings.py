@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from agents.burst_controller.contract import (
     GANG_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
@@ -19,6 +17,7 @@ from agents.burst_controller.contract import (
     Sizing,
     standby_deployment,
 )
+from agents.kit.loop import load_settings
 
 __all__ = [
     "GANG_ANNOTATION",
@@ -34,16 +33,10 @@ __all__ = [
 
 
 def load_file(path: str | Path) -> BurstSettings:
-    """Load YAML or JSON (YAML is a superset, so one parser serves both); an empty file means the defaults."""
-    p = Path(path)
+    """Load YAML or JSON (the kit's one settings loader); an empty file means the defaults."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"{p}: cannot read settings: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"{p}: not valid YAML/JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"{p}: top level must be a mapping of settings keys")
-    return BurstSettings.from_mapping(data, source=str(p))
+        return load_settings(path, lambda data, source: BurstSettings.from_mapping(dict(data), source=source))
+    except SettingsError:
+        raise
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None

@@ -274,6 +274,14 @@ class HealthSettings(_Model):
     """Where the Lease lives."""
     lease_name: str = APP
     lease_duration_seconds: Annotated[int, Field(gt=0)] = 30
+    renew_deadline_seconds: Annotated[float, Field(gt=0)] = 20.0
+    """A leader that has not renewed for this long stands down (below the lease duration, so it stops before
+    a standby may take over)."""
+    retry_period_seconds: Annotated[float, Field(gt=0)] = 5.0
+    """How often the lease is renewed, beside the cycle."""
+    request_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Every Kubernetes call gives up after this long; a write starts only if it can finish this long before
+    the lease could pass to a standby."""
     exporters: dict[str, Exporter] = Field(default_factory=default_exporters)
     signals: tuple[Signal, ...] = Field(default_factory=default_signals)
 
@@ -293,6 +301,11 @@ class HealthSettings(_Model):
             problems.append(
                 f"poll_seconds ({self.poll_seconds}) must not exceed stale_after_seconds ({self.stale_after_seconds})"
             )
+        if not self.request_timeout_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
+            problems.append(
+                f"request_timeout_seconds ({self.request_timeout_seconds}) < renew_deadline_seconds "
+                f"({self.renew_deadline_seconds}) < lease_duration_seconds ({self.lease_duration_seconds}) must "
+                "hold, or a leader could still be writing when a standby takes over")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -1,0 +1,48 @@
+"""The guard's Prometheus series, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class GuardMetrics:
+    """The guard's series, in a registry of its own."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        p = "gpucluster_health_"
+        self.leader = Gauge(f"{p}leader", "1 while this replica holds the lease.", registry=r)
+        self.events = Counter(f"{p}signal_events", "Signals seen starting to fire, per signal and class.",
+                              ["signal", "class"], registry=r)
+        self.firing = Gauge(f"{p}signal_firing", "Nodes on which the signal fires now.", ["signal"], registry=r)
+        self.unknown = Gauge(f"{p}signal_unknown_nodes", "Nodes the signal cannot judge (stale or missing).",
+                             ["signal"], registry=r)
+        self.quarantined = Gauge(f"{p}nodes_quarantined", "Nodes carrying the health taint, per class and pool.",
+                                 ["class", "pool"], registry=r)
+        self.pool_share = Gauge(f"{p}pool_quarantined_ratio", "Share of the pool's nodes quarantined.", ["pool"],
+                                registry=r)
+        self.node_quarantined = Gauge(f"{p}node_quarantined", "1 while the node is quarantined.",
+                                      ["node", "class"], registry=r)
+        self.nodes = Gauge(f"{p}nodes", "Watched nodes by status.", ["status"], registry=r)
+        self.taints = Counter(f"{p}taints_applied", "Health taints applied (escalations included).",
+                              ["class", "pool"], registry=r)
+        self.releases = Counter(f"{p}releases", "Nodes released.", ["class"], registry=r)
+        self.suppressed = Counter(f"{p}suppressed", "Quarantines refused by the rate limit or the breaker.",
+                                  ["pool"], registry=r)
+        self.breaker = Gauge(f"{p}breaker_tripped", "1 while the rate-limit breaker is tripped (a person resets it).",
+                             registry=r)
+        self.evictions = Counter(f"{p}evictions", "Eviction attempts by workload and result.",
+                                 ["workload", "result"], registry=r)
+        self.gang_restarts = Counter(
+            f"{p}gang_restarts", "Gang restarts: cause=guard (an eviction from a quarantined node, with the node) or "
+            "cause=application (Volcano's retry after a failed pod).", ["namespace", "job", "pool", "node", "cause"],
+            registry=r)
+        self.between_failures = Histogram(
+            f"{p}seconds_between_failures", "Seconds between consecutive quarantines in a pool.", ["pool"],
+            buckets=(300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400),
+            registry=r)
+        self.errors = Counter(f"{p}errors", "Failed steps of a cycle.", ["stage"], registry=r)
+        self.last_cycle = Gauge(f"{p}last_cycle_timestamp_seconds", "End of the last completed cycle.", registry=r)
+        for stage in ("query", "list", "patch", "status", "event", "evict", "lease", "fenced", "cycle"):
+            self.errors.labels(stage)
+        self.breaker.set(0)

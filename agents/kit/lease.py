@@ -1,0 +1,161 @@
+"""One leader election for every agent: a ``coordination.k8s.io/v1`` Lease, renewed with a deadline.
+
+- Expiry is judged by how long the record has stayed unchanged on *our* monotonic clock (as client-go
+  does): a record unchanged for ``lease_duration`` or longer is expired, so skewed wall clocks between
+  replicas cannot steal a live lease.
+- ``is_leader`` holds only while the last successful renewal is younger than the renew deadline, which is
+  below the lease duration: a leader that cannot renew stands down before another replica may take over.
+- ``can_write`` is stricter: a write may *start* only if it can finish (its whole request timeout) before
+  the lease, counted from our last renewal, could pass to another replica. :class:`agents.kit.port.Fenced`
+  asks it before every write, so a frozen or partitioned leader that wakes up writes nothing.
+- ``release`` gives the lease up on a clean shutdown, so a rolling update hands over at once instead of
+  after a full lease duration.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.kit.errors import ApiError
+from agents.kit.port import LEASES, KubePort
+
+log = logging.getLogger("kit.lease")
+
+
+def rfc3339_micro(epoch: float) -> str:
+    """The MicroTime spelling a Lease's renewTime and acquireTime take."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """Acquire or renew with :meth:`step`; ask :meth:`can_write` before every write."""
+
+    def __init__(self, port: KubePort, namespace: str, name: str, identity: str, *,
+                 lease_duration_seconds: float, renew_deadline_seconds: float, request_timeout_seconds: float,
+                 monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        if not 0 < renew_deadline_seconds < lease_duration_seconds:
+            raise ValueError(f"renew deadline ({renew_deadline_seconds}s) must be positive and below the lease "
+                             f"duration ({lease_duration_seconds}s)")
+        self._port = port
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration_seconds
+        self.renew_deadline = renew_deadline_seconds
+        self.request_timeout = request_timeout_seconds
+        self._mono = monotonic
+        self._wall = wall
+        self._lock = threading.RLock()
+        self._observed: tuple[str, str] | None = None
+        self._observed_at = 0.0
+        self._renewed_at: float | None = None
+        #: The Lease as last read or written (the guard keeps its breaker annotation on it).
+        self.lease: dict[str, Any] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while the last successful renewal is within the renew deadline."""
+        renewed = self._renewed_at
+        return renewed is not None and self._mono() - renewed < self.renew_deadline
+
+    def can_write(self) -> bool:
+        """A write may start: we lead, and one taking its whole request timeout still lands before the lease,
+        counted from our last renewal, could pass to another replica."""
+        renewed = self._renewed_at
+        if renewed is None or not self.is_leader:
+            return False
+        return self._mono() + self.request_timeout < renewed + self.lease_duration
+
+    def step(self) -> bool:
+        """Try once to acquire or renew; whether this replica leads now."""
+        with self._lock:
+            now = self._mono()
+            try:
+                try:
+                    lease: dict[str, Any] | None = self._port.get(LEASES, self.name, self.namespace)
+                except ApiError as exc:
+                    if exc.kind != "not_found":
+                        raise
+                    lease = None
+                if lease is None:
+                    self.lease = self._port.create(LEASES, self._record(None), self.namespace)
+                    self._took(now)
+                    return True
+                spec = lease.get("spec") or {}
+                holder = str(spec.get("holderIdentity") or "")
+                seen = (holder, str(spec.get("renewTime")))
+                if seen != self._observed:
+                    self._observed, self._observed_at = seen, now
+                duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+                expired = now - self._observed_at >= duration
+                if holder and holder != self.identity and not expired:
+                    self.lease, self._renewed_at = lease, None
+                    return False
+                self.lease = self._port.replace(LEASES, self.name, self._record(lease), self.namespace)
+                self._took(now)
+                return True
+            except ApiError as exc:  # a conflict (another replica wrote first), the network: not renewed
+                log.warning("lease %s/%s: %s", self.namespace, self.name, exc.kind)
+                return self.is_leader
+
+    def _took(self, now: float) -> None:
+        spec = (self.lease or {}).get("spec") or {}
+        self._observed = (self.identity, str(spec.get("renewTime")))
+        self._observed_at = now
+        self._renewed_at = now
+
+    def _record(self, current: dict[str, Any] | None) -> dict[str, Any]:
+        """The Lease we write: ours now, the rest of the object (annotations included) kept."""
+        stamp = rfc3339_micro(self._wall())
+        metadata = dict((current or {}).get("metadata") or {})
+        spec = dict((current or {}).get("spec") or {})
+        same = spec.get("holderIdentity") == self.identity
+        transitions = int(spec.get("leaseTransitions") or 0)
+        metadata.update(name=self.name, namespace=self.namespace)
+        spec.update(
+            holderIdentity=self.identity,
+            leaseDurationSeconds=int(self.lease_duration),
+            acquireTime=spec.get("acquireTime") if same and spec.get("acquireTime") else stamp,
+            renewTime=stamp,
+            leaseTransitions=transitions if same or current is None else transitions + 1,
+        )
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+
+    def annotation(self, key: str) -> str | None:
+        """An annotation of the Lease as last seen."""
+        value = (((self.lease or {}).get("metadata") or {}).get("annotations") or {}).get(key)
+        return str(value) if value is not None else None
+
+    def annotate(self, key: str, value: str) -> None:
+        """Write an annotation on our Lease while we may write (a conflict raises; the caller retries later)."""
+        with self._lock:
+            if not self.can_write():
+                raise ApiError("not_leader", f"annotate lease {self.namespace}/{self.name}")
+            current = self._port.get(LEASES, self.name, self.namespace)
+            metadata = dict(current.get("metadata") or {})
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), key: value}
+            self.lease = self._port.replace(LEASES, self.name, {**current, "metadata": metadata}, self.namespace)
+
+    def release(self) -> bool:
+        """Give the lease up (holder cleared, duration 1 s) if we hold it; whether it was released."""
+        with self._lock:
+            if not self.is_leader:
+                return False
+            self._renewed_at = None  # from here on nothing of ours may write, released or not
+            try:
+                lease = self._port.get(LEASES, self.name, self.namespace)
+                spec = dict(lease.get("spec") or {})
+                if spec.get("holderIdentity") != self.identity:
+                    return False
+                spec.update(holderIdentity=None, leaseDurationSeconds=1)
+                self.lease = self._port.replace(LEASES, self.name, {**lease, "spec": spec}, self.namespace)
+                log.info("lease %s/%s released", self.namespace, self.name)
+                return True
+            except ApiError as exc:
+                log.warning("lease release %s/%s: %s", self.namespace, self.name, exc.kind)
+                return False

@@ -1,0 +1,279 @@
+"""One in-memory Kubernetes API behind the kit's port, for the tests (and the benchmark) of every agent.
+
+Objects keep resourceVersions; a patch or replace that names a stale one is a conflict, as on the API
+server. Merge patches follow RFC 7386; strategic merge patches are merge patches plus the list merge keys
+the agents rely on (conditions by ``type``, scheduling gates by ``name`` with ``$patch: delete``). The
+eviction subresource honours a UID precondition and refuses (429) pods listed in ``pdb_blocked``; the scale
+subresource of a Deployment keeps its count in ``scales``.
+
+Faults: :meth:`fail` queues errors for one call name (consumed in order), :meth:`fail_always` makes it fail
+until cleared. Call names are ``verb:plural`` or ``verb:plural/subresource`` (``patch:nodes``,
+``create:pods/eviction``, ``list:pods``). Every call is logged in ``calls`` as (name, target, ``clock()``),
+so tests can say what was written, by whom and when.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from agents.kit.errors import ApiError
+from agents.kit.port import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Resource
+
+#: List merge keys of the strategic merge patches the agents send.
+MERGE_KEYS: dict[tuple[str, ...], str] = {("status", "conditions"): "type", ("spec", "schedulingGates"): "name"}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
+    """A merge patch whose lists at :data:`MERGE_KEYS` merge item by item (``$patch: delete`` removes one)."""
+    if not isinstance(patch, dict):
+        key = MERGE_KEYS.get(path)
+        if key is not None and isinstance(patch, list) and isinstance(target, list):
+            items = [copy.deepcopy(t) for t in target]
+            for item in patch:
+                name = item.get(key)
+                items = [t for t in items if t.get(key) != name]
+                if item.get("$patch") != "delete":
+                    items.append(copy.deepcopy(item))
+            return items
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for k, value in patch.items():
+        if value is None:
+            result.pop(k, None)
+        else:
+            result[k] = strategic_merge(result.get(k), value, (*path, k))
+    return result
+
+
+def _matches(labels: dict[str, Any], selector: str | None) -> bool:
+    """Equality-based label selectors: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, comma-separated."""
+    for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict[str, Any], selector: str | None) -> bool:
+    for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
+        path, _, want = term.partition("=")
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if str(value or "") != want:
+            return False
+    return True
+
+
+class MemoryApi:
+    """The kit's :class:`~agents.kit.port.KubePort` on dicts in memory; thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = lambda: 0.0) -> None:
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.rv = 100
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {}
+        self.scales: dict[str, int] = {}
+        self.events: list[dict[str, Any]] = []
+        self.evicted: list[str] = []
+        self.pdb_blocked: set[str] = set()
+        #: (resourceVersion, plural, event type, object): what a watch from a resourceVersion would see.
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []
+        self.calls: list[tuple[str, str, float]] = []
+        self.watch_answers: dict[str, list[list[dict[str, Any]] | BaseException]] = defaultdict(list)
+        self._queued: dict[str, list[BaseException]] = {}
+        self._always: dict[str, BaseException] = {}
+        self._names = 0
+
+    # -- setup and inspection ---------------------------------------------------------------------
+
+    @staticmethod
+    def key(kind: str, namespace: str | None, name: str) -> str:
+        return name if kind == "nodes" or not namespace else f"{namespace}/{name}"
+
+    def put(self, kind: str | Resource, obj: dict[str, Any], etype: str = "MODIFIED") -> dict[str, Any]:
+        """Store ``obj`` (a new resourceVersion, recorded in the history); the stored copy."""
+        plural = kind.plural if isinstance(kind, Resource) else kind
+        with self.lock:
+            self.rv += 1
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            meta["resourceVersion"] = str(self.rv)
+            store = self.objects.setdefault(plural, {})
+            k = self.key(plural, meta.get("namespace"), meta["name"])
+            if k not in store and etype == "MODIFIED":
+                etype = "ADDED"
+            store[k] = obj
+            self.history.append((self.rv, plural, etype, copy.deepcopy(obj)))
+            return obj
+
+    def remove(self, kind: str | Resource, key: str) -> None:
+        plural = kind.plural if isinstance(kind, Resource) else kind
+        with self.lock:
+            obj = self.objects.get(plural, {}).pop(key)
+            self.rv += 1
+            self.history.append((self.rv, plural, "DELETED", obj))
+
+    def stored(self, kind: str | Resource, key: str) -> dict[str, Any] | None:
+        plural = kind.plural if isinstance(kind, Resource) else kind
+        return self.objects.get(plural, {}).get(key)
+
+    def fail(self, call: str, *errors: BaseException) -> None:
+        self._queued.setdefault(call, []).extend(errors)
+
+    def fail_always(self, call: str, error: BaseException | None) -> None:
+        if error is None:
+            self._always.pop(call, None)
+        else:
+            self._always[call] = error
+
+    def count(self, call: str) -> int:
+        return sum(1 for name, _, _ in self.calls if name == call)
+
+    def writes(self) -> list[tuple[str, str, float]]:
+        return [c for c in self.calls if c[0].split(":")[0] in ("create", "patch", "replace")]
+
+    def _enter(self, verb: str, resource: Resource, target: str, subresource: str | None = None) -> None:
+        call = f"{verb}:{resource.plural}" + (f"/{subresource}" if subresource else "")
+        self.calls.append((call, target, self.clock()))
+        queued = self._queued.get(call)
+        if queued:
+            raise queued.pop(0)
+        if call in self._always:
+            raise self._always[call]
+
+    def _get(self, plural: str, key: str) -> dict[str, Any]:
+        obj = self.objects.get(plural, {}).get(key)
+        if obj is None:
+            raise ApiError("not_found", f"{plural} {key}", 404)
+        return obj
+
+    @staticmethod
+    def _check_rv(current: dict[str, Any], body: dict[str, Any]) -> None:
+        want = (body.get("metadata") or {}).get("resourceVersion")
+        if want is not None and str(want) != current["metadata"]["resourceVersion"]:
+            raise ApiError("conflict", "the object has been modified", 409)
+
+    # -- the port ---------------------------------------------------------------------------------
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        key = self.key(resource.plural, namespace, name)
+        with self.lock:
+            self._enter("get", resource, key)
+            return copy.deepcopy(self._get(resource.plural, key))
+
+    def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int | None = None,
+             continue_token: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            self._enter("list", resource, namespace or "")
+            items = [o for o in self.objects.get(resource.plural, {}).values()
+                     if (not namespace or o["metadata"].get("namespace") == namespace)
+                     and _matches(o["metadata"].get("labels") or {}, label_selector) and _field(o, field_selector)]
+            start = int(continue_token or 0)
+            page = items[start:start + limit] if limit else items[start:]
+            meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+            if limit and start + limit < len(items):
+                meta["continue"] = str(start + limit)
+            return {"metadata": meta, "items": copy.deepcopy(page)}
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        """Scripted answers (``watch_answers[plural]``: events, or an error to raise), else a watch that ends."""
+        with self.lock:
+            self._enter("watch", resource, resource_version)
+            answers = self.watch_answers.get(resource.plural) or []
+            answer = answers.pop(0) if answers else []
+        if isinstance(answer, BaseException):
+            raise answer
+        yield from answer
+
+    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
+               name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
+        with self.lock:
+            self._enter("create", resource, self.key(resource.plural, namespace, name or ""), subresource)
+            if subresource == "eviction" and name is not None:
+                return self._evict(namespace or "", name, body)
+            obj = copy.deepcopy(body)
+            meta = obj.setdefault("metadata", {})
+            if namespace and resource.namespaced:
+                meta["namespace"] = namespace
+            if not meta.get("name"):
+                self._names += 1
+                meta["name"] = f"{meta.get('generateName', 'obj-')}{self._names:05d}"
+            if resource.plural == "events":
+                self.events.append(copy.deepcopy(obj))
+            if self.key(resource.plural, namespace, meta["name"]) in self.objects.get(resource.plural, {}):
+                raise ApiError("conflict", f"{resource.plural} {meta['name']} already exists", 409)
+            meta.setdefault("uid", f"uid-{meta['name']}")
+            return copy.deepcopy(self.put(resource, obj, "ADDED"))
+
+    def _evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        pod = self._get("pods", key)
+        uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+        if uid is not None and uid != pod["metadata"].get("uid"):
+            raise ApiError("conflict", f"precondition failed: UID in precondition: {uid}, UID in object meta: "
+                           f"{pod['metadata'].get('uid')}", 409)
+        if key in self.pdb_blocked or name in self.pdb_blocked:
+            raise ApiError("throttled", "Cannot evict pod as it would violate the pod's disruption budget.", 429)
+        self.remove("pods", key)
+        self.evicted.append(key)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+    def patch(self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None,
+              content_type: str = MERGE_PATCH, subresource: str | None = None) -> dict[str, Any]:
+        key = self.key(resource.plural, namespace, name)
+        with self.lock:
+            self._enter("patch", resource, key, subresource)
+            if subresource == "scale":
+                owner = copy.deepcopy(self._get(resource.plural, key))
+                replicas = int(((body.get("spec") or {}).get("replicas")) or 0)
+                owner.setdefault("spec", {})["replicas"] = self.scales[key] = replicas
+                self.put(resource, owner)
+                return {"kind": "Scale", "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"replicas": replicas}}
+            current = self._get(resource.plural, key)
+            self._check_rv(current, body)
+            body = {**body, "metadata": {k: v for k, v in (body.get("metadata") or {}).items()
+                                         if k != "resourceVersion"}}
+            merged = strategic_merge(current, body) if content_type == STRATEGIC_MERGE_PATCH else merge_patch(
+                current, body)
+            return copy.deepcopy(self.put(resource, merged))
+
+    def replace(self, resource: Resource, name: str, body: dict[str, Any],
+                namespace: str | None = None) -> dict[str, Any]:
+        key = self.key(resource.plural, namespace, name)
+        with self.lock:
+            self._enter("replace", resource, key)
+            current = self._get(resource.plural, key)
+            if (body.get("metadata") or {}).get("resourceVersion") is None:
+                raise ApiError("invalid", "metadata.resourceVersion: must be specified for an update", 422)
+            self._check_rv(current, body)
+            return copy.deepcopy(self.put(resource, body))

@@ -1,0 +1,236 @@
+"""One Kubernetes port for every agent: raw JSON in and out, a timeout on every call, one error taxonomy.
+
+Agents speak to the API only through :class:`KubePort`: a handful of verbs on a :class:`Resource`, the way
+the API itself is shaped, so one in-memory implementation (:mod:`agents.kit.memory`) serves the tests of
+every agent and one HTTP implementation (:class:`HttpPort`) serves production. No typed models: an agent
+that lists tens of thousands of pods keeps plain dicts.
+
+Writes are fenced by construction: an agent wraps its port in :class:`Fenced` with its elector's
+``can_write``, so every create, patch and replace — retries and conflict re-reads included, because each is
+a new call — is refused (``not_leader``) unless this replica may still write when the call could finish. Only
+the elector itself, which must write its Lease to become leader, holds the unfenced port.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from agents.kit.errors import ApiError, as_api_error, kind_of_status
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One API resource: where its objects live (``/api/v1/...`` for the core group, ``/apis/g/v/...`` else)."""
+
+    plural: str
+    group: str = ""
+    version: str = "v1"
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NODES = Resource("nodes", namespaced=False)
+PODS = Resource("pods")
+EVENTS = Resource("events")
+LEASES = Resource("leases", "coordination.k8s.io")
+DEPLOYMENTS = Resource("deployments", "apps")
+VOLCANO_JOBS = Resource("jobs", "batch.volcano.sh", "v1alpha1")
+
+
+class KubePort(Protocol):
+    """Every call an agent makes. Each raises :class:`ApiError` on failure and answers a JSON object."""
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+
+    def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int | None = None,
+             continue_token: str | None = None) -> dict[str, Any]: ...
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
+
+    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
+               name: str | None = None, subresource: str | None = None) -> dict[str, Any]: ...
+
+    def patch(self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None,
+              content_type: str = MERGE_PATCH, subresource: str | None = None) -> dict[str, Any]: ...
+
+    def replace(self, resource: Resource, name: str, body: dict[str, Any],
+                namespace: str | None = None) -> dict[str, Any]: ...
+
+
+class Fenced:
+    """A port whose writes happen only while ``may_write()`` says so; reads and watches pass through."""
+
+    def __init__(self, port: KubePort, may_write: Callable[[], bool]) -> None:
+        self.inner = port
+        self._may_write = may_write
+        #: Writes refused here, before anything was sent.
+        self.refused = 0
+
+    def _fence(self, verb: str, resource: Resource, name: str | None) -> None:
+        if not self._may_write():
+            self.refused += 1
+            raise ApiError("not_leader", f"{verb} {resource.plural}/{name or ''}: this replica may not write now")
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self.inner.get(resource, name, namespace)
+
+    def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int | None = None,
+             continue_token: str | None = None) -> dict[str, Any]:
+        return self.inner.list(resource, namespace, label_selector=label_selector, field_selector=field_selector,
+                               limit=limit, continue_token=continue_token)
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        return self.inner.watch(resource, resource_version, timeout_seconds)
+
+    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
+               name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
+        self._fence("create", resource, name)
+        return self.inner.create(resource, body, namespace, name, subresource)
+
+    def patch(self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None,
+              content_type: str = MERGE_PATCH, subresource: str | None = None) -> dict[str, Any]:
+        self._fence("patch", resource, name)
+        return self.inner.patch(resource, name, body, namespace, content_type, subresource)
+
+    def replace(self, resource: Resource, name: str, body: dict[str, Any],
+                namespace: str | None = None) -> dict[str, Any]:
+        self._fence("replace", resource, name)
+        return self.inner.replace(resource, name, body, namespace)
+
+
+def _object(data: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(data) if data else {}
+    except ValueError as exc:
+        raise ApiError("bad_response", f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ApiError("bad_response", f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+class HttpPort:
+    """:class:`KubePort` over the kubernetes client's ``ApiClient`` (its auth, TLS and connection pool).
+
+    Every call carries ``request_timeout_seconds`` (a watch: that to connect, its own timeout plus that to
+    read), so a call that never answers ends as ``timeout`` instead of hanging the agent's loop.
+    """
+
+    def __init__(self, api_client: Any, request_timeout_seconds: float) -> None:
+        self.client = api_client
+        self.timeout = request_timeout_seconds
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None, request_timeout_seconds: float) -> HttpPort:
+        """From a kubeconfig file, else the pod's in-cluster service account; urllib3 retries off (the agent's
+        own backoff is the one retry policy)."""
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        loader: Any = config
+        if kubeconfig:
+            loader.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        else:
+            loader.load_incluster_config(client_configuration=cfg)
+        cfg.retries = False
+        return cls(client.ApiClient(cfg), request_timeout_seconds)
+
+    def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
+              body: dict[str, Any] | None = None, content_type: str = "application/json",
+              timeout: Any = None) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            request = self.client.param_serialize(method, path, query_params=query or None, header_params=headers,
+                                                  body=body, auth_settings=["BearerToken"])
+            response = self.client.call_api(*request, _request_timeout=timeout or self.timeout)
+        except Exception as exc:
+            raise as_api_error(exc) from None
+        status = int(response.status)
+        if not 200 <= status <= 299:
+            try:
+                detail = response.read().decode("utf-8", "replace")[:500]
+            except Exception:
+                detail = ""
+            finally:
+                response.response.release_conn()
+            raise ApiError(kind_of_status(status), f"{method} {path}: HTTP {status} {detail}", status)
+        return response
+
+    def _json(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
+              body: dict[str, Any] | None = None, content_type: str = "application/json") -> dict[str, Any]:
+        response = self._send(method, path, query, body, content_type)
+        try:
+            return _object(response.read())
+        except ApiError:
+            raise
+        except Exception as exc:  # the answer broke off mid-body
+            raise as_api_error(exc) from None
+        finally:
+            response.response.release_conn()
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self._json("GET", resource.path(namespace, name))
+
+    def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int | None = None,
+             continue_token: str | None = None) -> dict[str, Any]:
+        query: list[tuple[str, Any]] = [(k, v) for k, v in (
+            ("labelSelector", label_selector), ("fieldSelector", field_selector), ("limit", limit),
+            ("continue", continue_token)) if v]
+        return self._json("GET", resource.path(namespace), query)
+
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                                        ("timeoutSeconds", timeout_seconds)]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        response = self._send("GET", resource.path(), query,
+                              timeout=(self.timeout, timeout_seconds + self.timeout))
+        raw = response.response  # the urllib3 response, streamed
+        try:
+            buffer = b""
+            for chunk in raw.stream(amt=None, decode_content=False):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _object(line)
+        except ApiError:
+            raise
+        except Exception as exc:
+            raise as_api_error(exc) from None
+        finally:
+            raw.release_conn()
+
+    def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
+               name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
+        path = resource.path(namespace, name, subresource) if name is not None else resource.path(namespace)
+        return self._json("POST", path, body=body)
+
+    def patch(self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None,
+              content_type: str = MERGE_PATCH, subresource: str | None = None) -> dict[str, Any]:
+        return self._json("PATCH", resource.path(namespace, name, subresource), body=body, content_type=content_type)
+
+    def replace(self, resource: Resource, name: str, body: dict[str, Any],
+                namespace: str | None = None) -> dict[str, Any]:
+        return self._json("PUT", resource.path(namespace, name), body=body)
