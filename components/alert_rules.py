@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from agents.health_guard.contract import FATAL_XIDS
+from agents.health_guard.contract import FATAL_XIDS, THERMAL_BAND_CELSIUS, THERMAL_HOLD_SECONDS, THERMAL_LIMIT_CELSIUS
 from agents.health_guard.contract import Names as HealthNames
 
 DCGM_NODE_LABEL = "Hostname"
@@ -55,10 +55,10 @@ class AlertThresholds:
     Rates are per second; windows and holds are whole seconds.
     """
 
-    thermal_threshold_celsius: float = 78.0
+    thermal_threshold_celsius: float = THERMAL_LIMIT_CELSIUS
     """A GPU at or above this for ``thermal_hold_seconds`` is pulled from service (thermal guard)."""
-    thermal_hold_seconds: int = 120
-    thermal_warning_band_celsius: float = 5.0
+    thermal_hold_seconds: int = THERMAL_HOLD_SECONDS
+    thermal_warning_band_celsius: float = THERMAL_BAND_CELSIUS
     """Warn this many degrees below the threshold, before the guard acts."""
     thermal_warning_hold_seconds: int = 300
     throttle_hold_seconds: int = 300

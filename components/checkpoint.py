@@ -42,7 +42,6 @@ import pulumi_random as random
 
 from agents.checkpoint_check.contract import APP as CHECK_APP
 from agents.checkpoint_check.contract import ReduceSettings
-from agents.checkpoint_check.contract import settings_from_config as reduce_settings
 from components import images
 from components.checkpoint_sizing import (
     assess_filesystem,
@@ -374,3 +373,10 @@ class CheckpointStorage(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[claim]),
         )
+
+
+def reduce_settings(cfg: ClusterConfig) -> ReduceSettings:
+    """The reducer's settings for the stack's throughput check: every node's result, the budget's bandwidth."""
+    check = cfg.checkpoint.throughput_check
+    return ReduceSettings(expect=check.nodes, budget_gbps=cfg.checkpoint.budget.aggregate_gbps,
+                          wait_seconds=check.deadline_seconds)

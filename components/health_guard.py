@@ -1,6 +1,6 @@
 """The GPU/InfiniBand health guard as Kubernetes objects: settings ConfigMap, least-privilege RBAC, Deployment, PDB.
 
-Settings are built by :func:`agents.health_guard.contract.settings_from_config` (the one way from the stack to
+Settings are built by :func:`settings_from_config` (the one way from the stack to
 the guard) and validated by the agent's own model, so a value the agent would refuse fails at preview. Two
 replicas, one active (a Lease): a crash or an eviction of the leader hands over within the lease duration, and
 a PodDisruptionBudget (minAvailable 1) keeps a drain from taking both. The objects come from the shared
@@ -20,11 +20,21 @@ RBAC is exactly what its shell calls:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from agents.health_guard.contract import APP, EVENT_NAMESPACE, HealthSettings, settings_document, settings_from_config
+from agents.health_guard.contract import (
+    APP,
+    EVENT_NAMESPACE,
+    HealthClass,
+    HealthSettings,
+    SettingsError,
+    default_signals,
+    parse_settings,
+    settings_document,
+)
 from components import images, rbac
 from components.config import ClusterConfig
 from components.naming import common_labels
@@ -78,7 +88,7 @@ class HealthGuardArgs:
         return cls(
             settings=settings,
             namespace=cfg.system_namespace,
-            port=cfg.observability.thermal_guard_port,
+            port=cfg.observability.health_guard_port,
             priority_class=cfg.priorities.system.name,
             system_pool_selector=cfg.system_pool_selector,
             image=images.agent_image(APP, cfg.agent_registry),
@@ -138,7 +148,7 @@ class HealthGuard(pulumi.ComponentResource):
 
 def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
     """The health guard's rules of engagement for the preview summary."""
-    if not cfg.observability.thermal_guard:
+    if not cfg.observability.health_guard:
         return [("health guard", "off (alerts only)")]
     s = settings_from_config(cfg)
     n = s.names
@@ -152,3 +162,50 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
                         "past that the breaker trips until a person resets it"),
         ("release", f"degraded after {s.probation_seconds}s healthy; fatal also needs {n.repaired}"),
     ]
+
+
+def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings:
+    """The guard's settings from the stack: the one function the component, the local cluster and the tests use.
+
+    Thermal limit, band and hold come from ``observability`` (one source with the alert rules); the rest
+    from ``observability.health``. ``overrides`` replace top-level fields (e.g. a local Prometheus URL).
+    """
+    o = cfg.observability
+    h = o.health
+    signals = default_signals(
+        threshold_celsius=float(o.thermal_threshold_celsius),
+        band_celsius=float(o.thermal_warning_band_celsius),
+        hold_seconds=o.thermal_hold_seconds,
+        fatal_xids=tuple(h.fatal_xids),
+        degraded_xids=tuple(h.degraded_xids),
+    )
+    classes = dict(h.signal_classes)
+    unknown = sorted(set(classes) - {s.name for s in signals})
+    if unknown:
+        raise SettingsError(f"observability.health.signalClasses: unknown signal(s) {', '.join(unknown)}")
+    mapped = [
+        s.model_copy(update={"health_class": HealthClass(classes[s.name])}) if s.name in classes else s
+        for s in signals
+        if classes.get(s.name) != "off"
+    ]
+    values: dict[str, Any] = {
+        "label_prefix": cfg.label_prefix,
+        "prometheus_url": o.prometheus_url,
+        "node_selector": f"{cfg.label_prefix}/location=onprem",
+        "poll_seconds": o.health_guard_poll_seconds,
+        "stale_after_seconds": h.stale_after_seconds,
+        "probation_seconds": h.probation_seconds,
+        "max_nodes_per_hour": h.max_nodes_per_hour,
+        "max_nodes_quarantined": h.max_nodes_quarantined,
+        "max_pool_percent_per_hour": h.max_pool_percent_per_hour,
+        "max_pool_percent_quarantined": h.max_pool_percent_quarantined,
+        "flap_limit": h.flap_limit,
+        "flap_window_seconds": h.flap_window_seconds,
+        "evict_inference_on_fatal": h.evict_inference_on_fatal,
+        "eviction_namespaces": [cfg.training_namespace, cfg.inference_namespace],
+        "training_namespaces": [cfg.training_namespace],
+        "namespace": cfg.system_namespace,
+        "signals": [s.model_dump() for s in mapped],
+        **overrides,
+    }
+    return parse_settings(values, source="observability.health")

@@ -20,7 +20,7 @@ level is ``privileged``; the health guard stays with the other controllers in th
 * **Dashboards**: JSON from :mod:`components.dashboards.gpu_fleet` and :mod:`components.dashboards.gpu_health`
   (quarantines, gang restarts, time between failures) in ConfigMaps labelled ``grafana_dashboard: "1"``.
 * **health-guard**: :mod:`components.health_guard` (two replicas, one active through a Lease; least-privilege
-  RBAC), settings from :func:`agents.health_guard.contract.settings_from_config`.
+  RBAC), settings from :func:`components.health_guard.settings_from_config`.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class ObservabilityArgs:
             ),
             dcgm_image=images.DCGM_EXPORTER,
             ib_image=images.agent_image(IB_APP, cfg.agent_registry),
-            ib=ib_contract.settings_from_config(cfg),
+            ib=ib_exporter_settings(cfg),
         )
 
 
@@ -275,7 +275,7 @@ class ObservabilityStack(pulumi.ComponentResource):
             if o.dashboards
             else None
         )
-        self.guard = self._health_guard() if o.thermal_guard else None
+        self.guard = self._health_guard() if o.health_guard else None
         self.rule_names = pulumi.Output.from_input(
             [rule["alert"] for group in spec["groups"] for rule in group["rules"]]
         )
@@ -505,5 +505,11 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         ),
         ("dcgm interval", f"{o.dcgm_interval_ms} ms ({images.DCGM_EXPORTER})"),
         ("ib-exporter", "on GPU pools" if o.ib_exporter else "off"),
-        ("health guard", f"poll {o.thermal_poll_seconds}s" if o.thermal_guard else "off (alerts only)"),
+        ("health guard", f"poll {o.health_guard_poll_seconds}s" if o.health_guard else "off (alerts only)"),
     ]
+
+
+def ib_exporter_settings(cfg: ClusterConfig) -> ib_contract.IbExporterSettings:
+    """The exporter's settings in the stack: the host's sysfs as the DaemonSet mounts it, the configured port."""
+    return ib_contract.IbExporterSettings(sysfs_root=ib_contract.HOST_SYSFS_ROOT,
+                                          port=cfg.observability.ib_exporter_port)

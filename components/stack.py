@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pulumi
@@ -37,7 +38,12 @@ def load_stack_config() -> ClusterConfig:
     project = pulumi.get_project() or PROJECT
     raw = raw_from_pulumi_config(values, project)
     secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
-    return validate_config(raw, secret_names, set(raw), stack_file())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        cfg = validate_config(raw, secret_names, set(raw), stack_file())
+    for warning in caught:  # renamed keys: shown in the engine's diagnostics, where a user reads them
+        pulumi.log.warn(f"{stack_file()}: {warning.message}")
+    return cfg
 
 
 def validate_config(raw: dict[str, Any], secret_names: set[str], present: set[str], filename: str) -> ClusterConfig:

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from agents.checkpoint_check import cli as reduce_cli
 from agents.checkpoint_check.contract import DEFAULT_MIN_OVERLAP, REDUCE_COMMAND, ReduceSettings
-from agents.checkpoint_check.contract import settings_from_config as reduce_settings
 from agents.ib_exporter import cli as ib_cli
 from agents.ib_exporter.contract import DEFAULT_PORT, HOST_SYSFS_ROOT, IbExporterSettings
-from agents.ib_exporter.contract import settings_from_config as ib_settings
+from components.checkpoint import reduce_settings
 from components.config import parse_config
+from components.observability import ib_exporter_settings as ib_settings
 
 STACK = {"pools": [{"name": "gpu", "nodes": ["gpu-[01-04]"]}], "systemPool": {"nodes": ["cpu-01"]}}
 
@@ -61,7 +61,7 @@ def test_reducer_settings_follow_the_stack() -> None:
 def test_health_guard_stack_defaults_are_the_contract() -> None:
     """A stack that says nothing about the guard runs it with the guard's own defaults (no second copy)."""
     from agents.health_guard.contract import HealthSettings
-    from agents.health_guard.contract import settings_from_config as health_settings
+    from components.health_guard import settings_from_config as health_settings
 
     agent, deployed = HealthSettings(), health_settings(parse_config(STACK, "Pulumi.test.yaml"))
     shared = (

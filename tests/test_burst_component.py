@@ -105,12 +105,12 @@ def _error(edit: Any) -> str:
 def test_hysteresis_band_must_be_open() -> None:
     message = _error(lambda raw: raw["burst"].update(closeAtFreeGpus=1))
     assert "Pulumi.local.yaml" in message
-    assert "burst: closeAtFreeGpus (1) must be greater than openBelowFreeGpus (1)" in message
+    assert "burst: closeAtFreeGpus: must exceed openBelowFreeGpus (1) or the taint flaps, got 1" in message
 
 
 def test_deletion_cost_must_be_negative() -> None:
     message = _error(lambda raw: raw["burst"].update(externalDeletionCost=5))
-    assert "burst: externalDeletionCost (5) must be negative" in message
+    assert "burst: externalDeletionCost: must be negative so HPA scale-down removes external replicas" in message
 
 
 def test_close_threshold_must_be_reachable() -> None:
@@ -120,15 +120,15 @@ def test_close_threshold_must_be_reachable() -> None:
 
 def test_staleness_must_exceed_the_watch_timeout() -> None:
     message = _error(lambda raw: raw["burst"].update(staleAfterSeconds=30))
-    assert "burst: staleAfterSeconds (30) must exceed 60" in message
+    assert "burst: staleAfterSeconds: must exceed watchTimeoutSeconds (60)" in message
 
 
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        ({"tickSeconds": 61}, "burst: tickSeconds (61) must be at most 60"),
-        ({"staleAfterSeconds": 901}, "burst: staleAfterSeconds (901) must be at most 900"),
-        ({"tickSeconds": 60, "staleAfterSeconds": 60}, "burst: staleAfterSeconds (60) must exceed 60"),
+        ({"tickSeconds": 61}, "burst: tickSeconds: must be at most 60"),
+        ({"staleAfterSeconds": 901}, "burst: staleAfterSeconds: must be at most 900"),
+        ({"tickSeconds": 60, "staleAfterSeconds": 60}, "burst: tickSeconds: must be below staleAfterSeconds (60)"),
     ],
 )
 def test_tick_and_staleness_are_bounded_at_config_time(edit: dict[str, int], expected: str) -> None:

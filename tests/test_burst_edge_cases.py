@@ -351,7 +351,7 @@ def test_inconsistent_inputs_never_close(changes: dict[str, object]) -> None:
     ("data", "message"),
     [
         ({"watch_timeout_seconds": 10, "stale_after_seconds": 30, "tick_seconds": 30},
-         "tick_seconds: must be below stale_after_seconds (30.0)"),
+         "tick_seconds: must be below stale_after_seconds (30)"),
         ({"tick_seconds": 61}, "tick_seconds: must be at most 60"),
         ({"stale_after_seconds": 901}, "stale_after_seconds: must be at most 900"),
     ],

@@ -153,7 +153,7 @@ def test_per_pool_training_queue_colliding_with_the_inference_queue() -> None:
 
 def test_burst_band_must_be_a_band() -> None:
     msg = fails("local", lambda c: c[P + "burst"].update({"openBelowFreeGpus": 8, "closeAtFreeGpus": 8}))
-    assert "burst: closeAtFreeGpus (8) must be greater than openBelowFreeGpus (8); otherwise the taint flaps" in msg
+    assert "burst: closeAtFreeGpus: must exceed openBelowFreeGpus (8) or the taint flaps, got 8" in msg
 
 
 def test_unpinned_image() -> None:

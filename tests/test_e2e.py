@@ -166,7 +166,7 @@ GUARD_PROBATION_S = 10
 
 
 def guard_overrides(cfg: Any, prometheus_url: str) -> dict[str, Any]:
-    from agents.health_guard.contract import settings_from_config
+    from components.health_guard import settings_from_config
 
     signals = [s.model_dump(mode="json") | ({"hold_seconds": 3} if s.name == "gpu-temperature" else {})
                for s in settings_from_config(cfg).signals]

@@ -148,7 +148,7 @@ def test_inference_tolerates_degraded_only_and_training_nothing(prod: RunResult,
 
 
 def test_guard_can_be_turned_off(run_stack: StackRunner) -> None:
-    result = run_stack("local", lambda c: c.update({P + "observability": {"thermalGuard": False}}))
+    result = run_stack("local", lambda c: c.update({P + "observability": {"healthGuard": False}}))
     assert "health-guard" not in [r.metadata["name"] for r in result.by_kind("Deployment")]
     assert result.one("PrometheusRule", "gpu-alerts")
 

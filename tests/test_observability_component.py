@@ -307,9 +307,38 @@ def _fails(edit: dict[str, Any]) -> str:
 
 
 def test_poll_longer_than_hold_is_rejected_before_any_resource() -> None:
-    msg = _fails({"thermalPollSeconds": 300})
+    msg = _fails({"healthGuardPollSeconds": 300})
     assert "Pulumi.local.yaml" in msg
-    assert "thermalPollSeconds (300) must not exceed thermalHoldSeconds (120)" in msg
+    assert "healthGuardPollSeconds (300) must not exceed thermalHoldSeconds (120)" in msg
+
+
+@pytest.mark.parametrize(("old", "new", "value"), [("thermalGuard", "healthGuard", False),
+                                                  ("thermalPollSeconds", "healthGuardPollSeconds", 30),
+                                                  ("thermalGuardPort", "healthGuardPort", 9400)])
+def test_the_old_health_guard_keys_still_work_for_one_release_and_say_the_new_name(old: str, new: str,
+                                                                                   value: Any) -> None:
+    from components.config import Observability
+
+    with pytest.warns(FutureWarning, match=f"observability.{old} is renamed observability.{new}"):
+        renamed = Observability.model_validate({old: value})
+    assert renamed == Observability.model_validate({new: value})
+    with pytest.raises(ValueError, match=f"{old} and {new} are both set"):
+        Observability.model_validate({old: value, new: value})
+
+
+def test_a_renamed_key_reaches_the_engine_as_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulumi
+
+    config, secrets = raw_stack("local")
+    config[P + "observability"] = {**config.get(P + "observability", {}), "thermalPollSeconds": 30}
+    said: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: said.append(message))
+    result = run_program("local", config, secrets, monitor=RecordingMonitor(RecordingMocks()))
+    assert any("observability.thermalPollSeconds is renamed observability.healthGuardPollSeconds" in m
+               for m in said), said
+    documents = [json.loads(r.inputs["data"]["settings.json"]) for r in result.resources
+                 if r.type == "kubernetes:core/v1:ConfigMap" and "settings.json" in (r.inputs.get("data") or {})]
+    assert [d["poll_seconds"] for d in documents if "signals" in d] == [30]
 
 
 def test_warning_band_wider_than_threshold_is_rejected() -> None:

@@ -279,28 +279,32 @@ class BurstSettings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.tick_seconds > MAX_TICK_SECONDS:
-            raise SettingsError(f"tick_seconds: must be at most {MAX_TICK_SECONDS:g}, got {self.tick_seconds}")
+            raise SettingsError(f"tick_seconds: must be at most {MAX_TICK_SECONDS:g}, got {self.tick_seconds:g}")
         if self.stale_after_seconds > MAX_STALE_AFTER_SECONDS:
             raise SettingsError(
-                f"stale_after_seconds: must be at most {MAX_STALE_AFTER_SECONDS}, got {self.stale_after_seconds}"
+                f"stale_after_seconds: must be at most {MAX_STALE_AFTER_SECONDS}, got {self.stale_after_seconds:g}"
             )
         if self.tick_seconds >= self.stale_after_seconds:
             raise SettingsError(
-                f"tick_seconds: must be below stale_after_seconds ({self.stale_after_seconds}), otherwise "
-                f"every decision sees data older than the limit, got {self.tick_seconds}"
+                f"tick_seconds: must be below stale_after_seconds ({self.stale_after_seconds:g}), otherwise "
+                f"every decision sees data older than the limit, got {self.tick_seconds:g}"
             )
         if self.renew_deadline_seconds >= self.lease_duration_seconds:
             raise SettingsError(
                 "renew_deadline_seconds: must be below lease_duration_seconds "
-                f"({self.lease_duration_seconds}) so a leader steps down before another can take over"
+                f"({self.lease_duration_seconds:g}) so a leader steps down before another can take over"
             )
         if self.watch_timeout_seconds >= self.stale_after_seconds:
             raise SettingsError(
-                f"watch_timeout_seconds: must be below stale_after_seconds ({self.stale_after_seconds}), "
-                "otherwise a quiet cluster looks stale"
+                f"stale_after_seconds: must exceed watch_timeout_seconds ({self.watch_timeout_seconds}), otherwise "
+                f"a quiet cluster looks stale, got {self.stale_after_seconds:g}"
             )
         if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
             raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
+        if self.external_deletion_cost >= 0:
+            raise SettingsError(
+                f"external_deletion_cost: must be negative so HPA scale-down removes external replicas before "
+                f"on-prem ones (unannotated pods count as 0), got {self.external_deletion_cost}")
         for provider, cost in self.provider_deletion_costs.items():
             if not provider or isinstance(cost, bool) or not isinstance(cost, int) or not -(2**31) <= cost < 2**31:
                 raise SettingsError(

@@ -2,16 +2,12 @@
 
 No I/O and nothing outside the standard library: the deploying component (``components/checkpoint.py``)
 and the reducer's own argument parser read the program name, the flags and their defaults from here.
-:func:`settings_from_config` is the one way from the stack configuration to the reducer's settings.
+``components.checkpoint.reduce_settings`` is the one way from the stack configuration to them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the agent's image carries no components package; only the component calls this
-    from components.config import ClusterConfig
 
 APP = "checkpoint-check"
 """Image, Job and label name of the check."""
@@ -36,10 +32,3 @@ class ReduceSettings:
         overlap = "" if self.min_overlap == DEFAULT_MIN_OVERLAP else f" --min-overlap {self.min_overlap:g}"
         return (f"{REDUCE_COMMAND} {results} --expect {self.expect} --budget-gbps {self.budget_gbps:.3f} "
                 f"--wait-seconds {self.wait_seconds}{overlap}")
-
-
-def settings_from_config(cfg: ClusterConfig) -> ReduceSettings:
-    """The reducer's settings for the stack's throughput check: every node's result, the budget's bandwidth."""
-    check = cfg.checkpoint.throughput_check
-    return ReduceSettings(expect=check.nodes, budget_gbps=cfg.checkpoint.budget.aggregate_gbps,
-                          wait_seconds=check.deadline_seconds)

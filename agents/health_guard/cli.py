@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.health_guard.contract import HealthSettings, parse_settings
+from agents.health_guard.contract import METRICS_PORT, HealthSettings, parse_settings
 from agents.health_guard.prometheus import PrometheusMetrics
 from agents.health_guard.shell import Guard
 from agents.kit.loop import AgentSpec
@@ -14,7 +14,7 @@ from agents.kit.loop import main as run_agent
 SPEC: AgentSpec[HealthSettings] = AgentSpec(
     prog="health-guard",
     description=__doc__ or "",
-    metrics_port=9316,
+    metrics_port=METRICS_PORT,
     parse_settings=lambda data, source: parse_settings(dict(data), source=source),
     dump_settings=lambda s: s.model_dump_json(indent=2),
     build=lambda settings, port, identity: Guard(settings, PrometheusMetrics(settings.prometheus_url), port,

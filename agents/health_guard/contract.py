@@ -1,8 +1,8 @@
 """The health guard's contract: the names it writes on nodes, its settings type and their defaults.
 
 Everything another program (the inference template, the burst controller, the alert rules, an operator with
-``kubectl``) must agree on lives here, so a name is spelled once. :func:`settings_from_config` is the one way
-from the stack configuration to the guard's settings; the component and the local cluster both use it.
+``kubectl``) must agree on lives here, so a name is spelled once. ``components.health_guard.settings_from_config``
+is the one way from the stack configuration to the guard's settings (no agent imports the components).
 
 Signal → class defaults and their sources (NVIDIA's XID catalogue, docs.nvidia.com/deploy/xid-errors, and
 the DCGM field reference):
@@ -24,14 +24,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents.node_taints import health_taint_key
-
-if TYPE_CHECKING:  # the agent's image carries no components package; only the component calls this
-    from components.config import ClusterConfig
 
 
 class HealthClass(enum.StrEnum):
@@ -51,6 +48,8 @@ EVENT_NAMESPACE = "default"
 """Node events live in ``default``, where ``kubectl describe node`` looks for them."""
 OPT_OUT_VALUE = "disabled"
 APP = "health-guard"
+METRICS_PORT = 9316
+"""The guard's /metrics, /livez and /readyz port (the stack's ``observability.healthGuardPort`` default)."""
 
 DCGM = "dcgm"
 IB = "ib"
@@ -199,10 +198,18 @@ def default_exporters() -> dict[str, Exporter]:
     }
 
 
+THERMAL_LIMIT_CELSIUS = 78
+"""A GPU held at or above this is pulled (fleet lesson: it throttles and slows the whole gang)."""
+THERMAL_BAND_CELSIUS = 5
+"""Released below limit − band, so a GPU hovering at the limit does not flap."""
+THERMAL_HOLD_SECONDS = 120
+"""How long the limit must hold before the node is pulled (a short spike is not a fault)."""
+
+
 def default_signals(
-    threshold_celsius: float = 78.0,
-    band_celsius: float = 5.0,
-    hold_seconds: int = 120,
+    threshold_celsius: float = THERMAL_LIMIT_CELSIUS,
+    band_celsius: float = THERMAL_BAND_CELSIUS,
+    hold_seconds: int = THERMAL_HOLD_SECONDS,
     fatal_xids: tuple[int, ...] | list[int] = FATAL_XIDS,
     degraded_xids: tuple[int, ...] | list[int] = DEGRADED_XIDS,
 ) -> tuple[Signal, ...]:
@@ -338,50 +345,3 @@ def parse_settings(raw: Any, source: str = "settings") -> HealthSettings:
 def settings_document(settings: HealthSettings) -> str:
     """The ConfigMap file: every key spelled out, sorted for stable diffs."""
     return settings.model_dump_json(indent=2) + "\n"
-
-
-def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings:
-    """The guard's settings from the stack: the one function the component and the local cluster use.
-
-    Thermal limit, band and hold come from ``observability`` (one source with the alert rules); the rest
-    from ``observability.health``. ``overrides`` replace top-level fields (e.g. a local Prometheus URL).
-    """
-    o = cfg.observability
-    h = o.health
-    signals = default_signals(
-        threshold_celsius=float(o.thermal_threshold_celsius),
-        band_celsius=float(o.thermal_warning_band_celsius),
-        hold_seconds=o.thermal_hold_seconds,
-        fatal_xids=tuple(h.fatal_xids),
-        degraded_xids=tuple(h.degraded_xids),
-    )
-    classes = dict(h.signal_classes)
-    unknown = sorted(set(classes) - {s.name for s in signals})
-    if unknown:
-        raise SettingsError(f"observability.health.signalClasses: unknown signal(s) {', '.join(unknown)}")
-    mapped = [
-        s.model_copy(update={"health_class": HealthClass(classes[s.name])}) if s.name in classes else s
-        for s in signals
-        if classes.get(s.name) != "off"
-    ]
-    values: dict[str, Any] = {
-        "label_prefix": cfg.label_prefix,
-        "prometheus_url": o.prometheus_url,
-        "node_selector": f"{cfg.label_prefix}/location=onprem",
-        "poll_seconds": o.thermal_poll_seconds,
-        "stale_after_seconds": h.stale_after_seconds,
-        "probation_seconds": h.probation_seconds,
-        "max_nodes_per_hour": h.max_nodes_per_hour,
-        "max_nodes_quarantined": h.max_nodes_quarantined,
-        "max_pool_percent_per_hour": h.max_pool_percent_per_hour,
-        "max_pool_percent_quarantined": h.max_pool_percent_quarantined,
-        "flap_limit": h.flap_limit,
-        "flap_window_seconds": h.flap_window_seconds,
-        "evict_inference_on_fatal": h.evict_inference_on_fatal,
-        "eviction_namespaces": [cfg.training_namespace, cfg.inference_namespace],
-        "training_namespaces": [cfg.training_namespace],
-        "namespace": cfg.system_namespace,
-        "signals": [s.model_dump() for s in mapped],
-        **overrides,
-    }
-    return parse_settings(values, source="observability.health")

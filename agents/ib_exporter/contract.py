@@ -2,16 +2,12 @@
 
 No I/O and nothing outside the standard library: the deploying component (``components/observability.py``),
 the stack config's default port and the exporter's own argument parser read them from here.
-:func:`settings_from_config` is the one way from the stack configuration to the exporter's settings.
+``components.observability.ib_exporter_settings`` is the one way from the stack configuration to them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the agent's image carries no components package; only the component calls this
-    from components.config import ClusterConfig
 
 APP = "ib-exporter"
 """Image, DaemonSet and label name of the exporter."""
@@ -40,8 +36,3 @@ class IbExporterSettings:
     def args(self) -> list[str]:
         """The exporter's command-line flags for these settings."""
         return [f"--sysfs-root={self.sysfs_root}", f"--listen-address={self.listen_address}"]
-
-
-def settings_from_config(cfg: ClusterConfig) -> IbExporterSettings:
-    """The exporter's settings in the stack: the host's sysfs as the DaemonSet mounts it, the configured port."""
-    return IbExporterSettings(sysfs_root=HOST_SYSFS_ROOT, port=cfg.observability.ib_exporter_port)

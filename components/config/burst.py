@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
-from agents.burst_controller.contract import (
-    MAX_STALE_AFTER_SECONDS,
-    MAX_TICK_SECONDS,
-    WATCH_TIMEOUT_SECONDS,
-    BurstSettings,
-)
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from components.config.base import ConfigModel, DnsLabel, NonNegativeInt, PositiveInt, Problem
 from components.config.inference import TrafficShape
 
@@ -65,41 +62,25 @@ class Burst(ConfigModel):
     handover: Handover = Handover()
 
     @model_validator(mode="after")
-    def _band(self) -> Self:
-        if self.close_at_free_gpus <= self.open_below_free_gpus:
-            raise ValueError(
-                f"closeAtFreeGpus ({self.close_at_free_gpus}) must be greater than openBelowFreeGpus "
-                f"({self.open_below_free_gpus}); otherwise the taint flaps"
-            )
-        if self.external_deletion_cost >= 0:
-            raise ValueError(
-                f"externalDeletionCost ({self.external_deletion_cost}) must be negative so HPA scale-down "
-                "removes external replicas before on-prem ones (unannotated pods count as 0)"
-            )
-        # The controller's watches time out after WATCH_TIMEOUT_SECONDS; a shorter staleness limit reads a quiet
-        # cluster as blind, a much longer one lets it act on data nobody confirmed.
-        if self.stale_after_seconds <= WATCH_TIMEOUT_SECONDS:
-            raise ValueError(
-                f"staleAfterSeconds ({self.stale_after_seconds}) must exceed {WATCH_TIMEOUT_SECONDS} (the "
-                "controller's watch timeout)"
-            )
-        if self.stale_after_seconds > MAX_STALE_AFTER_SECONDS:
-            raise ValueError(
-                f"staleAfterSeconds ({self.stale_after_seconds}) must be at most {MAX_STALE_AFTER_SECONDS}: beyond "
-                "that the controller acts on data the API server has not confirmed"
-            )
-        if self.tick_seconds > MAX_TICK_SECONDS:
-            raise ValueError(
-                f"tickSeconds ({self.tick_seconds}) must be at most {MAX_TICK_SECONDS:g}: holds and the handover "
-                "timeout are only as precise as the tick"
-            )
-        if self.tick_seconds >= self.stale_after_seconds:
-            raise ValueError(
-                f"tickSeconds ({self.tick_seconds}) must be below staleAfterSeconds ({self.stale_after_seconds}), "
-                "otherwise every decision sees data older than the limit"
-            )
+    def _agent_rules(self) -> Self:
+        """The agent's own rules on these values, spelled with the stack's keys: one validator per rule."""
+        agent = {name: getattr(self, name) for name in AGENT_KEYS}
+        try:
+            BurstSettings.from_mapping(agent, source="burst")
+        except SettingsError as exc:
+            raise ValueError(_stack_spelling(str(exc).removeprefix("burst: "))) from None
         return self
 
+
+#: The section's keys that are the agent's own settings (the rest configure the deployment).
+AGENT_KEYS = ("taint_value", "open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
+              "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
+              "tick_seconds")
+
+
+def _stack_spelling(message: str) -> str:
+    """The agent's snake_case key names as the stack file spells them (camelCase)."""
+    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", lambda m: to_camel(m.group(0)), message)
 
 
 def burst_problems(cfg: ClusterConfig) -> list[Problem]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
@@ -26,8 +27,8 @@ class HealthGuardConfig(ConfigModel):
 
     The signals and their default classes (with sources) are documented in
     :mod:`agents.health_guard.contract`; the thermal signal takes the limit, band and hold above. Deploy
-    switch, poll interval and metrics port are ``thermalGuard``, ``thermalPollSeconds`` and
-    ``thermalGuardPort``.
+    switch, poll interval and metrics port are ``healthGuard``, ``healthGuardPollSeconds`` and
+    ``healthGuardPort``.
     """
 
     #: XIDs that make a node fatal (training and inference leave): NVIDIA's XID catalogue.
@@ -59,7 +60,32 @@ class HealthGuardConfig(ConfigModel):
         return self
 
 
+#: Keys that configured the health guard under the name of the agent it replaced: old → new. The old names are
+#: accepted for one release, with a warning that names the new one; both at once is an error.
+RENAMED_KEYS = {
+    "thermalGuard": "healthGuard",
+    "thermalPollSeconds": "healthGuardPollSeconds",
+    "thermalGuardPort": "healthGuardPort",
+}
+
+
 class Observability(ConfigModel):
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not set(data) & set(RENAMED_KEYS):
+            return data
+        data = dict(data)
+        for old, new in RENAMED_KEYS.items():
+            if old not in data:
+                continue
+            if new in data:
+                raise ValueError(f"{old} and {new} are both set: {old} is the old name of {new}, keep only {new}")
+            data[new] = data.pop(old)
+            warnings.warn(f"observability.{old} is renamed observability.{new}; the old name is accepted until "
+                          "the next release", FutureWarning, stacklevel=2)
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _one_xid_list(cls, data: Any) -> Any:
@@ -73,9 +99,9 @@ class Observability(ConfigModel):
 
     dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
     #: At least 60 °C: a busy GPU runs warmer than that, so a lower threshold would quarantine the whole fleet.
-    thermal_threshold_celsius: Annotated[int, Field(ge=60)] = 78
-    thermal_hold_seconds: PositiveInt = 120
-    thermal_warning_band_celsius: PositiveInt = 5
+    thermal_threshold_celsius: Annotated[int, Field(ge=60)] = health_contract.THERMAL_LIMIT_CELSIUS
+    thermal_hold_seconds: PositiveInt = health_contract.THERMAL_HOLD_SECONDS
+    thermal_warning_band_celsius: PositiveInt = health_contract.THERMAL_BAND_CELSIUS
     inference_tolerates_thermal: bool = True
     step_heartbeat_metric: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] = (
         "training_step_heartbeat_timestamp_seconds"
@@ -87,11 +113,12 @@ class Observability(ConfigModel):
     ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = ib_contract.DEFAULT_PORT
     #: The rate an InfiniBand port must train at; lower raises InfinibandRateBelowNominal (NDR: 400).
     ib_nominal_rate_gbps: PositiveInt = 400
-    #: Deploy the thermal guard (taints hot nodes); off leaves only the alerts.
-    thermal_guard: bool = True
-    thermal_poll_seconds: PositiveInt = 15
-    thermal_guard_port: Annotated[int, Field(ge=1024, le=65535)] = 9316
-    #: Prometheus the thermal guard queries.
+    #: Deploy the health guard (quarantines faulty and hot nodes); off leaves only the alerts.
+    health_guard: bool = True
+    #: How often the health guard queries Prometheus and decides.
+    health_guard_poll_seconds: PositiveInt = _GUARD.poll_seconds
+    health_guard_port: Annotated[int, Field(ge=1024, le=65535)] = health_contract.METRICS_PORT
+    #: Prometheus the health guard queries.
     prometheus_url: Annotated[PlainUrl, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
     #: Scrape interval of our ServiceMonitors; at most the hold so the guard's rule can see the hold.
     scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
@@ -99,7 +126,7 @@ class Observability(ConfigModel):
     monitor_labels: Labels = Field(default_factory=dict)
     #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
     dcgm_runtime_class: DnsLabel | None = "nvidia"
-    #: The health guard (deployed when ``thermalGuard`` is on): signal classes and guard rails.
+    #: The health guard (deployed when ``healthGuard`` is on): signal classes and guard rails.
     health: HealthGuardConfig = HealthGuardConfig()
 
     @model_validator(mode="after")
@@ -109,9 +136,9 @@ class Observability(ConfigModel):
                 f"thermalWarningBandCelsius ({self.thermal_warning_band_celsius}) must be below "
                 f"thermalThresholdCelsius ({self.thermal_threshold_celsius})"
             )
-        if self.thermal_poll_seconds > self.thermal_hold_seconds:
+        if self.health_guard_poll_seconds > self.thermal_hold_seconds:
             raise ValueError(
-                f"thermalPollSeconds ({self.thermal_poll_seconds}) must not exceed thermalHoldSeconds "
+                f"healthGuardPollSeconds ({self.health_guard_poll_seconds}) must not exceed thermalHoldSeconds "
                 f"({self.thermal_hold_seconds}): the guard could not observe the hold"
             )
         if self.scrape_interval_seconds > self.thermal_hold_seconds:

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agents.health_guard.contract import THERMAL_BAND_CELSIUS, THERMAL_LIMIT_CELSIUS
 from components.alert_rules import DCGM_NODE_LABEL, IB_NODE_LABEL
 
 UID = "gpucluster-gpu-fleet"
@@ -21,8 +22,8 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 @dataclass(frozen=True)
 class DashboardOptions:
-    thermal_threshold_celsius: float = 78.0
-    thermal_warning_band_celsius: float = 5.0
+    thermal_threshold_celsius: float = THERMAL_LIMIT_CELSIUS
+    thermal_warning_band_celsius: float = THERMAL_BAND_CELSIUS
     burst_taint_key: str = "gpucluster.io/burst"
     health_taint_key: str = "gpucluster.io/gpu-health"
     workload_label: str = "label_gpucluster_io_workload"
