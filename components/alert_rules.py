@@ -20,7 +20,13 @@ from typing import Any
 
 import yaml
 
-from agents.health_guard.contract import FATAL_XIDS, THERMAL_BAND_CELSIUS, THERMAL_HOLD_SECONDS, THERMAL_LIMIT_CELSIUS
+from agents.health_guard.contract import (
+    FATAL_XIDS,
+    REPEATED_XIDS,
+    THERMAL_BAND_CELSIUS,
+    THERMAL_HOLD_SECONDS,
+    THERMAL_LIMIT_CELSIUS,
+)
 from agents.health_guard.contract import Names as HealthNames
 
 DCGM_NODE_LABEL = "Hostname"
@@ -65,7 +71,7 @@ class AlertThresholds:
     critical_xids: tuple[int, ...] = FATAL_XIDS
     """XIDs that page: the health guard's fatal ones (one table, :data:`agents.health_guard.contract.XIDS`),
     so every XID that quarantines a node also pages. 13/31/43 are usually the application and do neither."""
-    repeated_xids: tuple[int, ...] = (94,)
+    repeated_xids: tuple[int, ...] = REPEATED_XIDS
     """Contained ECC errors (94) are survivable once; repeated ones mean the memory is going."""
     repeated_xid_count: int = 2
     repeated_xid_window_seconds: int = 3600

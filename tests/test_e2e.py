@@ -29,14 +29,17 @@ Per-phase timings are printed and written to .state/localcluster/e2e-phases.json
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -758,3 +761,118 @@ def test_virtual_kubelet_provider(stack):
     assert not denied, f"the virtual kubelet was refused: {denied}"
     # Least privilege: every other grant was used by the real binary in these scenarios.
     assert not idle, f"grants the virtual kubelet never used: {idle}"
+
+
+# --------------------------------------------------------------------------- fencing: a frozen leader writes nothing
+
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def writes_by(lay: Layout, agent: str, identity: str, since: float) -> list[str]:
+    """Every write the API server completed for one replica (its User-Agent, ``<agent>/<identity>``, tells
+    replicas of one ServiceAccount apart) received at or after ``since`` (epoch seconds), from the audit log."""
+    out = []
+    for line in lay.audit_log.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:  # the line the API server is still writing
+            continue
+        if (event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS
+                or not str(event.get("userAgent", "")).startswith(f"{agent}/{identity}")):
+            continue
+        received = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+        if received.timestamp() < since:
+            continue
+        ref = event.get("objectRef") or {}
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        out.append(f"{event['verb']} {ref.get('resource')}{sub} {ref.get('name', '')}".strip())
+    return out
+
+
+def start_standby(lay: Layout, cfg: Any, agent: str, config: Path) -> control.Proc:
+    """A second replica of an agent, as the same ServiceAccount, identity ``standby``."""
+    from tools.localcluster import agent_identity
+
+    script = stackup._console_script(agent)
+    kubeconfig = agent_identity.agent_kubeconfig(lay, cfg.system_namespace, agent)
+    assert script and kubeconfig, f"{agent}: console script or ServiceAccount missing"
+    return control.start_process(lay, f"{agent}-standby", [
+        script, "--config", str(config), "--kubeconfig", str(kubeconfig), "--metrics-port", str(_free_port()),
+        "--identity", "standby"])
+
+
+def lease_holder(c: Cluster, name: str) -> str | None:
+    return c.coordination.read_namespaced_lease(name, c.cfg.system_namespace).spec.holder_identity
+
+
+def freeze_leader_and_let_the_standby_act(lay: Layout, c: Cluster, agent: str, standby_config: Path,
+                                          fault: Any, acted: Any, lease_s: float) -> tuple[list[str], list[str]]:
+    """SIGSTOP the leader (identity ``localcluster``); raise ``fault`` once the standby leads; wait until it
+    ``acted``; SIGCONT the old leader and let it run. Returns the writes of both after the fault."""
+    leader = control.load_proc(lay, agent)
+    assert leader is not None and leader.alive(), f"{agent} is not running"
+    wait(f"{agent} leading", lambda: lease_holder(c, agent) == "localcluster", 60)
+    standby = start_standby(lay, c.cfg, agent, standby_config)
+    try:
+        os.kill(leader.pid, signal.SIGSTOP)
+        try:
+            wait(f"the standby {agent} taking the lease", lambda: lease_holder(c, agent) == "standby",
+                 lease_s * 3)
+            fault_at = time.time()
+            fault()
+            wait(f"the standby {agent} acting on the fault", acted, 120)
+        finally:
+            woke_at = time.time()
+            os.kill(leader.pid, signal.SIGCONT)
+        time.sleep(6)  # several passes of the woken leader's loops (guard polls 1 s, controller ticks 5 s)
+        return writes_by(lay, agent, "localcluster", woke_at), writes_by(lay, agent, "standby", fault_at)
+    finally:
+        control.stop_process(lay, standby)
+        wait(f"{agent} leading again after the standby released", lambda: lease_holder(c, agent) == "localcluster",
+             lease_s * 3)
+
+
+def test_a_frozen_health_guard_writes_nothing_after_the_standby_took_over(stack, prometheus):
+    lay, cfg, _ = stack
+    rig: Rig = prometheus
+    c = Cluster(lay, cfg)
+    node = cfg.pool(cfg.training.jobs[0].pool).node_names[0]
+    health = f"{c.prefix}/gpu-health"
+    settings = stackup.deployed_guard_settings(lay, {**guard_overrides(cfg, rig.url), "max_nodes_per_hour": 10,
+                                                     "max_nodes_quarantined": 4, "max_pool_percent_per_hour": 100,
+                                                     "max_pool_percent_quarantined": 100})
+    assert settings is not None
+    config = lay.state / "health-guard-standby.json"
+    config.write_text(settings)
+
+    def tainted() -> bool:
+        return any(t.key == health for t in c.core.read_node(node).spec.taints or [])
+
+    try:
+        old, new = freeze_leader_and_let_the_standby_act(
+            lay, c, "health-guard", config, lambda: rig.exporter.celsius.update({node: 80.0}), tainted, 30)
+    finally:
+        rig.exporter.celsius[node] = 55.0
+    assert old == [], f"the woken leader wrote after losing its lease: {old}"
+    assert new.count(f"patch nodes {node}") == 1, new  # the standby quarantined the node once
+    wait(f"{node} released", lambda: not tainted(), 120)
+
+
+def test_a_frozen_burst_controller_writes_nothing_after_the_standby_took_over(stack):
+    lay, cfg, _ = stack
+    c = Cluster(lay, cfg)
+    wait("the burst closed", lambda: len(c.burst_taints()) == len(c.virtual_nodes()), 120)
+    node = c.virtual_nodes()[0].metadata.name
+
+    def opened_by_hand() -> None:  # a person lifts the taint while the burst is closed: the leader closes it
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect}
+                  for t in c.core.read_node(node).spec.taints or [] if t.key != c.burst_key]
+        c.core.patch_node(node, {"spec": {"taints": taints}})
+
+    def closed_again() -> bool:
+        return any(t.key == c.burst_key for t in c.core.read_node(node).spec.taints or [])
+
+    old, new = freeze_leader_and_let_the_standby_act(
+        lay, c, "burst-controller", lay.state / "burst-controller.yaml", opened_by_hand, closed_again, 15)
+    assert old == [], f"the woken leader wrote after losing its lease: {old}"
+    assert new.count(f"patch nodes {node}") == 1, new  # the standby closed it once

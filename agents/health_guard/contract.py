@@ -164,6 +164,9 @@ class Xid:
     number: int
     health_class: HealthClass
     meaning: str
+    #: Pages when it repeats on one GPU within the alert's window (a GPU that keeps containing errors is due
+    #: for replacement even while each one is survivable).
+    pages_when_repeated: bool = False
 
 
 #: The one XID table: the guard quarantines by it and the ``GpuCriticalXid`` alert pages on its fatal rows
@@ -178,10 +181,11 @@ XIDS: tuple[Xid, ...] = (
     Xid(119, HealthClass.FATAL, "GSP firmware timeout"),
     Xid(120, HealthClass.FATAL, "GSP firmware error"),
     Xid(92, HealthClass.DEGRADED, "high single-bit ECC error rate"),
-    Xid(94, HealthClass.DEGRADED, "contained ECC error"),
+    Xid(94, HealthClass.DEGRADED, "contained ECC error", pages_when_repeated=True),
 )
 FATAL_XIDS: tuple[int, ...] = tuple(x.number for x in XIDS if x.health_class is HealthClass.FATAL)
 DEGRADED_XIDS: tuple[int, ...] = tuple(x.number for x in XIDS if x.health_class is HealthClass.DEGRADED)
+REPEATED_XIDS: tuple[int, ...] = tuple(x.number for x in XIDS if x.pages_when_repeated)
 XID_SOURCE = "NVIDIA XID catalogue, docs.nvidia.com/deploy/xid-errors"
 
 

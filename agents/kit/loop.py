@@ -103,7 +103,8 @@ def main(spec: AgentSpec[S], argv: Sequence[str] | None = None) -> int:
         print(spec.dump_settings(settings))
         return 0
     try:
-        port = HttpPort.connect(args.kubeconfig, spec.request_timeout(settings))
+        port = HttpPort.connect(args.kubeconfig, spec.request_timeout(settings),
+                                user_agent=f"{spec.prog}/{args.identity}")
     except Exception as exc:  # the kubernetes config loader raises its own exception types
         print(f"{spec.prog}: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2

@@ -139,9 +139,11 @@ class HttpPort:
         self.timeout = request_timeout_seconds
 
     @classmethod
-    def connect(cls, kubeconfig: str | None, request_timeout_seconds: float) -> HttpPort:
+    def connect(cls, kubeconfig: str | None, request_timeout_seconds: float, user_agent: str | None = None
+                ) -> HttpPort:
         """From a kubeconfig file, else the pod's in-cluster service account; urllib3 retries off (the agent's
-        own backoff is the one retry policy)."""
+        own backoff is the one retry policy). ``user_agent`` (``<agent>/<identity>``) tells replicas that share
+        a ServiceAccount apart in the API server's audit log."""
         from kubernetes import client, config
 
         cfg = client.Configuration()
@@ -151,7 +153,10 @@ class HttpPort:
         else:
             loader.load_incluster_config(client_configuration=cfg)
         cfg.retries = False
-        return cls(client.ApiClient(cfg), request_timeout_seconds)
+        api_client = client.ApiClient(cfg)
+        if user_agent:
+            api_client.user_agent = user_agent
+        return cls(api_client, request_timeout_seconds)
 
     def _send(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
               body: dict[str, Any] | None = None, content_type: str = "application/json",
