@@ -107,6 +107,19 @@ def test_notes_before_the_json_are_skipped() -> None:
     assert [w.name for w in parse_fio(text)] == ["a"]
 
 
+#: Note lines fio (or a wrapper) may print around its document: any text, braces included, one line each.
+NOTE_LINES = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"),
+                              max_size=30), max_size=4)
+
+
+@given(before=NOTE_LINES, after=NOTE_LINES)
+def test_the_document_is_found_whatever_note_lines_surround_it(before: list[str], after: list[str]) -> None:
+    """A note before or after the result, containing ``{`` or not, never hides the result document."""
+    text = "".join(f"{line}\n" for line in before) + fio_doc(job("a", 10, 5, 2000)) + "".join(
+        f"\n{line}" for line in after)
+    assert [w.name for w in parse_fio(text)] == ["a"]
+
+
 def test_a_failed_job_fails_the_file() -> None:
     with pytest.raises(FioOutputError, match="fio job 'a' failed with error 5"):
         parse_fio(fio_doc(job("a", 10, 5, 2000, error=5)), "n0.json")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -63,6 +64,12 @@ MAX_RESULT_BYTES = 16 * 1024 * 1024
 """fio's JSON for a node is tens of kilobytes; a file this large is not one and is not read whole."""
 
 
+#: Where a JSON document may start: a line whose first non-blank character is ``{``.
+_OBJECT_LINE = re.compile(r"^[ \t]*(\{)", re.MULTILINE)
+#: Lines starting with ``{`` tried at most (notes are a few lines; this bounds a hostile file's cost).
+MAX_CANDIDATES = 64
+
+
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     body: dict[str, Any] = {}
     for key, value in pairs:
@@ -87,27 +94,43 @@ def _decode(data: bytes | str, source: str) -> str:
 
 
 def _json_body(data: bytes | str, source: str = "<fio>") -> dict[str, Any]:
-    """fio may print notes before the JSON document (e.g. on stdout); start at the first brace.
+    """The fio result document in ``data``: fio may print notes before it and after it (on stdout), and a note
+    may contain braces, so each line that starts with ``{`` is tried in turn (then the first ``{`` anywhere) and
+    the first that holds a JSON object with a ``jobs`` list is the result. Lines after the document are notes
+    and ignored; anything after it on its own last line is not (a truncated or concatenated file).
 
     NaN/Infinity tokens and out-of-range floats (``1e400``) parse to non-finite floats here and are
     refused by the field checks, which can name the field."""
     text = _decode(data, source)
-    start = text.find("{")
-    if start < 0:
+    starts = [m.start(1) for m in _OBJECT_LINE.finditer(text)][:MAX_CANDIDATES]
+    first = text.find("{")
+    if first >= 0 and first not in starts:  # a document after a note on the same line
+        starts.append(first)
+    if not starts:
         raise FioOutputError(f"{source}: no JSON object in fio output")
-    try:
-        body = json.loads(text[start:], object_pairs_hook=_reject_duplicate_keys)
-    except json.JSONDecodeError as error:
-        raise FioOutputError(f"{source}: fio output is not valid JSON: {error}") from None
-    except _DuplicateKey as error:
-        raise FioOutputError(f"{source}: key '{error}' appears twice in one JSON object") from None
-    except RecursionError:
-        raise FioOutputError(f"{source}: fio output is not valid JSON: nested too deeply") from None
-    except ValueError as error:  # an integer literal beyond int()'s digit limit
-        raise FioOutputError(f"{source}: fio output is not valid JSON: {error}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
-        raise FioOutputError(f"{source}: jobs: fio output has no 'jobs' list")
-    return dict(body)
+    decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys)
+    first_problem: str | None = None
+    for start in starts:
+        try:
+            body, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as error:
+            problem = f"fio output is not valid JSON: {error}"
+        except _DuplicateKey as error:
+            problem = f"key '{error}' appears twice in one JSON object"
+        except RecursionError:
+            problem = "fio output is not valid JSON: nested too deeply"
+        except ValueError as error:  # an integer literal beyond int()'s digit limit
+            problem = f"fio output is not valid JSON: {error}"
+        else:
+            rest = text[end:].split("\n", 1)[0]
+            if rest.strip():  # a note starts on a line of its own; this is the document's own tail
+                problem = f"fio output is not valid JSON: unexpected {rest.strip()[:20]!r} after the document"
+            elif isinstance(body, dict) and isinstance(body.get("jobs"), list):
+                return dict(body)
+            else:
+                problem = "jobs: fio output has no 'jobs' list"
+        first_problem = first_problem or problem
+    raise FioOutputError(f"{source}: {first_problem}")
 
 
 def _kind(value: object) -> str:
