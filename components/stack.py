@@ -16,7 +16,7 @@ from components.config import (
     parse_config,
     raw_from_pulumi_config,
 )
-from components.config.loading import credential_refs, secret_schema_problems
+from components.config.loading import credential_refs, foreign_keys, secret_schema_problems
 
 
 def engine_config() -> tuple[dict[str, Any], set[str]]:
@@ -36,6 +36,8 @@ def load_stack_config() -> ClusterConfig:
     """Validate the whole stack config; on any problem stop with one message and register nothing."""
     values, secret_keys = engine_config()
     project = pulumi.get_project() or PROJECT
+    if foreign := foreign_keys(values, project):
+        raise ConfigError(stack_file(), foreign)
     raw = raw_from_pulumi_config(values, project)
     secret_names = {k.split(":", 1)[1] for k in secret_keys if k.startswith(f"{project}:")}
     with warnings.catch_warnings(record=True) as caught:

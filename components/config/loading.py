@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,27 @@ def parse_config(raw: Mapping[str, Any], stack_file: str) -> ClusterConfig:
     return cfg
 
 
+#: Config namespaces a stack may hold besides the project's own: the kubernetes provider's and the engine's.
+OTHER_NAMESPACES = ("kubernetes", "pulumi")
+
+
+def foreign_keys(keys: Iterable[str], project: str = PROJECT) -> list[Problem]:
+    """Keys under a namespace nothing reads (``gpu-clustr:burst``): the engine would pass them and the stack
+    would ignore them in silence. Each problem names the nearest key that is read."""
+    fields = sorted(to_camel(name) for name in ClusterConfig.model_fields)
+    problems: list[Problem] = []
+    for key in keys:
+        namespace, sep, name = key.partition(":")
+        if not sep or namespace == project or namespace in OTHER_NAMESPACES:
+            continue
+        nearest = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+        hint = f"'{project}:{nearest[0]}'" if nearest else f"a key under '{project}:'"
+        problems.append(Problem(key, f"unknown config namespace '{namespace}': nothing reads this key, so it "
+                                     f"would have no effect; did you mean {hint}? (namespaces read: "
+                                     f"'{project}', {', '.join(repr(n) for n in OTHER_NAMESPACES)})"))
+    return problems
+
+
 def raw_from_pulumi_config(config: Mapping[str, Any], project: str = PROJECT) -> dict[str, Any]:
     """Select this project's keys from the engine's flat ``project:key`` map and decode JSON values."""
     raw: dict[str, Any] = {}
@@ -219,6 +241,7 @@ def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any],
                 if full not in config:
                     config[full] = SECRET_PLACEHOLDER
                     secrets.add(full)
+    problems += foreign_keys(config, project)
     if problems:
         raise ConfigError(name, problems)
     return config, secrets

@@ -102,6 +102,15 @@ CASES: list[Case] = [
     Case("duplicate-nested-key", L, ("gpusPerNode", "duplicate key", "line 9", "first on line 8"),
          text=replace("      gpusPerNode: 8\n", "      gpusPerNode: 8\n      gpusPerNode: 4\n")),
     Case("non-string-key", L, ("config", "key"), text=lambda t: t + "  7: seven\n"),
+    # A misspelled namespace would be passed by the engine and read by nothing: the setting would not apply.
+    Case("misspelled-namespace", L, ("gpu-clustr:burst", "unknown config namespace 'gpu-clustr'",
+                                     "did you mean 'gpu-cluster:burst'"),
+         text=lambda t: t + "  gpu-clustr:burst:\n    openBelowFreeGpus: 2\n"),
+    Case("misspelled-namespace-and-key", P, ("gpu-clustr:burts", "did you mean 'gpu-cluster:burst'"),
+         text=lambda t: t + "  gpu-clustr:burts: {}\n"),
+    Case("foreign-provider-namespace", L, ("aws:region", "unknown config namespace 'aws'",
+                                           "a key under 'gpu-cluster:'"),
+         text=lambda t: t + "  aws:region: us-east-1\n"),
     Case("secure-not-a-string", L, ("localCloudToken", "secure"),
          text=replace("secure: v1:bG9jYWw=:placeholder", "secure: [1, 2]")),
     # Cron, quantities, paths.
