@@ -67,9 +67,9 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api)
 
     @classmethod
-    def from_kubeconfig(cls, context: str | None, namespace: str) -> Cluster:
+    def from_kubeconfig(cls, context: str | None, namespace: str, kubeconfig: str | None = None) -> Cluster:
         try:
-            api = config.new_client_from_config(context=context)  # type: ignore[no-untyped-call]
+            api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise CliError(f"cannot load your kubeconfig{f' context {context!r}' if context else ''}: {exc}") from None
         return cls(api, namespace)
@@ -148,11 +148,17 @@ class Cluster:
         data: bytes = resp.data
         return data.decode("utf-8", "replace")
 
-    def logs(self, pod: str, container: str, follow: bool) -> Iterator[str]:
-        """The container's log, streamed when following; CliError when the node keeps none."""
+    def logs(self, pod: str, container: str, follow: bool, tail: int | None = None, previous: bool = False,
+             since_seconds: int | None = None) -> Iterator[str]:
+        """The container's log (its last ``tail`` lines, the previous instance's, the last ``since_seconds``),
+        streamed when following; CliError when the node keeps none."""
+        options: dict[str, Any] = {k: v for k, v in (("tail_lines", tail), ("since_seconds", since_seconds)) if v
+                                   is not None}
+        if previous:
+            options["previous"] = True
         try:
             resp: Any = self.core.read_namespaced_pod_log(pod, self.namespace, container=container, follow=follow,
-                                                     _preload_content=False)
+                                                     _preload_content=False, **options)
         except ApiException as exc:
             if exc.status in (400, 404):
                 raise CliError(f"no logs for pod {pod}: {_reason(exc)} (the container has not started, or its "

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 from kubernetes import client
 
@@ -155,7 +156,7 @@ def serve(fake: Fake) -> Iterator[str]:
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
     state = Fake()
     with serve(state) as url:
-        def factory(context: str | None, namespace: str) -> Cluster:
+        def factory(context: str | None, namespace: str, kubeconfig: str | None = None) -> Cluster:
             return Cluster(client.ApiClient(client.Configuration(host=url)), namespace)
         monkeypatch.setattr(cli, "cluster_factory", factory)
         yield state
@@ -227,7 +228,8 @@ def test_list_shows_phase_queue_team(fake: Fake, spec_file: Path) -> None:
     assert run("train", "list").output.strip() == "no training jobs in namespace training"
     run("train", "submit", str(spec_file))
     out = run("train", "list").output
-    assert re.search(r"ft-llama\s*│\s*Pending\s*│\s*team-nlp\s*│\s*nlp\s*│\s*0/2\s*│\s*gpucluster-cli", out), out
+    assert re.search(r"^ft-llama\s+Pending\s+team-nlp\s+nlp\s+0/2\s+gpucluster-cli$", out, re.M), out
+    assert "│" not in out  # piped: plain columns, as kubectl prints them
 
 
 def test_status_shows_gang_pods_per_node_restarts_and_checkpoint(fake: Fake, spec_file: Path) -> None:
@@ -242,7 +244,7 @@ def test_status_shows_gang_pods_per_node_restarts_and_checkpoint(fake: Fake, spe
     assert "ft-llama  gang Running  queue team-nlp  workers running 2/2" in out
     assert "restarts: gang 2, containers 1" in out
     assert "last checkpoint step: 1400" in out
-    assert re.search(r"gpu-local-01\s*│\s*ft-llama-worker-0 \(Running\)", out), out
+    assert re.search(r"^gpu-local-01\s+ft-llama-worker-0 \(Running\)", out, re.M), out
     assert "other-worker-0" not in out
     proxied = [r["path"] for r in fake.requests if r["path"].endswith("/proxy/metrics")]
     assert proxied == [f"{PODS}/ft-llama-worker-0:9318/proxy/metrics"]
@@ -367,3 +369,55 @@ def test_a_guardrail_refusal_is_shown_as_such(fake: Fake, spec_file: Path, monke
     assert result.exit_code == 1
     assert "refused by the cluster's training guardrails: " + message in result.output
     assert "no permission" not in result.output
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_connection_flags_go_before_or_after_the_command_as_in_kubectl(fake: Fake, spec_file: Path,
+                                                                      where: str) -> None:
+    run("train", "submit", str(spec_file))
+    flags = ["-n", "research"]
+    args = [*flags, "train", "list"] if where == "before" else ["train", "list", *flags]
+    result = run(*args)
+    # The fake publishes settings in `training` only: the error shows the flag took effect in both places.
+    assert result.exit_code == 1 and "no ConfigMap research/gpucluster-settings" in result.output, result.output
+
+
+def test_list_as_json_and_yaml_gives_the_objects(fake: Fake, spec_file: Path) -> None:
+    run("train", "submit", str(spec_file))
+    as_json = json.loads(run("train", "list", "-o", "json").output)
+    assert as_json["kind"] == "List" and [j["metadata"]["name"] for j in as_json["items"]] == ["ft-llama"]
+    assert yaml.safe_load(run("train", "list", "-o", "yaml").output) == as_json
+    wide = run("train", "list", "-o", "wide").output
+    assert re.search(r"^NAME\s+PHASE\s+QUEUE\s+TEAM\s+RUNNING\s+MANAGED BY\s+RESTARTS\s+CREATED$", wide, re.M), wide
+    bad = run("train", "list", "-o", "xml")
+    assert bad.exit_code == 2 and "'xml' is not one of 'json', 'yaml', 'wide'" in bad.output
+
+
+def test_status_as_json_gives_the_job_and_its_pods(fake: Fake, spec_file: Path) -> None:
+    run("train", "submit", str(spec_file))
+    fake.pod("ft-llama-worker-0", "gpu-local-01", "Running")
+    items = json.loads(run("train", "status", "ft-llama", "-o", "json").output)["items"]
+    assert items[0].get("kind") == "Job"
+    assert [i["metadata"]["name"] for i in items] == ["ft-llama", "ft-llama-worker-0"]
+
+
+def test_logs_tail_previous_and_since_reach_the_api(fake: Fake, spec_file: Path) -> None:
+    run("train", "submit", str(spec_file))
+    fake.logs["ft-llama-worker-0"] = "a\nb\n"
+    result = run("train", "logs", "ft-llama", "--tail", "5", "--previous", "--since", "1h30m")
+    assert result.exit_code == 0, result.output
+    [req] = [r for r in fake.requests if r["path"].endswith("/log")]
+    assert (req["query"]["tailLines"], req["query"]["previous"], req["query"]["sinceSeconds"]) == (
+        ["5"], ["true"], ["5400"])
+
+
+@pytest.mark.parametrize("since", ["5x", "m5", "", "0s", "-5m", "1h 30m"])
+def test_a_bad_since_is_a_usage_error_naming_the_value(fake: Fake, spec_file: Path, since: str) -> None:
+    result = run("train", "logs", "ft-llama", "--since", since)
+    assert result.exit_code == 2 and "Invalid value for '--since'" in result.output, result.output
+    assert repr(since) in result.output
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.exit_code == 0 and result.output.startswith("gpucluster, version ")

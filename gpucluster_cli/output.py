@@ -1,0 +1,51 @@
+"""How the CLI prints, the way kubectl does: tables drawn for a terminal and plain columns for a pipe,
+``-o json|yaml`` for scripts, and durations such as ``5m`` for ``--since``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+FORMATS = ("json", "yaml")
+_DURATION = re.compile(r"(\d+)([smhd])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def table(console: Console, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A drawn table on a terminal; on a pipe kubectl's plain columns (space-padded, no box characters), so
+    ``| awk``/``| grep`` see one row per line."""
+    if console.is_terminal:
+        drawn = Table(*headers)
+        for row in rows:
+            drawn.add_row(*row)
+        console.print(drawn)
+        return
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+    for line in (headers, *rows):
+        text = "   ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=False)).rstrip()
+        console.print(text, markup=False, highlight=False)
+
+
+def dump(value: Any, fmt: str) -> str:
+    """``value`` as ``json`` (indented, as kubectl) or ``yaml``."""
+    if fmt == "json":
+        return json.dumps(value, indent=2, sort_keys=False) + "\n"
+    return yaml.safe_dump(value, sort_keys=False)
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``5m``, ``1h30m``, ``2d`` → seconds; anything else is a usage error naming the value."""
+    matched = "".join(m.group(0) for m in _DURATION.finditer(text))
+    if not text or matched != text:
+        raise click.BadParameter(f"must be a duration such as 30s, 5m or 1h30m, got {text!r}")
+    seconds = sum(int(n) * _SECONDS[unit] for n, unit in _DURATION.findall(text))
+    if seconds <= 0:
+        raise click.BadParameter(f"must be longer than 0s, got {text!r}")
+    return seconds
