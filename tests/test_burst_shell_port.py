@@ -190,6 +190,36 @@ def test_a_replica_that_lost_the_lease_writes_nothing() -> None:
     assert api.count("patch:nodes") == api.count("create:events") == 0
 
 
+def test_a_leader_frozen_between_deciding_and_writing_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The acceptance scenario for the controller: the lease changes hands after the leader decided and before
+    it wrote; the woken leader writes nothing (not even an Event) and the standby acts once."""
+    from agents.burst_controller import shell as shell_mod
+
+    sh, api, clock = leading_shell()
+    standby = BurstShell(S, api, identity="b", clock=clock, monotonic=clock, sleep=clock.sleep,
+                         rng=random.Random(8))
+    assert not standby.elector.step()  # it sees the leader's fresh record
+    assert standby.relist(NODES) and standby.relist(PODS)
+    real_decide = shell_mod.decide
+    writes_at_wake: list[int] = []
+
+    def decide_then_freeze(*args: Any, **kwargs: Any) -> Any:
+        decision = real_decide(*args, **kwargs)
+        if not writes_at_wake:
+            clock.t += S.lease_duration_seconds + 1  # SIGSTOP past the lease; the standby takes it meanwhile
+            assert standby.elector.step()
+            writes_at_wake.append(len(api.writes()))
+        return decision
+
+    monkeypatch.setattr(shell_mod, "decide", decide_then_freeze)
+    decision = sh.reconcile()
+    assert decision is not None and decision.actions  # it meant to open both virtual nodes
+    assert api.writes()[writes_at_wake[0]:] == []
+    assert standby.reconcile() is not None
+    opened = [target for name, target, _ in api.writes() if name == "patch:nodes"]
+    assert sorted(opened) == ["vk-a", "vk-b"]  # the standby opened each once
+
+
 # -- 12. a resync is not a failure; freshness per kind, confirmed by the server --------------------------------
 
 

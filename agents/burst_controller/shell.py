@@ -439,10 +439,10 @@ class BurstShell:
                              name=f"watch-{resource.plural}", daemon=True)
             for resource, informer in self.informers.items()
         ]
-        threads.append(threading.Thread(
+        renewer = threading.Thread(
             target=lease_loop, args=(self.elector.step, lambda lead: self.metrics.leader.set(1 if lead else 0),
-                                     s.retry_period_seconds, stop), name="lease", daemon=True))
-        for t in threads:
+                                     s.retry_period_seconds, stop), name="lease", daemon=True)
+        for t in (*threads, renewer):
             t.start()
         last_resync = self.monotonic()
         try:
@@ -463,6 +463,7 @@ class BurstShell:
                     log.exception("reconcile failed")
         finally:
             stop.set()
+            renewer.join(timeout=s.request_timeout_seconds)  # a renewal in flight ends before the release
             self.elector.release()
             self.metrics.leader.set(0)
             for t in threads:

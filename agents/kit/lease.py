@@ -54,6 +54,7 @@ class LeaseElector:
         self._observed: tuple[str, str] | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
+        self._released = False
         #: The Lease as last read or written (the guard keeps its breaker annotation on it).
         self.lease: dict[str, Any] | None = None
 
@@ -72,8 +73,10 @@ class LeaseElector:
         return self._mono() + self.request_timeout < renewed + self.lease_duration
 
     def step(self) -> bool:
-        """Try once to acquire or renew; whether this replica leads now."""
+        """Try once to acquire or renew; whether this replica leads now (never again after :meth:`release`)."""
         with self._lock:
+            if self._released:  # a renewal racing the shutdown must not take back what release gave up
+                return False
             now = self._mono()
             try:
                 try:
@@ -142,8 +145,10 @@ class LeaseElector:
             self.lease = self._port.replace(LEASES, self.name, {**current, "metadata": metadata}, self.namespace)
 
     def release(self) -> bool:
-        """Give the lease up (holder cleared, duration 1 s) if we hold it; whether it was released."""
+        """Give the lease up (holder cleared, duration 1 s) if we hold it; whether it was released. Final: this
+        elector neither renews nor acquires afterwards."""
         with self._lock:
+            self._released = True
             if not self.is_leader:
                 return False
             self._renewed_at = None  # from here on nothing of ours may write, released or not

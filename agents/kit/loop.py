@@ -125,7 +125,14 @@ def main(spec: AgentSpec[S], argv: Sequence[str] | None = None) -> int:
 
 def lease_loop(step: Callable[[], bool], report: Callable[[bool], None], period_seconds: float,
                stop: threading.Event) -> None:
-    """Renew every ``period_seconds`` until stopped (a thread's target)."""
+    """Renew every ``period_seconds`` until stopped (a thread's target). Nothing ends it but ``stop``: an
+    unexpected error counts as not leading for that round, so the renewer cannot die while the agent runs."""
+    log = logging.getLogger("kit.lease")
     while not stop.is_set():
-        report(step())
+        try:
+            leading = step()
+        except Exception:
+            log.exception("lease step failed")
+            leading = False
+        report(leading)
         stop.wait(period_seconds)
