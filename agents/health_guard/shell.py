@@ -116,10 +116,11 @@ class Guard:
         breaker = self.elector.annotation(self.settings.names.breaker)
         decision = decide(self.settings, obs, views, self.state, now, breaker)
         self.state = decision.state
-        for action in decision.actions:
+        for done, action in enumerate(decision.actions):
             if not self.elector.can_write():  # the port would refuse each write; stop the batch instead
                 self.metrics.errors.labels("fenced").inc()
-                log.warning("lease too old to write: %d actions left for the next leader", len(decision.actions))
+                log.warning("lease too old to write: %d of %d actions left for the next leader",
+                            len(decision.actions) - done, len(decision.actions))
                 break
             self._apply(action, by_name, views, now)
         self._count_application_restarts()
