@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from components.config import ConfigError, expand_node_names, parse_config
 from tests.conftest import raw_stack
 from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
+
+ROOT = Path(__file__).resolve().parent.parent
 
 P = "gpu-cluster:"
 
@@ -212,3 +215,33 @@ def test_configuration_reference_matches_the_schema() -> None:
     from tools.config_doc import DOC, render
 
     assert DOC.read_text() == render(), "docs/configuration.md is stale: run `python -m tools.config_doc`"
+
+
+def test_the_published_stack_schema_matches_the_models_and_accepts_the_committed_stacks() -> None:
+    import jsonschema
+    import yaml
+
+    from tools.config_doc import SCHEMA, schema_text, stack_schema
+
+    assert SCHEMA.read_text() == schema_text(), "docs/stack-config.schema.json is stale: `python -m tools.config_doc`"
+    validator = jsonschema.Draft202012Validator(stack_schema())
+    for stack in ("prod", "local"):
+        document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+        assert [e.message for e in validator.iter_errors(document)] == [], stack
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("gpu-clustr:burst", {"openBelowFreeGpus": 2}, "secure"),  # a misspelled namespace is no secret either
+    ("gpu-cluster:burst", {"replicas": 9}, "greater than the maximum of 5"),
+    ("gpu-cluster:burst", {"openBelowFreeGpu": 2}, "Additional properties"),
+])
+def test_the_published_stack_schema_refuses_what_the_loader_refuses(key: str, value: Any, why: str) -> None:
+    import jsonschema
+    import yaml
+
+    from tools.config_doc import stack_schema
+
+    document = yaml.safe_load((ROOT / "Pulumi.local.yaml").read_text())
+    document["config"][key] = value
+    errors = [e.message for e in jsonschema.Draft202012Validator(stack_schema()).iter_errors(document)]
+    assert any(why in e for e in errors), errors

@@ -7,6 +7,7 @@ differs from the schema, which ``make test`` runs so the reference cannot drift.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import types
 import typing
@@ -14,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
@@ -21,6 +23,37 @@ from pydantic_core import PydanticUndefined
 from components.config import PROJECT, ClusterConfig
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+#: JSON Schema of a ``Pulumi.<stack>.yaml``, for editors (yaml-language-server: ``# yaml-language-server:
+#: $schema=docs/stack-config.schema.json``).
+SCHEMA = DOC.parent / "stack-config.schema.json"
+
+
+def stack_schema() -> dict[str, Any]:
+    """The stack file's schema: ``config:`` holds ``gpu-cluster:<key>`` entries validated by the config
+    models, the providers' ``kubernetes:``/``pulumi:`` keys, and credentials as ``secure:`` values; a key under
+    any other namespace (a misspelling) is refused, as the stack loader refuses it."""
+    model = ClusterConfig.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+    secret = {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
+              "additionalProperties": False}
+    config = {
+        "type": "object",
+        "properties": {f"{PROJECT}:{key}": value for key, value in model["properties"].items()},
+        "required": [f"{PROJECT}:{key}" for key in model.get("required", [])],
+        "patternProperties": {"^(kubernetes|pulumi):": {}},
+        "additionalProperties": secret,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"Pulumi.<stack>.yaml of the {PROJECT} project",
+        "type": "object",
+        "properties": {"config": config, "environment": {"type": "array", "items": {"type": "string"}},
+                       "secretsprovider": {"type": "string"}, "encryptedkey": {"type": "string"}},
+        "$defs": model.get("$defs", {}),
+    }
+
+
+def schema_text() -> str:
+    return json.dumps(stack_schema(), indent=2, sort_keys=True) + "\n"
 
 
 def _type_name(annotation: Any) -> str:
@@ -35,12 +68,17 @@ def _type_name(annotation: Any) -> str:
         key, value = typing.get_args(annotation)
         return f"map[{_type_name(key)}, {_type_name(value)}]"
     if origin is typing.Literal:
-        return " \\| ".join(repr(a) for a in typing.get_args(annotation))
+        return " \\| ".join(f"`{_yaml(a)}`" for a in typing.get_args(annotation))
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return " \\| ".join(f"`{m.value}`" for m in annotation)
     if annotation is type(None):
         return "null"
-    return getattr(annotation, "__name__", str(annotation))
+    name = getattr(annotation, "__name__", str(annotation))
+    return _YAML_TYPES.get(name, name)
+
+
+#: Python's type names as a stack file's author knows them.
+_YAML_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "dict": "map"}
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:
@@ -87,17 +125,51 @@ def union_rows(members: list[type[BaseModel]], path: str) -> list[tuple[str, str
     return out
 
 
+def _yaml(value: Any) -> str:
+    """A value as the stack file spells it (``true``, ``null``, ``[0.0.0.0/0]``, ``current``)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
+    elif isinstance(value, Enum):
+        value = value.value
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False).strip()
+    return text.removesuffix("\n...").removesuffix(" ...").strip()
+
+
 def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "**required**"
     if field.default_factory is not None:
-        return "`[]`" if field.default_factory is list else "`{}`"
+        value = field.default_factory()  # type: ignore[call-arg]
+        return "see below" if isinstance(value, BaseModel) else f"`{_yaml(value)}`"
     value = field.default
-    if value is PydanticUndefined or isinstance(value, BaseModel):
-        return "see below" if isinstance(value, BaseModel) else ""
-    if isinstance(value, Enum):
-        value = value.value
-    return f"`{value!r}`" if not isinstance(value, bool) else f"`{str(value).lower()}`"
+    if value is PydanticUndefined:
+        return ""
+    if isinstance(value, BaseModel):
+        return "see below"
+    return f"`{_yaml(value)}`"
+
+
+#: Bound metadata (annotated_types) → how the reference states it.
+_BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"), ("min_length", "length ≥"),
+           ("max_length", "length ≤"))
+
+
+def _bounds(field: FieldInfo) -> str:
+    """The field's numeric and length bounds, e.g. ``1 ≤ … ≤ 5`` (from the schema's own constraints)."""
+    found: dict[str, Any] = {}
+    for meta in _constraints(field.annotation, field.metadata):
+        for name, _ in _BOUNDS:
+            value = getattr(meta, name, None)
+            if value is not None:
+                found[name] = value
+    return ", ".join(f"{sign} {found[name]}" for name, sign in _BOUNDS if name in found)
+
+
+def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
+    out = list(metadata)
+    if typing.get_origin(annotation) is typing.Annotated:
+        out += list(typing.get_args(annotation)[1:])
+    return out
 
 
 def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
@@ -107,7 +179,9 @@ def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
         path = f"{prefix}.{key}" if prefix else key
         nested = _nested_model(field.annotation)
         list_suffix = "[]" if typing.get_origin(field.annotation) is list else ""
-        out.append((path + list_suffix, _type_name(field.annotation), _default(field)))
+        kind = _type_name(field.annotation)
+        bounds = _bounds(field)
+        out.append((path + list_suffix, f"{kind} ({bounds})" if bounds else kind, _default(field)))
         members = _union_members(field.annotation)
         if members:
             out += union_rows(members, path + list_suffix)
@@ -122,7 +196,9 @@ def render() -> str:
         "",
         "Generated from `components/config/` by `python -m tools.config_doc`; do not edit by hand.",
         f"Every top-level key is set in `Pulumi.<stack>.yaml` under the `{PROJECT}:` namespace, e.g.",
-        f"`{PROJECT}:burst: {{openBelowFreeGpus: 16}}`. Unknown keys are errors.",
+        f"`{PROJECT}:burst: {{openBelowFreeGpus: 16}}`. Unknown keys, and keys under any namespace but",
+        f"`{PROJECT}:`, `kubernetes:` and `pulumi:`, are errors. Editors validate stack files against",
+        "[stack-config.schema.json](stack-config.schema.json) (generated with this page).",
         "",
         "| key | type | default |",
         "|---|---|---|",
@@ -135,14 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    text = render()
+    outputs = {DOC: render(), SCHEMA: schema_text()}
     if args.check:
-        if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC.relative_to(DOC.parent.parent)} is out of date: run `python -m tools.config_doc`")
-            return 1
-        return 0
+        stale = [path for path, text in outputs.items() if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path.relative_to(DOC.parent.parent)} is out of date: run `python -m tools.config_doc`")
+        return 1 if stale else 0
     DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(text)
+    for path, text in outputs.items():
+        path.write_text(text)
     return 0
 
 
