@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from agents.health_guard.contract import (
@@ -17,14 +16,13 @@ from agents.health_guard.contract import (
     Names,
 )
 from agents.health_guard.decide import NodeView, Quarantine
+from agents.kit.lease import rfc3339
 
 TRAINING = "training"
 INFERENCE = "inference"
 GANG_LABEL = "volcano.sh/job-name"
 
 
-def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_history(text: str | None) -> tuple[float, ...]:
@@ -89,7 +87,7 @@ def quarantine_patch(settings: HealthSettings, node: Mapping[str, Any], action: 
             "resourceVersion": metadata.get("resourceVersion"),
             "labels": {names.taint: str(action.health_class), names.repaired: None},
             "annotations": {
-                names.since: since or iso(now),
+                names.since: since or rfc3339(now),
                 names.reasons: ",".join(action.reasons),
                 names.detail: detail(settings, action.health_class, action.reasons),
                 names.history: ",".join(f"{t:.0f}" for t in action.history),
@@ -116,7 +114,7 @@ def release_patch(settings: HealthSettings, node: Mapping[str, Any]) -> dict[str
 
 def condition_patch(healthy: bool, reason: str, message: str, now: float) -> dict[str, Any]:
     """``GpuHealthy`` on ``nodes/status``; strategic merge keys conditions by type, so others are kept."""
-    stamp = iso(now)
+    stamp = rfc3339(now)
     return {"status": {"conditions": [{
         "type": CONDITION_TYPE, "status": "True" if healthy else "False", "reason": reason, "message": message,
         "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,

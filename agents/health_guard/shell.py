@@ -44,7 +44,6 @@ from agents.health_guard.nodes import (
     detail,
     evictable,
     eviction,
-    iso,
     node_view,
     quarantine_patch,
     release_patch,
@@ -53,7 +52,7 @@ from agents.health_guard.prometheus import Prometheus, observe
 from agents.health_guard.restarts import GangJob, Ledger, account, gang_job, guard_caused
 from agents.kit.calls import event
 from agents.kit.errors import classify
-from agents.kit.lease import LeaseElector
+from agents.kit.lease import LeaseElector, rfc3339
 from agents.kit.loop import lease_loop
 from agents.kit.port import EVENTS, NODES, PODS, STRATEGIC_MERGE_PATCH, VOLCANO_JOBS, Fenced, KubePort
 
@@ -198,7 +197,7 @@ class Guard:
                 log.warning("suppressed node %s: %s", action.node, action.limit)
 
     def _trip(self, action: TripBreaker, now: float) -> None:
-        note = f"{iso(now)} {action.reason}"
+        note = f"{rfc3339(now)} {action.reason}"
         try:
             self.elector.annotate(self.settings.names.breaker, note)
             log.error("breaker tripped: %s; no node is quarantined until the annotation %s is removed from "

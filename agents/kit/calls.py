@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agents.kit.errors import ApiError, as_api_error
-from agents.kit.lease import rfc3339_micro
+from agents.kit.lease import rfc3339
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ class Retry:
 def event(*, namespace: str, name_prefix: str, involved: dict[str, Any], reason: str, message: str,
           component: str, instance: str, warning: bool, now: float) -> dict[str, Any]:
     """A core/v1 Event about ``involved`` (``generateName`` so repeats never collide)."""
-    stamp = rfc3339_micro(now)
+    stamp = rfc3339(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -64,7 +64,7 @@ def event(*, namespace: str, name_prefix: str, involved: dict[str, Any], reason:
         "source": {"component": component},
         "reportingComponent": component,
         "reportingInstance": instance,
-        "firstTimestamp": stamp.split(".")[0] + "Z",
-        "lastTimestamp": stamp.split(".")[0] + "Z",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
         "count": 1,
     }

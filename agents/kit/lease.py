@@ -32,6 +32,11 @@ def rfc3339_micro(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def rfc3339(epoch: float) -> str:
+    """The Time spelling (whole seconds) of Events and of the timestamps agents keep in annotations."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class LeaseElector:
     """Acquire or renew with :meth:`step`; ask :meth:`can_write` before every write."""
 

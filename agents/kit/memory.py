@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from agents.kit.errors import ApiError
@@ -27,23 +27,11 @@ from agents.kit.port import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Resource
 MERGE_KEYS: dict[tuple[str, ...], str] = {("status", "conditions"): "type", ("spec", "schedulingGates"): "name"}
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
+def merge(target: Any, patch: Any, keys: Mapping[tuple[str, ...], str], path: tuple[str, ...] = ()) -> Any:
+    """RFC 7386 JSON merge patch, except that the lists at ``keys`` (path → merge key) merge item by item and
+    ``$patch: delete`` removes one: with no keys a merge patch, with :data:`MERGE_KEYS` a strategic one."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
-    """A merge patch whose lists at :data:`MERGE_KEYS` merge item by item (``$patch: delete`` removes one)."""
-    if not isinstance(patch, dict):
-        key = MERGE_KEYS.get(path)
+        key = keys.get(path)
         if key is not None and isinstance(patch, list) and isinstance(target, list):
             items = [copy.deepcopy(t) for t in target]
             for item in patch:
@@ -58,8 +46,12 @@ def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
         if value is None:
             result.pop(k, None)
         else:
-            result[k] = strategic_merge(result.get(k), value, (*path, k))
+            result[k] = merge(result.get(k), value, keys, (*path, k))
     return result
+
+
+def strategic_merge(target: Any, patch: Any) -> Any:
+    return merge(target, patch, MERGE_KEYS)
 
 
 def _matches(labels: dict[str, Any], selector: str | None) -> bool:
@@ -140,10 +132,6 @@ class MemoryApi:
             obj = self.objects.get(plural, {}).pop(key)
             self.rv += 1
             self.history.append((self.rv, plural, "DELETED", obj))
-
-    def stored(self, kind: str | Resource, key: str) -> dict[str, Any] | None:
-        plural = kind.plural if isinstance(kind, Resource) else kind
-        return self.objects.get(plural, {}).get(key)
 
     def fail(self, call: str, *errors: BaseException) -> None:
         self._queued.setdefault(call, []).extend(errors)
@@ -263,8 +251,7 @@ class MemoryApi:
             self._check_rv(current, body)
             body = {**body, "metadata": {k: v for k, v in (body.get("metadata") or {}).items()
                                          if k != "resourceVersion"}}
-            merged = strategic_merge(current, body) if content_type == STRATEGIC_MERGE_PATCH else merge_patch(
-                current, body)
+            merged = merge(current, body, MERGE_KEYS if content_type == STRATEGIC_MERGE_PATCH else {})
             return copy.deepcopy(self.put(resource, merged))
 
     def replace(self, resource: Resource, name: str, body: dict[str, Any],
