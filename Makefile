@@ -37,9 +37,10 @@ render: venv
 
 # MOCK=1 skips the real engine (and its first build) and previews on the mock runtime only. The engine is
 # your own `pulumi` when one at or above the SDK's version is on PATH, else the project's build;
-# ENGINE=built or ENGINE=path chooses (tools/engine_select.py).
+# ENGINE=built or ENGINE=path chooses (tools/engine_select.py). The per-object diff goes to
+# .state/preview/$(STACK).diff; DIFF=1 prints it here too.
 preview: venv
-	$(PY) -m tools.preview --stack $(STACK) $(if $(MOCK),--mock-only)
+	$(PY) -m tools.preview --stack $(STACK) $(if $(MOCK),--mock-only) $(if $(DIFF),--diff)
 
 # Capability targets live in mk/*.mk, one file per capability, so they can change independently.
 -include mk/*.mk

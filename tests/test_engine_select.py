@@ -9,6 +9,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +153,10 @@ def test_preview_runs_your_pulumi_with_your_backend_and_says_so(
     monkeypatch.delenv("PULUMI_HOME", raising=False)
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     monkeypatch.setattr(er, "OWN_CONFIG_COPIES", tmp_path / "copies")
-    assert preview.main(["--stack", "local"]) == 0
+    assert preview.main(["--stack", "local", "--diff-file", str(tmp_path / "local.diff")]) == 0
     out = capsys.readouterr().out
     assert "Previewing update (fake)" in out
+    assert "Previewing update (fake)" in (tmp_path / "local.diff").read_text()
     assert out.rstrip().splitlines()[-1].startswith(f"engine: your pulumi 3.400.0 ({cli})")
     made = calls(cli.parent)
     run = next(c for c in made if c["argv"][0] == "preview")
@@ -233,3 +235,20 @@ def test_your_own_cli_previews_for_real_with_its_own_backend(tmp_path: Path, mon
     copy = backend / "own-config" / "Pulumi.local.yaml"
     assert "encryptionsalt" in copy.read_text(), "the stack was created with the backend's passphrase provider"
     assert (backend / ".pulumi" / "stacks").is_dir()
+
+
+def test_a_streamed_preview_hands_over_each_line_and_stops_a_hung_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's lines reach the sink as they come; one that hangs past the limit is killed with its
+    children (they hold the pipe), and the sink hears why."""
+    cli = fake_pulumi(tmp_path / "bin", "3.400.0")
+    script = cli.read_text().replace('if [ "$1" = preview ]; then echo "Previewing update (fake)"; fi',
+                                     'if [ "$1" = preview ]; then echo "Previewing update (fake)"; sleep 30 & wait; fi')
+    cli.write_text(script)
+    monkeypatch.setattr(er, "OWN_CONFIG_COPIES", tmp_path / "copies")
+    heard: list[str] = []
+    started = time.monotonic()
+    assert er.streamed_preview("local", heard.append, cli=cli, timeout_s=2) == 124
+    assert time.monotonic() - started < 20
+    assert heard == ["Previewing update (fake)", "preview: the engine ran past 2 s and was stopped"]

@@ -128,25 +128,30 @@ def test_elapsed_format(seconds: float, text: str) -> None:
     assert format_elapsed(seconds) == text
 
 
-def test_the_captured_engine_preview_says_it_lives(monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """``make preview`` holds the engine's output until it ends; meanwhile the heartbeat names the step."""
+def test_the_engine_preview_says_it_lives(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    """``make preview`` sends the engine's diff to a file; meanwhile the heartbeat names the step."""
+    from collections.abc import Callable
+
     from rich.console import Console
 
     import tools.engine_runner as runner
     from tools.engine_select import EngineChoice
     from tools.preview import real_engine_preview
 
-    def slow_preview(stack: str, **_: object) -> subprocess.CompletedProcess[str]:
+    def slow_preview(stack: str, sink: Callable[[str], None], **_: object) -> int:
+        sink(f"Previewing update ({stack}):")
         time.sleep(0.7)
-        return subprocess.CompletedProcess(["pulumi", "preview"], 0, stdout=f"Previewing {stack}\n", stderr="")
+        sink("+ pulumi:pulumi:Stack: (create)")
+        return 0
 
     monkeypatch.setenv("PROGRESS_EVERY_S", "0.2")
     monkeypatch.setattr(runner, "engine_available", lambda: True)
-    monkeypatch.setattr(runner, "real_preview", slow_preview)
-    rc = real_engine_preview("local", Console(), EngineChoice(kind="built", reason="test"))
+    monkeypatch.setattr(runner, "streamed_preview", slow_preview)
+    outcome = real_engine_preview("local", Console(), EngineChoice(kind="built", reason="test"), tmp_path / "d.diff")
     out, err = capsys.readouterr()
-    assert rc == 0
-    assert out.endswith("Previewing local\n")
+    assert outcome is not None and outcome[0] == 0
+    assert out == "Previewing update (local):\n"
+    assert (tmp_path / "d.diff").read_text() == "Previewing update (local):\n+ pulumi:pulumi:Stack: (create)\n"
     assert "preview: pulumi preview --stack local: still running after 0s" in err
     assert err.splitlines()[-1] == "preview: pulumi preview --stack local: done in 0s"

@@ -12,13 +12,16 @@ the passphrase salt and render settings it adds stay out of the committed file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -389,6 +392,27 @@ def config_for(
     return _prepare_config(stack, ROOT, copies, changed, backend_url, cli)
 
 
+def _preview_args(
+    stack: str,
+    policy_pack: bool,
+    overrides: Mapping[str, Any] | None,
+    backend_url: str | None,
+    cli: Path | None,
+) -> tuple[list[str], dict[str, Any]]:
+    """The ``pulumi preview --diff`` arguments for ``stack`` and the config values this run changes."""
+    if cli is None and not engine_available():
+        raise EngineError("the engine is not built; run `make engine`")
+    default = offline_overrides(stack) if cli is None else {}
+    changed = dict(default if overrides is None else overrides)
+    config = config_for(stack, changed, backend_url, cli)
+    args = ["preview", "--diff", "--stack", stack, "--non-interactive"]
+    if config is not None:
+        args += ["--config-file", str(config)]
+    if policy_pack:
+        args += ["--policy-pack", str(ROOT / "policies")]
+    return args, changed
+
+
 def real_preview(
     stack: str,
     policy_pack: bool = True,
@@ -405,24 +429,68 @@ def real_preview(
     its config copies live beside it.
     Raises ``EngineError`` when the engine is not built or the stack has no config file.
     """
-    if cli is None and not engine_available():
-        raise EngineError("the engine is not built; run `make engine`")
-    default = offline_overrides(stack) if cli is None else {}
-    changed = dict(default if overrides is None else overrides)
-    config = config_for(stack, changed, backend_url, cli)
-    args = ["preview", "--diff", "--stack", stack, "--non-interactive"]
-    if config is not None:
-        args += ["--config-file", str(config)]
-    if policy_pack:
-        args += ["--policy-pack", str(ROOT / "policies")]
+    args, changed = _preview_args(stack, policy_pack, overrides, backend_url, cli)
     return _noted(pulumi(args, backend_url=backend_url, cli=cli), changed)
+
+
+def streamed_preview(
+    stack: str,
+    sink: Callable[[str], None],
+    policy_pack: bool = True,
+    backend_url: str | None = None,
+    cli: Path | None = None,
+    timeout_s: int = PREVIEW_TIMEOUT_S,
+) -> int:
+    """``real_preview``, with each output line (stdout and stderr merged) handed to ``sink`` as it comes.
+
+    A prod preview prints tens of thousands of lines over a minute or more; a caller that holds them all
+    until the end looks hung, and one that prints them all buries the summary. ``sink`` decides. The
+    first line names the config values the run changed, as ``real_preview``'s does. Returns the exit
+    status; past ``timeout_s`` the engine is killed, the sink hears why, and the status is 124.
+    """
+    args, changed = _preview_args(stack, policy_pack, None, backend_url, cli)
+    if changed:
+        sink(_changed_note(changed))
+    proc = subprocess.Popen(
+        [str(cli or WRAPPER), *args], cwd=ROOT, env=_env(backend_url, own=cli is not None),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
+    )
+    expired = threading.Event()
+
+    def stop() -> None:
+        # The whole group: the engine's plugins hold the pipe too, and the loop below ends only when it closes.
+        expired.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, stop)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink(line.rstrip("\n"))
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if expired.is_set():
+        sink(f"preview: the engine ran past {timeout_s} s and was stopped")
+        return 124
+    return rc
+
+
+def _changed_note(changed: Mapping[str, Any]) -> str:
+    listed = ", ".join(f"{k}={v!r}" for k, v in sorted(changed.items()))
+    return f"note: offline engine run with config changed: {listed}"
 
 
 def _noted(proc: subprocess.CompletedProcess[str], changed: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
     """Say in the output which config values this run changed, so no reader takes it for the stack as-is."""
     if changed:
-        listed = ", ".join(f"{k}={v!r}" for k, v in sorted(changed.items()))
-        proc.stdout = f"note: offline engine run with config changed: {listed}\n" + (proc.stdout or "")
+        proc.stdout = _changed_note(changed) + "\n" + (proc.stdout or "")
     return proc
 
 

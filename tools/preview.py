@@ -1,11 +1,14 @@
-"""``make preview``: what a stack declares and what it would create, as tables.
+"""``make preview``: what a change would do, on a few screens, and the full diff in a file.
 
-Runs ``pulumi preview --diff`` with the policy pack first, on the user's own ``pulumi`` when one at or above
-the SDK's version is on PATH, else on the project's build (``make engine``; see tools/engine_select.py,
-``ENGINE=built|path`` chooses); when no engine can run on this machine it says so in one line and uses
-the mock runtime alone. The last line names the engine that ran. The
-summary always comes from the mock-runtime render: components, resource counts by kind, and the
-stack's declarations (GPUs per pool, priority tiers, queues, and each capability's own rows).
+Runs ``pulumi preview --diff`` with the policy pack, on the user's own ``pulumi`` when one at or above the
+SDK's version is on PATH, else on the project's build (``make engine``; see tools/engine_select.py,
+``ENGINE=built|path`` chooses); when no engine can run on this machine it says so in one line and uses the
+mock runtime alone. The engine's per-object diff (tens of thousands of lines for prod) goes to
+``.state/preview/<stack>.diff`` as it arrives (and to the terminal with ``--diff``, ``make preview DIFF=1``);
+the terminal gets the engine's warnings and errors as they come, then, in this order: the change summary
+(resources by type and operation), the policy pack's verdicts, the engine's diagnostics, the stack's
+declarations (GPUs per pool, priority tiers, queues, and each capability's own rows), where the diff is,
+and last the engine that ran.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pkgutil
 import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -24,8 +28,14 @@ from rich.table import Table
 import components
 from components.config import ClusterConfig, ConfigError, parse_config
 from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineChoice, EngineSelectionError, select_engine
-from tools.mockrt import Registered, RunResult, raw_from_stack, run_program
+from tools.mockrt import ROOT, Registered, RunResult, raw_from_stack, run_program
+from tools.preview_output import EngineReport
+from tools.preview_output import read as read_engine_output
 from tools.progress import heartbeat
+
+DIFF_DIR = ROOT / ".state" / "preview"
+# Engine lines worth a reviewer's eye while the run goes on; the rest is the per-object diff.
+_LIVE_PREFIXES = ("Previewing", "note:", "warning:", "error:", "preview:")
 
 SummaryRows = Callable[[ClusterConfig], list[tuple[str, str]]]
 
@@ -98,13 +108,50 @@ def components_table(result: RunResult) -> Table:
     return table
 
 
-def summary(stack: str, console: Console) -> int:
+def change_table(report: EngineReport) -> Table:
+    """Resources by type and operation, as the engine counted them: what a reviewer reads first."""
+    ops = report.operations()
+    total = sum(report.changes.values())
+    table = Table(title=f"What the engine would change ({total} resources)")
+    table.add_column("resource type (kubernetes: left out)")
+    for op in ops:
+        table.add_column(op, justify="right")
+    for rtype, counts in report.by_type():
+        table.add_row(rtype.removeprefix("kubernetes:"), *(str(counts.get(op, "")) for op in ops))
+    if report.protected:
+        table.add_row("of which protected", *(str(report.protected.get(op, "")) for op in ops))
+    return table
+
+
+def engine_verdicts(report: EngineReport, console: Console) -> None:
+    """The policy pack's verdicts and the engine's diagnostics, as the engine printed them."""
+    for line in report.blocks.get("Resources", []):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    violations = report.blocks.get("Policy Violations")
+    if violations:
+        counted = ", ".join(f"{n} {level}" for level, n in sorted(report.verdicts.items()))
+        console.print(f"policy pack: {counted or 'violations'} (below, as the engine printed them)", highlight=False)
+        for line in violations:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    elif "Policy Packs run" in report.blocks or "Policies" in report.blocks:
+        console.print("policy pack: no violations", highlight=False)
+    else:
+        console.print("[red]policy pack: the engine reported no policy pack run[/red]")
+    for line in report.blocks.get("Diagnostics", []):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def summary(stack: str, console: Console, report: EngineReport | None = None) -> int:
+    """The declaration tables; with an engine ``report``, its change table and verdicts before them."""
     try:
         cfg = parse_config(raw_from_stack(stack), f"Pulumi.{stack}.yaml")
         result = run_program(stack)
     except (ConfigError, FileNotFoundError) as error:
         console.print(f"[red]error:[/red] {error}")
         return 2
+    if report is not None:
+        console.print(change_table(report))
+        engine_verdicts(report, console)
     console.print(declared_table(cfg))
     for title, rows in capability_rows():
         table = Table(title=title)
@@ -113,13 +160,17 @@ def summary(stack: str, console: Console) -> int:
         for key, value in rows(cfg):
             table.add_row(key, value)
         console.print(table)
-    console.print(components_table(result))
-    console.print(counts_table(result))
+    if report is None:
+        # Without an engine, the mock runtime's registrations are the only count there is.
+        console.print(components_table(result))
+        console.print(counts_table(result))
     return 0
 
 
-def real_engine_preview(stack: str, console: Console, choice: EngineChoice) -> int | None:
-    """Run the chosen engine's preview; None when the project's build cannot run on this machine."""
+def real_engine_preview(
+    stack: str, console: Console, choice: EngineChoice, diff_path: Path, echo_diff: bool = False,
+) -> tuple[int, EngineReport] | None:
+    """Run the chosen engine's preview into ``diff_path``; None when the project's build cannot run here."""
     try:
         runner: Any = importlib.import_module("tools.engine_runner")
     except ImportError:
@@ -129,31 +180,42 @@ def real_engine_preview(stack: str, console: Console, choice: EngineChoice) -> i
                       "`make preview MOCK=1` skips it, a pulumi CLI on PATH replaces it)")
         if not runner.ensure_engine():
             return None
-    try:
-        # The engine's output is captured until it ends (a prod preview renders the Volcano chart): say it lives.
-        with heartbeat(f"preview: pulumi preview --stack {stack}"):
-            proc = runner.real_preview(stack, policy_pack=True, cli=choice.cli)
-    except runner.EngineError as error:
-        console.print(f"[red]preview:[/red] {error}")
-        return 1
-    # The engine's own output, unwrapped: its diff lines are wider than a terminal's default.
-    sys.stdout.write(proc.stdout)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        if choice.kind == "path":
-            sys.stderr.write("preview: your pulumi failed; `pulumi stack ls` shows the stacks of your backend, "
-                             "and ENGINE=built previews offline on the project's build instead\n")
-    sys.stdout.flush()
-    return int(proc.returncode)
+    diff_path.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    with diff_path.open("w", encoding="utf-8") as diff:
+
+        def sink(line: str) -> None:
+            lines.append(line)
+            diff.write(line + "\n")
+            if echo_diff or line.startswith(_LIVE_PREFIXES):
+                # The engine's own lines, unwrapped: its diff lines are wider than a terminal's default.
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+
+        try:
+            with heartbeat(f"preview: pulumi preview --stack {stack}"):
+                code = runner.streamed_preview(stack, sink, policy_pack=True, cli=choice.cli)
+        except runner.EngineError as error:
+            console.print(f"[red]preview:[/red] {error}")
+            return 1, read_engine_output("")
+    if code != 0 and choice.kind == "path":
+        sys.stderr.write("preview: your pulumi failed; `pulumi stack ls` shows the stacks of your backend, "
+                         "and ENGINE=built previews offline on the project's build instead\n")
+    return int(code), read_engine_output("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stack", default="prod")
     parser.add_argument("--mock-only", action="store_true", help="skip the real engine even when it is built")
+    parser.add_argument("--diff", action="store_true", help="print the engine's per-object diff here too")
+    parser.add_argument("--diff-file", type=Path, help="where the per-object diff goes "
+                        "(default .state/preview/<stack>.diff)")
     args = parser.parse_args(argv)
     console = Console()
+    diff_path: Path = args.diff_file or DIFF_DIR / f"{args.stack}.diff"
     code: int | None = None
+    report: EngineReport | None = None
     if args.mock_only:
         ran = "engine: none (MOCK=1: the mock runtime only)"
     else:
@@ -163,14 +225,26 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]preview:[/red] {error}")
             return 2
         console.print(choice.describe(), highlight=False, soft_wrap=True)
-        code = real_engine_preview(args.stack, console, choice)
+        outcome = real_engine_preview(args.stack, console, choice, diff_path, echo_diff=args.diff)
         ran = choice.describe()
-        if code is None:
+        if outcome is None:
             ran = "engine: none (the project's build cannot run here); the mock runtime only"
             console.print("preview: real Pulumi engine not available here; showing the mock-runtime preview")
-    rc = summary(args.stack, console)
+        else:
+            code, report = outcome
+    rc = summary(args.stack, console, report)
+    if report is not None:
+        console.print(f"full diff: {_shown(diff_path)} ({report.lines:,} lines; `make preview DIFF=1` prints it here)",
+                      highlight=False, soft_wrap=True)
     console.print(ran, highlight=False, soft_wrap=True)
     return rc or (code or 0)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":
