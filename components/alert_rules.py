@@ -601,7 +601,7 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
             "A share of pool {{ $labels.pool }} this large points at a shared cause (cooling of a row, a switch, "
             "a driver or firmware roll-out) rather than single bad GPUs, and gangs that need the pool wait. "
             "Check: the signals per node on the GPU health dashboard. Action: fix the shared cause; release "
-            "nodes per the README's training section.",
+            "nodes as docs/training.md says (Release).",
             "5m",
         ),
         _alert(

@@ -1,6 +1,6 @@
 """Gang scheduling: one batch scheduler for every GPU pod on on-prem nodes.
 
-Decision (see README, "Scheduling decision"): training *and* inference pods on GPU nodes are placed by
+Decision (see docs/scheduling.md): training *and* inference pods on GPU nodes are placed by
 the same gang scheduler (Volcano by default). A batch scheduler cannot preempt pods that the
 default scheduler placed, and two schedulers on the same nodes double-book GPUs; with a single
 scheduler the capacity view is one, and a pending training gang gets GPUs through Volcano's
