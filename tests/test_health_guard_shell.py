@@ -553,3 +553,42 @@ def test_on_sigterm_the_guard_releases_its_lease_and_the_standby_takes_over_at_o
     assert not runner.is_alive()
     assert port.lease()["spec"]["holderIdentity"] is None
     assert elector(port, "standby", 30, [0.0]).step()  # no wait for the lease to expire
+
+
+def test_a_stop_during_the_queries_ends_the_cycle_before_it_decides(world) -> None:
+    """SIGTERM while Prometheus is slow: the guard asks no further query and writes nothing, so it reaches
+    its release within one query's timeout, not after a whole cycle of them."""
+    prom, port, guard = world
+    prom.xid = {"gpu-01": 1}
+    stop = threading.Event()
+    asked: list[str] = []
+    answer = prom.query_raw
+
+    def slow_then_stopped(promql: str) -> Any:
+        asked.append(promql)
+        stop.set()  # the signal arrives while this query is in flight
+        return answer(promql)
+
+    prom.query_raw = slow_then_stopped  # type: ignore[method-assign]
+    assert guard.cycle(stop) is None
+    assert len(asked) == 1
+    assert [call for call, _, _ in port.writes() if call != "create:leases"] == []  # the election's own only
+    assert port.taints("gpu-01") == [(f"{P}/pool", "a", "NoSchedule")]
+
+
+def test_a_stop_during_the_actions_leaves_the_rest_to_the_next_leader(world) -> None:
+    prom, _, guard = world
+    prom.xid = {"gpu-01": 1, "gpu-02": 1}
+    stop = threading.Event()
+    applied: list[Any] = []
+    apply = guard._apply
+
+    def apply_then_stopped(action: Any, *args: Any) -> None:
+        applied.append(action)
+        apply(action, *args)
+        stop.set()
+
+    guard._apply = apply_then_stopped  # type: ignore[method-assign]
+    decision = guard.cycle(stop)
+    assert decision is not None and len(decision.actions) > 1
+    assert applied == [decision.actions[0]]

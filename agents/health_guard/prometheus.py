@@ -7,7 +7,7 @@ import json
 import math
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from agents.health_guard.contract import HealthSettings
@@ -74,11 +74,18 @@ class PrometheusMetrics:
             raise QueryError(f"query {promql!r} failed: {exc}") from exc
 
 
-def observe(settings: HealthSettings, prometheus: Prometheus) -> tuple[Observations, list[str]]:
-    """Every signal and freshness query; a failed query leaves its signal unknown. Returns the errors."""
+def observe(settings: HealthSettings, prometheus: Prometheus,
+            stopped: Callable[[], bool] = lambda: False) -> tuple[Observations, list[str]]:
+    """Every signal and freshness query; a failed query leaves its signal unknown. Returns the errors.
+
+    ``stopped`` is asked before each query: a guard told to stop ends its observation there (the rest stays
+    unknown) instead of waiting out every query's timeout while its pod's grace period runs.
+    """
     errors: list[str] = []
     last_seen: dict[str, dict[str, float]] = {}
     for name, exporter in settings.exporters.items():
+        if stopped():
+            break
         try:
             last_seen[name] = parse_vector(prometheus.query_raw(exporter.freshness_query), exporter.node_label)
         except QueryError as exc:
@@ -86,6 +93,9 @@ def observe(settings: HealthSettings, prometheus: Prometheus) -> tuple[Observati
     readings: dict[str, dict[str, float]] = {}
     failed: set[str] = set()
     for signal in settings.signals:
+        if stopped():
+            failed.add(signal.name)
+            continue
         label = settings.exporters[signal.exporter].node_label
         try:
             readings[signal.name] = parse_vector(prometheus.query_raw(signal.query), label)

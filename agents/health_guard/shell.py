@@ -93,17 +93,26 @@ class Guard:
     def last_pass(self) -> float | None:
         return self._last_pass
 
-    def cycle(self) -> Decision | None:
-        """One pass; the decision, or ``None`` when not leading or the inputs were unavailable."""
+    def cycle(self, stop: threading.Event | None = None) -> Decision | None:
+        """One pass; the decision, or ``None`` when not leading, the inputs were unavailable or ``stop`` came.
+
+        ``stop`` is read between queries and between actions, so a guard told to stop (SIGTERM) releases its
+        Lease within one call's timeout rather than after a whole cycle of them; the actions it leaves are
+        the next leader's, as when the fence stops a batch.
+        """
+        stopped = stop.is_set if stop is not None else (lambda: False)
         now = self.clock()
         leading = self.elector.step()
         self.metrics.leader.set(1 if leading else 0)
         if not leading:
             return None
-        obs, errors = observe(self.settings, self.prometheus)
+        obs, errors = observe(self.settings, self.prometheus, stopped)
         for message in errors:
             self.metrics.errors.labels("query").inc()
             log.warning("%s", message)
+        if stopped():
+            log.info("stopping: cycle ended before deciding")
+            return None
         try:
             raw = self.api.list(NODES, label_selector=self.settings.node_selector).get("items") or []
         except Exception as exc:  # any client error means "no node list": decide nothing
@@ -116,10 +125,14 @@ class Guard:
         decision = decide(self.settings, obs, views, self.state, now, breaker)
         self.state = decision.state
         for done, action in enumerate(decision.actions):
+            left = len(decision.actions) - done
+            if stopped():
+                log.info("stopping: %d of %d actions left for the next leader", left, len(decision.actions))
+                break
             if not self.elector.can_write():  # the port would refuse each write; stop the batch instead
                 self.metrics.errors.labels("fenced").inc()
                 log.warning("lease too old to write: %d of %d actions left for the next leader",
-                            len(decision.actions) - done, len(decision.actions))
+                            left, len(decision.actions))
                 break
             self._apply(action, by_name, views, now)
         self._count_application_restarts()
@@ -137,7 +150,7 @@ class Guard:
         try:
             while not stop.is_set():
                 try:
-                    self.cycle()
+                    self.cycle(stop)
                 except Exception:
                     self.metrics.errors.labels("cycle").inc()
                     log.exception("cycle failed")
