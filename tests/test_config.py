@@ -217,6 +217,30 @@ def test_configuration_reference_matches_the_schema() -> None:
     assert DOC.read_text() == render(), "docs/configuration.md is stale: run `python -m tools.config_doc`"
 
 
+def _undescribed(schema: Any, model: str) -> list[str]:
+    """``Model.field`` for every property without a description in ``schema`` and the objects nested in it."""
+    if isinstance(schema, list):
+        return [found for item in schema for found in _undescribed(item, model)]
+    if not isinstance(schema, dict):
+        return []
+    model = schema.get("title", model) if "properties" in schema else model
+    missing = [f"{model}.{key}" for key, field in schema.get("properties", {}).items()
+               if not str(field.get("description", "")).strip()]
+    # Defaults and constants are data: a default PriorityTier's "description" is a value, not a schema.
+    return missing + [found for key, value in schema.items() if key not in ("default", "const", "enum", "examples")
+                      for found in _undescribed(value, model)]
+
+
+def test_every_field_of_the_schema_has_a_description() -> None:
+    """The docstring under each field is what the reference and editors show; a field without one is a blank."""
+    from components.config import ClusterConfig
+
+    schema = ClusterConfig.model_json_schema(by_alias=True)
+    missing = _undescribed({k: v for k, v in schema.items() if k != "$defs"}, "ClusterConfig")
+    missing += [found for name, model in schema.get("$defs", {}).items() for found in _undescribed(model, name)]
+    assert not missing, f"fields without a description (a docstring under the field in components/config/): {missing}"
+
+
 def test_the_published_stack_schema_matches_the_models_and_accepts_the_committed_stacks() -> None:
     import jsonschema
     import yaml

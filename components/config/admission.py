@@ -34,10 +34,13 @@ class MutatingMode(StrEnum):
 
 class Admission(ConfigModel):
     mutating: MutatingMode = MutatingMode.AUTO
-    #: Namespaces beyond training and inference whose GPU pods must also go through the gang scheduler (a
-    #: second scheduler double-books the GPUs it shares with it). Not cluster-wide by default: GPU pods of
-    #: other software (the GPU operator's validators) use the default scheduler in their own namespaces.
+    """Whether a MutatingAdmissionPolicy adds the training priority class and the handover gate to Volcano Jobs
+    that lack them: `auto` declares v1 where `kubernetesVersion` serves it (1.36+) and only refuses below;
+    `v1beta1` for a 1.34/1.35 API server with the beta enabled; `off` only refuses."""
     gang_scheduler_namespaces: list[DnsLabel] = Field(default_factory=list)
+    """Namespaces beyond training and inference whose GPU pods must also use the gang scheduler (a second
+    scheduler double-books the GPUs they share). Not cluster-wide by default: other software's GPU pods (the GPU
+    operator's validators) use the default scheduler in their own namespaces."""
 
     def mutating_api(self, k8s_minor: tuple[int, int]) -> str | None:
         """The MutatingAdmissionPolicy apiVersion to declare, or None to validate only."""

@@ -60,10 +60,12 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class ConfigModel(BaseModel):
-    """Base: camelCase keys as in the stack file, unknown keys rejected, immutable."""
+    """Base: camelCase keys as in the stack file, unknown keys rejected, immutable; the docstring under each
+    field is its description in the schema, the configuration reference and editors' hover text."""
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, strict=False
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, strict=False,
+        use_attribute_docstrings=True,
     )
 
     @model_validator(mode="before")

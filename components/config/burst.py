@@ -30,36 +30,59 @@ class Handover(ConfigModel):
     """
 
     enabled: bool = True
+    """Gate training behind the standby (make before break). In effect only where the stack has both providers
+    and inference services; off, a gang takes inference GPUs at once."""
     timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = int(_AGENT.handover_timeout_seconds)
-    #: ``current``: the standby replaces every replica at risk, up to the service's current count (capacity
-    #: survives the handover); ``minimum``: only up to minReplicas (the floor survives, fewer external GPUs).
+    """Longest a gang waits at the gate, and a close waits for the standby, before going ahead without it
+    (seconds): training outranks inference."""
     cover: Literal["current", "minimum"] = _AGENT.handover_cover.value
-    #: ``pool``: a waiting gang puts at risk every ready replica of its pool; ``displaced``: only the replicas on
-    #: the GPUs it lacks (node by node, at most that many per service): fewer external GPU·h, a little less
-    #: availability (README, simulator).
+    """`current`: the standby replaces every replica at risk, up to the service's current count (capacity
+    survives the handover); `minimum`: only up to minReplicas (the floor survives, on fewer external GPUs)."""
     sizing: Literal["pool", "displaced"] = _AGENT.handover_sizing.value
-    #: External replicas per service the standby covers while they return home (those the descheduler moves
-    #: at once, e.g. its ``maxPodsPerNamespace``); 0: every external replica.
+    """`pool`: a waiting gang puts at risk every ready replica of its pool; `displaced`: only the replicas on
+    the GPUs it lacks (node by node, at most that many per service), for fewer external GPU·h and a little
+    less availability (see the simulator)."""
     return_batch: NonNegativeInt = _AGENT.handover_return_batch
+    """External replicas per service the standby covers while they return home (those the descheduler moves
+    at once, e.g. its `maxPodsPerNamespace`); 0: every external replica."""
 
 
 class Burst(ConfigModel):
     """Thresholds of the burst controller. The close threshold sits above the open one (hysteresis)."""
 
     taint_value: DnsLabel = _AGENT.taint_value
+    """Value of the burst taint `<labelPrefix>/burst=<value>:NoSchedule` that the controller keeps on every
+    virtual node while the burst is closed."""
     open_below_free_gpus: NonNegativeInt = _AGENT.open_below_free_gpus
+    """Open the burst when the effective free on-prem GPUs (per pool, free minus what pending training needs)
+    stay below this for `openHoldSeconds`."""
     close_at_free_gpus: PositiveInt = _AGENT.close_at_free_gpus
+    """Close the burst when the effective free on-prem GPUs reach this plus the GPUs inference uses externally,
+    for `closeHoldSeconds`; above `openBelowFreeGpus`, so the taint does not flap."""
     open_hold_seconds: NonNegativeInt = int(_AGENT.open_hold_seconds)
+    """How long the shortage must last before the burst opens (seconds)."""
     close_hold_seconds: NonNegativeInt = int(_AGENT.close_hold_seconds)
+    """How long the plenty must last before the burst closes and external replicas go home (seconds)."""
     pending_grace_seconds: NonNegativeInt = int(_AGENT.pending_grace_seconds)
+    """Inference GPUs pending this long open the burst whatever the free count (seconds)."""
     external_deletion_cost: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = _AGENT.external_deletion_cost
+    """`pod-deletion-cost` the controller gives inference replicas on virtual nodes: negative, so an HPA
+    scale-down removes them before on-prem ones; with priced providers the dearer ones get less."""
     resync_seconds: PositiveInt = int(_AGENT.resync_seconds)
+    """How often the controller lists everything again, repairing what a missed watch event left wrong
+    (seconds)."""
     stale_after_seconds: PositiveInt = int(_AGENT.stale_after_seconds)
-    #: How often the controller decides (hold timers and the handover timeout are as precise as this).
+    """With cluster data older than this (seconds) the controller leaves the taints as they are; a longer gap
+    between two decisions restarts the holds."""
     tick_seconds: PositiveInt = int(_AGENT.tick_seconds)
+    """How often the controller decides (seconds); hold timers and the handover timeout are as precise as
+    this."""
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
+    """Burst controller replicas: one leads through a Lease, the others stand by for a drain or a crash."""
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9102
+    """Port of the controller's /metrics endpoint, which Prometheus scrapes."""
     handover: Handover = Handover()
+    """Make before break: the inference a gang (or the return home) takes away is replaced first."""
 
     @model_validator(mode="after")
     def _agent_rules(self) -> Self:

@@ -57,13 +57,20 @@ class FilesystemBase(ConfigModel):
     """
 
     name: DnsLabel
+    """Name training jobs and the throughput check use for this filesystem; its objects are named
+    `checkpoints-<name>` after the oldest name (`renamedFrom[0]`)."""
     capacity_gi: PositiveInt = 102_400
-    #: Sustained aggregate write bandwidth the backend is sized for (GB/s).
+    """Storage the claim requests (GiB); for FSx for Lustre 1200 or a multiple of 2400."""
     write_gbps: Annotated[float, Field(gt=0)]
+    """Sustained aggregate write bandwidth the backend is sized for (GB/s): checked against the checkpoint
+    budget, and it sizes the workers' termination grace for an emergency checkpoint."""
     mount_options: list[str] = Field(default_factory=list)
+    """`mountOptions` of the StorageClass (or of the static volume)."""
     renamed_from: list[DnsLabel] = Field(default_factory=list)
-    #: Extra StorageClass parameters (escape hatch); may not override the typed ones.
+    """Earlier names of this entry, oldest first: the objects keep the oldest name and the resources alias the
+    others, so a rename changes nothing in the cluster."""
     extra_parameters: dict[str, str] = Field(default_factory=dict)
+    """Extra StorageClass parameters (an escape hatch); they may add keys but not override the typed ones."""
 
     #: The backend's CSI driver (StorageClass ``provisioner``); a static volume names its own.
     DRIVER: ClassVar[str] = ""
@@ -109,8 +116,11 @@ class NfsFilesystem(FilesystemBase):
     """An NFS export through csi-driver-nfs."""
 
     backend: Literal["nfs"]
+    """`nfs`: an NFS export through csi-driver-nfs."""
     server: NonEmptyStr
+    """Host name or address of the NFS server."""
     share: NonEmptyStr
+    """Absolute export path under which the driver creates one directory per volume."""
 
     DRIVER: ClassVar[str] = "nfs.csi.k8s.io"
 
@@ -130,10 +140,16 @@ class LustreFilesystem(FilesystemBase):
     """FSx for Lustre through the FSx CSI driver: persistent deployment types only, sized in FSx steps."""
 
     backend: Literal["lustre"]
+    """`lustre`: FSx for Lustre through the FSx CSI driver."""
     subnet_id: NonEmptyStr
+    """The one subnet FSx places the filesystem in (`subnet-…`)."""
     security_group_ids: Annotated[list[str], Field(min_length=1)]
+    """Security groups of the filesystem's network interfaces (`sg-…`)."""
     deployment_type: str = "PERSISTENT_2"
+    """`PERSISTENT_1` or `PERSISTENT_2`; SCRATCH types are refused because they do not replicate data."""
     per_unit_storage_throughput: PositiveInt
+    """Throughput per TiB of storage (MB/s), one of the deployment type's tiers; with `capacityGi` it bounds
+    `writeGbps`."""
 
     DRIVER: ClassVar[str] = "fsx.csi.aws.com"
 
@@ -190,10 +206,15 @@ class WekaFilesystem(FilesystemBase):
     """A WEKA filesystem through csi-wekafs (3.0 removed the unauthenticated mode: the API secret is required)."""
 
     backend: Literal["weka"]
+    """`weka`: a WEKA filesystem through csi-wekafs."""
     filesystem_name: NonEmptyStr
+    """The WEKA filesystem whose directories the volumes are (`filesystemName`, volume type `dir/v1`)."""
     api_secret_name: DnsLabel
+    """Secret holding the WEKA API credentials, which the CSI plugin reads at every stage."""
     api_secret_namespace: DnsLabel = "csi-wekafs"
+    """Namespace of that Secret."""
     capacity_enforcement: Literal["HARD", "SOFT"] = "HARD"
+    """Whether a volume's capacity is a hard or a soft quota (`capacityEnforcement`)."""
 
     DRIVER: ClassVar[str] = "csi.weka.io"
 
@@ -210,10 +231,15 @@ class VastFilesystem(FilesystemBase):
     """A VAST view through the VAST CSI driver, spread over a VIP pool."""
 
     backend: Literal["vast"]
+    """`vast`: a VAST view through the VAST CSI driver."""
     vip_pool: NonEmptyStr
+    """VIP pool the driver spreads the mounts over (`vip_pool_name`)."""
     root_export: NonEmptyStr
+    """Absolute export path under which the driver creates the volumes (`root_export`)."""
     view_policy: NonEmptyStr
+    """VAST view policy of the volumes' views (`view_policy`)."""
     lb_strategy: Literal["roundrobin", "random"] = "roundrobin"
+    """How the driver picks a VIP of the pool for each mount (`lb_strategy`)."""
 
     DRIVER: ClassVar[str] = "csi.vastdata.com"
 
@@ -233,9 +259,13 @@ class StaticFilesystem(FilesystemBase):
     """A pre-provisioned volume of any CSI driver, bound to its claim; no StorageClass."""
 
     backend: Literal["static"]
+    """`static`: a pre-provisioned volume of any CSI driver, without a StorageClass."""
     driver: NonEmptyStr
+    """Name of the volume's CSI driver, e.g. `spectrumscale.csi.ibm.com`."""
     volume_handle: NonEmptyStr
+    """The volume's id in its driver (`csi.volumeHandle`)."""
     volume_attributes: dict[str, str] = Field(default_factory=dict)
+    """The driver's settings for the volume (`csi.volumeAttributes`)."""
 
     @field_validator("driver")
     @classmethod
@@ -275,10 +305,13 @@ class CheckpointBudget(ConfigModel):
     """How fast a checkpoint must land: ``sizeTb`` (decimal TB) in ``seconds`` from ``writers`` ranks."""
 
     size_tb: Annotated[float, Field(gt=0)] = 1.0
+    """Size of one checkpoint (decimal TB)."""
     seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Time one checkpoint may take to land (seconds); the CheckpointOverBudget alert fires past it."""
     writers: PositiveInt = 256
-    #: One client's link (GB/s): an NDR 400 Gb/s port moves about 50 GB/s.
+    """Ranks writing one checkpoint in parallel: each one's share of the bandwidth must fit one client link."""
     client_link_gbps: Annotated[float, Field(gt=0)] = 50.0
+    """One client's link (GB/s): an NDR 400 Gb/s port moves about 50 GB/s."""
 
     @property
     def aggregate_gbps(self) -> float:
@@ -290,25 +323,36 @@ class ThroughputCheck(ConfigModel):
     """The fio check: ``nodes`` × ``writersPerNode`` concurrent writers, each ``sizePerWriterGi``."""
 
     enabled: bool = False
+    """Measure `filesystem` with fio from the GPU nodes, against the checkpoint budget."""
     filesystem: DnsLabel | None = None
-    #: GPU pool the writers run on; default the first pool.
+    """Name of the checkpoint filesystem to measure; required when enabled."""
     pool: DnsLabel | None = None
+    """GPU pool the writers run on; the first pool when unset."""
     nodes: PositiveInt = 8
+    """Nodes the check runs on, one pod each holding all the node's GPUs so nothing else shares its links."""
     writers_per_node: PositiveInt = 8
+    """Concurrent fio writers per node (`--numjobs`)."""
     size_per_writer_gi: PositiveInt = 16
-    #: Run weekly (CronJob at a per-stack random minute/hour/day) instead of once per change.
+    """Data each writer writes (GiB), one file each, removed afterwards."""
     weekly: bool = False
+    """Run weekly (a CronJob at a per-stack random minute, hour and day) instead of once per change."""
     deadline_seconds: PositiveInt = 3600
-    #: Image carrying fio and the reducer; default the pinned checkpoint-check agent image.
+    """Longest one run may take (the Job's `activeDeadlineSeconds`), and how long the reducer waits for every
+    node's result (seconds)."""
     image: PinnedImage | None = None
+    """Image carrying fio and the reducer; the pinned checkpoint-check agent image when unset."""
 
 
 class Checkpoint(ConfigModel):
     filesystems: list[Filesystem] = Field(default_factory=list)
+    """Shared filesystems for checkpoints, each chosen by its `backend`; their claims and volumes are never
+    deleted or replaced by the stack."""
     budget: CheckpointBudget = CheckpointBudget()
-    #: Fail validation (instead of warning) when a filesystem cannot meet the budget.
+    """How fast one checkpoint must land; every filesystem is checked against it."""
     strict: bool = False
+    """Fail validation (instead of warning) when a filesystem cannot meet the budget."""
     throughput_check: ThroughputCheck = ThroughputCheck()
+    """A fio job that measures one filesystem's write bandwidth from the GPU nodes."""
 
 
 def checkpoint_problems(cfg: ClusterConfig) -> list[Problem]:

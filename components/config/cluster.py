@@ -27,32 +27,61 @@ class ClusterConfig(ConfigModel):
     """The whole stack, as declared in ``Pulumi.<stack>.yaml``."""
 
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d+(\.\d+)?$")] = "1.34"
+    """Version of the cluster's API server (`1.<minor>[.<patch>]`): it decides which gang scheduler is
+    accepted, whether the admission policies are declared (1.30+) and which MutatingAdmissionPolicy API
+    `admission.mutating: auto` uses."""
     label_prefix: LabelPrefix = "gpucluster.io"
+    """Prefix of every label, taint and scheduling-gate key the platform sets (`<prefix>/pool`,
+    `<prefix>/burst`…): a DNS subdomain such as `gpucluster.io`."""
     gpu_resource: ExtendedResource = "nvidia.com/gpu"
+    """Extended resource the device plugin advertises GPUs as: what pods request, queues cap and virtual nodes
+    report."""
     system_namespace: DnsLabel = "gpu-system"
-    #: The node telemetry exporters (DCGM, InfiniBand): the only namespace whose Pod Security level is
-    #: ``privileged``, so the system namespace, with every controller, enforces ``restricted``.
+    """Namespace of the platform's controllers (burst controller, descheduler, health guard, metrics adapter,
+    virtual kubelets other than Liqo's); Pod Security `restricted`."""
     telemetry_namespace: DnsLabel = "gpu-telemetry"
+    """Namespace of the node telemetry exporters (DCGM, InfiniBand): the only one whose Pod Security level is
+    `privileged`, so the system namespace, with every controller, can enforce `restricted`."""
     training_namespace: DnsLabel = "training"
+    """Namespace of the training jobs, the checkpoint claims and the throughput check; Pod Security
+    `baseline`, every GPU pod checked by the admission policies."""
     inference_namespace: DnsLabel = "inference"
+    """Namespace of the inference services and their standbys; Pod Security `baseline`. Virtual kubelets run
+    pods and the descheduler evicts only here."""
     monitoring_namespace: DnsLabel = "monitoring"
-    #: Where the API server answers (its addresses or the control plane's range): the only egress our
-    #: controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it.
+    """Namespace of the Prometheus Operator's Prometheus: the alert rules and dashboards go there, and the
+    metrics adapter finds Prometheus there by default. Pod Security `restricted`."""
     api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
-    #: Where our agents' images are pulled from (``host[:port]/path``, no tag): every site pushes them to its own.
+    """Where the API server answers (its addresses or the control plane's range): the only egress our
+    controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it."""
     agent_registry: str = AGENT_REGISTRY
+    """Where our agents' images are pulled from (`host[:port]/path`, no tag): every site pushes them to its
+    own."""
     pools: list[GpuPool]
+    """On-prem GPU pools, at least one: their nodes are labelled and tainted, and their GPUs are what training,
+    inference and the burst thresholds count."""
     system_pool: SystemPool
+    """CPU nodes the platform's own components run on."""
     priorities: Priorities = Priorities()
+    """PriorityClasses of the four tiers: system, training, inference and default."""
     scheduling: Scheduling = Scheduling()
+    """The gang scheduler every on-prem GPU pod goes through, its queues and the research teams."""
     providers: list[ExternalProvider] = Field(default_factory=list)
+    """External GPU providers, each one virtual node that inference may burst onto; chosen by `kind`."""
     inference: Inference = Inference()
+    """Inference services, the Gateway they attach to and the metrics adapter."""
     burst: Burst = Burst()
+    """The burst controller: when inference may use the providers' virtual nodes, and the handover."""
     descheduler: Descheduler = Descheduler()
+    """The descheduler that brings burst pods back on-prem a few at a time."""
     observability: Observability = Observability()
+    """GPU and InfiniBand exporters, alert rules, dashboards and the health guard."""
     checkpoint: Checkpoint = Checkpoint()
+    """Checkpoint filesystems, the time budget one checkpoint must meet and the throughput check."""
     training: Training = Training()
+    """Training jobs and the NCCL and metrics settings every worker gets."""
     admission: Admission = Admission()
+    """Admission policies inside the cluster."""
 
     @field_validator("api_server_cidrs")
     @classmethod

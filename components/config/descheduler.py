@@ -14,15 +14,23 @@ class Descheduler(ConfigModel):
     """Gradual return: a few pods per cycle move back on-prem once the burst taint returns."""
 
     image: PinnedImage = images.DESCHEDULER
+    """Pinned descheduler image."""
     schedule: str = "*/2 * * * *"
+    """Cron schedule of the descheduler's CronJob; each run evicts a few inference pods the burst taint no
+    longer admits."""
     max_pods_per_node: PositiveInt = 4
+    """Most pods one run evicts from one node (`maxNoOfPodsToEvictPerNode`)."""
     max_pods_per_namespace: PositiveInt = 8
+    """Most pods one run evicts from one namespace (`maxNoOfPodsToEvictPerNamespace`)."""
     max_pods_total: PositiveInt = 16
+    """Most pods one run evicts in all (`maxNoOfPodsToEvictTotal`)."""
     min_pod_age_seconds: NonNegativeInt = 300
-    #: Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room). With
-    #: priced providers it also moves pods from a dearer provider to a cheaper one with room, each an external
-    #: restart. Off by default: the room it fills is mostly room queued training takes next (bench report).
+    """Only pods older than this are evicted (the evictor's `minPodAge`, seconds), so a replica that has just
+    started is not moved again at once."""
     prefer_onprem_affinity: bool = False
+    """Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room). With
+    priced providers it also moves pods from a dearer provider to a cheaper one with room, each an external
+    restart. Off by default: the room it fills is mostly room queued training takes next (bench report)."""
 
     @field_validator("schedule")
     @classmethod

@@ -45,9 +45,16 @@ class Traffic(ConfigModel):
     """
 
     shape: TrafficShape
+    """How requests reach the replicas: `queue-worker` (they pull from a broker) or `gateway` (an HTTPRoute to
+    one Service over every ready replica)."""
     queue_url: str | None = None
+    """Broker URL every location reaches, given to replicas as `QUEUE_URL`; required for `queue-worker`. No
+    credentials in it; its port is the one the egress policy opens."""
     queue_credentials_secret: str | None = None
+    """Name of a secret config key holding the broker credentials; replicas read them as `QUEUE_CREDENTIALS`
+    from a Secret."""
     gateway_host: str | None = None
+    """Host name the HTTPRoute matches; required for `gateway`."""
 
     @field_validator("queue_url")
     @classmethod
@@ -91,13 +98,20 @@ class Scaling(ConfigModel):
     (an external metric); in-flight: concurrent requests per replica (a pods metric)."""
 
     metric: ScalingMetric = ScalingMetric.QUEUE_DEPTH
+    """What the HPA scales on: `cpu` or `memory` utilization, `queue-depth` (waiting jobs, an external
+    metric) or `in-flight` (concurrent requests, a pods metric)."""
     target: PositiveInt = 4
+    """The metric's target: a utilization percent (1-100) for cpu/memory, an average per replica otherwise."""
     scale_up_stabilization_seconds: NonNegativeInt = 0
+    """HPA scale-up stabilization window (seconds); 0 scales up at once."""
     scale_down_stabilization_seconds: NonNegativeInt = 300
-    #: Scale-down never removes more than this share of replicas per minute (a gentle return).
+    """HPA scale-down stabilization window (seconds): the highest recommendation within it holds, so a short
+    dip removes no replica."""
     scale_down_percent_per_minute: Annotated[int, Field(ge=1, le=100)] = 10
-    #: Prometheus series the adapter serves for queue-depth/in-flight; default per metric.
+    """Scale-down never removes more than this share of replicas per minute (a gentle return)."""
     prometheus_series: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] | None = None
+    """Prometheus series the adapter serves for queue-depth/in-flight; `inference_queue_depth` or
+    `inference_requests_in_flight` when unset."""
 
     @model_validator(mode="after")
     def _target(self) -> Self:
@@ -109,28 +123,42 @@ class Scaling(ConfigModel):
 
 
 class InferenceService(ConfigModel):
-    #: Also the Service's name (DNS-1035: starts with a letter) and the prefix of its standby and Secret.
     name: Annotated[DnsLabel, dns_1035(SERVICE_NAME_ROOM)]
+    """Name of the Deployment, its Service (DNS-1035: starts with a letter) and HPA, and the prefix of its
+    standby and Secret."""
     image: PinnedImage
+    """Pinned image of the inference server."""
     gpus_per_replica: PositiveInt = 1
+    """GPUs each replica requests (limit = request); a node of its pool(s), and a provider, must have as many."""
     min_replicas: PositiveInt = 2
+    """HPA minimum, and what the handover keeps ready while training takes GPUs."""
     max_replicas: PositiveInt = 16
+    """HPA maximum."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8080
+    """Port the server listens on: the Service and the HTTPRoute send requests there, the probes ask there."""
     cpu: Quantity = "8"
+    """CPU request of each replica."""
     memory: Quantity = "64Gi"
+    """Memory request and limit of each replica."""
     max_unavailable: PositiveInt = 1
+    """Replicas a drain or an eviction may take at once (the PodDisruptionBudget); below `minReplicas`."""
     readiness_path: str = "/healthz"
-    #: The server's liveness path ("the process works", e.g. Triton's /v2/health/live), apart from readiness
-    #: ("can serve now"). Unset: liveness is a TCP connect to the server's port, so a loaded replica that stops
-    #: being ready is taken out of the Service but never restarted for it.
+    """HTTP path of the readiness and startup probes: a replica gets requests only while it answers."""
     liveness_path: str | None = None
-    #: How long a replica may take to load its model before the readiness path must answer; until then the
-    #: liveness probe (same path) does not run, so a slow load is never killed as a hang.
+    """The server's liveness path ("the process works", e.g. Triton's /v2/health/live), apart from readiness
+    ("can serve now"). Unset: liveness is a TCP connect to the server's port, so a loaded replica that stops
+    being ready is taken out of the Service but never restarted for it."""
     startup_timeout_seconds: Annotated[int, Field(ge=30, le=7200)] = 1800
+    """How long a replica may take to load its model before the readiness path must answer (seconds); until
+    then the liveness probe does not run, so a slow load is never killed as a hang."""
     pool: DnsLabel | None = None
+    """GPU pool the replicas prefer and tolerate; every pool when unset."""
     traffic: Traffic
+    """How requests reach the replicas wherever they run."""
     scaling: Scaling = Scaling()
+    """The HPA's metric, target and pace."""
     args: list[str] = Field(default_factory=list)
+    """Arguments of the server container; the image's own when empty."""
 
     @model_validator(mode="after")
     def _replicas(self) -> Self:
@@ -154,25 +182,34 @@ class GatewayRef(ConfigModel):
     """The Gateway (Gateway API) that gateway-shaped services attach their HTTPRoute to."""
 
     name: DnsLabel = "inference-gateway"
-    #: Defaults to the inference namespace.
+    """Name of the Gateway."""
     namespace: DnsLabel | None = None
+    """Namespace of the Gateway; the inference namespace when unset."""
     section_name: DnsLabel | None = None
+    """Listener of the Gateway the routes attach to (`sectionName`); every listener that admits them when unset."""
 
 
 class MetricsAdapter(ConfigModel):
     """prometheus-adapter serving custom.metrics.k8s.io and external.metrics.k8s.io from Prometheus."""
 
     image: PinnedImage = images.PROMETHEUS_ADAPTER
-    #: Defaults to the Prometheus Operator's governing Service in the monitoring namespace.
+    """Pinned prometheus-adapter image."""
     prometheus_url: Annotated[PlainUrl, Field(pattern=r"^https?://\S+$")] | None = None
+    """Prometheus the adapter queries; the Prometheus Operator's governing Service in the monitoring namespace
+    when unset."""
     relist_interval_seconds: PositiveInt = 60
+    """How often the adapter lists Prometheus's series again (`--metrics-relist-interval`, seconds)."""
     replicas: PositiveInt = 2
+    """Adapter replicas, on different nodes: one node down must not take every HPA's metrics with it."""
 
 
 class Inference(ConfigModel):
     services: list[InferenceService] = Field(default_factory=list)
+    """Inference services, each a Deployment its HPA scales, with a Service and a PodDisruptionBudget."""
     gateway: GatewayRef = GatewayRef()
+    """The Gateway that `gateway`-shaped services attach their HTTPRoutes to."""
     adapter: MetricsAdapter = MetricsAdapter()
+    """prometheus-adapter, deployed when a service scales on queue-depth or in-flight."""
 
 
 

@@ -31,26 +31,36 @@ class HealthGuardConfig(ConfigModel):
     ``healthGuardPort``.
     """
 
-    #: XIDs that make a node fatal (training and inference leave): NVIDIA's XID catalogue.
     fatal_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.FATAL_XIDS))
-    #: XIDs that make a node degraded (training leaves, inference may stay).
+    """XIDs that make a node fatal (training and inference leave) and page (GpuCriticalXid); numbers from
+    NVIDIA's XID catalogue."""
     degraded_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.DEGRADED_XIDS))
-    #: Per-signal override of the class, or ``off``: e.g. ``{nvlink-errors: fatal, ib-link-errors: off}``.
+    """XIDs that make a node degraded (training leaves, inference may stay)."""
     signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
-    #: A node whose exporter has been silent this long is not judged: never unhealthy, never released.
+    """Per-signal override of its class, or `off`: e.g. `{nvlink-errors: fatal, ib-link-errors: off}`."""
     stale_after_seconds: Annotated[int, Field(ge=15)] = _GUARD.stale_after_seconds
-    #: Healthy this long without a break before a node is released (fatal ones also need the repair mark).
+    """A node whose exporter has been silent this long (seconds) is not judged: never unhealthy, never
+    released."""
     probation_seconds: Annotated[int, Field(ge=0)] = _GUARD.probation_seconds
-    #: Guard rails: past any of these the guard stops quarantining until a person resets its breaker.
+    """Healthy this long without a break (seconds) before a node is released; a fatal one also needs the
+    repair mark."""
     max_nodes_per_hour: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_per_hour
+    """Guard rail: most nodes quarantined within an hour. One more trips the breaker, and the guard stops
+    quarantining until a person resets it."""
     max_nodes_quarantined: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_quarantined
+    """Guard rail: most nodes quarantined at once, fleet-wide; one more trips the breaker."""
     max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_per_hour
+    """Guard rail: most of one pool quarantined within an hour (percent of its nodes, rounded down but at least
+    one node unless 0); one more trips the breaker."""
     max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_quarantined
-    #: Quarantined this often within the window, even a degraded node waits for the repair mark.
+    """Guard rail: most of one pool quarantined at once (percent of its nodes, rounded down but at least one
+    node unless 0); one more trips the breaker."""
     flap_limit: Annotated[int, Field(ge=2)] = _GUARD.flap_limit
+    """Quarantined this often within `flapWindowSeconds`, even a degraded node waits for the repair mark."""
     flap_window_seconds: PositiveInt = _GUARD.flap_window_seconds
-    #: Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold).
+    """Window over which quarantines count towards `flapLimit` (seconds)."""
     evict_inference_on_fatal: bool = _GUARD.evict_inference_on_fatal
+    """Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold)."""
 
     @model_validator(mode="after")
     def _xids_disjoint(self) -> Self:
@@ -98,36 +108,53 @@ class Observability(ConfigModel):
         return data
 
     dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
-    #: At least 60 °C: a busy GPU runs warmer than that, so a lower threshold would quarantine the whole fleet.
+    """How often dcgm-exporter samples the GPUs (`DCGM_EXPORTER_INTERVAL`, milliseconds)."""
     thermal_threshold_celsius: Annotated[int, Field(ge=60)] = health_contract.THERMAL_LIMIT_CELSIUS
+    """GPU temperature (°C) that, held for `thermalHoldSeconds`, pages (GpuTemperatureCritical) and makes the
+    health guard quarantine the node. At least 60: a busy GPU runs warmer, so a lower threshold would
+    quarantine the whole fleet; below every pool's hardware slowdown limit."""
     thermal_hold_seconds: PositiveInt = health_contract.THERMAL_HOLD_SECONDS
+    """How long the threshold must hold before the alert fires and the guard acts (seconds): a short spike is
+    not a fault."""
     thermal_warning_band_celsius: PositiveInt = health_contract.THERMAL_BAND_CELSIUS
+    """Degrees below the threshold where GpuTemperatureWarning starts; the guard releases a hot node only
+    below threshold minus band, so a GPU hovering at the limit does not flap."""
     inference_tolerates_thermal: bool = True
+    """Inference tolerates the guard's `degraded` taint (a hot GPU, an NVLink or InfiniBand error burst) and
+    keeps serving there; fatal nodes are tolerated by nothing."""
     step_heartbeat_metric: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] = (
         "training_step_heartbeat_timestamp_seconds"
     )
+    """Metric a training job moves once per step (the runtime reads its name from
+    `TRAINING_HEARTBEAT_METRIC`); TrainingHeartbeatStalled fires when it stays flat for `hangWindowMinutes`."""
     hang_window_minutes: PositiveInt = 10
+    """How long a training job's heartbeat may stay flat, or its tensor cores idle, before the hang alerts fire
+    (minutes)."""
     dashboards: bool = True
-    #: Deploy the InfiniBand exporter DaemonSet on the GPU pools (nodes without HCAs export nothing).
+    """Deploy the GPU fleet and GPU health Grafana dashboards as ConfigMaps in the monitoring namespace."""
     ib_exporter: bool = True
+    """Deploy the InfiniBand exporter DaemonSet on the GPU pools (nodes without HCAs export nothing)."""
     ib_exporter_port: Annotated[int, Field(ge=1024, le=65535)] = ib_contract.DEFAULT_PORT
-    #: The rate an InfiniBand port must train at; lower raises InfinibandRateBelowNominal (NDR: 400).
+    """Port of the InfiniBand exporter's /metrics endpoint."""
     ib_nominal_rate_gbps: PositiveInt = 400
-    #: Deploy the health guard (quarantines faulty and hot nodes); off leaves only the alerts.
+    """The rate an InfiniBand port must train at (Gb/s; NDR: 400); lower raises InfinibandRateBelowNominal."""
     health_guard: bool = True
-    #: How often the health guard queries Prometheus and decides.
+    """Deploy the health guard (quarantines faulty and hot nodes); off leaves only the alerts."""
     health_guard_poll_seconds: PositiveInt = _GUARD.poll_seconds
+    """How often the health guard queries Prometheus and decides (seconds); at most `thermalHoldSeconds`."""
     health_guard_port: Annotated[int, Field(ge=1024, le=65535)] = health_contract.METRICS_PORT
-    #: Prometheus the health guard queries.
+    """Port of the health guard's /metrics endpoint."""
     prometheus_url: Annotated[PlainUrl, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
-    #: Scrape interval of our ServiceMonitors; at most the hold so the guard's rule can see the hold.
+    """Prometheus the health guard queries."""
     scrape_interval_seconds: Annotated[int, Field(ge=1, le=60)] = 15
-    #: Labels the Prometheus Operator selects ServiceMonitors and PrometheusRules by (e.g. release).
+    """Scrape interval of our ServiceMonitors and PodMonitors (seconds); at most `thermalHoldSeconds`, so the
+    guard's rule can see the hold."""
     monitor_labels: Labels = Field(default_factory=dict)
-    #: RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default.
+    """Labels the Prometheus Operator selects our monitors and PrometheusRules by (e.g. `release`)."""
     dcgm_runtime_class: DnsLabel | None = "nvidia"
-    #: The health guard (deployed when ``healthGuard`` is on): signal classes and guard rails.
+    """RuntimeClass that gives dcgm-exporter the GPUs (the NVIDIA container runtime); null for the default."""
     health: HealthGuardConfig = HealthGuardConfig()
+    """The health guard (deployed when `healthGuard` is on): signal classes and guard rails."""
 
     @model_validator(mode="after")
     def _thermal_consistent(self) -> Self:

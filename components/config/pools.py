@@ -36,13 +36,25 @@ class GpuPool(ConfigModel):
     """A set of on-prem GPU nodes that share a model and a taint."""
 
     name: DnsLabel
+    """Pool name: the `<labelPrefix>/pool` label (and taint value) of its nodes; jobs, services and the
+    throughput check name it."""
     nodes: NodePatterns
-    #: Also a node label value (at most 63 letters, digits, '-', '_', '.').
+    """Node names or ranges such as `gpu-[001-256]` (zero padding kept); a node belongs to one pool only."""
     gpu_model: LabelValue = "H100-SXM5-80GB"
+    """GPU model, set as the `<labelPrefix>/gpu-model` label of the nodes (a label value: at most 63 letters,
+    digits, `-`, `_` or `.`); a known model gives the hardware slowdown limit."""
     gpus_per_node: PositiveInt = 8
+    """GPUs on each node: they size the pool (burst thresholds, queues, team quotas) and bound what one worker
+    or replica may request."""
     hardware_limit_celsius: PositiveInt | None = None
+    """Temperature (°C) at which these GPUs start hardware slowdown; unset: the known limit of `gpuModel`, else
+    85. The thermal threshold must stay below it."""
     taint: bool = True
+    """Taint the nodes `<labelPrefix>/pool=<name>:NoSchedule`, so only pods that tolerate the pool (the
+    platform's GPU workloads) land there."""
     ib_hcas_per_node: NonNegativeInt = 8
+    """InfiniBand HCAs per node, for the record: no component reads it (the InfiniBand exporter reports the
+    HCAs a node has)."""
 
     @property
     def node_names(self) -> list[str]:
@@ -64,7 +76,9 @@ class SystemPool(ConfigModel):
     """CPU nodes for platform components (schedulers, controllers, exporters' backends)."""
 
     name: DnsLabel = "system"
+    """The `<labelPrefix>/pool` label of the system nodes, which the platform's components select."""
     nodes: NodePatterns
+    """Node names or ranges such as `cpu-sys-[01-12]`; none may be in a GPU pool."""
 
     @property
     def node_names(self) -> list[str]:

@@ -15,8 +15,12 @@ MAX_PRIORITY_VALUE = 1_000_000_000
 
 class PriorityTier(ConfigModel):
     name: DnsLabel
+    """Name of the tier's PriorityClass, which the tier's pods name."""
     value: Annotated[int, Field(ge=-MAX_PRIORITY_VALUE, le=MAX_PRIORITY_VALUE)]
+    """The PriorityClass's value: a higher one schedules first and, where the tier may preempt, evicts lower
+    ones."""
     description: str = ""
+    """The PriorityClass's description; `<tier> tier` when empty."""
 
 
 class TierName(StrEnum):
@@ -32,16 +36,22 @@ class Priorities(ConfigModel):
     system: PriorityTier = PriorityTier(
         name="platform-critical", value=100_000_000, description="GPU platform agents and schedulers"
     )
+    """The platform's agents and schedulers; above training, so a gang never preempts them."""
     training: PriorityTier = PriorityTier(
         name="gpu-training", value=1_000_000, description="Gang-scheduled training; preempts inference"
     )
+    """Training gangs; above inference, so a gang can take the GPUs inference holds."""
     inference: PriorityTier = PriorityTier(
         name="gpu-inference", value=10_000, description="Production inference; never preempts others"
     )
+    """Inference replicas and the throughput check; never preempts (`preemptionPolicy: Never`)."""
     default: PriorityTier = PriorityTier(
         name="standard", value=0, description="Pods that name no class"
     )
+    """The class for pods that name none (while it is the global default); never preempts."""
     global_default: TierName = TierName.DEFAULT
+    """Tier whose class is the cluster's `globalDefault`, given to pods that name no class; `training` and
+    `system` are refused, since every unlabelled pod could then preempt."""
 
     @model_validator(mode="after")
     def _order(self) -> Self:

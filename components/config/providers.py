@@ -26,29 +26,40 @@ if TYPE_CHECKING:
 class ProviderBase(ConfigModel):
     """External GPU capacity exposed as one virtual node; one subclass per kind adds its own keys and checks."""
 
-    #: Also in the virtual kubelet's names and labels (``vk-<name>``).
     name: Annotated[DnsLabel, short_label(3)]
+    """Provider name: the `<labelPrefix>/provider` label of its node and part of its virtual kubelet's names
+    (`vk-<name>`)."""
     node_name: DnsLabel
+    """Name of the virtual node the virtual kubelet registers; no on-prem or system node may have it."""
     gpu_model: LabelValue = "H100-SXM5-80GB"
+    """GPU model, set as the `<labelPrefix>/gpu-model` label of the virtual node."""
     gpus: PositiveInt
+    """GPUs the virtual node offers (the node-cli capacity file); no inference replica may need more."""
     cpu: PositiveInt = 512
+    """CPUs the virtual node reports (the node-cli capacity file; Liqo reports the peered cluster's own)."""
     memory_gi: PositiveInt = 4096
+    """Memory the virtual node reports (GiB; the node-cli capacity file)."""
     pods: PositiveInt = 500
-    #: Ephemeral storage the virtual node reports: every pod of ours requests some, and a node that reports
-    #: none is refused by the scheduler for all of them.
+    """Pods the virtual node admits (the node-cli capacity file)."""
     ephemeral_storage_gi: PositiveInt = 2048
-    #: Name of a *secret* config key (``pulumi config set --secret <key> …``) holding the credentials.
+    """Ephemeral storage the virtual node reports (GiB; the node-cli capacity file): every pod of ours
+    requests some, and a node that reports none is refused by the scheduler for all of them."""
     credentials_secret: str
-    #: The virtual-kubelet image; kinds with a pinned upstream image take this as an override.
+    """Name of a *secret* config key (`pulumi config set --secret <key> …`) holding the provider's
+    credentials; they reach the virtual kubelet through a Secret."""
     image: PinnedImage | None = None
+    """The virtual-kubelet image; kinds with a pinned upstream image take this as an override."""
     extra_args: list[str] = Field(default_factory=list)
+    """Extra `--flag` or `--flag=value` arguments appended to the virtual kubelet's own."""
     region: str = ""
-    #: What one GPU-hour on this provider costs (US dollars). A burst fills the cheaper providers first (inference
-    #: pods prefer them, `components.provider_rank`); the simulator costs a burst with it. Unset: ranked last,
-    #: not costed.
+    """The provider's region, given to the virtual kubelet as `PROVIDER_REGION`."""
     price_per_gpu_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
-    #: Whether pods on this node get cluster-routable IPs (a Service can reach them); default per kind.
+    """What one GPU-hour on this provider costs (US dollars). A burst fills the cheaper providers first
+    (inference pods prefer them) and a scale-down empties the dearer ones first; the simulator costs a burst
+    with it. Unset: ranked last, not costed."""
     pods_routable: bool | None = None
+    """Whether pods on this node get cluster-routable IPs (a Service can reach them); unset: `liqo` yes,
+    `virtual-kubelet` no."""
 
     #: Whether a kind's pods are routable when ``podsRoutable`` is unset.
     ROUTABLE_BY_DEFAULT: ClassVar[bool] = False
@@ -74,30 +85,36 @@ class VirtualKubeletProvider(ProviderBase):
     """A GPU cloud behind its own API: each virtual-kubelet provider ships its own binary."""
 
     kind: Literal["virtual-kubelet"]
-    #: The provider's pinned virtual-kubelet image.
+    """`virtual-kubelet`: a GPU cloud behind its own virtual-kubelet provider binary."""
     image: PinnedImage
-    #: The ``--provider`` name compiled into the provider binary (e.g. ``azure``).
+    """The provider's pinned virtual-kubelet image."""
     vk_provider: DnsLabel
-    #: A ConfigMap in the provider's namespace whose ``ca.crt`` is the CA of the API server's kubelet client
-    #: certificate, where that is not the cluster CA (the default, as on kubeadm-style clusters): the virtual
-    #: kubelet accepts logs and exec calls only from client certificates of this CA.
+    """The `--provider` name compiled into the provider binary (e.g. `azure`)."""
     kubelet_client_ca_config_map: DnsSubdomain | None = None
+    """A ConfigMap in the provider's namespace whose `ca.crt` is the CA of the API server's kubelet client
+    certificate, where that is not the cluster CA (the default, as on kubeadm-style clusters): the virtual
+    kubelet accepts logs and exec calls only from client certificates of this CA."""
 
 
 class LiqoProvider(ProviderBase):
     """A peered cluster through Liqo: its network fabric makes pods routable by default."""
 
     kind: Literal["liqo"]
-    #: The peered cluster's ID, this cluster's ID, and this cluster's pod CIDR (see ``liqoctl info``).
+    """`liqo`: a peered cluster through Liqo, whose network fabric makes pods routable."""
     foreign_cluster_id: DnsLabel
+    """The peered cluster's ID (see `liqoctl info`)."""
     home_cluster_id: DnsLabel
+    """This cluster's Liqo ID (see `liqoctl info`)."""
     local_pod_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
+    """This cluster's pod CIDR (see `liqoctl info`)."""
     liqo_namespace: DnsLabel = "liqo"
-    #: The namespace `liqoctl peer` created for this peering; default ``liqo-tenant-<foreignClusterId>``.
+    """Namespace Liqo is installed in."""
     tenant_namespace: DnsLabel | None = None
-    #: Liqo's apiserver support: offloaded pods get tokens of their service accounts, copied into Secrets of the
-    #: peered cluster (its Secret readers can then act as those accounts here). Off unless a service needs it.
+    """The namespace `liqoctl peer` created for this peering, where the virtual kubelet runs;
+    `liqo-tenant-<foreignClusterId>` when unset."""
     api_server_support: bool = False
+    """Liqo's apiserver support: offloaded pods get tokens of their service accounts, copied into Secrets of the
+    peered cluster (its Secret readers can then act as those accounts here). Off unless a service needs it."""
 
     ROUTABLE_BY_DEFAULT: ClassVar[bool] = True
 
@@ -109,6 +126,8 @@ class AdmiraltyProvider(ProviderBase):
     """Refused with the reason: Admiralty's shared agent names its virtual nodes itself."""
 
     kind: Literal["admiralty"]
+    """`admiralty`: refused, because Admiralty names its virtual nodes itself; use `liqo` or
+    `virtual-kubelet`."""
 
     @model_validator(mode="before")
     @classmethod

@@ -34,13 +34,20 @@ class Queue(ConfigModel):
     """A Volcano queue; inference's queue is reclaimable so training can take its GPUs back."""
 
     name: DnsLabel
+    """Name of the Queue object; per-pool training queues are `<name>-<pool>`."""
     weight: PositiveInt = 1
+    """The Queue's `weight`: kube-batch shares GPUs between queues by it; Volcano's capacity plugin shares them
+    by `gpuDeserved` instead."""
     gpu_capability: PositiveInt | None = None
+    """Most GPUs the queue's pods may hold at once (Volcano `capability`): enqueue keeps a gang waiting while it
+    would go above. Unset: no cap, except that a per-pool training queue is capped at its pool's GPUs."""
     reclaimable: bool = True
-    #: GPUs the queue deserves (Volcano ``capacity`` plugin): what it may reclaim up to from reclaimable
-    #: queues, and above which its own pods are reclaim victims. Unset: a training queue deserves every GPU
-    #: of its pool(s); the inference queue deserves none, so all of its pods stay reclaimable.
+    """Whether other queues may reclaim the GPUs this queue holds above what it deserves (Volcano
+    `reclaimable`); the training queue must not be."""
     gpu_deserved: NonNegativeInt | None = None
+    """GPUs the queue deserves (Volcano `capacity` plugin): what it may reclaim up to from reclaimable
+    queues, and above which its own pods are reclaim victims. Unset: a training queue deserves every GPU
+    of its pool(s); the inference queue deserves none, so all of its pods stay reclaimable."""
 
     @model_validator(mode="after")
     def _deserved_within_capability(self) -> Self:
@@ -67,14 +74,17 @@ class Team(ConfigModel):
     """
 
     name: DnsLabel
-    #: The Kubernetes group (as the authenticator reports it, e.g. a certificate's O=) bound to the
-    #: researcher Role in the training namespace; the team's name when left out.
+    """Team name: its queue is `team-<name>`, and a training job's `team` names it."""
     group: NonEmptyStr | None = None
+    """The Kubernetes group (as the authenticator reports it, e.g. a certificate's O=) bound to the
+    researcher Role in the training namespace; the team's name when left out."""
     guarantee_gpus: NonNegativeInt = 0
-    #: Most GPUs the team's running and admitted gangs may hold at once; every on-prem GPU when left out.
+    """GPUs the team is guaranteed (its queue's deserved GPUs): up to them it reclaims from inference and from
+    teams above their guarantee, and while it stays within them none of its pods is reclaimed."""
     capability_gpus: PositiveInt | None = None
-    #: Whether GPUs above the guarantee may be reclaimed by gangs of queues under their own share.
+    """Most GPUs the team's running and admitted gangs may hold at once; every on-prem GPU when left out."""
     reclaimable: bool = True
+    """Whether GPUs above the guarantee may be reclaimed by gangs of queues under their own share."""
 
     @model_validator(mode="after")
     def _guarantee_within_capability(self) -> Self:
@@ -99,19 +109,23 @@ class SchedulingEngine(StrEnum):
 
 class Scheduling(ConfigModel):
     engine: SchedulingEngine = SchedulingEngine.VOLCANO
-    #: Install Volcano from its pinned chart; off where the cluster already runs it (local cluster).
+    """The gang scheduler: `volcano`, or `kube-batch` (legacy, Kubernetes 1.24 at most)."""
     install: bool = True
+    """Install Volcano from its pinned chart; off where the cluster already runs it (local cluster)."""
     training_queue: Queue = Queue(name="training", weight=8, reclaimable=False)
+    """The queue of training gangs (never reclaimable); with per-pool queues, the template of each pool's."""
     inference_queue: Queue = Queue(name="inference", weight=2, reclaimable=True)
-    #: Volcano scheduling period; short enough that a pending gang is reconsidered quickly.
+    """The queue of inference replicas and the throughput check: reclaimable, so training takes its GPUs
+    back."""
     schedule_period_seconds: PositiveInt = 1
-    #: One training queue per GPU pool (``<trainingQueue.name>-<pool>``, capability = that pool's GPUs)
-    #: instead of one queue over all pools. Volcano's enqueue admits a gang only while its queue has room,
-    #: so with one queue a gang waiting for a full pool holds the room that a gang for an idle pool needs
-    #: (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one.
+    """Volcano's scheduling period (seconds); short enough that a pending gang is reconsidered quickly."""
     training_queue_per_pool: bool | None = None
-    #: Research teams, each with a queue of its own (``team-<name>``) and a researcher RoleBinding.
+    """One training queue per GPU pool (`<trainingQueue.name>-<pool>`, capability = that pool's GPUs)
+    instead of one queue over all pools. Volcano's enqueue admits a gang only while its queue has room,
+    so with one queue a gang waiting for a full pool holds the room that a gang for an idle pool needs
+    (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one."""
     teams: list[Team] = Field(default_factory=list)
+    """Research teams, each with a queue of its own (`team-<name>`) and a researcher RoleBinding."""
 
     @model_validator(mode="after")
     def _queues(self) -> Self:

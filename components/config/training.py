@@ -34,44 +34,68 @@ class Nccl(ConfigModel):
     """Watchdog settings so a silent NCCL hang turns into a crash the gang restarts from."""
 
     async_error_handling: bool = True
+    """`TORCH_NCCL_ASYNC_ERROR_HANDLING`: a failed or timed-out collective ends the process, so the gang
+    restarts instead of hanging."""
     heartbeat_timeout_seconds: PositiveInt = 480
+    """`TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`: PyTorch's monitor ends a rank whose NCCL watchdog has been stuck this
+    long (seconds)."""
     collective_timeout_seconds: PositiveInt = 600
+    """Timeout of every collective (seconds), which the training runtime passes to `init_process_group`
+    (`TRAINING_COLLECTIVE_TIMEOUT_SECONDS`)."""
     debug: Literal["WARN", "INFO", "VERSION"] = "WARN"
+    """`NCCL_DEBUG`: how much NCCL logs."""
 
 
 class CheckpointMount(ConfigModel):
     filesystem: DnsLabel
+    """The `checkpoint.filesystems` entry whose claim the workers mount."""
     mount_path: AbsolutePath = "/checkpoints"
+    """Where the job's own directory of that filesystem is mounted (`CHECKPOINT_DIR`)."""
     interval_steps: PositiveInt = 500
-    #: Also checkpoint when this many seconds passed since the last one (whichever comes first; env
-    #: CHECKPOINT_INTERVAL_SECONDS). The goodput model compares it with the job's Young–Daly optimum.
+    """Checkpoint every this many steps (`CHECKPOINT_INTERVAL_STEPS`)."""
     interval_seconds: PositiveInt | None = None
+    """Also checkpoint when this many seconds passed since the last one (whichever comes first;
+    `CHECKPOINT_INTERVAL_SECONDS`). The goodput model compares it with the job's Young–Daly optimum."""
     keep_last: PositiveInt = 3
+    """How many of the newest complete checkpoints the runtime keeps; it deletes older ones (`CHECKPOINT_KEEP_LAST`)."""
 
 
 class TrainingJob(ConfigModel):
     name: Annotated[DnsLabel, dns_1035(JOB_NAME_ROOM)]
+    """Name of the job (its pods are `<name>-worker-<index>`) and of its directory on the checkpoint
+    filesystem."""
     enabled: bool = False
+    """Create the job in the cluster; a disabled one is still validated but not created."""
     image: PinnedImage
+    """Pinned image of the trainer."""
     pool: DnsLabel
+    """GPU pool the workers are held to (on-prem only)."""
     workers: PositiveInt
+    """Worker pods of the gang, all scheduled together or not at all; at most the pool's nodes."""
     gpus_per_worker: PositiveInt = 8
-    #: Per-worker CPU and memory requests; size them below the pool's allocatable or the gang never fits.
+    """GPUs each worker requests (limit = request); at most the pool's GPUs per node."""
     cpu_per_worker: Quantity = "64"
+    """CPU request of each worker; size it below the pool's allocatable or the gang never fits."""
     memory_per_worker: Quantity = "1024Gi"
+    """Memory request and limit of each worker; size it below the pool's allocatable or the gang never fits."""
     max_retries: NonNegativeInt = 5
+    """Restarts of the whole gang (from its last checkpoint) before the job fails (Volcano `maxRetry`)."""
     command: list[str] = Field(default_factory=list)
+    """Command of the trainer container; the image's entrypoint when empty."""
     checkpoint: CheckpointMount | None = None
-    #: The team (``scheduling.teams``) whose queue the gang goes to; the pool's training queue when unset.
+    """The checkpoint filesystem the workers mount and how often they write; none when unset."""
     team: DnsLabel | None = None
+    """The team (`scheduling.teams`) whose queue the gang goes to; the pool's training queue when unset."""
 
 
 class Training(ConfigModel):
     nccl: Nccl = Nccl()
-    #: Port of the training runtime's /metrics endpoint in every worker (scraped by the job's PodMonitor);
-    #: not Volcano's pytorch rendezvous port (23456).
+    """NCCL watchdog settings every worker gets, so a silent hang becomes a crash the gang restarts from."""
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9318
+    """Port of the training runtime's /metrics endpoint in every worker (scraped by the job's PodMonitor);
+    not Volcano's pytorch rendezvous port (23456)."""
     jobs: list[TrainingJob] = Field(default_factory=list)
+    """Training jobs the stack runs, each a gang (a Volcano Job, or a PodGroup and Job with kube-batch)."""
 
     @field_validator("metrics_port")
     @classmethod
