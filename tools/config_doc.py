@@ -1,19 +1,25 @@
 """Generate the configuration reference (docs/configuration.md) from the stack schema itself.
 
 ``python -m tools.config_doc`` rewrites the file; ``--check`` exits non-zero when the committed file
-differs from the schema, which ``make test`` runs so the reference cannot drift.
+differs from the schema, which ``make test`` runs so the reference cannot drift. Each field's description is
+the docstring under it in ``components/config/``; the reference and the JSON Schema both carry it.
+
+The reference is one section per top-level key and one list entry per field: the key path, type and default
+on the first line, the description under it. A fourth table column would wrap a sentence of a hundred and more
+characters into a narrow cell for each of the ~300 fields and make every source line a diff hazard.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import types
 import typing
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel
@@ -32,24 +38,51 @@ def stack_schema() -> dict[str, Any]:
     """The stack file's schema: ``config:`` holds ``gpu-cluster:<key>`` entries validated by the config
     models, the providers' ``kubernetes:``/``pulumi:`` keys, and credentials as ``secure:`` values; a key under
     any other namespace (a misspelling) is refused, as the stack loader refuses it."""
-    model = ClusterConfig.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
+    model = _unwrapped(ClusterConfig.model_json_schema(by_alias=True, ref_template="#/$defs/{model}"))
     secret = {"type": "object", "properties": {"secure": {"type": "string"}}, "required": ["secure"],
-              "additionalProperties": False}
+              "additionalProperties": False,
+              "description": "A credential as `pulumi config set --secret` writes it (the ciphertext)."}
     config = {
         "type": "object",
+        "description": f"`{PROJECT}:<key>` entries (this schema), the providers' `kubernetes:` and `pulumi:` "
+                       "keys, and credentials as `secure:` values.",
         "properties": {f"{PROJECT}:{key}": value for key, value in model["properties"].items()},
         "required": [f"{PROJECT}:{key}" for key in model.get("required", [])],
         "patternProperties": {"^(kubernetes|pulumi):": {}},
         "additionalProperties": secret,
     }
+    environment = {"type": "array", "items": {"type": "string"},
+                   "description": "Pulumi ESC environments the stack imports its credentials from."}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"Pulumi.<stack>.yaml of the {PROJECT} project",
         "type": "object",
-        "properties": {"config": config, "environment": {"type": "array", "items": {"type": "string"}},
-                       "secretsprovider": {"type": "string"}, "encryptedkey": {"type": "string"}},
+        "properties": {"config": config, "environment": environment,
+                       "secretsprovider": {"type": "string", "description": "The stack's secrets provider."},
+                       "encryptedkey": {"type": "string",
+                                        "description": "The stack's data key, encrypted by its secrets provider."}},
         "$defs": model.get("$defs", {}),
     }
+
+
+#: Schema keys whose values are data (a default, a constant), not schema: their text is left as it is.
+_DATA_KEYS = frozenset({"default", "const", "enum", "examples"})
+
+
+def _unwrapped(schema: Any) -> Any:
+    """``schema`` with every description's source line breaks joined (blank-line paragraphs kept), so an
+    editor's hover shows the text as one paragraph, not as the docstring's line lengths."""
+    if isinstance(schema, list):
+        return [_unwrapped(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "description" and isinstance(value, str):
+            out[key] = "\n\n".join(" ".join(paragraph.split()) for paragraph in value.split("\n\n"))
+        else:
+            out[key] = value if key in _DATA_KEYS else _unwrapped(value)
+    return out
 
 
 def schema_text() -> str:
@@ -61,16 +94,16 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        return " \\| ".join(_type_name(a) for a in typing.get_args(annotation))
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if origin is list:
         return f"list[{_type_name(typing.get_args(annotation)[0])}]"
     if origin is dict:
         key, value = typing.get_args(annotation)
         return f"map[{_type_name(key)}, {_type_name(value)}]"
     if origin is typing.Literal:
-        return " \\| ".join(f"`{_yaml(a)}`" for a in typing.get_args(annotation))
+        return " | ".join(f"`{_yaml(a)}`" for a in typing.get_args(annotation))
     if isinstance(annotation, type) and issubclass(annotation, Enum):
-        return " \\| ".join(f"`{m.value}`" for m in annotation)
+        return " | ".join(f"`{m.value}`" for m in annotation)
     if annotation is type(None):
         return "null"
     name = getattr(annotation, "__name__", str(annotation))
@@ -110,18 +143,33 @@ def _tag_field(members: list[type[BaseModel]]) -> str:
                 if typing.get_origin(field.annotation) is typing.Literal)
 
 
-def union_rows(members: list[type[BaseModel]], path: str) -> list[tuple[str, str, str]]:
+class Row(NamedTuple):
+    """One field of the reference: where it sits, its type (and bounds), its default, what it does."""
+
+    path: str
+    kind: str
+    default: str
+    description: str
+
+
+def _description(field: FieldInfo) -> str:
+    """The field's docstring as one line (the schema test guarantees every field has one)."""
+    return " ".join((field.description or "").split())
+
+
+def union_rows(members: list[type[BaseModel]], path: str) -> list[Row]:
     """The choosing key with its values, the keys every member shares, then each member's own keys."""
     tag = _tag_field(members)
     field = members[0].model_fields[tag]
     tags = [typing.get_args(m.model_fields[tag].annotation)[0] for m in members]
-    out = [(f"{path}.{field.alias or tag}", " \\| ".join(f"`{t}`" for t in tags), "**required**")]
-    per_member = {t: [r for r in rows(m, path) if r[0] != out[0][0]] for t, m in zip(tags, members, strict=True)}
+    # Each member describes its own value of the key ("`nfs`: an NFS export…"): together, the choices.
+    choices = " ".join(_description(m.model_fields[tag]) for m in members)
+    out = [Row(f"{path}.{field.alias or tag}", " | ".join(f"`{t}`" for t in tags), "**required**", choices)]
+    per_member = {t: [r for r in rows(m, path) if r.path != out[0].path] for t, m in zip(tags, members, strict=True)}
     shared = [r for r in per_member[tags[0]] if all(r in member_rows for member_rows in per_member.values())]
     out += shared
     for t in tags:
-        out += [(p, f"{kind} ({field.alias or tag} `{t}`)", default)
-                for p, kind, default in per_member[t] if (p, kind, default) not in shared]
+        out += [r._replace(kind=f"{r.kind} ({field.alias or tag} `{t}`)") for r in per_member[t] if r not in shared]
     return out
 
 
@@ -172,8 +220,8 @@ def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
     return out
 
 
-def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
-    out: list[tuple[str, str, str]] = []
+def rows(model: type[BaseModel], prefix: str) -> list[Row]:
+    out: list[Row] = []
     for name, field in model.model_fields.items():
         key = field.alias or name
         path = f"{prefix}.{key}" if prefix else key
@@ -181,13 +229,53 @@ def rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str]]:
         list_suffix = "[]" if typing.get_origin(field.annotation) is list else ""
         kind = _type_name(field.annotation)
         bounds = _bounds(field)
-        out.append((path + list_suffix, f"{kind} ({bounds})" if bounds else kind, _default(field)))
+        out.append(Row(path + list_suffix, f"{kind} ({bounds})" if bounds else kind, _default(field),
+                       _description(field)))
         members = _union_members(field.annotation)
         if members:
             out += union_rows(members, path + list_suffix)
         elif nested is not None:
             out += rows(nested, path + list_suffix)
     return out
+
+
+#: The heading of the top-level keys that hold a plain value rather than a section of their own.
+CLUSTER_WIDE = "Cluster-wide keys"
+
+
+def sections(all_rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    """The rows by top-level key: one section per key with keys below it, the plain keys together."""
+    grouped: list[tuple[str, list[Row]]] = []
+    for row in all_rows:
+        top = row.path.split(".", 1)[0].removesuffix("[]")
+        if grouped and grouped[-1][0] == top:
+            grouped[-1][1].append(row)
+        else:
+            grouped.append((top, [row]))
+    out: list[tuple[str, list[Row]]] = []
+    for top, group in grouped:
+        if len(group) > 1:
+            out.append((top, group))
+        elif out and out[-1][0] == CLUSTER_WIDE:
+            out[-1][1].extend(group)
+        else:
+            out.append((CLUSTER_WIDE, list(group)))
+    return out
+
+
+def _anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+
+
+def entry(row: Row) -> list[str]:
+    """One field as a list item: key path, type and default on the first line, the description under it."""
+    head = [f"`{row.path}`", row.kind]
+    if row.default == "**required**":
+        head.append(row.default)
+    elif row.default and row.default != "see below":
+        head.append(f"default {row.default}")
+    return [f"- {' · '.join(head)}\\", f"  {row.description}"]
 
 
 def render() -> str:
@@ -198,12 +286,20 @@ def render() -> str:
         f"Every top-level key is set in `Pulumi.<stack>.yaml` under the `{PROJECT}:` namespace, e.g.",
         f"`{PROJECT}:burst: {{openBelowFreeGpus: 16}}`. Unknown keys, and keys under any namespace but",
         f"`{PROJECT}:`, `kubernetes:` and `pulumi:`, are errors. Editors validate stack files against",
-        "[stack-config.schema.json](stack-config.schema.json) (generated with this page).",
+        "[stack-config.schema.json](stack-config.schema.json) (generated with this page) and show the",
+        "descriptions below on hover.",
         "",
-        "| key | type | default |",
-        "|---|---|---|",
+        "Each entry is a key path (`[]`: an item of a list), its type with bounds and its default, then what the",
+        "key does. A type followed by a choice, such as (backend `nfs`), marks a key that only the list items",
+        "with that choice take.",
+        "",
     ]
-    lines += [f"| `{path}` | {kind} | {default} |" for path, kind, default in rows(ClusterConfig, "")]
+    grouped = sections(rows(ClusterConfig, ""))
+    lines.append("Sections: " + " · ".join(f"[{title}](#{_anchor(title)})" for title, _ in grouped) + ".")
+    for title, section_rows in grouped:
+        lines += ["", f"## {title}", ""]
+        for row in section_rows:
+            lines += entry(row)
     return "\n".join(lines) + "\n"
 
 
