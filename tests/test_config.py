@@ -217,6 +217,22 @@ def test_configuration_reference_matches_the_schema() -> None:
     assert DOC.read_text() == render(), "docs/configuration.md is stale: run `python -m tools.config_doc`"
 
 
+def test_the_reference_says_what_applies_when_a_section_is_left_out() -> None:
+    """A section whose default is a whole object applies that object's values when left out, and the fields'
+    own defaults when written: the reference says both wherever they differ, and matches the models."""
+    from components.config.scheduling import Queue, Scheduling
+    from tools.config_doc import render
+
+    text = render()
+    left_out = Scheduling().training_queue.weight
+    written = Queue.model_fields["weight"].default
+    assert left_out != written
+    assert (f"- `scheduling.trainingQueue.weight` · integer (> 0) · default `{left_out}` when the section is left "
+            f"out, `{written}` when it is written without this key") in text
+    assert "- `priorities.training.name` · string · default `gpu-training` when the section is left out; required " \
+           "when it is written" in text
+
+
 def _undescribed(schema: Any, model: str) -> list[str]:
     """``Model.field`` for every property without a description in ``schema`` and the objects nested in it."""
     if isinstance(schema, list):

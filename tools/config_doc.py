@@ -183,18 +183,35 @@ def _yaml(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix(" ...").strip()
 
 
-def _default(field: FieldInfo) -> str:
-    if field.is_required():
-        return "**required**"
+_UNSET: Any = object()
+
+
+def _default_value(field: FieldInfo) -> Any:
+    """The field's own default (``PydanticUndefined`` when it has none)."""
     if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
-        return "see below" if isinstance(value, BaseModel) else f"`{_yaml(value)}`"
-    value = field.default
+        return field.default_factory()  # type: ignore[call-arg]
+    return field.default
+
+
+def _spelled(value: Any) -> str:
     if value is PydanticUndefined:
         return ""
-    if isinstance(value, BaseModel):
-        return "see below"
-    return f"`{_yaml(value)}`"
+    return "see below" if isinstance(value, BaseModel) else f"`{_yaml(value)}`"
+
+
+def _default(field: FieldInfo, inherited: Any = _UNSET) -> str:
+    """The default as a reader meets it. Under a section whose default is a whole object, the value of that
+    object (what applies when the section is left out) can differ from the field's own default (what applies
+    when the section is written without the key): both are said then."""
+    own = "**required**" if field.is_required() else _spelled(_default_value(field))
+    if inherited is _UNSET:
+        return own
+    left_out = _spelled(inherited)
+    if left_out == own:
+        return own
+    if field.is_required():
+        return f"{left_out} when the section is left out; required when it is written"
+    return f"{left_out} when the section is left out, {own or 'none'} when it is written without this key"
 
 
 #: Bound metadata (annotated_types) → how the reference states it.
@@ -220,7 +237,8 @@ def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
     return out
 
 
-def rows(model: type[BaseModel], prefix: str) -> list[Row]:
+def rows(model: type[BaseModel], prefix: str, instance: BaseModel | None = None) -> list[Row]:
+    """The rows of ``model``'s fields under ``prefix``; ``instance`` is the section's default object, if any."""
     out: list[Row] = []
     for name, field in model.model_fields.items():
         key = field.alias or name
@@ -229,13 +247,16 @@ def rows(model: type[BaseModel], prefix: str) -> list[Row]:
         list_suffix = "[]" if typing.get_origin(field.annotation) is list else ""
         kind = _type_name(field.annotation)
         bounds = _bounds(field)
-        out.append(Row(path + list_suffix, f"{kind} ({bounds})" if bounds else kind, _default(field),
+        inherited = getattr(instance, name) if instance is not None else _UNSET
+        out.append(Row(path + list_suffix, f"{kind} ({bounds})" if bounds else kind, _default(field, inherited),
                        _description(field)))
         members = _union_members(field.annotation)
         if members:
             out += union_rows(members, path + list_suffix)
         elif nested is not None:
-            out += rows(nested, path + list_suffix)
+            value = inherited if inherited is not _UNSET else (
+                None if field.is_required() else _default_value(field))
+            out += rows(nested, path + list_suffix, value if isinstance(value, BaseModel) else None)
     return out
 
 
