@@ -1,168 +1,46 @@
-"""The cluster's settings published in the cluster, so the researcher CLI needs no stack file.
+"""The cluster's settings published in the cluster, as a Pulumi component: the ConfigMap the researcher CLI
+reads, the Role its users need and one RoleBinding per team.
 
-The stack writes one ConfigMap in the training namespace holding everything the training template needs
-(pools, queues, label prefix, checkpoint claims, scheduler, priority class, gate, NCCL and metrics
-settings). The CLI reads it back into :class:`ClusterSettings` and rebuilds the template's
-:class:`TrainingJobArgs` with :meth:`ClusterSettings.training_args`; a test checks that this equals
-``TrainingJobArgs.from_config`` for every job of every stack, so the two ways in cannot drift.
+The settings model and its JSON live in ``components.published_settings`` (no Pulumi), shared with the CLI;
+they are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
 
-from components.checkpoint_sizing import termination_grace_seconds
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TrainingJob
-from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
-from components.naming import Keys, common_labels
-from components.training_job import TrainingJobArgs
+from components.config import ClusterConfig, Team
+from components.naming import common_labels
+from components.published_settings import (
+    SETTINGS_CONFIGMAP,
+    SETTINGS_KEY,
+    SETTINGS_VERSION,
+    CheckpointClaim,
+    ClusterSettings,
+    PoolSettings,
+    cluster_settings,
+    parse_settings,
+    settings_json,
+)
 
-#: Name and key of the published object; the CLI reads exactly these.
-SETTINGS_CONFIGMAP = "gpucluster-settings"
-SETTINGS_KEY = "settings.json"
-#: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
-#: newer than it understands. 2: ``teams``. 3: each claim's ``writeGbps`` and the checkpoint size and client link
-#: (the workers' termination grace holds one emergency checkpoint).
-SETTINGS_VERSION = 3
-
-
-class PoolSettings(ConfigModel):
-    """A pool as the template needs it, plus the training queue its gangs go to."""
-
-    pool: GpuPool
-    queue: NonEmptyStr
-
-
-class CheckpointClaim(ConfigModel):
-    """A checkpoint filesystem by its config name and the claim (stable object name) jobs mount."""
-
-    name: DnsLabel
-    claim: NonEmptyStr
-    #: The filesystem's declared write throughput (GB/s), for the workers' termination grace.
-    write_gbps: Annotated[float, Field(gt=0)]
-
-
-class ClusterSettings(ConfigModel):
-    """What a training job needs to know about the cluster (camelCase JSON in the ConfigMap)."""
-
-    version: PositiveInt = SETTINGS_VERSION
-    label_prefix: LabelPrefix
-    gpu_resource: NonEmptyStr
-    training_namespace: DnsLabel
-    engine: SchedulingEngine
-    scheduler_name: NonEmptyStr
-    priority_class: NonEmptyStr
-    #: Whether training workers start behind the handover gate, and the gate's name.
-    handover_gate: bool
-    handover_gate_name: NonEmptyStr
-    nccl: Nccl
-    metrics_port: PositiveInt
-    heartbeat_metric: NonEmptyStr
-    scrape_interval_seconds: PositiveInt
-    monitor_labels: dict[str, str] = Field(default_factory=dict)
-    pools: list[PoolSettings]
-    checkpoint_claims: list[CheckpointClaim] = Field(default_factory=list)
-    #: ``checkpoint.budget.sizeTb`` and ``clientLinkGbps``: the checkpoint one grace must hold.
-    checkpoint_size_tb: Annotated[float, Field(gt=0)]
-    client_link_gbps: Annotated[float, Field(gt=0)]
-    #: The research teams and their queues (``scheduling.teams``).
-    teams: list[Team] = Field(default_factory=list)
-
-    def pool(self, name: str) -> PoolSettings | None:
-        return next((p for p in self.pools if p.pool.name == name), None)
-
-    def team(self, name: str) -> Team | None:
-        return next((t for t in self.teams if t.name == name), None)
-
-    @property
-    def onprem_gpus(self) -> int:
-        return sum(p.pool.gpu_count for p in self.pools)
-
-    def training_args(self, job: TrainingJob) -> TrainingJobArgs:
-        """The template's arguments for ``job``, as ``TrainingJobArgs.from_config`` builds them in the stack."""
-        pool = self.pool(job.pool)
-        if pool is None:
-            raise KeyError(f"unknown pool {job.pool!r}; this cluster has {[p.pool.name for p in self.pools]}")
-        claim = None
-        grace = None
-        if job.checkpoint is not None:
-            found = next((c for c in self.checkpoint_claims if c.name == job.checkpoint.filesystem), None)
-            if found is None:
-                raise KeyError(f"unknown checkpoint filesystem {job.checkpoint.filesystem!r}; this cluster has "
-                               f"{[c.name for c in self.checkpoint_claims]}")
-            claim = found.claim
-            grace = termination_grace_seconds(self.checkpoint_size_tb, job.workers * job.gpus_per_worker,
-                                              found.write_gbps, self.client_link_gbps)
-        team = None
-        if job.team is not None:
-            team = self.team(job.team)
-            if team is None:
-                raise KeyError(f"unknown team {job.team!r}; this cluster has {[t.name for t in self.teams]}")
-        return TrainingJobArgs(
-            job=job,
-            pool=pool.pool,
-            nccl=self.nccl,
-            namespace=self.training_namespace,
-            engine=self.engine,
-            scheduler_name=self.scheduler_name,
-            queue=team.queue if team is not None else pool.queue,
-            priority_class=self.priority_class,
-            label_prefix=self.label_prefix,
-            gpu_resource=self.gpu_resource,
-            checkpoint_claim=claim,
-            handover_gate=self.handover_gate,
-            metrics_port=self.metrics_port,
-            heartbeat_metric=self.heartbeat_metric,
-            scrape_interval_seconds=self.scrape_interval_seconds,
-            monitor_labels=dict(self.monitor_labels),
-            preemptable=team is not None and team.reclaimable,
-            termination_grace_seconds=grace,
-        )
-
-
-def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
-    """The published settings of a stack: the same sources ``TrainingJobArgs.from_config`` reads."""
-    queues = cfg.scheduling.training_queue_names(p.name for p in cfg.pools)
-    return ClusterSettings(
-        label_prefix=cfg.label_prefix,
-        gpu_resource=cfg.gpu_resource,
-        training_namespace=cfg.training_namespace,
-        engine=cfg.scheduling.engine,
-        scheduler_name=cfg.scheduling.scheduler_name,
-        priority_class=cfg.priorities.training.name,
-        handover_gate=cfg.handover_active and cfg.scheduling.engine is SchedulingEngine.VOLCANO,
-        handover_gate_name=Keys(cfg.label_prefix).handover_gate,
-        nccl=cfg.training.nccl,
-        metrics_port=cfg.training.metrics_port,
-        heartbeat_metric=cfg.observability.step_heartbeat_metric,
-        scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
-        monitor_labels=dict(cfg.observability.monitor_labels),
-        pools=[PoolSettings(pool=p, queue=queues[p.name]) for p in cfg.pools],
-        checkpoint_claims=[CheckpointClaim(name=f.name, claim=f.object_name, write_gbps=f.write_gbps)
-                           for f in cfg.checkpoint.filesystems],
-        checkpoint_size_tb=cfg.checkpoint.budget.size_tb,
-        client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
-        teams=list(cfg.scheduling.teams),
-    )
-
-
-def settings_json(settings: ClusterSettings) -> str:
-    """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap."""
-    return json.dumps(settings.model_dump(mode="json", by_alias=True), sort_keys=True, indent=1)
-
-
-def parse_settings(text: str) -> ClusterSettings:
-    """Settings from the ConfigMap's value; raises ValueError naming the problem."""
-    data = json.loads(text)
-    if isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] > SETTINGS_VERSION:
-        raise ValueError(f"cluster settings version {data['version']} is newer than this CLI understands "
-                         f"({SETTINGS_VERSION}); upgrade the CLI")
-    return ClusterSettings.model_validate(data)
+__all__ = [
+    "RESEARCHER_ROLE",
+    "SETTINGS_CONFIGMAP",
+    "SETTINGS_KEY",
+    "SETTINGS_VERSION",
+    "CheckpointClaim",
+    "ClusterSettings",
+    "ClusterSettingsMap",
+    "PoolSettings",
+    "cluster_settings",
+    "parse_settings",
+    "researcher_rules",
+    "settings_json",
+    "team_binding_name",
+]
 
 
 #: The Role researchers are bound to (one RoleBinding per team's Group): exactly what ``gpucluster`` calls.

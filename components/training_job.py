@@ -1,277 +1,50 @@
-"""A gang-scheduled training job template: N workers × G GPUs that start together or not at all.
+"""A gang-scheduled training job as a Pulumi component: N workers × G GPUs that start together or not at all.
 
-"Let it crash": any failed or evicted worker restarts the whole gang (a partial NCCL ring cannot make
-progress), up to the retry budget; each restart resumes from the newest checkpoint in the job's own
-sub-path of the checkpoint filesystem. NCCL's watchdog turns a silent hang into a crash.
-
-Every environment variable set here has a reader: the training runtime (``training_runtime/settings.py``)
-or PyTorch's NCCL watchdog and NCCL itself (``training_runtime.settings.FRAMEWORK_ENV``); a test checks
-it. The workers expose the runtime's metrics on a ``metrics`` port that the job's PodMonitor scrapes, so
-the step-heartbeat and checkpoint alerts watch series that exist.
+The objects come from ``components.training_spec`` (no Pulumi), which the researcher CLI renders from too;
+the builders are re-exported here for the stack's modules and the tests.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.checkpoint_sizing import termination_grace_seconds
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
-from components.config.training import VOLCANO_PYTORCH_PORT
-from components.naming import (
-    TRAINING,
-    VOLCANO_PREEMPTABLE_ANNOTATION,
-    Keys,
-    checkpoint_claim_name,
-    common_labels,
+from components.config import SchedulingEngine
+from components.naming import common_labels
+from components.training_spec import (
+    DEFAULT_METRICS_PORT,
+    METRICS_PORT_NAME,
+    VOLCANO_GROUP_NAME_ANNOTATION,
+    VOLCANO_RETRY_COUNT_ANNOTATION,
+    TrainingJobArgs,
+    checkpoint_env,
+    job_grace_seconds,
+    nccl_env,
+    pod_label_meta,
+    pod_monitor_spec,
+    runtime_env,
+    volcano_job_spec,
+    worker_pod_template,
 )
-from components.workloads import gpu_resources, onprem_required_affinity, pool_tolerations
 
-#: Default port of the training runtime's /metrics endpoint (config: training.metricsPort).
-DEFAULT_METRICS_PORT = 9318
-METRICS_PORT_NAME = "metrics"
-#: Volcano stamps these on every pod it creates for a Job (volcano.sh/apis batch/v1alpha1 labels.go and the
-#: job controller's createJobPod): the job's retry count and the PodGroup name ``<job>-<job UID>``.
-VOLCANO_RETRY_COUNT_ANNOTATION = "volcano.sh/job-retry-count"
-VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
-
-
-@dataclass(frozen=True)
-class TrainingJobArgs:
-    job: TrainingJob
-    pool: GpuPool
-    nccl: Nccl
-    namespace: str
-    engine: SchedulingEngine
-    scheduler_name: str
-    queue: str
-    priority_class: str
-    label_prefix: str
-    gpu_resource: str
-    #: The checkpoint claim to mount: the filesystem's stable object name (it survives renames).
-    checkpoint_claim: str | None = None
-    #: Workers start behind the handover scheduling gate (lifted by the burst controller; see config.Handover).
-    handover_gate: bool = False
-    #: Port of the training runtime's /metrics endpoint in every worker.
-    metrics_port: int = DEFAULT_METRICS_PORT
-    #: The step heartbeat's metric name the alert rules watch (observability.stepHeartbeatMetric).
-    heartbeat_metric: str = "training_step_heartbeat_timestamp_seconds"
-    scrape_interval_seconds: int = 15
-    #: Labels the Prometheus Operator selects monitors by (observability.monitorLabels).
-    monitor_labels: dict[str, str] = field(default_factory=dict)
-    #: Whether the workers may be reclaim victims: only in a reclaimable team queue, where Volcano's
-    #: capacity plugin takes back just what the team holds above its guarantee.
-    preemptable: bool = False
-    #: Seconds a worker gets between SIGTERM and SIGKILL: long enough for one emergency checkpoint
-    #: (components.checkpoint_sizing.termination_grace_seconds); ``None`` keeps Kubernetes' 30 s.
-    termination_grace_seconds: int | None = None
-
-    @classmethod
-    def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
-        team = cfg.scheduling.team(job.team) if job.team is not None else None
-        return cls(
-            job=job,
-            pool=cfg.pool(job.pool),
-            nccl=cfg.training.nccl,
-            namespace=cfg.training_namespace,
-            engine=cfg.scheduling.engine,
-            scheduler_name=cfg.scheduling.scheduler_name,
-            # The pool's own queue when training queues are per pool (see GangSchedulerArgs.queues).
-            # A team's gangs go to the team's queue (see GangSchedulerArgs.team_queues).
-            queue=team.queue if team is not None else cfg.scheduling.training_queue_names(
-                p.name for p in cfg.pools)[job.pool],
-            priority_class=cfg.priorities.training.name,
-            label_prefix=cfg.label_prefix,
-            gpu_resource=cfg.gpu_resource,
-            checkpoint_claim=cfg.filesystem(job.checkpoint.filesystem).object_name if job.checkpoint else None,
-            # kube-batch predates scheduling gates; only Volcano honours them.
-            handover_gate=cfg.handover_active and cfg.scheduling.engine is SchedulingEngine.VOLCANO,
-            metrics_port=cfg.training.metrics_port,
-            heartbeat_metric=cfg.observability.step_heartbeat_metric,
-            scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
-            monitor_labels=dict(cfg.observability.monitor_labels),
-            preemptable=team is not None and team.reclaimable,
-            termination_grace_seconds=job_grace_seconds(cfg, job),
-        )
-
-
-def job_grace_seconds(cfg: ClusterConfig, job: TrainingJob) -> int | None:
-    """The grace that holds one emergency checkpoint of ``job`` on its filesystem (``None``: no checkpoints)."""
-    if job.checkpoint is None:
-        return None
-    budget = cfg.checkpoint.budget
-    return termination_grace_seconds(budget.size_tb, job.workers * job.gpus_per_worker,
-                                     cfg.filesystem(job.checkpoint.filesystem).write_gbps, budget.client_link_gbps)
-
-
-def nccl_env(nccl: Nccl) -> list[dict[str, Any]]:
-    """The NCCL watchdog (read by PyTorch's ProcessGroupNCCL) and the runtime's collective timeout.
-
-    No environment variable sets the collective timeout in PyTorch or NCCL; the runtime's adapter passes
-    ``TRAINING_COLLECTIVE_TIMEOUT_SECONDS`` to ``init_process_group(timeout=...)``.
-    """
-    return [
-        {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "1" if nccl.async_error_handling else "0"},
-        {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},
-        {"name": "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "value": str(nccl.heartbeat_timeout_seconds)},
-        {"name": "NCCL_DEBUG", "value": nccl.debug},
-        {"name": "TRAINING_COLLECTIVE_TIMEOUT_SECONDS", "value": str(nccl.collective_timeout_seconds)},
-    ]
-
-
-def _annotation(key: str) -> dict[str, Any]:
-    return {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}
-
-
-def runtime_env(args: TrainingJobArgs) -> list[dict[str, Any]]:
-    """What the training runtime reads besides checkpoints: rank source, attempt, run, metrics."""
-    env: list[dict[str, Any]] = []
-    if args.engine is SchedulingEngine.VOLCANO:
-        env += [
-            # One task is both master and worker, for which the pytorch plugin numbers RANK 1..N; the env
-            # plugin's task index is the rank (see training_runtime/settings.py).
-            {"name": "TRAINING_RANK_SOURCE", "value": "VC_TASK_INDEX"},
-            # The same on every pod of one attempt: Volcano stamps the job's retry count on each pod it creates.
-            {"name": "TRAINING_ATTEMPT", "valueFrom": _annotation(VOLCANO_RETRY_COUNT_ANNOTATION)},
-            # <job>-<job UID>: a recreated job under the same name is a different run.
-            {"name": "TRAINING_RUN_ID", "valueFrom": _annotation(VOLCANO_GROUP_NAME_ANNOTATION)},
-        ]
-    return [
-        *env,
-        {"name": "TRAINING_METRICS_PORT", "value": str(args.metrics_port)},
-        {"name": "TRAINING_HEARTBEAT_METRIC", "value": args.heartbeat_metric},
-    ]
-
-
-def checkpoint_env(job: TrainingJob) -> list[dict[str, str]]:
-    if job.checkpoint is None:
-        return []
-    ck = job.checkpoint
-    env = [
-        # The mount's subPath is already the job's own directory on the filesystem.
-        {"name": "CHECKPOINT_DIR", "value": ck.mount_path},
-        {"name": "CHECKPOINT_INTERVAL_STEPS", "value": str(ck.interval_steps)},
-        {"name": "CHECKPOINT_KEEP_LAST", "value": str(ck.keep_last)},
-        {"name": "CHECKPOINT_RESUME", "value": "latest"},
-    ]
-    if ck.interval_seconds is not None:
-        env.append({"name": "CHECKPOINT_INTERVAL_SECONDS", "value": str(ck.interval_seconds)})
-    return env
-
-
-def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
-    """The worker pod template (plain dict: it sits inside a CRD whose schema the SDK does not type)."""
-    keys = Keys(args.label_prefix)
-    job = args.job
-    labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
-    # Rank, world size and the rendezvous address come from Volcano's pytorch plugin (MASTER_ADDR,
-    # MASTER_PORT, WORLD_SIZE, RANK); setting them here too would give the pod two conflicting values.
-    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job)]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    if job.checkpoint is not None:
-        mounts.append({"name": "checkpoints", "mountPath": job.checkpoint.mount_path, "subPath": job.name})
-        volumes.append({
-            "name": "checkpoints",
-            "persistentVolumeClaim": {
-                "claimName": args.checkpoint_claim or checkpoint_claim_name(job.checkpoint.filesystem)
-            },
-        })
-    resources = gpu_resources(args.gpu_resource, job.gpus_per_worker, job.cpu_per_worker, job.memory_per_worker)
-    return {
-        "metadata": {
-            "labels": labels,
-            "annotations": {VOLCANO_PREEMPTABLE_ANNOTATION: "true" if args.preemptable else "false"},
-        },
-        "spec": {
-            "schedulerName": args.scheduler_name,
-            "priorityClassName": args.priority_class,
-            "restartPolicy": "Never",
-            # SIGTERM (an eviction, a reclaim, a preemption) makes the runtime checkpoint and exit 0; the grace
-            # holds that checkpoint, so a graceful stop loses no step.
-            "terminationGracePeriodSeconds": args.termination_grace_seconds,
-            "automountServiceAccountToken": False,  # the training runtime never calls the Kubernetes API
-            # The runtime's default seccomp filter: NCCL, IB verbs and CUDA work through device ioctls, mmap and
-            # sockets, which it allows. Users' images may run as root, so non-root is left to the namespace's
-            # Pod Security admission; allowPrivilegeEscalation stays false on the container.
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-            "schedulingGates": [{"name": keys.handover_gate}] if args.handover_gate else None,
-            "affinity": onprem_required_affinity(keys, job.pool),
-            "tolerations": [
-                {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
-                for t in pool_tolerations(keys, [job.pool])
-            ],
-            "containers": [{
-                "name": "trainer",
-                "image": job.image,
-                "command": job.command or None,
-                "env": env,
-                # Volcano's pytorch plugin adds its own rendezvous port (VOLCANO_PYTORCH_PORT) next to this one.
-                "ports": [{"name": METRICS_PORT_NAME, "containerPort": args.metrics_port, "protocol": "TCP"}],
-                "resources": {"requests": resources.requests, "limits": resources.limits},
-                "volumeMounts": mounts,
-                "securityContext": {"allowPrivilegeEscalation": False},
-            }],
-            "volumes": volumes,
-        },
-    }
-
-
-def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
-    job = args.job
-    template = worker_pod_template(args)
-    template["spec"] = {k: v for k, v in template["spec"].items() if v is not None}
-    template["spec"]["containers"] = [
-        {k: v for k, v in c.items() if v is not None} for c in template["spec"]["containers"]
-    ]
-    return {
-        "schedulerName": args.scheduler_name,
-        "queue": args.queue,
-        "priorityClassName": args.priority_class,
-        "minAvailable": job.workers,
-        "maxRetry": job.max_retries,
-        # One task is master and worker; the runtime takes the rank from the env plugin's task index.
-        "plugins": {"pytorch": ["--master=worker", "--worker=worker", f"--port={VOLCANO_PYTORCH_PORT}"],
-                    "svc": [], "env": []},
-        # Any member failing or being evicted restarts the whole gang from the last checkpoint.
-        "policies": [
-            {"event": "PodFailed", "action": "RestartJob"},
-            {"event": "PodEvicted", "action": "RestartJob"},
-            {"event": "TaskCompleted", "action": "CompleteJob"},
-        ],
-        "tasks": [{"name": "worker", "replicas": job.workers, "minAvailable": job.workers, "template": template}],
-    }
-
-
-def pod_monitor_spec(args: TrainingJobArgs) -> dict[str, Any]:
-    """Scrape every worker of the job; ``job_name`` comes from the pod's job label.
-
-    Pull, not a push gateway: the series go away with the pods instead of holding a dead job's last
-    heartbeat forever, and there is no gateway to deploy, keep available and clean up. The alert rules
-    group by ``namespace`` (the operator adds it) and ``job_name``; ``job`` is Prometheus's own label.
-    """
-    keys = Keys(args.label_prefix)
-    return {
-        "selector": {"matchLabels": {keys.workload: TRAINING, keys.job: args.job.name}},
-        "namespaceSelector": {"matchNames": [args.namespace]},
-        "podMetricsEndpoints": [{
-            "port": METRICS_PORT_NAME,
-            "path": "/metrics",
-            "interval": f"{args.scrape_interval_seconds}s",
-            "relabelings": [
-                {"sourceLabels": [pod_label_meta(keys.job)], "targetLabel": "job_name", "action": "replace"},
-            ],
-        }],
-    }
-
-
-def pod_label_meta(key: str) -> str:
-    """Prometheus's service-discovery name for a pod label (every character outside [a-zA-Z0-9_] becomes _)."""
-    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+__all__ = [
+    "DEFAULT_METRICS_PORT",
+    "METRICS_PORT_NAME",
+    "VOLCANO_GROUP_NAME_ANNOTATION",
+    "VOLCANO_RETRY_COUNT_ANNOTATION",
+    "GangTrainingJob",
+    "TrainingJobArgs",
+    "checkpoint_env",
+    "job_grace_seconds",
+    "nccl_env",
+    "pod_label_meta",
+    "pod_monitor_spec",
+    "runtime_env",
+    "volcano_job_spec",
+    "worker_pod_template",
+]
 
 
 class GangTrainingJob(pulumi.ComponentResource):

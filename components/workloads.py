@@ -1,35 +1,32 @@
-"""Pod-spec building blocks shared by GPU workloads, so training and inference agree on placement."""
+"""Pod-spec building blocks shared by GPU workloads as Pulumi input types; the manifest-form ones live in
+``components.pod_spec`` (no Pulumi) and are re-exported here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import pulumi_kubernetes as k8s
 
 from components.naming import EXTERNAL, ONPREM, Keys
+from components.pod_spec import (
+    gpu_resources_manifest,
+    onprem_required_affinity,
+    onprem_required_expressions,
+    pool_tolerations_manifest,
+)
 
-
-def onprem_required_expressions(keys: Keys, pool: str | None) -> list[dict[str, Any]]:
-    """Required: on-prem only (never a virtual node), optionally one pool. Training uses this."""
-    expressions: list[dict[str, Any]] = [
-        {"key": keys.location, "operator": "In", "values": [ONPREM]},
-        {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]},
-    ]
-    if pool is not None:
-        expressions.append({"key": keys.pool, "operator": "In", "values": [pool]})
-    return expressions
-
-
-def onprem_required_affinity(keys: Keys, pool: str | None) -> dict[str, Any]:
-    """The affinity (in manifest form) that keeps a pod on on-prem GPU nodes."""
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": onprem_required_expressions(keys, pool)}]
-            }
-        }
-    }
+__all__ = [
+    "UNHEALTHY_POD_EVICTION",
+    "gpu_resources",
+    "metrics_liveness_probe",
+    "metrics_readiness_probe",
+    "onprem_required_affinity",
+    "onprem_required_expressions",
+    "pool_tolerations",
+    "prefer_onprem_affinity",
+    "provider_preferences",
+    "spread_across_nodes",
+]
 
 
 def provider_preferences(keys: Keys, weights: Mapping[str, int]) -> list[k8s.core.v1.PreferredSchedulingTermArgs]:
@@ -71,17 +68,14 @@ def prefer_onprem_affinity(keys: Keys, pool: str | None,
 
 
 def pool_tolerations(keys: Keys, pools: list[str]) -> list[k8s.core.v1.TolerationArgs]:
-    return [
-        k8s.core.v1.TolerationArgs(key=keys.pool, operator="Equal", value=p, effect="NoSchedule") for p in pools
-    ]
+    return [k8s.core.v1.TolerationArgs(key=t["key"], operator=t["operator"], value=t["value"], effect=t["effect"])
+            for t in pool_tolerations_manifest(keys, pools)]
 
 
 def gpu_resources(gpu_resource: str, gpus: int, cpu: str, memory: str) -> k8s.core.v1.ResourceRequirementsArgs:
     """GPU limits equal requests (extended resources cannot overcommit); memory too."""
-    return k8s.core.v1.ResourceRequirementsArgs(
-        requests={gpu_resource: str(gpus), "cpu": cpu, "memory": memory},
-        limits={gpu_resource: str(gpus), "memory": memory},
-    )
+    manifest = gpu_resources_manifest(gpu_resource, gpus, cpu, memory)
+    return k8s.core.v1.ResourceRequirementsArgs(requests=manifest["requests"], limits=manifest["limits"])
 
 
 _METRICS_GET = k8s.core.v1.HTTPGetActionArgs(path="/metrics", port="metrics")

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, ClusterSettings, parse_settings
+from components.published_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, ClusterSettings, parse_settings
 from gpucluster_cli.render import (
     FIELD_MANAGER,
     MONITOR_GROUP,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.cluster_settings import ClusterSettings
 from components.config import TrainingJob
 from components.naming import Keys, common_labels
-from components.training_job import pod_monitor_spec, volcano_job_spec
+from components.published_settings import ClusterSettings
+from components.training_spec import pod_monitor_spec, volcano_job_spec
 
 FIELD_MANAGER = "gpucluster-cli"
 MANAGED_BY = "gpucluster-cli"

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
-from components.cluster_settings import ClusterSettings
 from components.config import CheckpointMount, SchedulingEngine, TrainingJob
 from components.config.base import ConfigModel, DnsLabel, NonEmptyStr, PinnedImage, PositiveInt
+from components.published_settings import ClusterSettings
 
 
 class SpecError(ValueError):
