@@ -39,6 +39,7 @@ from components import dcgm_counters, images, rbac
 from components.alert_rules import AlertThresholds, build_rule_spec
 from components.config import ClusterConfig, GpuPool, Observability
 from components.dashboards import gpu_fleet, gpu_health
+from components.dashboards.grafana import Scope
 from components.health_guard import HealthGuard, HealthGuardArgs
 from components.naming import ONPREM, Keys, common_labels, selector_labels
 from components.security import (
@@ -124,6 +125,13 @@ class ObservabilityArgs:
     def from_config(cls, cfg: ClusterConfig) -> ObservabilityArgs:
         keys = Keys(cfg.label_prefix)
         o = cfg.observability
+        scope = Scope(
+            pool_label=kube_state_label(keys.pool),
+            job_label=kube_state_label(keys.job),
+            workload_label=kube_state_label(keys.workload),
+            location_label=kube_state_label(keys.location),
+            gpu_pools=tuple(p.name for p in cfg.pools),
+        )
         return cls(
             observability=o,
             pools=list(cfg.pools),
@@ -139,12 +147,12 @@ class ObservabilityArgs:
                 thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
                 burst_taint_key=keys.burst_taint,
                 health_taint_key=HealthNames(cfg.label_prefix).taint,
-                workload_label=kube_state_label(keys.workload),
-                location_label=kube_state_label(keys.location),
+                scope=scope,
             ),
             health_dashboard=gpu_health.HealthDashboardOptions(
                 health_taint_key=HealthNames(cfg.label_prefix).taint,
                 repaired_key=HealthNames(cfg.label_prefix).repaired,
+                scope=scope,
             ),
             dcgm_image=images.DCGM_EXPORTER,
             ib_image=images.agent_image(IB_APP, cfg.agent_registry),

@@ -46,6 +46,8 @@ MONITOR_LABELS = {"release": "platform"}
 """The stack's ``observability.monitorLabels`` in this world: the Prometheus selects monitors by them."""
 GPU_NODES = ("gpu-a", "gpu-b")
 SYSTEM_NODES = ("cpu-1", "cpu-2")
+#: The local stack's GPU pool, and the system pool's default name (the ``<prefix>/pool`` label of the nodes).
+GPU_POOL, SYSTEM_POOL = "local-gpu", "system"
 EXTERNAL_NODE = "vk-ext-1"
 INFERENCE = ("inference", "sd-0")
 DRIVER = "550.127.05"
@@ -135,21 +137,26 @@ def serve_text(text: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def kube_state_exposition(keys: Keys, taint_key: str, pods: list[tuple[str, str, str, str]]) -> str:
-    """kube-state-metrics' series the rules and panels join on; ``pods`` are (namespace, pod, node, workload)."""
+def kube_state_exposition(keys: Keys, taint_key: str, pods: list[tuple[str, str, str, str, str]]) -> str:
+    """kube-state-metrics' series the rules, panels and dashboard variables join on; ``pods`` are (namespace,
+    pod, node, workload, job or ""). The node and pod labels are the ones the stack asks kube-state-metrics to allow:
+    pool and location on nodes, workload and (training) job on pods."""
     workload, location = kube_state_label(keys.workload), kube_state_label(keys.location)
+    pool, job = kube_state_label(keys.pool), kube_state_label(keys.job)
     lines = ["# TYPE kube_pod_labels gauge", "# TYPE kube_pod_info gauge", "# TYPE kube_node_labels gauge",
              "# TYPE kube_node_spec_taint gauge"]
-    for namespace, pod, node, kind in pods:
+    for namespace, pod, node, kind, gang in pods:
         uid = f"uid-{pod}"
-        pod_labels = {"namespace": namespace, "pod": pod, "uid": uid, workload: kind}
+        pod_labels = {"namespace": namespace, "pod": pod, "uid": uid, workload: kind, **({job: gang} if gang else {})}
         lines.append(f"kube_pod_labels{_label_text(pod_labels)} 1")
         lines.append("kube_pod_info" + _label_text({
             "namespace": namespace, "pod": pod, "uid": uid, "host_ip": "10.0.0.1", "pod_ip": "10.88.0.9",
             "node": node, "created_by_kind": "ReplicaSet", "created_by_name": pod.rsplit("-", 1)[0],
             "priority_class": "", "host_network": "false"}) + " 1")
+    pools = {**dict.fromkeys(GPU_NODES, GPU_POOL), **dict.fromkeys(SYSTEM_NODES, SYSTEM_POOL)}
     for node, where in [*((n, "onprem") for n in (*GPU_NODES, *SYSTEM_NODES)), (EXTERNAL_NODE, "external")]:
-        lines.append(f"kube_node_labels{_label_text({'node': node, location: where})} 1")
+        in_pool = {pool: pools[node]} if node in pools else {}
+        lines.append(f"kube_node_labels{_label_text({'node': node, location: where, **in_pool})} 1")
     lines.append("kube_node_spec_taint" + _label_text(
         {"node": EXTERNAL_NODE, "key": taint_key, "value": "true", "effect": "NoSchedule"}) + " 1")
     return "\n".join(lines) + "\n"
@@ -265,19 +272,19 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
         if i == 0:
             m.node_quarantined.labels(node=GPU_NODES[0], **{"class": "degraded"}).set(1)
             m.node_quarantined.labels(node=GPU_NODES[1], **{"class": "fatal"}).set(1)
-            m.quarantined.labels(**{"class": "degraded", "pool": "local-gpu"}).set(1)
-            m.pool_share.labels(pool="local-gpu").set(0.5)
-            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool="local-gpu", node=GPU_NODES[0],
+            m.quarantined.labels(**{"class": "degraded", "pool": GPU_POOL}).set(1)
+            m.pool_share.labels(pool=GPU_POOL).set(0.5)
+            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool=GPU_POOL, node=GPU_NODES[0],
                                    cause="guard").inc()
-            m.gang_restarts.labels(namespace=train_ns, job="other-gang", pool="local-gpu", node=GPU_NODES[1],
+            m.gang_restarts.labels(namespace=train_ns, job="other-gang", pool=GPU_POOL, node=GPU_NODES[1],
                                    cause="guard").inc()
-            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool="local-gpu", node="",
+            m.gang_restarts.labels(namespace=train_ns, job="smoke-gang", pool=GPU_POOL, node="",
                                    cause="application").inc()
             m.firing.labels(signal="gpu-temperature").set(1)
             m.evictions.labels(workload="training", result="evicted").inc()
-            m.suppressed.labels(pool="local-gpu").inc()
-            m.taints.labels(**{"class": "degraded", "pool": "local-gpu"}).inc()
-            m.between_failures.labels(pool="local-gpu").observe(3600)
+            m.suppressed.labels(pool=GPU_POOL).inc()
+            m.taints.labels(**{"class": "degraded", "pool": GPU_POOL}).inc()
+            m.between_failures.labels(pool=GPU_POOL).observe(3600)
         return start_http_server(port, addr="127.0.0.1", registry=m.registry)[0]
 
     add("Deployment", "health-guard", [(f"health-guard-7d9f-{c}", SYSTEM_NODES[k]) for k, c in enumerate("ab")],
@@ -300,8 +307,9 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
     add("Job", "smoke-gang", workers, trainer)
 
     ksm_port = free_port()
-    pods = [*((train_ns, w, n, "training") for w, n in workers),
-            (INFERENCE[0], INFERENCE[1], GPU_NODES[0], "inference"), (INFERENCE[0], "sd-1", EXTERNAL_NODE, "inference")]
+    pods = [*((train_ns, w, n, "training", "smoke-gang") for w, n in workers),
+            (INFERENCE[0], INFERENCE[1], GPU_NODES[0], "inference", ""),
+            (INFERENCE[0], "sd-1", EXTERNAL_NODE, "inference", "")]
     servers.append(serve_text(kube_state_exposition(keys, taint_key, pods), ksm_port))
     ksm_labels = {"app.kubernetes.io/name": "kube-state-metrics"}
     targets.append(Target(address=f"127.0.0.1:{ksm_port}", namespace="monitoring", pod="kube-state-metrics-0",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,9 +16,11 @@ from components import images
 from components.alert_rules import build_rule_spec
 from components.config import ConfigError, parse_config
 from components.dashboards import gpu_fleet
+from components.dashboards.grafana import DATASOURCE, FLEET_UID, HEALTH_UID, TOP
 from components.dcgm_counters import parse as parse_counters
 from components.observability import alert_thresholds, kube_state_label
 from tests.conftest import StackRunner, raw_stack
+from tests.dashboard_support import boards, queries, query_variables, references, selectors
 from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, raw_from_stack, run_program
 
 P = "gpu-cluster:"
@@ -266,6 +269,7 @@ def test_dashboard_configmap_for_the_grafana_sidecar(prod: RunResult) -> None:
         "NVLink errors per GPU",
         "Burst state: external nodes open to inference",
         "Nodes out of service (GPU health)",
+        "Hottest GPUs now",
     ]
     burst = dashboard["panels"][6]["targets"][0]["expr"]
     assert 'kube_node_spec_taint{key="gpucluster.io/burst"}' in burst
@@ -275,8 +279,11 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     """promtool has no expression checker; a recording-rule file made of the panel queries is checked instead."""
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run `make observability-tools`"
-    exprs = [t["expr"] for p in gpu_fleet.build()["panels"] for t in p["targets"]]
-    assert len(exprs) == 17
+    board = gpu_fleet.build()
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    assert len(exprs) == 18
+    exprs += [v["query"].removeprefix("query_result(").removesuffix(")") for v in query_variables(board)
+              if v["query"].startswith("query_result(")]
     rules = {
         "groups": [
             {"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(exprs)]}
@@ -286,6 +293,126 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: The variable-bearing labels each metric arrives with (tests/test_scrape_path.py checks the panels on the
+#: labels that really arrive): dcgm-exporter's and the ib-exporter's series get ``node`` from the scrape path but
+#: no pool; the guard's name a pool, a quarantined node, a restarted gang (``job``).
+NODE_METRICS = ("DCGM_", "infiniband_", "gpucluster_health_node_quarantined")
+POOL_METRICS = ("gpucluster_health_nodes_quarantined", "gpucluster_health_pool_quarantined_ratio",
+                "gpucluster_health_seconds_between_failures", "gpucluster_health_suppressed_total",
+                "gpucluster_health_taints_applied_total")
+GANG_METRICS = ("gpucluster_health_gang_restarts_total",)
+#: Per-GPU and per-port series: thousands in prod.
+FAN_OUT = ("DCGM_", "infiniband_")
+FILTERED = re.compile(r'^-?(?:sort_desc\()?(?:topk|bottomk)\((\d+),')
+
+
+def _carried(metric: str) -> set[str]:
+    labels = set()
+    if metric.startswith(NODE_METRICS + GANG_METRICS):
+        labels.add("node")
+    if metric.startswith(POOL_METRICS + GANG_METRICS):
+        labels.add("pool")
+    if metric.startswith(GANG_METRICS):
+        labels.add("job")
+    return labels
+
+
+def test_the_dashboards_have_chained_pool_node_and_job_variables(prod: RunResult) -> None:
+    """The first panel drew all 2,048 prod GPUs: there was nothing to choose a pool or a node by."""
+    for uid, board in boards(prod).items():
+        variables = query_variables(board)
+        assert [v["name"] for v in variables] == ["pool", "node", "job"], uid
+        for v in variables:
+            assert (v["multi"], v["includeAll"], v["datasource"]) == (True, True, DATASOURCE), (uid, v["name"])
+            assert v["query"].startswith(("label_values(", "query_result(")), (uid, v["name"])
+        pool, node, job = variables
+        # "All" pools: prod's two GPU pools, not its system pool.
+        assert pool["query"] == 'label_values(kube_node_labels{label_gpucluster_io_pool=~"h100-a|h200-b"}, ' \
+            "label_gpucluster_io_pool)", uid
+        assert pool["allValue"] == "h100-a|h200-b", uid
+        assert "$pool" in node["query"] and {"$pool", "$node"} <= set(re.findall(r"\$\w+", job["query"])), uid
+        assert (node["allValue"], job["allValue"]) == (".*", ".*"), uid
+
+
+def test_every_dashboard_reference_is_a_variable_of_its_own_dashboard(prod: RunResult) -> None:
+    problems = []
+    for uid, board in boards(prod).items():
+        names = [v["name"] for v in board["templating"]["list"]]
+        texts = [(q.where, q.expr + q.legend) for q in queries(board)]
+        texts += [(f"{uid} / {p['title']} / link", link["url"])
+                  for p in board["panels"] for link in p["fieldConfig"]["defaults"].get("links", [])]
+        problems += [f"{where}: ${name}" for where, text in texts for name in references(text) if name not in names]
+        for index, variable in enumerate(board["templating"]["list"]):
+            # A variable may only depend on the ones before it: Grafana resolves them in this order.
+            problems += [f"{uid} / variable {variable['name']}: ${name}"
+                         for name in references(variable.get("query", "")) if name not in names[:index]]
+    assert problems == []
+
+
+def test_every_query_on_a_pool_or_node_labelled_metric_filters_by_the_variables(prod: RunResult) -> None:
+    """Node-labelled series without a pool label keep to the selected pools by a join on kube_node_labels;
+    kube-state-metrics' own series are those joins (and the burst panel's external nodes, in no pool)."""
+    pool_join = 'kube_node_labels{label_gpucluster_io_pool=~"$pool"}'
+    problems = []
+    for board in boards(prod).values():
+        for q in queries(board):
+            for metric, matchers in selectors(q.expr):
+                if metric.startswith("kube_"):
+                    continue
+                carried = _carried(metric)
+                problems += [f"{q.where}: {metric} not filtered by ${label}" for label in sorted(carried)
+                             if matchers.get(label) != ("=~", f"${label}")]
+                if "node" in carried and "pool" not in carried and pool_join not in q.expr:
+                    problems.append(f"{q.where}: {metric} not kept to the selected pools")
+    assert problems == []
+
+
+def test_sort_desc_only_where_it_orders_and_fan_out_panels_are_bounded(prod: RunResult) -> None:
+    """A graph draws every series whatever their order: sort_desc there does nothing, topk bounds it."""
+    problems = []
+    for board in boards(prod).values():
+        for p in board["panels"]:
+            for t in p["targets"]:
+                where, expr = f"{board['uid']} / {p['title']}", t["expr"]
+                if "sort_desc" in expr and (p["type"] == "timeseries" or not t["instant"]):
+                    problems.append(f"{where}: sort_desc in a {p['type']} range query")
+                if p["type"] == "stat" or not any(m.startswith(FAN_OUT) for m, _ in selectors(expr)):
+                    continue
+                bound = FILTERED.match(expr)
+                if bound is None or int(bound.group(1)) > TOP:
+                    problems.append(f"{where}: per-GPU or per-port series without topk/bottomk({TOP})")
+    assert problems == []
+    hottest = next(p for p in gpu_fleet.build()["panels"] if p["title"] == "Hottest GPUs now")
+    assert hottest["type"] == "bargauge" and hottest["targets"][0]["expr"].startswith("sort_desc(topk(20, ")
+
+
+def test_the_fleet_and_health_dashboards_link_to_each_other_keeping_the_selection(prod: RunResult) -> None:
+    found = boards(prod)
+    assert set(found) == {FLEET_UID, HEALTH_UID}
+    for uid, other in ((FLEET_UID, HEALTH_UID), (HEALTH_UID, FLEET_UID)):
+        links = [link for link in found[uid]["links"] if link["url"] == f"/d/{other}"]
+        assert [(link["type"], link["includeVars"], link["keepTime"]) for link in links] == [("link", True, True)]
+        data_links = [link["url"] for p in found[uid]["panels"]
+                      for link in p["fieldConfig"]["defaults"].get("links", [])]
+        assert data_links and all(url.startswith(f"/d/{other}?") and "${__url_time_range}" in url
+                                  for url in data_links), uid
+    temperature = found[FLEET_UID]["panels"][0]["fieldConfig"]["defaults"]["links"][0]["url"]
+    assert temperature == (f"/d/{HEALTH_UID}?var-node=${{__field.labels.node}}&${{datasource:queryparam}}"
+                           "&${pool:queryparam}&${job:queryparam}&${__url_time_range}")
+
+
+def test_the_dashboards_follow_the_label_prefix_and_pools_of_the_stack(run_stack: StackRunner) -> None:
+    def edit(c: dict[str, Any]) -> None:
+        c[P + "labelPrefix"] = "ml.example.org"
+
+    for board in boards(run_stack("local", edit)).values():
+        pool = query_variables(board)[0]
+        assert pool["query"] == 'label_values(kube_node_labels{label_ml_example_org_pool=~"local-gpu"}, ' \
+            "label_ml_example_org_pool)"
+        assert pool["allValue"] == "local-gpu"
+        assert "gpucluster_io" not in json.dumps(board)
 
 
 def test_dashboards_can_be_turned_off(run_stack: StackRunner) -> None:

@@ -9,7 +9,8 @@ what arrived, not on label sets written by hand:
 * every alert rule fires in its scenario with the labels its description and routing use, and every other
   alert stays silent: each scenario is a promtool test whose input series are the *arrived* label sets with
   the scenario's values;
-* every dashboard query returns series, each with the labels its legend names.
+* every dashboard query returns series, each with the labels its legend names, with the variables at "All" and
+  at a selected pool, node and job; the variables offer what arrived, each narrowed by the ones before it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import yaml
 
 from components.alert_rules import alert_names
 from components.naming import Keys
-from tests import scrape_world
+from tests import dashboard_support, scrape_world
 from tests.promtool_support import PROMTOOL, expected_alert, run_unit_test, series
-from tests.scrape_world import GPU_NODES, World
+from tests.scrape_world import GPU_NODES, GPU_POOL, World
 from tools.mockrt import RunResult, run_program, stack_config
 
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="Debian's prometheus package: make observability-tools")
@@ -347,31 +348,90 @@ def test_every_alert_has_a_firing_scenario_on_arrived_series(world: World) -> No
 # ---------------------------------------------------------------------------------------------- panels
 
 
-def _panels(world: World) -> list[tuple[str, str, str]]:
-    """(dashboard, panel title, target) for every panel query of the stack's dashboards."""
-    found: list[tuple[str, str, str]] = []
-    for name in ("gpu-fleet-dashboard", "gpu-health-dashboard"):
-        data = world.result.one("ConfigMap", name).inputs["data"]
-        board = json.loads(next(iter(data.values())))
-        for panel in board["panels"]:
-            for target in panel.get("targets", []):
-                found.append((name, panel["title"], json.dumps(target)))
-    return found
+def _boards(world: World) -> dict[str, dict[str, Any]]:
+    return dashboard_support.boards(world.result)
+
+
+def _run(world: World, board: dict[str, Any], selection: dict[str, str]) -> list[str]:
+    """Every panel query of ``board`` with the variables set to ``selection`` ("All" for the others): each must
+    return series, each series with the labels its legend names and, where it has one, the selected node.
+    Annotations mark events (a taint applied), which this world has none of: they need only run."""
+    problems: list[str] = []
+    values = {**dashboard_support.all_values(board), **selection}
+    for q in dashboard_support.queries(board):
+        result = world.query(dashboard_support.interpolate(q.expr, values))
+        legend_labels = re.findall(r"\{\{\s*(\w+)\s*\}\}", q.legend)
+        if not result and q.kind != "annotation":
+            problems.append(f"{q.where}: no series for {q.expr} with {selection or 'All'}")
+            continue
+        for sample in result:
+            metric = sample["metric"]
+            missing = [label for label in legend_labels if label not in metric]
+            if missing:
+                problems.append(f"{q.where}: series {metric} lacks legend label(s) {missing}")
+            if "node" in selection and metric.get("node", selection["node"]) != selection["node"]:
+                problems.append(f"{q.where}: series {metric} of another node than {selection['node']}")
+    return problems
 
 
 def test_every_dashboard_panel_returns_series_with_its_legend_labels(world: World) -> None:
-    problems: list[str] = []
-    panels = _panels(world)
-    assert len(panels) >= 20
-    for board, title, raw in panels:
-        target = json.loads(raw)
-        result = world.query(target["expr"])
-        legend_labels = re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", ""))
-        if not result:
-            problems.append(f"{board} / {title}: no series for {target['expr']}")
-            continue
-        for sample in result:
-            missing = [label for label in legend_labels if label not in sample["metric"]]
-            if missing:
-                problems.append(f"{board} / {title}: series {sample['metric']} lacks legend label(s) {missing}")
+    """With every variable at "All" (what a dashboard opens with)."""
+    boards = _boards(world)
+    assert sum(len(dashboard_support.queries(b)) for b in boards.values()) >= 20
+    assert [p for b in boards.values() for p in _run(world, b, {})] == []
+
+
+def test_every_dashboard_panel_keeps_to_a_selected_pool_node_and_job(world: World) -> None:
+    selection = {"pool": GPU_POOL, "node": GPU_NODES[0], "job": "smoke-gang"}
+    assert [p for b in _boards(world).values() for p in _run(world, b, selection)] == []
+
+
+def _options(world: World, variable: dict[str, Any], values: dict[str, str]) -> set[str]:
+    """The options Grafana would offer for ``variable`` with the variables before it set to ``values``."""
+    expr, label, regex = dashboard_support.variable_promql(variable)
+    result = world.query(dashboard_support.interpolate(expr, values))
+    if label is not None:
+        return {s["metric"][label] for s in result if s["metric"].get(label)}
+    assert regex is not None
+    texts = ["{" + ",".join(f'{k}="{v}"' for k, v in sorted(s["metric"].items())) + "} " + s["value"][1]
+             for s in result]
+    return {m.group(1) for text in texts if (m := re.search(regex, text))}
+
+
+@pytest.mark.parametrize(("selection", "expected"), [
+    ({}, {"pool": {GPU_POOL}, "node": set(GPU_NODES), "job": {"smoke-gang"}}),
+    ({"pool": GPU_POOL, "node": GPU_NODES[1]}, {"job": {"smoke-gang"}}),
+    ({"pool": scrape_world.SYSTEM_POOL}, {"node": set(scrape_world.SYSTEM_NODES), "job": set()}),
+    ({"pool": GPU_POOL, "node": scrape_world.SYSTEM_NODES[0]}, {"job": set()}),
+], ids=["all", "a node", "another pool", "a node outside the pool"])
+def test_dashboard_variables_offer_what_arrived_narrowed_by_the_ones_before(
+        world: World, selection: dict[str, str], expected: dict[str, set[str]]) -> None:
+    """Pools are the stack's GPU pools (not the system pool), nodes those of the selected pools, jobs those with
+    pods on the selected nodes."""
+    for uid, board in _boards(world).items():
+        values = {**dashboard_support.all_values(board), **selection}
+        offered = {v["name"]: _options(world, v, values) for v in dashboard_support.query_variables(board)}
+        assert {name: offered[name] for name in expected} == expected, uid
+
+
+def test_every_selector_of_a_metric_that_arrives_with_pool_or_node_filters_by_the_variable(world: World) -> None:
+    """Judged on the labels that really arrive; kube-state-metrics' series are the joins that apply the variables
+    (and the burst panel's external nodes, in no pool)."""
+    carried: dict[str, set[str]] = {}
+    for arrived in world.series:
+        carried.setdefault(arrived["__name__"], set()).update({"pool", "node"} & arrived.keys())
+    problems = []
+    for board in _boards(world).values():
+        texts = [(q.where, q.expr) for q in dashboard_support.queries(board)]
+        texts += [(f"{board['uid']} / variable {v['name']}", v["query"])
+                  for v in dashboard_support.query_variables(board)]
+        for where, expr in texts:
+            found = (dashboard_support.variable_selectors(expr) if expr.startswith(("label_values", "query_result"))
+                     else dashboard_support.selectors(expr))
+            for metric, matchers in found:
+                assert metric in carried, f"{where}: {metric} never arrives"
+                if metric.startswith("kube_"):
+                    continue
+                problems += [f"{where}: {metric} not filtered by ${label}" for label in sorted(carried[metric])
+                             if matchers.get(label) != ("=~", f"${label}")]
     assert problems == []
