@@ -68,11 +68,18 @@ def ramp_starts(rng: random.Random, n: int, bin_s: float, per_day: float = 3.0) 
         starts.append(i)
 
 
+def _events_on_a_base(rng: random.Random, n: int, bin_s: float, level: float,
+                      per_day: float) -> tuple[list[float], list[int]]:
+    """A quiet diurnal base at ``level`` and the bins where its events (ramps, crowds, jumps) begin."""
+    base = [level * v for v in _diurnal_base(rng, n, bin_s, noise=0.03)]
+    return base, ramp_starts(random.Random(rng.random()), n, bin_s, per_day)
+
+
 def steep_ramps(rng: random.Random, n: int, bin_s: float) -> list[float]:
-    base = [0.5 * v for v in _diurnal_base(rng, n, bin_s, noise=0.03)]
+    base, starts = _events_on_a_base(rng, n, bin_s, 0.5, per_day=3.0)
     mean = sum(base) / len(base)
     out = list(base)
-    for start in ramp_starts(random.Random(rng.random()), n, bin_s):
+    for start in starts:
         rise = mean * rng.uniform(0.55, 0.67)
         ramp = max(1, int(5 * 60 / bin_s))  # the whole rise within 5 minutes
         hold = int(rng.uniform(0.5, 2.0) * HOUR / bin_s)
@@ -91,9 +98,9 @@ def steep_ramps(rng: random.Random, n: int, bin_s: float) -> list[float]:
 
 
 def flash_crowds(rng: random.Random, n: int, bin_s: float) -> list[float]:
-    base = [0.35 * v for v in _diurnal_base(rng, n, bin_s, noise=0.03)]
+    base, starts = _events_on_a_base(rng, n, bin_s, 0.35, per_day=2.0)
     out = list(base)
-    for start in ramp_starts(random.Random(rng.random()), n, bin_s, per_day=2.0):
+    for start in starts:
         factor = rng.uniform(2.0, 3.0)
         length = int(rng.uniform(10, 30) * 60 / bin_s) or 1
         for k in range(length):
@@ -114,9 +121,9 @@ def plateaus(rng: random.Random, n: int, bin_s: float) -> list[float]:
 
 
 def decays(rng: random.Random, n: int, bin_s: float) -> list[float]:
-    base = [0.3 * v for v in _diurnal_base(rng, n, bin_s, noise=0.03)]
+    base, starts = _events_on_a_base(rng, n, bin_s, 0.3, per_day=1.5)
     out = list(base)
-    for start in ramp_starts(random.Random(rng.random()), n, bin_s, per_day=1.5):
+    for start in starts:
         jump = rng.uniform(0.5, 0.7)
         tau = rng.uniform(0.5, 2.0) * HOUR / bin_s
         for k in range(int(6 * tau)):
