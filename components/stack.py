@@ -34,6 +34,13 @@ def stack_file(stack: str | None = None) -> str:
 
 def load_stack_config() -> ClusterConfig:
     """Validate the whole stack config; on any problem stop with one message and register nothing."""
+    try:
+        return _load_stack_config()
+    except ConfigError as error:
+        raise pulumi.RunError(str(error)) from None
+
+
+def _load_stack_config() -> ClusterConfig:
     values, secret_keys = engine_config()
     project = pulumi.get_project() or PROJECT
     if foreign := foreign_keys(values, project):

@@ -63,6 +63,8 @@ class Cluster:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api = api
         self.namespace = namespace
+        #: How the user called us (``gpucluster`` or ``kubectl gpucluster``), for the hints in messages.
+        self.prog = "gpucluster"
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
@@ -109,10 +111,12 @@ class Cluster:
         result: dict[str, Any] = self._json(resp)
         return result
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The namespace's Volcano Jobs; ``timeout`` (seconds) bounds the call where a user waits on it (TAB)."""
         try:
             resp = self.custom.list_namespaced_custom_object(VOLCANO_GROUP, VOLCANO_VERSION, self.namespace,
-                                                            VOLCANO_JOBS, _preload_content=False)
+                                                            VOLCANO_JOBS, _preload_content=False,
+                                                            _request_timeout=timeout)
         except ApiException as exc:
             raise explain(exc, "listing training jobs", self.namespace) from None
         items: list[dict[str, Any]] = self._json(resp).get("items", [])
@@ -125,7 +129,7 @@ class Cluster:
         except ApiException as exc:
             if exc.status == 404:
                 raise CliError(f"no training job '{name}' in namespace '{self.namespace}' "
-                               f"(see `gpucluster train list`)") from None
+                               f"(see `{self.prog} train list`)") from None
             raise explain(exc, f"reading job {name}", self.namespace) from None
         result: dict[str, Any] = self._json(resp)
         return result

@@ -1,11 +1,11 @@
 """How the CLI prints, the way kubectl does: tables drawn for a terminal and plain columns for a pipe,
-``-o json|yaml`` for scripts, and durations such as ``5m`` for ``--since``."""
+``-o json|yaml`` for scripts, ``-o name`` for ``xargs``, and durations such as ``5m`` for ``--since``."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 FORMATS = ("json", "yaml")
+#: kubectl's ``-o name``: one ``kind.group/name`` line per object.
+NAME = "name"
 _DURATION = re.compile(r"(\d+)([smhd])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -38,6 +40,17 @@ def dump(value: Any, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(value, indent=2, sort_keys=False) + "\n"
     return yaml.safe_dump(value, sort_keys=False)
+
+
+def resource_name(kind: str, api_version: str, name: str) -> str:
+    """kubectl's ``-o name`` form: ``pod/x`` for the core group, ``job.batch.volcano.sh/x`` for others."""
+    group = api_version.rpartition("/")[0]
+    return f"{kind.lower()}.{group}/{name}" if group else f"{kind.lower()}/{name}"
+
+
+def name_lines(objects: Iterable[tuple[str, str, dict[str, Any]]]) -> str:
+    """``-o name`` lines for ``(kind, apiVersion, object)``; list items from the API carry no kind of their own."""
+    return "".join(resource_name(kind, version, obj["metadata"]["name"]) + "\n" for kind, version, obj in objects)
 
 
 def parse_duration(text: str) -> int:

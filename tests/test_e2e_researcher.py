@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_venv import install_cli
 from tests.polling import wait
 from tools.engine_runner import engine_available
 from tools.localcluster import control, pki, stackup
@@ -220,6 +221,31 @@ def test_submit_watch_queue_and_cancel(cluster: tuple[Layout, Path], tmp_path: P
     again = cli(kubeconfig, "train", "cancel", "nlp-a")
     assert again.returncode == 1 and "no training job 'nlp-a'" in again.stderr, again.stderr
     assert cli(kubeconfig, "train", "cancel", "nlp-b").returncode == 0
+
+
+def test_the_cli_installed_alone_dry_runs_against_the_api_server(cluster: tuple[Layout, Path], tmp_path: Path,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The CLI's own distribution in a clean venv (no Pulumi): a server dry run as alice is admitted by the real
+    API server (schema, RBAC, the admission policies) and creates nothing; the kubectl plugin prints the names."""
+    lay, kubeconfig = cluster
+    api = Api(lay, kubeconfig)
+    started = time.monotonic()
+    venv = install_cli(tmp_path_factory.mktemp("cli-venv"))
+    MEASURED["clean_venv_install_s"] = round(time.monotonic() - started, 1)
+    job = spec(tmp_path / "dry.yaml", "nlp-dry")
+    env = {"KUBECONFIG": str(kubeconfig)}
+    dry = venv.run("gpucluster", "train", "submit", str(job), "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "would submit nlp-dry: 2 × 8 GPUs in pool local-gpu, queue team-nlp" in dry.stdout, dry.stdout
+    named = venv.run("kubectl-gpucluster", "train", "submit", str(job), "--dry-run=server", "-o", "name", env=env)
+    assert named.returncode == 0, named.stderr
+    assert named.stdout == "job.batch.volcano.sh/nlp-dry\npodmonitor.monitoring.coreos.com/nlp-dry\n", named.stdout
+    # The other team's queue is refused by the admission policy on the dry run too, with its message.
+    refused = venv.run("gpucluster", "train", "submit", str(spec(tmp_path / "other.yaml", "nlp-x", OTHER_TEAM)),
+                       "--dry-run", env=env)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "gpucluster-team-queues" in refused.stderr and "(queue: team-vision)" in refused.stderr, refused.stderr
+    assert api.job_phase("nlp-dry") is None and api.job_phase("nlp-x") is None
 
 
 def test_the_guardrails_refuse_the_default_scheduler(cluster: tuple[Layout, Path]) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pulumi import RunError
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -20,8 +19,12 @@ from components.config.base import PROJECT, TAGGED_UNIONS, Problem, Refused, Tag
 from components.config.cluster import ClusterConfig, cross_check
 
 
-class ConfigError(RunError):
-    """A stack configuration that cannot be deployed; the message lists every problem found."""
+class ConfigError(Exception):
+    """A stack configuration that cannot be deployed; the message lists every problem found.
+
+    A plain exception, so the models load without the Pulumi SDK (the researcher CLI reads them); the program
+    turns it into Pulumi's ``RunError`` (:func:`components.stack.load_stack_config`), which prints no traceback.
+    """
 
     def __init__(self, stack_file: str, problems: list[Problem]) -> None:
         self.stack_file = stack_file
