@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 import components.config as config_package
 from components import cluster
-from components.config import PROJECT, ClusterConfig
+from components.config import PROJECT, ClusterConfig, ConfigError
 from components.stack import engine_config, validate_config
 
 #: The package's name: the schema's, the plugin's and the type token's first part.
@@ -215,6 +215,10 @@ class UnifiedGpuCluster(cluster.UnifiedGpuCluster):
     """PriorityClass name of each tier (system, training, inference, default)."""
 
     def __init__(self, name: str, args: UnifiedGpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(name, config_from_args(args, name), opts)
+        try:
+            config = config_from_args(args, name)
+        except ConfigError as error:  # the engine shows a RunError's message alone, without our stack trace
+            raise pulumi.RunError(str(error)) from None
+        super().__init__(name, config, opts)
         self.scheduler_name = self.scheduler.scheduler_name
         self.priority_classes = pulumi.Output.from_input({t.value: n for t, n in self.priorities.names.items()})
