@@ -62,6 +62,9 @@ DCGM_EXPORTER = Pin(
 #: A generic provider ships its own binary (its image in the stack config), built on this release's library.
 VIRTUAL_KUBELET = Pin("virtual-kubelet", "v1.14.1", "github.com/virtual-kubelet/virtual-kubelet",
                       "tools/localcluster/virtualkubelet/go.mod")
+#: The ``--provider`` (``vkProvider``) of that command's built-in test provider: its capacity file has a format of
+#: its own (components/providers.py ``provider_config``), and it is the only provider the local binary carries.
+MOCK_VK_PROVIDER = "mock"
 LIQO_VIRTUAL_KUBELET = Pin(
     "liqo-virtual-kubelet", "v1.1.2",
     unproven="a Liqo peering needs a second cluster; the e2e's external provider is a virtual-kubelet node",

@@ -49,6 +49,7 @@ from agents import serving_cert
 from components import images, rbac
 from components.config import ClusterConfig, ExternalProvider, LiqoProvider, VirtualKubeletProvider
 from components.naming import EXTERNAL, VK_PROVIDER_TAINT, Keys, common_labels
+from components.pins import MOCK_VK_PROVIDER
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.stack import secret_value
 from components.system_agent import Placement, SystemAgent
@@ -337,6 +338,25 @@ def capacity(p: ExternalProvider, gpu_resource: str) -> dict[str, dict[str, str]
     }
 
 
+#: The resources the mock provider reads by name; it reads every other one under ``others`` and drops the rest.
+MOCK_NAMED = ("cpu", "memory", "pods")
+
+
+def provider_config(p: ExternalProvider, gpu_resource: str) -> dict[str, dict[str, Any]]:
+    """The file ``--provider-config`` names, in the format the provider's binary reads.
+
+    The generic node-cli file is :func:`capacity`. The mock provider reads ``cpu``, ``memory`` and ``pods`` and
+    takes every other resource from ``others`` only: given the generic file it silently drops the GPUs and
+    registers a node that refuses every GPU pod.
+    """
+    generic = capacity(p, gpu_resource)
+    if not (isinstance(p, VirtualKubeletProvider) and p.vk_provider == MOCK_VK_PROVIDER):
+        return generic
+    return {node: {**{k: v for k, v in res.items() if k in MOCK_NAMED},
+                   "others": {k: v for k, v in res.items() if k not in MOCK_NAMED}}
+            for node, res in generic.items()}
+
+
 @dataclass(frozen=True)
 class ExternalGpuProviderArgs:
     provider: ExternalProvider
@@ -402,7 +422,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
         mounts = [k8s.core.v1.VolumeMountArgs(name="credentials", mount_path=f"{CONFIG_DIR}/credentials",
                                               read_only=True)]
         if preset.capacity_file:
-            agent.settings("config", {"provider.json": json.dumps(capacity(p, args.gpu_resource), indent=2,
+            agent.settings("config", {"provider.json": json.dumps(provider_config(p, args.gpu_resource), indent=2,
                                                                   sort_keys=True)})
             volumes.append(k8s.core.v1.VolumeArgs(
                 name="config", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{app}-config")))

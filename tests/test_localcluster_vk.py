@@ -19,11 +19,11 @@ from tools.localcluster.plan import (
     Layout,
     VirtualKubeletFiles,
     audit_policy,
+    check_mock_provider_config,
     component_commands,
     default_plan,
     load_plan,
     load_stack_config,
-    mock_provider_config,
     required_grants,
     serving_cert_process,
     virtual_kubelet_process,
@@ -115,9 +115,9 @@ def test_a_provider_the_binary_does_not_carry_is_refused_by_name(local: RunResul
         virtual_kubelet_process(Path("/b"), secret_env, "p", "gpu-system", FILES, 1, 2)
 
 
-def test_capacity_file_becomes_the_mock_format_with_every_resource(local: RunResult) -> None:
+def test_the_stack_writes_the_mock_format_with_every_resource(local: RunResult) -> None:
     _, data = _deployed(local)
-    config = json.loads(mock_provider_config(data["provider.json"], "vk-local-cloud-config"))
+    config = json.loads(check_mock_provider_config(data["provider.json"], "vk-local-cloud-config"))
     (virtual,) = [n for n in load_plan(Path(__file__).resolve().parents[1]).by_kind("virtual")
                   if n.name == "vk-local-cloud"]
     assert config == {"vk-local-cloud": {
@@ -129,11 +129,15 @@ def test_capacity_file_becomes_the_mock_format_with_every_resource(local: RunRes
 @pytest.mark.parametrize(("text", "message"), [
     ("{", "cfg: not JSON"),
     ("[]", "cfg: expected an object of node name -> resources, got list"),
+    ('{"n": [1]}', "cfg: node 'n': expected resource -> quantity, got list"),
     ('{"n": {"cpu": [1]}}', "cfg: node 'n': expected resource -> quantity"),
+    ('{"n": {"cpu": "1", "others": []}}', "cfg: node 'n': expected resource -> quantity"),
+    # The generic node-cli file: the mock would drop the GPUs and register a node that refuses GPU pods.
+    ('{"n": {"cpu": "1", "nvidia.com/gpu": "8"}}', "cfg: node 'n': the mock provider reads nvidia.com/gpu only under"),
 ])
-def test_a_malformed_capacity_file_is_refused_naming_it(text: str, message: str) -> None:
+def test_a_capacity_file_the_mock_cannot_read_is_refused_naming_it(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        mock_provider_config(text, "cfg")
+        check_mock_provider_config(text, "cfg")
 
 
 def test_kwok_fakes_every_node_but_the_virtual_ones() -> None:

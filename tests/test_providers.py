@@ -98,6 +98,16 @@ def test_capacity_comes_from_config(prod: RunResult) -> None:
     }
 
 
+def test_the_mock_provider_gets_its_own_format_with_the_gpus_under_others(local: RunResult) -> None:
+    """virtual-kubelet's mock reads cpu, memory and pods by name and every other resource under ``others`` only:
+    the generic file would register a node without GPUs."""
+    cm = local.one("ConfigMap", "vk-local-cloud-config")
+    assert json.loads(cm.inputs["data"]["provider.json"]) == {
+        "vk-local-cloud": {"cpu": "512", "memory": "4096Gi", "pods": "500",
+                           "others": {"ephemeral-storage": "2048Gi", "nvidia.com/gpu": "16"}}
+    }
+
+
 def test_credentials_only_in_a_secret_marked_secret(prod: RunResult, local: RunResult) -> None:
     for result, name in ((prod, "vk-lambda-east-credentials"), (prod, "vk-dr-cluster-credentials"),
                          (local, "vk-local-cloud-credentials")):

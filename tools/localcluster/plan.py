@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.pins import MOCK_VK_PROVIDER
+
 #: kwok manages only nodes carrying this annotation; real nodes (none here) are left alone.
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
@@ -396,7 +398,7 @@ def audit_policy() -> dict[str, Any]:
 #: The binary build.sh builds from the pinned virtual-kubelet module (its built-in ``mock`` provider).
 VIRTUAL_KUBELET = "virtual-kubelet"
 #: The only provider that binary carries.
-MOCK_PROVIDER = "mock"
+MOCK_PROVIDER = MOCK_VK_PROVIDER
 #: What the pod's downward-API fields are for a local process.
 _FIELD_VALUES = {"status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}
 #: Flags naming paths or addresses inside the pod: the local process gets its own.
@@ -514,26 +516,31 @@ def serving_cert_process(init_containers: Sequence[Mapping[str, Any]], namespace
     return argv
 
 
-def mock_provider_config(capacity: str, source: str) -> str:
-    """The stack's capacity file (node -> resource -> quantity) in the mock provider's format.
+def check_mock_provider_config(text: str, source: str) -> str:
+    """The stack's ``--provider-config`` file for the mock provider, checked before the binary reads it.
 
-    The mock reads ``cpu``, ``memory`` and ``pods`` by name and every other resource (GPUs, ephemeral
-    storage) under ``others``; a resource it would silently drop is a node that refuses pods.
+    The stack writes the mock's own format (components/providers.py ``provider_config``): ``cpu``, ``memory`` and
+    ``pods`` by name, every other resource under ``others``. A resource outside those the mock would silently drop,
+    which is a node that refuses pods; that is refused here, naming it.
     """
     try:
-        data = json.loads(capacity)
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{source}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     if not isinstance(data, dict) or not data:
         raise ValueError(f"{source}: expected an object of node name -> resources, got {type(data).__name__}")
-    out: dict[str, dict[str, Any]] = {}
     for node, resources in data.items():
-        if not isinstance(resources, dict) or not all(isinstance(v, (str, int)) for v in resources.values()):
-            raise ValueError(f"{source}: node {node!r}: expected resource -> quantity (string or integer)")
-        named = {k: str(resources[k]) for k in ("cpu", "memory", "pods") if k in resources}
-        others = {str(k): str(v) for k, v in resources.items() if k not in named}
-        out[str(node)] = {**named, "others": others}
-    return json.dumps(out, indent=2, sort_keys=True)
+        if not isinstance(resources, dict):
+            raise ValueError(f"{source}: node {node!r}: expected resource -> quantity, got {type(resources).__name__}")
+        others = resources.get("others", {})
+        named = {k: v for k, v in resources.items() if k != "others"}
+        if not isinstance(others, dict) or not all(isinstance(v, str) for v in [*named.values(), *others.values()]):
+            raise ValueError(f"{source}: node {node!r}: expected resource -> quantity (a string)")
+        dropped = sorted(set(named) - {"cpu", "memory", "pods"})
+        if dropped:
+            raise ValueError(f"{source}: node {node!r}: the mock provider reads {', '.join(dropped)} only under "
+                             "'others'; the node would register without it")
+    return text
 
 
 def required_grants(namespaces: Sequence[str], node: str) -> list[dict[str, str]]:

@@ -33,8 +33,8 @@ from tools.localcluster.plan import (
     VIRTUAL_KUBELET,
     Layout,
     VirtualKubeletFiles,
+    check_mock_provider_config,
     load_stack_config,
-    mock_provider_config,
     required_grants,
     serving_cert_process,
     virtual_kubelet_process,
@@ -170,7 +170,7 @@ def launch(lay: Layout, t: Target, dep: dict[str, Any]) -> control.Proc:
     files = VirtualKubeletFiles(home / "kubeconfig", home / "provider.json", serving / serving_cert.CERT_FILE,
                                 serving / serving_cert.KEY_FILE, lay.pki / "ca.crt")
     try:
-        config = mock_provider_config(_capacity(lay, dep, container), f"{t.app} capacity file")
+        config = check_mock_provider_config(_capacity(lay, dep, container), f"{t.app} capacity file")
         extra = control.free_ports(["kubelet", "metrics"])
         argv, env = virtual_kubelet_process(lay.bin, container, f"{t.app}-local", t.namespace, files,
                                             extra["kubelet"], extra["metrics"])
