@@ -16,6 +16,8 @@ PHASES = STATE / "localcluster" / "e2e-phases.json"
 #: What tests/test_e2e_realnodes.py measured on real kubelets, and what `make images` took per image.
 REAL_PODS = STATE / "localcluster" / "e2e-realnodes.json"
 IMAGE_SECONDS = STATE / "images" / "oci" / "build-seconds.json"
+#: What tests/test_e2e_stack_in_pods.py measured: `pulumi up` of the local stack with every agent in its pods.
+STACK_IN_PODS = STATE / "localcluster" / "e2e-stack-in-pods.json"
 #: The fault scenario's headline phases (seconds from the fault): the let-it-crash loop closed by the guard.
 FAULT_PHASES = {
     "fault_time_to_quarantine_s": "time to quarantine",
@@ -25,19 +27,28 @@ FAULT_PHASES = {
 }
 
 
-def real_pods(path: Path = REAL_PODS, images: Path = IMAGE_SECONDS) -> dict[str, Any]:
-    """real_nodes, agent_pods_running, leader_failover_s, liveness_restart_s, host hygiene, image build seconds."""
+def _last(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {
         "status": "not run here: run `make e2e` first"}
-    if images.is_file():
-        out["image_build_s"] = json.loads(images.read_text())
     return out
 
 
-def run(path: Path = PHASES, real: Path = REAL_PODS, images: Path = IMAGE_SECONDS) -> dict[str, Any]:
+def real_pods(path: Path = REAL_PODS, images: Path = IMAGE_SECONDS,
+              stack_in_pods: Path = STACK_IN_PODS) -> dict[str, Any]:
+    """real_nodes, agent_pods_running, leader_failover_s, liveness_restart_s, host hygiene, image build seconds,
+    and the whole stack's ``pulumi up`` with every agent in its pods."""
+    out = _last(path)
+    if images.is_file():
+        out["image_build_s"] = json.loads(images.read_text())
+    out["stack_in_pods"] = _last(stack_in_pods)
+    return out
+
+
+def run(path: Path = PHASES, real: Path = REAL_PODS, images: Path = IMAGE_SECONDS,
+        stack_in_pods: Path = STACK_IN_PODS) -> dict[str, Any]:
     if not path.is_file():
         return {"name": "e2e burst scenario phases", "status": "not run here: run `make e2e` first",
-                "real_pods": real_pods(real, images)}
+                "real_pods": real_pods(real, images, stack_in_pods)}
     phases = json.loads(path.read_text())
     when = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
     fault = {label: round(phases[key], 2) for key, label in FAULT_PHASES.items() if key in phases}
@@ -45,7 +56,7 @@ def run(path: Path = PHASES, real: Path = REAL_PODS, images: Path = IMAGE_SECOND
         "name": "e2e burst and fault scenario phases (seconds, last `make e2e`)",
         "measured_at": when,
         "fault_loop": fault or "fault scenario not in the last run",
-        "real_pods": real_pods(real, images),
+        "real_pods": real_pods(real, images, stack_in_pods),
         **{key: round(value, 2) if isinstance(value, float) else value for key, value in sorted(phases.items())},
     }
 

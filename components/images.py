@@ -22,6 +22,9 @@ DESCHEDULER = f"registry.k8s.io/descheduler/descheduler:{pins.DESCHEDULER.versio
 PROMETHEUS_ADAPTER = f"registry.k8s.io/prometheus-adapter/prometheus-adapter:{pins.PROMETHEUS_ADAPTER.version}"
 #: Liqo's virtual kubelet for ``kind: liqo`` providers (a provider's ``image`` overrides it).
 LIQO_VIRTUAL_KUBELET = f"ghcr.io/liqotech/virtual-kubelet:{pins.LIQO_VIRTUAL_KUBELET.version}"
+#: The local stack's external provider: upstream virtual-kubelet with its built-in mock provider, at the pinned
+#: release. No registry serves it; ``make images`` builds it under this name from the local cluster's binary.
+VIRTUAL_KUBELET_MOCK = f"registry.gpucluster.io/providers/virtual-kubelet-mock:{pins.VIRTUAL_KUBELET.version}"
 DCGM_EXPORTER = f"nvcr.io/nvidia/k8s/dcgm-exporter:{pins.DCGM_EXPORTER.version}-ubuntu22.04"
 
 #: Our own agents, built from agents/*/Dockerfile and published under the platform registry: the default of the

@@ -54,4 +54,4 @@ down: venv
 
 # The end-to-end scenarios on the real components (tests/test_e2e*.py: burst and faults, researchers, provider rank).
 e2e: venv localcluster engine observability-tools images
-	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py tests/test_e2e_realnodes.py
+	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py tests/test_e2e_realnodes.py tests/test_e2e_stack_in_pods.py

@@ -33,8 +33,12 @@ def test_reports_the_real_pod_figures_and_image_build_seconds(tmp_path: Path) ->
     real, images = tmp_path / "real.json", tmp_path / "build-seconds.json"
     real.write_text(json.dumps({"real_nodes": ["real-system-01"], "liveness_restart_s": 82.5}))
     images.write_text(json.dumps({"health-guard": 139.3}))
-    result = run(tmp_path / "missing.json", real, images)["real_pods"]
+    in_pods = tmp_path / "in-pods.json"
+    in_pods.write_text(json.dumps({"pulumi_up_s": 33.0, "agent_pods_running": ["vk-local-cloud"]}))
+    result = run(tmp_path / "missing.json", real, images, in_pods)["real_pods"]
     assert result == {"real_nodes": ["real-system-01"], "liveness_restart_s": 82.5,
-                      "image_build_s": {"health-guard": 139.3}}
-    assert run(tmp_path / "missing.json", tmp_path / "none.json", tmp_path / "none2.json")["real_pods"] == {
-        "status": "not run here: run `make e2e` first"}
+                      "image_build_s": {"health-guard": 139.3},
+                      "stack_in_pods": {"pulumi_up_s": 33.0, "agent_pods_running": ["vk-local-cloud"]}}
+    none = run(tmp_path / "missing.json", tmp_path / "none.json", tmp_path / "none2.json", tmp_path / "none3.json")
+    assert none["real_pods"] == {"status": "not run here: run `make e2e` first",
+                                 "stack_in_pods": {"status": "not run here: run `make e2e` first"}}

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tools import image_local
 from tools import images as tool
+from tools.localcluster.realnodes import IMAGES_BY_KIND
+from tools.mockrt import RunResult
 
 STATE = Path("/s")
 
@@ -51,6 +53,27 @@ def test_the_pause_image_is_our_binary_alone_named_by_its_full_reference() -> No
     assert f"install -m 0755 /bin/pause {STATE}/pause/bundle/rootfs/pause" in steps
     assert any("--config.entrypoint /pause" in a and "--config.user 65535:65535" in a for a in steps)
     assert any(a.endswith(f"3.10 {image_local.PAUSE_IMAGE}") for a in steps)
+
+
+def test_the_upstream_binaries_become_the_images_the_local_stack_names(local: RunResult) -> None:
+    """virtual-kubelet and the descheduler as the stack's pods run them: the exact reference (found on the node
+    without a pull), the binary where the stack's command or the image's entrypoint expects it."""
+    built = {i.name: i for i in tool.binary_images(Path("/b"))}
+    assert set(built) == {"virtual-kubelet-mock", "descheduler"}
+    assert set(built) <= set(IMAGES_BY_KIND["system"])  # both run on the system pool
+    provider = local.one("Deployment", "vk-local-cloud").inputs["spec"]["template"]["spec"]["containers"][0]
+    assert provider["image"] == built["virtual-kubelet-mock"].ref and "command" not in provider
+    job = local.one("CronJob", "descheduler").inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = job["containers"]
+    assert container["image"] == built["descheduler"].ref
+    assert container["command"] == [built["descheduler"].path]
+    steps = _argv(image_local.binary_plan(STATE, built["virtual-kubelet-mock"]))
+    assert any(a.startswith("buildah --storage-driver vfs from --pull=false") and image_local.BASE_REF in a
+               for a in steps)
+    assert any(a.endswith("/b/virtual-kubelet /usr/bin/virtual-kubelet") and "copy --chmod 0755" in a for a in steps)
+    assert any('--entrypoint ["/usr/bin/virtual-kubelet"]' in a and "--user 65532:65532" in a for a in steps)
+    assert any(a.endswith(f"oci-archive:{STATE}/oci/virtual-kubelet-mock.tar:{built['virtual-kubelet-mock'].ref}")
+               for a in steps)
 
 
 def test_an_image_is_rebuilt_only_when_what_it_copies_changes(tmp_path: Path) -> None:

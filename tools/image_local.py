@@ -13,7 +13,10 @@ base is a build argument (``ARG BASE=<pinned upstream>``); here it points at a P
    imports (tools/localcluster/nodehost.py) under :data:`LOCAL_REGISTRY`.
 
 The pause image (the pod sandbox) is a single static binary of ours (tools/localcluster/cmd/pause) packed the
-same way. Plans are pure (:func:`base_plan`, :func:`agent_plan`, :func:`pause_plan`); :func:`run` executes them.
+same way. The upstream Go binaries the stack runs in pods (virtual-kubelet with its mock provider, the descheduler)
+come from the local cluster's build, each copied onto the base under the exact reference the stack names
+(:func:`binary_plan`), so a node finds it without a pull. Plans are pure (:func:`base_plan`, :func:`agent_plan`,
+:func:`binary_plan`, :func:`pause_plan`); :func:`run` executes them.
 """
 
 from __future__ import annotations
@@ -132,6 +135,40 @@ def pause_plan(state: Path, pause_binary: Path, ref: str) -> list[Step]:
     ]
 
 
+@dataclass(frozen=True)
+class BinaryImage:
+    """An upstream Go binary of the local cluster's build (tools/localcluster/build.sh) as the image the stack names.
+
+    The image carries the binary at the path the upstream image has it (the stack's command or the image's
+    entrypoint names it) on the local base: the binaries link the C library dynamically, which the base has.
+    """
+
+    #: The archive's name in ``.state/images/oci`` (and what the nodes import).
+    name: str
+    binary: Path
+    #: The full reference the stack's pods name, so a node finds it without a pull.
+    ref: str
+    #: Where in the image the binary goes, and the entrypoint.
+    path: str
+
+
+def binary_plan(state: Path, image: BinaryImage) -> list[Step]:
+    """``buildah from`` the local base, the binary copied in as the entrypoint, committed under the stack's name."""
+    archive, work = state / "oci" / f"{image.name}.tar", f"gpucl-build-{image.name}"
+    return [
+        Step("drop a stale working container", ("sh", "-c", f"{' '.join(BUILDAH)} rm {work} >/dev/null 2>&1 || true")),
+        Step(f"working container from {BASE_REF}", (*BUILDAH, "from", "--pull=false", "--name", work, BASE_REF)),
+        Step(f"copy {image.binary.name} to {image.path}",
+             (*BUILDAH, "copy", "--chmod", "0755", work, str(image.binary), image.path)),
+        Step("entrypoint and user", (*BUILDAH, "config", "--entrypoint", json.dumps([image.path]), "--cmd", "",
+                                     "--user", "65532:65532", work)),
+        Step(f"commit {image.ref}", (*BUILDAH, "commit", "-q", "--rm", work, image.ref)),
+        Step(f"archive {image.ref}", ("rm", "-f", str(archive))),
+        Step(f"push {image.ref} to {archive.name}", (*BUILDAH, "push", "-q", image.ref,
+                                                     f"oci-archive:{archive}:{image.ref}")),
+    ]
+
+
 _RENAME = (
     "import json,sys;p,tag,ref=sys.argv[1:];d=json.load(open(p))\n"
     "for m in d['manifests']:\n"
@@ -184,8 +221,9 @@ def _rootfs_ready(state: Path) -> bool:
 
 
 def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str,
-              state: Path = STATE) -> dict[str, float]:
-    """The base (cached), every agent image and the pause image; seconds per image, for the bench."""
+              state: Path = STATE, binaries: Sequence[BinaryImage] = ()) -> dict[str, float]:
+    """The base (cached), every agent image, the upstream binaries' images and the pause image; seconds per image,
+    for the bench."""
     log = state / "build.log"
     log.unlink(missing_ok=True)
     (state / "oci").mkdir(parents=True, exist_ok=True)
@@ -211,6 +249,19 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
         run(agent_plan(state, name, dockerfile, version), log)
         stamp.write_text(key)
         seconds[name] = round(time.monotonic() - started, 1)
+    for image in binaries:
+        started = time.monotonic()
+        digest = hashlib.sha256((base_key() + image.ref + image.path).encode())
+        digest.update(image.binary.read_bytes())
+        key, stamp, archive = digest.hexdigest()[:16], state / "oci" / f"{image.name}.key", \
+            state / "oci" / f"{image.name}.tar"
+        if archive.exists() and stamp.exists() and stamp.read_text().strip() == key:
+            print(f"images: {image.ref} up to date", flush=True)
+            continue
+        print(f"images: building {image.ref} from {image.binary}", flush=True)
+        run(binary_plan(state, image), log)
+        stamp.write_text(key)
+        seconds[image.name] = round(time.monotonic() - started, 1)
     started = time.monotonic()
     pause_key, pause_stamp = hashlib.sha256(pause_binary.read_bytes()).hexdigest()[:16], state / "oci" / "pause.key"
     if not ((state / "oci" / "pause.tar").exists() and pause_stamp.exists()
@@ -225,7 +276,8 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
     return seconds
 
 
-def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str) -> int:
+def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str,
+         binaries: Sequence[BinaryImage] = ()) -> int:
     missing = missing_tools()
     if missing:
         print(f"images: a local build needs {', '.join(missing)}; `make images` installs them with apt",
@@ -235,11 +287,12 @@ def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, p
         print("images: a local build runs debootstrap and buildah's chroot isolation, which need root",
               file=sys.stderr)
         return 3
-    if not pause_binary.exists():
-        print(f"images: {pause_binary} is not built; run `make localcluster`", file=sys.stderr)
+    unbuilt = [str(b) for b in (pause_binary, *(i.binary for i in binaries)) if not b.exists()]
+    if unbuilt:
+        print(f"images: {', '.join(unbuilt)} not built; run `make localcluster`", file=sys.stderr)
         return 3
     try:
-        seconds = build_all(agents, version, pause_binary, pause_ref)
+        seconds = build_all(agents, version, pause_binary, pause_ref, binaries=binaries)
     except RuntimeError as err:
         print(f"images: {err}", file=sys.stderr)
         return 1

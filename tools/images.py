@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components import images
+from tools import image_local
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ROOT / "agents"
+#: The local cluster's Go build (tools/localcluster/build.sh).
+LOCAL_BIN = ROOT / ".state" / "localcluster" / "bin"
 
 #: ``FROM <image>[ AS <stage>]`` with a digest-pinned image: ``name:tag@sha256:<64 hex>``.
 PINNED_FROM = re.compile(r"[^\s@]+:[^\s@/]+@sha256:[0-9a-f]{64}")
@@ -48,6 +51,18 @@ class Agent:
     def image(self) -> str:
         """The tag the stack deploys (without the digest, which only a push produces)."""
         return images.agent_tag(self.name)
+
+
+def binary_images(bin_dir: Path | None = None) -> list[image_local.BinaryImage]:
+    """The upstream binaries the local stack runs in pods, each as the image the stack names: virtual-kubelet
+    (the provider's Deployment runs the image's entrypoint, as upstream's ``/usr/bin/virtual-kubelet``) and the
+    descheduler (its CronJob's command names ``/bin/descheduler``)."""
+    where = bin_dir or LOCAL_BIN
+    return [
+        image_local.BinaryImage("virtual-kubelet-mock", where / "virtual-kubelet", images.VIRTUAL_KUBELET_MOCK,
+                                "/usr/bin/virtual-kubelet"),
+        image_local.BinaryImage("descheduler", where / "descheduler", images.DESCHEDULER, "/bin/descheduler"),
+    ]
 
 
 def agents(root: Path = AGENTS) -> list[Agent]:
@@ -203,10 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "build":
         return build(found)
     if args.cmd == "local":
-        from tools import image_local
-
         return image_local.main([(a.name, a.dockerfile) for a in found], images.AGENT_VERSION,
-                                ROOT / ".state" / "localcluster" / "bin" / "pause", image_local.PAUSE_IMAGE)
+                                LOCAL_BIN / "pause", image_local.PAUSE_IMAGE, binary_images())
     if args.cmd == "registry":
         print(images.AGENT_REGISTRY.split("/", 1)[0])
         return 0

@@ -39,7 +39,7 @@ RUNC = "/usr/sbin/runc"
 #: The images each kind of node imports (``make images`` archives by name): what runs there, nothing more, since
 #: every import unpacks the whole image (each node says how long its imports took). The pause image goes everywhere.
 IMAGES_BY_KIND = {
-    "system": ("pause", "burst-controller", "health-guard"),
+    "system": ("pause", "burst-controller", "health-guard", "virtual-kubelet-mock", "descheduler"),
     "gpu": ("pause", "ib-exporter", "checkpoint-check"),
 }
 #: The real GPU node's pool: a pool of its own, which no service or job of the stack's names.

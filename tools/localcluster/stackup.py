@@ -6,11 +6,14 @@ starts during it, with a token of the provider's ServiceAccount: tools/localclus
 then the in-cluster agents as local processes — the burst controller, the health guard and the
 descheduler — fed with the configuration the stack deployed (its ConfigMaps), and a status summary. On
 kwok nodes the agents' own pods are simulated and do nothing, so these local processes are the ones that act.
+With ``--real-nodes`` the system node is a real kubelet and every agent, the virtual kubelets included, runs as
+the stack's own pods instead; no local process stands in.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -49,13 +52,14 @@ def ensure_engine() -> None:
 
 
 def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
-              extra: Mapping[str, Any] | None = None, cli: Path | None = None) -> None:
+              extra: Mapping[str, Any] | None = None, cli: Path | None = None, in_pods: bool = False) -> None:
     """``pulumi up --yes`` of ``stack`` against the local cluster, through the project's engine runner.
 
     The engine gets its own copy of the stack config (tools/engine_runner), so nothing is written back
     to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend, and
     ``extra`` overrides config values in that copy only (full keys or dotted paths). ``cli`` is the
-    user's own Pulumi CLI (their backend and login); None runs the project's build offline.
+    user's own Pulumi CLI (their backend and login); None runs the project's build offline. With ``in_pods`` (a
+    real system node) the providers' virtual kubelets are the stack's own pods, so none starts here.
     """
     from tools import engine_runner
 
@@ -67,7 +71,7 @@ def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
     # --refresh: the local cluster is recreated by every down/up, so the stack's record may be stale.
     # The providers' virtual kubelets start as soon as their grants exist, so that each registers its node
     # before the stack's NodePatch labels it.
-    with virtual_kubelet.running_during(lay, stack):
+    with contextlib.nullcontext() if in_pods else virtual_kubelet.running_during(lay, stack):
         _run([str(cli or PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, *config_args,
               "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
 
@@ -133,8 +137,8 @@ def _console_script(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name)
 
 
-#: With ``in_pods`` (a real system node) the burst controller and the health guard run as the stack's own pods
-#: (images from `make images`); the descheduler and the provider's virtual-kubelet still run as local processes.
+#: With ``in_pods`` (a real system node) every agent runs as the stack's own pods (images from `make images`): the
+#: burst controller, the health guard, the descheduler's CronJob and each provider's virtual-kubelet.
 IN_POD = "runs as the stack's pods on the real system node"
 
 
@@ -192,7 +196,9 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
             "--metrics-port", str(guard_metrics_port or extra["guard_metrics"]), "--identity", "localcluster"])
 
     policy = deployed_descheduler_policy(lay)
-    if not (policy and ports):
+    if in_pods:
+        notes.append(f"descheduler: {IN_POD}")
+    elif not (policy and ports):
         notes.append("descheduler: the stack deployed no DeschedulerPolicy ConfigMap; not started")
     elif kubeconfig := identity("descheduler"):
         lay.descheduler_policy.write_text(policy)
@@ -264,7 +270,7 @@ def up(lay: Layout, stack: str, skip_pulumi: bool = False, real_nodes: bool = Fa
         try:
             if choice.kind == "built":
                 ensure_engine()
-            pulumi_up(lay, stack, cli=choice.cli)
+            pulumi_up(lay, stack, cli=choice.cli, in_pods=real_nodes)
         except (control.ClusterError, EngineError) as err:  # still start what can run and show where things stand
             failed = str(err)
     notes = start_agents(lay, stack, in_pods=real_nodes)
