@@ -267,6 +267,23 @@ def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:
     assert other.gangs != workload.gangs
 
 
+def test_quiet_ticks_change_nothing_with_the_ramp_cover_on() -> None:
+    """The ramp moves with the clock while a replica count changed within its window: the adapter then runs
+    every tick, so skipping the others still gives the exact outcome, and the ramp's standby is exercised."""
+    model, settings, workload = small_stack()
+    ramping = replace(settings, handover_ramp_seconds=180.0)
+    policy = Policy("controller", CONTROLLER, ramping, model.descheduler)
+    sims = [Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, exact_ticks=exact) for exact in (False, True)]
+    quiet, exact = (sim.run() for sim in sims)
+    keep = ("decide_calls", "decide_skipped", "runtime_s")
+    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
+        k: v for k, v in exact.summary().items() if k not in keep}
+    assert quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    base = simulate(model, workload, Policy("controller", CONTROLLER, settings, model.descheduler), 0.5 * 86400,
+                    0.25 * 86400)
+    assert quiet.standby_gpu_hours > base.standby_gpu_hours  # the ramp's part of the standby ran
+
+
 def test_prod_stack_settings_reach_the_simulation() -> None:
     setup = load_stack("prod")
     s = setup.settings

@@ -15,12 +15,16 @@ Make-before-break handover: training pods are created behind a scheduling gate, 
 that a gang is about to reclaim (or that the descheduler is about to move home) count as at risk. Each
 service's standby Deployment, pinned to virtual nodes, is scaled to cover its at-risk replicas; only when
 the standby is ready does the core lift the gate (or close the burst), so ready replicas never drop below
-the service's minimum. A timeout bounds the wait: training outranks inference.
+the service's minimum. A timeout bounds the wait: training outranks inference. The standby is sized at
+every decision from what the gang would take right then, plus the demand ramp expected while the standby
+starts (`expected_ramp`: the recent rise of the service's replica count, carried forward over the external
+start), so a gang admitted in a quiet minute and released in a ramp still leaves the service covered.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -204,6 +208,9 @@ class BurstState:
     last_now: float | None = None
     # When this controller first saw each gated pod, on its own clock (shifted with it when it steps back).
     gated_seen: Mapping[PodRef, float] = field(default_factory=dict)
+    # Per handover service, where its main replica count changed ((time, count), oldest first), back to the
+    # last change before the ramp window: what `expected_ramp` reads (`track_replicas` keeps it).
+    replicas_seen: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,50 @@ class Decision:
     effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand, per pool
     close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
     standby: Mapping[str, int] = field(default_factory=dict)  # standby replicas wanted per service
+    ramp: Mapping[str, int] = field(default_factory=dict)  # replicas the standby adds for the expected ramp
+
+
+def track_replicas(
+    seen: Mapping[str, tuple[tuple[float, int], ...]], services: Mapping[str, ServiceReplicas], now: float,
+    window: float,
+) -> dict[str, tuple[tuple[float, int], ...]]:
+    """Each service's replica-count history with this instant added: a point only where the count changed,
+    and only back to the last point at or before `now - window` (what the count was when the window opened).
+
+    Pruning at any later instant gives the same history whether or not decisions ran in between, so a
+    skipped call with unchanged inputs changes nothing. Services no longer listed are dropped.
+    O(services + points).
+    """
+    out: dict[str, tuple[tuple[float, int], ...]] = {}
+    for name, svc in services.items():
+        points = seen.get(name, ())
+        if not points or points[-1][1] != svc.main_live:
+            points = (*points, (now, svc.main_live))
+        start = 0
+        while start + 1 < len(points) and points[start + 1][0] <= now - window:
+            start += 1
+        out[name] = points[start:]
+    return out
+
+
+def expected_ramp(points: tuple[tuple[float, int], ...], now: float, window: float, ahead: float) -> int:
+    """Replicas the service is expected to add over the next `ahead` seconds: its rise over the last
+    `window` seconds (from the count when the window opened, or the oldest known), carried forward at the
+    same rate, rounded up, at most the current count (a ramp is not assumed to more than double it).
+    A falling or flat count expects nothing. Pure; O(points).
+    """
+    if not points or window <= 0 or ahead <= 0:
+        return 0
+    current = points[-1][1]
+    base = points[0][1]
+    for t, n in points:
+        if t > now - window:
+            break
+        base = n
+    rise = current - base
+    if rise <= 0:
+        return 0
+    return min(current, math.ceil(rise * ahead / window - 1e-9))
 
 
 def state_from_snapshot(snapshot: Snapshot, now: float) -> BurstState:
@@ -253,11 +304,16 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         # We were not looking in between; a condition is only "sustained" if we saw it sustained.
         state = _without_holds(state)
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
-    step = next_mode(snapshot, state, now, settings, may_flip)
+    window = settings.handover_ramp_window_seconds
+    seen = (track_replicas(state.replicas_seen, snapshot.services, now, window)
+            if settings.handover_ramp_seconds > 0 else {})
+    ramp = {name: r for name, points in seen.items()
+            if (r := expected_ramp(points, now, window, settings.handover_ramp_seconds))}
+    step = next_mode(snapshot, state, now, settings, may_flip, ramp)
     reasons.extend(step.reasons)
     closing = step.close_since is not None and now - step.close_since >= settings.close_hold_seconds
     plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover_cover,
-                        sizing=settings.handover_sizing, return_batch=settings.handover_return_batch)
+                        sizing=settings.handover_sizing, return_batch=settings.handover_return_batch, ramp=ramp)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
     new_state = BurstState(
@@ -269,6 +325,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         gated_since=min(gate.seen.values()) if gate.seen else None,
         last_now=now,
         gated_seen=gate.seen,
+        replicas_seen=seen,
     )
     return Decision(
         actions(snapshot, step, plan, gate.released, settings),
@@ -278,6 +335,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         step.effective_free,
         step.close_needs,
         dict(plan.targets),
+        dict(plan.ramp),
     )
 
 
@@ -297,6 +355,8 @@ def settle_clock(state: BurstState, now: float) -> tuple[BurstState, list[str], 
             _without_holds(state, last_now=now),
             gated_seen={ref: t - back for ref, t in state.gated_seen.items()},
             gated_since=None if state.gated_since is None else state.gated_since - back,
+            replicas_seen={name: tuple((t - back, n) for t, n in points)
+                           for name, points in state.replicas_seen.items()},
         )
         reasons.append(f"clock moved back {back:.1f}s: no flip, holds restart")
         may_flip = False
@@ -366,8 +426,10 @@ class ModeStep:
     reasons: tuple[str, ...]
 
 
-def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings, may_flip: bool) -> ModeStep:
-    """Hysteresis: open after scarcity (or pending inference) held; close after plenty held and standby ready."""
+def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings, may_flip: bool,
+              ramp: Mapping[str, int] | None = None) -> ModeStep:
+    """Hysteresis: open after scarcity (or pending inference) held; close after plenty held and standby ready
+    (sized with `ramp`, the expected ramp per service, as the standby step sizes it)."""
     reasons: list[str] = []
     effective_free = effective_free_gpus(snapshot)
     external = snapshot.external_gpus_in_use - snapshot.standby_external_gpus
@@ -403,7 +465,8 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
             # Closing sends external replicas home: the standby covers them first (make before break), with the
             # same cover the standby was scaled with.
             home = plan_standby(snapshot, returning=True, cover=settings.handover_cover,
-                                sizing=settings.handover_sizing, return_batch=settings.handover_return_batch)
+                                sizing=settings.handover_sizing, return_batch=settings.handover_return_batch,
+                                ramp=ramp)
             waited = now - close_since - settings.close_hold_seconds
             if home.covered or waited >= settings.handover_timeout_seconds:
                 flipped = Mode.CLOSED
@@ -589,6 +652,8 @@ class StandbyPlan:
     gang_services: frozenset[str] = frozenset()
     #: The same per pool of the waiting training ("" = training confined to no pool).
     pool_services: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: The part of each target that covers the expected ramp (services that have it).
+    ramp: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def covered(self) -> bool:
@@ -606,12 +671,13 @@ class StandbyPlan:
         return all(self.ready[s] >= self.targets[s] for s in services)
 
     def describe(self) -> str:
-        parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk" for s, n in self.targets.items()]
+        parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk"
+                 + (f" + {self.ramp[s]} for the ramp" if self.ramp.get(s) else "") for s, n in self.targets.items()]
         return ", ".join(parts) or "nothing at risk"
 
 
 def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizing = Sizing.POOL,
-                 return_batch: int = 0) -> StandbyPlan:
+                 return_batch: int = 0, ramp: Mapping[str, int] | None = None) -> StandbyPlan:
     """Standby per service = replicas at risk that the rest cannot cover.
 
     `cover` CURRENT replaces every replica at risk up to the service's current replica count (capacity is
@@ -628,7 +694,13 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
+
+    `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
+    gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
+    service is expected to see before a replica started now is ready, so what the gang takes at the moment
+    it takes it, and the demand that grows meanwhile, are both covered. MINIMUM keeps the floor only.
     """
+    ramp = ramp or {}
     unplaced = snapshot.unplaced_training
     anywhere = unplaced.get("", 0)
     if snapshot.poolless is None:
@@ -645,6 +717,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     targets: dict[str, int] = {}
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}
+    ramps: dict[str, int] = {}
     gang: set[str] = set()
     by_pool: dict[str, set[str]] = {}
     for name, svc in snapshot.services.items():
@@ -671,9 +744,13 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         risk = onprem_risk + external
         if risk == 0 and svc.standby_live == 0:
             continue
-        goal = max(svc.min_replicas, svc.main_live)
+        extra = ramp.get(name, 0) if cover is Cover.CURRENT and (onprem_risk or svc.standby_live) else 0
+        goal = max(svc.min_replicas, svc.main_live) + extra
         cap = goal if cover is Cover.CURRENT else svc.min_replicas
         targets[name] = max(0, min(goal - (svc.main_ready - risk), cap))
         at_risk[name] = risk
         ready[name] = svc.standby_ready
-    return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()})
+        if extra:
+            ramps[name] = extra
+    return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
+                       ramps)

@@ -11,8 +11,10 @@ training equals pending training per pool. The decision itself is `agents.burst_
 called as the shell calls it.
 
 Quiet ticks: when the inputs are identical to the previous call, and that call flipped nothing, emitted no
-action and left every hold timer unset (the handover's gate timer included), calling the core again can only
-return the same answer (its conditions are all false and stay false), so the call is skipped and counted.
+action, left every hold timer unset (the handover's gate timer included) and saw no service's replica
+count change within the ramp window (the handover's ramp would move with the clock alone), calling the core
+again can only return the same answer (its conditions are all false and stay false), so the call is
+skipped and counted.
 The only field that would differ is `last_now`, whose one effect (restarting holds after a long gap) is a
 no-op while no hold runs.
 `exact_ticks=True` turns the shortcut off; a test checks both give identical outcomes.
@@ -237,6 +239,9 @@ class ControllerAdapter:
             and st.pending_since is None
             and st.close_since is None
             and st.gated_since is None
+            # A replica count that changed within the ramp window makes the handover's ramp move with the
+            # clock alone: the next tick must run.
+            and all(len(points) <= 1 for points in st.replicas_seen.values())
         )
         # A quiet decision applied no action, so the key read before it still describes the cluster.
         self._quiet_key = key if quiet else None
