@@ -154,7 +154,7 @@ def test_cover_holds_what_the_gang_takes_and_grows_with_the_ramp(
 ) -> None:
     ready = max(0, live - unready)
     onprem = min(onprem, ready)
-    service = svc(live, ready=ready, onprem={"a": onprem}, standby=standby)
+    service = svc(live, ready=ready, onprem={"a": onprem}, standby=standby, minimum=minimum)
     snap = snapshot({"web": service}, unplaced=16)
 
     def target(r: int) -> int:
