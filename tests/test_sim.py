@@ -245,6 +245,8 @@ def test_conservation_under_every_policy() -> None:
         # The shortfall's split by cause adds up to what is missing, each part non-negative.
         parts = (out.shortfall_replacing, out.shortfall_starting, out.shortfall_unasked)
         assert min(parts) >= 0.0 and sum(parts) == pytest.approx(1.0 - out.inference_availability, abs=1e-12)
+        # The part lost while the virtual nodes were full is a part of that shortfall.
+        assert 0.0 <= out.shortfall_external_full <= sum(parts) + 1e-12
 
 
 def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:

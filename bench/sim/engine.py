@@ -111,6 +111,9 @@ class Outcome:
     shortfall_replacing: float = 0.0
     shortfall_starting: float = 0.0
     shortfall_unasked: float = 0.0
+    # The part of the whole shortfall (every cause) while no virtual node had room for one more replica of the
+    # smallest service, taint or not: what no standby, however sized, could have covered there.
+    shortfall_external_full: float = 0.0
     runtime_s: float = 0.0
     samples: list[Sample] = field(default_factory=list, repr=False)
 
@@ -153,6 +156,8 @@ class Simulator:
         self._served = self._demanded = 0.0
         self._lost = (0.0, 0.0, 0.0)  # the shortfall now: replacing, starting, unasked (GPUs)
         self._a_lost = [0.0, 0.0, 0.0]
+        self._a_lost_full = 0.0
+        self._min_replica_gpus = min((s.gpus for s in self.cluster.services), default=1)
         nwin = max(1, math.ceil(seconds / WINDOW_S))
         self._w_served = [0.0] * nwin
         self._w_demand = [0.0] * nwin
@@ -337,6 +342,8 @@ class Simulator:
             acc[0] += lost[0] * dt
             acc[1] += lost[1] * dt
             acc[2] += lost[2] * dt
+            if self._external_full():
+                self._a_lost_full += (demanded - served) * dt
         # Split across 5-minute windows.
         a = t0 - self.warmup
         b = t1 - self.warmup
@@ -353,6 +360,13 @@ class Simulator:
             self._w_served[w] += served * span
             self._w_demand[w] += demanded * span
             a = edge
+
+    def _external_full(self) -> bool:
+        """No virtual node has GPU and pod room for one more replica of the smallest service. O(providers)."""
+        c = self.cluster
+        g = self._min_replica_gpus
+        return not any(c.vn_used[v] + g <= c.vn_cap[v] and len(c.vn_pods[v]) < c.vn_podcap[v]
+                       for v in range(len(c.vn_cap)))
 
     def _outcome(self, runtime: float) -> Outcome:
         span = self.end - self.warmup
@@ -377,6 +391,7 @@ class Simulator:
             shortfall_replacing=self._a_lost[0] / self._a_demand if self._a_demand else 0.0,
             shortfall_starting=self._a_lost[1] / self._a_demand if self._a_demand else 0.0,
             shortfall_unasked=self._a_lost[2] / self._a_demand if self._a_demand else 0.0,
+            shortfall_external_full=self._a_lost_full / self._a_demand if self._a_demand else 0.0,
             evictions_per_hour=(n.preemptions + n.desched_evictions) / hours if hours else 0.0,
             preemptions=n.preemptions,
             descheduler_evictions=n.desched_evictions,
