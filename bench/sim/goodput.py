@@ -2,9 +2,13 @@
 
 A job runs compute intervals of ``T`` seconds, each followed by a checkpoint stall. Interruptions arrive
 from ``bench.sim.failures`` (a seeded Poisson process in wall-clock time, the same for every policy). On
-an interruption the job loses the compute since its newest *committed* checkpoint, then restarts:
-detection, rescheduling the gang and loading the checkpoint (at the filesystem's declared bandwidth, a
-conservative stand-in for its read rate). An interruption during a restart starts it over.
+an interruption the job loses the compute since its newest *committed* checkpoint, then restarts. With
+``Environment.restart`` set, the restart is ``bench.sim.restart``'s decomposition at the job's ranks
+(detection, eviction, rescheduling, container start, rendezvous and NCCL init, checkpoint load: measured on
+the local cluster where it wrote figures, scaled with named sources otherwise); without it, the earlier
+guesses ``detect_s + reschedule_s`` plus the checkpoint load. The load is a read: each rank's shard at the
+backend's read rate (the stack declares write bandwidth only; reads are taken at the write rate). An
+interruption during a restart starts it over.
 
 * **Blocking checkpoints** stall for the whole write and commit when the stall ends.
 * **Asynchronous checkpoints** stall for the in-memory snapshot only; the write commits ``write_s`` later,
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bench.sim.failures import LLAMA3_CAUSES, Cause, arrivals
+from bench.sim.restart import READ_TO_WRITE, RestartModel
 from components.goodput_model import (
     DAY_S,
     FAILURES_PER_GPU_SECOND,
@@ -46,11 +51,18 @@ CAUSE_KEYS = ("lost work", "restart", "checkpoint stalls", "bad-node recurrence"
 
 @dataclass(frozen=True)
 class Backend:
-    """The checkpoint filesystem as the stack declares it: checkpoint size and one write's duration."""
+    """The checkpoint filesystem as the stack declares it: checkpoint size, one write's and one load's duration."""
 
     name: str
     size_tb: float
     write_s: float
+    #: One checkpoint read back at the backend's read rate (every rank its shard); None: at the write rate.
+    read_s: float | None = None
+
+    @property
+    def load_s(self) -> float:
+        """Loading the checkpoint on a restart: a read, not a write."""
+        return self.write_s if self.read_s is None else self.read_s
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> Backend:
@@ -62,17 +74,20 @@ class Backend:
             name = cfg.checkpoint.filesystems[0].name
         else:
             raise ValueError("the stack declares no checkpoint filesystem (checkpoint.filesystems)")
-        return cls(name, cfg.checkpoint.budget.size_tb, write_seconds(cfg, name))
+        write_s = write_seconds(cfg, name)
+        return cls(name, cfg.checkpoint.budget.size_tb, write_s, read_s=write_s / READ_TO_WRITE)
 
 
 @dataclass(frozen=True)
 class Environment:
     """What the stack file does not say: restart latencies and how bad nodes behave (documented guesses)."""
 
-    #: A crashed rank fails its pod; Volcano's RestartJob policy sees PodFailed within seconds.
+    #: Without ``restart``: a crashed rank fails its pod; Volcano's RestartJob policy sees PodFailed within seconds.
     detect_s: float = 30.0
-    #: Gang torn down and recreated (images cached on the nodes), rendezvous, communicator init.
+    #: Without ``restart``: gang torn down and recreated (images cached), rendezvous, communicator init.
     reschedule_s: float = 120.0
+    #: The restart decomposed per step at the job's ranks (``bench.sim.restart``); None: the two guesses above.
+    restart: RestartModel | None = None
     #: Chance that a node which crashed the job crashes the next run on it.
     recurrence_p: float = 0.3
     #: Mean delay from the restart to that recurrence.
@@ -84,8 +99,13 @@ class Environment:
     causes: tuple[Cause, ...] = LLAMA3_CAUSES
     failures_per_gpu_second: float = FAILURES_PER_GPU_SECOND
 
-    def restart_s(self, backend: Backend) -> float:
-        return self.detect_s + self.reschedule_s + backend.write_s
+    def restart_s(self, backend: Backend, gpus: int | None = None) -> float:
+        """Seconds from an interruption to training again; the decomposition needs the job's ranks."""
+        if self.restart is not None:
+            if gpus is None:
+                raise ValueError("a decomposed restart needs the job's GPUs (ranks)")
+            return self.restart.total_s(gpus)
+        return self.detect_s + self.reschedule_s + backend.load_s
 
 
 @dataclass(frozen=True)
@@ -128,7 +148,7 @@ def plan(policy: Policy, gpus: int, backend: Backend, env: Environment) -> Plan:
     else:
         interval = rec.blocking_s if policy.young_daly else env.baseline_interval_s
         stall, lag = backend.write_s, 0.0
-    return Plan(gpus, interval, stall, lag, env.restart_s(backend), env.failures_per_gpu_second)
+    return Plan(gpus, interval, stall, lag, env.restart_s(backend, gpus), env.failures_per_gpu_second)
 
 
 def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
@@ -143,6 +163,17 @@ def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
     r = p.restart_s if restart_s is None else restart_s
     q = math.exp(-lam * (p.interval_s + p.stall_s))
     return p.interval_s * math.exp(-lam * p.commit_lag_s) * q / (1.0 - q) * lam * math.exp(-lam * r)
+
+
+def expected_ettr_graceful(p: Plan, emergency_s: float) -> float:
+    """Closed form if every interruption took the graceful path: a bound, since a crash cannot.
+
+    Nothing computed is lost: a run of X ~ Exp(λ) keeps its compute share ``T / (T + s)``, then writes one
+    emergency checkpoint of E seconds and restarts; a run, its checkpoint and its restart last
+    ``(e^(λR) + λE) / λ`` on average (a failure during E is not modelled).
+    """
+    lam = p.rate
+    return p.interval_s / (p.interval_s + p.stall_s) / (math.exp(lam * p.restart_s) + lam * emergency_s)
 
 
 def break_even_restart_s(p: Plan, target: float) -> float | None:
