@@ -75,9 +75,13 @@ LIQO_VIRTUAL_KUBELET = Pin(
 KUBE_ROUTER = Pin("kube-router", "v2.1.0", "github.com/cloudnativelabs/kube-router/v2",
                   "tools/localcluster/kuberouter/go.mod")
 
+#: The local cluster's DNS for its real nodes' pods (the kubernetes plugin over the API server); a stack relies on
+#: the site's cluster DNS and never deploys one.
+COREDNS = Pin("coredns", "v1.15.0", "github.com/coredns/coredns", "tools/localcluster/coredns/go.mod")
+
 PINS: tuple[Pin, ...] = (
     VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS_ADAPTER, DCGM_EXPORTER, VIRTUAL_KUBELET,
-    LIQO_VIRTUAL_KUBELET, KUBE_ROUTER,
+    LIQO_VIRTUAL_KUBELET, KUBE_ROUTER, COREDNS,
 )
 
 

@@ -423,6 +423,35 @@ def test_network_policies_allow_what_they_promise_and_block_the_rest(cluster: La
     assert wrong == []
 
 
+_RESOLVE = ("import socket,sys,time\n"
+            "deadline=time.monotonic()+30\n"
+            "while True:\n"
+            " try:\n  print(' '.join(socket.gethostbyname(n) for n in sys.argv[1:])); sys.exit(0)\n"
+            " except OSError as e:\n"
+            "  if time.monotonic()>deadline: print(e); sys.exit(3)\n"
+            "  time.sleep(1)\n")
+
+
+def test_cluster_dns_resolves_services_for_the_agents(cluster: Layout, agents: dict[str, Any]) -> None:
+    """A pod labelled as the burst controller, under the stack's policies, resolves the API server's Service by its
+    full name and an agent's Service by the short name its namespace's search path completes (CoreDNS on the host)."""
+    if "coredns" not in {p.name for p in control.recorded(cluster) if p.alive()}:
+        pytest.skip("coredns not built here: cluster names do not resolve in pods")
+    core = _core(cluster)
+    want = [core.read_namespaced_service("kubernetes", "default").spec.cluster_ip,
+            core.read_namespaced_service(f"{GUARD}-metrics", NS).spec.cluster_ip]
+    pod = _client_pod("dns-client", NS, {"app.kubernetes.io/name": BURST},
+                      ["python3", "-c", _RESOLVE, "kubernetes.default.svc.cluster.local", f"{GUARD}-metrics"])
+    started = time.monotonic()
+    core.create_namespaced_pod(NS, pod)
+    _wait("the DNS client to finish", lambda: core.read_namespaced_pod("dns-client", NS).status.phase in (
+        "Succeeded", "Failed"), 90)
+    log = core.read_namespaced_pod_log("dns-client", NS).strip()
+    figures["dns_resolved_s"] = round(time.monotonic() - started, 1)
+    assert core.read_namespaced_pod("dns-client", NS).status.phase == "Succeeded", log
+    assert log.split() == want, log
+
+
 def test_a_gpu_pod_gets_the_devices_the_plugin_granted(cluster: Layout) -> None:
     core = _core(cluster)
     ns = "real-gpu-test"

@@ -19,11 +19,14 @@ from tools.localcluster import hostcheck
 from tools.localcluster.plan import Layout, component_commands, default_plan
 from tools.localcluster.realnodes import (
     APISERVER_IP,
+    COREDNS_RULES,
     REAL_GPU_POOL,
     REAL_NODE_TAINT,
     addresses,
     cni_conflist,
     containerd_config,
+    coredns_command,
+    corefile,
     device_plugin_command,
     from_record,
     kube_proxy_config,
@@ -125,6 +128,22 @@ def test_kubelet_config_locks_the_kubelet_api_and_runs_on_cgroup_v1() -> None:
     assert f"--node-ip={node.ip}" in argv and f"--hostname-override={node.name}" in argv
     labels = next(a for a in argv if a.startswith("--node-labels="))
     assert "gpucluster.io/pool=system" in labels
+
+
+def test_pods_get_the_hosts_coredns_for_the_cluster_domain_and_nothing_else() -> None:
+    node = NODES[0]
+    conf = kubelet_config(node, node_paths(STATE, node), Path("/ca.crt"), Path("/s.crt"), Path("/s.key"))
+    assert conf["clusterDNS"] == [APISERVER_IP] and conf["clusterDomain"] == "cluster.local"
+    text = corefile(Path("/s/nodes/coredns.kubeconfig"))
+    assert text.startswith("cluster.local:53 in-addr.arpa:53 {")
+    assert f"bind {APISERVER_IP}" in text and "kubeconfig /s/nodes/coredns.kubeconfig" in text
+    # No upstream (nothing to forward to from here) and no pod records: only Services.
+    assert "forward" not in text and "pods disabled" in text
+    assert text.count("{") == text.count("}") == 2
+    assert coredns_command(Path("/b"), Path("/s/Corefile")) == ["/b/coredns", "-conf", "/s/Corefile"]
+    # Read-only, named resources: no wildcard, no write.
+    for rule in COREDNS_RULES:
+        assert "*" not in rule["resources"] and set(rule["verbs"]) <= {"list", "watch"}, rule
 
 
 def test_device_plugin_reports_the_nodes_gpus_and_reads_its_unhealthy_file() -> None:

@@ -22,9 +22,11 @@ addons=(kwok descheduler)
 volcano=(vc-scheduler vc-controller-manager)
 # The real nodes' components (kubelet, kube-proxy, our fake GPU device plugin) from the core module, built
 # after the control plane with a stamp of their own: a run that ends inside them leaves the control plane usable.
-node=(kubelet kube-proxy fake-gpu-plugin pause kube-router)
+node=(kubelet kube-proxy fake-gpu-plugin pause kube-router coredns)
 # kube-router's firewall (the NetworkPolicy engine of the real nodes), from the module kuberouter/go.mod pins.
 router_pkg="github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
+# The real nodes' cluster DNS (CoreDNS with its kubernetes plugin), from the module coredns/go.mod pins.
+dns_pkg="github.com/coredns/coredns"
 # The upstream command itself (its built-in mock provider), from the module virtualkubelet/go.mod pins.
 vk=(virtual-kubelet)
 vk_pkg="github.com/virtual-kubelet/virtual-kubelet/cmd/virtual-kubelet"
@@ -100,5 +102,6 @@ build "$here" kube-proxy "$version_flags"
 build "$here" fake-gpu-plugin ""
 CGO_ENABLED=0 build "$here" pause ""
 build "$here/kuberouter" kube-router "" "$router_pkg"
+build "$here/coredns" coredns "" "$dns_pkg"
 echo "$want" > "$bin/.node-stamp"
 echo "localcluster: built the real nodes' components in $((SECONDS - node_start))s; everything in $((SECONDS - total))s"

@@ -31,12 +31,16 @@ from tools.localcluster import control, hostcheck, pki
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import (
     APISERVER_IP,
+    COREDNS_RULES,
+    COREDNS_USER,
     IMAGES_BY_KIND,
     RealNode,
     addresses,
     cni_conflist,
     containerd_command,
     containerd_config,
+    coredns_command,
+    corefile,
     device_plugin_command,
     from_record,
     kube_proxy_config,
@@ -354,6 +358,37 @@ def start_kube_router(lay: Layout, node: str) -> bool:
     return True
 
 
+def start_coredns(lay: Layout) -> bool:
+    """Cluster DNS for the real nodes' pods, when built (False: names do not resolve in pods). It reads Services
+    as a user of its own, allowed exactly :data:`COREDNS_RULES`."""
+    if not os.access(lay.bin / "coredns", os.X_OK):
+        control.say("warning: coredns not built; cluster names do not resolve in the real nodes' pods")
+        return False
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(control.api_client(lay))
+    name = "gpucluster-local:coredns"
+    role: Any = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+                 "rules": [dict(r) for r in COREDNS_RULES]}
+    binding: Any = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}]}
+    for create, body in ((rbac.create_cluster_role, role), (rbac.create_cluster_role_binding, binding)):
+        try:
+            create(body)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+    cert, key = pki.user_certificate(lay.pki, COREDNS_USER, [])
+    kubeconfig = lay.state / "nodes" / "coredns.kubeconfig"
+    _write(kubeconfig, pki.user_kubeconfig_text(_api_server_url(lay), lay.pki, COREDNS_USER, cert, key), 0o600)
+    config = lay.state / "nodes" / "Corefile"
+    _write(config, corefile(kubeconfig), 0o644)
+    control.start_process(lay, "coredns", coredns_command(lay.bin, config))
+    return True
+
+
 def node_ready(lay: Layout, node: RealNode) -> bool:
     from kubernetes import client
 
@@ -396,6 +431,7 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
         start_node(lay, node)
     start_kube_proxy(lay, policy_node(nodes))
     start_kube_router(lay, policy_node(nodes))
+    start_coredns(lay)
     for node in nodes:
         kubelet = control.load_proc(lay, f"kubelet-{node.name}")
         what = f"real node {node.name} Ready" + (f" with {node.gpus} GPUs" if node.gpus else "")

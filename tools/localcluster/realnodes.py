@@ -322,6 +322,8 @@ def kubelet_config(node: RealNode, paths: NodePaths, ca_file: Path, tls_cert: Pa
         "volumePluginDir": str(paths.base / "volume-plugins"),
         "podLogsDir": str(paths.pod_logs),
         "resolvConf": "/etc/resolv.conf",
+        "clusterDNS": [CLUSTER_DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
         "staticPodPath": "",
         "shutdownGracePeriod": "0s",
         "nodeStatusReportFrequency": "10s",
@@ -382,6 +384,38 @@ def kube_router_command(bin_dir: Path, kubeconfig: Path, node: str,
         "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
         "--enable-pod-egress=false", "--health-port=0", f"--service-cluster-ip-range={service_cidr}", "--v=1",
     ]
+
+
+#: Where the real nodes' pods find cluster DNS: CoreDNS on the host, at the address the API server advertises (a pod
+#: reaches its node there; the kubelets write it into every pod's resolv.conf).
+CLUSTER_DNS_IP = APISERVER_IP
+CLUSTER_DOMAIN = "cluster.local"
+#: The user CoreDNS's kubernetes plugin reads the API as, and what it may read (upstream's system:coredns role,
+#: less the pods: ``pods disabled``).
+COREDNS_USER = "system:gpucluster-local-coredns"
+COREDNS_RULES = (
+    {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+)
+
+
+def corefile(kubeconfig: Path, listen: str = CLUSTER_DNS_IP, domain: str = CLUSTER_DOMAIN) -> str:
+    """CoreDNS's configuration: the cluster's Services (and reverse lookups of their addresses) from the API server.
+    No upstream: this machine reaches no resolver, so every other name is refused at once instead of timing out."""
+    return (f"{domain}:53 in-addr.arpa:53 {{\n"
+            f"    bind {listen}\n"
+            "    errors\n"
+            f"    kubernetes {domain} in-addr.arpa {{\n"
+            f"        kubeconfig {kubeconfig}\n"
+            "        pods disabled\n"
+            "        ttl 5\n"
+            "    }\n"
+            "    cache 5\n"
+            "}\n")
+
+
+def coredns_command(bin_dir: Path, config: Path) -> list[str]:
+    return [str(bin_dir / "coredns"), "-conf", str(config)]
 
 
 def node_ready_condition(node_status: Mapping[str, Any]) -> bool:
