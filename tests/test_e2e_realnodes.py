@@ -30,13 +30,13 @@ import pytest
 import yaml
 
 from tests.polling import wait
+from tests.realnode_support import BUILT, private_state, why_not
 from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
 from tools.localcluster.realnodes import REAL_NODE_TAINT, node_paths, real_nodes_for
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 IMAGES = nodehost.IMAGES_DIR
 FIGURES = BUILT / "e2e-realnodes.json"
 NS = "gpu-system"
@@ -53,30 +53,12 @@ AGENT_OBJECTS = ("serviceaccount-*-{app}.yaml", "clusterrole-*:{app}.yaml", "clu
 figures: dict[str, Any] = {}
 
 
-def _why_not() -> str | None:
-    lay = Layout(BUILT)
-    missing = control.binaries_missing(lay) + control.binaries_missing(lay, nodehost.NODE_BINARIES)
-    if missing:
-        return f"the local cluster's real-node binaries are not built ({', '.join(missing)}); run `make localcluster`"
-    found = hostcheck.problems(nodehost.read_host(lay))
-    if found:
-        return "this host cannot run real nodes: " + "; ".join(found)
-    wanted = [f"{n}.tar" for n in ("pause", GUARD, "ib-exporter")]
-    if not all((IMAGES / w).exists() for w in wanted):
-        return f"images not built ({', '.join(wanted)} in {IMAGES}); run `make images`"
-    return None
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = _why_not()
+    reason = why_not(("pause", GUARD, "ib-exporter"))
     if reason:
         pytest.skip(reason)
-    # A short state path: unix sockets (containerd, the device plugins) must stay under 108 bytes.
-    state = Path(f"/tmp/gpucl-e2e-{os.getpid()}")
-    state.mkdir()
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
+    state = private_state("gpucl-e2e")
     lay = Layout(state)
     with nodehost.host_lock():
         sysctls_before = nodehost.read_sysctls()

@@ -15,7 +15,6 @@ Figures go to ``.state/localcluster/e2e-stack-in-pods.json`` for ``bench_e2e``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -26,13 +25,13 @@ import pytest
 
 from components import images
 from tests.polling import wait
+from tests.realnode_support import BUILT, private_state, why_not
 from tools.engine_runner import engine_available
-from tools.localcluster import control, hostcheck, nodehost, stackup
+from tools.localcluster import control, nodehost, stackup
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
 from tools.localcluster.realnodes import IMAGES_BY_KIND, real_nodes_for
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 FIGURES = BUILT / "e2e-stack-in-pods.json"
 SYSTEM_NODE = real_nodes_for(load_plan(ROOT, "local"))[0].name
 #: Harness processes that would stand in for a pod; none may run.
@@ -40,32 +39,13 @@ STAND_INS = ("burst-controller", "health-guard", "descheduler", "virtual-kubelet
 figures: dict[str, Any] = {}
 
 
-def _why_not() -> str | None:
-    lay = Layout(BUILT)
-    missing = control.binaries_missing(lay) + control.binaries_missing(lay, nodehost.NODE_BINARIES)
-    if missing:
-        return f"the local cluster's real-node binaries are not built ({', '.join(missing)}); run `make localcluster`"
-    if not engine_available():
-        return "the Pulumi engine is not built (.state/engine); run `make engine`"
-    found = hostcheck.problems(nodehost.read_host(lay))
-    if found:
-        return "this host cannot run real nodes: " + "; ".join(found)
-    wanted = [f"{n}.tar" for n in IMAGES_BY_KIND["system"]]
-    absent = [w for w in wanted if not (nodehost.IMAGES_DIR / w).exists()]
-    if absent:
-        return f"images not built ({', '.join(absent)} in {nodehost.IMAGES_DIR}); run `make images`"
-    return None
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = _why_not()
+    reason = why_not(IMAGES_BY_KIND["system"]) or (None if engine_available() else
+                                                   "the Pulumi engine is not built (.state/engine); run `make engine`")
     if reason:
         pytest.skip(reason)
-    state = Path(f"/tmp/gpucl-pods-{os.getpid()}")  # unix sockets must stay under 108 bytes
-    state.mkdir()
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
+    state = private_state("gpucl-pods")
     backend = tmp_path_factory.mktemp("stack-in-pods-backend")
     lay = Layout(state)
     with nodehost.host_lock():

@@ -1,0 +1,38 @@
+"""What the real-node end-to-end tests share: why this machine cannot run them, and a private state folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from tools.localcluster import control, hostcheck, nodehost
+from tools.localcluster.plan import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILT = ROOT / ".state" / "localcluster"
+
+
+def why_not(images: Sequence[str]) -> str | None:
+    """Why real nodes cannot run here with ``images`` (``make images`` archive names), or None."""
+    lay = Layout(BUILT)
+    missing = control.binaries_missing(lay) + control.binaries_missing(lay, nodehost.NODE_BINARIES)
+    if missing:
+        return f"the local cluster's real-node binaries are not built ({', '.join(missing)}); run `make localcluster`"
+    found = hostcheck.problems(nodehost.read_host(lay))
+    if found:
+        return "this host cannot run real nodes: " + "; ".join(found)
+    absent = [f"{n}.tar" for n in images if not (nodehost.IMAGES_DIR / f"{n}.tar").exists()]
+    if absent:
+        return f"images not built ({', '.join(absent)} in {nodehost.IMAGES_DIR}); run `make images`"
+    return None
+
+
+def private_state(prefix: str) -> Path:
+    """A fresh state folder sharing the built binaries and CRDs. Short, under /tmp: unix sockets (containerd, the
+    device plugins) must stay under 108 bytes."""
+    state = Path(f"/tmp/{prefix}-{os.getpid()}")
+    state.mkdir()
+    (state / "bin").symlink_to(BUILT / "bin")
+    (state / "crd").symlink_to(BUILT / "crd")
+    return state
