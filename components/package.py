@@ -29,7 +29,7 @@ from pydantic import BaseModel
 import components.config as config_package
 from components import cluster
 from components.config import PROJECT, ClusterConfig, ConfigError
-from components.stack import engine_config, validate_config
+from components.stack import StackConfigError, engine_config, validate_config
 
 #: The package's name: the schema's, the plugin's and the type token's first part.
 PACKAGE = PROJECT
@@ -218,7 +218,7 @@ class UnifiedGpuCluster(cluster.UnifiedGpuCluster):
         try:
             config = config_from_args(args, name)
         except ConfigError as error:  # the engine shows a RunError's message alone, without our stack trace
-            raise pulumi.RunError(str(error)) from None
+            raise StackConfigError.of(error) from None
         super().__init__(name, config, opts)
         self.scheduler_name = self.scheduler.scheduler_name
         self.priority_classes = pulumi.Output.from_input({t.value: n for t, n in self.priorities.names.items()})

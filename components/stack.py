@@ -19,6 +19,14 @@ from components.config import (
 from components.config.loading import credential_refs, foreign_keys, secret_schema_problems
 
 
+class StackConfigError(ConfigError, pulumi.RunError):
+    """A :class:`ConfigError` the Pulumi engine shows as a message alone (a ``RunError``: no traceback)."""
+
+    @classmethod
+    def of(cls, error: ConfigError) -> StackConfigError:
+        return cls(error.stack_file, error.problems)
+
+
 def engine_config() -> tuple[dict[str, Any], set[str]]:
     """Every ``project:key`` value the engine (or the mock runtime) gave this program, and the secret keys."""
     values: dict[str, Any] = dict(runtime_config.get_config_env() or {})
@@ -37,7 +45,7 @@ def load_stack_config() -> ClusterConfig:
     try:
         return _load_stack_config()
     except ConfigError as error:
-        raise pulumi.RunError(str(error)) from None
+        raise StackConfigError.of(error) from None
 
 
 def _load_stack_config() -> ClusterConfig:
