@@ -108,6 +108,15 @@ class BurstKeys:
         return f"{self.prefix}/handover"
 
 
+#: Value of the role label on a service's warm-pool placeholders: the view counts them apart from its replicas.
+WARM_ROLE = "warm"
+
+
+def warm_deployment(service: str) -> str:
+    """Name of a service's warm-pool placeholder Deployment (the component and the controller agree on it)."""
+    return f"{service}-warm"
+
+
 def standby_deployment(service: str) -> str:
     """Name of a service's standby Deployment (the deploying component and the controller agree on it)."""
     return f"{service}-standby"
@@ -189,6 +198,16 @@ class BurstSettings:
     # room the HPA's own scale-ups need) for 3-18 % more standby GPU·h, so it stays off.
     handover_ramp_seconds: float = 0.0
     handover_ramp_window_seconds: float = 300.0
+    # Warm external capacity: while the burst is open, each handover service keeps placeholder replicas on
+    # virtual nodes (its `<service>-warm` Deployment: the service's image started and asleep, the lowest
+    # inference priority, so any replica preempts it) and a replica landing on one starts warm, in seconds,
+    # instead of a cold external start of minutes (llm-d: 4 s warm against 85 s cold; a cold 10-20 GB pull
+    # takes 7-10 min). The pool is `warm_pool_share` of the service's replicas (rounded up) plus the rise the
+    # forecast expects over `warm_pool_ramp_seconds` (`expected_ramp` on the replica count over
+    # `handover_ramp_window_seconds`), at most the current count; 0 and 0 (default): no warm pool. What each
+    # size costs and serves is in bench/report.md (bench_families).
+    warm_pool_share: float = 0.0
+    warm_pool_ramp_seconds: float = 0.0
     inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
     pool_label: str = field(default="", init=False)
@@ -234,6 +253,11 @@ class BurstSettings:
     def keys(self) -> BurstKeys:
         return BurstKeys(self.label_prefix)
 
+    @property
+    def warm_pool(self) -> bool:
+        """Whether the controller keeps a warm pool (and the stack deploys the `<service>-warm` Deployments)."""
+        return bool(self.handover_services) and (self.warm_pool_share > 0 or self.warm_pool_ramp_seconds > 0)
+
     def deletion_cost_for(self, provider: str) -> int:
         """The pod-deletion-cost of an external replica on `provider`'s virtual node."""
         return self.provider_deletion_costs.get(provider, self.external_deletion_cost)
@@ -255,6 +279,9 @@ class BurstSettings:
                      "handover_return_batch"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.warm_pool_share <= 1.0:
+            raise SettingsError(f"warm_pool_share: must be between 0 and 1 (a share of the replicas), got "
+                                f"{self.warm_pool_share:g}")
         if self.close_at_free_gpus <= self.open_below_free_gpus:
             raise SettingsError(
                 f"close_at_free_gpus: must exceed open_below_free_gpus ({self.open_below_free_gpus}) "
@@ -268,6 +295,7 @@ class BurstSettings:
             "handover_timeout_seconds",
             "handover_ramp_seconds",
             "handover_ramp_window_seconds",
+            "warm_pool_ramp_seconds",
             "action_backoff_base_seconds",
         )
         for name in holds:

@@ -45,6 +45,7 @@ class ActionKind(enum.StrEnum):
     SET_STANDBY = "set_standby"  # scale a service's standby Deployment to `replicas`
     UNGATE = "ungate"  # lift the handover scheduling gate from a training pod
     TAINT_PROVIDER = "taint_provider"  # add the provider's own taint to its node when it lacks it (never removed)
+    SET_WARM = "set_warm"  # scale a service's warm-pool placeholder Deployment to `replicas`
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class ServiceReplicas:
     standby_ready: int = 0
     # GPUs one main replica requests: how many replicas a reclaimed GPU count can hold (1 = the upper bound).
     gpus_per_replica: int = 1
+    # Placeholders of the warm pool (its Deployment's pods, any state): what `plan_warm` scales.
+    warm_live: int = 0
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ class Decision:
     close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
     standby: Mapping[str, int] = field(default_factory=dict)  # standby replicas wanted per service
     ramp: Mapping[str, int] = field(default_factory=dict)  # replicas the standby adds for the expected ramp
+    warm: Mapping[str, int] = field(default_factory=dict)  # warm-pool placeholders wanted per service
 
 
 def track_replicas(
@@ -306,7 +310,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
     window = settings.handover_ramp_window_seconds
     seen = (track_replicas(state.replicas_seen, snapshot.services, now, window)
-            if settings.handover_ramp_seconds > 0 else {})
+            if settings.handover_ramp_seconds > 0 or settings.warm_pool_ramp_seconds > 0 else {})
     ramp = {name: r for name, points in seen.items()
             if (r := expected_ramp(points, now, window, settings.handover_ramp_seconds))}
     step = next_mode(snapshot, state, now, settings, may_flip, ramp)
@@ -316,6 +320,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
                         sizing=settings.handover_sizing, return_batch=settings.handover_return_batch, ramp=ramp)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
+    warm = plan_warm(snapshot.services, step.mode is Mode.OPEN, seen, now, settings)
     new_state = BurstState(
         mode=step.mode,
         changed_at=step.changed_at,
@@ -328,7 +333,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         replicas_seen=seen,
     )
     return Decision(
-        actions(snapshot, step, plan, gate.released, settings),
+        actions(snapshot, step, plan, gate.released, settings, warm),
         new_state,
         tuple(reasons),
         step.flipped,
@@ -336,6 +341,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         step.close_needs,
         dict(plan.targets),
         dict(plan.ramp),
+        warm,
     )
 
 
@@ -540,7 +546,8 @@ def gate_release(
 
 
 def actions(
-    snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings
+    snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings,
+    warm: Mapping[str, int] | None = None,
 ) -> tuple[Action, ...]:
     """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
     nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
@@ -554,6 +561,9 @@ def actions(
     for service, replicas in sorted(plan.targets.items()):
         if replicas != snapshot.services[service].standby_live:
             out.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
+    for service, replicas in sorted((warm or {}).items()):
+        if replicas != snapshot.services[service].warm_live:
+            out.append(Action(ActionKind.SET_WARM, service=service, replicas=replicas))
     out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
     out.extend(
         Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
@@ -561,6 +571,30 @@ def actions(
         for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]
     )
     return tuple(out)
+
+
+def plan_warm(services: Mapping[str, ServiceReplicas], open_: bool,
+              seen: Mapping[str, tuple[tuple[float, int], ...]], now: float, settings: BurstSettings) -> dict[str, int]:
+    """Warm-pool placeholders wanted per handover service: while the burst is open,
+    ceil(`warm_pool_share` x replicas) plus the rise `expected_ramp` forecasts over `warm_pool_ramp_seconds`,
+    at most the service's replicas (replicas = max(minReplicas, main pods)); 0 while closed (nothing lands
+    on a closed virtual node, so a warm slot there serves nobody). A service is listed when it wants
+    placeholders or still has some. Pure; O(services x points).
+    """
+    share, ahead = settings.warm_pool_share, settings.warm_pool_ramp_seconds
+    on = open_ and (share > 0 or ahead > 0)
+    out: dict[str, int] = {}
+    for name, svc in services.items():
+        want = 0
+        if on:
+            base = max(svc.min_replicas, svc.main_live)
+            want = math.ceil(share * base - 1e-9)
+            if ahead > 0:
+                want += expected_ramp(seen.get(name, ()), now, settings.handover_ramp_window_seconds, ahead)
+            want = min(want, base)
+        if want or svc.warm_live:
+            out[name] = want
+    return out
 
 
 def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:

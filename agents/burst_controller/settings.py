@@ -16,6 +16,7 @@ from agents.burst_controller.contract import (
     SettingsError,
     Sizing,
     standby_deployment,
+    warm_deployment,
 )
 from agents.kit.loop import load_settings
 
@@ -29,6 +30,7 @@ __all__ = [
     "Sizing",
     "load_file",
     "standby_deployment",
+    "warm_deployment",
 ]
 
 

@@ -20,7 +20,7 @@ from bench.sim.workload import Gang
 from components.provider_rank import fill_order
 
 # Event kinds (ints keep heap tuples cheap and comparable).
-ARRIVAL, JOB_END, POD_READY, HPA, CTRL, DESCHED, SAMPLE = range(7)
+ARRIVAL, JOB_END, POD_READY, HPA, CTRL, DESCHED, SAMPLE, WARM_READY = range(8)
 # Pod states.
 PENDING, STARTING, READY = 0, 1, 2
 INFERENCE_NAMESPACE = "inference"
@@ -105,6 +105,8 @@ class Service:
         "starting",
         "unready_replacements",
         "up_s",
+        "warm_count",
+        "warm_target",
     )
 
     def __init__(self, name: str, gpus: int, lo: int, hi: int, maxunav: int, up_s: float, down_s: float,
@@ -133,6 +135,9 @@ class Service:
         self.sb_pending: dict[int, None] = {}
         self.sb_starting: dict[int, None] = {}
         self.sb_ready: dict[int, None] = {}
+        # The warm pool's placeholder Deployment: its target (the core's SET_WARM) and its placed pods.
+        self.warm_target = 0
+        self.warm_count = 0
 
     def count(self) -> int:
         return len(self.pending) + len(self.starting) + len(self.ready)
@@ -257,6 +262,16 @@ class ClusterState:
         # The order a burst fills virtual nodes: the pods' preferred affinity ranks the cheaper provider first.
         self.vn_order = fill_order(provs)
         self.needing_cost: dict[int, None] = {}
+        # Warm-pool placeholders: the lowest-priority pods on virtual nodes, outside vn_used (any replica
+        # preempts one), each id -> [service, virtual node, ready]; per node, and the ready ones per
+        # (service, node) that a replica of that service can take over warm.
+        self.warm: dict[int, list[int]] = {}
+        self.next_warm = 0
+        self.vn_warm: list[dict[int, None]] = [{} for _ in provs]
+        self.vn_warm_gpus = [0] * len(provs)
+        self.warm_ready: dict[tuple[int, int], dict[int, None]] = {}
+        self.warm_gpus = 0
+        self.warm_dirty = False  # some service's placeholders differ from its target: refill at the pass
 
     # ------------------------------------------------------------------ queries
 
@@ -271,6 +286,60 @@ class ClusterState:
                 if b[f]:
                     return True
         return False
+
+    # ------------------------------------------------------------------ warm pool
+
+    def room_virtual(self, v: int, g: int) -> bool:
+        """Virtual node `v` holds `g` more GPUs and one more pod besides its replicas and placeholders."""
+        return (self.vn_used[v] + self.vn_warm_gpus[v] + g <= self.vn_cap[v]
+                and len(self.vn_pods[v]) + len(self.vn_warm[v]) < self.vn_podcap[v])
+
+    def add_warm(self, s: int, v: int, latency: float) -> None:
+        """A placeholder of service `s` on `v`; it is warm (can hand its instance over) after `latency`."""
+        svc = self.services[s]
+        wid = self.next_warm
+        self.next_warm += 1
+        self.warm[wid] = [s, v, 0]
+        self.vn_warm[v][wid] = None
+        self.vn_warm_gpus[v] += svc.gpus
+        self.warm_gpus += svc.gpus
+        svc.warm_count += 1
+        self.handover_seq += 1
+        self.events.push(self.events.now + latency, WARM_READY, wid)
+
+    def warm_became_ready(self, wid: int) -> None:
+        entry = self.warm.get(wid)
+        if entry is None or entry[2]:
+            return
+        entry[2] = 1
+        self.warm_ready.setdefault((entry[0], entry[1]), {})[wid] = None
+
+    def remove_warm(self, wid: int) -> None:
+        s, v, ready = self.warm.pop(wid)
+        svc = self.services[s]
+        del self.vn_warm[v][wid]
+        self.vn_warm_gpus[v] -= svc.gpus
+        self.warm_gpus -= svc.gpus
+        svc.warm_count -= 1
+        if ready:
+            del self.warm_ready[(s, v)][wid]
+        self.handover_seq += 1
+        self.warm_dirty = True  # its Deployment recreates it where there is room
+
+    def take_warm(self, s: int, v: int) -> bool:
+        """A replica of `s` lands on `v` and takes over a warm placeholder of its own service, if one is there."""
+        ready = self.warm_ready.get((s, v))
+        if not ready:
+            return False
+        self.remove_warm(next(iter(ready)))
+        return True
+
+    def make_room(self, v: int, g: int) -> None:
+        """A replica preempts placeholders on `v` (the oldest first) until it fits beside them."""
+        for wid in list(self.vn_warm[v]):
+            if self.room_virtual(v, g):
+                return
+            self.remove_warm(wid)
 
     # ------------------------------------------------------------------ pods
 
@@ -440,8 +509,21 @@ class ClusterState:
         assert sum(self.zone_avail) == sum(1 for j in self.node_job if j < 0)
         for v in range(len(self.vn_name)):
             used = sum(self.pods[p].gpus for p in self.vn_pods[v])
-            assert used == self.vn_used[v] <= self.vn_cap[v]
-            assert len(self.vn_pods[v]) <= self.vn_podcap[v]
+            assert used == self.vn_used[v]
+            assert self.vn_used[v] + self.vn_warm_gpus[v] <= self.vn_cap[v]
+            assert len(self.vn_pods[v]) + len(self.vn_warm[v]) <= self.vn_podcap[v]
+            assert self.vn_warm_gpus[v] == sum(self.services[self.warm[w][0]].gpus for w in self.vn_warm[v])
+        assert sum(self.vn_warm_gpus) == self.warm_gpus
+        assert sum(len(ids) for ids in self.vn_warm) == len(self.warm)
+        assert all(self.warm[w][1] == v for v, ids in enumerate(self.vn_warm) for w in ids), "placeholder misfiled"
+        for svc in self.services:
+            assert svc.warm_count <= svc.warm_target, f"{svc.name}: {svc.warm_count} placeholders > {svc.warm_target}"
+            assert svc.handover or not svc.warm_target, f"{svc.name}: a warm pool without the handover"
+        assert all(self.warm[w][2] and self.warm[w][:2] == [s, v] for (s, v), ids in self.warm_ready.items()
+                   for w in ids)
+        assert sum(len(ids) for ids in self.warm_ready.values()) == sum(1 for e in self.warm.values() if e[2])
+        assert all(svc.warm_count == sum(1 for e in self.warm.values() if e[0] == s)
+                   for s, svc in enumerate(self.services))
         assert sum(self.vn_used) == self.ext_gpus
         seen = 0
         for s, svc in enumerate(self.services):

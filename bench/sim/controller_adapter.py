@@ -98,10 +98,11 @@ class ClusterPort(Protocol):
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
     def quiet_key(self) -> tuple[object, ...]: ...
-    def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int]]: ...
+    def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int]]: ...
     def gated_pods(self) -> list[tuple[str, str]]: ...
     def standby_external_gpus(self) -> int: ...
     def set_standby(self, service: str, replicas: int) -> None: ...
+    def set_warm(self, service: str, replicas: int) -> None: ...
     def ungate(self, namespace: str, pod: str) -> None: ...
 
 
@@ -113,6 +114,7 @@ class TickStats:
     node_patches: int = 0
     cost_patches: int = 0
     standby_scales: int = 0
+    warm_scales: int = 0
     ungates: int = 0
 
 
@@ -160,8 +162,9 @@ class ControllerAdapter:
         services = {
             name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
                                   main_ready_onprem=onprem, standby_live=sb_live, standby_ready=sb_ready,
-                                  gpus_per_replica=gpus)
-            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus) in port.service_replicas().items()
+                                  gpus_per_replica=gpus, warm_live=warm)
+            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm)
+            in port.service_replicas().items()
         }
         return Snapshot(
             synced=True,
@@ -224,6 +227,9 @@ class ControllerAdapter:
             elif action.kind is ActionKind.SET_STANDBY:
                 port.set_standby(action.service, action.replicas)
                 self.stats.standby_scales += 1
+            elif action.kind is ActionKind.SET_WARM:
+                port.set_warm(action.service, action.replicas)
+                self.stats.warm_scales += 1
             elif action.kind is ActionKind.UNGATE:
                 port.ungate(action.namespace, action.pod)
                 self.stats.ungates += 1

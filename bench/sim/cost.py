@@ -53,8 +53,9 @@ class CostedSimulator(Simulator):
         if t1 <= self.warmup:
             return
         dt = t1 - max(t0, self.warmup)
-        used = self.cluster.vn_used
-        for v, g in enumerate(used):
+        c = self.cluster
+        for v, g in enumerate(c.vn_used):
+            g += c.vn_warm_gpus[v]  # the warm pool's placeholders hold the provider's GPUs too
             if g:
                 self.vn_gpu_seconds[v] += g * dt
 

@@ -42,6 +42,7 @@ from bench.sim.cluster import (
     JOB_END,
     POD_READY,
     SAMPLE,
+    WARM_READY,
     ClusterState,
     Counters,
     Events,
@@ -97,6 +98,7 @@ class Outcome:
     decide_calls: int = 0
     decide_skipped: int = 0
     standby_gpu_hours: float = 0.0  # part of external_gpu_hours: the handover's standby replicas
+    warm_gpu_hours: float = 0.0  # part of external_gpu_hours: the warm pool's placeholders
     # Parts of external_gpu_hours held by the services' own replicas: while the burst is open and the free
     # on-prem GPUs (less what pending training asks for) could hold them, and while it is closed (waiting
     # for the descheduler). The rest serves demand on-prem cannot.
@@ -141,7 +143,8 @@ class Simulator:
         self.counters = Counters()
         self.cluster = ClusterState(model, policy, workload.gangs, self.events, self.counters)
         self.scheduler = Scheduler(self.cluster, 0.0 if policy.zero_lag else lat.onprem_start_s,
-                                   0.0 if policy.zero_lag else lat.external_start_s)
+                                   0.0 if policy.zero_lag else lat.external_start_s,
+                                   0.0 if policy.zero_lag else lat.external_warm_start_s)
         self.replicasets = self.scheduler.replicasets
         self.hpa = Hpa(self.cluster, self.replicasets, workload,
                        1.0 if policy.zero_lag else workload.spec.hpa_headroom, policy.zero_lag)
@@ -151,7 +154,7 @@ class Simulator:
         self.event_count = 0
         # Metrics.
         self._a_train = self._a_inf = self._a_ext = self._a_open = self._a_standby = 0.0
-        self._a_movable = self._a_movable_past_queue = self._a_returning = 0.0
+        self._a_movable = self._a_movable_past_queue = self._a_returning = self._a_warm = 0.0
         self._a_served = self._a_demand = 0.0
         self._served = self._demanded = 0.0
         self._lost = (0.0, 0.0, 0.0)  # the shortfall now: replacing, starting, unasked (GPUs)
@@ -260,6 +263,8 @@ class Simulator:
                 push(t + self.controller.settings.tick_seconds, CTRL)
             elif kind == POD_READY:
                 cluster.pod_ready(arg)
+            elif kind == WARM_READY:
+                cluster.warm_became_ready(arg)
             elif kind == HPA:
                 self.hpa.run(t)
                 push(t + self.hpa_period, HPA)
@@ -319,6 +324,7 @@ class Simulator:
         self._a_inf += c.onprem_inf_gpus * dt
         self._a_ext += c.ext_gpus * dt
         self._a_standby += c.sb_ext_gpus * dt
+        self._a_warm += c.warm_gpus * dt
         main_ext = c.ext_gpus - c.sb_ext_gpus
         if any(x is None for x in c.vn_taint):
             self._a_open += dt
@@ -383,8 +389,9 @@ class Simulator:
             training_gpu_utilization=self._a_train / cap if cap else 0.0,
             inference_availability=self._a_served / self._a_demand if self._a_demand else 1.0,
             worst_window_availability=min(windows) if windows else 1.0,
-            external_gpu_hours=self._a_ext / 3600.0,
+            external_gpu_hours=(self._a_ext + self._a_warm) / 3600.0,  # placeholders hold provider GPUs too
             standby_gpu_hours=self._a_standby / 3600.0,
+            warm_gpu_hours=self._a_warm / 3600.0,
             movable_gpu_hours=self._a_movable / 3600.0,
             movable_past_queue_gpu_hours=self._a_movable_past_queue / 3600.0,
             returning_gpu_hours=self._a_returning / 3600.0,

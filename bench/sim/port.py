@@ -41,6 +41,7 @@ class ServiceCounts(NamedTuple):
     standby_live: int
     standby_ready: int
     gpus_per_replica: int
+    warm_live: int
 
 
 class VirtualNodeRow(NamedTuple):
@@ -60,7 +61,7 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int]
+_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int]
 _NodeRow = tuple[str, str, str | None, int, float | None]
 
 
@@ -146,6 +147,9 @@ class ControllerPort:
                 min_replicas=svc.min, main_live=svc.count(), main_ready=len(svc.ready),
                 main_ready_external=svc.ready_ext, main_ready_onprem=onprem, standby_live=svc.sb_count(),
                 standby_ready=len(svc.sb_ready), gpus_per_replica=svc.gpus,
+                # The warm Deployment's pods in any state: placed ones, and those its ReplicaSet recreated after
+                # a preemption that wait (Pending) for room; scaling down removes them at once.
+                warm_live=svc.warm_target,
             )
         return out
 
@@ -196,6 +200,15 @@ class ControllerPort:
             return  # a handover service the model does not run: no standby Deployment to scale
         c.services[s].sb_replicas = replicas
         self.replicasets.reconcile_standby(s)
+
+    def set_warm(self, service: str, replicas: int) -> None:
+        """Scale the service's warm-pool placeholder Deployment (placed at the end of the event's pass)."""
+        c = self.cluster
+        s = c.service_index.get(service)
+        if s is None:
+            return
+        c.services[s].warm_target = replicas
+        c.warm_dirty = True
 
     def ungate(self, namespace: str, pod: str) -> None:
         c = self.cluster

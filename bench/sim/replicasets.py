@@ -57,6 +57,29 @@ class ReplicaSets:
                 c.remove_pod(c.pods[pid])
                 diff += 1
 
+    def reconcile_warm(self, s: int, latency: float) -> None:
+        """The warm pool's Deployment: placeholders up to `warm_target` wherever an open virtual node has
+        room beside the replicas (cheapest provider first, where the service's replicas land first; they do
+        not tolerate the burst taint); fewer are placed when none has room (the rest wait Pending, which the
+        controller's view does not count as pending inference). Down: not yet warm first, then the dearest
+        provider's."""
+        c = self.cluster
+        svc = c.services[s]
+        diff = svc.warm_target - svc.warm_count
+        if diff > 0:
+            for v in c.vn_order:
+                while diff > 0 and c.vn_taint[v] is None and c.room_virtual(v, svc.gpus):
+                    c.add_warm(s, v, latency)
+                    diff -= 1
+                if not diff:
+                    break
+        elif diff < 0:
+            mine = [w for w, e in c.warm.items() if e[0] == s]
+            rank = {v: i for i, v in enumerate(c.vn_order)}
+            mine.sort(key=lambda w: (c.warm[w][2], -rank[c.warm[w][1]], -w))
+            for w in mine[:-diff]:
+                c.remove_warm(w)
+
     def deletion_order(self, svc: Service, n: int) -> list[Pod]:
         """Upstream ReplicaSet ranking, reduced to what differs here: unplaced, not ready, cost, newest."""
         out: list[Pod] = []

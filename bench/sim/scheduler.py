@@ -24,11 +24,13 @@ class Scheduler:
     """One scheduler pass per event (`run_pass`), plus the gang events: arrival (which schedules the next
     arrival) and end."""
 
-    def __init__(self, cluster: ClusterState, onprem_latency_s: float, external_latency_s: float) -> None:
+    def __init__(self, cluster: ClusterState, onprem_latency_s: float, external_latency_s: float,
+                 warm_latency_s: float | None = None) -> None:
         self.cluster = cluster
         self.events = cluster.events
         self.onprem_lat = onprem_latency_s
         self.external_lat = external_latency_s
+        self.warm_lat = external_latency_s if warm_latency_s is None else warm_latency_s
         self.replicasets = ReplicaSets(cluster, self.place)
 
     def run_pass(self) -> None:
@@ -41,6 +43,12 @@ class Scheduler:
         if c.capacity_changed:
             c.capacity_changed = False
             self.retry_pending()
+            if c.warm or any(svc.warm_target for svc in c.services):
+                c.warm_dirty = True
+        if c.warm_dirty:
+            for s in range(len(c.services)):
+                self.replicasets.reconcile_warm(s, self.external_lat)
+            c.warm_dirty = False  # what is still short waits for room (a capacity change retries it)
 
     # ------------------------------------------------------------------ training
 
@@ -189,9 +197,17 @@ class Scheduler:
         any, for a pod tolerating our taint)."""
         c = self.cluster
         g = pod.gpus
+        if c.warm_ready:  # a warm placeholder of the pod's own service: the replica takes its instance over
+            for v in c.vn_order:
+                if (any_taint or c.vn_taint[v] is None) and c.take_warm(pod.svc, v):
+                    c.bind_virtual(pod, v)
+                    c.start_pod(pod, self.warm_lat)
+                    return True
         for v in c.vn_order:
             if (any_taint or c.vn_taint[v] is None) and c.vn_used[v] + g <= c.vn_cap[v] \
                     and len(c.vn_pods[v]) < c.vn_podcap[v]:
+                if c.vn_warm[v]:
+                    c.make_room(v, g)  # placeholders have the lowest priority: any replica preempts them
                 c.bind_virtual(pod, v)
                 c.start_pod(pod, self.external_lat)
                 return True
