@@ -31,7 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from agents.burst_controller.settings import standby_deployment
+from agents.burst_controller.settings import standby_deployment, warm_deployment
 from agents.health_guard.contract import Names as HealthNames
 from components import rbac
 from components.config import (
@@ -51,6 +51,7 @@ from components.naming import (
     STANDBY,
     VOLCANO_PREEMPTABLE_ANNOTATION,
     VOLCANO_QUEUE_ANNOTATION,
+    WARM,
     Keys,
     common_labels,
     selector_labels,
@@ -120,6 +121,10 @@ class InferenceServiceArgs:
     tolerates_thermal: bool = True
     #: A standby Deployment on virtual nodes for the make-before-break handover (config.Handover).
     standby: bool = False
+    #: A warm-pool placeholder Deployment on virtual nodes (config.Burst.warmPoolShare), and the
+    #: PriorityClass its pods take: the lowest tier's, so a replica outranks them.
+    warm: bool = False
+    warm_priority_class: str = ""
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, service: InferenceService) -> InferenceServiceArgs:
@@ -142,6 +147,8 @@ class InferenceServiceArgs:
             # One switch with the controller's handover_services; a gateway service always has a routable
             # provider (the config refuses it otherwise), so the standby's provider list is never empty.
             standby=cfg.handover_active,
+            warm=cfg.handover_active and (cfg.burst.warm_pool_share > 0 or cfg.burst.warm_pool_ramp_seconds > 0),
+            warm_priority_class=min(cfg.priorities.tiers().values(), key=lambda t: t.value).name,
         )
 
 
@@ -270,6 +277,13 @@ def standby_labels(labels: dict[str, str], keys: Keys, service: str, version: st
             keys.service: service, keys.role: STANDBY}
 
 
+def warm_labels(keys: Keys, service: str, version: str) -> dict[str, str]:
+    """Own name and component (so neither the Service nor the PDB selects a placeholder: it serves nobody),
+    the service label (the burst controller counts them per service), role=warm."""
+    return {**common_labels(warm_deployment(service), "inference-warm", version), keys.workload: INFERENCE,
+            keys.service: service, keys.role: WARM}
+
+
 def surge_first() -> k8s.apps.v1.DeploymentStrategyArgs:
     """GPUs are scarce: add one replica before taking one away."""
     return k8s.apps.v1.DeploymentStrategyArgs(
@@ -283,8 +297,10 @@ def server_pod_template(
     env: list[k8s.core.v1.EnvVarArgs],
     affinity: k8s.core.v1.AffinityArgs,
     pod_tolerations: list[k8s.core.v1.TolerationArgs],
+    priority_class: str = "",
 ) -> k8s.core.v1.PodTemplateSpecArgs:
-    """The inference server pod; the main and the standby Deployment differ only in labels and placement."""
+    """The inference server pod; the main and the standby Deployment differ only in labels and placement, the
+    warm pool's also in `priority_class` (the service's own when empty)."""
     svc = args.service
     probes = server_probes(svc)
     return k8s.core.v1.PodTemplateSpecArgs(
@@ -294,7 +310,7 @@ def server_pod_template(
         ),
         spec=k8s.core.v1.PodSpecArgs(
             scheduler_name=args.scheduler_name,
-            priority_class_name=args.priority_class,
+            priority_class_name=priority_class or args.priority_class,
             affinity=affinity,
             tolerations=pod_tolerations,
             # The server never calls the Kubernetes API: no token in the pod.
@@ -389,6 +405,25 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                     template=server_pod_template(
                         args, standby, env, external_required_affinity(keys, args.providers, weights),
                         standby_tolerations(args),
+                    ),
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
+            )
+        if args.warm:
+            # Warm external capacity: placeholders of the service's image on virtual nodes only, at the lowest
+            # priority, scaled by the burst controller while the burst is open (0 while it is closed, so they
+            # need not tolerate the burst taint); a replica landing beside one takes its warm instance over.
+            warm = warm_labels(keys, svc.name, version)
+            k8s.apps.v1.Deployment(
+                f"{svc.name}-warm",
+                metadata=meta(name=warm_deployment(svc.name), namespace=ns, labels=warm, annotations=annotations),
+                spec=k8s.apps.v1.DeploymentSpecArgs(
+                    replicas=0,
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(warm)),
+                    strategy=surge_first(),
+                    template=server_pod_template(
+                        args, warm, env, external_required_affinity(keys, args.providers, weights),
+                        tolerations(args), priority_class=args.warm_priority_class,
                     ),
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),

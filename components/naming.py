@@ -54,6 +54,8 @@ TRAINING = "training"
 INFERENCE = "inference"
 #: Value of the role label on an inference service's standby replicas (see config.Handover).
 STANDBY = "standby"
+#: Value of the role label on an inference service's warm-pool placeholders (see config.Burst.warmPoolShare).
+WARM = burst_contract.WARM_ROLE
 SYSTEM = "system"
 
 #: The taint every virtual-kubelet provider puts on its node.

@@ -83,6 +83,14 @@ class Burst(ConfigModel):
     """Port of the controller's /metrics endpoint, which Prometheus scrapes."""
     handover: Handover = Handover()
     """Make before break: the inference a gang (or the return home) takes away is replaced first."""
+    warm_pool_share: Annotated[float, Field(ge=0.0, le=1.0)] = _AGENT.warm_pool_share
+    """Warm external capacity: while the burst is open, each handover service keeps this share of its replicas
+    (rounded up) as placeholders on virtual nodes (its `<service>-warm` Deployment, the lowest priority), so a
+    scale-up landing on one starts warm in seconds instead of a cold external start of minutes. 0: none;
+    what each size costs and serves is in bench/report.md."""
+    warm_pool_ramp_seconds: NonNegativeInt = int(_AGENT.warm_pool_ramp_seconds)
+    """The warm pool also holds the rise each service's replica count is expected to make over this many
+    seconds (its rise over the last 5 minutes carried forward), at most its current count; 0: share alone."""
 
     @model_validator(mode="after")
     def _agent_rules(self) -> Self:
@@ -98,7 +106,7 @@ class Burst(ConfigModel):
 #: The section's keys that are the agent's own settings (the rest configure the deployment).
 AGENT_KEYS = ("taint_value", "open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
               "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
-              "tick_seconds")
+              "tick_seconds", "warm_pool_share", "warm_pool_ramp_seconds")
 
 
 def _stack_spelling(message: str) -> str:
