@@ -15,8 +15,8 @@ Failure behaviour (each is counted in ``gpucluster_burst_errors_total{kind}``, k
 - writes are fenced by the port: each one, retries and conflict re-reads' patches included, starts only if it
   can finish (its request timeout) before the lease could pass to another replica.
 
-Handover actions are idempotent: scaling a standby Deployment writes the wanted count through the scale
-subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
+Handover actions are idempotent: scaling a standby (or warm-pool) Deployment writes the wanted count through
+the scale subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
 of our gate alone, so other gates on the pod stay and a pod already released is a no-op.
 """
 
@@ -32,7 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.burst_controller.contract import POD_DELETION_COST_ANNOTATION, BurstSettings, standby_deployment
+from agents.burst_controller.contract import (
+    POD_DELETION_COST_ANNOTATION,
+    BurstSettings,
+    standby_deployment,
+    warm_deployment,
+)
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -136,8 +141,9 @@ class BurstShell:
         coalesce: bool = True,
     ) -> None:
         s = self.settings = settings
-        # Standby counts written since the last resync: a decision repeats its wish until pods show up.
-        self._standby_written: dict[str, int] = {}
+        # Counts written per standby or warm Deployment since the last resync: a decision repeats its wish
+        # until pods show up.
+        self._scaled: dict[str, int] = {}
         self.identity = identity or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
         self.metrics = metrics or Metrics()
         self.registry = self.metrics.registry
@@ -255,7 +261,9 @@ class BurstShell:
             if action.kind is ActionKind.SET_DELETION_COST:
                 return self._set_deletion_cost(action.namespace, action.pod, action.deletion_cost)
             if action.kind is ActionKind.SET_STANDBY:
-                return self._set_standby(action.service, action.replicas)
+                return self._scale(standby_deployment(action.service), "standby", action.service, action.replicas)
+            if action.kind is ActionKind.SET_WARM:
+                return self._scale(warm_deployment(action.service), "warm pool", action.service, action.replicas)
             if action.kind is ActionKind.UNGATE:
                 return self._ungate(action.namespace, action.pod)
             if action.kind is ActionKind.TAINT_PROVIDER:
@@ -353,23 +361,23 @@ class BurstShell:
             raise
         return True
 
-    def _set_standby(self, service: str, replicas: int) -> bool:
-        """Scale the service's standby Deployment; a count already written since the last resync is skipped."""
-        if self._standby_written.get(service) == replicas:
+    def _scale(self, name: str, what: str, service: str, replicas: int) -> bool:
+        """Scale a service's standby or warm Deployment `name`; a count already written since the last resync
+        is skipped."""
+        if self._scaled.get(name) == replicas:
             return False
         s = self.settings
-        name = standby_deployment(service)
         try:
             self.retry(lambda: self.api.patch(DEPLOYMENTS, name, {"spec": {"replicas": replicas}},
                                               s.inference_namespace, MERGE_PATCH, "scale"))
         except ApiError as exc:
             if exc.kind == "not_found":
-                log.warning("standby Deployment %s/%s not found: no standby for %s", s.inference_namespace, name,
-                            service)
+                log.warning("%s Deployment %s/%s not found: no %s for %s", what, s.inference_namespace, name,
+                            what, service)
                 return False
             raise
-        self._standby_written[service] = replicas
-        log.info("standby %s: %d replicas", service, replicas)
+        self._scaled[name] = replicas
+        log.info("%s %s: %d replicas", what, service, replicas)
         return True
 
     def _ungate(self, namespace: str, pod: str) -> bool:
@@ -454,7 +462,7 @@ class BurstShell:
                     # A periodic full list repairs anything a missed event could have left wrong.
                     for informer in self.informers.values():
                         informer.needs_list = True
-                    self._standby_written.clear()
+                    self._scaled.clear()
                     last_resync = self.monotonic()
                 try:
                     self.reconcile()

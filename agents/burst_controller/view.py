@@ -19,6 +19,7 @@ from agents.burst_controller.contract import (
     GANG_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
     VK_PROVIDER_TAINT,
+    WARM_ROLE,
     BurstSettings,
 )
 from agents.burst_controller.decide import (
@@ -171,6 +172,7 @@ class _Pod:
     standby: bool = False
     ready: bool = False
     gang: str = ""  # "<namespace>/<PodGroup>" of unplaced training (its own key when it names none)
+    warm: bool = False  # a warm-pool placeholder (role=warm): counted for its service and nothing else
 
     @property
     def waiting(self) -> bool:
@@ -188,6 +190,7 @@ class _ServiceCounts:
     main_ready_onprem: dict[str, int] = field(default_factory=dict)
     standby_live: int = 0
     standby_ready: int = 0
+    warm_live: int = 0  # the warm pool's placeholders
     # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
     gpus: dict[int, int] = field(default_factory=dict)
 
@@ -463,6 +466,7 @@ class ClusterView:
             created=parse_timestamp(meta.get("creationTimestamp")) if gated else None,
             service=service if service in self._services else "",
             standby=labels.get(s.role_label) == "standby",
+            warm=labels.get(s.role_label) == WARM_ROLE,
             ready=phase == "Running"
             and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
             gang=gang,
@@ -478,6 +482,12 @@ class ClusterView:
             self._pod_contribution(new, +1)
 
     def _pod_contribution(self, pod: _Pod, sign: int) -> None:
+        if pod.warm:
+            # A placeholder serves nobody and holds no burst open (it waits Pending for room, it leaves at a
+            # close): it is its service's warm_live and nothing else, not even a virtual node's GPUs in use.
+            if pod.service and pod.live and not pod.deleting:
+                self._services[pod.service].warm_live += sign
+            return
         if pod.unschedulable and pod.gpus and pod.workload == "inference" and not pod.standby:
             # A standby waiting for room on a virtual node is no reason to open the burst.
             self.pending_inference += sign * pod.gpus
@@ -650,6 +660,7 @@ class ClusterView:
                     standby_live=c.standby_live,
                     standby_ready=c.standby_ready,
                     gpus_per_replica=max(c.gpus, default=1) or 1,
+                    warm_live=c.warm_live,
                 )
                 for name, c in self._services.items()
             },
