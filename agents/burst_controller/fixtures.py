@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.burst_controller.contract import BurstSettings
+from agents.burst_controller.contract import WARM_ROLE, BurstSettings
 
 _DEFAULT = BurstSettings()
 
@@ -98,6 +98,7 @@ def gpu_pod(
     pool: str | None = None,
     service: str | None = None,
     standby: bool = False,
+    warm: bool = False,
     ready: bool | None = None,
     gated: bool = False,
     deleting: bool = False,
@@ -106,7 +107,8 @@ def gpu_pod(
     """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict.
 
     `pool` confines the pod to one on-prem pool with required node affinity, as the training template does.
-    `service`/`standby` label an inference replica; `ready` (default: running) sets its Ready condition;
+    `service`/`standby` label an inference replica (`warm`: a warm-pool placeholder); `ready` (default:
+    running) sets its Ready condition;
     `gated` holds a pending pod at the handover scheduling gate.
     """
     conditions: list[dict[str, Any]] = []
@@ -137,6 +139,8 @@ def gpu_pod(
         labels[settings.service_label] = service
     if standby:
         labels[settings.role_label] = "standby"
+    if warm:
+        labels[settings.role_label] = WARM_ROLE
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
