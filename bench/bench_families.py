@@ -9,11 +9,16 @@ asserted in tests: the controller's availability at least the services-alone bou
 family. The shortfall's causes (`shortfall_starting`, `shortfall_replacing`) say what a miss is made of;
 `shortfall_external_full` is the part lost while no virtual node had room for one more replica, which no
 sizing of the handover's standby can cover (the external capacity bounds it).
+
+Warm external capacity: each row also runs the controller with every size in `WARM_SIZES` (the stack's
+settings otherwise), so what a warm pool of each size costs (its placeholders' GPU·h, counted in the external
+GPU·h) sits beside what it serves.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from bench.sim.demand import DEFAULT_PEAK_SHARE, outcomes_json
@@ -32,6 +37,10 @@ SEED = 1
 RAMP_GANG_SHARE = 1 / 3
 #: How far below the services-alone bound the controller may stay, in availability points.
 TARGET_GAP_POINTS = 0.02
+#: Warm-pool sizes the controller also runs with: (warm_pool_share, warm_pool_ramp_seconds).
+WARM_SIZES = ((0.1, 0.0), (0.25, 0.0), (0.0, 300.0), (0.1, 300.0))
+WARM_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "warm_gpu_hours",
+                "taint_flips")
 FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "standby_gpu_hours",
            "shortfall_starting", "shortfall_replacing", "shortfall_unasked", "shortfall_external_full",
            "taint_flips")
@@ -42,6 +51,10 @@ def cases() -> list[tuple[str, str, float]]:
     rows = [(name, name, 0.0) for name in FAMILIES]
     rows.append(("steep-ramps + gangs on the ramps", "steep-ramps", RAMP_GANG_SHARE))
     return rows
+
+
+def warm_label(share: float, ramp: float) -> str:
+    return " + ".join([f"share {share:g}"] * bool(share or not ramp) + [f"ramp {ramp:g} s"] * bool(ramp))
 
 
 def run(days: float = DAYS) -> dict[str, Any]:
@@ -63,9 +76,19 @@ def run(days: float = DAYS) -> dict[str, Any]:
         gap = (bound - float(figures["controller"]["inference_availability"])) * 100  # type: ignore[arg-type]
         oracle_ext = float(figures["oracle"]["external_gpu_hours"])  # type: ignore[arg-type]
         ext = float(figures["controller"]["external_gpu_hours"])  # type: ignore[arg-type]
+        warm: dict[str, Any] = {}
+        for share, ramp in WARM_SIZES:
+            sized = replace(setup.settings, warm_pool_share=share, warm_pool_ramp_seconds=ramp)
+            w = simulate(model, workload, controller(model, sized), days * DAY, WARMUP_DAYS * DAY).summary()
+            w_gap = (bound - w["inference_availability"]) * 100  # type: ignore[operator]
+            warm[warm_label(share, ramp)] = {k: w.get(k) for k in WARM_FIGURES} | {
+                "gap_points": round(w_gap, 4),
+                "external_vs_oracle": round(w["external_gpu_hours"] / oracle_ext, 3)  # type: ignore[operator]
+                if oracle_ext else None,
+                "met": w_gap <= TARGET_GAP_POINTS}
         families[row] = {"policies": policies, "gap_points": round(gap, 4),
                          "external_vs_oracle": round(ext / oracle_ext, 3) if oracle_ext else None,
-                         "met": gap <= TARGET_GAP_POINTS}
+                         "met": gap <= TARGET_GAP_POINTS, "warm": warm}
     return {
         "name": "demand_families",
         "stack": STACK,
@@ -100,6 +123,19 @@ def to_markdown(result: dict[str, Any]) -> str:
               f"{e.get('external_vs_oracle') or 0:.2f}× | {'yes' if e['met'] else 'NO'} |"
               for row, e in result["families"].items()]
     lines += ["", f"Families within the target: {result['families_met']} of {len(result['families'])}."]
+    lines += ["", "Warm pool sizes (the controller; `share 0` is the stack's setting, the warm GPU·h are part of the "
+              "external GPU·h):", "",
+              "| family | warm pool | availability | worst 5 min | external GPU·h | warm GPU·h | × oracle | "
+              "below the bound (points) | within target |", "|---|---|---|---|---|---|---|---|---|"]
+    for row, e in result["families"].items():
+        c = e["policies"]["controller"]
+        sizes = {warm_label(0.0, 0.0): {**c, "warm_gpu_hours": 0.0, "gap_points": e["gap_points"],
+                                        "external_vs_oracle": e.get("external_vs_oracle"), "met": e["met"]},
+                 **e.get("warm", {})}
+        lines += [f"| {row} | {label} | {f['inference_availability']:.3%} | {f['worst_window_availability']:.1%} | "
+                  f"{f['external_gpu_hours']:,.0f} | {f['warm_gpu_hours'] or 0:,.0f} | "
+                  f"{f.get('external_vs_oracle') or 0:.2f}× | {f['gap_points']:.3f} | {'yes' if f['met'] else 'NO'} |"
+                  for label, f in sizes.items()]
     return "\n".join(lines)
 
 
