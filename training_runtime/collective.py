@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +18,10 @@ from typing import Any, Protocol
 
 class CollectiveTimeout(TimeoutError):
     """A rank did not arrive within the collective timeout: the gang should crash and restart."""
+
+
+class PeerLost(CollectiveTimeout):
+    """A rank's heartbeat stopped while others waited for it: its process died, and no wait brings it back."""
 
 
 class Collective(Protocol):
@@ -51,16 +56,59 @@ class FileCollective:
     process's start minus the timeout: a second guard, after the run id in the directory name, against a
     directory left by an earlier incarnation. Files two operations old are removed by their writer: by
     then every rank has read them.
+
+    Each rank also beats: a thread rewrites ``alive-r<rank>`` with the time every ``heartbeat_seconds``. A rank
+    waited for whose beat is older than ``dead_after_seconds`` died (a crash, an OOM kill, SIGKILL), so the wait
+    ends at once with :class:`PeerLost` instead of at the collective timeout. It matters most on the way out: when
+    one rank crashes, Volcano stops the others with SIGTERM, and a rank blocked here would otherwise hold its pod
+    (and the gang's restart) until the grace period ran out. A rank not beating yet is not dead: it may be starting.
     """
 
     def __init__(self, root: Path, rank: int, world_size: int, attempt_key: str, timeout_seconds: float,
-                 *, poll_seconds: float = 0.002) -> None:
+                 *, poll_seconds: float = 0.002, heartbeat_seconds: float = 1.0,
+                 dead_after_seconds: float = 10.0) -> None:
+        if not 0 < heartbeat_seconds < dead_after_seconds:
+            raise ValueError(f"the heartbeat ({heartbeat_seconds:g} s) must be positive and shorter than the time "
+                             f"after which a silent peer counts as dead ({dead_after_seconds:g} s)")
         self.dir = Path(root) / attempt_key
         self.dir.mkdir(parents=True, exist_ok=True)
         self.rank, self.world_size, self.timeout = rank, world_size, timeout_seconds
         self.poll_seconds = poll_seconds
+        self.dead_after = dead_after_seconds
         self.started = time.time()
         self.seq = 0
+        self._beating = threading.Event()
+        self._beat()
+        self._beater = threading.Thread(target=self._beat_forever, args=(heartbeat_seconds,), daemon=True,
+                                        name=f"collective-heartbeat-r{rank}")
+        self._beater.start()
+
+    def _alive_path(self, rank: int) -> Path:
+        return self.dir / f"alive-r{rank}"
+
+    def _beat(self) -> None:
+        tmp = self.dir / f".alive-r{self.rank}.tmp"
+        tmp.write_text(repr(time.time()))
+        os.replace(tmp, self._alive_path(self.rank))
+
+    def _beat_forever(self, every: float) -> None:
+        while not self._beating.wait(every):
+            try:
+                self._beat()
+            except OSError:  # a filesystem hiccup: the next beat tries again; only silence counts
+                continue
+
+    def stop_beating(self) -> None:
+        """Stop the heartbeat (what a process's death does; tests and shutdown)."""
+        self._beating.set()
+
+    def _silent_for(self, rank: int, now: float) -> float | None:
+        """Seconds since ``rank`` last beat, or None when it has not beaten in this attempt (yet)."""
+        try:
+            beat = float(self._alive_path(rank).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return now - beat
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         # An allgather: its files double as the proof that every rank has read the older ones (see above).
@@ -77,6 +125,7 @@ class FileCollective:
         out: list[Any] = [None] * self.world_size
         pending = set(range(self.world_size))
         deadline = time.monotonic() + self.timeout
+        next_check = time.monotonic() + 0.5
         while pending:
             for rank in sorted(pending):
                 try:
@@ -87,9 +136,19 @@ class FileCollective:
                     out[rank] = record["value"]
                     pending.discard(rank)
             if pending:
-                if time.monotonic() > deadline:
+                mono = time.monotonic()
+                if mono > deadline:
                     raise CollectiveTimeout(f"collective {seq}: ranks {sorted(pending)} did not arrive within "
                                             f"{self.timeout:g} s")
+                if mono >= next_check:
+                    next_check = mono + 0.5
+                    now = time.time()
+                    silent = {r: age for r in sorted(pending)
+                              if (age := self._silent_for(r, now)) is not None and age > self.dead_after}
+                    if silent:
+                        ages = ", ".join(f"rank {r} silent for {a:.0f} s" for r, a in silent.items())
+                        raise PeerLost(f"collective {seq}: {ages} (over {self.dead_after:g} s): its process died; "
+                                       "the gang restarts from the newest complete checkpoint")
                 time.sleep(self.poll_seconds)
         if seq >= 2:
             self._path(seq - 2, self.rank).unlink(missing_ok=True)

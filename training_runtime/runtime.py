@@ -42,7 +42,8 @@ class TrainingRuntime:
                 collective = LocalCollective()
             elif ck is not None:
                 collective = FileCollective(ck.directory / RENDEZVOUS, self.dist.rank, self.dist.world_size,
-                                            self.dist.attempt_key, settings.collective_timeout_seconds)
+                                            self.dist.attempt_key, settings.collective_timeout_seconds,
+                                            dead_after_seconds=settings.peer_dead_after_seconds)
             else:
                 raise SettingsError("WORLD_SIZE > 1 without CHECKPOINT_DIR: pass a collective (the PyTorch "
                                     "adapter's) or set CHECKPOINT_DIR for the file rendezvous")

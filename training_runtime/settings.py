@@ -43,6 +43,9 @@ RUN_ID = "TRAINING_RUN_ID"
 #: The one collective timeout: passed to ``init_process_group(timeout=...)``; also bounds the file rendezvous
 #: and the wait for every rank's shard at a checkpoint commit. No NCCL or PyTorch variable sets it.
 COLLECTIVE_TIMEOUT = "TRAINING_COLLECTIVE_TIMEOUT_SECONDS"
+#: How long a rank's heartbeat may be silent before the file collective's peers take it for dead and stop waiting
+#: (the file rendezvous only; NCCL has its own watchdog, ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``).
+PEER_DEAD_AFTER = "TRAINING_PEER_DEAD_AFTER_SECONDS"
 METRICS_PORT = "TRAINING_METRICS_PORT"
 HEARTBEAT_METRIC = "TRAINING_HEARTBEAT_METRIC"
 CHECKPOINT_DIR = "CHECKPOINT_DIR"
@@ -61,6 +64,8 @@ FRAMEWORK_ENV = frozenset({
 
 DEFAULT_HEARTBEAT_METRIC = "training_step_heartbeat_timestamp_seconds"
 DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 600.0
+#: Ten missed beats of one second: a stalled filesystem write or a long pause is not a death.
+DEFAULT_PEER_DEAD_AFTER_SECONDS = 10.0
 
 
 class SettingsError(ValueError):
@@ -185,6 +190,7 @@ class Settings:
     #: 0: no /metrics endpoint (several ranks on one host in tests).
     metrics_port: int
     heartbeat_metric: str
+    peer_dead_after_seconds: float = DEFAULT_PEER_DEAD_AFTER_SECONDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -196,10 +202,13 @@ class Settings:
             raise SettingsError(f"{METRICS_PORT}={port}: expected a TCP port")
         timeout = _seconds(env, COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_SECONDS)
         assert timeout is not None
+        dead_after = _seconds(env, PEER_DEAD_AFTER, DEFAULT_PEER_DEAD_AFTER_SECONDS)
+        assert dead_after is not None
         return cls(
             dist=DistEnv.from_env(env),
             checkpoint=CheckpointSettings.from_env(env),
             collective_timeout_seconds=timeout,
             metrics_port=port,
             heartbeat_metric=metric,
+            peer_dead_after_seconds=dead_after,
         )
