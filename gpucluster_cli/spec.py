@@ -14,7 +14,7 @@ import yaml
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
 from components.config import CheckpointMount, SchedulingEngine, TrainingJob
-from components.config.base import ConfigModel, DnsLabel, NonEmptyStr, PinnedImage, PositiveInt
+from components.config.base import ConfigModel, DnsLabel, NonEmptyStr, PinnedImage, PositiveInt, Quantity
 from components.published_settings import ClusterSettings
 
 
@@ -57,6 +57,10 @@ class JobSpec(ConfigModel):
     checkpoint_filesystem: DnsLabel | None = None
     team: DnsLabel | None = None
     max_retries: int = Field(default=5, ge=0, le=100)
+    #: Each worker's CPU and memory request (memory is the limit too); the stack's training defaults when left out.
+    #: They must fit a node of the pool beside its daemons, or the gang never schedules.
+    cpu_per_worker: Quantity | None = None
+    memory_per_worker: Quantity | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -152,9 +156,11 @@ def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJo
         if fs not in filesystems:
             raise SpecError(f"{source}: checkpointFilesystem: unknown filesystem '{fs}'; choose one of {filesystems}")
         checkpoint = CheckpointMount(filesystem=fs, interval_steps=spec.checkpoint_interval)
+    sized = {k: v for k, v in (("cpu_per_worker", spec.cpu_per_worker), ("memory_per_worker", spec.memory_per_worker))
+             if v is not None}
     return TrainingJob(
         name=spec.name, enabled=True, image=spec.image, pool=pool.name, workers=nodes, gpus_per_worker=per_node,
-        max_retries=spec.max_retries, command=list(spec.command), checkpoint=checkpoint, team=team,
+        max_retries=spec.max_retries, command=list(spec.command), checkpoint=checkpoint, team=team, **sized,
     )
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.cluster_settings import ClusterSettings, PoolSettings, cluster_settings
-from components.config import ClusterConfig, Team
+from components.config import ClusterConfig, Team, TrainingJob
 from gpucluster_cli.spec import JobSpec, SpecError, load_spec, parse_spec, resolve
 from tools.localcluster.plan import load_stack_config
 
@@ -74,12 +74,19 @@ def test_a_good_spec_resolves_to_the_stacks_job_shape() -> None:
     assert (job.pool, job.workers, job.gpus_per_worker, job.enabled) == ("local-gpu", 2, 8, True)
     assert job.checkpoint is not None and job.checkpoint.filesystem == "nfs-ckpt"
     assert job.checkpoint.interval_steps == 100
+    # Worker size: the stack's training defaults unless the spec says; then exactly what it says.
+    fields = TrainingJob.model_fields
+    assert (job.cpu_per_worker, job.memory_per_worker) == (fields["cpu_per_worker"].default,
+                                                           fields["memory_per_worker"].default)
+    small = resolve(parse_spec("name: ft\nimage: r/t:1\ncommand: [python, t.py]\ngpus: 8\ncpuPerWorker: 500m\n"
+                               "memoryPerWorker: 2Gi\n", "j"), LOCAL, "j")
+    assert (small.cpu_per_worker, small.memory_per_worker) == ("500m", "2Gi")
 
 
 # -- properties ---------------------------------------------------------------------------------------
 
 KEYS = ["name", "image", "command", "gpus", "pool", "checkpointInterval", "checkpointFilesystem", "team",
-        "maxRetries", "gpuCount", "nodes"]
+        "maxRetries", "cpuPerWorker", "memoryPerWorker", "gpuCount", "nodes"]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.text(max_size=12),
                     st.sampled_from(["a", "r/t:1", "local-gpu", "r/t:latest"]))
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
