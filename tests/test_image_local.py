@@ -17,13 +17,13 @@ def _argv(steps: list[image_local.Step]) -> list[str]:
 
 
 def test_each_agent_builds_from_its_own_dockerfile_on_the_local_base_daemonless() -> None:
-    for agent in tool.agents():
+    for agent in [*tool.agents(), *tool.workloads()]:
         steps = image_local.agent_plan(STATE, agent.name, agent.dockerfile, "0.1.0")
         build = steps[0].argv
         assert build[:5] == ("buildah", "--storage-driver", "vfs", "bud", "--isolation")
         assert "chroot" in build and "--pull=false" in build
         assert f"BASE={image_local.BASE_REF}" in build
-        assert f"agents/{agent.dockerfile.parent.name}/Dockerfile" in build
+        assert str(agent.dockerfile.relative_to(tool.ROOT)) in build
         ref = f"docker.io/local/{agent.name}:0.1.0"
         assert build[build.index("-t") + 1] == ref
         # The archive the real nodes import names the image by its full reference.
@@ -31,7 +31,7 @@ def test_each_agent_builds_from_its_own_dockerfile_on_the_local_base_daemonless(
 
 
 def test_every_dockerfile_takes_its_base_as_a_build_argument() -> None:
-    for agent in tool.agents():
+    for agent in [*tool.agents(), *tool.workloads()]:
         text = agent.dockerfile.read_text()
         assert "ARG BASE=" in text and "FROM ${BASE}" in text, agent.dockerfile
 
@@ -79,15 +79,36 @@ def test_the_upstream_binaries_become_the_images_the_local_stack_names(local: Ru
 def test_an_image_is_rebuilt_only_when_what_it_copies_changes(tmp_path: Path) -> None:
     (tmp_path / "agents" / "a").mkdir(parents=True)
     dockerfile = tmp_path / "agents" / "a" / "Dockerfile"
-    dockerfile.write_text("ARG BASE=x\nFROM ${BASE}\n")
+    dockerfile.write_text("ARG BASE=x\nFROM ${BASE}\nCOPY pyproject.toml ./\nCOPY agents/a agents/a\n"
+                          "COPY --from=build /bin/x /x\nRUN true\n")
     (tmp_path / "agents" / "a" / "m.py").write_text("x = 1\n")
+    (tmp_path / "agents" / "a" / "__pycache__").mkdir()
+    (tmp_path / "agents" / "a" / "__pycache__" / "m.pyc").write_bytes(b"\0")
+    (tmp_path / "agents" / "b.py").write_text("y = 1\n")
     (tmp_path / "pyproject.toml").write_text("[project]\n")
+    assert image_local.copied_files(dockerfile.read_text(), tmp_path) == [
+        tmp_path / "agents" / "a" / "Dockerfile", tmp_path / "agents" / "a" / "m.py", tmp_path / "pyproject.toml"]
     first = image_local.context_key(dockerfile, tmp_path, "base1")
+    assert image_local.context_key(dockerfile, tmp_path, "base1") == first
+    (tmp_path / "agents" / "b.py").write_text("y = 2\n")  # not copied: the image stays
     assert image_local.context_key(dockerfile, tmp_path, "base1") == first
     (tmp_path / "agents" / "a" / "m.py").write_text("x = 2\n")
     second = image_local.context_key(dockerfile, tmp_path, "base1")
     assert second != first
     assert image_local.context_key(dockerfile, tmp_path, "base2") != second  # a new base rebuilds everything
+
+
+def test_every_file_an_image_of_ours_copies_is_in_its_key() -> None:
+    """Each Dockerfile's COPY sources exist: a renamed module would otherwise drop out of the key silently."""
+    for image in [*tool.agents(), *tool.workloads(), *tool.standins()]:
+        text = image.dockerfile.read_text()
+        for line in text.splitlines():
+            if line.startswith("COPY") and "--from" not in line:
+                for source in line.split()[1:-1]:
+                    assert list(tool.ROOT.glob(source.rstrip("/"))), f"{image.dockerfile}: {source} matches nothing"
+        copied = image_local.copied_files(text, tool.ROOT)
+        assert tool.ROOT / "pyproject.toml" in copied or "standin" in image.dockerfile.name, image.dockerfile
+        assert all(p.is_file() for p in copied) and len(copied) >= 3, image.dockerfile
 
 
 def test_missing_tools_are_named_with_their_debian_package() -> None:

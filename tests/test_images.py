@@ -24,7 +24,17 @@ DIGEST = "sha256:" + "ab" * 32
 def test_the_repository_pins_every_base_and_lists_every_agent() -> None:
     found = tool.agents()
     assert [a.name for a in found] == ["burst-controller", "checkpoint-check", "health-guard", "ib-exporter"]
-    assert tool.check(found, images.agent_digests()) == []
+    assert tool.check(found, images.agent_digests(), tool.workloads()) == []
+
+
+def test_a_workload_image_needs_a_pinned_base_but_no_digest_entry(tmp_path: Path) -> None:
+    (tmp_path / "training_runtime").mkdir()
+    (tmp_path / "training_runtime" / "Dockerfile").write_text("ARG BASE=python:3.11-slim\nFROM ${BASE}\n")
+    (trainer,) = tool.workloads(tmp_path)
+    assert trainer.name == "training-runtime"
+    problems = tool.check([], {}, [trainer])
+    assert problems == [f"{trainer.dockerfile}: base image python:3.11-slim is not pinned by digest "
+                        "(name:tag@sha256:<64 hex>)"]
 
 
 def write_agent(root: Path, name: str, dockerfile: str) -> None:

@@ -28,8 +28,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +55,18 @@ class Step:
 
     what: str
     argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DockerfileImage:
+    """One image built from a Dockerfile of ours: an agent's, a workload's or a stand-in's."""
+
+    name: str
+    dockerfile: Path
+    #: The reference it is stored under: the local registry's ``<name>:<version>`` when None; a stand-in takes the
+    #: exact reference of the upstream image the stack names, so a node finds it without a pull.
+    ref: str | None = None
+    build_args: Mapping[str, str] = field(default_factory=dict)
 
 
 def local_ref(name: str, version: str) -> str:
@@ -102,14 +114,17 @@ def base_plan(state: Path, rootfs_ready: bool) -> list[Step]:
     return steps
 
 
-def agent_plan(state: Path, name: str, dockerfile: Path, version: str, root: Path = ROOT) -> list[Step]:
-    """buildah bud of one Dockerfile on the local base, pushed into ``<state>/oci/<name>.tar``."""
-    ref = local_ref(name, version)
+def agent_plan(state: Path, name: str, dockerfile: Path, version: str, root: Path = ROOT, ref: str | None = None,
+               build_args: Mapping[str, str] | None = None) -> list[Step]:
+    """buildah bud of one Dockerfile on the local base, pushed into ``<state>/oci/<name>.tar``; named ``ref``
+    (a stand-in under the reference the stack names) or the local registry's ``<name>:<version>``."""
+    ref = ref or local_ref(name, version)
     archive = state / "oci" / f"{name}.tar"
     rel = dockerfile.relative_to(root) if dockerfile.is_relative_to(root) else dockerfile
+    extra = [w for k, v in sorted((build_args or {}).items()) for w in ("--build-arg", f"{k}={v}")]
     return [
         Step(f"build {ref}", (*BUILDAH, "bud", "--isolation", "chroot", "--pull=false", "--layers=false",
-                              "--build-arg", f"BASE={BASE_REF}", "-f", str(rel), "-t", ref, str(root))),
+                              "--build-arg", f"BASE={BASE_REF}", *extra, "-f", str(rel), "-t", ref, str(root))),
         Step(f"archive {ref}", ("rm", "-f", str(archive))),
         Step(f"push {ref} to {archive.name}", (*BUILDAH, "push", "-q", ref, f"oci-archive:{archive}:{ref}")),
     ]
@@ -199,16 +214,29 @@ def run(steps: Sequence[Step], log: Path) -> None:
                 raise RuntimeError(f"{step.what} failed (exit {proc.returncode}): {' '.join(argv)}\n{tail}")
 
 
-#: What the Dockerfiles copy from the repository: an image is rebuilt when one of these changes.
-CONTEXT_GLOBS = ("pyproject.toml", "requirements.txt", "agents/**/*.py", "agents/**/Dockerfile",
-                 "training_runtime/**/*.py")
+def copied_files(dockerfile_text: str, root: Path = ROOT) -> list[Path]:
+    """Every file of the build context the Dockerfile's ``COPY`` lines take (a directory with all it holds, bytecode
+    caches left out); ``COPY --from`` copies from a stage, not the context. Pure but for reading the tree."""
+    found: set[Path] = set()
+    for line in dockerfile_text.splitlines():
+        words = line.split()
+        if not words or words[0].upper() not in ("COPY", "ADD"):
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]) or len(args) < 2:
+            continue
+        for source in args[:-1]:
+            for path in root.glob(source.rstrip("/")) if source.strip("/") else [root]:
+                candidates = path.rglob("*") if path.is_dir() else [path]
+                found.update(p for p in candidates if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(found)
 
 
 def context_key(dockerfile: Path, root: Path = ROOT, base: str = "") -> str:
-    """The cache key of one image: its Dockerfile, every file a Dockerfile may copy, and the base's key."""
+    """The cache key of one image: its Dockerfile, every file it copies (:func:`copied_files`), and the base's key;
+    a change anywhere else in the repository leaves the image as it is."""
     digest = hashlib.sha256(base.encode())
-    files = sorted({p for g in CONTEXT_GLOBS for p in root.glob(g) if p.is_file() and "__pycache__" not in p.parts})
-    for path in [dockerfile, *files]:
+    for path in [dockerfile, *copied_files(dockerfile.read_text(encoding="utf-8"), root)]:
         digest.update(str(path.relative_to(root) if path.is_relative_to(root) else path).encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -220,7 +248,7 @@ def _rootfs_ready(state: Path) -> bool:
         stamp.exists() and stamp.read_text().strip() == base_key()
 
 
-def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str,
+def build_all(agents: Sequence[DockerfileImage], version: str, pause_binary: Path, pause_ref: str,
               state: Path = STATE, binaries: Sequence[BinaryImage] = ()) -> dict[str, float]:
     """The base (cached), every agent image, the upstream binaries' images and the pause image; seconds per image,
     for the bench."""
@@ -238,15 +266,17 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
         (state / "base" / "rootfs.key").write_text(base_key())
         image_stamp.write_text(image_key)
         seconds["base" if not ready else "base (cached rootfs)"] = round(time.monotonic() - started, 1)
-    for name, dockerfile in agents:
+    for own in agents:
         started = time.monotonic()
-        key, stamp, archive = context_key(dockerfile, base=base_key() + version), state / "oci" / f"{name}.key", \
+        name, ref = own.name, own.ref or local_ref(own.name, version)
+        salt = base_key() + version + ref + json.dumps(dict(own.build_args), sort_keys=True)
+        key, stamp, archive = context_key(own.dockerfile, base=salt), state / "oci" / f"{name}.key", \
             state / "oci" / f"{name}.tar"
         if archive.exists() and stamp.exists() and stamp.read_text().strip() == key:
-            print(f"images: {local_ref(name, version)} up to date", flush=True)
+            print(f"images: {ref} up to date", flush=True)
             continue
-        print(f"images: building {local_ref(name, version)}", flush=True)
-        run(agent_plan(state, name, dockerfile, version), log)
+        print(f"images: building {ref}", flush=True)
+        run(agent_plan(state, name, own.dockerfile, version, ref=ref, build_args=own.build_args), log)
         stamp.write_text(key)
         seconds[name] = round(time.monotonic() - started, 1)
     for image in binaries:
@@ -276,7 +306,7 @@ def build_all(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Pa
     return seconds
 
 
-def main(agents: Sequence[tuple[str, Path]], version: str, pause_binary: Path, pause_ref: str,
+def main(agents: Sequence[DockerfileImage], version: str, pause_binary: Path, pause_ref: str,
          binaries: Sequence[BinaryImage] = ()) -> int:
     missing = missing_tools()
     if missing:

@@ -70,6 +70,13 @@ def agents(root: Path = AGENTS) -> list[Agent]:
     return [Agent(d.parent.name.replace("_", "-"), d) for d in sorted(root.glob("*/Dockerfile"))]
 
 
+def workloads(root: Path = ROOT) -> list[Agent]:
+    """The images of our own that run as users' workloads, not as platform agents: the training runtime with its
+    reference trainers (what a job spec names on the local cluster's real GPU nodes). The stack deploys none of
+    them, so they have no digest entry; their bases are pinned like the agents'."""
+    return [Agent("training-runtime", root / "training_runtime" / "Dockerfile")]
+
+
 _ARG_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -94,10 +101,23 @@ def base_images(dockerfile_text: str) -> list[str]:
     return found
 
 
-def check(agent_list: Sequence[Agent], digests: dict[str, str | None]) -> list[str]:
-    """One line per problem: a base image not pinned by digest, an agent missing from the digest table."""
+def standins(root: Path = ROOT) -> list[image_local.DockerfileImage]:
+    """Local images of ours under the reference of an upstream image the stack names, for the real nodes, where the
+    upstream one cannot run: dcgm-exporter (no DCGM on fake GPUs; tools/localcluster/dcgm_standin.py), with the
+    real GPU nodes' GPU count."""
+    from tools.localcluster.realnodes import REAL_GPUS_PER_NODE
+
+    dockerfile = root / "tools" / "localcluster" / "dcgm_standin.Dockerfile"
+    return [image_local.DockerfileImage("dcgm-exporter-standin", dockerfile, ref=images.DCGM_EXPORTER,
+                                        build_args={"GPUS": str(REAL_GPUS_PER_NODE)})]
+
+
+def check(agent_list: Sequence[Agent], digests: dict[str, str | None],
+          workload_list: Sequence[Agent] = ()) -> list[str]:
+    """One line per problem: a base image not pinned by digest (agents' and workloads'), an agent missing from the
+    digest table."""
     problems: list[str] = []
-    for agent in agent_list:
+    for agent in [*agent_list, *workload_list]:
         where = agent.dockerfile.relative_to(ROOT) if agent.dockerfile.is_relative_to(ROOT) else agent.dockerfile
         bases = base_images(agent.dockerfile.read_text(encoding="utf-8"))
         if not bases:
@@ -105,7 +125,7 @@ def check(agent_list: Sequence[Agent], digests: dict[str, str | None]) -> list[s
         for base in bases:
             if not PINNED_FROM.fullmatch(base):
                 problems.append(f"{where}: base image {base} is not pinned by digest (name:tag@sha256:<64 hex>)")
-        if agent.name not in digests:
+        if agent in agent_list and agent.name not in digests:
             problems.append(f"{images.AGENT_DIGESTS_FILE.name}: no entry for agent {agent.name} ({where})")
     for name in sorted(set(digests) - {a.name for a in agent_list}):
         problems.append(f"{images.AGENT_DIGESTS_FILE.name}: {name} has no agents/*/Dockerfile")
@@ -218,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "build":
         return build(found)
     if args.cmd == "local":
-        return image_local.main([(a.name, a.dockerfile) for a in found], images.AGENT_VERSION,
+        return image_local.main([*(image_local.DockerfileImage(a.name, a.dockerfile) for a in [*found, *workloads()]),
+                                 *standins()], images.AGENT_VERSION,
                                 LOCAL_BIN / "pause", image_local.PAUSE_IMAGE, binary_images())
     if args.cmd == "registry":
         print(images.AGENT_REGISTRY.split("/", 1)[0])
@@ -234,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"images: recorded {json.dumps(table)} in {images.AGENT_DIGESTS_FILE.relative_to(ROOT)}")
         return 0
     try:
-        problems = check(found, images.agent_digests())
+        problems = check(found, images.agent_digests(), workloads())
     except ValueError as err:
         problems = [str(err)]
     for line in problems:
