@@ -23,7 +23,8 @@ lint: venv
 	.venv/bin/ruff check .
 	.venv/bin/mypy components agents policies tools bench gpucluster_cli __main__.py
 	@# tools/localcluster is excluded as a tree (its Go modules live there); its typed modules are named here.
-	.venv/bin/mypy tools/localcluster/realnodes.py tools/localcluster/hostcheck.py tools/localcluster/nodehost.py
+	.venv/bin/mypy tools/localcluster/realnodes.py tools/localcluster/hostcheck.py tools/localcluster/nodehost.py \
+	  tools/localcluster/provisioner.py tools/localcluster/dcgm_standin.py
 
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.

@@ -38,6 +38,7 @@ from agents.ib_exporter.fake_sysfs import full_node
 from components import dcgm_counters
 from components.naming import Keys
 from components.observability import kube_state_label
+from tools.localcluster.dcgm_standin import Gpu, dcgm_exposition, label_text
 from tools.mockrt import RunResult
 from tools.scrape_path import Target, prometheus_config, scrape_jobs, selected_monitors
 from training_runtime.metrics import TrainingMetrics
@@ -50,8 +51,6 @@ SYSTEM_NODES = ("cpu-1", "cpu-2")
 GPU_POOL, SYSTEM_POOL = "local-gpu", "system"
 EXTERNAL_NODE = "vk-ext-1"
 INFERENCE = ("inference", "sd-0")
-DRIVER = "550.127.05"
-MODEL = "NVIDIA H100 80GB HBM3"
 
 
 def free_port() -> int:
@@ -61,60 +60,6 @@ def free_port() -> int:
 
 
 # ---------------------------------------------------------------------------------------------- stand-ins
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    #: ``(namespace, pod, container)`` of the workload holding it; ``None``: no pod holds it.
-    owner: tuple[str, str, str] | None = None
-
-
-def dcgm_labels(node: str, gpu: Gpu) -> dict[str, str]:
-    """dcgm-exporter 4.2's labels for one GPU; the workload's only when a pod holds the GPU."""
-    labels = {"gpu": str(gpu.index), "UUID": f"GPU-{node}-{gpu.index:04d}",
-              "pci_bus_id": f"00000000:{0x18 + gpu.index:02X}:00.0", "device": f"nvidia{gpu.index}",
-              "modelName": MODEL, "Hostname": node, "DCGM_FI_DRIVER_VERSION": DRIVER}
-    if gpu.owner is not None:
-        labels.update(zip(("namespace", "pod", "container"), gpu.owner, strict=True))
-    return labels
-
-
-#: A plausible reading per field, in DCGM's units (NVLink TX/RX are bytes per second, not running totals).
-DCGM_VALUES = {
-    "DCGM_FI_DEV_GPU_TEMP": 45.0, "DCGM_FI_DEV_MEMORY_TEMP": 50.0, "DCGM_FI_DEV_POWER_USAGE": 420.5,
-    "DCGM_FI_DEV_THERMAL_VIOLATION": 0.0, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0.0, "DCGM_FI_DEV_SM_CLOCK": 1980.0,
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.62, "DCGM_FI_PROF_SM_ACTIVE": 0.9, "DCGM_FI_PROF_SM_OCCUPANCY": 0.5,
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.95, "DCGM_FI_PROF_DRAM_ACTIVE": 0.4, "DCGM_FI_DEV_GPU_UTIL": 100.0,
-    "DCGM_FI_DEV_FB_USED": 61000.0, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 9.1e12,
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": 3.2e10, "DCGM_FI_PROF_NVLINK_RX_BYTES": 3.1e10,
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0.0, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 0.0,
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 0.0, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0.0,
-    "DCGM_FI_DEV_XID_ERRORS": 0.0, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0.0, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0.0,
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
-}
-
-
-def _label_text(labels: Mapping[str, str]) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-def dcgm_exposition(node: str, gpus: tuple[Gpu, ...], counters_csv: str) -> str:
-    """What dcgm-exporter serves on ``node`` for the fields of ``counters_csv`` (types as the CSV declares)."""
-    lines: list[str] = []
-    for counter in dcgm_counters.parse(counters_csv):
-        lines.append(f"# HELP {counter.field} {counter.help}")
-        lines.append(f"# TYPE {counter.field} {counter.type}")
-        for gpu in gpus:
-            labels = dcgm_labels(node, gpu)
-            if counter.field == "DCGM_EXP_XID_ERRORS_COUNT":
-                # The XID counter carries the XID; it has series only for XIDs seen in its window.
-                lines.append(f"{counter.field}{_label_text({**labels, 'xid': '94'})} 1")
-                continue
-            lines.append(f"{counter.field}{_label_text(labels)} {DCGM_VALUES[counter.field]}")
-    return "\n".join(lines) + "\n"
 
 
 def serve_text(text: str, port: int) -> ThreadingHTTPServer:
@@ -148,16 +93,16 @@ def kube_state_exposition(keys: Keys, taint_key: str, pods: list[tuple[str, str,
     for namespace, pod, node, kind, gang in pods:
         uid = f"uid-{pod}"
         pod_labels = {"namespace": namespace, "pod": pod, "uid": uid, workload: kind, **({job: gang} if gang else {})}
-        lines.append(f"kube_pod_labels{_label_text(pod_labels)} 1")
-        lines.append("kube_pod_info" + _label_text({
+        lines.append(f"kube_pod_labels{label_text(pod_labels)} 1")
+        lines.append("kube_pod_info" + label_text({
             "namespace": namespace, "pod": pod, "uid": uid, "host_ip": "10.0.0.1", "pod_ip": "10.88.0.9",
             "node": node, "created_by_kind": "ReplicaSet", "created_by_name": pod.rsplit("-", 1)[0],
             "priority_class": "", "host_network": "false"}) + " 1")
     pools = {**dict.fromkeys(GPU_NODES, GPU_POOL), **dict.fromkeys(SYSTEM_NODES, SYSTEM_POOL)}
     for node, where in [*((n, "onprem") for n in (*GPU_NODES, *SYSTEM_NODES)), (EXTERNAL_NODE, "external")]:
         in_pool = {pool: pools[node]} if node in pools else {}
-        lines.append(f"kube_node_labels{_label_text({'node': node, location: where, **in_pool})} 1")
-    lines.append("kube_node_spec_taint" + _label_text(
+        lines.append(f"kube_node_labels{label_text({'node': node, location: where, **in_pool})} 1")
+    lines.append("kube_node_spec_taint" + label_text(
         {"node": EXTERNAL_NODE, "key": taint_key, "value": "true", "effect": "NoSchedule"}) + " 1")
     return "\n".join(lines) + "\n"
 
@@ -257,7 +202,8 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
     }
     counters = dcgm_counters.render()
     add("DaemonSet", "dcgm-exporter", [(f"dcgm-exporter-{n}", n) for n in GPU_NODES],
-        lambda i, pod, node, port: serve_text(dcgm_exposition(node, owners[node], counters), port))
+        lambda i, pod, node, port: serve_text(dcgm_exposition(
+            node, owners[node], counters, {g.index: {"xid": 94} for g in owners[node]}), port))
 
     def ib(i: int, pod: str, node: str, port: int) -> Any:
         root = workdir / f"sysfs-{node}"

@@ -59,10 +59,16 @@ NETNS_DIR = Path("/run/netns")
 CNI_CACHE = Path("/var/lib/cni/results")
 POD_LOG_LINKS = Path("/var/log/containers")
 IPTABLES = ("iptables", "ip6tables")
+#: The kubelet's pod-resources directory at its default root, which the stack's dcgm-exporter DaemonSet mounts
+#: (components.observability POD_RESOURCES_DIR): each real kubelet has its own under its root dir, and one hostPath
+#: cannot name both, so ``up`` makes this one (empty) for the pods that mount it; the stand-in exporter reads nothing
+#: there.
+POD_RESOURCES = Path("/var/lib/kubelet/pod-resources")
 #: Host paths the kubelet, containerd's shims and CNI create whatever their configuration says (the device manager's
-#: socket dir, shim sockets, the CNI result cache, pod log links, network namespaces): removed by ``down`` when they
-#: did not exist before ``up``.
-HOST_PATHS = (Path("/var/lib/kubelet"), Path("/run/containerd"), Path("/var/lib/cni"), POD_LOG_LINKS, NETNS_DIR)
+#: socket dir, shim sockets, the CNI result cache, pod log links, network namespaces), and the one ``up`` makes:
+#: removed by ``down`` when they did not exist before ``up``.
+HOST_PATHS = (Path("/var/lib/kubelet"), POD_RESOURCES, Path("/run/containerd"), Path("/var/lib/cni"), POD_LOG_LINKS,
+              NETNS_DIR)
 IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
 
 
@@ -425,6 +431,7 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
     snapshot(lay)
     lay.run.mkdir(parents=True, exist_ok=True)
     _nodes_file(lay).write_text(json.dumps(to_record(nodes)))
+    POD_RESOURCES.mkdir(parents=True, exist_ok=True)
     add_addresses(nodes)
     started = time.monotonic()
     for node in nodes:
