@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout
+from tools.localcluster.realnodes import node_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
@@ -36,3 +38,17 @@ def private_state(prefix: str) -> Path:
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
     return state
+
+
+def container_pid(lay: Layout, node: str, container_id: str) -> int:
+    """The host PID of a container's first process, from the node's containerd."""
+    by_name = {n.name: n for n in nodehost.recorded_nodes(lay)}
+    sock = node_paths(lay.state, by_name[node]).containerd_socket
+    cid = container_id.split("://", 1)[1]
+    out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "task", "ls"], capture_output=True,
+                         text=True, check=True).stdout
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == cid:
+            return int(fields[1])
+    raise AssertionError(f"container {cid} has no task on {node}:\n{out}")

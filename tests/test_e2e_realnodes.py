@@ -30,18 +30,19 @@ import pytest
 import yaml
 
 from tests.polling import wait
-from tests.realnode_support import BUILT, private_state, why_not
+from tests.realnode_support import BUILT, container_pid, private_state, why_not
 from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
-from tools.localcluster.realnodes import REAL_NODE_TAINT, node_paths, real_nodes_for
+from tools.localcluster.realnodes import REAL_NODE_TAINT, real_nodes_for
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = nodehost.IMAGES_DIR
 FIGURES = BUILT / "e2e-realnodes.json"
 NS = "gpu-system"
-#: The stack's system node (its kubelet registers it in kwok's place) and the extra GPU node.
-SYSTEM_NODE, GPU_NODE = (n.name for n in real_nodes_for(load_plan(ROOT, "local")))
+#: The stack's system node (its kubelet registers it in kwok's place) and the real GPU nodes (their pool's).
+REAL_NODES = real_nodes_for(load_plan(ROOT, "local", real_nodes=True))
+SYSTEM_NODE, GPU_NODE = REAL_NODES[0].name, REAL_NODES[1].name
 GUARD, BURST = "health-guard", "burst-controller"
 #: What the agents need before their own objects: namespaces (with their Pod Security levels), priorities and
 #: every NetworkPolicy the stack declares, so the agents start under default-deny as in production.
@@ -181,20 +182,6 @@ def _ready_pods(lay: Layout, app: str) -> list[Any]:
     return out
 
 
-def _container_pid(lay: Layout, node: str, container_id: str) -> int:
-    """The host PID of a container's first process, from the node's containerd."""
-    by_name = {n.name: n for n in nodehost.recorded_nodes(lay)}
-    sock = node_paths(lay.state, by_name[node]).containerd_socket
-    cid = container_id.split("://", 1)[1]
-    out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "task", "ls"], capture_output=True,
-                         text=True, check=True).stdout
-    for line in out.splitlines()[1:]:
-        fields = line.split()
-        if fields and fields[0] == cid:
-            return int(fields[1])
-    raise AssertionError(f"container {cid} has no task on {node}:\n{out}")
-
-
 def _status_fields(pid: int) -> dict[str, str]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -206,17 +193,20 @@ def _status_fields(pid: int) -> dict[str, str]:
 def test_real_kubelets_registered_their_nodes_with_the_plugins_gpus(cluster: Layout) -> None:
     core = _core(cluster)
     nodes = {n.metadata.name: n for n in core.list_node().items}
-    for name in (SYSTEM_NODE, GPU_NODE):
+    for name in (n.name for n in REAL_NODES):
         info = nodes[name].status.node_info
         assert info.kubelet_version == "v1.35.3", info
         assert info.container_runtime_version.startswith("containerd://1.6"), info
-    # The extra GPU node takes only pods that ask for it; the stack's system node takes the system pool's pods.
-    assert any(t.key == REAL_NODE_TAINT["key"] for t in nodes[GPU_NODE].spec.taints or [])
+    # The GPU nodes take only pods that tolerate their pool; the stack's system node takes the system pool's pods.
+    for gpu in REAL_NODES[1:]:
+        taints = [(t.key, t.value, t.effect) for t in nodes[gpu.name].spec.taints or []]
+        assert [(t["key"], t["value"], t["effect"]) for t in gpu.taints] == taints, taints
+        assert nodes[gpu.name].status.allocatable["nvidia.com/gpu"] == str(gpu.gpus)
+        assert "type" not in (nodes[gpu.name].metadata.labels or {})  # kwok's nodes carry type=kwok
     assert not any(t.key == REAL_NODE_TAINT["key"] for t in nodes[SYSTEM_NODE].spec.taints or [])
-    assert "type" not in (nodes[SYSTEM_NODE].metadata.labels or {})  # kwok's nodes carry type=kwok
-    assert nodes[GPU_NODE].status.allocatable["nvidia.com/gpu"] == "8"
+    assert "type" not in (nodes[SYSTEM_NODE].metadata.labels or {})
     assert "nvidia.com/gpu" not in (nodes[SYSTEM_NODE].status.allocatable or {})
-    figures["real_nodes"] = [SYSTEM_NODE, GPU_NODE]
+    figures["real_nodes"] = [n.name for n in REAL_NODES]
 
 
 @pytest.mark.parametrize("app", [GUARD, BURST])
@@ -229,7 +219,7 @@ def test_the_rendered_agents_run_as_their_security_context_says(cluster: Layout,
     figures.setdefault("agent_pods_running", []).extend(sorted(p.metadata.name for p in pods))
     for pod in pods:
         cid = pod.status.container_statuses[0].container_id
-        pid = _container_pid(cluster, SYSTEM_NODE, cid)
+        pid = container_pid(cluster, SYSTEM_NODE, cid)
         status = _status_fields(pid)
         assert status["Uid"].split()[:2] == ["65532", "65532"], status["Uid"]
         assert status["Gid"].split()[0] == "65532"
@@ -296,7 +286,7 @@ def test_a_frozen_guard_is_restarted_by_the_kubelets_liveness_probe(cluster: Lay
     _wait("two guards Ready again", lambda: len(_ready_pods(cluster, GUARD)) == 2, 180)
     pod = _ready_pods(cluster, GUARD)[0]
     before = pod.status.container_statuses[0].restart_count
-    pid = _container_pid(cluster, SYSTEM_NODE, pod.status.container_statuses[0].container_id)
+    pid = container_pid(cluster, SYSTEM_NODE, pod.status.container_statuses[0].container_id)
     started = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
 
@@ -442,7 +432,7 @@ def test_a_gpu_pod_gets_the_devices_the_plugin_granted(cluster: Layout) -> None:
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-env", "namespace": ns},
         "spec": {
             "restartPolicy": "Never",
-            "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
+            "tolerations": [{**t, "operator": "Equal"} for t in REAL_NODES[1].taints],
             "nodeSelector": {"kubernetes.io/hostname": GPU_NODE},
             "containers": [_restricted({
                 "name": "env", "image": f"{LOCAL_REGISTRY}/ib-exporter:0.1.0", "imagePullPolicy": "Never",

@@ -9,13 +9,21 @@ the capacity the stack gave it (GPUs included) and the provider's taint, renews 
 standby; a Job made from the descheduler's CronJob runs to completion; ``kubectl logs`` of the virtual kubelet comes
 through the API server from the real kubelet.
 
+The real GPU nodes are the stack's pool ``real-gpu`` there (``realnodes.stack_overrides``): a researcher's
+``gpucluster train submit`` puts the reference trainer (the ``training-runtime`` image) on both as one Volcano gang,
+checkpointing to the stack's own checkpoint claim. Its ranks are crashed (SIGKILL, a fault's path) and evicted (the
+graceful path); each time Volcano restarts the whole gang, which resumes from its newest complete checkpoint.
+
 Figures go to ``.state/localcluster/e2e-stack-in-pods.json`` for ``bench_e2e``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +33,18 @@ import pytest
 
 from components import images
 from tests.polling import wait
-from tests.realnode_support import BUILT, private_state, why_not
+from tests.realnode_support import BUILT, container_pid, private_state, why_not
 from tools.engine_runner import engine_available
+from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, nodehost, stackup
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
-from tools.localcluster.realnodes import IMAGES_BY_KIND, real_nodes_for
+from tools.localcluster.realnodes import (
+    IMAGES_BY_KIND,
+    REAL_GPU_NODES,
+    REAL_GPU_POOL,
+    REAL_GPUS_PER_NODE,
+    real_nodes_for,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = BUILT / "e2e-stack-in-pods.json"
@@ -41,7 +56,7 @@ figures: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = why_not(IMAGES_BY_KIND["system"]) or (None if engine_available() else
+    reason = why_not((*IMAGES_BY_KIND["system"], *IMAGES_BY_KIND["gpu"])) or (None if engine_available() else
                                                    "the Pulumi engine is not built (.state/engine); run `make engine`")
     if reason:
         pytest.skip(reason)
@@ -135,3 +150,110 @@ def test_a_descheduler_job_from_its_cronjob_runs_to_completion(stack: Layout) ->
     figures["descheduler_job_s"] = round(time.monotonic() - started, 1)
     failed = batch.read_namespaced_job_status("descheduler-now", ns).status.failed
     assert not failed, f"{failed} descheduler pods failed"
+
+
+GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
+GANG = "real-gang"
+#: The reference trainer: long enough to be crashed and evicted mid-run, a checkpoint every INTERVAL steps.
+STEPS, STEP_S, INTERVAL = 240, 0.25, 10
+
+
+def _gang_spec(path: Path) -> Path:
+    trainer = ["python3", "-m", "training_runtime.examples.tiny_trainer", "--steps", str(STEPS),
+               "--step-seconds", str(STEP_S), "--events", "$(CHECKPOINT_DIR)/events"]
+    path.write_text(json.dumps({
+        "name": GANG, "image": f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", "command": trainer,
+        # A whole node per worker: the gang spans both kubelets.
+        "gpus": {"nodes": len(REAL_GPU_NODES), "gpusPerNode": REAL_GPUS_PER_NODE},
+        "pool": REAL_GPU_POOL, "checkpointInterval": INTERVAL, "maxRetries": 5,
+        # What a 2-core build machine's kubelet can hold beside the node's daemons.
+        "cpuPerWorker": "250m", "memoryPerWorker": "512Mi",
+    }))
+    return path
+
+
+def _events(stack: Layout) -> list[dict[str, Any]]:
+    """Every rank's event lines, from the checkpoint volume's host directory (``provisioner --hostpath-root``)."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(stack.volumes.glob(f"*/{GANG}/events.rank-*")):
+        rank = int(path.name.rsplit("-", 1)[1])
+        for line in path.read_text().splitlines():
+            if line.strip():
+                out.append({**json.loads(line), "rank": rank})
+    return out
+
+
+def _gang_pods(core: Any, ns: str) -> list[Any]:
+    items = core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={GANG}").items
+    return [p for p in items if p.metadata.deletion_timestamp is None]
+
+
+def _steps(events: list[dict[str, Any]], attempt: int, kind: str = "step") -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == kind and e["attempt"] == attempt]
+
+
+def _restart(stack: Layout, attempt: int, cause: str) -> dict[str, float | int]:
+    """Wait for attempt ``attempt`` of the gang to train (every rank stepped); what the restart cost since now."""
+    started = time.monotonic()
+    wait(f"the gang's attempt {attempt} trains again after the {cause}",
+         lambda: len({e["rank"] for e in _steps(_events(stack), attempt)}) == len(REAL_GPU_NODES), 300)
+    events = _events(stack)
+    before = max(e["step"] for e in _steps(events, attempt - 1))
+    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and e["attempt"] == attempt}
+    return {"lost_steps": before - resumed, "resumed_at_step": resumed,
+            "waited_s": round(time.monotonic() - started, 1)}
+
+
+def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_crash_and_an_eviction(
+        stack: Layout, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    core, _, _ = _apis(stack)
+    cfg = load_stack_config(ROOT, "local")
+    assert cfg is not None
+    ns = cfg.training_namespace
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "NO_COLOR": "1", "COLUMNS": "200"}
+    out = subprocess.run([str(GPUCLUSTER), "train", "submit", str(_gang_spec(tmp_path / "gang.json"))], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    submitted = time.monotonic()
+    assert f"in pool {REAL_GPU_POOL}" in out.stdout, out.stdout
+
+    wait("both ranks of the gang train on the real GPU nodes",
+         lambda: len({e["rank"] for e in _steps(_events(stack), 0)}) == len(REAL_GPU_NODES), 300)
+    gang = {"first_step_s": round(time.monotonic() - submitted, 1)}
+    pods = _gang_pods(core, ns)
+    assert sorted(p.spec.node_name for p in pods) == sorted(REAL_GPU_NODES), [p.spec.node_name for p in pods]
+    # The device plugin's GPUs, one node's worth per worker.
+    for pod in pods:
+        assert pod.spec.containers[0].resources.limits[cfg.gpu_resource] == str(REAL_GPUS_PER_NODE)
+
+    # A crash (what a fatal XID does to the process): SIGKILL rank 1; Volcano restarts the whole gang.
+    wait("a durable checkpoint", lambda: bool(_steps(_events(stack), 0, "durable")), 120)
+    (victim,) = [p for p in pods if p.metadata.name.endswith("-1")]  # <job>-<task>-<index>: rank 1
+    pid = container_pid(stack, victim.spec.node_name, victim.status.container_statuses[0].container_id)
+    os.kill(pid, signal.SIGKILL)
+    crashed = _restart(stack, 1, "crash")
+    gang["fault_to_first_step_s"] = crashed["waited_s"]
+    gang["lost_steps_fatal"] = crashed["lost_steps"]
+    # The newest complete checkpoint at the crash is at most one interval behind, plus the one being written.
+    assert 0 <= crashed["lost_steps"] <= 2 * INTERVAL, crashed
+
+    # A graceful eviction (a degraded node, a reclaim): SIGTERM, an emergency checkpoint, nothing lost.
+    (victim,) = [p for p in _gang_pods(core, ns) if p.spec.node_name == REAL_GPU_NODES[0]]
+    core.create_namespaced_pod_eviction(victim.metadata.name, ns, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace=ns)))
+    evicted = _restart(stack, 2, "eviction")
+    gang["eviction_to_first_step_s"] = evicted["waited_s"]
+    gang["lost_steps_graceful"] = evicted["lost_steps"]
+    graceful = _steps(_events(stack), 1, "graceful")
+    assert graceful, "the evicted rank took no emergency checkpoint"
+    assert evicted["lost_steps"] == 0, evicted
+
+    # The gang finishes: every rank reaches the last step and the model fits (the averaged gradients were right).
+    wait("the gang completes", lambda: len([e for e in _events(stack) if e["event"] == "done"]) == len(REAL_GPU_NODES),
+         STEPS * STEP_S + 300)
+    done = [e for e in _events(stack) if e["event"] == "done"]
+    assert {e["step"] for e in done} == {STEPS} and max(e["error"] for e in done) < 1e-3, done
+    gang["attempts"] = 1 + max(e["attempt"] for e in done)
+    figures["real_gang"] = gang

@@ -16,12 +16,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.localcluster import hostcheck
-from tools.localcluster.plan import Layout, component_commands, default_plan
+from tools.localcluster.plan import (
+    Layout,
+    component_commands,
+    default_plan,
+    load_plan,
+    load_stack_config,
+    stack_config_values,
+)
 from tools.localcluster.realnodes import (
     APISERVER_IP,
     COREDNS_RULES,
+    REAL_GPU_MODEL,
+    REAL_GPU_NODES,
     REAL_GPU_POOL,
+    REAL_GPUS_PER_NODE,
     REAL_NODE_TAINT,
+    RealNode,
     addresses,
     cni_conflist,
     containerd_config,
@@ -37,12 +48,15 @@ from tools.localcluster.realnodes import (
     policy_node,
     real_nodes,
     real_nodes_for,
+    stack_overrides,
     to_record,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".state" / "localcluster"
 NODES = real_nodes_for(default_plan())
+#: The local stack with real nodes: its system node and the real GPU pool's nodes, as the stack declares them.
+LOCAL = real_nodes_for(load_plan(ROOT, "local", real_nodes=True))
 
 
 def test_the_stacks_system_node_becomes_real_and_a_gpu_node_joins_in_a_pool_of_its_own() -> None:
@@ -64,17 +78,58 @@ def test_the_stacks_system_node_becomes_real_and_a_gpu_node_joins_in_a_pool_of_i
         real_nodes("system", "g", gpus=0)
 
 
-def test_nodes_share_nothing_they_would_fight_over() -> None:
-    """Two kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ."""
+def test_with_real_nodes_the_stack_declares_their_pool_and_they_register_as_it_says() -> None:
+    values = stack_config_values(ROOT / "Pulumi.local.yaml")
+    changed = stack_overrides(values)
+    # The stack's own pools first and untouched, the real GPU nodes' pool after them.
+    assert changed["pools"][:-1] == values["pools"]
+    assert changed["pools"][-1] == {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
+                                    "gpusPerNode": REAL_GPUS_PER_NODE}
+    # Inference that could use any pool stays on the stack's own: its image cannot be pulled on a real node.
+    assert [s["pool"] for s in changed["inference"]["services"]] == ["local-gpu"]
+    cfg = load_stack_config(ROOT, "local", real_nodes=True)
+    assert [p.name for p in cfg.pools] == ["local-gpu", REAL_GPU_POOL]
+    system, *gpus = LOCAL
+    assert system.name == "cpu-local-01" and system.taints == ()
+    assert [n.name for n in gpus] == list(REAL_GPU_NODES) and len(gpus) >= 2  # a gang of two spans two kubelets
+    for node in gpus:
+        assert node.gpus == REAL_GPUS_PER_NODE
+        # The stack's pool taint keeps other pods off, as on every node of a tainted pool; ours is not needed.
+        assert node.taints == ({"key": "gpucluster.io/pool", "value": REAL_GPU_POOL, "effect": "NoSchedule"},)
+        assert node.labels["gpucluster.io/pool"] == REAL_GPU_POOL and node.labels["gpucluster.io/real-node"] == "true"
+        assert not any("kubernetes.io" in k for k in node.labels)
+    # The kwok nodes are the stack's own; the real ones are left to their kubelets.
+    plan = load_plan(ROOT, "local", real_nodes=True)
+    assert {n.name for n in plan.by_kind("gpu") if n.pool == REAL_GPU_POOL} == set(REAL_GPU_NODES)
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"pools": []}, "pools: the stack declares no GPU pool"),
+    ({"pools": [{"name": REAL_GPU_POOL, "nodes": ["n1"]}]}, f"already has a pool named '{REAL_GPU_POOL}'"),
+])
+def test_real_node_overrides_refuse_a_stack_they_cannot_join(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        stack_overrides(values)
+
+
+def test_an_inference_service_pinned_to_a_pool_keeps_it() -> None:
+    values = {"pools": [{"name": "a"}, {"name": "b"}],
+              "inference": {"services": [{"name": "x", "pool": "b"}, {"name": "y"}]}}
+    assert [s["pool"] for s in stack_overrides(values)["inference"]["services"]] == ["b", "a"]
+
+
+@pytest.mark.parametrize("nodes", [NODES, LOCAL], ids=["default", "local-stack"])
+def test_nodes_share_nothing_they_would_fight_over(nodes: tuple[RealNode, ...]) -> None:
+    """Kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ."""
     for attr in ("ip", "pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
-        values = [getattr(n, attr) for n in NODES]
+        values = [getattr(n, attr) for n in nodes]
         assert len(set(values)) == len(values), attr
-    subnets = [ipaddress.ip_network(n.pod_cidr) for n in NODES]
+    subnets = [ipaddress.ip_network(n.pod_cidr) for n in nodes]
     kwok = ipaddress.ip_network("10.244.0.0/16")  # kwok's fake pod addresses (plan.component_commands)
     assert not any(s.overlaps(kwok) for s in subnets)
-    assert not subnets[0].overlaps(subnets[1])
-    assert all(len(n.bridge) <= 15 for n in NODES)  # the kernel's interface-name limit
-    assert addresses(NODES) == [APISERVER_IP, *(n.ip for n in NODES)]
+    assert not any(a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1:])
+    assert all(len(n.bridge) <= 15 for n in nodes)  # the kernel's interface-name limit
+    assert addresses(nodes) == [APISERVER_IP, *(n.ip for n in nodes)]
 
 
 def test_every_unix_socket_fits_the_kernels_108_byte_limit_under_the_default_state() -> None:

@@ -338,7 +338,7 @@ def is_up(lay: Layout) -> bool:
 def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bool = False) -> NodePlan:
     """Start the control plane and the plan's kwok nodes; with ``real_nodes``, real kubelets beside them
     (tools/localcluster/nodehost.py: the host is checked first, and what they change is restored by ``down``)."""
-    plan = load_plan(ROOT, stack)
+    plan = load_plan(ROOT, stack, real_nodes)
     real: tuple[str, ...] = ()
     if real_nodes:
         from tools.localcluster import nodehost
@@ -363,6 +363,9 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
         from tools.localcluster.realnodes import APISERVER_PORT
 
         with socket.socket() as probe:
+            # As the API server binds (Go sets SO_REUSEADDR): the connections of a cluster just stopped, in TIME_WAIT,
+            # do not hold the port; a listener does.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("0.0.0.0", APISERVER_PORT))
             except OSError as err:
@@ -393,8 +396,9 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     apply_nodes(lay, plan, real)
     apply_runtime_classes(lay)
     apply_kubelet_api_binding(lay)
+    volumes = [f"--hostpath-root={lay.volumes}"] if real_nodes else []
     start_process(lay, "provisioner", [sys.executable, "-m", "tools.localcluster.provisioner",
-                                       f"--kubeconfig={lay.kubeconfig}"], env={"PYTHONPATH": str(ROOT)})
+                                       f"--kubeconfig={lay.kubeconfig}", *volumes], env={"PYTHONPATH": str(ROOT)})
     if expected(lay) == CONTROL_PLANE:
         crds = apply_crds(lay)
         wait_for("Volcano CRDs established", lambda: crds_established(lay, crds), 60)
@@ -434,10 +438,12 @@ def down(lay: Layout, keep_data: bool = False, quiet: bool = False) -> None:
         if not quiet:
             say(f"stopped {name}")
     (lay.run / "ports.yaml").unlink(missing_ok=True)
-    if not keep_data and lay.etcd_data.exists():
+    if not keep_data:
         import shutil
 
-        shutil.rmtree(lay.etcd_data)
+        for data in (lay.etcd_data, lay.volumes):
+            if data.exists():
+                shutil.rmtree(data)
 
 
 def status(lay: Layout, out: Any = sys.stdout) -> bool:

@@ -187,8 +187,9 @@ def stack_config_values(stack_file: Path, project: str = "gpu-cluster") -> dict[
     return values
 
 
-def load_stack_config(root: Path, stack: str = "local") -> Any | None:
-    """The stack's validated ``ClusterConfig``, or None without a stack file or the components package."""
+def load_stack_config(root: Path, stack: str = "local", real_nodes: bool = False) -> Any | None:
+    """The stack's validated ``ClusterConfig``, or None without a stack file or the components package; with
+    ``real_nodes``, as ``pulumi up`` of a cluster with real nodes sees it (``realnodes.stack_overrides``)."""
     stack_file = root / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         return None
@@ -199,12 +200,17 @@ def load_stack_config(root: Path, stack: str = "local") -> Any | None:
     # Only the cluster-shape keys: secret values (provider credentials) are validated by their consumers.
     fields = {f.alias or name for name, f in ClusterConfig.model_fields.items()} | set(ClusterConfig.model_fields)
     values = {k: v for k, v in stack_config_values(stack_file).items() if k in fields}
+    if real_nodes:
+        from tools.localcluster.realnodes import stack_overrides
+
+        values.update(stack_overrides(values))
     return ClusterConfig.model_validate(values)
 
 
-def load_plan(root: Path, stack: str = "local") -> NodePlan:
-    """The node plan of ``Pulumi.<stack>.yaml`` if it exists and validates, else :func:`default_plan`."""
-    cfg = load_stack_config(root, stack)
+def load_plan(root: Path, stack: str = "local", real_nodes: bool = False) -> NodePlan:
+    """The node plan of ``Pulumi.<stack>.yaml`` if it exists and validates, else :func:`default_plan`; with
+    ``real_nodes``, the stack's pools plus the real GPU nodes' (``realnodes.stack_overrides``)."""
+    cfg = load_stack_config(root, stack, real_nodes)
     if cfg is None:
         return default_plan()
     return plan_from_config(cfg, source=f"Pulumi.{stack}.yaml")
@@ -238,6 +244,11 @@ class Layout:
     @property
     def etcd_data(self) -> Path:
         return self.state / "etcd"
+
+    @property
+    def volumes(self) -> Path:
+        """With real nodes: the directories the provisioner makes the cluster's volumes of (its checkpoints)."""
+        return self.state / "volumes"
 
     @property
     def crd(self) -> Path:

@@ -4,7 +4,10 @@ A production cluster runs one provisioner per CSI driver (WEKA, VAST, NFS…); t
 none, so claims would stay Pending and pods that mount them would never schedule. This loop creates,
 for each Pending claim of a StorageClass, a PV with that class's driver, reclaim policy and mount
 options, pre-bound to the claim; the PV controller then binds them as it would a provisioned volume.
-Nothing is mounted anywhere: kwok pods never start containers.
+Nothing is mounted anywhere: kwok pods never start containers. With real nodes (``--hostpath-root``) the volume
+is a directory of this host instead, which every real node mounts: one host is the whole cluster, so a host
+directory is as shared as the filesystem it stands in for. The claim, its class, its reclaim policy and mount
+options stay the stack's own; only the volume's source differs.
 
 It also stands in for the CSI node plugins: on a real node the driver's node DaemonSet registers the
 driver in the node's CSINode object. The gang scheduler counts a pod's CSI volumes as a
@@ -19,17 +22,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 
-def pv_for(claim: Any, sc: Any) -> dict[str, Any]:
-    """The PersistentVolume a CSI provisioner would create for ``claim`` (pure)."""
+def pv_for(claim: Any, sc: Any, hostpath_root: Path | None = None) -> dict[str, Any]:
+    """The PersistentVolume a CSI provisioner would create for ``claim`` (pure); with ``hostpath_root``, a directory
+    under it as the volume, for real nodes (mount options are dropped: a host directory takes none)."""
     size = (claim.spec.resources.requests or {}).get("storage", "1Gi")
+    name = f"pvc-{claim.metadata.uid}"
+    source: dict[str, Any] = {"csi": {"driver": sc.provisioner, "volumeHandle": f"local-{claim.metadata.uid}",
+                                      "volumeAttributes": dict(sc.parameters or {})}}
+    if hostpath_root is not None:
+        source = {"hostPath": {"path": str(hostpath_root / name), "type": "Directory"}}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {
-            "name": f"pvc-{claim.metadata.uid}",
+            "name": name,
             "annotations": {"pv.kubernetes.io/provisioned-by": sc.provisioner},
         },
         "spec": {
@@ -37,10 +47,9 @@ def pv_for(claim: Any, sc: Any) -> dict[str, Any]:
             "accessModes": list(claim.spec.access_modes or ["ReadWriteOnce"]),
             "persistentVolumeReclaimPolicy": sc.reclaim_policy or "Delete",
             "storageClassName": sc.metadata.name,
-            "mountOptions": list(sc.mount_options or []),
+            "mountOptions": [] if hostpath_root is not None else list(sc.mount_options or []),
             "volumeMode": claim.spec.volume_mode or "Filesystem",
-            "csi": {"driver": sc.provisioner, "volumeHandle": f"local-{claim.metadata.uid}",
-                    "volumeAttributes": dict(sc.parameters or {})},
+            **source,
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                          "namespace": claim.metadata.namespace, "name": claim.metadata.name,
                          "uid": claim.metadata.uid},
@@ -77,7 +86,14 @@ def register_drivers(core: Any, storage: Any) -> int:
     return changed
 
 
-def reconcile(core: Any, storage: Any) -> int:
+def make_volume_dir(path: Path) -> None:
+    """The host directory of a real-node volume: writable by every pod's user (a shared filesystem's export is not
+    owned by one uid either; the job's own subdirectory is the kubelet's, from the mount's subPath)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+
+
+def reconcile(core: Any, storage: Any, hostpath_root: Path | None = None) -> int:
     classes = {sc.metadata.name: sc for sc in storage.list_storage_class().items}
     existing = {pv.metadata.name for pv in core.list_persistent_volume().items}
     made = 0
@@ -87,7 +103,10 @@ def reconcile(core: Any, storage: Any) -> int:
             continue
         if f"pvc-{claim.metadata.uid}" in existing:
             continue
-        core.create_persistent_volume(pv_for(claim, sc))
+        pv = pv_for(claim, sc, hostpath_root)
+        if hostpath_root is not None:
+            make_volume_dir(Path(pv["spec"]["hostPath"]["path"]))
+        core.create_persistent_volume(pv)
         made += 1
     return made
 
@@ -98,12 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="localcluster-provisioner", description=__doc__)
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--hostpath-root", type=Path, help="real nodes: volumes are directories under this one")
     args = p.parse_args(argv)
     api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     core, storage = client.CoreV1Api(api), client.StorageV1Api(api)
     while True:
         try:
-            made = reconcile(core, storage)
+            made = reconcile(core, storage, args.hostpath_root)
             if made:
                 print(f"provisioner: created {made} volume(s)", flush=True)
             registered = register_drivers(core, storage)

@@ -40,10 +40,15 @@ RUNC = "/usr/sbin/runc"
 #: every import unpacks the whole image (each node says how long its imports took). The pause image goes everywhere.
 IMAGES_BY_KIND = {
     "system": ("pause", "burst-controller", "health-guard", "virtual-kubelet-mock", "descheduler"),
-    "gpu": ("pause", "ib-exporter", "checkpoint-check"),
+    "gpu": ("pause", "ib-exporter", "checkpoint-check", "training-runtime", "dcgm-exporter-standin"),
 }
-#: The real GPU node's pool: a pool of its own, which no service or job of the stack's names.
+#: The real GPU nodes' pool: a pool of its own beside the stack's (``stack_overrides`` declares it to the stack), so
+#: a gang submitted to it runs for real while the stack's own pools stay on kwok.
 REAL_GPU_POOL = "real-gpu"
+#: The real GPU nodes (at least two: a gang of two workers spans two kubelets) and the fake GPUs each advertises.
+REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02")
+REAL_GPUS_PER_NODE = 2
+REAL_GPU_MODEL = "H100-SXM5-80GB"
 CNI_BIN_DIR = "/usr/lib/cni"
 
 
@@ -156,37 +161,79 @@ def node_paths(state: Path, node: RealNode) -> NodePaths:
 
 
 def real_nodes(system_pool: str, gpu_pool: str, gpus: int = 8, prefix: str = DEFAULT_LABEL_PREFIX,
-               gpu_model: str = "H100-SXM5-80GB", system_node: str | None = None) -> tuple[RealNode, ...]:
-    """The pair: one system-pool node (our agents) and one GPU node with ``gpus`` fake devices.
+               gpu_model: str = REAL_GPU_MODEL, system_node: str | None = None,
+               gpu_nodes: Sequence[Any] = ()) -> tuple[RealNode, ...]:
+    """One system-pool node (our agents) and the GPU nodes, each with fake devices.
 
     ``system_node`` names a node the stack declares in its system pool: the real kubelet registers it in kwok's
     place, untainted, so everything the stack schedules onto the system pool runs for real there. Without it
-    the system node is an extra one, tainted like the GPU node. (Only labels outside ``kubernetes.io`` go on the
-    kubelet's command line, which refuses the others; the stack's NodePatch adds the rest.)
+    the system node is an extra one, tainted :data:`REAL_NODE_TAINT`.
+
+    ``gpu_nodes`` are the plan's nodes of a pool the stack declares (``plan.NodeSpec``): each becomes real with the
+    labels, taints and GPU count the stack gave it, so the stack's pool taint (not ours) keeps other pods off and
+    a job of that pool lands there. Without them one extra GPU node with ``gpus`` devices joins ``gpu_pool``,
+    tainted :data:`REAL_NODE_TAINT`. (Only labels outside ``kubernetes.io`` and ``k8s.io`` go on the kubelet's
+    command line, which refuses the others; the stack's NodePatch adds the rest.)
     """
     if gpus < 1:
         raise ValueError(f"a real GPU node needs at least one fake GPU, got {gpus}")
+    real_label = {f"{prefix}/real-node": "true"}
     system = RealNode(
         name=system_node or "real-system-01", kind="system", index=1,
-        labels={f"{prefix}/pool": system_pool, f"{prefix}/real-node": "true"},
+        labels={f"{prefix}/pool": system_pool, **real_label},
         taints=() if system_node else (REAL_NODE_TAINT,))
-    gpu = RealNode(
-        name="real-gpu-01", kind="gpu", index=2, gpus=gpus,
-        labels={f"{prefix}/pool": gpu_pool, f"{prefix}/location": "onprem", f"{prefix}/gpu-model": gpu_model,
-                f"{prefix}/real-node": "true"},
-        taints=(REAL_NODE_TAINT,))
-    return (system, gpu)
+    if not gpu_nodes:
+        gpu = RealNode(
+            name="real-gpu-01", kind="gpu", index=2, gpus=gpus,
+            labels={f"{prefix}/pool": gpu_pool, f"{prefix}/location": "onprem", f"{prefix}/gpu-model": gpu_model,
+                    **real_label},
+            taints=(REAL_NODE_TAINT,))
+        return (system, gpu)
+    declared = []
+    for i, spec in enumerate(gpu_nodes):
+        if spec.gpus < 1:
+            raise ValueError(f"a real GPU node needs at least one fake GPU, got {spec.gpus} for {spec.name}")
+        labels = {k: v for k, v in spec.labels.items() if not k.split("/")[0].endswith(("kubernetes.io", "k8s.io"))}
+        declared.append(RealNode(name=spec.name, kind="gpu", index=2 + i, gpus=spec.gpus,
+                                 labels={**labels, **real_label}, taints=tuple(t.manifest() for t in spec.taints)))
+    return (system, *declared)
 
 
 def real_nodes_for(plan: Any, gpus: int = 8) -> tuple[RealNode, ...]:
     """The real nodes of a local cluster: the plan's first system node becomes real (the stack's agents run on it),
-    and a GPU node joins in a pool of its own (:data:`REAL_GPU_POOL`), so the stack's burst and quarantine
-    arithmetic over its pools is unchanged."""
+    and so does every node of :data:`REAL_GPU_POOL` when the plan has that pool (``stack_overrides`` declares it);
+    otherwise one GPU node joins in that pool undeclared, so the stack never counts it."""
     systems = plan.by_kind("system")
+    declared = [n for n in plan.by_kind("gpu") if n.pool == REAL_GPU_POOL]
     if not systems:
-        return real_nodes("system", REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix)
+        return real_nodes("system", REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix, gpu_nodes=declared)
     return real_nodes(systems[0].pool, REAL_GPU_POOL, gpus=gpus, prefix=plan.label_prefix,
-                      system_node=systems[0].name)
+                      system_node=systems[0].name, gpu_nodes=declared)
+
+
+def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The stack config values (keys without the project) that put the real GPU nodes in the stack: their pool,
+    :data:`REAL_GPU_POOL`, after the stack's own, so a researcher's ``gpucluster train submit`` can name it.
+
+    Inference services that may use every pool are kept to the stack's first pool: their images come from a
+    registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. Pure; the
+    plan (``load_plan(real_nodes=True)``) and ``pulumi up`` (``stackup.pulumi_up(in_pods=True)``) both apply it.
+    """
+    pools = [dict(p) for p in values.get("pools") or ()]
+    names = [p.get("name") for p in pools]
+    if REAL_GPU_POOL in names:
+        raise ValueError(f"pools: the stack already has a pool named {REAL_GPU_POOL!r}, the name the real GPU nodes "
+                         "take; rename it")
+    if not pools:
+        raise ValueError("pools: the stack declares no GPU pool; the real GPU nodes join beside one")
+    real = {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
+            "gpusPerNode": REAL_GPUS_PER_NODE}
+    out: dict[str, Any] = {"pools": [*pools, real]}
+    inference = values.get("inference")
+    if isinstance(inference, Mapping) and inference.get("services"):
+        services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]
+        out["inference"] = {**inference, "services": services}
+    return out
 
 
 def policy_node(nodes: Sequence[RealNode]) -> str:

@@ -59,11 +59,15 @@ def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
     to the committed ``Pulumi.<stack>.yaml``; ``backend_url`` lets tests use a throw-away backend, and
     ``extra`` overrides config values in that copy only (full keys or dotted paths). ``cli`` is the
     user's own Pulumi CLI (their backend and login); None runs the project's build offline. With ``in_pods`` (a
-    real system node) the providers' virtual kubelets are the stack's own pods, so none starts here.
+    real system node) the providers' virtual kubelets are the stack's own pods, so none starts here, and the stack
+    declares the real GPU nodes' pool (``realnodes.stack_overrides``, which the cluster's plan applied too).
     """
     from tools import engine_runner
 
-    config = engine_runner.config_for(stack, dict(extra or {}), backend_url, cli)
+    changed = dict(extra or {})
+    if in_pods:
+        changed = {**real_node_config(stack), **changed}
+    config = engine_runner.config_for(stack, changed, backend_url, cli)
     env = {"KUBECONFIG": str(lay.kubeconfig), "NO_COLOR": "1"}
     if backend_url:
         env["PULUMI_BACKEND_URL"] = backend_url
@@ -74,6 +78,16 @@ def pulumi_up(lay: Layout, stack: str, backend_url: str | None = None,
     with contextlib.nullcontext() if in_pods else virtual_kubelet.running_during(lay, stack):
         _run([str(cli or PULUMI), "up", "--yes", "--skip-preview", "--refresh", "--stack", stack, *config_args,
               "--non-interactive"], env=env, what=f"pulumi up --yes --stack {stack} (against {lay.kubeconfig})")
+
+
+def real_node_config(stack: str) -> dict[str, Any]:
+    """The full config keys ``pulumi up`` of a cluster with real nodes overrides (``realnodes.stack_overrides``)."""
+    from components.config.base import PROJECT
+    from tools.localcluster.plan import stack_config_values
+    from tools.localcluster.realnodes import stack_overrides
+
+    return {f"{PROJECT}:{key}": value
+            for key, value in stack_overrides(stack_config_values(ROOT / f"Pulumi.{stack}.yaml")).items()}
 
 
 # --------------------------------------------------------------------------- agent configuration
