@@ -117,6 +117,15 @@ def warm_deployment(service: str) -> str:
     return f"{service}-warm"
 
 
+#: Value of the role label on a service's make-before-break return pods (its on-prem `<service>-return`).
+RETURN_ROLE = "return"
+
+
+def return_deployment(service: str) -> str:
+    """Name of a service's on-prem return Deployment (the component and the controller agree on it)."""
+    return f"{service}-return"
+
+
 def standby_deployment(service: str) -> str:
     """Name of a service's standby Deployment (the deploying component and the controller agree on it)."""
     return f"{service}-standby"
@@ -211,6 +220,14 @@ class BurstSettings:
     # size moves external GPU·h further from 1.3x the oracle, so it stays off.
     warm_pool_share: float = 0.0
     warm_pool_ramp_seconds: float = 0.0
+    # Make-before-break return: while external replicas of a handover service are ready and on-prem has room
+    # that training does not need (effective free GPUs above `open_below_free_gpus`), the controller scales the
+    # service's on-prem `<service>-return` Deployment (selected by the Service and the PDB, not by the HPA),
+    # waits until those pods are Ready, then evicts as many external replicas, the dearest provider's first;
+    # their replacements land on-prem beside the bridge, which goes once they are Ready. At most
+    # ceil(`return_surge_share` x replicas) bridge pods per service: the surge the HPA tolerates (its 10 %
+    # tolerance, under its 300 s scale-down window). 0 (default): no bridge, the descheduler's return only.
+    return_surge_share: float = 0.0
     inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
     pool_label: str = field(default="", init=False)
@@ -257,6 +274,11 @@ class BurstSettings:
         return BurstKeys(self.label_prefix)
 
     @property
+    def return_bridge(self) -> bool:
+        """Whether the controller runs the make-before-break return (and the stack deploys `<service>-return`)."""
+        return bool(self.handover_services) and self.return_surge_share > 0
+
+    @property
     def warm_pool(self) -> bool:
         """Whether the controller keeps a warm pool (and the stack deploys the `<service>-warm` Deployments)."""
         return bool(self.handover_services) and (self.warm_pool_share > 0 or self.warm_pool_ramp_seconds > 0)
@@ -285,6 +307,9 @@ class BurstSettings:
         if not 0.0 <= self.warm_pool_share <= 1.0:
             raise SettingsError(f"warm_pool_share: must be between 0 and 1 (a share of the replicas), got "
                                 f"{self.warm_pool_share:g}")
+        if not 0.0 <= self.return_surge_share <= 1.0:
+            raise SettingsError(f"return_surge_share: must be between 0 and 1 (a share of the replicas), got "
+                                f"{self.return_surge_share:g}")
         if self.close_at_free_gpus <= self.open_below_free_gpus:
             raise SettingsError(
                 f"close_at_free_gpus: must exceed open_below_free_gpus ({self.open_below_free_gpus}) "

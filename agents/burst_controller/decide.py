@@ -46,6 +46,8 @@ class ActionKind(enum.StrEnum):
     UNGATE = "ungate"  # lift the handover scheduling gate from a training pod
     TAINT_PROVIDER = "taint_provider"  # add the provider's own taint to its node when it lacks it (never removed)
     SET_WARM = "set_warm"  # scale a service's warm-pool placeholder Deployment to `replicas`
+    SET_RETURN = "set_return"  # scale a service's on-prem return Deployment (the bridge) to `replicas`
+    EVICT = "evict"  # evict an external replica (Eviction API) whose on-prem cover is Ready
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,11 @@ class ServiceReplicas:
     gpus_per_replica: int = 1
     # Placeholders of the warm pool (its Deployment's pods, any state): what `plan_warm` scales.
     warm_live: int = 0
+    # Main pods being deleted (deletionTimestamp set, not gone): a move `plan_return` already made.
+    main_leaving: int = 0
+    # The on-prem return Deployment's pods (the bridge `plan_return` scales): live and Ready.
+    return_live: int = 0
+    return_ready: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,9 @@ class Snapshot:
     poolless: PoolGpus | None = None
     # Training left out of every count above because it can never fit.
     infeasible: tuple[InfeasibleGang, ...] = ()
+    # Per handover service, its ready main pods on virtual nodes, lowest pod-deletion-cost (dearest provider)
+    # first: the ones the make-before-break return evicts first. Filled only while the return is on.
+    external_replicas: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -227,6 +237,7 @@ class Decision:
     standby: Mapping[str, int] = field(default_factory=dict)  # standby replicas wanted per service
     ramp: Mapping[str, int] = field(default_factory=dict)  # replicas the standby adds for the expected ramp
     warm: Mapping[str, int] = field(default_factory=dict)  # warm-pool placeholders wanted per service
+    home: Mapping[str, int] = field(default_factory=dict)  # on-prem return (bridge) pods wanted per service
 
 
 def track_replicas(
@@ -321,6 +332,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
     warm = plan_warm(snapshot.services, step.mode is Mode.OPEN, seen, now, settings)
+    home = plan_return(snapshot, step.effective_free, settings)
     new_state = BurstState(
         mode=step.mode,
         changed_at=step.changed_at,
@@ -333,7 +345,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         replicas_seen=seen,
     )
     return Decision(
-        actions(snapshot, step, plan, gate.released, settings, warm),
+        actions(snapshot, step, plan, gate.released, settings, warm, home),
         new_state,
         tuple(reasons),
         step.flipped,
@@ -342,6 +354,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         dict(plan.targets),
         dict(plan.ramp),
         warm,
+        dict(home.targets),
     )
 
 
@@ -547,7 +560,7 @@ def gate_release(
 
 def actions(
     snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings,
-    warm: Mapping[str, int] | None = None,
+    warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None,
 ) -> tuple[Action, ...]:
     """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
     nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
@@ -564,6 +577,12 @@ def actions(
     for service, replicas in sorted((warm or {}).items()):
         if replicas != snapshot.services[service].warm_live:
             out.append(Action(ActionKind.SET_WARM, service=service, replicas=replicas))
+    if home is not None:
+        for service, replicas in sorted(home.targets.items()):
+            if replicas != snapshot.services[service].return_live:
+                out.append(Action(ActionKind.SET_RETURN, service=service, replicas=replicas))
+        out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name, service=service)
+                   for service, refs in sorted(home.evictions.items()) for r in refs)
     out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
     out.extend(
         Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
@@ -595,6 +614,75 @@ def plan_warm(services: Mapping[str, ServiceReplicas], open_: bool,
         if want or svc.warm_live:
             out[name] = want
     return out
+
+
+@dataclass(frozen=True)
+class ReturnPlan:
+    """The make-before-break return's step: bridge pods wanted and external replicas to evict, per service."""
+
+    targets: Mapping[str, int] = field(default_factory=dict)
+    evictions: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
+
+
+_NO_RETURN = ReturnPlan()
+
+
+def plan_return(snapshot: Snapshot, effective_free: int, settings: BurstSettings) -> ReturnPlan:
+    """Make-before-break return of external replicas: start the on-prem replacement, then evict.
+
+    Why a separate Deployment (`<service>-return`, on-prem only, selected by the Service and the PDB but not
+    by the HPA's scale target) rather than scaling the main Deployment: the HPA owns the main Deployment's
+    replicas and writes them back at its next sync, so a surge there would be undone within seconds, and
+    the not-ready new pods would be the first its ReplicaSet deletes. The bridge is ours alone; the HPA
+    never sees it as a replica, and its few pods (at most `return_surge_share` of the service, within the
+    HPA's tolerance) serve traffic for the minute a move takes, under its scale-down stabilization window.
+
+    Per service, from what the cluster shows and nothing remembered, so a restart or a new leader computes
+    the same step and never repeats a move already made:
+
+    - in flight = main pods not Ready (replacements starting) + main pods being deleted (evictions made);
+      that many bridge pods are kept, so no move ever lacks its cover;
+    - Ready bridge pods beyond those cover one eviction each, of the dearest provider's replicas first
+      (`Snapshot.external_replicas`), when the replacement still finds on-prem room;
+    - new bridge pods are added for external replicas left, each needing room for itself and for the
+      replacement of the replica it frees (2 x GPUs per replica), up to the cap.
+
+    Room is the effective free on-prem GPUs (training's pending demand netted, per pool) above
+    `open_below_free_gpus`, so a return never takes what training waits for nor drives a closed burst open;
+    bridge pods not Ready yet are counted as not placed (their GPUs are taken from the room: conservative).
+    Once nothing is external and nothing in flight, the bridge goes to 0. Off (share 0): a bridge still up is
+    scaled to 0 and nothing is evicted. Pure; O(services + evictions).
+    """
+    share = settings.return_surge_share
+    if share <= 0:
+        return ReturnPlan({n: 0 for n, svc in snapshot.services.items() if svc.return_live}) if any(
+            svc.return_live for svc in snapshot.services.values()) else _NO_RETURN
+    room = effective_free - settings.open_below_free_gpus
+    targets: dict[str, int] = {}
+    evictions: dict[str, tuple[PodRef, ...]] = {}
+    for name in sorted(snapshot.services):
+        svc = snapshot.services[name]
+        g = max(1, svc.gpus_per_replica)
+        external = svc.main_ready_external
+        if not external and not svc.return_live:
+            continue
+        room -= (svc.return_live - svc.return_ready) * g
+        in_flight = max(0, svc.main_live - svc.main_ready) + svc.main_leaving
+        refs = snapshot.external_replicas.get(name, ())
+        spend = max(0, min(external, len(refs), svc.return_ready - in_flight, room // g if room > 0 else 0))
+        room -= spend * g
+        keep = min(svc.return_live, in_flight + spend)
+        spare = svc.return_live - keep
+        left = external - spend
+        fund = max(0, min(spare, left, room // g if room > 0 else 0))
+        room -= fund * g
+        new = max(0, min(left - fund, room // (2 * g) if room > 0 else 0))
+        room -= new * 2 * g
+        cap = math.ceil(share * max(svc.min_replicas, svc.main_live) - 1e-9)
+        targets[name] = keep + min(max(0, cap - keep), fund + new)
+        if spend:
+            evictions[name] = tuple(refs[:spend])
+    return ReturnPlan(targets, evictions)
 
 
 def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:

@@ -15,6 +15,7 @@ from agents.burst_controller.contract import (
     Cover,
     SettingsError,
     Sizing,
+    return_deployment,
     standby_deployment,
     warm_deployment,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "SettingsError",
     "Sizing",
     "load_file",
+    "return_deployment",
     "standby_deployment",
     "warm_deployment",
 ]
