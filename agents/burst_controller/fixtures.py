@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.burst_controller.contract import WARM_ROLE, BurstSettings
+from agents.burst_controller.contract import RETURN_ROLE, WARM_ROLE, BurstSettings
 
 _DEFAULT = BurstSettings()
 
@@ -99,6 +99,7 @@ def gpu_pod(
     service: str | None = None,
     standby: bool = False,
     warm: bool = False,
+    home: bool = False,
     ready: bool | None = None,
     gated: bool = False,
     deleting: bool = False,
@@ -107,7 +108,8 @@ def gpu_pod(
     """A pod bound to `node` (Running) or pending; `unschedulable` adds the scheduler's verdict.
 
     `pool` confines the pod to one on-prem pool with required node affinity, as the training template does.
-    `service`/`standby` label an inference replica (`warm`: a warm-pool placeholder); `ready` (default:
+    `service`/`standby` label an inference replica (`warm`: a warm-pool placeholder, `home`: a pod of the
+    make-before-break return's on-prem bridge); `ready` (default:
     running) sets its Ready condition;
     `gated` holds a pending pod at the handover scheduling gate.
     """
@@ -141,6 +143,8 @@ def gpu_pod(
         labels[settings.role_label] = "standby"
     if warm:
         labels[settings.role_label] = WARM_ROLE
+    if home:
+        labels[settings.role_label] = RETURN_ROLE
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"

@@ -17,7 +17,9 @@ Failure behaviour (each is counted in ``gpucluster_burst_errors_total{kind}``, k
 
 Handover actions are idempotent: scaling a standby (or warm-pool) Deployment writes the wanted count through
 the scale subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
-of our gate alone, so other gates on the pod stay and a pod already released is a no-op.
+of our gate alone, so other gates on the pod stay and a pod already released is a no-op. The return's evictions
+go through the Eviction API (the PDB decides; a refusal is retried after its backoff) and the evicted pod is
+marked leaving in the view at once, so the next decision counts the move even before the watch reports it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 from agents.burst_controller.contract import (
     POD_DELETION_COST_ANNOTATION,
     BurstSettings,
+    return_deployment,
     standby_deployment,
     warm_deployment,
 )
@@ -50,7 +53,7 @@ from agents.burst_controller.decide import (
 )
 from agents.burst_controller.metrics import Metrics
 from agents.burst_controller.view import ClusterView
-from agents.kit.calls import Retry, event
+from agents.kit.calls import Retry, event, eviction_body, unless_gone
 from agents.kit.errors import ApiError, classify
 from agents.kit.informer import Informer, WatchEnd
 from agents.kit.lease import LeaseElector, rfc3339_micro
@@ -264,6 +267,10 @@ class BurstShell:
                 return self._scale(standby_deployment(action.service), "standby", action.service, action.replicas)
             if action.kind is ActionKind.SET_WARM:
                 return self._scale(warm_deployment(action.service), "warm pool", action.service, action.replicas)
+            if action.kind is ActionKind.SET_RETURN:
+                return self._scale(return_deployment(action.service), "return", action.service, action.replicas)
+            if action.kind is ActionKind.EVICT:
+                return self._evict(action.namespace, action.pod)
             if action.kind is ActionKind.UNGATE:
                 return self._ungate(action.namespace, action.pod)
             if action.kind is ActionKind.TAINT_PROVIDER:
@@ -333,13 +340,7 @@ class BurstShell:
                 self.view.apply_node("MODIFIED", obj)
             return True
 
-        try:
-            self.retry(patch, on_conflict=reread)
-        except ApiError as exc:
-            if exc.kind == "not_found":
-                return False
-            raise
-        return True
+        return unless_gone(self.retry, patch, on_conflict=reread)
 
     def _set_deletion_cost(self, namespace: str, pod: str, cost: int) -> bool:
         body = {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: str(cost)}}}
@@ -353,13 +354,7 @@ class BurstShell:
             with self.lock:
                 self.view.apply_pod("MODIFIED", obj)
 
-        try:
-            self.retry(patch)
-        except ApiError as exc:
-            if exc.kind == "not_found":  # the pod went away first: nothing left to change
-                return False
-            raise
-        return True
+        return unless_gone(self.retry, patch)  # False: the pod went away first, nothing left to change
 
     def _scale(self, name: str, what: str, service: str, replicas: int) -> bool:
         """Scale a service's standby or warm Deployment `name`; a count already written since the last resync
@@ -378,6 +373,15 @@ class BurstShell:
             raise
         self._scaled[name] = replicas
         log.info("%s %s: %d replicas", what, service, replicas)
+        return True
+
+    def _evict(self, namespace: str, pod: str) -> bool:
+        """Evict an external replica whose on-prem cover is Ready; False when it is already gone."""
+        if not unless_gone(self.retry, lambda: self.api.create(PODS, eviction_body(namespace, pod), namespace, pod,
+                                                               "eviction")):
+            return False
+        with self.lock:
+            self.view.mark_leaving(namespace, pod)
         return True
 
     def _ungate(self, namespace: str, pod: str) -> bool:

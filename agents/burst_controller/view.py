@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import islice
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from agents.burst_controller.contract import (
     GANG_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
+    RETURN_ROLE,
     VK_PROVIDER_TAINT,
     WARM_ROLE,
     BurstSettings,
@@ -173,6 +174,7 @@ class _Pod:
     ready: bool = False
     gang: str = ""  # "<namespace>/<PodGroup>" of unplaced training (its own key when it names none)
     warm: bool = False  # a warm-pool placeholder (role=warm): counted for its service and nothing else
+    home: bool = False  # a pod of the service's on-prem return bridge (role=return)
 
     @property
     def waiting(self) -> bool:
@@ -191,6 +193,11 @@ class _ServiceCounts:
     standby_live: int = 0
     standby_ready: int = 0
     warm_live: int = 0  # the warm pool's placeholders
+    main_leaving: int = 0  # main pods being deleted (an eviction the return already made)
+    return_live: int = 0  # the return bridge's pods
+    return_ready: int = 0
+    # Ready main pods on virtual nodes: pod key -> (ref, its deletion cost), for the return's evictions.
+    external: dict[str, tuple[PodRef, int]] = field(default_factory=dict)
     # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
     gpus: dict[int, int] = field(default_factory=dict)
 
@@ -421,6 +428,13 @@ class ClusterView:
         rec = self._read_pod(pod)
         self._set_pod(rec.key, None if event_type == "DELETED" else rec)
 
+    def mark_leaving(self, namespace: str, name: str) -> None:
+        """A pod we just evicted counts as being deleted until the watch says more (a no-op if unknown)."""
+        key = f"{namespace}/{name}"
+        old = self._pods.get(key)
+        if old is not None and not old.deleting:
+            self._set_pod(key, replace(old, deleting=True))
+
     def _read_pod(self, pod: Obj) -> _Pod:
         s = self._s
         meta = pod.get("metadata") or {}
@@ -467,6 +481,7 @@ class ClusterView:
             service=service if service in self._services else "",
             standby=labels.get(s.role_label) == "standby",
             warm=labels.get(s.role_label) == WARM_ROLE,
+            home=labels.get(s.role_label) == RETURN_ROLE,
             ready=phase == "Running"
             and any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()),
             gang=gang,
@@ -488,8 +503,9 @@ class ClusterView:
             if pod.service and pod.live and not pod.deleting:
                 self._services[pod.service].warm_live += sign
             return
-        if pod.unschedulable and pod.gpus and pod.workload == "inference" and not pod.standby:
-            # A standby waiting for room on a virtual node is no reason to open the burst.
+        if pod.unschedulable and pod.gpus and pod.workload == "inference" and not pod.standby and not pod.home:
+            # A standby waiting for room on a virtual node is no reason to open the burst, nor a return bridge
+            # pod waiting for on-prem room (it is only ever made while the external replica still serves).
             self.pending_inference += sign * pod.gpus
         elif pod.waiting and pod.workload == "training":
             self.pending_training += sign * pod.gpus
@@ -556,9 +572,17 @@ class ClusterView:
 
     def _count_service(self, pod: _Pod, kind: str, pool: str, sign: int) -> None:
         """Add (sign 1) or remove (-1) one pod of a handover service, by role, readiness and location."""
-        if not pod.service or not pod.live or pod.deleting:
+        if not pod.service or not pod.live:
             return
         counts = self._services[pod.service]
+        if pod.deleting:
+            if not (pod.standby or pod.home):
+                counts.main_leaving += sign
+            return
+        if pod.home:
+            counts.return_live += sign
+            counts.return_ready += sign * pod.ready
+            return
         if pod.standby:
             if kind == VIRTUAL:
                 self.standby_external_gpus += sign * pod.gpus
@@ -572,6 +596,12 @@ class ClusterView:
         counts.main_ready += sign
         if kind == VIRTUAL:
             counts.main_ready_external += sign
+            if sign > 0:
+                rec = self._nodes.get(pod.node)
+                cost = self._s.deletion_cost_for(rec.provider) if rec is not None else 0
+                counts.external[pod.key] = (PodRef(pod.namespace, pod.name), cost)
+            else:
+                counts.external.pop(pod.key, None)
         elif kind == ONPREM:
             _add(counts.main_ready_onprem, pool, sign)
 
@@ -661,9 +691,17 @@ class ClusterView:
                     standby_ready=c.standby_ready,
                     gpus_per_replica=max(c.gpus, default=1) or 1,
                     warm_live=c.warm_live,
+                    main_leaving=c.main_leaving,
+                    return_live=c.return_live,
+                    return_ready=c.return_ready,
                 )
                 for name, c in self._services.items()
             },
+            # The dearest provider's first (lowest cost), then by name: a stable order a new leader repeats.
+            external_replicas={
+                name: tuple(ref for ref, _ in sorted(c.external.values(), key=lambda e: (e[1], e[0].name)))
+                for name, c in self._services.items() if c.external
+            } if self._s.return_surge_share > 0 else {},
             unplaced_training=dict(unplaced_gpus),
             standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),

@@ -49,6 +49,26 @@ class Retry:
         raise ApiError(last, f"gave up after {self.attempts} attempts")
 
 
+def unless_gone(retry: Retry, call: Callable[[], object], on_conflict: Callable[[], None] | None = None) -> bool:
+    """Run `call` through `retry`; False when its object is already gone (404), True once it succeeded."""
+    try:
+        retry(call, on_conflict)
+    except ApiError as exc:
+        if exc.kind == "not_found":
+            return False
+        raise
+    return True
+
+
+def eviction_body(namespace: str, name: str, uid: str | None = None) -> dict[str, Any]:
+    """A policy/v1 Eviction of one pod; with `uid`, the API server refuses (409) it for a new pod of that name."""
+    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+    if uid:
+        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    return body
+
+
 def event(*, namespace: str, name_prefix: str, involved: dict[str, Any], reason: str, message: str,
           component: str, instance: str, warning: bool, now: float) -> dict[str, Any]:
     """A core/v1 Event about ``involved`` (``generateName`` so repeats never collide)."""
