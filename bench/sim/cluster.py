@@ -49,6 +49,7 @@ class Counters:
 
     preemptions: int = 0
     desched_evictions: int = 0
+    return_evictions: int = 0  # external replicas the make-before-break return evicted (their cover Ready)
     surges: int = 0
     flips: int = 0  # the adapter counts the whole run; these count after warm-up
     node_patches: int = 0
@@ -65,10 +66,10 @@ class Job(NamedTuple):
 
 
 class Pod:
-    __slots__ = ("cost", "created", "gpus", "id", "node", "replacement", "standby", "state", "svc")
+    __slots__ = ("cost", "created", "gpus", "home", "id", "node", "replacement", "standby", "state", "svc")
 
     def __init__(self, pid: int, svc: int, gpus: int, created: float, standby: bool = False,
-                 replacement: bool = False) -> None:
+                 replacement: bool = False, home: bool = False) -> None:
         self.id = pid
         # Created to replace a replica a gang, the descheduler or the oracle's move took away, not by the HPA.
         self.replacement = replacement
@@ -79,6 +80,7 @@ class Pod:
         self.node = -1  # >= 0: on-prem node index; <= -2: virtual node -(node + 2); -1: unplaced
         self.cost = 0  # the pod-deletion-cost annotation (0: none)
         self.standby = standby  # a pod of the service's standby Deployment (handover), not the HPA's
+        self.home = home  # a pod of the service's on-prem return Deployment (the bridge), not the HPA's
 
 
 class Service:
@@ -98,6 +100,10 @@ class Service:
         "ready_ext",
         "ready_zone",
         "replicas",
+        "rt_pending",
+        "rt_ready",
+        "rt_replicas",
+        "rt_starting",
         "sb_pending",
         "sb_ready",
         "sb_replicas",
@@ -138,9 +144,17 @@ class Service:
         # The warm pool's placeholder Deployment: its target (the core's SET_WARM) and its placed pods.
         self.warm_target = 0
         self.warm_count = 0
+        # The make-before-break return's on-prem bridge Deployment: its target (SET_RETURN) and its pods.
+        self.rt_replicas = 0
+        self.rt_pending: dict[int, None] = {}
+        self.rt_starting: dict[int, None] = {}
+        self.rt_ready: dict[int, None] = {}
 
     def count(self) -> int:
         return len(self.pending) + len(self.starting) + len(self.ready)
+
+    def rt_count(self) -> int:
+        return len(self.rt_pending) + len(self.rt_starting) + len(self.rt_ready)
 
     def sb_count(self) -> int:
         return len(self.sb_pending) + len(self.sb_starting) + len(self.sb_ready)
@@ -179,6 +193,7 @@ class ClusterState:
         self.handover = bool(handover)
         self.sb_pending: dict[int, None] = {}
         self.sb_ext_gpus = 0
+        self.rt_pending: dict[int, None] = {}  # bridge pods waiting for on-prem room (FIFO)
         self.gated: dict[int, None] = {}  # Inqueue gangs whose pods carry the handover gate, in order
         self.handover_seq = 0
         self.train_gpus = 0
@@ -343,16 +358,22 @@ class ClusterState:
 
     # ------------------------------------------------------------------ pods
 
-    def new_pod(self, s: int, standby: bool = False, replacement: bool = False) -> Pod:
-        """A pod of service `s` (of its standby Deployment if `standby`), filed as pending but not yet placed;
-        `replacement` when it replaces a replica taken away rather than adding one the HPA asked for."""
+    def new_pod(self, s: int, standby: bool = False, replacement: bool = False, home: bool = False) -> Pod:
+        """A pod of service `s` (of its standby Deployment if `standby`, of its on-prem return bridge if `home`),
+        filed as pending but not yet placed; `replacement` when it replaces a replica taken away rather than
+        adding one the HPA asked for."""
         svc = self.services[s]
         pid = self.next_pod
         self.next_pod += 1
-        pod = Pod(pid, s, svc.gpus, self.events.now, standby=standby, replacement=replacement and not standby)
+        extra = standby or home
+        pod = Pod(pid, s, svc.gpus, self.events.now, standby=standby, replacement=replacement and not extra,
+                  home=home)
         self.pods[pid] = pod
         self.avail_dirty = True  # the shortfall's split by cause counts not-ready pods
-        if standby:
+        if home:
+            svc.rt_pending[pid] = None
+            self.handover_seq += 1
+        elif standby:
             svc.sb_pending[pid] = None
             self.handover_seq += 1
         else:
@@ -390,7 +411,8 @@ class ClusterState:
     def start_pod(self, pod: Pod, latency: float) -> None:
         """The kubelet: a bound pod starts and turns Ready after `latency`."""
         svc = self.services[pod.svc]
-        pending, starting = (svc.sb_pending, svc.sb_starting) if pod.standby else (svc.pending, svc.starting)
+        pending, starting = ((svc.sb_pending, svc.sb_starting) if pod.standby else
+                             (svc.rt_pending, svc.rt_starting) if pod.home else (svc.pending, svc.starting))
         if pod.state == PENDING and pod.id in pending:
             del pending[pod.id]
         pod.state = STARTING
@@ -407,9 +429,10 @@ class ClusterState:
         svc = self.services[pod.svc]
         pod.state = READY
         self.avail_dirty = True
-        if pod.standby:
-            del svc.sb_starting[pid]
-            svc.sb_ready[pid] = None
+        if pod.standby or pod.home:
+            starting, ready = (svc.sb_starting, svc.sb_ready) if pod.standby else (svc.rt_starting, svc.rt_ready)
+            del starting[pid]
+            ready[pid] = None
             self.handover_seq += 1
             return
         del svc.starting[pid]
@@ -437,7 +460,16 @@ class ClusterState:
                 svc.unready_replacements -= 1
         if pod.standby or svc.handover:
             self.handover_seq += 1
-        if pod.standby:
+        if pod.home:
+            if pod.state == PENDING:
+                del svc.rt_pending[pid]
+                self.rt_pending.pop(pid, None)
+            elif pod.state == STARTING:
+                del svc.rt_starting[pid]
+            else:
+                del svc.rt_ready[pid]
+                self.avail_dirty = True
+        elif pod.standby:
             if pod.state == PENDING:
                 del svc.sb_pending[pid]
                 self.sb_pending.pop(pid, None)
@@ -527,7 +559,16 @@ class ClusterState:
         assert sum(self.vn_used) == self.ext_gpus
         seen = 0
         for s, svc in enumerate(self.services):
-            seen += svc.count() + svc.sb_count()
+            seen += svc.count() + svc.sb_count() + svc.rt_count()
+            assert svc.rt_count() == svc.rt_replicas, f"{svc.name}: {svc.rt_count()} bridge for {svc.rt_replicas}"
+            assert svc.handover or not svc.rt_replicas, f"{svc.name}: a return bridge without the handover"
+            for state, group in enumerate((svc.rt_pending, svc.rt_starting, svc.rt_ready)):
+                for pid in group:
+                    pod = self.pods[pid]
+                    assert (pod.svc, pod.home, pod.standby, pod.state) == (s, True, False, state), \
+                        f"bridge pod {pid} misfiled"
+                    assert (pod.node == -1) == (state == PENDING), f"bridge pod {pid}: placement and state disagree"
+                    assert pod.node == -1 or pod.node >= 0, f"bridge pod {pid} on a virtual node"
             assert svc.count() == svc.replicas, f"{svc.name}: {svc.count()} pods for {svc.replicas} replicas"
             assert svc.sb_count() == svc.sb_replicas, f"{svc.name}: {svc.sb_count()} standby for {svc.sb_replicas}"
             assert svc.handover or not svc.sb_replicas, f"{svc.name}: a standby without the handover"
@@ -536,7 +577,8 @@ class ClusterState:
                 for state, group in enumerate(groups):
                     for pid in group:
                         pod = self.pods[pid]
-                        assert (pod.svc, pod.standby, pod.state) == (s, role, state), f"pod {pid} misfiled"
+                        assert (pod.svc, pod.standby, pod.home, pod.state) == (s, role, False, state), \
+                            f"pod {pid} misfiled"
                         assert (pod.node == -1) == (state == PENDING), f"pod {pid}: placement and state disagree"
                         assert not (role and pod.node >= 0), f"standby pod {pid} on-prem"
             assert svc.unready_replacements == sum(1 for g in (svc.pending, svc.starting) for p in g
@@ -548,7 +590,9 @@ class ClusterState:
                                       for z in self.zones]
         assert seen == len(self.pods)
         placed = sum(len(p) for p in self.node_pods) + sum(len(p) for p in self.vn_pods)
-        assert placed + len(self.pending) + len(self.sb_pending) == len(self.pods)
+        assert placed + len(self.pending) + len(self.sb_pending) + len(self.rt_pending) == len(self.pods)
+        assert all(self.pods[p].home and self.pods[p].node == -1 for p in self.rt_pending)
+        assert set(self.rt_pending) == {p for svc in self.services for p in svc.rt_pending}
         assert sum(self.pods[p].gpus for p in self.pending) == self.pending_inf_gpus
         assert all(not self.pods[p].standby for p in self.pending)
         assert all(self.pods[p].standby and self.pods[p].node == -1 for p in self.sb_pending)

@@ -98,11 +98,16 @@ class ClusterPort(Protocol):
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
     def quiet_key(self) -> tuple[object, ...]: ...
-    def service_replicas(self) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int]]: ...
+    def service_replicas(
+        self,
+    ) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int]]: ...
+    def external_replicas(self) -> dict[str, list[tuple[str, str]]]: ...
     def gated_pods(self) -> list[tuple[str, str]]: ...
     def standby_external_gpus(self) -> int: ...
     def set_standby(self, service: str, replicas: int) -> None: ...
     def set_warm(self, service: str, replicas: int) -> None: ...
+    def set_return(self, service: str, replicas: int) -> None: ...
+    def evict(self, namespace: str, pod: str) -> bool: ...
     def ungate(self, namespace: str, pod: str) -> None: ...
 
 
@@ -115,6 +120,8 @@ class TickStats:
     cost_patches: int = 0
     standby_scales: int = 0
     warm_scales: int = 0
+    return_scales: int = 0
+    evictions: int = 0
     ungates: int = 0
 
 
@@ -162,10 +169,14 @@ class ControllerAdapter:
         services = {
             name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
                                   main_ready_onprem=onprem, standby_live=sb_live, standby_ready=sb_ready,
-                                  gpus_per_replica=gpus, warm_live=warm)
-            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm)
+                                  gpus_per_replica=gpus, warm_live=warm, return_live=rt_live,
+                                  return_ready=rt_ready)
+            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm, rt_live, rt_ready)
             in port.service_replicas().items()
         }
+        external = ({name: tuple(PodRef(ns, pod) for ns, pod in rows)
+                     for name, rows in port.external_replicas().items()}
+                    if self.settings.return_surge_share > 0 else {})
         return Snapshot(
             synced=True,
             observed_at=now,
@@ -181,6 +192,7 @@ class ControllerAdapter:
             unplaced_training=unplaced,
             gated_pods=tuple(PodRef(ns, name) for ns, name in port.gated_pods()),
             standby_external_gpus=port.standby_external_gpus(),
+            external_replicas=external,
         )
 
     def _pools(self, pools: Mapping[str, tuple[int, int]]) -> dict[str, PoolGpus]:
@@ -230,6 +242,11 @@ class ControllerAdapter:
             elif action.kind is ActionKind.SET_WARM:
                 port.set_warm(action.service, action.replicas)
                 self.stats.warm_scales += 1
+            elif action.kind is ActionKind.SET_RETURN:
+                port.set_return(action.service, action.replicas)
+                self.stats.return_scales += 1
+            elif action.kind is ActionKind.EVICT:
+                self.stats.evictions += port.evict(action.namespace, action.pod)
             elif action.kind is ActionKind.UNGATE:
                 port.ungate(action.namespace, action.pod)
                 self.stats.ungates += 1

@@ -41,8 +41,9 @@ class Descheduler:
                 svc = c.services[pod.svc]
                 # The PDB selects by service, so standby pods count as healthy and their Deployment's scale
                 # as expected pods.
-                healthy_after = len(svc.ready) + len(svc.sb_ready) - (1 if pod.state == READY else 0)
-                if healthy_after < svc.replicas + svc.sb_replicas - svc.maxunav:
+                healthy_after = len(svc.ready) + len(svc.sb_ready) + len(svc.rt_ready) \
+                    - (1 if pod.state == READY else 0)
+                if healthy_after < svc.replicas + svc.sb_replicas + svc.rt_replicas - svc.maxunav:
                     continue  # PDB: the eviction API refuses
                 if not c.fits_onprem(pod.gpus):
                     continue  # nodeFit

@@ -296,7 +296,8 @@ class Simulator:
         for s in self.cluster.services:
             d = s.demand * s.gpus
             demanded += d
-            ready = (len(s.ready) + len(s.sb_ready)) * s.gpus  # the standby serves traffic too
+            # The standby and the return bridge serve traffic too (the Service selects them).
+            ready = (len(s.ready) + len(s.sb_ready) + len(s.rt_ready)) * s.gpus
             if ready >= d:
                 served += d
                 continue

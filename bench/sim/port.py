@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from bench.sim.cluster import INFERENCE_NAMESPACE, TRAINING_NAMESPACE, ClusterState, Counters
+from bench.sim.cluster import INFERENCE_NAMESPACE, READY, TRAINING_NAMESPACE, ClusterState, Counters
 from bench.sim.controller_adapter import Mode
 from bench.sim.replicasets import ReplicaSets
 
@@ -42,6 +42,8 @@ class ServiceCounts(NamedTuple):
     standby_ready: int
     gpus_per_replica: int
     warm_live: int
+    return_live: int
+    return_ready: int
 
 
 class VirtualNodeRow(NamedTuple):
@@ -61,7 +63,7 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int]
+_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int]
 _NodeRow = tuple[str, str, str | None, int, float | None]
 
 
@@ -150,7 +152,21 @@ class ControllerPort:
                 # The warm Deployment's pods in any state: placed ones, and those its ReplicaSet recreated after
                 # a preemption that wait (Pending) for room; scaling down removes them at once.
                 warm_live=svc.warm_target,
+                return_live=svc.rt_count(), return_ready=len(svc.rt_ready),
             )
+        return out
+
+    def external_replicas(self) -> dict[str, list[tuple[str, str]]]:
+        """Per handover service with ready main pods on virtual nodes: those pods, lowest deletion cost first
+        (the dearest provider's), newest first among equals, as the view ranks them. O(ready pods)."""
+        c = self.cluster
+        out: dict[str, list[tuple[str, str]]] = {}
+        for svc in c.services:
+            if not svc.handover or not svc.ready_ext:
+                continue
+            pods = [c.pods[pid] for pid in reversed(list(svc.ready))]
+            ext = sorted((p for p in pods if p.node <= -2), key=lambda p: p.cost)
+            out[svc.name] = [PodName(INFERENCE_NAMESPACE, f"p{p.id}") for p in ext]
         return out
 
     def gated_pods(self) -> list[tuple[str, str]]:
@@ -209,6 +225,34 @@ class ControllerPort:
             return
         c.services[s].warm_target = replicas
         c.warm_dirty = True
+
+    def set_return(self, service: str, replicas: int) -> None:
+        """Scale the service's on-prem return bridge Deployment; its pods are placed at once (on-prem only)."""
+        c = self.cluster
+        s = c.service_index.get(service)
+        if s is None:
+            return
+        c.services[s].rt_replicas = replicas
+        self.replicasets.reconcile_return(s)
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        """The Eviction API on an external replica: refused (False) when the pod is gone or the service's PDB
+        (maxUnavailable over every pod it selects: main, standby, bridge) does not allow it; else the pod goes
+        and its ReplicaSet creates the replacement at once (placed on-prem first)."""
+        c = self.cluster
+        p = c.pods.get(int(pod[1:]))
+        if p is None or p.standby or p.home:
+            return False
+        svc = c.services[p.svc]
+        healthy_after = len(svc.ready) + len(svc.sb_ready) + len(svc.rt_ready) - (1 if p.state == READY else 0)
+        if healthy_after < svc.replicas + svc.sb_replicas + svc.rt_replicas - svc.maxunav:
+            return False
+        s = p.svc
+        c.remove_pod(p)
+        if c.events.now >= c.events.warmup:
+            self.counters.return_evictions += 1
+        self.replicasets.reconcile(s, replacement=True)
+        return True
 
     def ungate(self, namespace: str, pod: str) -> None:
         c = self.cluster

@@ -57,6 +57,23 @@ class ReplicaSets:
                 c.remove_pod(c.pods[pid])
                 diff += 1
 
+    def reconcile_return(self, s: int) -> None:
+        """Scale the on-prem return bridge to `rt_replicas`: new pods go on-prem or wait unplaced; down removes
+        unplaced, then not ready, newest first (all on-prem, no deletion cost: that is the ranking)."""
+        c = self.cluster
+        svc = c.services[s]
+        diff = svc.rt_replicas - svc.rt_count()
+        for _ in range(diff):
+            pod = c.new_pod(s, home=True)
+            if not self.place(pod):
+                c.rt_pending[pod.id] = None
+        for group in (svc.rt_pending, svc.rt_starting, svc.rt_ready):
+            for pid in reversed(list(group)):
+                if diff >= 0:
+                    return
+                c.remove_pod(c.pods[pid])
+                diff += 1
+
     def reconcile_warm(self, s: int, latency: float) -> None:
         """The warm pool's Deployment: placeholders up to `warm_target` wherever an open virtual node has
         room beside the replicas (cheapest provider first, where the service's replicas land first; they do

@@ -157,6 +157,8 @@ class Scheduler:
         self.events.push(now + gang.duration_s, JOB_END, index)
         for s in sorted(hit):
             self.replicasets.reconcile(s, replacement=True)  # the ReplicaSets replace what the gang deleted
+            if c.services[s].rt_replicas:
+                self.replicasets.reconcile_return(s)  # and the bridge's Deployment its own
 
     def job_end(self, index: int) -> None:
         c = self.cluster
@@ -190,6 +192,8 @@ class Scheduler:
                     c.bind_onprem(pod, next(iter(b)), z, f)
                     c.start_pod(pod, self.onprem_lat)
                     return True
+        if pod.home:
+            return False  # the return bridge is pinned on-prem (required affinity): it waits for room
         return self.place_virtual(pod, any_taint=False)
 
     def place_virtual(self, pod: Pod, any_taint: bool) -> bool:
@@ -215,7 +219,7 @@ class Scheduler:
 
     def retry_pending(self) -> None:
         c = self.cluster
-        if not c.pending and not c.sb_pending:
+        if not c.pending and not c.sb_pending and not c.rt_pending:
             return
         failed_at = 1 << 30
         for pid in list(c.pending):
@@ -225,6 +229,15 @@ class Scheduler:
             if self.place(pod):
                 del c.pending[pid]
                 c.pending_inf_gpus -= pod.gpus
+            else:
+                failed_at = pod.gpus
+        failed_at = 1 << 30  # bridge pods: on-prem only, after the replicas (the same priority, created later)
+        for pid in list(c.rt_pending):
+            pod = c.pods[pid]
+            if pod.gpus >= failed_at:
+                continue
+            if self.place(pod):
+                del c.rt_pending[pid]
             else:
                 failed_at = pod.gpus
         failed_at = 1 << 30  # standby pods have their own placement (any virtual node): own cut-off
