@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from agents.burst_controller.contract import BurstSettings, standby_deployment, warm_deployment
+from agents.burst_controller.contract import BurstSettings, return_deployment, standby_deployment, warm_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
 from components.naming import Keys, common_labels
@@ -59,13 +59,19 @@ def namespace_rules(lease_name: str) -> list[Rule]:
     ]
 
 
-def handover_rules(services: list[str], warm: bool = False) -> list[Rule]:
+def handover_rules(services: list[str], warm: bool = False, home: bool = False) -> list[Rule]:
     """In the inference namespace: read and write the scale of each standby Deployment (and, with the warm
-    pool, of each `<service>-warm` placeholder Deployment), nothing else."""
+    pool, of each `<service>-warm` placeholder Deployment; with the make-before-break return, of each
+    `<service>-return` bridge, and create evictions: the Eviction API, so the PDB decides), nothing else."""
     names = [standby_deployment(s) for s in services]
     if warm:
         names += [warm_deployment(s) for s in services]
-    return [Rule(api_groups=["apps"], resources=["deployments/scale"], resource_names=names, verbs=["get", "patch"])]
+    if home:
+        names += [return_deployment(s) for s in services]
+    rules = [Rule(api_groups=["apps"], resources=["deployments/scale"], resource_names=names, verbs=["get", "patch"])]
+    if home:
+        rules.append(Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]))
+    return rules
 
 
 def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
@@ -101,6 +107,7 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "handover_return_batch": burst.handover.return_batch,
             "warm_pool_share": float(burst.warm_pool_share),
             "warm_pool_ramp_seconds": float(burst.warm_pool_ramp_seconds),
+            "return_surge_share": float(burst.return_surge_share),
             "inference_namespace": cfg.inference_namespace,
             "provider_taints": {
                 p.name: "{key}={value}".format(**provider_taint(p)) for p in cfg.providers
@@ -155,7 +162,7 @@ class BurstController(pulumi.ComponentResource):
                               namespace=args.settings.inference_namespace)
         if args.settings.handover_services:
             agent.grant_namespace("handover", handover_rules(list(args.settings.handover_services),
-                                                                 args.settings.warm_pool),
+                                                                 args.settings.warm_pool, args.settings.return_bridge),
                                   name=f"{APP}-handover", namespace=args.settings.inference_namespace)
             agent.grant_namespace("training-pods", POD_RULES, name=f"{APP}-pods", namespace=args.training_namespace)
         port = args.burst.metrics_port

@@ -31,7 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from agents.burst_controller.settings import standby_deployment, warm_deployment
+from agents.burst_controller.settings import return_deployment, standby_deployment, warm_deployment
 from agents.health_guard.contract import Names as HealthNames
 from components import rbac
 from components.config import (
@@ -48,6 +48,8 @@ from components.images import image_version
 from components.naming import (
     EXTERNAL,
     INFERENCE,
+    ONPREM,
+    RETURN,
     STANDBY,
     VOLCANO_PREEMPTABLE_ANNOTATION,
     VOLCANO_QUEUE_ANNOTATION,
@@ -125,6 +127,8 @@ class InferenceServiceArgs:
     #: PriorityClass its pods take: the lowest tier's, so a replica outranks them.
     warm: bool = False
     warm_priority_class: str = ""
+    #: An on-prem return bridge Deployment for the make-before-break return (config.Burst.returnSurgeShare).
+    home: bool = False
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, service: InferenceService) -> InferenceServiceArgs:
@@ -149,6 +153,7 @@ class InferenceServiceArgs:
             standby=cfg.handover_active,
             warm=cfg.handover_active and (cfg.burst.warm_pool_share > 0 or cfg.burst.warm_pool_ramp_seconds > 0),
             warm_priority_class=min(cfg.priorities.tiers().values(), key=lambda t: t.value).name,
+            home=cfg.handover_active and cfg.burst.return_surge_share > 0,
         )
 
 
@@ -275,6 +280,24 @@ def standby_labels(labels: dict[str, str], keys: Keys, service: str, version: st
     """Own name (so neither Deployment adopts the other's pods), same service label, role=standby."""
     return {**common_labels(standby_deployment(service), "inference", version), keys.workload: INFERENCE,
             keys.service: service, keys.role: STANDBY}
+
+
+def return_labels(labels: dict[str, str], keys: Keys, service: str, version: str) -> dict[str, str]:
+    """Own name (no other Deployment adopts its pods, and the HPA's scale target never counts them), the
+    serving labels (the Service and the PDB select it: it serves and counts as available), role=return."""
+    return {**common_labels(return_deployment(service), "inference", version), keys.workload: INFERENCE,
+            keys.service: service, keys.role: RETURN}
+
+
+def onprem_required_affinity(keys: Keys, pool: str | None) -> k8s.core.v1.AffinityArgs:
+    """Required: an on-prem GPU node (of the service's pool, when it has one); never a virtual node."""
+    required = [k8s.core.v1.NodeSelectorRequirementArgs(key=keys.location, operator="In", values=[ONPREM])]
+    if pool is not None:
+        required.append(k8s.core.v1.NodeSelectorRequirementArgs(key=keys.pool, operator="In", values=[pool]))
+    return k8s.core.v1.AffinityArgs(node_affinity=k8s.core.v1.NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+            node_selector_terms=[k8s.core.v1.NodeSelectorTermArgs(match_expressions=required)]),
+    ))
 
 
 def warm_labels(keys: Keys, service: str, version: str) -> dict[str, str]:
@@ -405,6 +428,24 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                     template=server_pod_template(
                         args, standby, env, external_required_affinity(keys, args.providers, weights),
                         standby_tolerations(args),
+                    ),
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
+            )
+        if args.home:
+            # Make-before-break return (config.Burst.returnSurgeShare): on-prem replicas the burst controller
+            # scales up before it evicts external ones and back to 0 once their replacements are Ready. Not the
+            # HPA's scale target, so the HPA never undoes the surge; Pulumi creates it at 0, leaves the count.
+            home = return_labels(labels, keys, svc.name, version)
+            k8s.apps.v1.Deployment(
+                f"{svc.name}-return",
+                metadata=meta(name=return_deployment(svc.name), namespace=ns, labels=home, annotations=annotations),
+                spec=k8s.apps.v1.DeploymentSpecArgs(
+                    replicas=0,
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(home)),
+                    strategy=surge_first(),
+                    template=server_pod_template(
+                        args, home, env, onprem_required_affinity(keys, svc.pool), tolerations(args),
                     ),
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),

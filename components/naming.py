@@ -56,6 +56,8 @@ INFERENCE = "inference"
 STANDBY = "standby"
 #: Value of the role label on an inference service's warm-pool placeholders (see config.Burst.warmPoolShare).
 WARM = burst_contract.WARM_ROLE
+#: Value of the role label on an inference service's return bridge (see config.Burst.returnSurgeShare).
+RETURN = burst_contract.RETURN_ROLE
 SYSTEM = "system"
 
 #: The taint every virtual-kubelet provider puts on its node.

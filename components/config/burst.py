@@ -91,6 +91,12 @@ class Burst(ConfigModel):
     warm_pool_ramp_seconds: NonNegativeInt = int(_AGENT.warm_pool_ramp_seconds)
     """The warm pool also holds the rise each service's replica count is expected to make over this many
     seconds (its rise over the last 5 minutes carried forward), at most its current count; 0: share alone."""
+    return_surge_share: Annotated[float, Field(ge=0.0, le=1.0)] = _AGENT.return_surge_share
+    """Make-before-break return: external replicas come home while the burst is open once on-prem has room
+    training does not need; each handover service's on-prem `<service>-return` Deployment (at most this share
+    of its replicas, rounded up: the surge the HPA tolerates) starts the replacements first, the controller
+    evicts an external replica only for a Ready one. 0: no bridge, the descheduler's return after the close;
+    what it moves is in bench/report.md."""
 
     @model_validator(mode="after")
     def _agent_rules(self) -> Self:
@@ -106,7 +112,7 @@ class Burst(ConfigModel):
 #: The section's keys that are the agent's own settings (the rest configure the deployment).
 AGENT_KEYS = ("taint_value", "open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
               "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
-              "tick_seconds", "warm_pool_share", "warm_pool_ramp_seconds")
+              "tick_seconds", "warm_pool_share", "warm_pool_ramp_seconds", "return_surge_share")
 
 
 def _stack_spelling(message: str) -> str:
