@@ -123,6 +123,7 @@ class ServiceReplicas:
     # The on-prem return Deployment's pods (the bridge `plan_return` scales): live and Ready.
     return_live: int = 0
     return_ready: int = 0
+    return_pending: int = 0  # of those, not bound to a node yet: their GPUs are not taken from the free ones yet
 
 
 @dataclass(frozen=True)
@@ -642,14 +643,16 @@ def plan_return(snapshot: Snapshot, effective_free: int, settings: BurstSettings
 
     - in flight = main pods not Ready (replacements starting) + main pods being deleted (evictions made);
       that many bridge pods are kept, so no move ever lacks its cover;
-    - Ready bridge pods beyond those cover one eviction each, of the dearest provider's replicas first
-      (`Snapshot.external_replicas`), when the replacement still finds on-prem room;
+    - once nothing is in flight, a Ready bridge pod covers one eviction, of the dearest provider's replicas
+      first (`Snapshot.external_replicas`), when the replacement still finds on-prem room: moves are serial
+      per service, as a PDB of maxUnavailable 1 (which counts the bridge among its pods) admits them;
     - new bridge pods are added for external replicas left, each needing room for itself and for the
       replacement of the replica it frees (2 x GPUs per replica), up to the cap.
 
     Room is the effective free on-prem GPUs (training's pending demand netted, per pool) above
     `open_below_free_gpus`, so a return never takes what training waits for nor drives a closed burst open;
-    bridge pods not Ready yet are counted as not placed (their GPUs are taken from the room: conservative).
+    a bridge pod bound to a node holds its GPUs already (they are not free), one still unbound takes them
+    from the room first, so a bridge does not shrink the moment it lands (no flapping).
     Once nothing is external and nothing in flight, the bridge goes to 0. Off (share 0): a bridge still up is
     scaled to 0 and nothing is evicted. Pure; O(services + evictions).
     """
@@ -666,10 +669,13 @@ def plan_return(snapshot: Snapshot, effective_free: int, settings: BurstSettings
         external = svc.main_ready_external
         if not external and not svc.return_live:
             continue
-        room -= (svc.return_live - svc.return_ready) * g
+        room -= svc.return_pending * g
         in_flight = max(0, svc.main_live - svc.main_ready) + svc.main_leaving
         refs = snapshot.external_replicas.get(name, ())
-        spend = max(0, min(external, len(refs), svc.return_ready - in_flight, room // g if room > 0 else 0))
+        # One move at a time per service, and only once every earlier one is done: the PDB (maxUnavailable,
+        # counting the bridge among its expected pods) admits an eviction only while the others are Ready, so
+        # a second one would be refused and retried; one at a time also bounds what a stale view can repeat.
+        spend = 1 if (external and refs and not in_flight and svc.return_ready and room >= g) else 0
         room -= spend * g
         keep = min(svc.return_live, in_flight + spend)
         spare = svc.return_live - keep

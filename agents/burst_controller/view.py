@@ -196,6 +196,7 @@ class _ServiceCounts:
     main_leaving: int = 0  # main pods being deleted (an eviction the return already made)
     return_live: int = 0  # the return bridge's pods
     return_ready: int = 0
+    return_pending: int = 0  # bridge pods not bound to a node yet
     # Ready main pods on virtual nodes: pod key -> (ref, its deletion cost), for the return's evictions.
     external: dict[str, tuple[PodRef, int]] = field(default_factory=dict)
     # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
@@ -582,6 +583,7 @@ class ClusterView:
         if pod.home:
             counts.return_live += sign
             counts.return_ready += sign * pod.ready
+            counts.return_pending += sign * (not pod.node)
             return
         if pod.standby:
             if kind == VIRTUAL:
@@ -694,6 +696,7 @@ class ClusterView:
                     main_leaving=c.main_leaving,
                     return_live=c.return_live,
                     return_ready=c.return_ready,
+                    return_pending=c.return_pending,
                 )
                 for name, c in self._services.items()
             },

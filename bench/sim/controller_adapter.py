@@ -100,7 +100,7 @@ class ClusterPort(Protocol):
     def quiet_key(self) -> tuple[object, ...]: ...
     def service_replicas(
         self,
-    ) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int]]: ...
+    ) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int, int]]: ...
     def external_replicas(self) -> dict[str, list[tuple[str, str]]]: ...
     def gated_pods(self) -> list[tuple[str, str]]: ...
     def standby_external_gpus(self) -> int: ...
@@ -170,8 +170,8 @@ class ControllerAdapter:
             name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
                                   main_ready_onprem=onprem, standby_live=sb_live, standby_ready=sb_ready,
                                   gpus_per_replica=gpus, warm_live=warm, return_live=rt_live,
-                                  return_ready=rt_ready)
-            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm, rt_live, rt_ready)
+                                  return_ready=rt_ready, return_pending=rt_pending)
+            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm, rt_live, rt_ready, rt_pending)
             in port.service_replicas().items()
         }
         external = ({name: tuple(PodRef(ns, pod) for ns, pod in rows)

@@ -44,6 +44,7 @@ class ServiceCounts(NamedTuple):
     warm_live: int
     return_live: int
     return_ready: int
+    return_pending: int
 
 
 class VirtualNodeRow(NamedTuple):
@@ -63,7 +64,7 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int]
+_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int, int]
 _NodeRow = tuple[str, str, str | None, int, float | None]
 
 
@@ -152,7 +153,7 @@ class ControllerPort:
                 # The warm Deployment's pods in any state: placed ones, and those its ReplicaSet recreated after
                 # a preemption that wait (Pending) for room; scaling down removes them at once.
                 warm_live=svc.warm_target,
-                return_live=svc.rt_count(), return_ready=len(svc.rt_ready),
+                return_live=svc.rt_count(), return_ready=len(svc.rt_ready), return_pending=len(svc.rt_pending),
             )
         return out
 
