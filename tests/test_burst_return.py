@@ -31,11 +31,12 @@ RESERVE = 8  # open_below_free_gpus: the room a return leaves on-prem
 
 
 def svc(live: int, external: int, *, ready: int | None = None, home: int = 0, home_ready: int | None = None,
-        leaving: int = 0, gpus: int = 1, minimum: int = 2) -> ServiceReplicas:
+        pending: int = 0, leaving: int = 0, gpus: int = 1, minimum: int = 2) -> ServiceReplicas:
     ready = live if ready is None else ready
     return ServiceReplicas(min_replicas=minimum, main_live=live, main_ready=ready, main_ready_external=external,
                            main_ready_onprem={"a": ready - external}, gpus_per_replica=gpus, main_leaving=leaving,
-                           return_live=home, return_ready=home if home_ready is None else home_ready)
+                           return_live=home, return_ready=home if home_ready is None else home_ready,
+                           return_pending=pending)
 
 
 def ext(n: int, name: str = "a") -> tuple[PodRef, ...]:
@@ -53,8 +54,12 @@ PLAN_TABLE: list[tuple[str, Mapping[str, ServiceReplicas], int, float, dict[str,
     ("no-room-above-the-reserve", {"a": svc(10, 8)}, RESERVE + 1, 1.0, {"a": 0}, {}),
     ("training-needs-the-room", {"a": svc(10, 8)}, -4, 1.0, {"a": 0}, {}),
     ("a-bridge-starting-waits", {"a": svc(10, 4, home=4, home_ready=0)}, 100, 0.5, {"a": 4}, {}),
-    ("ready-bridge-evicts-as-many", {"a": svc(10, 4, home=4)}, 100, 0.5, {"a": 4}, {"a": 4}),
-    ("eviction-needs-room-for-the-replacement", {"a": svc(10, 4, home=4)}, RESERVE + 2, 0.5, {"a": 2}, {"a": 2}),
+    ("a-ready-bridge-evicts-one-at-a-time", {"a": svc(10, 4, home=4)}, 100, 0.5, {"a": 4}, {"a": 1}),
+    ("eviction-needs-room-for-the-replacement", {"a": svc(10, 4, home=4)}, RESERVE + 2, 0.5, {"a": 2}, {"a": 1}),
+    ("no-room-for-a-replacement-no-eviction", {"a": svc(10, 4, home=4)}, RESERVE, 0.5, {"a": 0}, {}),
+    ("an-unbound-bridge-pod-takes-its-room-first", {"a": svc(10, 4, home=2, home_ready=0, pending=2)},
+     RESERVE + 4, 1.0, {"a": 2}, {}),
+    ("no-eviction-while-a-move-is-in-flight", {"a": svc(10, 3, ready=9, home=3)}, 100, 0.5, {"a": 4}, {}),
     ("moves-in-flight-keep-their-cover", {"a": svc(10, 2, ready=8, home=2)}, 100, 0.5, {"a": 4}, {}),
     ("an-eviction-made-is-not-made-again", {"a": svc(9, 3, home=1, leaving=1)}, 100, 0.5, {"a": 4}, {}),
     ("done-the-bridge-goes", {"a": svc(10, 0, home=3)}, 100, 0.5, {"a": 0}, {}),
@@ -103,17 +108,22 @@ def test_decide_makes_before_it_breaks_while_the_burst_stays_open() -> None:
     assert [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)] == [
         Action(ActionKind.SET_RETURN, service="a", replicas=2)] and d.home == {"a": 2}
     assert d.state.mode is Mode.OPEN and d.flipped is None  # the return never waits for a close
-    # The bridge is Ready: the external replicas go, the bridge stays until their replacements are.
+    evict = Action(ActionKind.EVICT, namespace="inference", pod="a-ext-0", service="a")
+    # The bridge is Ready: one external replica goes (the dearest), the bridge stays for the next.
     d = decide(_snapshot(svc(10, 2, home=2), 38), d.state, NOW + 5, settings)
-    assert [a for a in d.actions if a.kind is ActionKind.EVICT] == [
-        Action(ActionKind.EVICT, namespace="inference", pod=f"a-ext-{i}", service="a") for i in range(2)]
-    assert not [a for a in d.actions if a.kind is ActionKind.SET_RETURN]
+    assert [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)] == [evict]
     # Evicted, replaced on-prem, not Ready yet: nothing more to do, the cover stays.
-    d = decide(_snapshot(svc(10, 0, ready=8, home=2), 36), d.state, NOW + 10, settings)
+    d = decide(_snapshot(svc(10, 1, ready=9, home=2), 37), d.state, NOW + 10, settings)
     assert not [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)]
-    # The replacements are Ready: the bridge goes.
-    d = decide(_snapshot(svc(10, 0, home=2), 36), d.state, NOW + 40, settings)
-    assert [a for a in d.actions if a.kind is ActionKind.SET_RETURN] == [
+    # The replacement is Ready: the last one goes, and the bridge pod nothing is left for with it.
+    d = decide(_snapshot(svc(10, 1, home=2), 37), d.state, NOW + 40, settings)
+    assert [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)] == [
+        Action(ActionKind.SET_RETURN, service="a", replicas=1), evict]
+    # The last replacement starting keeps its cover; once Ready, the bridge goes.
+    d = decide(_snapshot(svc(10, 0, ready=9, home=1), 36), d.state, NOW + 45, settings)
+    assert not [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)]
+    d = decide(_snapshot(svc(10, 0, home=1), 36), d.state, NOW + 80, settings)
+    assert [a for a in d.actions if a.kind in (ActionKind.SET_RETURN, ActionKind.EVICT)] == [
         Action(ActionKind.SET_RETURN, service="a", replicas=0)]
 
 
@@ -125,7 +135,8 @@ def test_decide_after_a_leader_change_repeats_no_move() -> None:
 
     d = decide(snapshot, state_from_snapshot(snapshot, NOW), NOW, settings)
     evicted = [a for a in d.actions if a.kind is ActionKind.EVICT]
-    assert len(evicted) == 1  # the second ready bridge pod covers the one replica left, not the one in flight
+    assert evicted == []  # the move in flight finishes first: its replacement is not even created yet
+    assert d.home == {"a": 2}  # and its cover stays
 
 
 def test_decide_blind_does_nothing() -> None:
