@@ -40,14 +40,14 @@ localcluster-status: venv
 
 # `make up`: the main job on the embedded default. Control plane, engine, `pulumi up --stack local`
 # against it, the burst controller and health guard as local processes, then a status summary. With
-# REAL_NODES=1 the system node and a GPU node are real kubelets (docs/real-nodes.md) and the two agents run as
-# the pods `pulumi up` deploys, from the images `make images` builds.
+# REAL_NODES=1 the system node and three GPU nodes are real kubelets (docs/real-nodes.md), the agents run as the pods
+# `pulumi up` deploys, from the images `make images` builds, and the host's Prometheus (Debian's) scrapes them.
 # The engine is your own `pulumi` when one at or above the SDK's version is on PATH (then only the
 # control plane is built), else the project's build; ENGINE=built or ENGINE=path chooses (tools/engine_select.py).
 up: venv
 	@kind=$$($(PY) -m tools.engine_select --kind) || exit 2; \
 	  if [ "$$kind" = path ]; then $(MAKE) --no-print-directory localcluster; else $(MAKE) --no-print-directory go-builds; fi
-	@$(if $(REAL_NODES),$(MAKE) --no-print-directory images &&) $(PY) -m tools.localcluster.stackup up --stack local $(if $(REAL_NODES),--real-nodes)
+	@$(if $(REAL_NODES),$(MAKE) --no-print-directory images observability-tools &&) $(PY) -m tools.localcluster.stackup up --stack local $(if $(REAL_NODES),--real-nodes)
 
 down: venv
 	@$(PY) -m tools.localcluster.stackup down

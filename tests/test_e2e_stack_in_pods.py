@@ -158,13 +158,17 @@ GANG = "real-gang"
 STEPS, STEP_S, INTERVAL = 240, 0.25, 10
 
 
-def _gang_spec(path: Path) -> Path:
-    trainer = ["python3", "-m", "training_runtime.examples.tiny_trainer", "--steps", str(STEPS),
+#: Workers of the gang: one node less than the pool, so it restarts on the others when the guard takes one out.
+WORKERS = len(REAL_GPU_NODES) - 1
+
+
+def _gang_spec(path: Path, name: str = GANG, steps: int = STEPS) -> Path:
+    trainer = ["python3", "-m", "training_runtime.examples.tiny_trainer", "--steps", str(steps),
                "--step-seconds", str(STEP_S), "--events", "$(CHECKPOINT_DIR)/events"]
     path.write_text(json.dumps({
-        "name": GANG, "image": f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", "command": trainer,
-        # A whole node per worker: the gang spans both kubelets.
-        "gpus": {"nodes": len(REAL_GPU_NODES), "gpusPerNode": REAL_GPUS_PER_NODE},
+        "name": name, "image": f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", "command": trainer,
+        # A whole node per worker: the gang spans several kubelets.
+        "gpus": {"nodes": WORKERS, "gpusPerNode": REAL_GPUS_PER_NODE},
         "pool": REAL_GPU_POOL, "checkpointInterval": INTERVAL, "maxRetries": 5,
         # What a 2-core build machine's kubelet can hold beside the node's daemons.
         "cpuPerWorker": "250m", "memoryPerWorker": "512Mi",
@@ -172,10 +176,10 @@ def _gang_spec(path: Path) -> Path:
     return path
 
 
-def _events(stack: Layout) -> list[dict[str, Any]]:
+def _events(stack: Layout, gang: str = GANG) -> list[dict[str, Any]]:
     """Every rank's event lines, from the checkpoint volume's host directory (``provisioner --hostpath-root``)."""
     out: list[dict[str, Any]] = []
-    for path in sorted(stack.volumes.glob(f"*/{GANG}/events.rank-*")):
+    for path in sorted(stack.volumes.glob(f"*/{gang}/events.rank-*")):
         rank = int(path.name.rsplit("-", 1)[1])
         for line in path.read_text().splitlines():
             if line.strip():
@@ -183,8 +187,8 @@ def _events(stack: Layout) -> list[dict[str, Any]]:
     return out
 
 
-def _gang_pods(core: Any, ns: str) -> list[Any]:
-    items = core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={GANG}").items
+def _gang_pods(core: Any, ns: str, gang: str = GANG) -> list[Any]:
+    items = core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={gang}").items
     return [p for p in items if p.metadata.deletion_timestamp is None]
 
 
@@ -192,12 +196,17 @@ def _steps(events: list[dict[str, Any]], attempt: int, kind: str = "step") -> li
     return [e for e in events if e["event"] == kind and e["attempt"] == attempt]
 
 
-def _restart(stack: Layout, attempt: int, cause: str) -> dict[str, float | int]:
-    """Wait for attempt ``attempt`` of the gang to train (every rank stepped); what the restart cost since now."""
-    started = time.monotonic()
-    wait(f"the gang's attempt {attempt} trains again after the {cause}",
-         lambda: len({e["rank"] for e in _steps(_events(stack), attempt)}) == len(REAL_GPU_NODES), 300)
-    events = _events(stack)
+def _training(stack: Layout, attempt: int, gang: str = GANG) -> bool:
+    return len({e["rank"] for e in _steps(_events(stack, gang), attempt)}) == WORKERS
+
+
+def _restart(stack: Layout, attempt: int, cause: str, gang: str = GANG,
+             started: float | None = None) -> dict[str, float | int]:
+    """Wait for attempt ``attempt`` of the gang to train (every rank stepped); what the restart cost since
+    ``started`` (now by default)."""
+    started = time.monotonic() if started is None else started
+    wait(f"the gang's attempt {attempt} trains again after the {cause}", lambda: _training(stack, attempt, gang), 300)
+    events = _events(stack, gang)
     before = max(e["step"] for e in _steps(events, attempt - 1))
     (resumed,) = {e["step"] for e in events if e["event"] == "resume" and e["attempt"] == attempt}
     return {"lost_steps": before - resumed, "resumed_at_step": resumed,
@@ -219,11 +228,11 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     submitted = time.monotonic()
     assert f"in pool {REAL_GPU_POOL}" in out.stdout, out.stdout
 
-    wait("both ranks of the gang train on the real GPU nodes",
-         lambda: len({e["rank"] for e in _steps(_events(stack), 0)}) == len(REAL_GPU_NODES), 300)
+    wait("every rank of the gang trains on the real GPU nodes", lambda: _training(stack, 0), 300)
     gang = {"first_step_s": round(time.monotonic() - submitted, 1)}
     pods = _gang_pods(core, ns)
-    assert sorted(p.spec.node_name for p in pods) == sorted(REAL_GPU_NODES), [p.spec.node_name for p in pods]
+    nodes = [p.spec.node_name for p in pods]
+    assert len(set(nodes)) == WORKERS and set(nodes) <= set(REAL_GPU_NODES), nodes
     # The device plugin's GPUs, one node's worth per worker.
     for pod in pods:
         assert pod.spec.containers[0].resources.limits[cfg.gpu_resource] == str(REAL_GPUS_PER_NODE)
@@ -240,7 +249,7 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     assert 0 <= crashed["lost_steps"] <= 2 * INTERVAL, crashed
 
     # A graceful eviction (a degraded node, a reclaim): SIGTERM, an emergency checkpoint, nothing lost.
-    (victim,) = [p for p in _gang_pods(core, ns) if p.spec.node_name == REAL_GPU_NODES[0]]
+    (victim,) = [p for p in _gang_pods(core, ns) if p.metadata.name.endswith("-0")]
     core.create_namespaced_pod_eviction(victim.metadata.name, ns, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace=ns)))
     evicted = _restart(stack, 2, "eviction")
@@ -251,9 +260,56 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     assert evicted["lost_steps"] == 0, evicted
 
     # The gang finishes: every rank reaches the last step and the model fits (the averaged gradients were right).
-    wait("the gang completes", lambda: len([e for e in _events(stack) if e["event"] == "done"]) == len(REAL_GPU_NODES),
+    wait("the gang completes", lambda: len([e for e in _events(stack) if e["event"] == "done"]) == WORKERS,
          STEPS * STEP_S + 300)
     done = [e for e in _events(stack) if e["event"] == "done"]
     assert {e["step"] for e in done} == {STEPS} and max(e["error"] for e in done) < 1e-3, done
     gang["attempts"] = 1 + max(e["attempt"] for e in done)
     figures["real_gang"] = gang
+
+
+def test_the_health_guard_takes_a_faulty_real_node_out_and_the_gang_trains_on_the_others(
+        stack: Layout, tmp_path: Path) -> None:
+    """The let-it-crash loop with real processes: a fault in the DCGM series of one node the gang runs on (the
+    dcgm-exporter stand-in there serves XID 94, contained ECC error: degraded), scraped by the host's Prometheus,
+    seen by the guard in its pod; the guard taints the node and evicts the gang's pod there (gracefully); Volcano
+    restarts the gang on the other two nodes, which resumes from the checkpoint the eviction took."""
+    from agents.health_guard.contract import Names
+
+    core, _, _ = _apis(stack)
+    cfg = load_stack_config(ROOT, "local")
+    assert cfg is not None
+    ns, name = cfg.training_namespace, "guarded-gang"
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "NO_COLOR": "1"}
+    out = subprocess.run([str(GPUCLUSTER), "train", "submit", str(_gang_spec(tmp_path / "g.json", name, 2000))],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    wait("the guarded gang trains", lambda: _training(stack, 0, name), 300)
+    (victim,) = [p for p in _gang_pods(core, ns, name) if p.metadata.name.endswith("-1")]
+    node = victim.spec.node_name
+    (exporter,) = [p for p in core.list_namespaced_pod(cfg.telemetry_namespace,
+                                                      label_selector="app.kubernetes.io/name=dcgm-exporter").items
+                   if p.spec.node_name == node]
+    fault = json.dumps({"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
+    taint = Names(cfg.label_prefix).taint
+    started = time.monotonic()
+    subprocess.run(["kubectl", "--kubeconfig", str(stack.kubeconfig), "exec", "-n", cfg.telemetry_namespace,
+                    exporter.metadata.name, "--", "python3", "-c",
+                    f"open('/tmp/dcgm-standin-faults.json', 'w').write({fault!r})"], check=True, timeout=60)
+    loop: dict[str, float | int] = {}
+
+    def tainted() -> bool:
+        return any(t.key == taint for t in core.read_node(node).spec.taints or [])
+
+    wait(f"the guard quarantines {node}", tainted, 180)
+    loop["fault_to_quarantine_s"] = round(time.monotonic() - started, 1)
+    wait(f"the gang's pod leaves {node}",
+         lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)), 180)
+    loop["fault_to_pods_gone_s"] = round(time.monotonic() - started, 1)
+    restarted = _restart(stack, 1, "guard's eviction", name, started)
+    loop["fault_to_first_step_s"] = restarted["waited_s"]
+    loop["lost_steps_degraded"] = restarted["lost_steps"]
+    assert all(p.spec.node_name != node for p in _gang_pods(core, ns, name))
+    assert _steps(_events(stack, name), 0, "graceful"), "the guard's eviction took no emergency checkpoint"
+    assert restarted["lost_steps"] == 0, restarted
+    figures["guard_fault_loop"] = loop

@@ -34,6 +34,7 @@ from tools.localcluster.plan import (
     audit_policy,
     component_commands,
     load_plan,
+    load_stack_config,
     volcano_conf,
 )
 
@@ -420,6 +421,10 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
     if real_nodes:
         nodehost.up(lay, real_nodes_for(plan))
+        from tools.localcluster import host_prometheus
+
+        cfg = load_stack_config(ROOT, stack)
+        host_prometheus.start(lay, dict(cfg.observability.monitor_labels) if cfg is not None else {})
     say(f"up in {time.monotonic() - started:.1f}s: {kwok_count} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan

@@ -25,6 +25,8 @@ from typing import Any
 from tools.image_local import PAUSE_IMAGE
 from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 
+#: The host's Prometheus for the real pods (tools/localcluster/host_prometheus), on :data:`APISERVER_IP`.
+HOST_PROMETHEUS_PORT = 9090
 #: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
 #: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
 APISERVER_IP = "10.255.255.1"
@@ -45,8 +47,9 @@ IMAGES_BY_KIND = {
 #: The real GPU nodes' pool: a pool of its own beside the stack's (``stack_overrides`` declares it to the stack), so
 #: a gang submitted to it runs for real while the stack's own pools stay on kwok.
 REAL_GPU_POOL = "real-gpu"
-#: The real GPU nodes (at least two: a gang of two workers spans two kubelets) and the fake GPUs each advertises.
-REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02")
+#: The real GPU nodes and the fake GPUs each advertises: a gang of two workers spans two kubelets, and when the health
+#: guard takes one node out the gang restarts on the other two.
+REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02", "real-gpu-03")
 REAL_GPUS_PER_NODE = 2
 REAL_GPU_MODEL = "H100-SXM5-80GB"
 CNI_BIN_DIR = "/usr/lib/cni"
@@ -228,7 +231,10 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("pools: the stack declares no GPU pool; the real GPU nodes join beside one")
     real = {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
             "gpusPerNode": REAL_GPUS_PER_NODE}
-    out: dict[str, Any] = {"pools": [*pools, real]}
+    # The health guard asks the host's Prometheus, which scrapes the real pods (tools/localcluster/host_prometheus).
+    observability = {**(values.get("observability") or {}),
+                     "prometheusUrl": f"http://{APISERVER_IP}:{HOST_PROMETHEUS_PORT}"}
+    out: dict[str, Any] = {"pools": [*pools, real], "observability": observability}
     inference = values.get("inference")
     if isinstance(inference, Mapping) and inference.get("services"):
         services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]
