@@ -89,7 +89,7 @@ def test_any_replica_preempts_a_placeholder_for_room(room: tuple[int, int]) -> N
     sim.scheduler.run_pass()
     c.check()
     assert c.services[0].warm_count == 1 and sim.controller is not None
-    assert sim.controller.port.service_replicas()["svc"][-1] == 2  # warm_live
+    assert sim.controller.port.service_replicas()["svc"].warm_live == 2  # type: ignore[attr-defined]
     # Room comes back when the replica goes: the placeholder is placed again.
     c.services[0].replicas -= 1
     c.remove_pod(c.pods[pid])
