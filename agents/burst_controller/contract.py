@@ -227,6 +227,10 @@ class BurstSettings:
     # their replacements land on-prem beside the bridge, which goes once they are Ready. At most
     # ceil(`return_surge_share` x replicas) bridge pods per service: the surge the HPA tolerates (its 10 %
     # tolerance, under its 300 s scale-down window). 0 (default): no bridge, the descheduler's return only.
+    # Measured (4,096 GPUs x 7 days, share 0.1): external GPU·h -6 % (diurnal), -11 % (steep ramps), -18 % (flash
+    # crowds), the GPU·h waiting on open virtual nodes while on-prem has room -56 to -61 %, but availability
+    # +0.004 points on diurnal and -0.009 / -0.022 on steep ramps / flash crowds (the room the moved replicas
+    # take is what the next ramp's scale-ups needed, so those start cold externally): it stays off.
     return_surge_share: float = 0.0
     inference_namespace: str = "inference"
     # Derived names, filled from label_prefix.
