@@ -11,7 +11,7 @@ images-tools:
 	  $(call apt_install,debootstrap umoci buildah)
 
 # The pause binary comes from the local cluster's build (tools/localcluster/cmd/pause).
-images: images-tools localcluster
+images: images-tools localcluster observability-tools
 	@python3 -m tools.images local
 
 images-upstream:

@@ -87,8 +87,7 @@ def test_with_real_nodes_the_stack_declares_their_pool_and_they_register_as_it_s
                                     "gpusPerNode": REAL_GPUS_PER_NODE}
     # Inference that could use any pool stays on the stack's own: its image cannot be pulled on a real node.
     assert [s["pool"] for s in changed["inference"]["services"]] == ["local-gpu"]
-    # The guard asks the host's Prometheus, which scrapes the real pods; the rest of observability stays the stack's.
-    assert changed["observability"] == {**values["observability"], "prometheusUrl": "http://10.255.255.1:9090"}
+    assert set(changed) == {"pools", "inference"}  # nothing else of the stack changes
     cfg = load_stack_config(ROOT, "local", real_nodes=True)
     assert [p.name for p in cfg.pools] == ["local-gpu", REAL_GPU_POOL]
     system, *gpus = LOCAL

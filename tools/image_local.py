@@ -39,6 +39,9 @@ LOCAL_REGISTRY = "docker.io/local"
 #: The pod sandbox image every real node's containerd uses (tools/localcluster/cmd/pause).
 PAUSE_IMAGE = f"{LOCAL_REGISTRY}/pause:3.10"
 BASE_REF = "localhost/gpucluster-python-base:bookworm"
+#: The real pods' Prometheus (tools/localcluster/prometheus_pod): Debian's binary (``make observability-tools``).
+PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
+PROMETHEUS_IMAGE = f"{LOCAL_REGISTRY}/prometheus:2.42.0"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
@@ -319,7 +322,8 @@ def main(agents: Sequence[DockerfileImage], version: str, pause_binary: Path, pa
         return 3
     unbuilt = [str(b) for b in (pause_binary, *(i.binary for i in binaries)) if not b.exists()]
     if unbuilt:
-        print(f"images: {', '.join(unbuilt)} not built; run `make localcluster`", file=sys.stderr)
+        print(f"images: {', '.join(unbuilt)} not there; run `make localcluster` (the Go builds) and "
+              "`make observability-tools` (Debian's prometheus)", file=sys.stderr)
         return 3
     try:
         seconds = build_all(agents, version, pause_binary, pause_ref, binaries=binaries)

@@ -62,6 +62,9 @@ def binary_images(bin_dir: Path | None = None) -> list[image_local.BinaryImage]:
         image_local.BinaryImage("virtual-kubelet-mock", where / "virtual-kubelet", images.VIRTUAL_KUBELET_MOCK,
                                 "/usr/bin/virtual-kubelet"),
         image_local.BinaryImage("descheduler", where / "descheduler", images.DESCHEDULER, "/bin/descheduler"),
+        # The real pods' Prometheus (tools/localcluster/prometheus_pod): Debian's, as make observability-tools installs.
+        image_local.BinaryImage("prometheus", image_local.PROMETHEUS_BINARY, image_local.PROMETHEUS_IMAGE,
+                                "/bin/prometheus"),
     ]
 
 

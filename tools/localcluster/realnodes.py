@@ -25,8 +25,6 @@ from typing import Any
 from tools.image_local import PAUSE_IMAGE
 from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 
-#: The host's Prometheus for the real pods (tools/localcluster/host_prometheus), on :data:`APISERVER_IP`.
-HOST_PROMETHEUS_PORT = 9090
 #: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
 #: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
 APISERVER_IP = "10.255.255.1"
@@ -41,7 +39,7 @@ RUNC = "/usr/sbin/runc"
 #: The images each kind of node imports (``make images`` archives by name): what runs there, nothing more, since
 #: every import unpacks the whole image (each node says how long its imports took). The pause image goes everywhere.
 IMAGES_BY_KIND = {
-    "system": ("pause", "burst-controller", "health-guard", "virtual-kubelet-mock", "descheduler"),
+    "system": ("pause", "burst-controller", "health-guard", "virtual-kubelet-mock", "descheduler", "prometheus"),
     "gpu": ("pause", "ib-exporter", "checkpoint-check", "training-runtime", "dcgm-exporter-standin"),
 }
 #: The real GPU nodes' pool: a pool of its own beside the stack's (``stack_overrides`` declares it to the stack), so
@@ -231,10 +229,7 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("pools: the stack declares no GPU pool; the real GPU nodes join beside one")
     real = {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
             "gpusPerNode": REAL_GPUS_PER_NODE}
-    # The health guard asks the host's Prometheus, which scrapes the real pods (tools/localcluster/host_prometheus).
-    observability = {**(values.get("observability") or {}),
-                     "prometheusUrl": f"http://{APISERVER_IP}:{HOST_PROMETHEUS_PORT}"}
-    out: dict[str, Any] = {"pools": [*pools, real], "observability": observability}
+    out: dict[str, Any] = {"pools": [*pools, real]}
     inference = values.get("inference")
     if isinstance(inference, Mapping) and inference.get("services"):
         services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]

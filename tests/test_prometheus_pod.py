@@ -1,11 +1,15 @@
-"""The host's Prometheus for the real pods: the scrape configuration the operator would generate from the stack's
-monitors, over the pods that really run (kwok's fake addresses left out)."""
+"""The real pods' Prometheus: the scrape configuration the operator would generate from the stack's monitors, over
+the pods that really run (kwok's fake addresses left out), and the pod it runs in."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tools.localcluster.host_prometheus import config, endpoint_targets, pod_targets
+from components.config import ClusterConfig
+from tools.image_local import PROMETHEUS_IMAGE
+from tools.localcluster import prometheus_pod
+from tools.localcluster.plan import load_stack_config
+from tools.localcluster.prometheus_pod import config, endpoint_targets, manifests, pod_targets
 
 
 def _pod(name: str, ip: str, node: str = "real-gpu-01", ns: str = "gpu-telemetry", port: int = 9400) -> dict[str, Any]:
@@ -53,3 +57,23 @@ def test_a_service_monitor_scrapes_the_real_endpoints_of_its_service() -> None:
 def test_a_monitor_the_selector_does_not_pick_is_not_scraped() -> None:
     pods = [_pod("p0", "10.88.2.9")]
     assert config([MONITOR], {"release": "other"}, pods, [SERVICE], [_endpoints("10.88.2.9")])["scrape_configs"] == []
+
+
+def test_prometheus_runs_restricted_behind_the_service_the_stacks_guard_asks() -> None:
+    cfg = load_stack_config(__import__("pathlib").Path(__file__).resolve().parents[1], "local")
+    assert isinstance(cfg, ClusterConfig)
+    configmap, deployment, service = manifests(cfg.monitoring_namespace, "cpu-local-01", "scrape_configs: []\n")
+    # The stack's guard asks prometheus-operated in the monitoring namespace: this Service answers it.
+    url = f"http://{service['metadata']['name']}.{cfg.monitoring_namespace}.svc:9090"
+    assert url == cfg.observability.prometheus_url
+    assert service["metadata"]["name"] == prometheus_pod.SERVICE and service["spec"]["ports"][0]["port"] == 9090
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == PROMETHEUS_IMAGE and "--web.enable-lifecycle" in container["args"]
+    # Restricted Pod Security (the monitoring namespace enforces it).
+    assert pod["securityContext"]["runAsNonRoot"]
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "cpu-local-01"}
+    assert configmap["data"]["prometheus.yml"] == "scrape_configs: []\n"
