@@ -15,6 +15,9 @@
   reaches its provider's API on 443, and accepts the API server's kubelet calls (logs, exec) on its kubelet
   port; the metrics adapter accepts the API server's aggregated-API calls.
 
+DNS is kube-dns's pods in kube-system, plus the addresses of stack key ``dnsCidrs`` where the cluster resolves
+elsewhere (a NodeLocal DNSCache's link-local address, a resolver on the nodes).
+
 The API server is not a pod (it runs on the host network), so no pod or namespace selector matches it:
 its egress rule is an IP block (stack key ``apiServerCidrs``, every address until a site narrows it) on its ports,
 and the ingress rules for its calls name only the port. Liqo's tenant namespace belongs to Liqo (its gateway
@@ -118,6 +121,8 @@ class NetworkPoliciesArgs:
     #: The label naming an inference service on its pods (main and standby replicas alike).
     service_label: str = "gpucluster.io/service"
     api_server_cidrs: tuple[str, ...] = API_SERVER_CIDRS
+    #: DNS that is not a kube-dns pod (stack key ``dnsCidrs``): a node-local cache, a resolver on the nodes.
+    dns_cidrs: tuple[str, ...] = ()
     controllers: tuple[str, ...] = field(default=CONTROLLERS)
 
     @classmethod
@@ -141,6 +146,7 @@ class NetworkPoliciesArgs:
             virtual_kubelets=tuple((f"vk-{p.name}", p.namespace(cfg.system_namespace)) for p in cfg.providers),
             service_label=Keys(cfg.label_prefix).service,
             api_server_cidrs=tuple(cfg.api_server_cidrs),
+            dns_cidrs=tuple(cfg.dns_cidrs),
         )
 
 
@@ -153,7 +159,8 @@ class NetworkPolicies(pulumi.ComponentResource):
         self.policies: dict[str, k8s.networking.v1.NetworkPolicy] = {}
         monitoring = namespace_peer(args.monitoring_namespace)
         dns = [k8s.networking.v1.NetworkPolicyEgressRuleArgs(
-            to=[namespace_peer(DNS_NAMESPACE, DNS_SELECTOR)],
+            to=[namespace_peer(DNS_NAMESPACE, DNS_SELECTOR),
+                *(Peer(ip_block=k8s.networking.v1.IPBlockArgs(cidr=c)) for c in args.dns_cidrs)],
             ports=[Port(protocol="UDP", port=53), Port(protocol="TCP", port=53)])]
         api_server = [Peer(ip_block=k8s.networking.v1.IPBlockArgs(cidr=c)) for c in args.api_server_cidrs]
         sys_ns, inf_ns = args.system_namespace, args.inference_namespace

@@ -236,3 +236,29 @@ def test_a_bad_api_server_cidr_is_refused_by_name() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config(raw, "Pulumi.local.yaml")
     assert "apiServerCidrs" in str(refused.value) and "10.0.0.1/8" in str(refused.value)
+
+
+def test_dns_that_is_not_a_kube_dns_pod_is_admitted_by_its_cidrs(run_stack: StackRunner) -> None:
+    def edit(config: dict[str, Any]) -> None:
+        config["gpu-cluster:dnsCidrs"] = ["169.254.20.10/32"]  # NodeLocal DNSCache
+
+    result = run_stack("local", edit)
+    for policy in result.by_kind("NetworkPolicy"):
+        if policy.metadata["name"] == "allow-dns":
+            (rule,) = policy.inputs["spec"]["egress"]
+            kube_dns, cache = rule["to"]
+            assert kube_dns["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+            assert cache == {"ipBlock": {"cidr": "169.254.20.10/32"}}
+            assert {(p["protocol"], p["port"]) for p in rule["ports"]} == {("UDP", 53), ("TCP", 53)}
+    # Without the key, only kube-dns's pods: nothing else on port 53.
+    for policy in run_stack("local", lambda c: None).by_kind("NetworkPolicy"):
+        if policy.metadata["name"] == "allow-dns":
+            assert len(policy.inputs["spec"]["egress"][0]["to"]) == 1
+
+
+def test_a_bad_dns_cidr_is_refused_by_name() -> None:
+    raw = raw_from_stack("local")
+    raw["dnsCidrs"] = ["169.254.20.10/8"]
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, "Pulumi.local.yaml")
+    assert "dnsCidrs" in str(refused.value) and "169.254.20.10/8" in str(refused.value)

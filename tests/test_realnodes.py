@@ -87,7 +87,9 @@ def test_with_real_nodes_the_stack_declares_their_pool_and_they_register_as_it_s
                                     "gpusPerNode": REAL_GPUS_PER_NODE}
     # Inference that could use any pool stays on the stack's own: its image cannot be pulled on a real node.
     assert [s["pool"] for s in changed["inference"]["services"]] == ["local-gpu"]
-    assert set(changed) == {"pools", "inference"}  # nothing else of the stack changes
+    # The pods resolve through CoreDNS on the host: the stack's DNS egress rule admits it.
+    assert changed["dnsCidrs"] == ["10.255.255.1/32"]
+    assert set(changed) == {"pools", "inference", "dnsCidrs"}  # nothing else of the stack changes
     cfg = load_stack_config(ROOT, "local", real_nodes=True)
     assert [p.name for p in cfg.pools] == ["local-gpu", REAL_GPU_POOL]
     system, *gpus = LOCAL

@@ -54,6 +54,10 @@ class ClusterConfig(ConfigModel):
     api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
     """Where the API server answers (its addresses or the control plane's range): the only egress our
     controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it."""
+    dns_cidrs: list[str] = Field(default_factory=list)
+    """Where the cluster's DNS answers besides its kube-dns pods, which the DNS egress rule admits by label: a
+    NodeLocal DNSCache's link-local address (`169.254.20.10/32`) or a resolver on the nodes. Under default-deny a
+    pod whose resolv.conf names an address no rule admits resolves nothing."""
     agent_registry: str = AGENT_REGISTRY
     """Where our agents' images are pulled from (`host[:port]/path`, no tag): every site pushes them to its
     own."""
@@ -83,7 +87,7 @@ class ClusterConfig(ConfigModel):
     admission: Admission = Admission()
     """Admission policies inside the cluster."""
 
-    @field_validator("api_server_cidrs")
+    @field_validator("api_server_cidrs", "dns_cidrs")
     @classmethod
     def _cidrs(cls, value: list[str]) -> list[str]:
         for cidr in value:

@@ -229,7 +229,8 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("pools: the stack declares no GPU pool; the real GPU nodes join beside one")
     real = {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
             "gpusPerNode": REAL_GPUS_PER_NODE}
-    out: dict[str, Any] = {"pools": [*pools, real]}
+    # The real nodes' pods resolve through CoreDNS on the host (CLUSTER_DNS_IP), not a kube-dns pod.
+    out: dict[str, Any] = {"pools": [*pools, real], "dnsCidrs": [f"{CLUSTER_DNS_IP}/32"]}
     inference = values.get("inference")
     if isinstance(inference, Mapping) and inference.get("services"):
         services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]
