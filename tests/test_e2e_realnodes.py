@@ -91,8 +91,9 @@ def _core(lay: Layout) -> Any:
 
 def _rendered(tmp: Path) -> Path:
     out = tmp / "render"
-    subprocess.run([sys.executable, "-m", "tools.render", "--stack", "local", "--out", str(out)], cwd=ROOT,
-                   check=True, capture_output=True, timeout=300)
+    # As `make up REAL_NODES=1` deploys it: its DNS egress admits CoreDNS on the host.
+    subprocess.run([sys.executable, "-m", "tools.render", "--stack", "local", "--real-nodes", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
     return out / "manifests"
 
 
@@ -395,7 +396,10 @@ def test_network_policies_allow_what_they_promise_and_block_the_rest(cluster: La
     assert wrong == []
 
 
+# The first try waits out kube-router's sync of a new pod (FLOW_SETTLE_S), as the flows do: resolving at once would
+# slip through before the pod's chains exist and prove nothing.
 _RESOLVE = ("import socket,sys,time\n"
+            "time.sleep(float(sys.argv[1])); del sys.argv[1]\n"
             "deadline=time.monotonic()+30\n"
             "while True:\n"
             " try:\n  print(' '.join(socket.gethostbyname(n) for n in sys.argv[1:])); sys.exit(0)\n"
@@ -413,7 +417,8 @@ def test_cluster_dns_resolves_services_for_the_agents(cluster: Layout, agents: d
     want = [core.read_namespaced_service("kubernetes", "default").spec.cluster_ip,
             core.read_namespaced_service(f"{GUARD}-metrics", NS).spec.cluster_ip]
     pod = _client_pod("dns-client", NS, {"app.kubernetes.io/name": BURST},
-                      ["python3", "-c", _RESOLVE, "kubernetes.default.svc.cluster.local", f"{GUARD}-metrics"])
+                      ["python3", "-c", _RESOLVE, str(FLOW_SETTLE_S), "kubernetes.default.svc.cluster.local",
+                       f"{GUARD}-metrics"])
     started = time.monotonic()
     core.create_namespaced_pod(NS, pod)
     _wait("the DNS client to finish", lambda: core.read_namespaced_pod("dns-client", NS).status.phase in (

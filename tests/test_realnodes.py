@@ -372,3 +372,14 @@ def test_fake_gpu_plugin_go_tests_pass() -> None:
     proc = subprocess.run(["go", "-C", str(ROOT / "tools" / "localcluster"), "test", "./cmd/fake-gpu-plugin/"],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_render_with_real_nodes_writes_the_stack_as_make_up_real_nodes_deploys_it(tmp_path: Path) -> None:
+    from tools import render
+
+    assert render.main(["--stack", "local", "--real-nodes", "--out", str(tmp_path)]) == 0
+    manifests = tmp_path / "manifests"
+    dns = (manifests / "networkpolicy-gpu-system-allow-dns.yaml").read_text()
+    assert f"{APISERVER_IP}/32" in dns  # the host's CoreDNS is admitted
+    pools = [p for p in manifests.glob("*.yaml") if REAL_GPU_POOL in p.read_text()]
+    assert pools, "the real GPU pool is not in the rendered stack"

@@ -78,9 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stack", default="prod")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--real-nodes", action="store_true",
+                        help="as `make up REAL_NODES=1` deploys it (tools/localcluster/realnodes.py stack_overrides)")
     args = parser.parse_args(argv)
     try:
-        result = run_program(args.stack)
+        if args.real_nodes:
+            from tools.localcluster.stackup import real_node_config
+            from tools.mockrt import stack_config
+
+            config, secrets = stack_config(args.stack)
+            result = run_program(args.stack, {**config, **real_node_config(args.stack)}, secrets)
+        else:
+            result = run_program(args.stack)
     except (ConfigError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
