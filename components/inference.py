@@ -414,61 +414,43 @@ class InferenceServiceComponent(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )
-        if args.standby:
-            # Make before break (config.Handover): replicas on virtual nodes only, scaled by the burst
-            # controller through the scale subresource; Pulumi creates it at zero and leaves the count alone.
-            standby = standby_labels(labels, keys, svc.name, version)
+        def scaled_by_controller(suffix: str, name: str, pod_labels: dict[str, str],
+                                 template: k8s.core.v1.PodTemplateSpecArgs) -> None:
+            """A Deployment the burst controller scales through the scale subresource: Pulumi creates it at zero
+            and leaves the count alone."""
             k8s.apps.v1.Deployment(
-                f"{svc.name}-standby",
-                metadata=meta(name=standby_deployment(svc.name), namespace=ns, labels=standby, annotations=annotations),
+                f"{svc.name}-{suffix}",
+                metadata=meta(name=name, namespace=ns, labels=pod_labels, annotations=annotations),
                 spec=k8s.apps.v1.DeploymentSpecArgs(
                     replicas=0,
-                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(standby)),
+                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(pod_labels)),
                     strategy=surge_first(),
-                    template=server_pod_template(
-                        args, standby, env, external_required_affinity(keys, args.providers, weights),
-                        standby_tolerations(args),
-                    ),
+                    template=template,
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
             )
+
+        if args.standby:
+            # Make before break (config.Handover): replicas on virtual nodes only, up while a gang waits.
+            standby = standby_labels(labels, keys, svc.name, version)
+            scaled_by_controller("standby", standby_deployment(svc.name), standby, server_pod_template(
+                args, standby, env, external_required_affinity(keys, args.providers, weights),
+                standby_tolerations(args)))
         if args.home:
             # Make-before-break return (config.Burst.returnSurgeShare): on-prem replicas the burst controller
             # scales up before it evicts external ones and back to 0 once their replacements are Ready. Not the
-            # HPA's scale target, so the HPA never undoes the surge; Pulumi creates it at 0, leaves the count.
+            # HPA's scale target, so the HPA never undoes the surge.
             home = return_labels(labels, keys, svc.name, version)
-            k8s.apps.v1.Deployment(
-                f"{svc.name}-return",
-                metadata=meta(name=return_deployment(svc.name), namespace=ns, labels=home, annotations=annotations),
-                spec=k8s.apps.v1.DeploymentSpecArgs(
-                    replicas=0,
-                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(home)),
-                    strategy=surge_first(),
-                    template=server_pod_template(
-                        args, home, env, onprem_required_affinity(keys, svc.pool), tolerations(args),
-                    ),
-                ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
-            )
+            scaled_by_controller("return", return_deployment(svc.name), home, server_pod_template(
+                args, home, env, onprem_required_affinity(keys, svc.pool), tolerations(args)))
         if args.warm:
             # Warm external capacity: placeholders of the service's image on virtual nodes only, at the lowest
             # priority, scaled by the burst controller while the burst is open (0 while it is closed, so they
             # need not tolerate the burst taint); a replica landing beside one takes its warm instance over.
             warm = warm_labels(keys, svc.name, version)
-            k8s.apps.v1.Deployment(
-                f"{svc.name}-warm",
-                metadata=meta(name=warm_deployment(svc.name), namespace=ns, labels=warm, annotations=annotations),
-                spec=k8s.apps.v1.DeploymentSpecArgs(
-                    replicas=0,
-                    selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(warm)),
-                    strategy=surge_first(),
-                    template=server_pod_template(
-                        args, warm, env, external_required_affinity(keys, args.providers, weights),
-                        tolerations(args), priority_class=args.warm_priority_class,
-                    ),
-                ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps, ignore_changes=["spec.replicas"]),
-            )
+            scaled_by_controller("warm", warm_deployment(svc.name), warm, server_pod_template(
+                args, warm, env, external_required_affinity(keys, args.providers, weights), tolerations(args),
+                priority_class=args.warm_priority_class))
         service = k8s.core.v1.Service(
             f"{svc.name}-service",
             metadata=meta(name=svc.name, namespace=ns, labels=labels),
