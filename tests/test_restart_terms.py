@@ -134,10 +134,12 @@ def test_assumptions_come_from_the_prod_stack() -> None:
 
 
 def test_missing_files_fall_back_to_the_documented_values(tmp_path: Path) -> None:
-    m = read_measurements(tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json")
+    m = read_measurements(tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json",
+                          tmp_path / "e2e-stack-in-pods.json")
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (None,) * 5
     assert not m.any
-    assert m.notes == ("e2e-phases.json: absent (run `make e2e`)", "e2e-realnodes.json: absent (run `make e2e`)")
+    assert m.notes == ("e2e-phases.json: absent (run `make e2e`)", "e2e-realnodes.json: absent (run `make e2e`)",
+                       "e2e-stack-in-pods.json: absent (run `make e2e`)")
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     assert [t.basis for t in terms.values()] == [ASSUMED, SCALED, SCALED, ASSUMED, SCALED, SCALED]
     assert terms["detection"].seconds == A.detect_s
@@ -150,10 +152,13 @@ def test_missing_files_fall_back_to_the_documented_values(tmp_path: Path) -> Non
 def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     phases = _write(tmp_path, "e2e-phases.json", _phases(6.0, 9.5, 14.0, **{FIRST_STEP_KEY: 40.0, "other": "x"}))
     real = _write(tmp_path, "e2e-realnodes.json", {POD_START_KEY: 12.5, "host_restored": {}})
-    m = read_measurements(phases, real)
+    pods = _write(tmp_path, "e2e-stack-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9}})
+    m = read_measurements(phases, real, pods)
+    # The real-process loop's figure wins over the phases file's.
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (6.0, 3.5, 4.5,
-                                                                                                12.5, 40.0)
+                                                                                                12.5, 14.9)
     assert m.notes == ()
+    assert read_measurements(phases, real, tmp_path / "absent.json").fault_to_first_step_s == 40.0
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     # The local 1 s scrape + 1 s poll give way to the stack's own sampling path.
     assert terms["detection"].seconds == pytest.approx(6.0 - restart.LOCAL_DETECT_PATH_S + A.detect_s)
@@ -182,7 +187,8 @@ def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     (_phases(r=1.0), f"e2e-phases.json: key {RESTARTED_KEY} (1) is before {EVICTED_KEY} (9.5)"),
 ])
 def test_bad_phases_name_the_file_and_key_and_fall_back(tmp_path: Path, content: Any, note: str) -> None:
-    m = read_measurements(_write(tmp_path, "e2e-phases.json", content), tmp_path / "absent.json")
+    m = read_measurements(_write(tmp_path, "e2e-phases.json", content), tmp_path / "absent.json",
+                          tmp_path / "absent.json")
     assert any(n.startswith(note) for n in m.notes), m.notes
     terms = RestartModel(A, m).terms(1_024)
     assert all(math.isfinite(t.seconds) and t.seconds >= 0 for t in terms)
@@ -191,7 +197,7 @@ def test_bad_phases_name_the_file_and_key_and_fall_back(tmp_path: Path, content:
 def test_undecodable_file_is_a_fallback_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "e2e-realnodes.json"
     path.write_bytes(b"\xff\xfe\x00{")
-    m = read_measurements(tmp_path / "absent.json", path)
+    m = read_measurements(tmp_path / "absent.json", path, tmp_path / "absent.json")
     assert m.pod_start_s is None
     assert "e2e-realnodes.json: unreadable (UnicodeDecodeError)" in m.notes
 
@@ -204,15 +210,18 @@ _KEYS = st.sampled_from([QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY, FIRST_STEP_
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=150)
 @given(phases=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON, st.binary(max_size=20)),
-       real=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON))
-def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases: Any, real: Any) -> None:
-    p, r = tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json"
+       real=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON),
+       pods=st.one_of(st.dictionaries(st.just("guard_fault_loop"), st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6))
+                                      | _JSON), _JSON))
+def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases: Any, real: Any, pods: Any) -> None:
+    p, r, q = tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json", tmp_path / "e2e-stack-in-pods.json"
     if isinstance(phases, bytes):
         p.write_bytes(phases)
     else:
         p.write_text(json.dumps(phases))
     r.write_text(json.dumps(real))
-    m = read_measurements(p, r)
+    q.write_text(json.dumps(pods))
+    m = read_measurements(p, r, q)
     for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s):
         assert value is None or (math.isfinite(value) and 0 <= value <= restart.MAX_PHASE_S)
     if isinstance(phases, dict):
@@ -289,7 +298,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], st
     phases = _write(tmp, "e2e-phases.json", _phases(6.0, 9.5, 14.0))
     real = tmp / "e2e-realnodes.json"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(bench_goodput, "read_measurements", lambda: read_measurements(phases, real))
+        mp.setattr(bench_goodput, "read_measurements",
+                   lambda: read_measurements(phases, real, phases.parent / "no.json"))
         result = bench_goodput.run()
     return result, bench_goodput.to_markdown(result)
 

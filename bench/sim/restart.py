@@ -13,7 +13,10 @@ Where a term comes from:
   detection, eviction and rescheduling as differences (detection ran at a 1 s scrape and a 1 s guard poll, so
   the stack's own sampling path replaces that part); ``.state/localcluster/e2e-realnodes.json``
   (``tests/test_e2e_realnodes.py``: ``agents_ready_s``, Deployments' pods Ready on a real kubelet with the image
-  cached) gives the cached container start, an upper bound since it includes the readiness probe. The local
+  cached) gives the cached container start, an upper bound since it includes the readiness probe;
+  ``.state/localcluster/e2e-stack-in-pods.json`` (``tests/test_e2e_stack_in_pods.py``'s ``guard_fault_loop``: a
+  DCGM fault on a real GPU node, the guard in its pod, the trainer in real pods) gives the fault to the first
+  training step after resume, reported beside the terms. The local
   gang has :data:`LOCAL_GANG_PODS` pods; eviction and rescheduling at N ranks add the API calls of the extra
   pods at Volcano's client rate (below); these three are *measured + scaled*. ``bench/bench_training.py``
   records lost steps, not resume seconds, so no term is read from it.
@@ -60,6 +63,9 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent.parent
 PHASES_FILE = ROOT / ".state" / "localcluster" / "e2e-phases.json"
 REALNODES_FILE = ROOT / ".state" / "localcluster" / "e2e-realnodes.json"
+#: tests/test_e2e_stack_in_pods.py: the guard's loop with real processes (its ``guard_fault_loop`` object).
+IN_PODS_FILE = ROOT / ".state" / "localcluster" / "e2e-stack-in-pods.json"
+GUARD_LOOP_KEY = "guard_fault_loop"
 
 #: Keys of tests/test_e2e.py's fault scenario, seconds from the fault.
 QUARANTINE_KEY = "fault_time_to_quarantine_s"
@@ -142,8 +148,11 @@ def _seconds(data: dict[str, Any], key: str, file: str) -> tuple[float | None, s
     return seconds, ""
 
 
-def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FILE) -> Measurements:
-    """The measured terms from the two files; never raises on their content (see the module docstring)."""
+def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FILE,
+                      in_pods: Path = IN_PODS_FILE) -> Measurements:
+    """The measured terms from the three files; never raises on their content (see the module docstring). The fault
+    to the first step after resume comes from the guard's loop with real processes (``in_pods``) when it ran,
+    else from the phases file."""
     notes: list[str] = []
     got: dict[str, float | None] = dict.fromkeys(PHASE_KEYS)
     data, why = _load_object(phases)
@@ -176,8 +185,20 @@ def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FI
         pod_start_s, why = _seconds(real, POD_START_KEY, realnodes.name)
         if why:
             notes.append(why)
+    first_step = got[FIRST_STEP_KEY]
+    pods, why = _load_object(in_pods)
+    loop = pods.get(GUARD_LOOP_KEY) if pods is not None else None
+    if pods is None:
+        notes.append(why)
+    elif not isinstance(loop, dict):
+        notes.append(f"{in_pods.name}: key {GUARD_LOOP_KEY} is not an object of phases")
+    else:
+        measured, why = _seconds(loop, FIRST_STEP_KEY, f"{in_pods.name} {GUARD_LOOP_KEY}")
+        if why:
+            notes.append(why)
+        first_step = measured if measured is not None else first_step
     return Measurements(detect_s=quarantine, evict_s=evict_s, reschedule_s=reschedule_s, pod_start_s=pod_start_s,
-                        fault_to_first_step_s=got[FIRST_STEP_KEY], notes=tuple(notes),
+                        fault_to_first_step_s=first_step, notes=tuple(notes),
                         phases_file=phases.name, realnodes_file=realnodes.name)
 
 
