@@ -75,3 +75,21 @@ def test_the_silence_that_means_death_is_a_setting(raw: str | None, want: float)
 def test_a_bad_silence_setting_is_named(raw: str) -> None:
     with pytest.raises(SettingsError, match=PEER_DEAD_AFTER):
         Settings.from_env({PEER_DEAD_AFTER: raw})
+
+
+def test_a_peer_whose_clock_is_far_behind_is_alive_while_it_beats(tmp_path: Path) -> None:
+    """Only the waiter's own clock counts: a beat stamped an hour ago (another node's clock) that keeps changing
+    is a live peer."""
+    waiter = FileCollective(tmp_path, 0, 2, "run-a0", 30.0, heartbeat_seconds=0.1, dead_after_seconds=1.0)
+    alive = tmp_path / "run-a0" / "alive-r1"
+    got: list[Any] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.allgather("a")))
+    thread.start()
+    for beat in range(30):  # 3 s of beats, each stamped an hour behind
+        alive.write_text(f"{beat} {time.time() - 3600!r}")
+        time.sleep(0.1)
+    assert thread.is_alive(), "a peer that beats was taken for dead"
+    peer = FileCollective(tmp_path, 1, 2, "run-a0", 30.0, heartbeat_seconds=0.1, dead_after_seconds=1.0)
+    assert peer.allgather("b") == ["a", "b"]
+    thread.join(5)
+    assert got == [["a", "b"]]

@@ -57,11 +57,13 @@ class FileCollective:
     directory left by an earlier incarnation. Files two operations old are removed by their writer: by
     then every rank has read them.
 
-    Each rank also beats: a thread rewrites ``alive-r<rank>`` with the time every ``heartbeat_seconds``. A rank
-    waited for whose beat is older than ``dead_after_seconds`` died (a crash, an OOM kill, SIGKILL), so the wait
-    ends at once with :class:`PeerLost` instead of at the collective timeout. It matters most on the way out: when
-    one rank crashes, Volcano stops the others with SIGTERM, and a rank blocked here would otherwise hold its pod
-    (and the gang's restart) until the grace period ran out. A rank not beating yet is not dead: it may be starting.
+    Each rank also beats: a thread rewrites ``alive-r<rank>`` with a new value every ``heartbeat_seconds``. A rank
+    waited for whose beat has not changed for ``dead_after_seconds`` of the waiter's own clock died (a crash, an OOM
+    kill, SIGKILL), so the wait ends at once with :class:`PeerLost` instead of at the collective timeout. Only the
+    waiter's monotonic clock is read, so clocks that differ between nodes cannot make a live peer look dead. It
+    matters most on the way out: when one rank crashes, Volcano stops the others with SIGTERM, and a rank blocked
+    here would otherwise hold its pod (and the gang's restart) until the grace period ran out. A rank not beating
+    yet is not dead: it may be starting.
     """
 
     def __init__(self, root: Path, rank: int, world_size: int, attempt_key: str, timeout_seconds: float,
@@ -77,7 +79,10 @@ class FileCollective:
         self.dead_after = dead_after_seconds
         self.started = time.time()
         self.seq = 0
+        #: Per peer: its last beat seen and when it changed, on this process's monotonic clock.
+        self._beats: dict[int, tuple[str, float]] = {}
         self._beating = threading.Event()
+        self._beat_count = 0
         self._beat()
         self._beater = threading.Thread(target=self._beat_forever, args=(heartbeat_seconds,), daemon=True,
                                         name=f"collective-heartbeat-r{rank}")
@@ -88,7 +93,8 @@ class FileCollective:
 
     def _beat(self) -> None:
         tmp = self.dir / f".alive-r{self.rank}.tmp"
-        tmp.write_text(repr(time.time()))
+        self._beat_count += 1
+        tmp.write_text(f"{self._beat_count} {time.time()!r}")  # a new value every beat, whatever the clock says
         os.replace(tmp, self._alive_path(self.rank))
 
     def _beat_forever(self, every: float) -> None:
@@ -103,12 +109,17 @@ class FileCollective:
         self._beating.set()
 
     def _silent_for(self, rank: int, now: float) -> float | None:
-        """Seconds since ``rank`` last beat, or None when it has not beaten in this attempt (yet)."""
+        """Seconds (of ``now``, this process's monotonic clock) since ``rank``'s beat last changed, or None when it
+        has not beaten in this attempt (yet)."""
         try:
-            beat = float(self._alive_path(rank).read_text())
-        except (FileNotFoundError, ValueError):
+            beat = self._alive_path(rank).read_text()
+        except FileNotFoundError:
             return None
-        return now - beat
+        seen = self._beats.get(rank)
+        if seen is None or seen[0] != beat:
+            self._beats[rank] = (beat, now)
+            return 0.0
+        return now - seen[1]
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         # An allgather: its files double as the proof that every rank has read the older ones (see above).
@@ -142,9 +153,8 @@ class FileCollective:
                                             f"{self.timeout:g} s")
                 if mono >= next_check:
                     next_check = mono + 0.5
-                    now = time.time()
                     silent = {r: age for r in sorted(pending)
-                              if (age := self._silent_for(r, now)) is not None and age > self.dead_after}
+                              if (age := self._silent_for(r, mono)) is not None and age > self.dead_after}
                     if silent:
                         ages = ", ".join(f"rank {r} silent for {a:.0f} s" for r, a in silent.items())
                         raise PeerLost(f"collective {seq}: {ages} (over {self.dead_after:g} s): its process died; "
