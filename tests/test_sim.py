@@ -11,7 +11,7 @@ import pytest
 import agents.burst_controller.decide as core
 from agents.burst_controller.settings import BurstSettings
 from bench.sim import controller_adapter
-from bench.sim.engine import Simulator, simulate
+from bench.sim.engine import Outcome, Simulator, simulate
 from bench.sim.model import (
     ClusterModel,
     DeschedulerLimits,
@@ -249,6 +249,21 @@ def test_conservation_under_every_policy() -> None:
         assert 0.0 <= out.shortfall_external_full <= sum(parts) + 1e-12
 
 
+def quiet_and_exact(model: ClusterModel, workload: Workload, policy: Policy,
+                    check: bool = False) -> tuple[list[Simulator], Outcome, Outcome]:
+    """The small stack's half day run twice, skipping quiet ticks and deciding on every one: the outcomes must be
+    equal (but for the decision counts), and the quiet run must have skipped some. Returns the two simulators and
+    their outcomes."""
+    sims = [Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, check=check, exact_ticks=exact)
+            for exact in (False, True)]
+    quiet, exact = (sim.run() for sim in sims)
+    keep = ("decide_calls", "decide_skipped", "runtime_s")
+    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
+        k: v for k, v in exact.summary().items() if k not in keep}
+    assert quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    return sims, quiet, exact
+
+
 def test_same_seed_same_outcome_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
     policy = Policy("controller", CONTROLLER, settings, model.descheduler)
@@ -275,12 +290,7 @@ def test_quiet_ticks_change_nothing_with_the_ramp_cover_on() -> None:
     model, settings, workload = small_stack()
     ramping = replace(settings, handover_ramp_seconds=180.0)
     policy = Policy("controller", CONTROLLER, ramping, model.descheduler)
-    sims = [Simulator(model, workload, policy, 0.5 * 86400, 0.25 * 86400, exact_ticks=exact) for exact in (False, True)]
-    quiet, exact = (sim.run() for sim in sims)
-    keep = ("decide_calls", "decide_skipped", "runtime_s")
-    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
-        k: v for k, v in exact.summary().items() if k not in keep}
-    assert quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    _, quiet, _ = quiet_and_exact(model, workload, policy)
     base = simulate(model, workload, Policy("controller", CONTROLLER, settings, model.descheduler), 0.5 * 86400,
                     0.25 * 86400)
     assert quiet.standby_gpu_hours > base.standby_gpu_hours  # the ramp's part of the standby ran

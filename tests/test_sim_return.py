@@ -13,7 +13,7 @@ from bench.sim.cluster import PENDING
 from bench.sim.engine import Simulator, simulate
 from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
-from tests.test_sim import FLAT, HANDOVER, ONE, OURS, small_stack
+from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack
 
 HOME = replace(OURS, settings=replace(HANDOVER, return_surge_share=1.0))
 
@@ -86,13 +86,7 @@ def test_the_invariants_catch_a_misfiled_bridge_pod() -> None:
 def test_the_controller_brings_replicas_home_without_a_dip_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
     home = Policy("controller", CONTROLLER, replace(settings, return_surge_share=0.25), model.descheduler)
-    sims = [Simulator(model, workload, home, 0.5 * 86400, 0.25 * 86400, check=True, exact_ticks=exact)
-            for exact in (False, True)]
-    quiet, exact = (sim.run() for sim in sims)
-    keep = ("decide_calls", "decide_skipped", "runtime_s")
-    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
-        k: v for k, v in exact.summary().items() if k not in keep}
-    assert quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    sims, quiet, _ = quiet_and_exact(model, workload, home, check=True)
     assert sims[0].counters.return_evictions > 0
     base = simulate(model, workload, replace(home, settings=settings), 0.5 * 86400, 0.25 * 86400)
     # Make before break: no availability lost, and the replicas that waited on open virtual nodes while

@@ -14,7 +14,7 @@ from bench.sim.engine import Simulator, simulate
 from bench.sim.model import ProviderModel
 from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
-from tests.test_sim import FLAT, HANDOVER, ONE, OURS, small_stack
+from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack
 
 WARM = replace(OURS, settings=replace(HANDOVER, warm_pool_share=1.0))
 COLD_S, WARM_S = ONE.latencies.external_start_s, ONE.latencies.external_warm_start_s
@@ -142,13 +142,7 @@ def test_the_controller_keeps_a_warm_pool_and_quiet_ticks_change_nothing() -> No
     model, settings, workload = small_stack()
     warm = Policy("controller", CONTROLLER, replace(settings, warm_pool_share=0.25, warm_pool_ramp_seconds=180.0),
                   model.descheduler)
-    sims = [Simulator(model, workload, warm, 0.5 * 86400, 0.25 * 86400, check=True, exact_ticks=exact)
-            for exact in (False, True)]
-    quiet, exact = (sim.run() for sim in sims)
-    keep = ("decide_calls", "decide_skipped", "runtime_s")
-    assert {k: v for k, v in quiet.summary().items() if k not in keep} == {
-        k: v for k, v in exact.summary().items() if k not in keep}
-    assert quiet.decide_skipped > 0 and exact.decide_skipped == 0
+    sims, quiet, _ = quiet_and_exact(model, workload, warm, check=True)
     assert sims[0].controller is not None and sims[0].controller.stats.warm_scales > 0
     assert 0 < quiet.warm_gpu_hours < quiet.external_gpu_hours
     base = simulate(model, workload, replace(warm, settings=settings), 0.5 * 86400, 0.25 * 86400)
