@@ -33,7 +33,7 @@ import yaml
 
 from agents.burst_controller.settings import return_deployment, standby_deployment, warm_deployment
 from agents.health_guard.contract import Names as HealthNames
-from components import rbac
+from components import forecast, rbac
 from components.config import (
     ClusterConfig,
     ExternalProvider,
@@ -230,6 +230,30 @@ def hpa_metric(service: InferenceService) -> k8s.autoscaling.v2.MetricSpecArgs:
             target=k8s.autoscaling.v2.MetricTargetArgs(type="AverageValue", average_value=str(s.target)),
         ),
     )
+
+
+def forecast_metric(service: InferenceService) -> k8s.autoscaling.v2.MetricSpecArgs:
+    """The forecast (components/forecast.py) as a second External metric with the demand metric's per-replica
+    target: the HPA computes a count from each metric and takes the larger."""
+    return k8s.autoscaling.v2.MetricSpecArgs(
+        type="External",
+        external=k8s.autoscaling.v2.ExternalMetricSourceArgs(
+            metric=k8s.autoscaling.v2.MetricIdentifierArgs(
+                name=forecast.adapter_name(series(service)),
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels={QUEUE_SERVICE_LABEL: service.name}),
+            ),
+            target=k8s.autoscaling.v2.MetricTargetArgs(type="AverageValue",
+                                                       average_value=str(service.scaling.target)),
+        ),
+    )
+
+
+def hpa_metrics(service: InferenceService) -> list[k8s.autoscaling.v2.MetricSpecArgs]:
+    """The demand metric, and the forecast when the service sets one."""
+    metrics = [hpa_metric(service)]
+    if service.scaling.forecast.enabled:
+        metrics.append(forecast_metric(service))
+    return metrics
 
 
 def hpa_behavior(service: InferenceService) -> k8s.autoscaling.v2.HorizontalPodAutoscalerBehaviorArgs:
@@ -469,7 +493,7 @@ class InferenceServiceComponent(pulumi.ComponentResource):
                 ),
                 min_replicas=svc.min_replicas,
                 max_replicas=svc.max_replicas,
-                metrics=[hpa_metric(svc)],
+                metrics=hpa_metrics(svc),
                 behavior=hpa_behavior(svc),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
@@ -554,6 +578,7 @@ def adapter_rules(services: list[InferenceService]) -> dict[str, Any]:
         }
         for name in queue_series
     ]
+    external += forecast.adapter_rules(forecast.rules_for(services, series))
     return {"rules": rules, "externalRules": external}
 
 
@@ -715,6 +740,19 @@ class InferencePlatform(pulumi.ComponentResource):
         deps: list[pulumi.Resource] = []
         if adapter_args.services:
             deps.append(PrometheusAdapter("metrics-adapter", adapter_args, pulumi.ResourceOptions(parent=self)))
+        rules = forecast.rules_for(cfg.inference.services, series)
+        if rules:
+            # The forecasts' recording rules, where the Prometheus Operator picks up the stack's other rules.
+            labels = {**common_labels("inference-forecast", "recording-rules"), **cfg.observability.monitor_labels}
+            k8s.apiextensions.CustomResource(
+                "inference-forecast",
+                api_version="monitoring.coreos.com/v1",
+                kind="PrometheusRule",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="inference-forecast", namespace=cfg.monitoring_namespace,
+                                                    labels=labels),
+                spec={"groups": forecast.rule_groups(rules)},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.services = [
             InferenceServiceComponent(
                 f"inference-{s.name}",
@@ -737,7 +775,9 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
         rows.append((
             f"inference {s.name}",
             f"{s.min_replicas}–{s.max_replicas} replicas × {s.gpus_per_replica} GPU, {t.shape.value} ({where}), "
-            f"HPA on {metric} {s.scaling.target}{unit}, "
+            f"HPA on {metric} {s.scaling.target}{unit}"
+            + (f" and its {s.scaling.forecast.horizon_seconds}s forecast" if s.scaling.forecast.enabled else "")
+            + ", "
             f"scale-down window {s.scaling.scale_down_stabilization_seconds}s",
         ))
     if any(s.scaling.metric in ADAPTED for s in cfg.inference.services):

@@ -53,6 +53,8 @@ from components.config.descheduler import (
     Descheduler,
 )
 from components.config.inference import (
+    FORECAST_INTERVAL_SECONDS,
+    Forecast,
     GatewayRef,
     Inference,
     InferenceService,
@@ -105,6 +107,7 @@ from components.config.training import (
 
 __all__ = [
     "CROSS_CHECKS",
+    "FORECAST_INTERVAL_SECONDS",
     "GPU_HARDWARE_LIMITS_CELSIUS",
     "LUSTRE_PARAMETER_KEYS",
     "LUSTRE_THROUGHPUT_TIERS",
@@ -125,6 +128,7 @@ __all__ = [
     "ExternalProvider",
     "Filesystem",
     "FilesystemBase",
+    "Forecast",
     "GatewayRef",
     "GpuPool",
     "Handover",

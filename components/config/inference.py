@@ -93,6 +93,52 @@ class ScalingMetric(StrEnum):
     IN_FLIGHT = "in-flight"
 
 
+#: How often the forecast's recording rules are evaluated (seconds): the HPA's own sync period (15 s by default),
+#: so every HPA sync reads a forecast at most one sync old, and no evaluation is wasted between two syncs.
+FORECAST_INTERVAL_SECONDS = 15
+
+
+class Forecast(ConfigModel):
+    """Replicas before the ramp: a forecast of the scaling metric as the HPA's second metric, with the same
+    per-replica target, so the HPA takes the larger of demand now and demand expected `horizonSeconds` ahead.
+
+    A Prometheus recording rule computes it every 15 s (the HPA's sync period) from the service's demand:
+    the larger of a linear trend over `trendWindowSeconds` projected `horizonSeconds` ahead, and (with
+    `seasonSeconds`) the demand one season ago at the horizon, scaled by how today's level over
+    `levelWindowSeconds` compares with that season's. prometheus-adapter serves it as an external metric.
+    """
+
+    horizon_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
+    """How far ahead the forecast looks (seconds, a multiple of 15); about the external start (image pull and
+    model load on a virtual node), the time a replica asked for now takes to serve. 0: no forecast metric."""
+    trend_window_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
+    """Window of the linear trend (`predict_linear`, seconds, a multiple of 15): short enough to follow a ramp
+    within minutes, long enough that one noisy sample does not tilt it."""
+    season_seconds: Annotated[int, Field(ge=0, le=2_419_200)] = 0
+    """Length of the demand's season (seconds, a multiple of 15; 86400 for a daily cycle, 604800 weekly); 0
+    leaves the seasonal term out and the forecast is the trend alone."""
+    level_window_seconds: Annotated[int, Field(ge=60, le=86_400)] = 3600
+    """Window over which today's level is compared with the same window one season ago (seconds, a multiple of
+    15); the ratio scales last season's demand to today's."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.horizon_seconds > 0
+
+    @model_validator(mode="after")
+    def _on_the_evaluation_grid(self) -> Self:
+        step = FORECAST_INTERVAL_SECONDS
+        for key, value in (("horizonSeconds", self.horizon_seconds), ("trendWindowSeconds", self.trend_window_seconds),
+                           ("seasonSeconds", self.season_seconds), ("levelWindowSeconds", self.level_window_seconds)):
+            if value % step:
+                raise ValueError(f"{key} must be a multiple of the rule's {step} s evaluation interval "
+                                 f"(the recorded samples it reads lie on that grid), got {value}")
+        if self.season_seconds and self.season_seconds <= self.horizon_seconds:
+            raise ValueError(f"seasonSeconds ({self.season_seconds}) must exceed horizonSeconds "
+                             f"({self.horizon_seconds}): the seasonal term reads last season at the horizon")
+        return self
+
+
 class Scaling(ConfigModel):
     """HPA target. cpu/memory: average utilization percent; queue-depth: waiting jobs per replica
     (an external metric); in-flight: concurrent requests per replica (a pods metric)."""
@@ -112,6 +158,8 @@ class Scaling(ConfigModel):
     prometheus_series: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")] | None = None
     """Prometheus series the adapter serves for queue-depth/in-flight; `inference_queue_depth` or
     `inference_requests_in_flight` when unset."""
+    forecast: Forecast = Forecast()
+    """A forecast of the metric as a second HPA metric (queue-depth only); off unless `horizonSeconds` is set."""
 
     @model_validator(mode="after")
     def _target(self) -> Self:
@@ -119,6 +167,10 @@ class Scaling(ConfigModel):
             raise ValueError(f"target for metric '{self.metric}' is a utilization percent (1-100), got {self.target}")
         if self.metric in (ScalingMetric.CPU, ScalingMetric.MEMORY) and self.prometheus_series:
             raise ValueError(f"prometheusSeries applies to queue-depth/in-flight, not '{self.metric}'")
+        if self.forecast.enabled and self.metric is not ScalingMetric.QUEUE_DEPTH:
+            raise ValueError(f"forecast applies to metric 'queue-depth' (one series per service, selected by its "
+                             f"service label), not '{self.metric}': a per-pod or resource metric has no service-wide "
+                             "series to forecast")
         return self
 
 

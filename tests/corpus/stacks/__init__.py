@@ -219,3 +219,14 @@ CASES: list[Case] = [
 CASES += [
     Case("provider-name-long", L, ("providers[0].name",), edit=at("providers[0].name", "p" * 62)),
 ]
+
+CASES += [
+    Case("forecast-on-in-flight", P, ("inference.services[1].scaling", "forecast applies to metric 'queue-depth'"),
+         edit=at("inference.services[1].scaling.forecast", {"horizonSeconds": 180})),
+    Case("forecast-off-grid", P, ("inference.services[0].scaling.forecast", "multiple of the rule's 15 s evaluation interval", "got 100"),
+         edit=at(f"{SVC}.scaling.forecast", {"horizonSeconds": 100})),
+    Case("forecast-season-within-horizon", P, ("inference.services[0].scaling.forecast", "seasonSeconds (180) must exceed horizonSeconds (180)"),
+         edit=at(f"{SVC}.scaling.forecast", {"horizonSeconds": 180, "seasonSeconds": 180})),
+    Case("forecast-horizon-string", P, ("inference.services[0].scaling.forecast.horizonSeconds",),
+         edit=at(f"{SVC}.scaling.forecast", {"horizonSeconds": "3m"})),
+]
