@@ -2,6 +2,13 @@
 upstream stabilisation rule (scale up to the minimum of the up-window, down to the maximum of the down-window).
 Scale-down deletes pods in the ReplicaSet's order: unplaced, not ready, lower deletion cost, newest.
 
+A service with a forecast (`ServiceModel.forecast`, the stack's `scaling.forecast`) has it as a second metric:
+its recording rule is evaluated every `interval_s` from the demand sampled then (`components.forecast
+.forecast_at`, the function promtool checks against the rendered rule), and each HPA sync reads the newest
+evaluation strictly before it (the adapter serves what Prometheus has recorded; an evaluation at the same
+instant is taken as not yet written), proposing ceil(forecast × headroom) beside ceil(demand × headroom) and
+taking the larger, as the HPA does with two metrics, before its stabilisation windows.
+
 The oracle policy (`zero_lag`) follows demand at once and moves external pods on-prem the moment they fit.
 """
 
@@ -13,6 +20,7 @@ from collections import deque
 from bench.sim.cluster import ClusterState
 from bench.sim.replicasets import ReplicaSets
 from bench.sim.workload import Workload
+from components.forecast import ForecastRule, forecast_at
 
 
 class Hpa:
@@ -25,6 +33,23 @@ class Hpa:
         self.workload = workload
         self.headroom = headroom
         self.zero_lag = zero_lag
+        models = cluster.model.services
+        self.forecasts: list[ForecastRule | None] = [None if zero_lag else m.forecast for m in models]
+        self.recorded: list[list[float]] = [[] for _ in models]  # the demand record, one value per evaluation
+        self.forecast: list[float | None] = [None for _ in models]  # the newest evaluation's value
+        self._next_eval = [0.0 for _ in models]
+
+    def evaluate_rules(self, s: int, t: float, including: bool) -> None:
+        """Run service `s`'s recording rules at every evaluation instant before `t` (and at `t`, `including`)."""
+        rule = self.forecasts[s]
+        assert rule is not None
+        svc = self.cluster.services[s]
+        recorded = self.recorded[s]
+        while self._next_eval[s] < t or (including and self._next_eval[s] == t):
+            at = self._next_eval[s]
+            recorded.append(self.workload.demand(svc.name, svc.max, at))
+            self.forecast[s] = forecast_at(recorded, len(recorded) - 1, rule)
+            self._next_eval[s] = at + rule.interval_s
 
     def run(self, t: float) -> None:
         c = self.cluster
@@ -34,7 +59,14 @@ class Hpa:
             if d != svc.demand:
                 svc.demand = d
                 c.avail_dirty = True
-            raw = min(max(math.ceil(d * self.headroom - 1e-9), svc.min), svc.max)
+            want = math.ceil(d * self.headroom - 1e-9)
+            if self.forecasts[s] is not None:
+                self.evaluate_rules(s, t, including=False)
+                f = self.forecast[s]  # the evaluations before t only
+                if f is not None and f == f:
+                    want = max(want, math.ceil(f * self.headroom - 1e-9))
+                self.evaluate_rules(s, t, including=True)
+            raw = min(max(want, svc.min), svc.max)
             if self.zero_lag:
                 target = raw
             else:

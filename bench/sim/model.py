@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from components.config import ClusterConfig
+from components.config import ClusterConfig, Forecast
+from components.forecast import ForecastRule
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class ServiceModel:
     max_unavailable: int
     scale_up_stabilization_s: float
     scale_down_stabilization_s: float
+    # The service's forecast metric (scaling.forecast), modelled by the deployed rule's own function.
+    forecast: ForecastRule | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class ClusterModel:
                 s.max_unavailable,
                 float(s.scaling.scale_up_stabilization_seconds),
                 float(s.scaling.scale_down_stabilization_seconds),
+                ForecastRule.of(s.name, "demand", s.scaling.forecast) if s.scaling.forecast.enabled else None,
             )
             for s in cfg.inference.services
         )
@@ -122,6 +126,13 @@ class ClusterModel:
         )
         return cls(pools, providers, services, limits, latencies or Latencies(),
                    queue_per_pool=cfg.scheduling.queue_per_pool(len(cfg.pools)))
+
+    def with_forecast(self, forecast: Forecast) -> ClusterModel:
+        """Every service with `forecast` as its HPA's second metric (none when it is off), as if each service of
+        the stack set it."""
+        services = tuple(replace(s, forecast=ForecastRule.of(s.name, "demand", forecast) if forecast.enabled else None)
+                         for s in self.services)
+        return replace(self, services=services)
 
     def scaled_to(self, gpus: int) -> ClusterModel:
         """The same shape at another size: node counts, provider GPUs and replica bounds scale together."""
