@@ -1,0 +1,41 @@
+"""bench_families' table on a small cluster and a short run: every policy, the warm-pool sizes, and the
+mechanisms (the return, the forecasts against their own services-alone bound, all together) in the report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import bench_families as bf
+
+
+@pytest.fixture(scope="module")
+def row() -> dict[str, Any]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bf, "GPUS", 256)
+        patch.setattr(bf, "WARMUP_DAYS", 0.05)
+        return bf.family_row("steep-ramps", 0.0, days=0.1)
+
+
+def test_the_row_holds_the_return_the_forecasts_and_all_together(row: dict[str, Any]) -> None:
+    labels = list(row["mechanisms"])
+    assert labels == ["return 0.25", "forecast: trend 180 s", "forecast: trend 180 s + daily season",
+                      f"forecast: {bf.COMBINED[0]}"]
+    stack_bound = row["policies"]["inference alone"]["inference_availability"]
+    for label, m in row["mechanisms"].items():
+        assert m["gap_to_stack_bound_points"] == pytest.approx((stack_bound - m["inference_availability"]) * 100,
+                                                               abs=1e-4)
+        assert m["gap_points"] == pytest.approx((m["bound"] - m["inference_availability"]) * 100, abs=1e-4)
+        assert m["met"] == (m["gap_points"] <= bf.TARGET_GAP_POINTS)
+        if not label.startswith("forecast"):
+            assert m["bound"] == stack_bound  # the return leaves the HPAs, and so the bound, as they are
+    assert isinstance(row["naive_taint_flips"], int)
+
+
+def test_the_report_prints_every_mechanism_beside_the_stacks_settings(row: dict[str, Any]) -> None:
+    text = bf.to_markdown(bf.result({"steep-ramps": row}, 0.1))
+    table = text[text.index("Make-before-break return and the forecast metric"):]
+    assert "| steep-ramps | the stack's settings |" in table
+    for label in row["mechanisms"]:
+        assert f"| steep-ramps | {label} |" in table
