@@ -39,3 +39,9 @@ def test_the_report_prints_every_mechanism_beside_the_stacks_settings(row: dict[
     assert "| steep-ramps | the stack's settings |" in table
     for label in row["mechanisms"]:
         assert f"| steep-ramps | {label} |" in table
+
+
+def test_the_steep_ramps_are_also_sampled_every_minute() -> None:
+    rows = {row: (family, share, bin_s) for row, family, share, bin_s in bf.cases()}
+    assert rows["steep-ramps, 1-min samples"] == ("steep-ramps", 0.0, 60.0)
+    assert rows["steep-ramps"][2] == 300.0

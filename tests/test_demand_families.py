@@ -117,3 +117,15 @@ def test_a_family_workload_replaces_the_demand_of_every_service() -> None:
     assert set(workload.shapes) == {ALL} and workload.gangs == GANGS
     peak = max(workload.demand("any", 10, i * DEFAULT_BIN_S) for i in range(int(HORIZON // DEFAULT_BIN_S)))
     assert peak == pytest.approx(8.0)
+
+
+def test_a_family_workload_in_minute_bins_spreads_a_ramp_over_its_five_minutes() -> None:
+    base = Workload(GANGS, (), WorkloadSpec())
+    workload = family_workload(base, "steep-ramps", HORIZON, 1, 0.8, bin_s=60.0)
+    assert isinstance(workload, TraceWorkload) and workload.bin_s == 60.0
+    demand = workload.shapes[ALL]
+    assert len(demand) == int(HORIZON // 60)
+    # Somewhere demand rises over five consecutive minutes by more than any single minute's rise.
+    rises = [demand[i + 5] - demand[i] for i in range(len(demand) - 5)]
+    steps = [demand[i + 1] - demand[i] for i in range(len(demand) - 1)]
+    assert max(rises) > 2 * max(steps)

@@ -184,9 +184,9 @@ def ramp_aligned_gangs(gangs: Sequence[Gang], demand: Shape, bin_s: float, share
 
 
 def family_workload(base: Workload, family: str, horizon_s: float, seed: int, peak_share: float,
-                    ramp_gangs: float = 0.0) -> Workload:
-    """``base`` with its inference demand replaced by one family's shape for every service, and optionally a
-    share of its gangs moved onto the ramps."""
-    demand = shape(family, horizon_s, seed)
-    gangs = ramp_aligned_gangs(base.gangs, demand, DEFAULT_BIN_S, ramp_gangs, seed) if ramp_gangs else None
-    return trace_workload(base, {ALL: demand}, peak_share=peak_share, gangs=gangs)
+                    ramp_gangs: float = 0.0, bin_s: float = DEFAULT_BIN_S) -> Workload:
+    """``base`` with its inference demand replaced by one family's shape for every service (in ``bin_s`` bins),
+    and optionally a share of its gangs moved onto the ramps."""
+    demand = shape(family, horizon_s, seed, bin_s)
+    gangs = ramp_aligned_gangs(base.gangs, demand, bin_s, ramp_gangs, seed) if ramp_gangs else None
+    return trace_workload(base, {ALL: demand}, bin_s=bin_s, peak_share=peak_share, gangs=gangs)
