@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 
 from components.config import ConfigError, Forecast, parse_config
 from components.forecast import ForecastRule, forecast_at, forecast_expr, rule_groups
+from policies.rules import evaluate
 from tests.conftest import raw_stack
 from tests.promtool_support import promtool
+from tools import policy
 from tools.mockrt import RunResult, raw_from_stack, run_program
 
 STEP = 15
@@ -33,11 +35,22 @@ def with_forecast(config: dict[str, Any], index: int = 0, **overrides: int) -> N
     services[index]["scaling"] = {**services[index]["scaling"], "forecast": {**FORECAST, **overrides}}
 
 
+def forecast_raw() -> dict[str, Any]:
+    raw = copy.deepcopy(raw_from_stack("prod"))
+    raw["inference"]["services"][0]["scaling"] = {**raw["inference"]["services"][0]["scaling"], "forecast": FORECAST}
+    return raw
+
+
 @pytest.fixture(scope="module")
 def forecasting() -> RunResult:
     config, secrets = raw_stack("prod")
     with_forecast(config)
     return run_program("prod", config, secrets)
+
+
+def test_the_stack_with_a_forecast_passes_every_mandatory_rule(forecasting: RunResult) -> None:
+    found = evaluate(policy.resources_of(forecasting), policy.context_for("prod", forecast_raw()))
+    assert [(v.rule, v.resource, v.message) for v in found if v.level.value == "mandatory"] == []
 
 
 def rules_spec(result: RunResult) -> dict[str, Any]:
