@@ -111,11 +111,13 @@ class Forecast(ConfigModel):
     # Off by default. Measured with the forecast on every service (4,096 GPUs, seed 1, 4 days after one warm-up
     # day; bench_families gives the full table): the daily season cuts the shortfall of replicas still starting
     # where demand repeats (loop-smooth 0.100 -> 0.006 points, decays 0.493 -> 0.368, steep ramps 0.115 -> 0.098)
-    # and lifts the services-alone bound itself, but the replicas it asks for early are on-prem GPUs a gang then
-    # takes, and the shortfall of replicas being replaced grows on plateaus (0.233 -> 0.342) and diurnal demand
-    # (0.026 -> 0.060); the trend alone moves the starting shortfall by at most 0.013 points either way (a ramp
-    # sampled in 5-minute bins is one step it cannot see coming). External GPU·h change by -1 to +6 %. Not better
-    # everywhere, so a stack turns it on per service whose demand it knows to repeat.
+    # and lifts the services-alone bound itself, but the replicas it asks for early land on on-prem GPUs a gang
+    # then takes (2 days: preemptions +33 % on plateaus, +81 % diurnal) and their replacements find the virtual
+    # nodes full, so the shortfall of replicas being replaced grows on plateaus (0.233 -> 0.342) and diurnal
+    # demand (0.026 -> 0.060), all of it while no virtual node had room. The trend alone moves the starting
+    # shortfall by at most 0.013 points either way (a ramp sampled in 5-minute bins is one step it cannot see
+    # coming). External GPU·h change by -1 to +6 %. Not better everywhere, so a stack turns it on per service
+    # whose demand it knows to repeat.
     horizon_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
     """How far ahead the forecast looks (seconds, a multiple of 15); about the external start (image pull and
     model load on a virtual node), the time a replica asked for now takes to serve. 0: no forecast metric."""
