@@ -20,6 +20,7 @@ from components.forecast import ForecastRule, forecast_at, forecast_expr, rule_g
 from policies.rules import evaluate
 from tests.conftest import raw_stack
 from tests.promtool_support import promtool
+from tests.test_schema_validation import validate_all
 from tools import policy
 from tools.mockrt import RunResult, raw_from_stack, run_program
 
@@ -46,6 +47,11 @@ def forecasting() -> RunResult:
     config, secrets = raw_stack("prod")
     with_forecast(config)
     return run_program("prod", config, secrets)
+
+
+def test_the_stack_with_a_forecast_validates_strictly(forecasting: RunResult) -> None:
+    version = parse_config(forecast_raw(), "Pulumi.prod.yaml").kubernetes_version
+    assert validate_all(forecasting, version) == []
 
 
 def test_the_stack_with_a_forecast_passes_every_mandatory_rule(forecasting: RunResult) -> None:
