@@ -17,6 +17,7 @@ Nothing here touches the host; :mod:`tools.localcluster.nodehost` does.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,10 @@ REAL_GPU_POOL = "real-gpu"
 REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02", "real-gpu-03")
 REAL_GPUS_PER_NODE = 2
 REAL_GPU_MODEL = "H100-SXM5-80GB"
+#: Distinct real GPU nodes the health guard may take out within an hour: one turns degraded and, once it is back,
+#: another turns fatal (the let-it-crash loop of ``tests/test_e2e_stack_in_pods.py``). One at a time still: the
+#: stack's own share of a pool quarantined at once is left as it is.
+REAL_GPU_NODES_PER_HOUR = 2
 CNI_BIN_DIR = "/usr/lib/cni"
 
 
@@ -217,7 +222,9 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     :data:`REAL_GPU_POOL`, after the stack's own, so a researcher's ``gpucluster train submit`` can name it.
 
     Inference services that may use every pool are kept to the stack's first pool: their images come from a
-    registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. Pure; the
+    registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. The health
+    guard's hourly rails are raised, never lowered, to :data:`REAL_GPU_NODES_PER_HOUR` nodes of the real pool:
+    a pool of three at the stack's 50 %/h allows one, and a second fault in the hour would trip the breaker. Pure; the
     plan (``load_plan(real_nodes=True)``) and ``pulumi up`` (``stackup.pulumi_up(in_pods=True)``) both apply it.
     """
     pools = [dict(p) for p in values.get("pools") or ()]
@@ -235,7 +242,22 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(inference, Mapping) and inference.get("services"):
         services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]
         out["inference"] = {**inference, "services": services}
+    observability = values.get("observability") or {}
+    if not isinstance(observability, Mapping) or not isinstance(observability.get("health") or {}, Mapping):
+        return out  # not a section: the stack's own validation names it
+    health = dict(observability.get("health") or {})
+    per_hour = math.ceil(100 * REAL_GPU_NODES_PER_HOUR / len(REAL_GPU_NODES))
+    for key, floor in (("maxPoolPercentPerHour", per_hour), ("maxNodesPerHour", REAL_GPU_NODES_PER_HOUR)):
+        if _unset_or_below(health.get(key), floor):
+            health[key] = floor
+    out["observability"] = {**observability, "health": health}
     return out
+
+
+def _unset_or_below(value: Any, floor: float) -> bool:
+    """Unset, or a number under ``floor``; any other value is left for the stack's validation to name."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value is None or (number and value < floor)
 
 
 def policy_node(nodes: Sequence[RealNode]) -> str:
