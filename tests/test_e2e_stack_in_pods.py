@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from components import images
-from tests.polling import wait
+from tests.polling import first_times, wait
 from tests.realnode_support import BUILT, container_pid, private_state, why_not
 from tools.engine_runner import engine_available
 from tools.image_local import LOCAL_REGISTRY
@@ -332,22 +332,16 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
                 and all(p.status.phase == "Running" for p in pods))
 
     def loop(node: str, health_class: HealthClass, started: float, attempt: int) -> dict[str, float | int]:
-        """Time each step from the fault on ``node`` to the gang's first step elsewhere."""
-        figures_: dict[str, float | int] = {}
-
-        def since() -> float:
-            return round(time.monotonic() - started, 1)
-
-        wait(f"the guard quarantines {node} as {health_class}", lambda: quarantine(node) == health_class, 180)
-        figures_["fault_to_quarantine_s"] = since()
-        wait(f"the gang's pods leave {node}",
-             lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)), 180)
-        figures_["fault_to_pods_gone_s"] = since()
-        wait(f"the gang runs again off {node}", lambda: running_off(node), 300)
-        figures_["fault_to_gang_running_s"] = since()
-        wait(f"the gang trains again off {node}", lambda: running_off(node) and _training_from(stack, attempt, name),
-             300)
-        figures_["fault_to_first_step_s"] = since()
+        """Time each step from the fault on ``node`` to the gang's first step elsewhere, each on its own: on the
+        fatal path Volcano restarts the gang for the crash, which may come before the guard's quarantine."""
+        figures_: dict[str, float | int] = dict(first_times({
+            "fault_to_quarantine_s": lambda: quarantine(node) == health_class,
+            "fault_to_pods_gone_s": lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)),
+            "fault_to_gang_running_s": lambda: running_off(node),
+            "fault_to_first_step_s": lambda: running_off(node) and _training_from(stack, attempt, name),
+        }, 300, started))
+        # Whatever came first, the node ends quarantined and the gang trains elsewhere.
+        assert quarantine(node) == health_class and running_off(node), (node, quarantine(node))
         final = _training_from(stack, attempt, name)
         assert final is not None
         figures_["lost_steps"] = _steps_redone(stack, name, attempt - 1, final)
