@@ -28,6 +28,7 @@ from tools.localcluster.plan import (
 from tools.localcluster.realnodes import (
     APISERVER_IP,
     COREDNS_RULES,
+    NODE_IP,
     REAL_GPU_MODEL,
     REAL_GPU_NODES,
     REAL_GPU_NODES_PER_HOUR,
@@ -155,8 +156,9 @@ def test_an_observability_value_that_is_not_a_section_is_left_to_validation(obse
 
 @pytest.mark.parametrize("nodes", [NODES, LOCAL], ids=["default", "local-stack"])
 def test_nodes_share_nothing_they_would_fight_over(nodes: tuple[RealNode, ...]) -> None:
-    """Kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ."""
-    for attr in ("ip", "pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
+    """Kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ; the address is
+    the host's, one for all, so one policy engine polices every node's pods (``policy_node``)."""
+    for attr in ("pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
         values = [getattr(n, attr) for n in nodes]
         assert len(set(values)) == len(values), attr
     subnets = [ipaddress.ip_network(n.pod_cidr) for n in nodes]
@@ -164,7 +166,8 @@ def test_nodes_share_nothing_they_would_fight_over(nodes: tuple[RealNode, ...]) 
     assert not any(s.overlaps(kwok) for s in subnets)
     assert not any(a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1:])
     assert all(len(n.bridge) <= 15 for n in nodes)  # the kernel's interface-name limit
-    assert addresses(nodes) == [APISERVER_IP, *(n.ip for n in nodes)]
+    assert {n.ip for n in nodes} == {NODE_IP}
+    assert addresses(nodes) == [APISERVER_IP, NODE_IP]
 
 
 def test_every_unix_socket_fits_the_kernels_108_byte_limit_under_the_default_state() -> None:

@@ -4,8 +4,10 @@ Every real node shares the host's network namespace but has its own containerd (
 kubelet (root dir, ports, cgroup root ``/gpucluster/<node>``), its own CNI bridge and pod subnet, all under
 ``.state/localcluster/nodes/<node>``. The API server is reached at :data:`APISERVER_IP`, an address the
 local cluster adds to ``lo`` so pods can reach it (it advertises that address, so the ``kubernetes`` Service
-has an endpoint and in-cluster clients work). Each node has an address of its own on ``lo`` too (the
-kubelet insists its ``--node-ip`` is a local address, and the API server reaches the kubelet there).
+has an endpoint and in-cluster clients work). The nodes share one more address on ``lo``, :data:`NODE_IP`, as
+they share the host (the kubelet insists its ``--node-ip`` is a local address, and the API server reaches each
+kubelet there, on the node's own port): kube-router's firewall takes as its own the pods whose ``hostIP`` is its
+node's address, so one firewall on the host polices the pods of every real node.
 
 A GPU node advertises fake ``nvidia.com/gpu`` devices through our device plugin (cmd/fake-gpu-plugin).
 Real nodes are tainted :data:`REAL_NODE_TAINT` so only pods that ask for a real kubelet land there: the
@@ -29,6 +31,8 @@ from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 #: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
 #: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
 APISERVER_IP = "10.255.255.1"
+#: Every real node's InternalIP: the host's one address for them (``policy_node``).
+NODE_IP = "10.255.255.10"
 #: Real pods' addresses: one /24 per node, away from kwok's fake 10.244.0.0/16.
 POD_SUPERNET = "10.88"
 #: Only pods tolerating this land on a real node.
@@ -71,7 +75,7 @@ class RealNode:
 
     @property
     def ip(self) -> str:
-        return f"10.255.255.{10 + self.index}"
+        return NODE_IP
 
     @property
     def pod_cidr(self) -> str:
@@ -261,8 +265,10 @@ def _unset_or_below(value: Any, floor: float) -> bool:
 
 
 def policy_node(nodes: Sequence[RealNode]) -> str:
-    """The node whose pods kube-router's firewall guards: the system node (where the agents run). Both nodes share
-    the host's network namespace and one kube-router owns its chains there; a second would delete the first's."""
+    """The node kube-router's firewall runs as: the system node. The nodes share the host's network namespace, where
+    one kube-router owns the chains (a second would delete the first's pod chains as stale), and they share
+    :data:`NODE_IP`, so that one firewall treats every real node's pods as local and polices them all (v2.1.0 picks
+    a node's pods by ``status.hostIP``)."""
     return next(n.name for n in nodes if n.kind == "system")
 
 
@@ -498,5 +504,5 @@ def node_ready_condition(node_status: Mapping[str, Any]) -> bool:
 
 
 def addresses(nodes: Sequence[RealNode]) -> list[str]:
-    """Every address the real nodes need on ``lo``: the API server's, then each node's."""
-    return [APISERVER_IP, *(n.ip for n in nodes)]
+    """Every address the real nodes need on ``lo``, once each: the API server's, then the nodes' (:data:`NODE_IP`)."""
+    return list(dict.fromkeys([APISERVER_IP, *(n.ip for n in nodes)]))
