@@ -170,6 +170,7 @@ def run() -> dict[str, Any]:
         "restart_measured_any": measured.any,
         "restart_measurement_notes": list(measured.notes),
         "fault_to_first_step_s_local": measured.fault_to_first_step_s,
+        "fatal_fault_to_first_step_s_local": measured.fatal_fault_to_first_step_s,
         "restart_comparison": restart_comparison(backend, model, best.policy),
         "graceful_path": graceful_effect(backend, model, best.policy),
         "table": table,
@@ -200,6 +201,9 @@ def restart_markdown(result: dict[str, Any]) -> list[str]:
     lines += ["", f"Local measurements: {measured}" + (f" ({'; '.join(notes)})" if notes else "") + "."]
     if result["fault_to_first_step_s_local"] is not None:
         lines.append(f"Local fault to first training step after resume: {result['fault_to_first_step_s_local']:g} s.")
+    if result.get("fatal_fault_to_first_step_s_local") is not None:
+        lines.append("Local fatal fault (the rank dies with its GPU: the crash path) to first training step: "
+                     f"{result['fatal_fault_to_first_step_s_local']:g} s.")
     lines += ["", "Best policy under each restart (Monte Carlo ETTR %, restart s, 97 % needs restart ≤ s):", "",
               "| restart | " + " | ".join(f"{int(g):,} GPUs" for g in sizes) + " |", "|" + "---|" * (len(sizes) + 1)]
     for name, by_size in result["restart_comparison"].items():

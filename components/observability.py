@@ -56,6 +56,8 @@ IB_APP = ib_contract.APP
 DCGM_PORT = 9400
 COUNTERS_KEY = "counters.csv"
 DCGM_CONFIG_DIR = "/etc/dcgm-exporter/custom"
+#: Where dcgm-exporter looks for the kubelet's pod-resources socket, in its container; the host side is under the
+#: stack's ``kubeletRootDir``.
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 HOST_SYS = ib_contract.HOST_SYSFS_ROOT
 DASHBOARD_KEY = "gpu-fleet.json"
@@ -120,6 +122,8 @@ class ObservabilityArgs:
     dcgm_image: str
     ib_image: str
     ib: ib_contract.IbExporterSettings
+    #: The kubelet's pod-resources directory on the GPU nodes (``kubeletRootDir``), mounted into dcgm-exporter.
+    host_pod_resources_dir: str = POD_RESOURCES_DIR
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> ObservabilityArgs:
@@ -157,6 +161,7 @@ class ObservabilityArgs:
             dcgm_image=images.DCGM_EXPORTER,
             ib_image=images.agent_image(IB_APP, cfg.agent_registry),
             ib=ib_exporter_settings(cfg),
+            host_pod_resources_dir=cfg.pod_resources_dir,
         )
 
 
@@ -446,7 +451,8 @@ class ObservabilityStack(pulumi.ComponentResource):
                 ),
                 k8s.core.v1.VolumeArgs(
                     name="pod-resources",
-                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=POD_RESOURCES_DIR, type="Directory"),
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=args.host_pod_resources_dir,
+                                                                   type="Directory"),
                 ),
                 k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="64Mi")),
             ],

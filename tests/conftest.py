@@ -7,8 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tools.mockrt import RunResult, run_program, stack_config
+
+# Hypothesis judges inputs, not seconds: its per-example deadline and its "generation too slow" check are timings,
+# which a loaded 2-core build machine fails at random (speed is `make bench`'s to measure, never a test's).
+settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("project")
 
 
 def raw_stack(stack: str) -> tuple[dict[str, Any], set[str]]:

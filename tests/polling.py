@@ -23,3 +23,26 @@ def wait(what: str, check: Callable[[], Any], timeout: float,
             return time.monotonic() - started
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f}s: {what} (last: {last!r})")
+
+
+def first_times(conditions: dict[str, Callable[[], Any]], timeout: float, started: float | None = None,
+                ignore: tuple[type[Exception], ...] = ()) -> dict[str, float]:
+    """Seconds from ``started`` (now by default) to the first time each condition held, all polled together every
+    0.5 s, so each is timed on its own whatever order they come true in; fails naming those that never held."""
+    started = time.monotonic() if started is None else started
+    seen: dict[str, float] = {}
+    while time.monotonic() - started < timeout:
+        for what, check in conditions.items():
+            if what in seen:
+                continue
+            try:
+                held = check()
+            except ignore:
+                held = False
+            if held:
+                seen[what] = round(time.monotonic() - started, 1)
+        if len(seen) == len(conditions):
+            return seen
+        time.sleep(0.5)
+    missing = [what for what in conditions if what not in seen]
+    raise AssertionError(f"timed out after {timeout:.0f}s: {', '.join(missing)} (held: {seen})")

@@ -326,28 +326,33 @@ _CONNECT = ("import socket,sys,time\n"
             "sys.exit(3)\n")
 _LISTEN = ("import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
            "s.bind(('0.0.0.0', 8080)); s.listen(64)\nwhile True: s.accept()[0].close()\n")
+#: The real nodes' images a flow pod may use (tools/localcluster/realnodes.IMAGES_BY_KIND): both have python3.
+_NODE_IMAGE = {SYSTEM_NODE: GUARD, GPU_NODE: "ib-exporter"}
 
 
-def _client_pod(name: str, ns: str, labels: dict[str, str], command: list[str],
-                restart: str = "Never") -> dict[str, Any]:
-    """A pod of ours on the policy-enforced node, passing the ``restricted`` Pod Security level."""
+def _client_pod(name: str, ns: str, labels: dict[str, str], command: list[str], restart: str = "Never",
+                node: str = SYSTEM_NODE, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A pod of ours on a real node (every real node's pods are policed), passing the ``restricted`` level."""
+    (real,) = [n for n in REAL_NODES if n.name == node]
+    tolerations = [{**t, "operator": "Equal"} for t in (*real.taints, REAL_NODE_TAINT)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"restartPolicy": restart, "automountServiceAccountToken": False,
-                     "tolerations": [{**REAL_NODE_TAINT, "operator": "Equal"}],
-                     "nodeSelector": {"kubernetes.io/hostname": SYSTEM_NODE},
+            "spec": {"restartPolicy": restart, "automountServiceAccountToken": False, "tolerations": tolerations,
+                     "nodeSelector": {"kubernetes.io/hostname": node},
                      "containers": [_restricted({
-                         # An image the system node imports (tools/localcluster/realnodes.IMAGES_BY_KIND).
-                         "name": "main", "image": f"{LOCAL_REGISTRY}/{GUARD}:0.1.0", "imagePullPolicy": "Never",
-                         "command": command, "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}})]}}
+                         "name": "main", "image": f"{LOCAL_REGISTRY}/{_NODE_IMAGE[node]}:0.1.0",
+                         "imagePullPolicy": "Never", "command": command, "ports": ports or [],
+                         "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}})]}}
 
 
-def _flows(lay: Layout, flows: list[tuple[str, str, dict[str, str], str, int]]) -> dict[str, float | None]:
-    """Each flow's client started at once; the seconds to its first connection, or None when none got through."""
+def _flows(lay: Layout, flows: list[tuple[str, str, dict[str, str], str, int, str]]) -> dict[str, float | None]:
+    """Each flow's client started at once on its node; the seconds to its first connection, or None when none got
+    through."""
     core = _core(lay)
-    for name, ns, labels, host, port in flows:
+    for name, ns, labels, host, port, node in flows:
         _apply(lay, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         core.create_namespaced_pod(ns, _client_pod(name, ns, labels, ["python3", "-c", _CONNECT, host, str(port),
-                                                                      str(FLOW_WINDOW_S), str(FLOW_SETTLE_S)]))
+                                                                      str(FLOW_WINDOW_S), str(FLOW_SETTLE_S)],
+                                                   node=node))
     out: dict[str, float | None] = {}
     for name, ns, *_ in flows:
         _wait(f"flow {name} to finish", lambda n=name, s=ns: core.read_namespaced_pod(n, s).status.phase in (
@@ -370,25 +375,43 @@ def test_network_policies_allow_what_they_promise_and_block_the_rest(cluster: La
     core = _core(cluster)
     core.create_namespaced_pod("default", _client_pod("listener", "default", {"app": "listener"},
                                                       ["python3", "-c", _LISTEN], restart="Always"))
+    # An exporter's stand-in on the GPU node: a listener on a port named as the exporters' scrape port.
+    _apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-telemetry"}})
+    core.create_namespaced_pod("gpu-telemetry", _client_pod(
+        "exporter-listener", "gpu-telemetry", {"app.kubernetes.io/name": "ib-exporter", "flow": "listener"},
+        ["python3", "-c", _LISTEN], restart="Always", node=GPU_NODE,
+        ports=[{"name": "metrics", "containerPort": 8080}]))
     _wait("the listener pod running", lambda: core.read_namespaced_pod("listener", "default").status.pod_ip, 60)
+    _wait("the GPU node's listener pod running",
+          lambda: core.read_namespaced_pod("exporter-listener", "gpu-telemetry").status.pod_ip, 60)
     listener = core.read_namespaced_pod("listener", "default").status.pod_ip
+    exporter = core.read_namespaced_pod("exporter-listener", "gpu-telemetry").status.pod_ip
     guard_ip = _ready_pods(cluster, GUARD)[0].status.pod_ip
     burst_ip = _ready_pods(cluster, BURST)[0].status.pod_ip
     prometheus = {"app.kubernetes.io/name": "prometheus"}
     outsider = {"app": "curious"}
     inference = {"gpucluster.io/service": "sdxl-turbo"}
-    flows = [  # name, namespace, labels, target, port, expected to connect
-        ("monitoring-to-guard-metrics", "monitoring", prometheus, guard_ip, 9316, True),
-        ("monitoring-to-burst-metrics", "monitoring", prometheus, burst_ip, 9102, True),
-        ("outsider-to-guard-metrics", "default", outsider, guard_ip, 9316, False),
-        ("outsider-to-burst-metrics", "default", outsider, burst_ip, 9102, False),
-        ("inference-to-guard-metrics", "inference", inference, guard_ip, 9316, False),
-        ("inference-to-burst-metrics", "inference", inference, burst_ip, 9102, False),
-        ("exporter-egress", "gpu-telemetry", {"app.kubernetes.io/name": "ib-exporter"}, listener, 8080, False),
-        ("unnamed-system-pod-egress", NS, {"app.kubernetes.io/name": "stray"}, listener, 8080, False),
-        ("outsider-egress", "default", outsider | {"flow": "egress"}, listener, 8080, True),
+    exporter_labels = {"app.kubernetes.io/name": "ib-exporter"}
+    sys_, gpu = SYSTEM_NODE, GPU_NODE
+    flows = [  # name, namespace, labels, target, port, client's node, expected to connect
+        ("monitoring-to-guard-metrics", "monitoring", prometheus, guard_ip, 9316, sys_, True),
+        ("monitoring-to-burst-metrics", "monitoring", prometheus, burst_ip, 9102, sys_, True),
+        ("outsider-to-guard-metrics", "default", outsider, guard_ip, 9316, sys_, False),
+        ("outsider-to-burst-metrics", "default", outsider, burst_ip, 9102, sys_, False),
+        ("inference-to-guard-metrics", "inference", inference, guard_ip, 9316, sys_, False),
+        ("inference-to-burst-metrics", "inference", inference, burst_ip, 9102, sys_, False),
+        ("exporter-egress", "gpu-telemetry", exporter_labels, listener, 8080, sys_, False),
+        ("unnamed-system-pod-egress", NS, {"app.kubernetes.io/name": "stray"}, listener, 8080, sys_, False),
+        ("outsider-egress", "default", outsider | {"flow": "egress"}, listener, 8080, sys_, True),
+        # The GPU node's pods are policed too: its exporter is scraped from monitoring only and has no egress;
+        # an inference replica there cannot reach the agents' metrics; an unpoliced pod there still gets out.
+        ("monitoring-to-gpu-node-exporter", "monitoring", prometheus, exporter, 8080, sys_, True),
+        ("outsider-to-gpu-node-exporter", "default", outsider, exporter, 8080, sys_, False),
+        ("gpu-node-exporter-egress", "gpu-telemetry", exporter_labels, listener, 8080, gpu, False),
+        ("gpu-node-inference-to-guard-metrics", "inference", inference, guard_ip, 9316, gpu, False),
+        ("gpu-node-outsider-egress", "default", outsider | {"flow": "egress"}, listener, 8080, gpu, True),
     ]
-    observed = _flows(cluster, [f[:5] for f in flows])
+    observed = _flows(cluster, [f[:6] for f in flows])
     table = [{"flow": name, "expected": "allowed" if want else "denied",
               "observed": "denied" if observed[name] is None else f"allowed after {observed[name]}s"}
              for name, *_, want in flows]

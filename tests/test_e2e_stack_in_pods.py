@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from components import images
-from tests.polling import wait
+from tests.polling import first_times, wait
 from tests.realnode_support import BUILT, container_pid, private_state, why_not
 from tools.engine_runner import engine_available
 from tools.image_local import LOCAL_REGISTRY
@@ -268,48 +268,119 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     figures["real_gang"] = gang
 
 
-def test_the_health_guard_takes_a_faulty_real_node_out_and_the_gang_trains_on_the_others(
+def _training_from(stack: Layout, first: int, gang: str) -> int | None:
+    """The newest attempt from ``first`` on in which every rank stepped, if any."""
+    events = _events(stack, gang)
+    ready = [a for a in {e["attempt"] for e in events} if a >= first and _training(stack, a, gang)]
+    return max(ready, default=None)
+
+
+def _steps_redone(stack: Layout, gang: str, before: int, upto: int) -> int:
+    """Steps trained again from attempt ``before`` to ``upto``: at every restart, the last step an attempt reached
+    less the step the next one resumed at (an attempt that never stepped redoes nothing)."""
+    events = _events(stack, gang)
+    redone = 0
+    for attempt in range(before, upto):
+        reached = [e["step"] for e in _steps(events, attempt)]
+        resumed = [e["step"] for e in events if e["event"] == "resume" and e["attempt"] == attempt + 1]
+        if reached and resumed:
+            redone += max(reached) - min(resumed)
+    return redone
+
+
+def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_gang_trains_on_the_others(
         stack: Layout, tmp_path: Path) -> None:
-    """The let-it-crash loop with real processes: a fault in the DCGM series of one node the gang runs on (the
-    dcgm-exporter stand-in there serves XID 94, contained ECC error: degraded), scraped by the host's Prometheus,
-    seen by the guard in its pod; the guard taints the node and evicts the gang's pod there (gracefully); Volcano
-    restarts the gang on the other two nodes, which resumes from the checkpoint the eviction took."""
-    from agents.health_guard.contract import Names
+    """The let-it-crash loop with real processes, both classes of fault.
+
+    Degraded: the dcgm-exporter stand-in on one node the gang runs on serves XID 94 (contained ECC error), scraped
+    by Prometheus in its pod and seen by the guard in its pod; the guard taints the node and evicts the gang's pod
+    there (gracefully); Volcano restarts the gang on the other two nodes from the checkpoint the eviction took.
+    The fault clears and the guard releases the node after its probation.
+
+    Fatal: another node of the gang serves XID 79 (fallen off the bus) and its rank dies with it (SIGKILL, what the
+    lost GPU does to the process); the guard quarantines that node awaiting repair, and the gang restarts on the
+    released node and the third one from the newest complete checkpoint."""
+    from agents.health_guard.contract import HealthClass, Names
 
     core, _, _ = _apis(stack)
-    cfg = load_stack_config(ROOT, "local")
+    cfg = load_stack_config(ROOT, "local", real_nodes=True)
     assert cfg is not None
     ns, name = cfg.training_namespace, "guarded-gang"
     env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "NO_COLOR": "1"}
-    out = subprocess.run([str(GPUCLUSTER), "train", "submit", str(_gang_spec(tmp_path / "g.json", name, 2000))],
+    out = subprocess.run([str(GPUCLUSTER), "train", "submit", str(_gang_spec(tmp_path / "g.json", name, 4000))],
                          env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     wait("the guarded gang trains", lambda: _training(stack, 0, name), 300)
-    (victim,) = [p for p in _gang_pods(core, ns, name) if p.metadata.name.endswith("-1")]
-    node = victim.spec.node_name
-    (exporter,) = [p for p in core.list_namespaced_pod(cfg.telemetry_namespace,
-                                                      label_selector="app.kubernetes.io/name=dcgm-exporter").items
-                   if p.spec.node_name == node]
-    fault = json.dumps({"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
     taint = Names(cfg.label_prefix).taint
+
+    def quarantine(node: str) -> str | None:
+        return next((t.value for t in core.read_node(node).spec.taints or [] if t.key == taint), None)
+
+    def inject(node: str, fault: dict[str, dict[str, int]]) -> None:
+        """Serve ``fault`` from the dcgm-exporter stand-in on ``node`` (``{}`` clears it)."""
+        (exporter,) = [p for p in core.list_namespaced_pod(
+            cfg.telemetry_namespace, label_selector="app.kubernetes.io/name=dcgm-exporter").items
+            if p.spec.node_name == node and p.metadata.deletion_timestamp is None]
+        subprocess.run(["kubectl", "--kubeconfig", str(stack.kubeconfig), "exec", "-n", cfg.telemetry_namespace,
+                        exporter.metadata.name, "--", "python3", "-c",
+                        f"open('/tmp/dcgm-standin-faults.json', 'w').write({json.dumps(fault)!r})"],
+                       check=True, timeout=60)
+
+    def running_off(node: str) -> bool:
+        pods = _gang_pods(core, ns, name)
+        return (len(pods) == WORKERS and all(p.spec.node_name != node for p in pods)
+                and all(p.status.phase == "Running" for p in pods))
+
+    def loop(node: str, health_class: HealthClass, started: float, attempt: int) -> dict[str, float | int]:
+        """Time each step from the fault on ``node`` to the gang's first step elsewhere, each on its own: on the
+        fatal path Volcano restarts the gang for the crash, which may come before the guard's quarantine."""
+        figures_: dict[str, float | int] = dict(first_times({
+            "fault_to_quarantine_s": lambda: quarantine(node) == health_class,
+            "fault_to_pods_gone_s": lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)),
+            "fault_to_gang_running_s": lambda: running_off(node),
+            "fault_to_first_step_s": lambda: running_off(node) and _training_from(stack, attempt, name),
+        }, 300, started))
+        # Whatever came first, the node ends quarantined and the gang trains elsewhere.
+        assert quarantine(node) == health_class and running_off(node), (node, quarantine(node))
+        final = _training_from(stack, attempt, name)
+        assert final is not None
+        figures_["lost_steps"] = _steps_redone(stack, name, attempt - 1, final)
+        figures_["restarts"] = final - attempt + 1
+        return figures_
+
+    # Degraded: the pod of rank 1 is evicted gracefully and nothing is lost.
+    (victim,) = [p for p in _gang_pods(core, ns, name) if p.metadata.name.endswith("-1")]
+    degraded_node = victim.spec.node_name
     started = time.monotonic()
-    subprocess.run(["kubectl", "--kubeconfig", str(stack.kubeconfig), "exec", "-n", cfg.telemetry_namespace,
-                    exporter.metadata.name, "--", "python3", "-c",
-                    f"open('/tmp/dcgm-standin-faults.json', 'w').write({fault!r})"], check=True, timeout=60)
-    loop: dict[str, float | int] = {}
-
-    def tainted() -> bool:
-        return any(t.key == taint for t in core.read_node(node).spec.taints or [])
-
-    wait(f"the guard quarantines {node}", tainted, 180)
-    loop["fault_to_quarantine_s"] = round(time.monotonic() - started, 1)
-    wait(f"the gang's pod leaves {node}",
-         lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)), 180)
-    loop["fault_to_pods_gone_s"] = round(time.monotonic() - started, 1)
-    restarted = _restart(stack, 1, "guard's eviction", name, started)
-    loop["fault_to_first_step_s"] = restarted["waited_s"]
-    loop["lost_steps_degraded"] = restarted["lost_steps"]
-    assert all(p.spec.node_name != node for p in _gang_pods(core, ns, name))
+    inject(degraded_node, {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
+    degraded = loop(degraded_node, HealthClass.DEGRADED, started, 1)
     assert _steps(_events(stack, name), 0, "graceful"), "the guard's eviction took no emergency checkpoint"
-    assert restarted["lost_steps"] == 0, restarted
-    figures["guard_fault_loop"] = loop
+    assert degraded["lost_steps"] == 0, degraded
+    figures["guard_fault_loop"] = {**{k: v for k, v in degraded.items() if k != "lost_steps"},
+                                   "lost_steps_degraded": degraded["lost_steps"]}
+
+    # The fault clears; the node comes back after its probation, with no repair mark (degraded needs none).
+    cleared = time.monotonic()
+    inject(degraded_node, {})
+    probation = cfg.observability.health.probation_seconds
+    wait(f"the guard releases {degraded_node} after {probation}s clear", lambda: quarantine(degraded_node) is None,
+         probation + 180)
+    release_s = round(time.monotonic() - cleared, 1)
+    assert release_s >= probation, f"released {release_s}s after the fault cleared, before the {probation}s probation"
+
+    # Fatal, on another node of the gang: the GPU is gone and the rank's process with it (the crash path).
+    attempt = max(e["attempt"] for e in _events(stack, name))
+    pods = _gang_pods(core, ns, name)
+    victim = next(p for p in pods if p.spec.node_name != degraded_node)
+    fatal_node = victim.spec.node_name
+    pid = container_pid(stack, fatal_node, victim.status.container_statuses[0].container_id)
+    started = time.monotonic()
+    inject(fatal_node, {"0": {"DCGM_FI_DEV_XID_ERRORS": 79}})
+    os.kill(pid, signal.SIGKILL)
+    fatal = loop(fatal_node, HealthClass.FATAL, started, attempt + 1)
+    # The newest complete checkpoint at the crash is at most one interval behind, plus the one being written.
+    assert 0 <= fatal["lost_steps"] <= 2 * INTERVAL, fatal
+    nodes = {p.spec.node_name for p in _gang_pods(core, ns, name)}
+    assert degraded_node in nodes and fatal_node not in nodes, nodes  # the released node is used again
+    figures["guard_fatal_loop"] = {**{k: v for k, v in fatal.items() if k != "lost_steps"},
+                                   "lost_steps_fatal": fatal["lost_steps"], "clear_to_release_s": release_s}

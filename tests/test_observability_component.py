@@ -492,3 +492,37 @@ def test_component_tree(prod: RunResult) -> None:
     }
     # The guard's Service and ServiceMonitor are the HealthGuard's children (aliased from here).
     assert len([r for r in prod.resources if r.parent == component.urn]) == 13
+
+
+def test_dcgm_exporter_mounts_the_pod_resources_of_the_kubelet_root_the_stack_names(run_stack: StackRunner,
+                                                                                    local: RunResult) -> None:
+    """A site whose kubelets run with another ``--root-dir`` (k0s here): the host side of the mount follows the
+    stack's ``kubeletRootDir``, the exporter still finds its socket where it looks, and the policy pack allows
+    exactly that host path."""
+    from policies.rules import evaluate
+    from tools import policy
+
+    root = "/var/lib/k0s/kubelet/"
+    result = run_stack("local", lambda c: c.update({P + "kubeletRootDir": root}))
+    volumes = {v["name"]: v for v in pod_spec(result, "DaemonSet", "dcgm-exporter")["volumes"]}
+    assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/k0s/kubelet/pod-resources", "type": "Directory"}
+    mounts = {m["name"]: m for m in container(result, "DaemonSet", "dcgm-exporter")["volumeMounts"]}
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    ctx = policy.context_for("local", {**raw_from_stack("local"), "kubeletRootDir": root})
+    assert evaluate(policy.resources_of(result), ctx) == []
+    # The default path is not allowed on such a stack: the allow-list follows the setting, not a constant.
+    found = evaluate(policy.resources_of(local), ctx)
+    assert [(v.rule, v.resource) for v in found] == [
+        ("privileges-allow-listed", "DaemonSet gpu-telemetry/dcgm-exporter")]
+    assert "hostPath volumes ['/var/lib/kubelet/pod-resources'] are not allow-listed" in found[0].message
+
+
+@pytest.mark.parametrize(("root", "message"), [
+    ("var/lib/kubelet", "must be an absolute path below '/'"),
+    ("/", "must be an absolute path below '/'"),
+    ("/var/lib/../kubelet", "must not contain '..' or ':'"),
+])
+def test_a_kubelet_root_that_is_not_a_host_directory_is_refused(root: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        parse_config({**raw_from_stack("local"), "kubeletRootDir": root}, "Pulumi.local.yaml")
+    assert "kubeletRootDir" in str(err.value)

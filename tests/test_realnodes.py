@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.health_guard.decide import pool_allowance
 from tools.localcluster import hostcheck
 from tools.localcluster.plan import (
     Layout,
@@ -27,8 +28,10 @@ from tools.localcluster.plan import (
 from tools.localcluster.realnodes import (
     APISERVER_IP,
     COREDNS_RULES,
+    NODE_IP,
     REAL_GPU_MODEL,
     REAL_GPU_NODES,
+    REAL_GPU_NODES_PER_HOUR,
     REAL_GPU_POOL,
     REAL_GPUS_PER_NODE,
     REAL_NODE_TAINT,
@@ -89,9 +92,15 @@ def test_with_real_nodes_the_stack_declares_their_pool_and_they_register_as_it_s
     assert [s["pool"] for s in changed["inference"]["services"]] == ["local-gpu"]
     # The pods resolve through CoreDNS on the host: the stack's DNS egress rule admits it.
     assert changed["dnsCidrs"] == ["10.255.255.1/32"]
-    assert set(changed) == {"pools", "inference", "dnsCidrs"}  # nothing else of the stack changes
+    # The guard may take two distinct nodes of three out in an hour (one at a time): a degraded one, then a fatal one.
+    health = changed["observability"]["health"]
+    assert health == {**values["observability"]["health"], "maxPoolPercentPerHour": 67}
+    assert pool_allowance(health["maxPoolPercentPerHour"], len(REAL_GPU_NODES)) == REAL_GPU_NODES_PER_HOUR
+    assert pool_allowance(health["maxPoolPercentQuarantined"], len(REAL_GPU_NODES)) == 1
+    assert set(changed) == {"pools", "inference", "dnsCidrs", "observability"}  # nothing else of the stack changes
     cfg = load_stack_config(ROOT, "local", real_nodes=True)
     assert [p.name for p in cfg.pools] == ["local-gpu", REAL_GPU_POOL]
+    assert cfg.observability.health.max_pool_percent_per_hour == 67
     system, *gpus = LOCAL
     assert system.name == "cpu-local-01" and system.taints == ()
     assert [n.name for n in gpus] == list(REAL_GPU_NODES) and len(gpus) >= 2  # a gang of two spans two kubelets
@@ -121,10 +130,35 @@ def test_an_inference_service_pinned_to_a_pool_keeps_it() -> None:
     assert [s["pool"] for s in stack_overrides(values)["inference"]["services"]] == ["b", "a"]
 
 
+@pytest.mark.parametrize(("health", "expected"), [
+    (None, {"maxPoolPercentPerHour": 67, "maxNodesPerHour": 2}),
+    ({"maxPoolPercentPerHour": 10, "maxNodesPerHour": 1, "probationSeconds": 5},
+     {"maxPoolPercentPerHour": 67, "maxNodesPerHour": 2, "probationSeconds": 5}),
+    # Higher rails are the stack's: raised, never lowered.
+    ({"maxPoolPercentPerHour": 80, "maxNodesPerHour": 6}, {"maxPoolPercentPerHour": 80, "maxNodesPerHour": 6}),
+    # A value that is not a number is left for the stack's validation to name.
+    *[({"maxPoolPercentPerHour": "lots", "maxNodesPerHour": True},) * 2],
+])
+def test_the_guards_hourly_rails_let_two_real_gpu_nodes_out_in_an_hour(health: dict[str, Any] | None,
+                                                                      expected: dict[str, Any]) -> None:
+    values: dict[str, Any] = {"pools": [{"name": "a"}], "observability": {"healthGuard": True}}
+    if health is not None:
+        values["observability"]["health"] = health
+    out = stack_overrides(values)["observability"]
+    assert out == {"healthGuard": True, "health": expected}
+    assert values["observability"].get("health") == health  # the input is not changed
+
+
+@pytest.mark.parametrize("observability", [["not", "a", "section"], {"health": "off"}])
+def test_an_observability_value_that_is_not_a_section_is_left_to_validation(observability: Any) -> None:
+    assert "observability" not in stack_overrides({"pools": [{"name": "a"}], "observability": observability})
+
+
 @pytest.mark.parametrize("nodes", [NODES, LOCAL], ids=["default", "local-stack"])
 def test_nodes_share_nothing_they_would_fight_over(nodes: tuple[RealNode, ...]) -> None:
-    """Kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ."""
-    for attr in ("ip", "pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
+    """Kubelets on one host: their ports, cgroup roots, bridges, pod subnets and sockets all differ; the address is
+    the host's, one for all, so one policy engine polices every node's pods (``policy_node``)."""
+    for attr in ("pod_cidr", "bridge", "kubelet_port", "healthz_port", "cgroup_root", "network"):
         values = [getattr(n, attr) for n in nodes]
         assert len(set(values)) == len(values), attr
     subnets = [ipaddress.ip_network(n.pod_cidr) for n in nodes]
@@ -132,7 +166,8 @@ def test_nodes_share_nothing_they_would_fight_over(nodes: tuple[RealNode, ...]) 
     assert not any(s.overlaps(kwok) for s in subnets)
     assert not any(a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1:])
     assert all(len(n.bridge) <= 15 for n in nodes)  # the kernel's interface-name limit
-    assert addresses(nodes) == [APISERVER_IP, *(n.ip for n in nodes)]
+    assert {n.ip for n in nodes} == {NODE_IP}
+    assert addresses(nodes) == [APISERVER_IP, NODE_IP]
 
 
 def test_every_unix_socket_fits_the_kernels_108_byte_limit_under_the_default_state() -> None:

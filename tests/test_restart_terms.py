@@ -152,12 +152,19 @@ def test_missing_files_fall_back_to_the_documented_values(tmp_path: Path) -> Non
 def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     phases = _write(tmp_path, "e2e-phases.json", _phases(6.0, 9.5, 14.0, **{FIRST_STEP_KEY: 40.0, "other": "x"}))
     real = _write(tmp_path, "e2e-realnodes.json", {POD_START_KEY: 12.5, "host_restored": {}})
-    pods = _write(tmp_path, "e2e-stack-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9}})
+    pods = _write(tmp_path, "e2e-stack-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9},
+                                                       "guard_fatal_loop": {FIRST_STEP_KEY: 21.5}})
     m = read_measurements(phases, real, pods)
     # The real-process loop's figure wins over the phases file's.
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (6.0, 3.5, 4.5,
                                                                                                 12.5, 14.9)
+    assert m.fatal_fault_to_first_step_s == 21.5
     assert m.notes == ()
+    # A file from before the fatal loop: the degraded figure stands, and the note names the missing loop.
+    older = _write(tmp_path, "old-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9}})
+    m = read_measurements(phases, real, older)
+    assert (m.fault_to_first_step_s, m.fatal_fault_to_first_step_s) == (14.9, None)
+    assert m.notes == ("old-in-pods.json: key guard_fatal_loop is not an object of phases",)
     assert read_measurements(phases, real, tmp_path / "absent.json").fault_to_first_step_s == 40.0
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     # The local 1 s scrape + 1 s poll give way to the stack's own sampling path.
@@ -211,7 +218,8 @@ _KEYS = st.sampled_from([QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY, FIRST_STEP_
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=150)
 @given(phases=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON, st.binary(max_size=20)),
        real=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON),
-       pods=st.one_of(st.dictionaries(st.just("guard_fault_loop"), st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6))
+       pods=st.one_of(st.dictionaries(st.sampled_from(["guard_fault_loop", "guard_fatal_loop"]),
+                                      st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6))
                                       | _JSON), _JSON))
 def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases: Any, real: Any, pods: Any) -> None:
     p, r, q = tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json", tmp_path / "e2e-stack-in-pods.json"
@@ -222,7 +230,8 @@ def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases:
     r.write_text(json.dumps(real))
     q.write_text(json.dumps(pods))
     m = read_measurements(p, r, q)
-    for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s):
+    for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s,
+                  m.fatal_fault_to_first_step_s):
         assert value is None or (math.isfinite(value) and 0 <= value <= restart.MAX_PHASE_S)
     if isinstance(phases, dict):
         q, e, s = (phases.get(k) for k in (QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY))

@@ -66,6 +66,8 @@ REALNODES_FILE = ROOT / ".state" / "localcluster" / "e2e-realnodes.json"
 #: tests/test_e2e_stack_in_pods.py: the guard's loop with real processes (its ``guard_fault_loop`` object).
 IN_PODS_FILE = ROOT / ".state" / "localcluster" / "e2e-stack-in-pods.json"
 GUARD_LOOP_KEY = "guard_fault_loop"
+#: The same loop for a fatal fault: the rank dies with its GPU and the gang takes the crash path.
+GUARD_FATAL_LOOP_KEY = "guard_fatal_loop"
 
 #: Keys of tests/test_e2e.py's fault scenario, seconds from the fault.
 QUARANTINE_KEY = "fault_time_to_quarantine_s"
@@ -110,6 +112,8 @@ class Measurements:
     reschedule_s: float | None = None
     pod_start_s: float | None = None
     fault_to_first_step_s: float | None = None
+    #: Fault to first step when the fault is fatal (the crash path, ``guard_fatal_loop``).
+    fatal_fault_to_first_step_s: float | None = None
     #: Why each absent figure is absent, naming the file and the key.
     notes: tuple[str, ...] = ()
     phases_file: str = ""
@@ -146,6 +150,18 @@ def _seconds(data: dict[str, Any], key: str, file: str) -> tuple[float | None, s
     if not math.isfinite(seconds) or seconds < 0 or seconds > MAX_PHASE_S:
         return None, f"{file}: key {key} = {value!r} is not a phase in seconds (0 to {MAX_PHASE_S:g})"
     return seconds, ""
+
+
+def _loop_first_step(pods: dict[str, Any], key: str, file: str, notes: list[str]) -> float | None:
+    """A guard loop's fault to first step from the real-process file, or None with a note naming file and key."""
+    loop = pods.get(key)
+    if not isinstance(loop, dict):
+        notes.append(f"{file}: key {key} is not an object of phases")
+        return None
+    seconds, why = _seconds(loop, FIRST_STEP_KEY, f"{file} {key}")
+    if why:
+        notes.append(why)
+    return seconds
 
 
 def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FILE,
@@ -187,18 +203,16 @@ def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FI
             notes.append(why)
     first_step = got[FIRST_STEP_KEY]
     pods, why = _load_object(in_pods)
-    loop = pods.get(GUARD_LOOP_KEY) if pods is not None else None
+    fatal_first_step = None
     if pods is None:
         notes.append(why)
-    elif not isinstance(loop, dict):
-        notes.append(f"{in_pods.name}: key {GUARD_LOOP_KEY} is not an object of phases")
     else:
-        measured, why = _seconds(loop, FIRST_STEP_KEY, f"{in_pods.name} {GUARD_LOOP_KEY}")
-        if why:
-            notes.append(why)
+        measured = _loop_first_step(pods, GUARD_LOOP_KEY, in_pods.name, notes)
         first_step = measured if measured is not None else first_step
+        fatal_first_step = _loop_first_step(pods, GUARD_FATAL_LOOP_KEY, in_pods.name, notes)
     return Measurements(detect_s=quarantine, evict_s=evict_s, reschedule_s=reschedule_s, pod_start_s=pod_start_s,
-                        fault_to_first_step_s=first_step, notes=tuple(notes),
+                        fault_to_first_step_s=first_step, fatal_fault_to_first_step_s=fatal_first_step,
+                        notes=tuple(notes),
                         phases_file=phases.name, realnodes_file=realnodes.name)
 
 

@@ -9,7 +9,15 @@ from typing import Annotated
 from pydantic import Field, field_validator
 
 from components.config.admission import Admission, admission_problems
-from components.config.base import RESERVED_NAMESPACES, ConfigModel, DnsLabel, ExtendedResource, LabelPrefix, Problem
+from components.config.base import (
+    RESERVED_NAMESPACES,
+    AbsolutePath,
+    ConfigModel,
+    DnsLabel,
+    ExtendedResource,
+    LabelPrefix,
+    Problem,
+)
 from components.config.burst import Burst, burst_problems
 from components.config.checkpoint import Checkpoint, Filesystem, checkpoint_problems
 from components.config.descheduler import Descheduler
@@ -21,6 +29,9 @@ from components.config.providers import ExternalProvider, providers_problems
 from components.config.scheduling import Scheduling, scheduling_problems
 from components.config.training import Training, training_problems
 from components.images import AGENT_REGISTRY, REGISTRY
+
+#: Kubernetes' default kubelet ``--root-dir``.
+DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 
 
 class ClusterConfig(ConfigModel):
@@ -58,6 +69,11 @@ class ClusterConfig(ConfigModel):
     """Where the cluster's DNS answers besides its kube-dns pods, which the DNS egress rule admits by label: a
     NodeLocal DNSCache's link-local address (`169.254.20.10/32`) or a resolver on the nodes. Under default-deny a
     pod whose resolv.conf names an address no rule admits resolves nothing."""
+    kubelet_root_dir: AbsolutePath = DEFAULT_KUBELET_ROOT
+    """The GPU nodes' kubelet `--root-dir`. dcgm-exporter maps GPUs to pods through the kubelet's pod-resources
+    socket under it (`<root>/pod-resources`); a node without that directory leaves the exporter's pod in
+    ContainerCreating and `pulumi up` waiting on the DaemonSet. Kubernetes' default; distributions such as k0s
+    (`/var/lib/k0s/kubelet`) and MicroK8s (`/var/snap/microk8s/common/var/lib/kubelet`) move it."""
     agent_registry: str = AGENT_REGISTRY
     """Where our agents' images are pulled from (`host[:port]/path`, no tag): every site pushes them to its
     own."""
@@ -86,6 +102,11 @@ class ClusterConfig(ConfigModel):
     """Training jobs and the NCCL and metrics settings every worker gets."""
     admission: Admission = Admission()
     """Admission policies inside the cluster."""
+
+    @property
+    def pod_resources_dir(self) -> str:
+        """The kubelet's pod-resources directory on the GPU nodes (under :attr:`kubelet_root_dir`)."""
+        return self.kubelet_root_dir.rstrip("/") + "/pod-resources"
 
     @field_validator("api_server_cidrs", "dns_cidrs")
     @classmethod

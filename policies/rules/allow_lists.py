@@ -33,13 +33,16 @@ class PrivilegedAgent:
     run_as_root: bool = False
 
 
-def privileged_agents(telemetry_namespace: str) -> tuple[PrivilegedAgent, ...]:
+def privileged_agents(telemetry_namespace: str,
+                      pod_resources_dir: str = "/var/lib/kubelet/pod-resources") -> tuple[PrivilegedAgent, ...]:
     """The platform's privileged agents, in the telemetry namespace (``telemetryNamespace``): the one namespace
-    whose Pod Security level admits them, apart from the controllers (the same identity elsewhere is refused)."""
+    whose Pod Security level admits them, apart from the controllers (the same identity elsewhere is refused).
+    dcgm-exporter may mount the kubelet's pod-resources directory where the stack says it is (``kubeletRootDir``),
+    and nothing else of the host."""
     return (
         PrivilegedAgent(
             name="dcgm-exporter", namespace=telemetry_namespace, service_account="dcgm-exporter",
-            capabilities=frozenset({"SYS_ADMIN"}), host_paths=frozenset({"/var/lib/kubelet/pod-resources"}),
+            capabilities=frozenset({"SYS_ADMIN"}), host_paths=frozenset({pod_resources_dir}),
             run_as_root=True,
             reason="DCGM's profiling fields (tensor and SM activity) need CAP_SYS_ADMIN and its host engine runs as "
                    "root; the kubelet's pod-resources socket maps GPUs to pods",

@@ -158,7 +158,7 @@ class RuleContext:
             virtual_nodes=frozenset(p.node_name for p in cfg.providers),
             workload_namespaces=frozenset({cfg.training_namespace, cfg.inference_namespace}),
             inference_namespace=cfg.inference_namespace,
-            privileged=privileged_agents(cfg.telemetry_namespace),
+            privileged=privileged_agents(cfg.telemetry_namespace, cfg.pod_resources_dir),
             rbac_exceptions=rbac_exceptions(p.name for p in cfg.providers),
             checkpoint_classes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if f.dynamic),
             checkpoint_volumes=frozenset(f.object_name for f in cfg.checkpoint.filesystems if not f.dynamic),

@@ -4,8 +4,10 @@ Every real node shares the host's network namespace but has its own containerd (
 kubelet (root dir, ports, cgroup root ``/gpucluster/<node>``), its own CNI bridge and pod subnet, all under
 ``.state/localcluster/nodes/<node>``. The API server is reached at :data:`APISERVER_IP`, an address the
 local cluster adds to ``lo`` so pods can reach it (it advertises that address, so the ``kubernetes`` Service
-has an endpoint and in-cluster clients work). Each node has an address of its own on ``lo`` too (the
-kubelet insists its ``--node-ip`` is a local address, and the API server reaches the kubelet there).
+has an endpoint and in-cluster clients work). The nodes share one more address on ``lo``, :data:`NODE_IP`, as
+they share the host (the kubelet insists its ``--node-ip`` is a local address, and the API server reaches each
+kubelet there, on the node's own port): kube-router's firewall takes as its own the pods whose ``hostIP`` is its
+node's address, so one firewall on the host polices the pods of every real node.
 
 A GPU node advertises fake ``nvidia.com/gpu`` devices through our device plugin (cmd/fake-gpu-plugin).
 Real nodes are tainted :data:`REAL_NODE_TAINT` so only pods that ask for a real kubelet land there: the
@@ -17,6 +19,7 @@ Nothing here touches the host; :mod:`tools.localcluster.nodehost` does.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +31,8 @@ from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 #: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
 #: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
 APISERVER_IP = "10.255.255.1"
+#: Every real node's InternalIP: the host's one address for them (``policy_node``).
+NODE_IP = "10.255.255.10"
 #: Real pods' addresses: one /24 per node, away from kwok's fake 10.244.0.0/16.
 POD_SUPERNET = "10.88"
 #: Only pods tolerating this land on a real node.
@@ -50,6 +55,10 @@ REAL_GPU_POOL = "real-gpu"
 REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02", "real-gpu-03")
 REAL_GPUS_PER_NODE = 2
 REAL_GPU_MODEL = "H100-SXM5-80GB"
+#: Distinct real GPU nodes the health guard may take out within an hour: one turns degraded and, once it is back,
+#: another turns fatal (the let-it-crash loop of ``tests/test_e2e_stack_in_pods.py``). One at a time still: the
+#: stack's own share of a pool quarantined at once is left as it is.
+REAL_GPU_NODES_PER_HOUR = 2
 CNI_BIN_DIR = "/usr/lib/cni"
 
 
@@ -66,7 +75,7 @@ class RealNode:
 
     @property
     def ip(self) -> str:
-        return f"10.255.255.{10 + self.index}"
+        return NODE_IP
 
     @property
     def pod_cidr(self) -> str:
@@ -217,7 +226,9 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     :data:`REAL_GPU_POOL`, after the stack's own, so a researcher's ``gpucluster train submit`` can name it.
 
     Inference services that may use every pool are kept to the stack's first pool: their images come from a
-    registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. Pure; the
+    registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. The health
+    guard's hourly rails are raised, never lowered, to :data:`REAL_GPU_NODES_PER_HOUR` nodes of the real pool:
+    a pool of three at the stack's 50 %/h allows one, and a second fault in the hour would trip the breaker. Pure; the
     plan (``load_plan(real_nodes=True)``) and ``pulumi up`` (``stackup.pulumi_up(in_pods=True)``) both apply it.
     """
     pools = [dict(p) for p in values.get("pools") or ()]
@@ -235,12 +246,29 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(inference, Mapping) and inference.get("services"):
         services = [{**s, "pool": s.get("pool") or names[0]} for s in inference["services"]]
         out["inference"] = {**inference, "services": services}
+    observability = values.get("observability") or {}
+    if not isinstance(observability, Mapping) or not isinstance(observability.get("health") or {}, Mapping):
+        return out  # not a section: the stack's own validation names it
+    health = dict(observability.get("health") or {})
+    per_hour = math.ceil(100 * REAL_GPU_NODES_PER_HOUR / len(REAL_GPU_NODES))
+    for key, floor in (("maxPoolPercentPerHour", per_hour), ("maxNodesPerHour", REAL_GPU_NODES_PER_HOUR)):
+        if _unset_or_below(health.get(key), floor):
+            health[key] = floor
+    out["observability"] = {**observability, "health": health}
     return out
 
 
+def _unset_or_below(value: Any, floor: float) -> bool:
+    """Unset, or a number under ``floor``; any other value is left for the stack's validation to name."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value is None or (number and value < floor)
+
+
 def policy_node(nodes: Sequence[RealNode]) -> str:
-    """The node whose pods kube-router's firewall guards: the system node (where the agents run). Both nodes share
-    the host's network namespace and one kube-router owns its chains there; a second would delete the first's."""
+    """The node kube-router's firewall runs as: the system node. The nodes share the host's network namespace, where
+    one kube-router owns the chains (a second would delete the first's pod chains as stale), and they share
+    :data:`NODE_IP`, so that one firewall treats every real node's pods as local and polices them all (v2.1.0 picks
+    a node's pods by ``status.hostIP``)."""
     return next(n.name for n in nodes if n.kind == "system")
 
 
@@ -476,5 +504,5 @@ def node_ready_condition(node_status: Mapping[str, Any]) -> bool:
 
 
 def addresses(nodes: Sequence[RealNode]) -> list[str]:
-    """Every address the real nodes need on ``lo``: the API server's, then each node's."""
-    return [APISERVER_IP, *(n.ip for n in nodes)]
+    """Every address the real nodes need on ``lo``, once each: the API server's, then the nodes' (:data:`NODE_IP`)."""
+    return list(dict.fromkeys([APISERVER_IP, *(n.ip for n in nodes)]))

@@ -126,6 +126,8 @@ CASES: list[Case] = [
     Case("mount-relative", P, (f"{JOB}.checkpoint.mountPath",), edit=at(f"{JOB}.checkpoint.mountPath", "checkpoints")),
     Case("mount-dotdot", L, (f"{JOB}.checkpoint.mountPath",), edit=at(f"{JOB}.checkpoint.mountPath", "/ckpt/../etc")),
     Case("mount-root", L, (f"{JOB}.checkpoint.mountPath",), edit=at(f"{JOB}.checkpoint.mountPath", "/")),
+    Case("kubelet-root-relative", L, ("kubeletRootDir", "absolute path"), edit=at("kubeletRootDir", "var/lib/kubelet")),
+    Case("kubelet-root-dotdot", P, ("kubeletRootDir", "'..'"), edit=at("kubeletRootDir", "/var/lib/../kubelet")),
     # Labels, names, namespaces, extended resources.
     Case("label-key-space", L, ("observability.monitorLabels",), edit=at("observability.monitorLabels", {"bad key": "x"})),
     Case("label-value-bang", L, ("observability.monitorLabels",),
