@@ -101,7 +101,7 @@ def test_the_operator_runs_the_pinned_build_with_the_pinned_reloader() -> None:
     # The operator's StatefulSets run the reloader as the command /bin/prometheus-config-reloader.
     assert built["prometheus-config-reloader"].path == "/bin/prometheus-config-reloader"
     assert built["prometheus-config-reloader"].binary == Path("/b/prometheus-config-reloader")
-    assert {"prometheus", "prometheus-operator", "prometheus-config-reloader"} <= set(IMAGES_BY_KIND["system"])
+    assert {"prometheus-server", "prometheus-operator", "prometheus-config-reloader"} <= set(IMAGES_BY_KIND["system"])
 
 
 def test_every_pod_passes_the_restricted_level_of_the_monitoring_namespace() -> None:

@@ -63,8 +63,10 @@ def binary_images(bin_dir: Path | None = None) -> list[image_local.BinaryImage]:
         image_local.BinaryImage("virtual-kubelet-mock", where / "virtual-kubelet", images.VIRTUAL_KUBELET_MOCK,
                                 "/usr/bin/virtual-kubelet"),
         image_local.BinaryImage("descheduler", where / "descheduler", images.DESCHEDULER, "/bin/descheduler"),
-        # The real pods' Prometheus, of the pinned module: the operator's StatefulSet runs the image's entrypoint.
-        image_local.BinaryImage("prometheus", where / "prometheus", image_local.PROMETHEUS_IMAGE, "/bin/prometheus"),
+        # The real pods' Prometheus, of the pinned module: the operator's StatefulSet runs the image's entrypoint. An
+        # archive name of its own: `prometheus` was Debian's binary, which has no Kubernetes discovery.
+        image_local.BinaryImage("prometheus-server", where / "prometheus", image_local.PROMETHEUS_IMAGE,
+                                "/bin/prometheus"),
         # prometheus-operator (tools/localcluster/prometheus_operator.py) and the config reloader its StatefulSets
         # run (as the command /bin/prometheus-config-reloader), where upstream's images have them.
         image_local.BinaryImage("prometheus-operator", where / "prometheus-operator",

@@ -10,9 +10,9 @@ behind its governing Service ``prometheus-operated``: the stack's default ``prom
 reaches it through cluster DNS, a Service and the stack's NetworkPolicies, and the stack's alert rules are evaluated.
 
 Least privilege: the operator watches Prometheus resources, and manages what they need (StatefulSets, Secrets,
-ConfigMaps, the Service), in the monitoring namespace only (a Role there); cluster-wide it reads the monitors,
-rules and namespaces it selects, and writes events about them. Prometheus reads what its service discovery needs. No rule has a wildcard. Every pod
-passes the ``restricted`` Pod Security level the stack gives that namespace.
+ConfigMaps, the Service), in the monitoring namespace only (a Role there); cluster-wide it reads the monitors, rules
+and namespaces it selects, and writes events about them. Prometheus reads what its service discovery needs. No rule
+has a wildcard. Every pod passes the ``restricted`` Pod Security level the stack gives that namespace.
 
 The monitoring namespace is the stack's (``pulumi up`` creates it), so ``up`` starts a process that waits for it,
 applies these objects once and exits (its log says what it did). kwok's pods have no real address: their targets
