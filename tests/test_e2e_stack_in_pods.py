@@ -33,13 +33,20 @@ import pytest
 
 from components import images
 from tests.polling import wait
-from tests.realnode_support import BUILT, container_pid, private_state, why_not
+from tests.realnode_support import BUILT, container_pid, private_state, prometheus_get, why_not
+from tests.test_controller_isolation import restricted_problems
 from tools.engine_runner import engine_available
-from tools.image_local import LOCAL_REGISTRY
-from tools.localcluster import control, nodehost, stackup
+from tools.image_local import (
+    LOCAL_REGISTRY,
+    PROMETHEUS_CONFIG_RELOADER_IMAGE,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_OPERATOR_IMAGE,
+)
+from tools.localcluster import control, nodehost, prometheus_operator, stackup
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
 from tools.localcluster.realnodes import (
     IMAGES_BY_KIND,
+    POD_SUPERNET,
     REAL_GPU_NODES,
     REAL_GPU_POOL,
     REAL_GPUS_PER_NODE,
@@ -106,6 +113,76 @@ def test_pulumi_up_runs_every_agent_in_its_pods_and_nothing_beside_them(stack: L
     figures["agent_pods_running"] = sorted(p.metadata.name.rsplit("-", 2)[0] for p in pods)
     alive = [p.name for p in control.recorded(stack) if p.alive() and p.name.startswith(STAND_INS)]
     assert alive == [], f"harness processes standing in for pods: {alive}"
+
+
+def _prom_get(stack: Layout, path: str, **params: str) -> Any:
+    return prometheus_get(stack, _monitoring_namespace(), path, **params)
+
+
+def _monitoring_namespace() -> str:
+    cfg = load_stack_config(ROOT, "local")
+    assert cfg is not None
+    return cfg.monitoring_namespace
+
+
+def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(stack: Layout) -> None:
+    """prometheus-operator, in its pod, turned the Prometheus resource into a StatefulSet (admitted under the monitoring
+    namespace's restricted level) behind ``prometheus-operated``, and its generated configuration scrapes the stack's
+    ServiceMonitors' real pods and loads the stack's PrometheusRules, which Prometheus evaluates."""
+    from kubernetes import client
+
+    core, apps, _ = _apis(stack)
+    ns = _monitoring_namespace()
+    started = time.monotonic()
+    wait("the operator's Prometheus StatefulSet Ready",
+         lambda: (apps.read_namespaced_stateful_set_status(f"prometheus-{prometheus_operator.NAME}", ns).status
+                  .ready_replicas or 0) >= 1, 300, ignore=(client.ApiException,))
+    figures["prometheus_ready_after_up_s"] = round(time.monotonic() - started, 1)
+    operator = apps.read_namespaced_deployment(prometheus_operator.OPERATOR, ns)
+    assert operator.status.ready_replicas == 1
+    assert operator.spec.template.spec.containers[0].image == PROMETHEUS_OPERATOR_IMAGE
+    pod = core.read_namespaced_pod(f"prometheus-{prometheus_operator.NAME}-0", ns)
+    assert pod.spec.node_name == SYSTEM_NODE
+    raw = control.api_client(stack).sanitize_for_serialization(pod.spec)
+    assert restricted_problems(raw) == [], raw
+    images_ran = {c.image for c in pod.spec.containers}
+    assert images_ran == {PROMETHEUS_IMAGE, PROMETHEUS_CONFIG_RELOADER_IMAGE}, images_ran
+    service = core.read_namespaced_service(prometheus_operator.SERVICE, ns)
+    assert service.metadata.labels.get("operated-prometheus") == "true", service.metadata.labels
+
+    # Every ServiceMonitor of the stack has its real pods' endpoints scraped, up, through the operator's jobs.
+    custom = client.CustomObjectsApi(control.api_client(stack))
+    monitors = custom.list_cluster_custom_object("monitoring.coreos.com", "v1", "servicemonitors")["items"]
+    jobs = {f"serviceMonitor/{m['metadata']['namespace']}/{m['metadata']['name']}/0" for m in monitors}
+    assert len(jobs) >= 4, jobs
+
+    def real_targets_up() -> dict[str, list[str]]:
+        active = _prom_get(stack, "/api/v1/targets", state="active")["activeTargets"]
+        up: dict[str, list[str]] = {}
+        for t in active:
+            if t["scrapePool"] in jobs and t["labels"]["instance"].startswith(f"{POD_SUPERNET}.") \
+                    and t["health"] == "up":
+                up.setdefault(t["scrapePool"], []).append(t["labels"]["instance"])
+        return up if set(up) == jobs else {}
+
+    wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 180, ignore=(OSError,))
+    figures["prometheus_jobs_up"] = sorted(real_targets_up())
+
+    # The stack's PrometheusRules are loaded, as the operator wrote them, and evaluated without errors.
+    rules = custom.list_cluster_custom_object("monitoring.coreos.com", "v1", "prometheusrules")["items"]
+    declared = {g["name"] for r in rules for g in r["spec"]["groups"]}
+    assert declared, rules
+
+    def evaluated() -> list[dict[str, Any]]:
+        groups = [g for g in _prom_get(stack, "/api/v1/rules")["groups"] if g["name"] in declared]
+        done = {g["name"] for g in groups if all(not r["lastEvaluation"].startswith("0001") for r in g["rules"])}
+        return groups if done == declared else []
+
+    wait("Prometheus evaluates every rule group of the stack", evaluated, 120, ignore=(OSError,))
+    groups = evaluated()
+    unhealthy = [(g["name"], r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
+    assert unhealthy == []
+    figures["prometheus_rules_loaded"] = sum(len(g["rules"]) for g in groups)
 
 
 def test_the_virtual_kubelet_pod_registers_its_node_with_the_stacks_capacity(stack: Layout) -> None:
@@ -271,9 +348,10 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
 def test_the_health_guard_takes_a_faulty_real_node_out_and_the_gang_trains_on_the_others(
         stack: Layout, tmp_path: Path) -> None:
     """The let-it-crash loop with real processes: a fault in the DCGM series of one node the gang runs on (the
-    dcgm-exporter stand-in there serves XID 94, contained ECC error: degraded), scraped by the host's Prometheus,
-    seen by the guard in its pod; the guard taints the node and evicts the gang's pod there (gracefully); Volcano
-    restarts the gang on the other two nodes, which resumes from the checkpoint the eviction took."""
+    dcgm-exporter stand-in there serves XID 94, contained ECC error: degraded), scraped by the operator's Prometheus,
+    seen by the guard in its pod; the guard taints the node (and the stack's GpuNodeQuarantined alert fires) and evicts
+    the gang's pod there (gracefully); Volcano restarts the gang on the other two nodes, which resumes from the
+    checkpoint the eviction took."""
     from agents.health_guard.contract import Names
 
     core, _, _ = _apis(stack)
@@ -303,6 +381,15 @@ def test_the_health_guard_takes_a_faulty_real_node_out_and_the_gang_trains_on_th
 
     wait(f"the guard quarantines {node}", tainted, 180)
     loop["fault_to_quarantine_s"] = round(time.monotonic() - started, 1)
+
+    # The stack's alert on it fires in the operator's Prometheus, from the guard's own metrics.
+    def quarantine_alert() -> bool:
+        alerts = _prom_get(stack, "/api/v1/alerts")["alerts"]
+        return any(a["labels"].get("alertname") == "GpuNodeQuarantined" and a["labels"].get("node") == node
+                   and a["state"] == "firing" for a in alerts)
+
+    wait(f"GpuNodeQuarantined firing for {node}", quarantine_alert, 120, ignore=(OSError,))
+    loop["fault_to_alert_s"] = round(time.monotonic() - started, 1)
     wait(f"the gang's pod leaves {node}",
          lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)), 180)
     loop["fault_to_pods_gone_s"] = round(time.monotonic() - started, 1)
