@@ -57,7 +57,9 @@ figures: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = why_not(("pause", GUARD, "ib-exporter"))
+    # The local cluster runs prometheus-operator and its Prometheus on the system node (their images too).
+    reason = why_not(("pause", GUARD, "ib-exporter", "prometheus-server", "prometheus-operator",
+                      "prometheus-config-reloader"))
     if reason:
         pytest.skip(reason)
     state = private_state("gpucl-e2e")

@@ -156,6 +156,8 @@ def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(st
     jobs = {f"serviceMonitor/{m['metadata']['namespace']}/{m['metadata']['name']}/0" for m in monitors}
     assert len(jobs) >= 4, jobs
 
+    seen: dict[str, Any] = {}
+
     def real_targets_up() -> dict[str, list[str]]:
         active = _prom_get(stack, "/api/v1/targets", state="active")["activeTargets"]
         up: dict[str, list[str]] = {}
@@ -163,9 +165,14 @@ def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(st
             if t["scrapePool"] in jobs and t["labels"]["instance"].startswith(f"{POD_SUPERNET}.") \
                     and t["health"] == "up":
                 up.setdefault(t["scrapePool"], []).append(t["labels"]["instance"])
+        seen["last"] = sorted((t["scrapePool"], t["labels"].get("instance"), t["health"], t.get("lastError", ""))
+                              for t in active if t["labels"].get("instance", "").startswith(f"{POD_SUPERNET}."))
         return up if set(up) == jobs else {}
 
-    wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 180, ignore=(OSError,))
+    try:
+        wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 180, ignore=(OSError,))
+    except AssertionError as err:
+        raise AssertionError(f"{err}; jobs {sorted(jobs)}; real targets {seen.get('last')}") from None
     figures["prometheus_jobs_up"] = sorted(real_targets_up())
 
     # The stack's PrometheusRules are loaded, as the operator wrote them, and evaluated without errors.
