@@ -170,7 +170,7 @@ def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(st
         return up if set(up) == jobs else {}
 
     try:
-        wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 180, ignore=(OSError,))
+        wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 300, ignore=(OSError,))
     except AssertionError as err:
         raise AssertionError(f"{err}; jobs {sorted(jobs)}; real targets {seen.get('last')}") from None
     figures["prometheus_jobs_up"] = sorted(real_targets_up())
