@@ -47,9 +47,18 @@ VOLCANO = Pin("volcano", "v1.14.1", "volcano.sh/volcano", "tools/localcluster/vo
 DESCHEDULER = Pin("descheduler", "v0.36.0", "sigs.k8s.io/descheduler", "tools/localcluster/addons/go.mod")
 #: Fake nodes of the local cluster; never deployed, pinned here so every upstream version sits in one table.
 KWOK = Pin("kwok", "v0.8.0", "sigs.k8s.io/kwok", "tools/localcluster/addons/go.mod")
-#: The monitoring CRDs (ServiceMonitor, PodMonitor, PrometheusRule) the local cluster installs; a
-#: production cluster gets them from its prometheus-operator.
-PROMETHEUS_OPERATOR = Pin("prometheus-operator", "v0.85.0", "github.com/prometheus-operator/prometheus-operator")
+#: What a production cluster runs to turn the stack's ServiceMonitors, PodMonitors and PrometheusRules into a
+#: Prometheus; the stack deploys none of it. The local cluster installs its monitoring CRDs from this module, and with
+#: real nodes runs the operator and its config reloader, built from it (cmd/operator, cmd/prometheus-config-reloader),
+#: in pods: a Prometheus resource selects the stack's monitors and rules (tools/localcluster/prometheus_operator.py).
+PROMETHEUS_OPERATOR = Pin("prometheus-operator", "v0.85.0", "github.com/prometheus-operator/prometheus-operator",
+                          "tools/localcluster/promoperator/go.mod")
+#: The local cluster's Prometheus for its real nodes, built from the module at the release prometheus-operator v0.85.0
+#: is built on and runs by default: module v0.305.0 is Prometheus 3.5.0 (:func:`prometheus_release`). Debian's 2.42
+#: cannot serve here: it is built without Kubernetes service discovery, which the operator's configuration needs. A
+#: module of its own: it is built on the Kubernetes 1.32 client libraries, the operator on 1.33 (one module would build
+#: Prometheus's discovery against 1.33's, which does not compile). The stack deploys no Prometheus (a site runs it).
+PROMETHEUS = Pin("prometheus", "v0.305.0", "github.com/prometheus/prometheus", "tools/localcluster/prometheus/go.mod")
 PROMETHEUS_ADAPTER = Pin(
     "prometheus-adapter", "v0.12.0",
     unproven="the local cluster runs no Prometheus to serve custom metrics; the HPA path is tested on rendered objects",
@@ -80,9 +89,19 @@ KUBE_ROUTER = Pin("kube-router", "v2.1.0", "github.com/cloudnativelabs/kube-rout
 COREDNS = Pin("coredns", "v1.15.0", "github.com/coredns/coredns", "tools/localcluster/coredns/go.mod")
 
 PINS: tuple[Pin, ...] = (
-    VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS_ADAPTER, DCGM_EXPORTER, VIRTUAL_KUBELET,
+    VOLCANO, DESCHEDULER, KWOK, PROMETHEUS_OPERATOR, PROMETHEUS, PROMETHEUS_ADAPTER, DCGM_EXPORTER, VIRTUAL_KUBELET,
     LIQO_VIRTUAL_KUBELET, KUBE_ROUTER, COREDNS,
 )
+
+
+def prometheus_release(module_version: str) -> str:
+    """The Prometheus release a ``github.com/prometheus/prometheus`` module version is: upstream tags release
+    3.MINOR.PATCH as module v0.3MINOR.PATCH (v0.305.0 is v3.5.0)."""
+    found = re.fullmatch(r"v0\.(\d+)\.(\d+)", module_version)
+    if found is None or int(found.group(1)) < 100:
+        raise ValueError(f"not a Prometheus module version: {module_version!r}")
+    minor = int(found.group(1))
+    return f"v{minor // 100}.{minor % 100}.{found.group(2)}"
 
 
 def by_name(name: str) -> Pin:

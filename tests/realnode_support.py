@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout
@@ -38,6 +42,21 @@ def private_state(prefix: str) -> Path:
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
     return state
+
+
+def prometheus_get(lay: Layout, namespace: str, path: str, **params: str) -> Any:
+    """``data`` of a Prometheus API answer from the operator's Prometheus pod (tools/localcluster/prometheus_operator):
+    the host reaches the real pods' addresses."""
+    from kubernetes import client
+
+    from tools.localcluster import prometheus_operator
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    pod = core.read_namespaced_pod(f"prometheus-{prometheus_operator.NAME}-0", namespace)
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    url = f"http://{pod.status.pod_ip}:{prometheus_operator.PORT}{path}{query}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)["data"]
 
 
 def container_pid(lay: Layout, node: str, container_id: str) -> int:

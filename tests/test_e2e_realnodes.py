@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.polling import wait
-from tests.realnode_support import BUILT, container_pid, private_state, why_not
+from tests.realnode_support import BUILT, container_pid, private_state, prometheus_get, why_not
 from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
@@ -47,16 +47,19 @@ GUARD, BURST = "health-guard", "burst-controller"
 #: What the agents need before their own objects: namespaces (with their Pod Security levels), priorities and
 #: every NetworkPolicy the stack declares, so the agents start under default-deny as in production.
 FOUNDATION = ("namespace-*.yaml", "priorityclass-*.yaml", "networkpolicy-*.yaml")
-#: Each agent's rendered objects (tools.render's file names): identity, RBAC, settings, Service, Deployment.
+#: Each agent's rendered objects (tools.render's file names): identity, RBAC, settings, Service, ServiceMonitor (which
+#: the local cluster's prometheus-operator consumes), Deployment.
 AGENT_OBJECTS = ("serviceaccount-*-{app}.yaml", "clusterrole-*:{app}.yaml", "clusterrolebinding-*:{app}.yaml",
                  "role-*-{app}*.yaml", "rolebinding-*-{app}*.yaml", "configmap-*-{app}-settings.yaml",
-                 "service-*-{app}-metrics.yaml", "deployment-*-{app}.yaml")
+                 "service-*-{app}-metrics.yaml", "servicemonitor-*-{app}.yaml", "deployment-*-{app}.yaml")
 figures: dict[str, Any] = {}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = why_not(("pause", GUARD, "ib-exporter"))
+    # The local cluster runs prometheus-operator and its Prometheus on the system node (their images too).
+    reason = why_not(("pause", GUARD, "ib-exporter", "prometheus-server", "prometheus-operator",
+                      "prometheus-config-reloader"))
     if reason:
         pytest.skip(reason)
     state = private_state("gpucl-e2e")
@@ -111,6 +114,15 @@ def _local_image(image: str) -> str:
 def _apply(lay: Layout, doc: dict[str, Any]) -> None:
     from kubernetes import client, utils
 
+    if doc["apiVersion"].startswith("monitoring.coreos.com/"):  # a custom resource (a ServiceMonitor)
+        group, version = doc["apiVersion"].split("/")
+        try:
+            client.CustomObjectsApi(control.api_client(lay)).create_namespaced_custom_object(
+                group, version, doc["metadata"]["namespace"], f"{doc['kind'].lower()}s", doc)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+        return
     try:
         utils.create_from_dict(control.api_client(lay), doc)
     except utils.FailToCreateError as err:
@@ -308,6 +320,33 @@ def _restricted(container: dict[str, Any]) -> dict[str, Any]:
     return {**container, "securityContext": {
         "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}
+
+
+def test_the_operators_prometheus_scrapes_every_agent_pod_through_the_stacks_policies(
+        cluster: Layout, agents: dict[str, Any]) -> None:
+    """The agents' ServiceMonitors as the stack renders them, consumed by the local cluster's prometheus-operator: the
+    Prometheus it runs in the monitoring namespace scrapes every Ready agent pod, under the stack's default-deny, with
+    the configuration the operator generated (its jobs are named after the monitors)."""
+    from kubernetes.client import ApiException
+
+    if "kube-router" not in {p.name for p in control.recorded(cluster) if p.alive()}:
+        pytest.skip("kube-router not built here: the NetworkPolicies are not enforced")
+
+    def scraped() -> dict[str, list[str]]:
+        active = prometheus_get(cluster, "monitoring", "/api/v1/targets", state="active")["activeTargets"]
+        out: dict[str, list[str]] = {}
+        for app in (GUARD, BURST):
+            want = {p.status.pod_ip for p in _ready_pods(cluster, app)}
+            up = {t["labels"]["instance"].rsplit(":", 1)[0] for t in active
+                  if t["scrapePool"] == f"serviceMonitor/{NS}/{app}/0" and t["health"] == "up"}
+            if not want or not want <= up:
+                return {}
+            out[app] = sorted(want)
+        return out
+
+    started = time.monotonic()
+    wait("the operator's Prometheus scraping every agent pod", scraped, 300, ignore=(OSError, ApiException))
+    figures["prometheus_scrapes_agents_s"] = round(time.monotonic() - started, 1)
 
 
 #: How long a client keeps trying: the policy engine learns a new pod's address from its watch, so a pod's first

@@ -33,13 +33,20 @@ import pytest
 
 from components import images
 from tests.polling import first_times, wait
-from tests.realnode_support import BUILT, container_pid, private_state, why_not
+from tests.realnode_support import BUILT, container_pid, private_state, prometheus_get, why_not
+from tests.test_controller_isolation import restricted_problems
 from tools.engine_runner import engine_available
-from tools.image_local import LOCAL_REGISTRY
-from tools.localcluster import control, nodehost, stackup
+from tools.image_local import (
+    LOCAL_REGISTRY,
+    PROMETHEUS_CONFIG_RELOADER_IMAGE,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_OPERATOR_IMAGE,
+)
+from tools.localcluster import control, nodehost, prometheus_operator, stackup
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
 from tools.localcluster.realnodes import (
     IMAGES_BY_KIND,
+    POD_SUPERNET,
     REAL_GPU_NODES,
     REAL_GPU_POOL,
     REAL_GPUS_PER_NODE,
@@ -106,6 +113,83 @@ def test_pulumi_up_runs_every_agent_in_its_pods_and_nothing_beside_them(stack: L
     figures["agent_pods_running"] = sorted(p.metadata.name.rsplit("-", 2)[0] for p in pods)
     alive = [p.name for p in control.recorded(stack) if p.alive() and p.name.startswith(STAND_INS)]
     assert alive == [], f"harness processes standing in for pods: {alive}"
+
+
+def _prom_get(stack: Layout, path: str, **params: str) -> Any:
+    return prometheus_get(stack, _monitoring_namespace(), path, **params)
+
+
+def _monitoring_namespace() -> str:
+    cfg = load_stack_config(ROOT, "local")
+    assert cfg is not None
+    return cfg.monitoring_namespace
+
+
+def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(stack: Layout) -> None:
+    """prometheus-operator, in its pod, turned the Prometheus resource into a StatefulSet (admitted under the monitoring
+    namespace's restricted level) behind ``prometheus-operated``, and its generated configuration scrapes the stack's
+    ServiceMonitors' real pods and loads the stack's PrometheusRules, which Prometheus evaluates."""
+    from kubernetes import client
+
+    core, apps, _ = _apis(stack)
+    ns = _monitoring_namespace()
+    started = time.monotonic()
+    wait("the operator's Prometheus StatefulSet Ready",
+         lambda: (apps.read_namespaced_stateful_set_status(f"prometheus-{prometheus_operator.NAME}", ns).status
+                  .ready_replicas or 0) >= 1, 300, ignore=(client.ApiException,))
+    figures["prometheus_ready_after_up_s"] = round(time.monotonic() - started, 1)
+    operator = apps.read_namespaced_deployment(prometheus_operator.OPERATOR, ns)
+    assert operator.status.ready_replicas == 1
+    assert operator.spec.template.spec.containers[0].image == PROMETHEUS_OPERATOR_IMAGE
+    pod = core.read_namespaced_pod(f"prometheus-{prometheus_operator.NAME}-0", ns)
+    assert pod.spec.node_name == SYSTEM_NODE
+    raw = control.api_client(stack).sanitize_for_serialization(pod.spec)
+    assert restricted_problems(raw) == [], raw
+    images_ran = {c.image for c in pod.spec.containers}
+    assert images_ran == {PROMETHEUS_IMAGE, PROMETHEUS_CONFIG_RELOADER_IMAGE}, images_ran
+    service = core.read_namespaced_service(prometheus_operator.SERVICE, ns)
+    assert service.metadata.labels.get("operated-prometheus") == "true", service.metadata.labels
+
+    # Every ServiceMonitor of the stack has its real pods' endpoints scraped, up, through the operator's jobs.
+    custom = client.CustomObjectsApi(control.api_client(stack))
+    monitors = custom.list_cluster_custom_object("monitoring.coreos.com", "v1", "servicemonitors")["items"]
+    jobs = {f"serviceMonitor/{m['metadata']['namespace']}/{m['metadata']['name']}/0" for m in monitors}
+    assert len(jobs) >= 4, jobs
+
+    seen: dict[str, Any] = {}
+
+    def real_targets_up() -> dict[str, list[str]]:
+        active = _prom_get(stack, "/api/v1/targets", state="active")["activeTargets"]
+        up: dict[str, list[str]] = {}
+        for t in active:
+            if t["scrapePool"] in jobs and t["labels"]["instance"].startswith(f"{POD_SUPERNET}.") \
+                    and t["health"] == "up":
+                up.setdefault(t["scrapePool"], []).append(t["labels"]["instance"])
+        seen["last"] = sorted((t["scrapePool"], t["labels"].get("instance"), t["health"], t.get("lastError", ""))
+                              for t in active if t["labels"].get("instance", "").startswith(f"{POD_SUPERNET}."))
+        return up if set(up) == jobs else {}
+
+    try:
+        wait("every ServiceMonitor's real pods scraped and up", real_targets_up, 300, ignore=(OSError,))
+    except AssertionError as err:
+        raise AssertionError(f"{err}; jobs {sorted(jobs)}; real targets {seen.get('last')}") from None
+    figures["prometheus_jobs_up"] = sorted(real_targets_up())
+
+    # The stack's PrometheusRules are loaded, as the operator wrote them, and evaluated without errors.
+    rules = custom.list_cluster_custom_object("monitoring.coreos.com", "v1", "prometheusrules")["items"]
+    declared = {g["name"] for r in rules for g in r["spec"]["groups"]}
+    assert declared, rules
+
+    def evaluated() -> list[dict[str, Any]]:
+        groups = [g for g in _prom_get(stack, "/api/v1/rules")["groups"] if g["name"] in declared]
+        done = {g["name"] for g in groups if all(not r["lastEvaluation"].startswith("0001") for r in g["rules"])}
+        return groups if done == declared else []
+
+    wait("Prometheus evaluates every rule group of the stack", evaluated, 120, ignore=(OSError,))
+    groups = evaluated()
+    unhealthy = [(g["name"], r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
+    assert unhealthy == []
+    figures["prometheus_rules_loaded"] = sum(len(g["rules"]) for g in groups)
 
 
 def test_the_virtual_kubelet_pod_registers_its_node_with_the_stacks_capacity(stack: Layout) -> None:
@@ -293,7 +377,8 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     """The let-it-crash loop with real processes, both classes of fault.
 
     Degraded: the dcgm-exporter stand-in on one node the gang runs on serves XID 94 (contained ECC error), scraped
-    by Prometheus in its pod and seen by the guard in its pod; the guard taints the node and evicts the gang's pod
+    by the operator's Prometheus and seen by the guard in its pod; the guard taints the node (and the stack's
+    GpuNodeQuarantined alert fires) and evicts the gang's pod
     there (gracefully); Volcano restarts the gang on the other two nodes from the checkpoint the eviction took.
     The fault clears and the guard releases the node after its probation.
 
@@ -354,6 +439,15 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     started = time.monotonic()
     inject(degraded_node, {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
     degraded = loop(degraded_node, HealthClass.DEGRADED, started, 1)
+
+    # The stack's alert on it fires in the operator's Prometheus, from the guard's own metrics.
+    def quarantine_alert() -> bool:
+        alerts = _prom_get(stack, "/api/v1/alerts")["alerts"]
+        return any(a["labels"].get("alertname") == "GpuNodeQuarantined" and a["labels"].get("node") == degraded_node
+                   and a["state"] == "firing" for a in alerts)
+
+    wait(f"GpuNodeQuarantined firing for {degraded_node}", quarantine_alert, 120, ignore=(OSError,))
+    degraded["fault_to_alert_s"] = round(time.monotonic() - started, 1)
     assert _steps(_events(stack, name), 0, "graceful"), "the guard's eviction took no emergency checkpoint"
     assert degraded["lost_steps"] == 0, degraded
     figures["guard_fault_loop"] = {**{k: v for k, v in degraded.items() if k != "lost_steps"},

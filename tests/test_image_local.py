@@ -59,11 +59,13 @@ def test_the_upstream_binaries_become_the_images_the_local_stack_names(local: Ru
     """virtual-kubelet and the descheduler as the stack's pods run them: the exact reference (found on the node
     without a pull), the binary where the stack's command or the image's entrypoint expects it."""
     built = {i.name: i for i in tool.binary_images(Path("/b"))}
-    assert set(built) == {"virtual-kubelet-mock", "descheduler", "prometheus"}
+    assert set(built) == {"virtual-kubelet-mock", "descheduler", "prometheus-server", "prometheus-operator",
+                          "prometheus-config-reloader"}
     assert set(built) <= set(IMAGES_BY_KIND["system"])  # all run on the system pool
-    # The real pods' Prometheus is Debian's binary, under the reference its Deployment names.
-    assert (built["prometheus"].binary, built["prometheus"].ref) == (image_local.PROMETHEUS_BINARY,
-                                                                     image_local.PROMETHEUS_IMAGE)
+    # The real pods' Prometheus is the local build of the pinned module, under the reference its Prometheus resource
+    # names.
+    assert built["prometheus-server"].binary == Path("/b/prometheus")
+    assert built["prometheus-server"].ref == image_local.PROMETHEUS_IMAGE
     provider = local.one("Deployment", "vk-local-cloud").inputs["spec"]["template"]["spec"]["containers"][0]
     assert provider["image"] == built["virtual-kubelet-mock"].ref and "command" not in provider
     job = local.one("CronJob", "descheduler").inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]

@@ -15,8 +15,9 @@ base is a build argument (``ARG BASE=<pinned upstream>``); here it points at a P
 The pause image (the pod sandbox) is a single static binary of ours (tools/localcluster/cmd/pause) packed the
 same way. The upstream Go binaries the stack runs in pods (virtual-kubelet with its mock provider, the descheduler)
 come from the local cluster's build, each copied onto the base under the exact reference the stack names
-(:func:`binary_plan`), so a node finds it without a pull. Plans are pure (:func:`base_plan`, :func:`agent_plan`,
-:func:`binary_plan`, :func:`pause_plan`); :func:`run` executes them.
+(:func:`binary_plan`), so a node finds it without a pull; so do prometheus-operator, its config reloader and
+Prometheus, which a production cluster runs beside the stack, under local references. Plans are pure
+(:func:`base_plan`, :func:`agent_plan`, :func:`binary_plan`, :func:`pause_plan`); :func:`run` executes them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.pins import PROMETHEUS, PROMETHEUS_OPERATOR, prometheus_release
+
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".state" / "images"
 #: Where the real nodes find the images: the registry part of every local image reference.
@@ -39,9 +42,12 @@ LOCAL_REGISTRY = "docker.io/local"
 #: The pod sandbox image every real node's containerd uses (tools/localcluster/cmd/pause).
 PAUSE_IMAGE = f"{LOCAL_REGISTRY}/pause:3.10"
 BASE_REF = "localhost/gpucluster-python-base:bookworm"
-#: The real pods' Prometheus (tools/localcluster/prometheus_pod): Debian's binary (``make observability-tools``).
-PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
-PROMETHEUS_IMAGE = f"{LOCAL_REGISTRY}/prometheus:2.42.0"
+#: The real pods' Prometheus (tools/localcluster/prometheus_operator): the local cluster's build of the pinned module,
+#: tagged with its release (the Prometheus resource's ``spec.version`` says the same to the operator).
+PROMETHEUS_IMAGE = f"{LOCAL_REGISTRY}/prometheus:{prometheus_release(PROMETHEUS.version)}"
+#: prometheus-operator and its config reloader, the local cluster's builds of the pinned release.
+PROMETHEUS_OPERATOR_IMAGE = f"{LOCAL_REGISTRY}/prometheus-operator:{PROMETHEUS_OPERATOR.version}"
+PROMETHEUS_CONFIG_RELOADER_IMAGE = f"{LOCAL_REGISTRY}/prometheus-config-reloader:{PROMETHEUS_OPERATOR.version}"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
@@ -322,8 +328,7 @@ def main(agents: Sequence[DockerfileImage], version: str, pause_binary: Path, pa
         return 3
     unbuilt = [str(b) for b in (pause_binary, *(i.binary for i in binaries)) if not b.exists()]
     if unbuilt:
-        print(f"images: {', '.join(unbuilt)} not there; run `make localcluster` (the Go builds) and "
-              "`make observability-tools` (Debian's prometheus)", file=sys.stderr)
+        print(f"images: {', '.join(unbuilt)} not there; run `make localcluster` (the Go builds)", file=sys.stderr)
         return 3
     try:
         seconds = build_all(agents, version, pause_binary, pause_ref, binaries=binaries)

@@ -56,15 +56,23 @@ class Agent:
 def binary_images(bin_dir: Path | None = None) -> list[image_local.BinaryImage]:
     """The upstream binaries the local stack runs in pods, each as the image the stack names: virtual-kubelet
     (the provider's Deployment runs the image's entrypoint, as upstream's ``/usr/bin/virtual-kubelet``) and the
-    descheduler (its CronJob's command names ``/bin/descheduler``)."""
+    descheduler (its CronJob's command names ``/bin/descheduler``); and what the real nodes' monitoring runs:
+    Prometheus, prometheus-operator and its config reloader."""
     where = bin_dir or LOCAL_BIN
     return [
         image_local.BinaryImage("virtual-kubelet-mock", where / "virtual-kubelet", images.VIRTUAL_KUBELET_MOCK,
                                 "/usr/bin/virtual-kubelet"),
         image_local.BinaryImage("descheduler", where / "descheduler", images.DESCHEDULER, "/bin/descheduler"),
-        # The real pods' Prometheus (tools/localcluster/prometheus_pod): Debian's, as make observability-tools installs.
-        image_local.BinaryImage("prometheus", image_local.PROMETHEUS_BINARY, image_local.PROMETHEUS_IMAGE,
+        # The real pods' Prometheus, of the pinned module: the operator's StatefulSet runs the image's entrypoint. An
+        # archive name of its own: `prometheus` was Debian's binary, which has no Kubernetes discovery.
+        image_local.BinaryImage("prometheus-server", where / "prometheus", image_local.PROMETHEUS_IMAGE,
                                 "/bin/prometheus"),
+        # prometheus-operator (tools/localcluster/prometheus_operator.py) and the config reloader its StatefulSets
+        # run (as the command /bin/prometheus-config-reloader), where upstream's images have them.
+        image_local.BinaryImage("prometheus-operator", where / "prometheus-operator",
+                                image_local.PROMETHEUS_OPERATOR_IMAGE, "/bin/operator"),
+        image_local.BinaryImage("prometheus-config-reloader", where / "prometheus-config-reloader",
+                                image_local.PROMETHEUS_CONFIG_RELOADER_IMAGE, "/bin/prometheus-config-reloader"),
     ]
 
 

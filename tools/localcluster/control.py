@@ -421,13 +421,13 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
     if real_nodes:
         nodehost.up(lay, real_nodes_for(plan))
-        from tools.localcluster import prometheus_pod
+        from tools.localcluster import prometheus_operator
         from tools.localcluster.realnodes import policy_node
 
         cfg = load_stack_config(ROOT, stack)
         if cfg is not None:
-            prometheus_pod.start(lay, dict(cfg.observability.monitor_labels), cfg.monitoring_namespace,
-                                 policy_node(real_nodes_for(plan)))
+            prometheus_operator.start(lay, dict(cfg.observability.monitor_labels), cfg.monitoring_namespace,
+                                      policy_node(real_nodes_for(plan)))
     say(f"up in {time.monotonic() - started:.1f}s: {kwok_count} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan
