@@ -179,7 +179,10 @@ def test_control_plane_nodes_and_a_running_pod(cluster):
         assert got_gpus == spec.gpus, spec.name
         for key, value in spec.labels.items():
             assert node.metadata.labels.get(key) == value, (spec.name, key)
-        taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
+        # The node lifecycle controller's own (node.kubernetes.io/not-ready) can outlive Ready=True by one of its
+        # passes on a loaded machine; they are not the plan's.
+        taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []
+                  if not t.key.startswith("node.kubernetes.io/")}
         assert taints == {(t.key, t.value, t.effect) for t in spec.taints}, spec.name
     assert sum(int(nodes[n.name].status.capacity.get(plan.gpu_resource, "0")) for n in plan.by_kind("gpu")) \
         == plan.onprem_gpus
