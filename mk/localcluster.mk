@@ -41,7 +41,7 @@ localcluster-status: venv
 # `make up`: the main job on the embedded default. Control plane, engine, `pulumi up --stack local`
 # against it, the burst controller and health guard as local processes, then a status summary. With
 # REAL_NODES=1 the system node and three GPU nodes are real kubelets (docs/real-nodes.md), the agents run as the pods
-# `pulumi up` deploys, from the images `make images` builds, and the host's Prometheus (Debian's) scrapes them.
+# `pulumi up` deploys, from the images `make images` builds, and prometheus-operator's Prometheus, in a pod, scrapes them.
 # The engine is your own `pulumi` when one at or above the SDK's version is on PATH (then only the
 # control plane is built), else the project's build; ENGINE=built or ENGINE=path chooses (tools/engine_select.py).
 up: venv
