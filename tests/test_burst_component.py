@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from agents.burst_controller.settings import BurstSettings
-from components.config import ConfigError, parse_config
+from components.config import parse_config
 from components.images import agent_image
-from tools.mockrt import RunResult, raw_from_stack
+from tools.mockrt import RunResult, config_error, raw_from_stack
 
 NS = "gpu-system"
 
@@ -95,11 +95,7 @@ def test_metrics_service_and_servicemonitor(prod: RunResult) -> None:
 
 
 def _error(edit: Any) -> str:
-    raw = copy.deepcopy(raw_from_stack("local"))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, "Pulumi.local.yaml")
-    return str(info.value)
+    return config_error(edit, "local")
 
 
 def test_hysteresis_band_must_be_open() -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import pytest
 import yaml
 
-from components.config import ConfigError, parse_config
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, raw_from_stack
+from tools.mockrt import RunResult, config_error
 
 NS = "gpu-system"
 
@@ -109,25 +106,17 @@ def test_rbac_is_upstream_without_extras(prod: RunResult) -> None:
     assert prod.one("RoleBinding", "descheduler-evict").inputs["subjects"] == binding.inputs["subjects"]
 
 
-def _error(edit: Any) -> str:
-    raw = copy.deepcopy(raw_from_stack("prod"))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, "Pulumi.prod.yaml")
-    return str(info.value)
-
-
 def test_bad_cron_is_refused() -> None:
-    message = _error(lambda raw: raw["descheduler"].update(schedule="every 2 minutes"))
+    message = config_error(lambda raw: raw["descheduler"].update(schedule="every 2 minutes"))
     assert "Pulumi.prod.yaml" in message
     assert "descheduler.schedule: must be a five-field cron expression" in message
 
 
 def test_per_node_limit_cannot_exceed_the_total() -> None:
-    message = _error(lambda raw: raw["descheduler"].update(maxPodsPerNode=20))
+    message = config_error(lambda raw: raw["descheduler"].update(maxPodsPerNode=20))
     assert "descheduler: maxPodsPerNode (20) must not exceed maxPodsTotal (16)" in message
 
 
 def test_unpinned_image_is_refused() -> None:
-    message = _error(lambda raw: raw["descheduler"].update(image="registry.k8s.io/descheduler/descheduler"))
+    message = config_error(lambda raw: raw["descheduler"].update(image="registry.k8s.io/descheduler/descheduler"))
     assert "descheduler.image: must be pinned by tag or digest" in message

@@ -15,14 +15,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.config import ConfigError, Forecast, parse_config
+from components.config import Forecast, parse_config
 from components.forecast import ForecastRule, forecast_at, forecast_expr, rule_groups
 from policies.rules import evaluate
 from tests.conftest import raw_stack
 from tests.promtool_support import promtool
 from tests.test_schema_validation import validate_all
 from tools import policy
-from tools.mockrt import RunResult, raw_from_stack, run_program
+from tools.mockrt import RunResult, config_error, raw_from_stack, run_program
 
 STEP = 15
 SOURCE = "inference_queue_depth"
@@ -199,14 +199,6 @@ def test_constant_demand_forecasts_itself() -> None:
 # ------------------------------------------------------------------ refused config
 
 
-def _error(edit: Any) -> str:
-    raw = copy.deepcopy(raw_from_stack("prod"))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, "Pulumi.prod.yaml")
-    return str(info.value)
-
-
 def _forecast(index: int, **values: int) -> Any:
     def edit(raw: dict[str, Any]) -> None:
         scaling = raw["inference"]["services"][index]["scaling"]
@@ -215,23 +207,23 @@ def _forecast(index: int, **values: int) -> Any:
 
 
 def test_forecast_only_on_queue_depth() -> None:
-    message = _error(_forecast(1, horizonSeconds=180))
+    message = config_error(_forecast(1, horizonSeconds=180))
     assert ("inference.services[1].scaling: forecast applies to metric 'queue-depth' (one series per service, "
             "selected by its service label), not 'in-flight'") in message
 
 
 def test_forecast_windows_lie_on_the_evaluation_grid() -> None:
-    message = _error(_forecast(0, horizonSeconds=100))
+    message = config_error(_forecast(0, horizonSeconds=100))
     assert ("inference.services[0].scaling.forecast: horizonSeconds must be a multiple of the rule's 15 s "
             "evaluation interval (the recorded samples it reads lie on that grid), got 100") in message
 
 
 def test_season_longer_than_the_horizon() -> None:
-    message = _error(_forecast(0, horizonSeconds=300, seasonSeconds=300))
+    message = config_error(_forecast(0, horizonSeconds=300, seasonSeconds=300))
     assert "seasonSeconds (300) must exceed horizonSeconds (300)" in message
 
 
 def test_forecast_bounds() -> None:
-    assert "inference.services[0].scaling.forecast.horizonSeconds" in _error(_forecast(0, horizonSeconds=7200))
-    assert "inference.services[0].scaling.forecast.trendWindowSeconds" in _error(
+    assert "inference.services[0].scaling.forecast.horizonSeconds" in config_error(_forecast(0, horizonSeconds=7200))
+    assert "inference.services[0].scaling.forecast.trendWindowSeconds" in config_error(
         _forecast(0, horizonSeconds=180, trendWindowSeconds=15))

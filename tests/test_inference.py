@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 import yaml
 
-from components.config import ConfigError, parse_config
-from tools.mockrt import SECRET_PLACEHOLDER, RunResult, raw_from_stack
+from tools.mockrt import SECRET_PLACEHOLDER, RunResult, config_error
 
 NS = "inference"
 BURST_TAINT = "gpucluster.io/burst"
@@ -157,7 +155,7 @@ def test_startup_budget_comes_from_config(run_stack: Any) -> None:
 
 
 def test_startup_budget_is_bounded() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][0].update(startupTimeoutSeconds=5), "local")
+    message = config_error(lambda raw: raw["inference"]["services"][0].update(startupTimeoutSeconds=5), "local")
     assert "Pulumi.local.yaml" in message
     assert "inference.services[0].startupTimeoutSeconds" in message
 
@@ -301,45 +299,37 @@ def test_no_adapter_when_no_service_needs_one(local: RunResult) -> None:
     assert local.by_kind("APIService") == []
 
 
-def _error(edit: Any, stack: str = "prod") -> str:
-    raw = copy.deepcopy(raw_from_stack(stack))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, f"Pulumi.{stack}.yaml")
-    return str(info.value)
-
-
 def test_gateway_needs_a_routable_provider() -> None:
-    message = _error(lambda raw: raw["providers"].pop(1))
+    message = config_error(lambda raw: raw["providers"].pop(1))
     assert "Pulumi.prod.yaml" in message
     assert ("inference.services[1].traffic.shape: 'gateway' needs a provider whose pods the cluster can "
             "route to") in message
 
 
 def test_pdb_cannot_allow_the_whole_service_down() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][2].update(maxUnavailable=2))
+    message = config_error(lambda raw: raw["inference"]["services"][2].update(maxUnavailable=2))
     assert "inference.services[2]: maxUnavailable (2) must be below minReplicas (2)" in message
 
 
 def test_utilization_target_is_a_percent() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][0].update(scaling={"metric": "cpu", "target": 400}),
+    message = config_error(lambda raw: raw["inference"]["services"][0].update(scaling={"metric": "cpu", "target": 400}),
                      "local")
     assert "Pulumi.local.yaml" in message
     assert "inference.services[0].scaling: target for metric 'cpu' is a utilization percent (1-100), got 400" in message
 
 
 def test_replica_must_fit_a_provider_node() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][0].update(gpusPerReplica=512))
+    message = config_error(lambda raw: raw["inference"]["services"][0].update(gpusPerReplica=512))
     assert "inference.services[0].gpusPerReplica: no provider offers that many GPUs on its virtual node" in message
 
 
 def test_gateway_takes_no_queue() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][1]["traffic"].update(queueUrl="amqp://q/x"))
+    message = config_error(lambda raw: raw["inference"]["services"][1]["traffic"].update(queueUrl="amqp://q/x"))
     assert "inference.services[1].traffic: shape 'gateway' takes no queueUrl" in message
 
 
 def test_queue_worker_needs_a_queue() -> None:
-    message = _error(lambda raw: raw["inference"]["services"][0]["traffic"].pop("queueUrl"))
+    message = config_error(lambda raw: raw["inference"]["services"][0]["traffic"].pop("queueUrl"))
     assert "inference.services[0].traffic: shape 'queue-worker' needs queueUrl" in message
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, parse_config
+from components.config import parse_config
 from components.providers import PRESETS, provider_taint
 from tests.conftest import StackRunner
-from tools.mockrt import SECRET_PLACEHOLDER, RunResult, raw_from_stack
+from tools.mockrt import SECRET_PLACEHOLDER, RunResult, config_error, raw_from_stack
 
 NS = "gpu-system"
 
@@ -291,16 +291,8 @@ def test_providers_run_on_the_system_pool_at_system_priority(prod: RunResult) ->
     assert pod["serviceAccountName"] == "vk-lambda-east"
 
 
-def _error(edit: Any) -> str:
-    raw = copy.deepcopy(raw_from_stack("prod"))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, "Pulumi.prod.yaml")
-    return str(info.value)
-
-
 def test_admiralty_is_refused_with_the_reason() -> None:
-    message = _error(lambda raw: raw["providers"][1].update(kind="admiralty"))
+    message = config_error(lambda raw: raw["providers"][1].update(kind="admiralty"))
     assert "Pulumi.prod.yaml" in message
     assert "providers[1]: kind 'admiralty' has no preset" in message
     assert "admiralty-<namespace>-<target>-<hash>" in message
@@ -311,28 +303,28 @@ def test_generic_provider_needs_image_and_provider_name() -> None:
         del raw["providers"][0]["image"]
         del raw["providers"][0]["vkProvider"]
 
-    message = _error(edit)
+    message = config_error(edit)
     assert "providers[0].image: required key is missing (kind 'virtual-kubelet' needs it)" in message
     assert "providers[0].vkProvider: required key is missing (kind 'virtual-kubelet' needs it)" in message
 
 
 def test_liqo_needs_its_cluster_ids() -> None:
-    message = _error(lambda raw: raw["providers"][1].pop("homeClusterId"))
+    message = config_error(lambda raw: raw["providers"][1].pop("homeClusterId"))
     assert "providers[1].homeClusterId: required key is missing (kind 'liqo' needs it)" in message
 
 
 def test_unpinned_provider_image_is_refused() -> None:
-    message = _error(lambda raw: raw["providers"][0].update(image="example/vk:latest"))
+    message = config_error(lambda raw: raw["providers"][0].update(image="example/vk:latest"))
     assert "providers[0].image: must not use the 'latest' tag" in message
 
 
 def test_extra_args_must_be_flags() -> None:
-    message = _error(lambda raw: raw["providers"][0].update(extraArgs=["rm -rf"]))
+    message = config_error(lambda raw: raw["providers"][0].update(extraArgs=["rm -rf"]))
     assert "providers[0].extraArgs: entry 'rm -rf' must be a --flag" in message
 
 
 def test_a_key_of_another_kind_names_its_kind() -> None:
-    message = _error(lambda raw: raw["providers"][1].update(vkProvider="azure"))
+    message = config_error(lambda raw: raw["providers"][1].update(vkProvider="azure"))
     assert "providers[1].vkProvider: applies only to kind 'virtual-kubelet', not 'liqo' (got \"azure\")" in message
 
 
@@ -352,5 +344,5 @@ def test_the_kubelet_client_ca_can_be_another_than_the_cluster_ca(run_stack: Sta
     pod = result.one("Deployment", "vk-lambda-east").inputs["spec"]["template"]["spec"]
     assert {"name": "kubelet-client-ca", "configMap": {"name": "kubelet-client-ca", "items": [
         {"key": "ca.crt", "path": "ca.crt"}]}} in pod["volumes"]
-    message = _error(lambda raw: raw["providers"][1].update(kubeletClientCaConfigMap="kubelet-client-ca"))
+    message = config_error(lambda raw: raw["providers"][1].update(kubeletClientCaConfigMap="kubelet-client-ca"))
     assert "providers[1].kubeletClientCaConfigMap: applies only to kind 'virtual-kubelet', not 'liqo'" in message

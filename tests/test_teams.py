@@ -7,16 +7,14 @@ training queues and the inference queue are unchanged by teams (the sibling deci
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import pytest
 
 from components.cluster_settings import RESEARCHER_ROLE, SETTINGS_CONFIGMAP, SETTINGS_KEY, parse_settings
-from components.config import ConfigError, parse_config
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, raw_from_stack
+from tools.mockrt import RunResult, config_error
 
 P = "gpu-cluster:"
 GPU = "nvidia.com/gpu"
@@ -81,14 +79,6 @@ def test_without_teams_no_team_queue_nor_binding(local: RunResult) -> None:
     assert not [b for b in local.by_kind("RoleBinding") if b.inputs["roleRef"]["name"] == RESEARCHER_ROLE]
 
 
-def _problems(edit: Any) -> str:
-    raw = copy.deepcopy(raw_from_stack("prod"))
-    edit(raw)
-    with pytest.raises(ConfigError) as info:
-        parse_config(raw, "Pulumi.prod.yaml")
-    return str(info.value)
-
-
 def _team(index: int, **values: Any) -> Any:
     return lambda raw: raw["scheduling"]["teams"][index].update(values)
 
@@ -110,7 +100,7 @@ def _team(index: int, **values: Any) -> Any:
 ], ids=["guarantee-over-quota", "quota-over-cluster", "guarantee-over-cluster", "guarantees-sum",
         "duplicate", "queue-collision", "unknown-team-of-a-job", "negative", "not-a-dns-label"])
 def test_bad_teams_are_named(edit: Any, expected: str) -> None:
-    message = _problems(edit)
+    message = config_error(edit)
     assert "Pulumi.prod.yaml" in message and expected in message, message
 
 
@@ -119,4 +109,4 @@ def test_teams_need_volcano() -> None:
         raw["kubernetesVersion"] = "1.24"
         raw["scheduling"]["engine"] = "kube-batch"
 
-    assert "scheduling.teams: team queues need engine 'volcano'" in _problems(kube_batch)
+    assert "scheduling.teams: team queues need engine 'volcano'" in config_error(kube_batch)

@@ -8,11 +8,12 @@ exactly what the render tool, the policy runner and the tests need, without a CL
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import runpy
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,16 @@ def raw_from_stack(stack: str) -> dict[str, Any]:
     config, secrets = stack_config(stack)
     prefix = f"{PROJECT}:"
     return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k not in secrets}
+
+
+def config_error(edit: Callable[[dict[str, Any]], Any], stack: str = "prod") -> str:
+    """The message parse_config gives for the stack file after `edit`; fails the test when it accepts it."""
+    import pytest
+
+    from components.config import ConfigError, parse_config
+
+    raw = copy.deepcopy(raw_from_stack(stack))
+    edit(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw, f"Pulumi.{stack}.yaml")
+    return str(info.value)
