@@ -109,6 +109,7 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "warm_pool_ramp_seconds": float(burst.warm_pool_ramp_seconds),
             "return_surge_share": float(burst.return_surge_share),
             "inference_namespace": cfg.inference_namespace,
+            "inference_pools": list(cfg.inference_pools),
             "provider_taints": {
                 p.name: "{key}={value}".format(**provider_taint(p)) for p in cfg.providers
             },

@@ -165,6 +165,23 @@ def test_handover_settings_name_every_service_with_its_minimum(prod: RunResult, 
     assert settings(prod).handover_timeout_seconds == 300.0
 
 
+def test_the_deployed_settings_name_the_pools_inference_is_confined_to(prod: RunResult, run_stack: Any) -> None:
+    """Free GPUs count toward keeping the burst closed only where some service may run."""
+    assert settings(prod).inference_pools == ()  # every prod service may run in either pool
+
+    def confine(config: dict[str, Any]) -> None:
+        for service in config["gpu-cluster:inference"]["services"]:
+            service["pool"] = "h200-b" if service["name"] == "whisper-large" else "h100-a"
+
+    assert settings(run_stack("prod", confine)).inference_pools == ("h100-a", "h200-b")
+
+    def one_pool(config: dict[str, Any]) -> None:
+        for service in config["gpu-cluster:inference"]["services"]:
+            service["pool"] = "h100-a"
+
+    assert settings(run_stack("prod", one_pool)).inference_pools == ("h100-a",)
+
+
 def test_handover_rbac_is_the_scale_of_the_named_standbys_only(prod: RunResult) -> None:
     role = prod.one("Role", "burst-controller-handover")
     assert role.metadata["namespace"] == "inference"

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.burst_controller.decide import (
     Action,
@@ -292,6 +294,52 @@ def test_effective_free_is_netted_per_pool(
     assert decide(snapshot, OPEN, NOW, S).effective_free_gpus == expected
 
 
+@pytest.mark.parametrize(
+    ("free", "pending", "pools", "inference_pools", "expected"),
+    [
+        (64, 0, {"serve": (0, 0), "train": (64, 0)}, ("serve",), 0),  # an idle training pool is no room
+        (64, 0, {"serve": (0, 0), "train": (64, 0)}, (), 64),  # unconfined inference may use it
+        (40, 0, {"serve": (8, 0), "train": (24, 0)}, ("serve",), 8),  # 8 free GPUs of no pool do not count
+        (40, 12, {"serve": (8, 0), "train": (24, 0)}, ("serve",), -4),  # training of no pool may land in serve
+        (48, 16, {"a": (16, 16), "b": (16, 0), "c": (16, 0)}, ("a", "b"), 16),  # a's backlog, b's room, not c's
+    ],
+    ids=["train-pool-idle", "unconfined", "unpooled-free", "unpooled-pending", "two-of-three"],
+)
+def test_effective_free_counts_only_the_pools_inference_may_use(
+    free: int, pending: int, pools: dict[str, tuple[int, int]], inference_pools: tuple[str, ...], expected: int
+) -> None:
+    snapshot = snap(free, pending_train=pending, pools=pools)
+    assert effective_free_gpus(snapshot, inference_pools) == expected
+    settings = replace(S, inference_pools=inference_pools)
+    assert decide(snapshot, OPEN, NOW, settings).effective_free_gpus == expected
+
+
+@given(st.dictionaries(st.sampled_from("abcd"), st.tuples(st.integers(0, 64), st.integers(0, 64)), max_size=4),
+       st.integers(0, 64), st.integers(0, 64), st.sets(st.sampled_from("abcde")))
+def test_confining_inference_never_adds_room(
+    pools: dict[str, tuple[int, int]], unpooled_free: int, unpooled_pending: int, confined: set[str]
+) -> None:
+    free = unpooled_free + sum(f for f, _ in pools.values())
+    pending = unpooled_pending + sum(t for _, t in pools.values())
+    snapshot = snap(free, alloc=max(free, 1), pending_train=pending, pools=pools)
+    unconfined = effective_free_gpus(snapshot)
+    narrowed = effective_free_gpus(snapshot, tuple(sorted(confined)))
+    assert narrowed <= unconfined
+    # Confined to every known pool, only the GPUs of no pool are lost.
+    if pools:
+        assert effective_free_gpus(snapshot, tuple(sorted(pools))) == unconfined - unpooled_free
+
+
+def test_burst_opens_while_the_inference_pool_is_full_and_a_training_pool_idles() -> None:
+    """The defect: 64 idle GPUs of a pool inference may not use kept the burst closed while its own pool was full."""
+    full = snap(64, pools={"serve": (0, 0), "train": (64, 0)})
+    held = replace(CLOSED, low_since=NOW - 75)
+    assert decide(full, held, NOW, S).flipped is None
+    decision = decide(full, held, NOW, replace(S, inference_pools=("serve",)))
+    assert decision.flipped is Mode.OPEN
+    assert decision.reasons[0] == "open: 0 effective free on-prem GPUs < 1 for 75s"
+
+
 def test_flip_records_time_and_reason() -> None:
     decision = decide(snap(0), replace(CLOSED, low_since=NOW - 75), NOW, S)
     assert decision.flipped is Mode.OPEN
@@ -414,6 +462,11 @@ def test_settings_defaults() -> None:
          "cfg.yaml: provider_taints.gpucloud: 'gpucluster.io/burst' is the burst taint"),
         ({"provider_taints": ["virtual-kubelet.io/provider=gpucloud"]},
          "cfg.yaml: key 'provider_taints' must be a mapping of names to strings"),
+        ({"inference_pools": "serve"}, "cfg.yaml: key 'inference_pools' must be a list of names, got 'serve'"),
+        ({"inference_pools": ["serve", 3]}, "cfg.yaml: key 'inference_pools[1]' must be a string, got 3"),
+        ({"inference_pools": ["serve", "serve"]},
+         "cfg.yaml: inference_pools[1]: must be a distinct pool name, got 'serve'"),
+        ({"inference_pools": [""]}, "cfg.yaml: inference_pools[0]: must be a distinct pool name, got ''"),
     ],
 )
 def test_settings_errors_name_the_key(data: dict[str, object], message: str) -> None:
@@ -428,6 +481,8 @@ def test_settings_from_file(tmp_path: Path) -> None:
     s = load_file(path)
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.close_hold_seconds) == (2, 16, 900.0)
     assert BurstSettings.from_mapping(json.loads(s.to_json())) == s
+    confined = replace(s, inference_pools=("serve", "edge"))
+    assert BurstSettings.from_mapping(json.loads(confined.to_json())) == confined
     bad = tmp_path / "bad.json"
     bad.write_text('{"close_at_free_gpus": 0}')
     with pytest.raises(SettingsError, match=f"^{bad}: close_at_free_gpus"):

@@ -233,6 +233,9 @@ class BurstSettings:
     # take is what the next ramp's scale-ups needed, so those start cold externally): it stays off.
     return_surge_share: float = 0.0
     inference_namespace: str = "inference"
+    # The on-prem pools inference may run in (the pools its services are confined to); empty = every pool, and
+    # GPUs on nodes of no pool. Free GPUs elsewhere are no room for inference, so they cannot keep the burst shut.
+    inference_pools: tuple[str, ...] = ()
     # Derived names, filled from label_prefix.
     pool_label: str = field(default="", init=False)
     location_label: str = field(default="", init=False)
@@ -384,6 +387,9 @@ class BurstSettings:
                 raise SettingsError(
                     f"handover_services: {service!r} must map to a minReplicas >= 1, got {minimum!r}"
                 )
+        for index, pool in enumerate(self.inference_pools):
+            if not pool or pool in self.inference_pools[:index]:
+                raise SettingsError(f"inference_pools[{index}]: must be a distinct pool name, got {pool!r}")
         for name in (
             "namespace",
             "lease_name",
@@ -430,6 +436,10 @@ def _coerce(key: str, type_name: Any, value: Any, source: str) -> Any:
         if not isinstance(value, Mapping):
             raise SettingsError(f"{source}: key {key!r} must be a mapping of names to integers, got {value!r}")
         return {str(k): _coerce(f"{key}.{k}", "int", v, source) for k, v in value.items()}
+    if kind == "tuple[str, ...]":
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            raise SettingsError(f"{source}: key {key!r} must be a list of names, got {value!r}")
+        return tuple(_coerce(f"{key}[{i}]", "str", v, source) for i, v in enumerate(value))
     if kind == "dict[str, str]":
         if not isinstance(value, Mapping):
             raise SettingsError(f"{source}: key {key!r} must be a mapping of names to strings, got {value!r}")

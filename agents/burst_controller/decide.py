@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from agents.burst_controller.contract import BurstSettings, Cover, Sizing
@@ -191,22 +191,26 @@ class Snapshot:
         return sum(v.gpus_in_use for v in self.virtual_nodes.values())
 
 
-def effective_free_gpus(snapshot: Snapshot) -> int:
+def effective_free_gpus(snapshot: Snapshot, inference_pools: Collection[str] = ()) -> int:
     """Free on-prem GPUs that inference can count on once pending training has taken what it needs.
 
     Per pool: max(0, free − pending training), because a gang pending for pool A can only take pool A's
     GPUs; idle GPUs in pool B stay available to inference however large A's backlog is (and A's backlog
-    cannot drive B below zero). GPUs and pending pods that belong to no known pool are netted cluster-wide,
-    as before. With no pool breakdown this is exactly free − pending training. O(pools).
+    cannot drive B below zero). GPUs and pending pods that belong to no known pool are netted cluster-wide.
+    With `inference_pools` (the pools inference is confined to) only those pools' room counts, and no GPUs of
+    nodes outside every pool: an idle training pool is no room for a service that may not run there. Training
+    confined to no pool may still land in them, so it is netted in full. With no pool breakdown and no
+    confinement this is exactly free − pending training. O(pools).
     """
     free_rest = snapshot.onprem_free_gpus
     pending_rest = snapshot.pending_training_gpus
     total = 0
-    for pool in snapshot.pools.values():
+    for name, pool in snapshot.pools.items():
         free_rest -= pool.free
         pending_rest -= pool.pending_training
-        total += max(0, pool.free - pool.pending_training)
-    return total + free_rest - pending_rest
+        if not inference_pools or name in inference_pools:
+            total += max(0, pool.free - pool.pending_training)
+    return total + (0 if inference_pools else free_rest) - pending_rest
 
 
 @dataclass(frozen=True)
@@ -451,7 +455,7 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
     """Hysteresis: open after scarcity (or pending inference) held; close after plenty held and standby ready
     (sized with `ramp`, the expected ramp per service, as the standby step sizes it)."""
     reasons: list[str] = []
-    effective_free = effective_free_gpus(snapshot)
+    effective_free = effective_free_gpus(snapshot, settings.inference_pools)
     external = snapshot.external_gpus_in_use - snapshot.standby_external_gpus
     close_needs = settings.close_at_free_gpus + external
     bad = inconsistency(snapshot, close_needs)

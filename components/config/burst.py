@@ -54,8 +54,8 @@ class Burst(ConfigModel):
     """Value of the burst taint `<labelPrefix>/burst=<value>:NoSchedule` that the controller keeps on every
     virtual node while the burst is closed."""
     open_below_free_gpus: NonNegativeInt = _AGENT.open_below_free_gpus
-    """Open the burst when the effective free on-prem GPUs (per pool, free minus what pending training needs)
-    stay below this for `openHoldSeconds`."""
+    """Open the burst when the effective free on-prem GPUs (per pool, free minus what pending training needs; only
+    the pools the inference services may run in) stay below this for `openHoldSeconds`."""
     close_at_free_gpus: PositiveInt = _AGENT.close_at_free_gpus
     """Close the burst when the effective free on-prem GPUs reach this plus the GPUs inference uses externally,
     for `closeHoldSeconds`; above `openBelowFreeGpus`, so the taint does not flap."""

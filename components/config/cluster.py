@@ -154,6 +154,14 @@ class ClusterConfig(ConfigModel):
         return {s.name: s.min_replicas for s in self.inference.services} if self.handover_active else {}
 
     @property
+    def inference_pools(self) -> tuple[str, ...]:
+        """The pools inference services are confined to, sorted; empty when one may run in every pool."""
+        services = self.inference.services
+        if not services or any(s.pool is None for s in services):
+            return ()
+        return tuple(sorted({s.pool for s in services if s.pool is not None}))
+
+    @property
     def onprem_gpus(self) -> int:
         return sum(p.gpu_count for p in self.pools)
 
