@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.polling import wait
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import node_paths
@@ -71,3 +73,63 @@ def container_pid(lay: Layout, node: str, container_id: str) -> int:
         if fields and fields[0] == cid:
             return int(fields[1])
     raise AssertionError(f"container {cid} has no task on {node}:\n{out}")
+
+
+def ready_pods(lay: Layout, namespace: str, app: str) -> list[Any]:
+    """The Ready, not terminating pods of ``app`` (its ``app.kubernetes.io/name`` label)."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    pods = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/name={app}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def lease_holder(lay: Layout, namespace: str, lease: str) -> str:
+    from kubernetes import client
+
+    spec = client.CoordinationV1Api(control.api_client(lay)).read_namespaced_lease(lease, namespace).spec
+    return str(spec.holder_identity or "")
+
+
+def delete_the_leader(lay: Layout, namespace: str, app: str, settings: dict[str, Any]) -> tuple[str, str, float]:
+    """Delete the pod of ``app`` that holds its Lease (``settings``: the agent's deployed settings); the old leader,
+    the new one and the seconds until another Ready replica held the Lease. Fails when that took longer than the
+    Lease allows: the deleted leader's lease running out, then the standby's next attempt."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    lease = settings["lease_name"]
+    wait(f"a {app} leader", lambda: lease_holder(lay, namespace, lease), 90, ignore=(ApiException,))
+    leader = lease_holder(lay, namespace, lease)
+    assert leader in {p.metadata.name for p in ready_pods(lay, namespace, app)}, f"{app}'s leader {leader} not Ready"
+    started = time.monotonic()
+    client.CoreV1Api(control.api_client(lay)).delete_namespaced_pod(leader, namespace)
+
+    def new_leader() -> str:
+        # The deleted leader releases its Lease on SIGTERM, so the next replica to try takes it at once: the
+        # standby, or the Deployment's replacement pod if that one starts and tries first. Either is a leader.
+        holder = lease_holder(lay, namespace, lease)
+        ready = {p.metadata.name for p in ready_pods(lay, namespace, app)}
+        return holder if holder and holder != leader and holder in ready else ""
+
+    wait(f"another {app} replica holding the Lease", new_leader, 120, ignore=(ApiException,))
+    failover = round(time.monotonic() - started, 1)
+    successor = new_leader()
+    time.sleep(3)
+    assert lease_holder(lay, namespace, lease) != leader, "the deleted leader took its Lease back"
+    attempt = settings.get("retry_period_seconds") or settings["poll_seconds"]
+    assert failover <= settings["lease_duration_seconds"] + 2 * attempt + 10, failover
+    return leader, successor, failover
+
+
+def deployed_settings(lay: Layout, namespace: str, app: str) -> dict[str, Any]:
+    """The settings document of ``app`` as the stack deployed it (its ``<app>-settings`` ConfigMap, JSON or YAML)."""
+    import yaml
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    cm = core.read_namespaced_config_map(f"{app}-settings", namespace)
+    raw = next(iter((cm.data or {}).values()))
+    loaded: dict[str, Any] = json.loads(raw) if raw.lstrip().startswith("{") else yaml.safe_load(raw)
+    return loaded

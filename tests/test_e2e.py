@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -39,23 +38,27 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.burst_e2e import (
+    Cluster,
+    Hooks,
+    restart_providers,
+    run_burst_scenario,
+    writes_by,
+)
 from tests.polling import wait
 from tools.engine_runner import engine_available
-from tools.localcluster import control, stackup
+from tools.localcluster import control, stackup, virtual_kubelet
 from tools.localcluster.plan import VIRTUAL_KUBELET, Layout, load_stack_config, stack_config_values
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
 PHASES_FILE = BUILT / "e2e-phases.json"
-#: The longest a gang may look partly placed or running: one bind round plus kwok starting each pod.
-GANG_SETTLE_S = 5.0
 #: Phase timings of both scenarios, written together to PHASES_FILE.
 PHASES: dict[str, float] = {}
 
@@ -208,227 +211,17 @@ def stack(tmp_path_factory, prometheus):
         control.down(lay, quiet=True)
 
 
-class Cluster:
-    """Thin reads over the API for the assertions."""
-
-    def __init__(self, lay: Layout, cfg: Any) -> None:
-        from kubernetes import client
-
-        api = control.api_client(lay)
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.coordination = client.CoordinationV1Api(api)
-        self.cfg = cfg
-        self.prefix = cfg.label_prefix
-        self.burst_key = f"{cfg.label_prefix}/burst"
-
-    def location(self) -> dict[str, str]:
-        return {n.metadata.name: (n.metadata.labels or {}).get(f"{self.prefix}/location", "")
-                for n in self.core.list_node().items}
-
-    def virtual_nodes(self) -> list[Any]:
-        names = {p.node_name for p in self.cfg.providers}
-        return [n for n in self.core.list_node().items if n.metadata.name in names]
-
-    def inference_pods(self, service: str, role: str | None = None) -> list[Any]:
-        """Live pods of the service: every replica, or only `main` (the HPA's) or `standby` ones."""
-        sel = f"{self.prefix}/service={service}"
-        if role == "standby":
-            sel += f",{self.prefix}/role=standby"
-        elif role == "main":
-            sel += f",!{self.prefix}/role"
-        pods = self.core.list_namespaced_pod(self.cfg.inference_namespace, label_selector=sel).items
-        return [p for p in pods if p.metadata.deletion_timestamp is None]
-
-    @staticmethod
-    def ready(pod: Any) -> bool:
-        return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
-
-    def ready_by_location(self, service: str, role: str | None = None) -> dict[str, int]:
-        loc = self.location()
-        out: dict[str, int] = {}
-        for p in self.inference_pods(service, role):
-            if self.ready(p):
-                where = loc.get(p.spec.node_name or "", "?")
-                out[where] = out.get(where, 0) + 1
-        return out
-
-    def burst_taints(self) -> list[Any]:
-        return [t for n in self.virtual_nodes() for t in (n.spec.taints or []) if t.key == self.burst_key]
-
-    def gang_pods(self, job: str) -> list[Any]:
-        sel = f"volcano.sh/job-name={job}"
-        return self.core.list_namespaced_pod(self.cfg.training_namespace, label_selector=sel).items
-
-
-class Sampler(threading.Thread):
-    """Samples ready inference replicas, burst taint effects and gang start state twice a second."""
-
-    def __init__(self, cluster: Cluster, service: str, job: str, workers: int) -> None:
-        super().__init__(daemon=True)
-        self.c, self.service, self.job, self.workers = cluster, service, job, workers
-        self.stop = threading.Event()
-        self.min_ready = 10**9
-        #: The scenario's current phase (set by the test) and the fewest ready replicas sampled in each.
-        self.phase = "preempt"
-        self.min_by_phase: dict[str, int] = {}
-        self.effects: set[str] = set()
-        #: Samples with part of the gang placed or running: (seconds since it began, bound, running).
-        self.partial_gang: list[tuple[float, int, int]] = []
-        self.partial_since: float | None = None
-        self.longest_partial = 0.0
-        self.errors: list[str] = []
-        #: When the standby first had minReplicas ready, and when a gang pod was first bound to a node.
-        self.standby_ready_at: float | None = None
-        self.gang_bound_at: float | None = None
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                now = time.monotonic()
-                ready = sum(self.c.ready_by_location(self.service).values())
-                standby = sum(self.c.ready_by_location(self.service, "standby").values())
-                if self.standby_ready_at is None and standby >= self.c.cfg.handover_services.get(self.service, 0) > 0:
-                    self.standby_ready_at = now
-                gang = self.c.gang_pods(self.job)
-                if self.gang_bound_at is None and any(p.spec.node_name for p in gang):
-                    self.gang_bound_at = now
-                self.min_ready = min(self.min_ready, ready)
-                self.min_by_phase[self.phase] = min(self.min_by_phase.get(self.phase, ready), ready)
-                self.effects |= {t.effect for t in self.c.burst_taints()}
-                # Gang: never part of it placed or running for longer than a bind round and kwok's start of
-                # each pod (the scheduler binds the whole gang in one session; kwok starts pods one by one).
-                # Only until the job is ended: its pods then go away one by one.
-                live = [p for p in gang if p.metadata.deletion_timestamp is None]
-                bound = sum(1 for p in live if p.spec.node_name)
-                running = sum(1 for p in live if p.status.phase == "Running")
-                partial = self.phase == "preempt" and (0 < bound < self.workers or 0 < running < self.workers)
-                if partial:
-                    self.partial_since = now if self.partial_since is None else self.partial_since
-                    self.partial_gang.append((round(now - self.partial_since, 1), bound, running))
-                    self.longest_partial = max(self.longest_partial, now - self.partial_since)
-                else:
-                    self.partial_since = None
-            except Exception as err:  # keep sampling through API hiccups, report them at the end
-                self.errors.append(repr(err))
-            time.sleep(0.5)
-
-
-def _evictions_per_cycle(log: Path) -> list[int]:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return [int(m) for m in re.findall(r'"Number of evictions[^"]*"[^\n]*?totalEvicted=(\d+)', text)]
-
-
 def test_burst_scenario(stack, prometheus):
-    from components.training_job import TrainingJobArgs, volcano_job_spec
-
     lay, cfg, notes = stack
-    c = Cluster(lay, cfg)
-    service = cfg.inference.services[0]
-    minimum = service.min_replicas
-    job_cfg = cfg.training.jobs[0]
-    phases = PHASES
     if any(n.startswith(("descheduler", "health-guard")) for n in notes):
         pytest.fail(f"an agent did not start: {notes}")
-    assert cfg.handover_services == {service.name: minimum}, "the local stack runs the make-before-break handover"
-
-    # The scenario starts with inference only (a gang left from elsewhere would skew it).
-    for vcjob in c.custom.list_namespaced_custom_object(
-            "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs")["items"]:
-        c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
-                                                 vcjob["metadata"]["name"])
-
-    phases["inference_ready_onprem_s"] = wait(
-        f"{minimum} ready replicas of {service.name} on-prem",
-        lambda: c.ready_by_location(service.name, "main").get("onprem", 0) >= minimum, 300)
-    wait("the burst taint on every virtual node", lambda: len(c.burst_taints()) == len(cfg.providers), 120)
-
-    # A gang that needs every on-prem GPU; its pods start behind the handover gate (the stack's template).
-    nodes = len(cfg.pool(job_cfg.pool).node_names)
-    job = job_cfg.model_copy(update={"name": "e2e-gang", "workers": nodes,
-                                     "gpus_per_worker": cfg.pool(job_cfg.pool).gpus_per_node})
-    spec = volcano_job_spec(TrainingJobArgs.from_config(cfg, job))
-    assert spec["tasks"][0]["template"]["spec"]["schedulingGates"] == [{"name": f"{c.prefix}/handover"}]
-    sampler = Sampler(c, service.name, "e2e-gang", nodes)
-    sampler.start()
-    started = time.monotonic()
-    c.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs", {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": "e2e-gang", "namespace": cfg.training_namespace}, "spec": spec})
-
-    def standby_ready() -> int:
-        return sum(c.ready_by_location(service.name, "standby").values())
-
-    try:
-        wait(f"{minimum} standby replicas ready on the virtual node",
-             lambda: c.ready_by_location(service.name, "standby").get("external", 0) >= minimum, 180)
-        phases["time_to_standby_ready_s"] = time.monotonic() - started
-        wait("inference preempted from on-prem",
-             lambda: c.ready_by_location(service.name, "main").get("onprem", 0) == 0, 180)
-        phases["time_to_preempt_s"] = time.monotonic() - started
-        wait("the burst taint leaves the virtual node", lambda: not c.burst_taints(), 180)
-        phases["time_to_open_s"] = time.monotonic() - started
-        wait("inference ready on the virtual node",
-             lambda: c.ready_by_location(service.name, "main").get("external", 0) >= minimum, 180)
-        phases["time_to_ready_external_s"] = time.monotonic() - started
-
-        def gang_running():
-            pods = c.gang_pods("e2e-gang")
-            return len(pods) == nodes and all(p.status.phase == "Running" for p in pods) and pods
-
-        wait("the whole gang Running", gang_running, 180)
-        phases["time_to_gang_running_s"] = time.monotonic() - started
-        loc = c.location()
-        pods = c.gang_pods("e2e-gang")
-        assert all(loc[p.spec.node_name] == "onprem" for p in pods), [p.spec.node_name for p in pods]
-        # The standby only bridged the handover: it goes back to zero once the main replicas are ready.
-        wait("the standby back to zero after the handover", lambda: not c.inference_pods(service.name, "standby"), 120)
-        phases["time_to_standby_gone_s"] = time.monotonic() - started
-        # Mid-burst: the provider restarts under the replicas it runs.
-        phases["vk_restart_open_s"] = restart_virtual_kubelets(lay, c, burst_taint=False, pods_at_least=minimum)
-
-        # Training ends: the standby covers the return, the taint comes back (NoSchedule), inference comes home.
-        ended = time.monotonic()
-        sampler.phase = "return"
-        c.custom.delete_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
-                                                 "e2e-gang")
-        wait("the burst taint back on the virtual node", lambda: len(c.burst_taints()) == len(cfg.providers), 300)
-        phases["time_to_close_s"] = time.monotonic() - ended
-        assert {t.effect for t in c.burst_taints()} == {"NoSchedule"}
-        assert standby_ready() >= minimum, "the burst closed before the standby covered the replicas going home"
-        wait("inference back on-prem",
-             lambda: c.ready_by_location(service.name, "main").get("external", 0) == 0
-             and c.ready_by_location(service.name, "main").get("onprem", 0) >= minimum, 600)
-        phases["time_to_return_s"] = time.monotonic() - ended
-        wait("the standby back to zero after the return", lambda: not c.inference_pods(service.name, "standby"), 120)
-        phases["time_to_return_standby_gone_s"] = time.monotonic() - ended
-        # Closed again: a restart keeps the controller's burst taint.
-        phases["vk_restart_closed_s"] = restart_virtual_kubelets(lay, c, burst_taint=True, pods_at_least=0)
-    finally:
-        sampler.stop.set()
-        sampler.join(5)
-        for phase, fewest in sampler.min_by_phase.items():
-            phases[f"min_ready_{phase}"] = fewest
-        _report(phases)
-        print("fewest ready inference replicas per phase:", sampler.min_by_phase)
-
-    assert sampler.effects <= {"NoSchedule"}, f"burst taint effects seen: {sampler.effects}"
-    phases["longest_partial_gang_s"] = sampler.longest_partial
-    _report(phases)
-    assert sampler.longest_partial <= GANG_SETTLE_S, (
-        f"part of the gang placed or running for {sampler.longest_partial:.1f}s: {sampler.partial_gang[:10]}")
-    # Make before break: no gang pod was bound before the standby had minReplicas ready.
-    assert sampler.standby_ready_at is not None and sampler.gang_bound_at is not None
-    assert sampler.gang_bound_at >= sampler.standby_ready_at, (
-        f"a gang pod was bound {sampler.standby_ready_at - sampler.gang_bound_at:.1f}s before the standby was ready")
-    cycles = _evictions_per_cycle(lay.logs / "descheduler.log")
-    limit = min(cfg.descheduler.max_pods_total, cfg.descheduler.max_pods_per_node)
-    assert cycles and max(cycles) <= limit, f"evictions per descheduler cycle {cycles}, limit {limit}"
-    # Ready replicas never below the minimum, in either direction of the handover.
-    assert sampler.min_ready >= minimum, (
-        f"ready {service.name} replicas dropped to {sampler.min_ready} (minReplicas {minimum}); "
-        f"fewest per phase: {sampler.min_by_phase}; sampler errors: {sampler.errors[:3]}")
-
+    c = Cluster(control.api_client(lay), cfg)
+    log = lay.logs / "descheduler.log"
+    hooks = Hooks(restart_provider=lambda taint, pods: restart_providers(
+                      c, lambda t: virtual_kubelet.restart(lay, t), taint, pods),
+                  descheduler_log=lambda: log.read_text(errors="replace") if log.exists() else "",
+                  audit_log=lay.audit_log)
+    run_burst_scenario(c, hooks, PHASES, _report)
 
 
 def _alert_firing(url: str, name: str) -> bool:
@@ -464,7 +257,7 @@ def test_fault_scenario(stack, prometheus):
 
     lay, cfg, _ = stack
     rig: Rig = prometheus
-    c = Cluster(lay, cfg)
+    c = Cluster(control.api_client(lay), cfg)
     health = f"{c.prefix}/gpu-health"
     service = cfg.inference.services[0]
     job_cfg = cfg.training.jobs[0]
@@ -610,7 +403,7 @@ class LeaseWatch(threading.Thread):
 
     def __init__(self, lay: Layout, cfg: Any) -> None:
         super().__init__(daemon=True)
-        self.c = Cluster(lay, cfg)
+        self.c = Cluster(control.api_client(lay), cfg)
         self.nodes = [p.node_name for p in cfg.providers]
         self.stop = threading.Event()
         self.max_age = 0.0
@@ -638,85 +431,17 @@ class LeaseWatch(threading.Thread):
             self.stop.wait(0.5)
 
 
-def _pods_on(c: Cluster, node: str) -> dict[str, Any]:
-    pods = c.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
-    return {p.metadata.uid: p for p in pods if p.metadata.deletion_timestamp is None}
-
-
-def _reported_by_provider(pod: Any, since: float) -> bool:
-    """Running and Ready as the virtual kubelet reports it: it wrote the status (the status subresource's field
-    manager), and the provider started the pod at or after ``since`` (epoch seconds)."""
-    managers = {(m.manager, m.subresource) for m in pod.metadata.managed_fields or []}
-    started = pod.status.start_time.timestamp() if pod.status.start_time else 0.0
-    return (pod.status.phase == "Running" and Cluster.ready(pod) and (VIRTUAL_KUBELET, "status") in managers
-            and started >= since - 1)
-
-
-def assert_kubelet_api_answers(c: Cluster, node: str) -> None:
-    """``kubectl logs`` of a pod on the virtual node works: the API server reaches the provider's kubelet API
-    over TLS with the key pair the stack's init container made, the provider verifies the API server's client
-    certificate against the cluster CA the stack names and authorizes it by a SubjectAccessReview (its RBAC)."""
-    from kubernetes.client import ApiException
-
-    pod = next(iter(_pods_on(c, node).values()))
-    try:
-        text = c.core.read_namespaced_pod_log(pod.metadata.name, pod.metadata.namespace,
-                                              container=pod.spec.containers[0].name)
-    except ApiException as err:
-        raise AssertionError(f"logs of {pod.metadata.name} on {node}: HTTP {err.status} {err.body}") from None
-    assert text == "", text  # the mock provider's logs are empty
-
-
-def restart_virtual_kubelets(lay: Layout, c: Cluster, burst_taint: bool, pods_at_least: int) -> float:
-    """Restart every provider's virtual kubelet (stop, new token, start). Its node is the same object with the
-    same taints (the controller's burst taint among them when ``burst_taint``), and every pod on it stays: the
-    same pod, Running and Ready again as the restarted provider reports it. Returns the longest restart (s)."""
-    from tools.localcluster import virtual_kubelet
-
-    longest = 0.0
-    for t in virtual_kubelet.targets(c.cfg):
-        node = c.core.read_node(t.node)
-        taints = sorted((x.key, x.value or "", x.effect) for x in node.spec.taints or [])
-        assert any(k == c.burst_key for k, _, _ in taints) == burst_taint, taints
-        before = _pods_on(c, t.node)
-        assert len(before) >= pods_at_least, f"{len(before)} pods on {t.node}, expected {pods_at_least} or more"
-        first = time.time()
-        assert all(_reported_by_provider(p, 0) for p in before.values()), [
-            (p.metadata.name, p.status.phase) for p in before.values()]
-        longest = max(longest, virtual_kubelet.restart(lay, t))
-
-        def settled(t: Any = t, before: dict[str, Any] = before, first: float = first,
-                    taints: list[Any] = taints) -> bool:
-            # The node lifecycle controller may taint the node not-ready for the instant the restarted provider
-            # reports Ready=False (before its controllers run); settled means those are gone again too.
-            now = _pods_on(c, t.node)
-            same = sorted((x.key, x.value or "", x.effect) for x in c.core.read_node(t.node).spec.taints or [])
-            return (set(now) == set(before) and all(_reported_by_provider(p, first) for p in now.values())
-                    and same == taints)
-
-        wait(f"every pod on {t.node} kept and reported Running by the restarted provider, its taints as before",
-             settled, 60)
-        assert c.core.read_node(t.node).metadata.uid == node.metadata.uid, "the node was registered anew"
-        if before:
-            assert_kubelet_api_answers(c, t.node)
-        failed = [p.metadata.name for p in c.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={t.node},status.phase=Failed").items]
-        assert not failed, f"pods lost on {t.node}: {failed}"
-    return longest
-
-
 def test_virtual_kubelet_provider(stack):
     """The real virtual kubelet registered its node as the stack's provider config declares it, kept its node
     lease fresh through both scenarios (and its restarts), and was refused nothing: the provider's RBAC is
     enough. Which grants it used and never used is written to RBAC_USAGE_FILE."""
     from kubernetes.utils import parse_quantity
 
-    from tools.localcluster import virtual_kubelet
     from tools.localcluster.plan import plan_from_config
     from tools.localcluster.rbac_usage import parse_audit, usage
 
     lay, cfg, _ = stack
-    c = Cluster(lay, cfg)
+    c = Cluster(control.api_client(lay), cfg)
     plan = plan_from_config(cfg, "Pulumi.local.yaml")
     specs = {n.name: n for n in plan.by_kind("virtual")}
     for t in virtual_kubelet.targets(cfg):
@@ -765,30 +490,6 @@ def test_virtual_kubelet_provider(stack):
 
 # --------------------------------------------------------------------------- fencing: a frozen leader writes nothing
 
-WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
-
-
-def writes_by(lay: Layout, agent: str, identity: str, since: float) -> list[str]:
-    """Every write the API server completed for one replica (its User-Agent, ``<agent>/<identity>``, tells
-    replicas of one ServiceAccount apart) received at or after ``since`` (epoch seconds), from the audit log."""
-    out = []
-    for line in lay.audit_log.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:  # the line the API server is still writing
-            continue
-        if (event.get("stage") != "ResponseComplete" or event.get("verb") not in WRITE_VERBS
-                or not str(event.get("userAgent", "")).startswith(f"{agent}/{identity}")):
-            continue
-        received = datetime.fromisoformat(str(event["requestReceivedTimestamp"]).replace("Z", "+00:00"))
-        if received.timestamp() < since:
-            continue
-        ref = event.get("objectRef") or {}
-        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
-        out.append(f"{event['verb']} {ref.get('resource')}{sub} {ref.get('name', '')}".strip())
-    return out
-
-
 def start_standby(lay: Layout, cfg: Any, agent: str, config: Path) -> control.Proc:
     """A second replica of an agent, as the same ServiceAccount, identity ``standby``."""
     from tools.localcluster import agent_identity
@@ -801,22 +502,18 @@ def start_standby(lay: Layout, cfg: Any, agent: str, config: Path) -> control.Pr
         "--identity", "standby"])
 
 
-def lease_holder(c: Cluster, name: str) -> str | None:
-    return c.coordination.read_namespaced_lease(name, c.cfg.system_namespace).spec.holder_identity
-
-
 def freeze_leader_and_let_the_standby_act(lay: Layout, c: Cluster, agent: str, standby_config: Path,
                                           fault: Any, acted: Any, lease_s: float) -> tuple[list[str], list[str]]:
     """SIGSTOP the leader (identity ``localcluster``); raise ``fault`` once the standby leads; wait until it
     ``acted``; SIGCONT the old leader and let it run. Returns the writes of both after the fault."""
     leader = control.load_proc(lay, agent)
     assert leader is not None and leader.alive(), f"{agent} is not running"
-    wait(f"{agent} leading", lambda: lease_holder(c, agent) == "localcluster", 60)
+    wait(f"{agent} leading", lambda: c.lease_holder(agent) == "localcluster", 60)
     standby = start_standby(lay, c.cfg, agent, standby_config)
     try:
         os.kill(leader.pid, signal.SIGSTOP)
         try:
-            wait(f"the standby {agent} taking the lease", lambda: lease_holder(c, agent) == "standby",
+            wait(f"the standby {agent} taking the lease", lambda: c.lease_holder(agent) == "standby",
                  lease_s * 3)
             fault_at = time.time()
             fault()
@@ -825,17 +522,18 @@ def freeze_leader_and_let_the_standby_act(lay: Layout, c: Cluster, agent: str, s
             woke_at = time.time()
             os.kill(leader.pid, signal.SIGCONT)
         time.sleep(6)  # several passes of the woken leader's loops (guard polls 1 s, controller ticks 5 s)
-        return writes_by(lay, agent, "localcluster", woke_at), writes_by(lay, agent, "standby", fault_at)
+        audit = lay.audit_log
+        return writes_by(audit, agent, "localcluster", woke_at), writes_by(audit, agent, "standby", fault_at)
     finally:
         control.stop_process(lay, standby)
-        wait(f"{agent} leading again after the standby released", lambda: lease_holder(c, agent) == "localcluster",
+        wait(f"{agent} leading again after the standby released", lambda: c.lease_holder(agent) == "localcluster",
              lease_s * 3)
 
 
 def test_a_frozen_health_guard_writes_nothing_after_the_standby_took_over(stack, prometheus):
     lay, cfg, _ = stack
     rig: Rig = prometheus
-    c = Cluster(lay, cfg)
+    c = Cluster(control.api_client(lay), cfg)
     node = cfg.pool(cfg.training.jobs[0].pool).node_names[0]
     health = f"{c.prefix}/gpu-health"
     settings = stackup.deployed_guard_settings(lay, {**guard_overrides(cfg, rig.url), "max_nodes_per_hour": 10,
@@ -860,7 +558,7 @@ def test_a_frozen_health_guard_writes_nothing_after_the_standby_took_over(stack,
 
 def test_a_frozen_burst_controller_writes_nothing_after_the_standby_took_over(stack):
     lay, cfg, _ = stack
-    c = Cluster(lay, cfg)
+    c = Cluster(control.api_client(lay), cfg)
     wait("the burst closed", lambda: len(c.burst_taints()) == len(c.virtual_nodes()), 120)
     node = c.virtual_nodes()[0].metadata.name
 

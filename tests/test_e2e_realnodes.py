@@ -30,7 +30,16 @@ import pytest
 import yaml
 
 from tests.polling import wait
-from tests.realnode_support import BUILT, container_pid, private_state, prometheus_get, why_not
+from tests.realnode_support import (
+    BUILT,
+    container_pid,
+    delete_the_leader,
+    lease_holder,
+    private_state,
+    prometheus_get,
+    ready_pods,
+    why_not,
+)
 from tools.image_local import LOCAL_REGISTRY
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
@@ -168,7 +177,7 @@ def agents(cluster: Layout, manifests: Path) -> dict[str, dict[str, Any]]:
     for app, d in deployed.items():
         replicas = d["deployment"]["spec"]["replicas"]
         _wait(f"{replicas} {app} pods Ready on the real system node",
-              lambda a=app, n=replicas: len(_ready_pods(cluster, a)) == n, 240)  # type: ignore[misc]
+              lambda a=app, n=replicas: len(ready_pods(cluster, NS, a)) == n, 240)  # type: ignore[misc]
     figures["agents_ready_s"] = round(time.monotonic() - started, 1)
     return deployed
 
@@ -183,16 +192,6 @@ def _wait(what: str, check: Any, timeout: float) -> float:
     from kubernetes.client import ApiException
 
     return wait(what, check, timeout, ignore=(ApiException,))
-
-
-def _ready_pods(lay: Layout, app: str) -> list[Any]:
-    pods = _core(lay).list_namespaced_pod(NS, label_selector=f"app.kubernetes.io/name={app}").items
-    out = []
-    for p in pods:
-        conds = {c.type: c.status for c in (p.status.conditions or [])}
-        if p.metadata.deletion_timestamp is None and conds.get("Ready") == "True":
-            out.append(p)
-    return out
 
 
 def _status_fields(pid: int) -> dict[str, str]:
@@ -229,7 +228,7 @@ def test_the_rendered_agents_run_as_their_security_context_says(cluster: Layout,
                                                                 app: str) -> None:
     """The kubelet applied runAsNonRoot/65532, no capabilities, RuntimeDefault seccomp, no new privileges, a
     read-only root filesystem and the projected ServiceAccount token: read from the process itself."""
-    pods = _ready_pods(cluster, app)
+    pods = ready_pods(cluster, NS, app)
     assert {p.spec.node_name for p in pods} == {SYSTEM_NODE}
     figures.setdefault("agent_pods_running", []).extend(sorted(p.metadata.name for p in pods))
     for pod in pods:
@@ -251,55 +250,28 @@ def test_the_rendered_agents_run_as_their_security_context_says(cluster: Layout,
         assert token.read_text().count(".") == 2  # a JWT
 
 
-def _holder(lay: Layout, lease: str) -> str:
-    from kubernetes import client
-
-    spec = client.CoordinationV1Api(control.api_client(lay)).read_namespaced_lease(lease, NS).spec
-    return str(spec.holder_identity or "")
-
-
 @pytest.mark.parametrize("app", [GUARD, BURST])
 def test_each_agent_reaches_the_api_server_and_holds_its_lease(cluster: Layout, agents: dict[str, Any],
                                                                app: str) -> None:
     """In a real pod, through the ``kubernetes`` Service (kube-proxy) with its own token and RBAC."""
-    names = {p.metadata.name for p in _ready_pods(cluster, app)}
+    names = {p.metadata.name for p in ready_pods(cluster, NS, app)}
     lease = agents[app]["settings"]["lease_name"]
-    _wait(f"one {app} pod holding the Lease {lease}", lambda: _holder(cluster, lease) in names, 90)
+    _wait(f"one {app} pod holding the Lease {lease}", lambda: lease_holder(cluster, NS, lease) in names, 90)
 
 
 @pytest.mark.parametrize("app", [GUARD, BURST])
 def test_the_standby_takes_over_when_the_leader_pod_is_deleted(cluster: Layout, agents: dict[str, Any],
                                                                app: str) -> None:
-    settings = agents[app]["settings"]
-    lease = settings["lease_name"]
-    _wait(f"a {app} leader", lambda: _holder(cluster, lease), 90)
-    leader = _holder(cluster, lease)
-    standby = {p.metadata.name for p in _ready_pods(cluster, app)} - {leader}
-    assert len(standby) == 1
-    started = time.monotonic()
-    _core(cluster).delete_namespaced_pod(leader, NS)
-
-    def new_leader() -> bool:
-        # The deleted leader releases its Lease on SIGTERM, so the next replica to try takes it at once: the
-        # standby, or the Deployment's replacement pod if that one starts and tries first. Either is a leader.
-        holder = _holder(cluster, lease)
-        return bool(holder) and holder != leader and holder in {p.metadata.name for p in _ready_pods(cluster, app)}
-
-    _wait(f"another {app} replica holding the Lease", new_leader, 120)
-    failover = round(time.monotonic() - started, 1)
-    time.sleep(3)
-    assert _holder(cluster, lease) != leader, "the deleted leader took its Lease back"
+    assert len(ready_pods(cluster, NS, app)) == 2, "a leader and one standby"
+    _, _, failover = delete_the_leader(cluster, NS, app, agents[app]["settings"])
     figures.setdefault("leader_failover_s", {})[app] = failover
-    # At worst the deleted leader's lease runs out, then the standby's next attempt takes it.
-    attempt = settings.get("retry_period_seconds") or settings["poll_seconds"]
-    assert failover <= settings["lease_duration_seconds"] + 2 * attempt + 10
 
 
 def test_a_frozen_guard_is_restarted_by_the_kubelets_liveness_probe(cluster: Layout, guard: dict[str, Any]) -> None:
     probe = guard["deployment"]["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]
     budget = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3) + probe.get("timeoutSeconds", 1)
-    _wait("two guards Ready again", lambda: len(_ready_pods(cluster, GUARD)) == 2, 180)
-    pod = _ready_pods(cluster, GUARD)[0]
+    _wait("two guards Ready again", lambda: len(ready_pods(cluster, NS, GUARD)) == 2, 180)
+    pod = ready_pods(cluster, NS, GUARD)[0]
     before = pod.status.container_statuses[0].restart_count
     pid = container_pid(cluster, SYSTEM_NODE, pod.status.container_statuses[0].container_id)
     started = time.monotonic()
@@ -336,7 +308,7 @@ def test_the_operators_prometheus_scrapes_every_agent_pod_through_the_stacks_pol
         active = prometheus_get(cluster, "monitoring", "/api/v1/targets", state="active")["activeTargets"]
         out: dict[str, list[str]] = {}
         for app in (GUARD, BURST):
-            want = {p.status.pod_ip for p in _ready_pods(cluster, app)}
+            want = {p.status.pod_ip for p in ready_pods(cluster, NS, app)}
             up = {t["labels"]["instance"].rsplit(":", 1)[0] for t in active
                   if t["scrapePool"] == f"serviceMonitor/{NS}/{app}/0" and t["health"] == "up"}
             if not want or not want <= up:
@@ -425,8 +397,8 @@ def test_network_policies_allow_what_they_promise_and_block_the_rest(cluster: La
           lambda: core.read_namespaced_pod("exporter-listener", "gpu-telemetry").status.pod_ip, 60)
     listener = core.read_namespaced_pod("listener", "default").status.pod_ip
     exporter = core.read_namespaced_pod("exporter-listener", "gpu-telemetry").status.pod_ip
-    guard_ip = _ready_pods(cluster, GUARD)[0].status.pod_ip
-    burst_ip = _ready_pods(cluster, BURST)[0].status.pod_ip
+    guard_ip = ready_pods(cluster, NS, GUARD)[0].status.pod_ip
+    burst_ip = ready_pods(cluster, NS, BURST)[0].status.pod_ip
     prometheus = {"app.kubernetes.io/name": "prometheus"}
     outsider = {"app": "curious"}
     inference = {"gpucluster.io/service": "sdxl-turbo"}

@@ -9,6 +9,11 @@ the capacity the stack gave it (GPUs included) and the provider's taint, renews 
 standby; a Job made from the descheduler's CronJob runs to completion; ``kubectl logs`` of the virtual kubelet comes
 through the API server from the real kubelet.
 
+The burst scenario of the process harness runs on top (tests/burst_e2e.py), with its agents in these pods: the burst
+controller's leading pod is deleted while the standby comes up for the gang, and the provider is restarted by deleting
+its pod. The health guard's leading pod is deleted while a released node waits out its probation. Each time the other
+replica takes the Lease and carries on, and no action is done twice (the audit log and the controller's Events).
+
 The real GPU nodes are the stack's pool ``real-gpu`` there (``realnodes.stack_overrides``): a researcher's
 ``gpucluster train submit`` puts the reference trainer (the ``training-runtime`` image) on both as one Volcano gang,
 checkpointing to the stack's own checkpoint claim. Its ranks are crashed (SIGKILL, a fault's path) and evicted (the
@@ -24,6 +29,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +38,18 @@ from typing import Any
 import pytest
 
 from components import images
+from tests.burst_e2e import Cluster, Hooks, restart_providers, run_burst_scenario, writes_by
 from tests.polling import first_times, wait
-from tests.realnode_support import BUILT, container_pid, private_state, prometheus_get, why_not
+from tests.realnode_support import (
+    BUILT,
+    container_pid,
+    delete_the_leader,
+    deployed_settings,
+    private_state,
+    prometheus_get,
+    ready_pods,
+    why_not,
+)
 from tests.test_controller_isolation import restricted_problems
 from tools.engine_runner import engine_available
 from tools.image_local import (
@@ -234,6 +250,87 @@ def test_a_descheduler_job_from_its_cronjob_runs_to_completion(stack: Layout) ->
     figures["descheduler_job_s"] = round(time.monotonic() - started, 1)
     failed = batch.read_namespaced_job_status("descheduler-now", ns).status.failed
     assert not failed, f"{failed} descheduler pods failed"
+
+
+class DeschedulerLogs(threading.Thread):
+    """The log of every descheduler Job pod the stack's CronJob ran, read as each one ends (the CronJob keeps only
+    its last three Jobs, fewer than the scenario's cycles)."""
+
+    def __init__(self, lay: Layout, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.core, self.namespace = _apis(lay)[0], namespace
+        self.logs: dict[str, str] = {}
+        self.stop = threading.Event()
+
+    def collect(self) -> None:
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            name = pod.metadata.name
+            if name.startswith("descheduler-") and name not in self.logs and pod.status.phase in ("Succeeded",
+                                                                                                  "Failed"):
+                self.logs[name] = self.core.read_namespaced_pod_log(name, self.namespace)
+
+    def run(self) -> None:
+        while not self.stop.wait(10):
+            try:
+                self.collect()
+            except Exception:  # an API hiccup or a pod gone between list and read: the next pass reads the rest
+                continue
+
+    def text(self) -> str:
+        self.collect()
+        return "\n".join(self.logs[name] for name in sorted(self.logs))
+
+
+def _restart_provider_pod(stack: Layout, target: Any) -> float:
+    """Delete the provider's virtual-kubelet pod; seconds until its replacement is Ready and renewed the node's
+    lease (its Deployment is one replica, Recreate: one process owns a node)."""
+    from kubernetes import client
+
+    core, _, _ = _apis(stack)
+    leases = client.CoordinationV1Api(control.api_client(stack))
+    old = {p.metadata.name for p in core.list_namespaced_pod(
+        target.namespace, label_selector=f"app.kubernetes.io/name={target.app}").items}
+    started, after = time.monotonic(), time.time()
+    for name in old:
+        core.delete_namespaced_pod(name, target.namespace)
+
+    def renewed() -> bool:
+        fresh = [p for p in ready_pods(stack, target.namespace, target.app) if p.metadata.name not in old]
+        lease = leases.read_namespaced_lease(target.node, "kube-node-lease").spec
+        return bool(fresh) and bool(lease.renew_time) and lease.renew_time.timestamp() > after
+
+    wait(f"a new {target.app} pod Ready, renewing {target.node}'s lease", renewed, 120)
+    return time.monotonic() - started
+
+
+def test_the_burst_scenario_with_every_agent_in_its_pod_and_the_burst_controllers_leader_deleted_mid_handover(
+        stack: Layout) -> None:
+    """The burst scenario of the process harness (tests/burst_e2e.py), with the burst controller, the descheduler
+    (its CronJob's Jobs) and the provider's virtual kubelet in the stack's pods: the burst controller's leading pod
+    is deleted while the standby is coming up for the gang, and the other replica carries the handover on (nothing
+    done twice, no replica lost); the provider is restarted by deleting its pod, mid-burst and after the return."""
+    cfg = load_stack_config(ROOT, "local", real_nodes=True)
+    assert cfg is not None
+    c = Cluster(control.api_client(stack), cfg)
+    ns = cfg.system_namespace
+    logs = DeschedulerLogs(stack, ns)
+    logs.start()
+
+    def delete_the_burst_leader() -> dict[str, float]:
+        old, new, failover = delete_the_leader(stack, ns, "burst-controller", deployed_settings(stack, ns,
+                                                                                                "burst-controller"))
+        figures["burst_leaders_mid_handover"] = [old, new]
+        return {"burst_leader_failover_s": failover}
+
+    phases: dict[str, float] = {}
+    hooks = Hooks(restart_provider=lambda taint, pods: restart_providers(
+                      c, lambda t: _restart_provider_pod(stack, t), taint, pods),
+                  descheduler_log=logs.text, audit_log=stack.audit_log, mid_handover=delete_the_burst_leader)
+    try:
+        run_burst_scenario(c, hooks, phases, lambda ph: figures.update(burst_scenario=dict(ph)))
+    finally:
+        logs.stop.set()
+    figures.setdefault("leader_failover_s", {})["burst-controller"] = phases["burst_leader_failover_s"]
 
 
 GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
@@ -454,13 +551,22 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
                                    "lost_steps_degraded": degraded["lost_steps"]}
 
     # The fault clears; the node comes back after its probation, with no repair mark (degraded needs none).
-    cleared = time.monotonic()
+    cleared, cleared_at = time.monotonic(), time.time()
     inject(degraded_node, {})
+    # The guard's leading pod is deleted while the node waits out its probation: the other replica takes the Lease
+    # and releases the node, once (the quarantine lives on the node, not in the deleted process).
+    ns_guard = cfg.system_namespace
+    _, _, failover = delete_the_leader(stack, ns_guard, "health-guard", deployed_settings(stack, ns_guard,
+                                                                                          "health-guard"))
+    figures.setdefault("leader_failover_s", {})["health-guard"] = failover
     probation = cfg.observability.health.probation_seconds
     wait(f"the guard releases {degraded_node} after {probation}s clear", lambda: quarantine(degraded_node) is None,
          probation + 180)
     release_s = round(time.monotonic() - cleared, 1)
     assert release_s >= probation, f"released {release_s}s after the fault cleared, before the {probation}s probation"
+    time.sleep(5)  # a few passes of the new leader's loop: a second release would show now
+    released = writes_by(stack.audit_log, "health-guard", "", cleared_at).count(f"patch nodes {degraded_node}")
+    assert released == 1, f"{degraded_node} released by {released} writes"
 
     # Fatal, on another node of the gang: the GPU is gone and the rank's process with it (the crash path).
     attempt = max(e["attempt"] for e in _events(stack, name))
