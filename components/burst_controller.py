@@ -11,7 +11,9 @@ calls, and it writes only where it acts:
 * in the inference namespace: pods patch (the deletion-cost annotation on replicas that run externally)
   and, with the handover on, the scale of the named standby Deployments only;
 * in the training namespace, with the handover on: pods patch (lifting the handover scheduling gate);
-* in its own namespace: its Lease and events.
+* in its own namespace: its Lease and the events about it;
+* in ``default``: create events (about virtual nodes: the API server keeps Events about a cluster-scoped object
+  there and refuses them elsewhere).
 
 A pod elsewhere is never written: the API server refuses it (403), and the shell backs off that action.
 """
@@ -99,7 +101,6 @@ def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
             "tick_seconds": float(burst.tick_seconds),
             "namespace": cfg.system_namespace,
             "lease_name": LEASE_NAME,
-            "event_namespace": cfg.system_namespace,
             "handover_services": dict(cfg.handover_services),
             "handover_timeout_seconds": float(burst.handover.timeout_seconds),
             "handover_cover": burst.handover.cover,
@@ -159,6 +160,7 @@ class BurstController(pulumi.ComponentResource):
         agent.settings("settings", {SETTINGS_FILE: settings_document(args.settings)})
         agent.grant_cluster(CLUSTER_RULES)
         agent.grant_namespace("ns", namespace_rules(LEASE_NAME), name=APP)
+        agent.grant_node_events()
         agent.grant_namespace("inference-pods", POD_RULES, name=f"{APP}-pods",
                               namespace=args.settings.inference_namespace)
         if args.settings.handover_services:

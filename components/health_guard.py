@@ -27,7 +27,6 @@ import pulumi_kubernetes as k8s
 
 from agents.health_guard.contract import (
     APP,
-    EVENT_NAMESPACE,
     HealthClass,
     HealthSettings,
     SettingsError,
@@ -55,10 +54,8 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 )
 #: In each namespace whose pods it evicts (``HealthGuardArgs.eviction_namespaces``).
 EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
-EVENT_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
 #: In the training namespace: Volcano Jobs' retry counts are the restarts application crashes cause.
 GANG_RULES: tuple[Rule, ...] = (Rule(api_groups=["batch.volcano.sh"], resources=["jobs"], verbs=["list"]),)
-EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
 
 
 def lease_rules(lease_name: str) -> tuple[Rule, ...]:
@@ -110,8 +107,7 @@ class HealthGuard(pulumi.ComponentResource):
         self.agent = agent
         agent.settings("settings", {SETTINGS_KEY: settings_document(args.settings)})
         agent.grant_cluster(CLUSTER_RULES)
-        agent.grant_namespace("events", EVENT_RULES, name=APP, namespace=EVENT_NAMESPACE,
-                              annotations=checkov_skips(EVENTS_CHECKOV_SKIPS))
+        agent.grant_node_events()
         agent.grant_namespace("lease", lease_rules(args.settings.lease_name), name=f"{APP}-lease")
         for workload, namespace in args.eviction_namespaces:
             agent.grant_namespace(f"evict-{workload}", EVICTION_RULES, name=f"{APP}-evict", namespace=namespace)

@@ -22,10 +22,15 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from agents.kit.calls import CLUSTER_SCOPED_EVENT_NAMESPACE
 from components import rbac
 from components.naming import selector_labels
-from components.security import pod_security_context
+from components.security import checkov_skips, pod_security_context
 from components.workloads import UNHEALTHY_POD_EVICTION, spread_across_nodes
+
+#: Node events: create only (each Event is new, ``generateName``), in CLUSTER_SCOPED_EVENT_NAMESPACE.
+NODE_EVENT_RULES: tuple[rbac.Rule, ...] = (rbac.Rule(api_groups=[""], resources=["events"], verbs=["create"]),)
+NODE_EVENTS_CHECKOV_SKIPS = {"CKV_K8S_21": "node events live in namespace default; this Role only creates events"}
 
 if TYPE_CHECKING:
     from components.config import Observability
@@ -124,6 +129,13 @@ class SystemAgent:
         )
         self.roles[role] = grant
         return grant
+
+    def grant_node_events(self) -> rbac.NamespacedGrant:
+        """Create Events about nodes where the API server keeps them (``default``: it refuses an Event about a
+        cluster-scoped object in any other namespace), and nothing else there."""
+        return self.grant_namespace("events", NODE_EVENT_RULES, name=self.app,
+                                    namespace=CLUSTER_SCOPED_EVENT_NAMESPACE,
+                                    annotations=checkov_skips(NODE_EVENTS_CHECKOV_SKIPS))
 
     @property
     def grants(self) -> list[pulumi.Resource]:

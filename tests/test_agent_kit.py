@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from agents.kit.calls import Retry
+from agents.kit.calls import Retry, event, event_problem
 from agents.kit.errors import KINDS, ApiError, classify, kind_of_status
 from agents.kit.lease import LeaseElector
 from agents.kit.loop import lease_loop
 from agents.kit.memory import MemoryApi, strategic_merge
-from agents.kit.port import LEASES, NODES, STRATEGIC_MERGE_PATCH, Fenced
+from agents.kit.port import EVENTS, LEASES, NODES, STRATEGIC_MERGE_PATCH, Fenced
 
 
 def elector(api: MemoryApi, identity: str, clock: list[float]) -> LeaseElector:
@@ -134,3 +134,43 @@ def test_strategic_merge_never_mutates_its_inputs(target: Any, patch: Any) -> No
     before_target, before_patch = copy.deepcopy(target), copy.deepcopy(patch)
     strategic_merge(target, patch)
     assert (target, patch) == (before_target, before_patch)
+
+
+# --------------------------------------------------------------------------- Events: where the API server keeps them
+
+NAMESPACES = st.sampled_from(["", "default", "gpu-system", "gpu-burst", "kube-system"])
+
+
+@given(involved_ns=NAMESPACES, kind=st.sampled_from(["Node", "Lease", "Pod"]))
+def test_an_event_is_created_where_the_api_server_accepts_it(involved_ns: str, kind: str) -> None:
+    """Whatever it is about, the Event lands in its object's namespace, or default for a cluster-scoped one; the
+    in-memory API, like the real one, takes it."""
+    involved = {"kind": kind, "name": "x", **({"namespace": involved_ns} if involved_ns else {})}
+    body = event(name_prefix="x", involved=involved, reason="R", message="m", component="c", instance="i",
+                 warning=False, now=0.0)
+    assert event_problem(body) is None
+    assert body["metadata"]["namespace"] == (involved_ns or "default")
+    api = MemoryApi()
+    created = api.create(EVENTS, body, body["metadata"]["namespace"])
+    assert created["involvedObject"] == involved
+
+
+@pytest.mark.parametrize(("namespace", "involved_ns", "problem"), [
+    ("gpu-system", "",
+     "involvedObject.namespace: an Event about a cluster-scoped object must be in namespace 'default', "
+     "not 'gpu-system'"),
+    ("default", "gpu-system", "involvedObject.namespace 'gpu-system' does not match event.namespace 'default'"),
+    ("gpu-a", "gpu-b", "involvedObject.namespace 'gpu-b' does not match event.namespace 'gpu-a'"),
+])
+def test_the_in_memory_api_refuses_an_event_the_api_server_would(namespace: str, involved_ns: str,
+                                                                 problem: str) -> None:
+    """The defect the real API server found: Node Events created in the agent's own namespace were refused (422) and
+    dropped, while every in-memory test took them."""
+    body = {"metadata": {"generateName": "n.", "namespace": namespace}, "reason": "BurstOpened",
+            "involvedObject": {"kind": "Node", "name": "vk-a", **({"namespace": involved_ns} if involved_ns else {})}}
+    assert event_problem(body) == problem
+    api = MemoryApi()
+    with pytest.raises(ApiError) as err:
+        api.create(EVENTS, body, namespace)
+    assert err.value.kind == "invalid" and err.value.status == 422 and problem in str(err.value)
+    assert api.events == []

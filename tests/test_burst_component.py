@@ -28,7 +28,7 @@ def test_settings_map_the_stack_burst_section(prod: RunResult) -> None:
     assert (s.open_below_free_gpus, s.close_at_free_gpus) == (16, 64)
     assert (s.open_hold_seconds, s.close_hold_seconds, s.pending_grace_seconds) == (60.0, 900.0, 30.0)
     assert (s.external_deletion_cost, s.resync_seconds, s.stale_after_seconds) == (-100, 30.0, 120.0)
-    assert (s.namespace, s.lease_name, s.event_namespace) == (NS, "burst-controller", NS)
+    assert (s.namespace, s.lease_name) == (NS, "burst-controller")
     assert s.gpu_resource == "nvidia.com/gpu"
     # Scale-down removes the dearer provider's replicas first (lambda-east 2.99 USD/GPU·h, dr-cluster 1.50).
     assert s.provider_deletion_costs == {"lambda-east": -150, "dr-cluster": -100}
@@ -71,17 +71,24 @@ def test_cluster_rbac_taints_nodes_and_only_reads_pods(prod: RunResult) -> None:
     ]
 
 
+def _by_namespace(prod: RunResult, kind: str, name: str) -> dict[str, Any]:
+    return {r.metadata["namespace"]: r for r in prod.by_kind(kind) if r.metadata.get("name") == name}
+
+
 def test_namespace_rbac_is_its_lease_and_events(prod: RunResult) -> None:
-    role = prod.one("Role", "burst-controller")
-    assert role.metadata["namespace"] == NS
-    assert role.inputs["rules"] == [
+    roles = _by_namespace(prod, "Role", "burst-controller")
+    assert set(roles) == {NS, "default"}
+    assert roles[NS].inputs["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["burst-controller"],
          "verbs": ["get", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
-    binding = prod.one("RoleBinding", "burst-controller")
-    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
+    # Its Events about virtual nodes (BurstOpened, BurstClosed) go where the API server accepts Events about a
+    # cluster-scoped object: default, where it may only create Events.
+    assert roles["default"].inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    for binding in _by_namespace(prod, "RoleBinding", "burst-controller").values():
+        assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
 
 
 def test_metrics_service_and_servicemonitor(prod: RunResult) -> None:

@@ -169,7 +169,6 @@ class BurstSettings:
     lease_duration_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     retry_period_seconds: float = 2.0
-    event_namespace: str = "default"
     request_timeout_seconds: float = 10.0
     api_retry_attempts: int = 5
     backoff_base_seconds: float = 0.5
@@ -393,7 +392,6 @@ class BurstSettings:
         for name in (
             "namespace",
             "lease_name",
-            "event_namespace",
             "gpu_resource",
             "taint_value",
             "inference_namespace",

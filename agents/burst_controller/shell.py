@@ -391,11 +391,10 @@ class BurstShell:
 
     def _create_event(self, involved: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """An Event for people; refused like any write when this replica may not write, and never retried."""
-        body = event(namespace=self.settings.event_namespace, name_prefix=str(involved["name"]), involved=involved,
-                     reason=reason, message=message, component=COMPONENT, instance=self.identity, warning=warning,
-                     now=self.clock())
+        body = event(name_prefix=str(involved["name"]), involved=involved, reason=reason, message=message,
+                     component=COMPONENT, instance=self.identity, warning=warning, now=self.clock())
         try:
-            self.api.create(EVENTS, body, self.settings.event_namespace)
+            self.api.create(EVENTS, body, body["metadata"]["namespace"])
         except Exception as exc:
             self._error(f"event_{classify(exc)}")
 

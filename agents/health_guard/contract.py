@@ -44,8 +44,6 @@ CONDITION_TYPE = "GpuHealthy"
 """Node condition the guard owns: ``False`` while quarantined, ``True`` once released."""
 TAINT_EFFECT = "NoSchedule"
 """Never NoExecute: the guard evicts through the Eviction API, so PodDisruptionBudgets are honoured."""
-EVENT_NAMESPACE = "default"
-"""Node events live in ``default``, where ``kubectl describe node`` looks for them."""
 OPT_OUT_VALUE = "disabled"
 APP = "health-guard"
 METRICS_PORT = 9316

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents.health_guard.contract import APP, EVENT_NAMESPACE, TAINT_EFFECT, HealthClass, HealthSettings
+from agents.health_guard.contract import APP, TAINT_EFFECT, HealthClass, HealthSettings
 from agents.health_guard.decide import (
     Action,
     Decision,
@@ -243,10 +243,10 @@ class Guard:
         metadata = node.get("metadata") or {}
         name = str(metadata.get("name"))
         involved = {"kind": "Node", "name": name, "uid": metadata.get("uid", name), "apiVersion": "v1"}
-        body = event(namespace=EVENT_NAMESPACE, name_prefix=name, involved=involved, reason=reason, message=message,
-                     component=APP, instance=self.identity, warning=warning, now=now)
+        body = event(name_prefix=name, involved=involved, reason=reason, message=message, component=APP,
+                     instance=self.identity, warning=warning, now=now)
         try:
-            self.api.create(EVENTS, body, EVENT_NAMESPACE)
+            self.api.create(EVENTS, body, body["metadata"]["namespace"])
         except Exception as exc:  # an event is a courtesy; the patch is what matters
             self._failed("event", exc, f"event for node {name}")
 

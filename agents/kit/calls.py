@@ -69,14 +69,39 @@ def eviction_body(namespace: str, name: str, uid: str | None = None) -> dict[str
     return body
 
 
-def event(*, namespace: str, name_prefix: str, involved: dict[str, Any], reason: str, message: str,
+#: Where an Event about a cluster-scoped object (a Node) lives: the API server's core/v1 validation refuses one in any
+#: other namespace (422, ``involvedObject.namespace ... does not match event.namespace``).
+CLUSTER_SCOPED_EVENT_NAMESPACE = "default"
+
+
+def event_namespace(involved: dict[str, Any]) -> str:
+    """The namespace an Event about ``involved`` must be created in: the object's own, or
+    :data:`CLUSTER_SCOPED_EVENT_NAMESPACE` for a cluster-scoped one."""
+    return str(involved.get("namespace") or CLUSTER_SCOPED_EVENT_NAMESPACE)
+
+
+def event_problem(body: dict[str, Any]) -> str | None:
+    """Why the API server would refuse this core/v1 Event (one without ``eventTime``) for its namespace, or None:
+    the rule :func:`event` keeps, for the in-memory API to enforce as the real one does."""
+    namespace = str((body.get("metadata") or {}).get("namespace") or "")
+    involved = str((body.get("involvedObject") or {}).get("namespace") or "")
+    if involved and involved != namespace:
+        return f"involvedObject.namespace {involved!r} does not match event.namespace {namespace!r}"
+    if not involved and namespace not in ("", CLUSTER_SCOPED_EVENT_NAMESPACE):
+        return (f"involvedObject.namespace: an Event about a cluster-scoped object must be in namespace "
+                f"{CLUSTER_SCOPED_EVENT_NAMESPACE!r}, not {namespace!r}")
+    return None
+
+
+def event(*, name_prefix: str, involved: dict[str, Any], reason: str, message: str,
           component: str, instance: str, warning: bool, now: float) -> dict[str, Any]:
-    """A core/v1 Event about ``involved`` (``generateName`` so repeats never collide)."""
+    """A core/v1 Event about ``involved`` (``generateName`` so repeats never collide), in the namespace the API server
+    accepts for it (:func:`event_namespace`)."""
     stamp = rfc3339(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{name_prefix}.{component}.", "namespace": namespace},
+        "metadata": {"generateName": f"{name_prefix}.{component}.", "namespace": event_namespace(involved)},
         "involvedObject": involved,
         "reason": reason,
         "message": message[:1024],

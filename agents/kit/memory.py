@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from agents.kit.calls import event_problem
 from agents.kit.errors import ApiError
 from agents.kit.port import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Resource
 
@@ -216,6 +217,9 @@ class MemoryApi:
                 self._names += 1
                 meta["name"] = f"{meta.get('generateName', 'obj-')}{self._names:05d}"
             if resource.plural == "events":
+                problem = event_problem(obj)
+                if problem is not None:
+                    raise ApiError("invalid", f"Event {meta['name']} is invalid: {problem}", 422)
                 self.events.append(copy.deepcopy(obj))
             if self.key(resource.plural, namespace, meta["name"]) in self.objects.get(resource.plural, {}):
                 raise ApiError("conflict", f"{resource.plural} {meta['name']} already exists", 409)
