@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agents.kit.calls import CLUSTER_SCOPED_EVENT_NAMESPACE
 from tests.polling import wait
 from tools.localcluster.plan import VIRTUAL_KUBELET
 
@@ -88,10 +89,10 @@ class Cluster:
         return holder
 
     def burst_events(self) -> dict[str, dict[str, str]]:
-        """The burst controller's BurstOpened/BurstClosed Events, by reason: Event name to the virtual node it
-        names (names are unique, so a baseline taken before tells the new ones apart; timestamps are whole
-        seconds)."""
-        items = self.core.list_namespaced_event(self.cfg.system_namespace).items
+        """The burst controller's BurstOpened/BurstClosed Events (in default, with every Event about a node), by
+        reason: Event name to the virtual node it names (names are unique, so a baseline taken before tells the new
+        ones apart; timestamps are whole seconds)."""
+        items = self.core.list_namespaced_event(CLUSTER_SCOPED_EVENT_NAMESPACE).items
         out: dict[str, dict[str, str]] = {"BurstOpened": {}, "BurstClosed": {}}
         for e in items:
             if e.reason in out:
