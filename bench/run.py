@@ -4,6 +4,10 @@ Writes bench/report.json (every result, plus status and duration per module) and
 per module: its own `to_markdown(result)` when it has one, generic tables otherwise). A module that fails to
 import or raises is reported as failed with its error — never silently left out. The simulator's plot is
 copied to bench/sim.png, which report.md references.
+
+``--only a,b --merge`` reruns only those modules and keeps every other entry of the report already there, each with
+the time it was measured: the end-to-end figures (``bench_e2e``, ``bench_sim_vs_e2e``) can follow a later
+``make e2e`` without running the simulator again.
 """
 
 from __future__ import annotations
@@ -70,10 +74,12 @@ def generic_markdown(result: dict[str, Any]) -> str:
 
 
 def section(name: str, entry: dict[str, Any]) -> str:
-    head = f"## {name.removeprefix('bench.')} — {entry['status']} ({entry['seconds']} s)"
+    head = f"## {name.removeprefix('bench.')} — {entry['status']} ({entry['seconds']} s, measured {entry['measured']})"
     if entry["status"] != "ok":
         return f"{head}\n\nFAILED:\n\n```text\n{entry['error']}\n```"
     module = sys.modules.get(name)
+    if module is None and entry["status"] == "ok":
+        module = importlib.import_module(name)  # a kept entry (--merge) renders as its module does
     render = getattr(module, "to_markdown", None)
     body = render(entry["result"]) if callable(render) else generic_markdown(entry["result"])
     return f"{head}\n\n{body}"
@@ -83,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description=__doc__)
     parser.add_argument("--only", help="comma-separated module names (bench_sim,…); default: all")
     parser.add_argument("--out-dir", type=Path, default=BENCH_DIR)
+    parser.add_argument("--merge", action="store_true",
+                        help="with --only: keep the other modules' entries of the existing report.json")
     args = parser.parse_args(argv)
+    if args.merge and not args.only:
+        parser.error("--merge needs --only: the modules to run again")
     names = discover()
     if args.only:
         wanted = {f"bench.{n.strip().removeprefix('bench.')}" for n in args.only.split(",")}
@@ -94,10 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.machine(),
         "benchmarks": {},
     }
-    for name in names:
+    kept: dict[str, Any] = {}
+    if args.merge:
+        previous = args.out_dir / "report.json"
+        if not previous.is_file():
+            parser.error(f"--merge: {previous} does not exist; run every module first")
+        old = json.loads(previous.read_text(encoding="utf-8"))
+        kept = {n: {**e, "measured": e.get("measured", old.get("generated"))} for n, e in old["benchmarks"].items()}
+    for name in discover():
+        short = name.removeprefix("bench.")
+        if name not in names:
+            if short in kept:
+                report["benchmarks"][short] = kept[short]
+            continue
         print(f"bench: {name} …", flush=True)
         entry = run_module(name)
-        report["benchmarks"][name.removeprefix("bench.")] = entry
+        entry["measured"] = report["generated"]
+        report["benchmarks"][short] = entry
         print(f"bench: {name} {entry['status']} in {entry['seconds']} s", flush=True)
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     failed = [n for n, e in report["benchmarks"].items() if e["status"] != "ok"]
     md = ["# Benchmarks", "", f"Generated {report['generated']} by `make bench` (Python {report['python']}, "
-          f"{report['machine']}). Modules: {len(names)}, failed: {len(failed)}"
+          f"{report['machine']}). Modules: {len(report['benchmarks'])}, failed: {len(failed)}"
           + (f" ({', '.join(failed)})" if failed else "") + ".", ""]
     md += [section(f"bench.{n}", e) + "\n" for n, e in report["benchmarks"].items()]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")

@@ -358,6 +358,46 @@ def test_bench_runner_reports_a_failing_benchmark(monkeypatch: pytest.MonkeyPatc
     assert "failed: 1 (bench_bad)" in md
 
 
+def test_bench_merge_reruns_only_the_named_modules_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    import sys
+    import types
+
+    from bench import run as bench_run
+
+    runs = {"slow": 0, "e2e": 0}
+
+    def module(name: str, value: int) -> types.ModuleType:
+        mod = types.ModuleType(f"bench.bench_{name}")
+
+        def run() -> dict[str, object]:
+            runs[name] += 1
+            return {"name": name, "value": value + runs[name]}
+
+        mod.run = run  # type: ignore[attr-defined]
+        return mod
+
+    monkeypatch.setitem(sys.modules, "bench.bench_slow", module("slow", 10))
+    monkeypatch.setitem(sys.modules, "bench.bench_e2e_x", module("e2e", 20))
+    monkeypatch.setattr(bench_run, "discover", lambda: ["bench.bench_e2e_x", "bench.bench_slow"])
+    assert bench_run.main(["--out-dir", str(tmp_path)]) == 0
+    first = json.loads((tmp_path / "report.json").read_text())
+    assert bench_run.main(["--out-dir", str(tmp_path), "--only", "bench_e2e_x", "--merge"]) == 0
+    merged = json.loads((tmp_path / "report.json").read_text())
+    assert runs == {"slow": 1, "e2e": 2}
+    assert list(merged["benchmarks"]) == ["bench_e2e_x", "bench_slow"]  # the report's order, not the run's
+    assert merged["benchmarks"]["bench_slow"] == first["benchmarks"]["bench_slow"]
+    assert merged["benchmarks"]["bench_e2e_x"]["result"]["value"] == 22
+    assert merged["benchmarks"]["bench_e2e_x"]["measured"] == merged["generated"]
+    md = (tmp_path / "report.md").read_text()
+    assert f"## bench_slow — ok ({first['benchmarks']['bench_slow']['seconds']} s, measured {first['generated']})" in md
+    # Without --only there is nothing to keep, and without a report there is nothing to merge into.
+    with pytest.raises(SystemExit):
+        bench_run.main(["--out-dir", str(tmp_path), "--merge"])
+    with pytest.raises(SystemExit):
+        bench_run.main(["--out-dir", str(tmp_path / "empty"), "--only", "bench_e2e_x", "--merge"])
+
+
 def test_bench_discovers_every_benchmark_module() -> None:
     from bench import run as bench_run
 
