@@ -133,7 +133,7 @@ class SystemAgent:
     def grant_node_events(self) -> rbac.NamespacedGrant:
         """Create Events about nodes where the API server keeps them (``default``: it refuses an Event about a
         cluster-scoped object in any other namespace), and nothing else there."""
-        return self.grant_namespace("events", NODE_EVENT_RULES, name=self.app,
+        return self.grant_namespace("events", NODE_EVENT_RULES, name=f"{self.app}-node-events",
                                     namespace=CLUSTER_SCOPED_EVENT_NAMESPACE,
                                     annotations=checkov_skips(NODE_EVENTS_CHECKOV_SKIPS))
 

@@ -71,14 +71,10 @@ def test_cluster_rbac_taints_nodes_and_only_reads_pods(prod: RunResult) -> None:
     ]
 
 
-def _by_namespace(prod: RunResult, kind: str, name: str) -> dict[str, Any]:
-    return {r.metadata["namespace"]: r for r in prod.by_kind(kind) if r.metadata.get("name") == name}
-
-
 def test_namespace_rbac_is_its_lease_and_events(prod: RunResult) -> None:
-    roles = _by_namespace(prod, "Role", "burst-controller")
-    assert set(roles) == {NS, "default"}
-    assert roles[NS].inputs["rules"] == [
+    role = prod.one("Role", "burst-controller")
+    assert role.metadata["namespace"] == NS
+    assert role.inputs["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["burst-controller"],
          "verbs": ["get", "update"]},
@@ -86,8 +82,11 @@ def test_namespace_rbac_is_its_lease_and_events(prod: RunResult) -> None:
     ]
     # Its Events about virtual nodes (BurstOpened, BurstClosed) go where the API server accepts Events about a
     # cluster-scoped object: default, where it may only create Events.
-    assert roles["default"].inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-    for binding in _by_namespace(prod, "RoleBinding", "burst-controller").values():
+    events = prod.one("Role", "burst-controller-node-events")
+    assert events.metadata["namespace"] == "default"
+    assert events.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    for name in ("burst-controller", "burst-controller-node-events"):
+        binding = prod.one("RoleBinding", name)
         assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
 
 

@@ -44,7 +44,7 @@ def test_rbac_is_least_privilege(prod: RunResult) -> None:
     assert all("*" not in v for r in role.inputs["rules"] for v in r["verbs"] + r["resources"])
     binding = prod.one("ClusterRoleBinding", "gpu-cluster:health-guard")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "health-guard", "namespace": SYSTEM_NS}]
-    events = prod.one("Role", "health-guard")
+    events = prod.one("Role", "health-guard-node-events")
     assert events.metadata["namespace"] == "default"
     assert events.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     lease = prod.one("Role", "health-guard-lease")
