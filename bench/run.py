@@ -77,9 +77,8 @@ def section(name: str, entry: dict[str, Any]) -> str:
     head = f"## {name.removeprefix('bench.')} — {entry['status']} ({entry['seconds']} s, measured {entry['measured']})"
     if entry["status"] != "ok":
         return f"{head}\n\nFAILED:\n\n```text\n{entry['error']}\n```"
-    module = sys.modules.get(name)
-    if module is None and entry["status"] == "ok":
-        module = importlib.import_module(name)  # a kept entry (--merge) renders as its module does
+    # A kept entry (--merge) was not run here: its module is imported to render as it does.
+    module = sys.modules.get(name) or importlib.import_module(name)
     render = getattr(module, "to_markdown", None)
     body = render(entry["result"]) if callable(render) else generic_markdown(entry["result"])
     return f"{head}\n\n{body}"
@@ -94,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.merge and not args.only:
         parser.error("--merge needs --only: the modules to run again")
-    names = discover()
+    every = discover()
+    names = every
     if args.only:
         wanted = {f"bench.{n.strip().removeprefix('bench.')}" for n in args.only.split(",")}
-        names = [n for n in names if n in wanted]
+        names = [n for n in every if n in wanted]
     report: dict[str, Any] = {
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--merge: {previous} does not exist; run every module first")
         old = json.loads(previous.read_text(encoding="utf-8"))
         kept = {n: {**e, "measured": e.get("measured", old.get("generated"))} for n, e in old["benchmarks"].items()}
-    for name in discover():
+    for name in every:
         short = name.removeprefix("bench.")
         if name not in names:
             if short in kept:
