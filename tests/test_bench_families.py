@@ -45,3 +45,14 @@ def test_the_steep_ramps_are_also_sampled_every_minute() -> None:
     rows = {row: (family, share, bin_s) for row, family, share, bin_s in bf.cases()}
     assert rows["steep-ramps, 1-min samples"] == ("steep-ramps", 0.0, 60.0)
     assert rows["steep-ramps"][2] == 300.0
+
+
+def test_the_rows_run_in_processes_as_they_would_one_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row is seeded and independent, so the process pool changes nothing but the wall time."""
+    monkeypatch.setattr(bf, "GPUS", 256)
+    monkeypatch.setattr(bf, "WARMUP_DAYS", 0.02)
+    two = [("steep-ramps", "steep-ramps", 0.0, 300.0), ("decays", "decays", 0.0, 300.0)]
+    monkeypatch.setattr(bf, "cases", lambda: two)
+    serial, pooled = bf.run(days=0.03, workers=1), bf.run(days=0.03, workers=2)
+    assert list(pooled["families"]) == ["steep-ramps", "decays"]
+    assert pooled == serial
