@@ -128,16 +128,19 @@ def restart_providers(c: Cluster, restart: Callable[[Any], float], burst_taint: 
     """Restart every provider's virtual kubelet (``restart(target)``: a process stopped and started with a new
     token, or its pod deleted; the seconds until it renewed its node lease). Its node is the same object with the
     same taints (the controller's burst taint among them when ``burst_taint``), and every pod on it stays: the
-    same pod, Running and Ready again as the restarted provider reports it. Returns the longest restart (s)."""
+    same pod, Running and Ready again as the restarted provider reports it. ``pods_at_least`` pods run on the
+    providers' nodes together (a burst fills the cheapest first). Returns the longest restart (s)."""
     from tools.localcluster import virtual_kubelet
 
+    targets = virtual_kubelet.targets(c.cfg)
+    running = {t.node: len(c.pods_on(t.node)) for t in targets}
+    assert sum(running.values()) >= pods_at_least, f"pods on the virtual nodes {running}, expected {pods_at_least}+"
     longest = 0.0
-    for t in virtual_kubelet.targets(c.cfg):
+    for t in targets:
         node = c.core.read_node(t.node)
         taints = sorted((x.key, x.value or "", x.effect) for x in node.spec.taints or [])
         assert any(k == c.burst_key for k, _, _ in taints) == burst_taint, taints
         before = c.pods_on(t.node)
-        assert len(before) >= pods_at_least, f"{len(before)} pods on {t.node}, expected {pods_at_least} or more"
         first = time.time()
         assert all(reported_by_provider(p, 0) for p in before.values()), [
             (p.metadata.name, p.status.phase) for p in before.values()]
@@ -210,12 +213,17 @@ class Sampler(threading.Thread):
         #: When the standby first had minReplicas ready, and when a gang pod was first bound to a node.
         self.standby_ready_at: float | None = None
         self.gang_bound_at: float | None = None
+        #: Every virtual node an inference replica (main or standby) was bound to.
+        self.external_nodes: set[str] = set()
+        self.virtual = {p.node_name for p in cluster.cfg.providers}
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
                 now = time.monotonic()
                 ready = sum(self.c.ready_by_location(self.service).values())
+                self.external_nodes |= {p.spec.node_name for p in self.c.inference_pods(self.service)
+                                        if p.spec.node_name in self.virtual}
                 standby = sum(self.c.ready_by_location(self.service, "standby").values())
                 if self.standby_ready_at is None and standby >= self.c.cfg.handover_services.get(self.service, 0) > 0:
                     self.standby_ready_at = now
@@ -274,6 +282,7 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
     per-cycle limit. Throughout: no taint is ever NoExecute, the gang never stays partly placed, ready inference
     replicas never drop below the service's minReplicas, and the burst opens once and closes once (no action twice).
     """
+    from components.provider_rank import fill_order
     from components.training_job import TrainingJobArgs, volcano_job_spec
 
     cfg = c.cfg
@@ -371,6 +380,12 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
     assert sampler.standby_ready_at is not None and sampler.gang_bound_at is not None
     assert sampler.gang_bound_at >= sampler.standby_ready_at, (
         f"a gang pod was bound {sampler.standby_ready_at - sampler.gang_bound_at:.1f}s before the standby was ready")
+    # The burst fills the cheapest provider first (components/provider_rank.py, as Volcano's nodeorder scores the
+    # replicas' preferred terms): with room there for every replica, no replica was ever bound to a dearer one.
+    cheapest = cfg.providers[fill_order(cfg.providers)[0]].node_name
+    phases["external_nodes"] = len(sampler.external_nodes)
+    assert sampler.external_nodes == {cheapest}, (
+        f"external replicas bound to {sorted(sampler.external_nodes)}; the cheapest provider's node is {cheapest}")
     cycles = evictions_per_cycle(hooks.descheduler_log())
     limit = min(cfg.descheduler.max_pods_total, cfg.descheduler.max_pods_per_node)
     assert cycles and max(cycles) <= limit, f"evictions per descheduler cycle {cycles}, limit {limit}"

@@ -27,7 +27,7 @@ TOKEN_HOLDERS = {
     "prod": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "prometheus-adapter"),
              ("Deployment", "vk-lambda-east"), ("Deployment", "vk-dr-cluster"), ("CronJob", "descheduler")},
     "local": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "vk-local-cloud"),
-              ("CronJob", "descheduler")},
+              ("Deployment", "vk-backup-cloud"), ("CronJob", "descheduler")},
 }
 
 

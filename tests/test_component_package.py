@@ -172,8 +172,8 @@ def test_component_from_args_builds_the_same_cluster_as_the_stack(tmp_path: Path
     (tmp_path / "args.json").write_text(json.dumps(args))
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
-    via_package = run_program("local", config={"localCloudToken": "token"}, secret_keys={"localCloudToken"},
-                              program=program)
+    tokens = {"localCloudToken": "token", "backupCloudToken": "token"}
+    via_package = run_program("local", config=tokens, secret_keys=set(tokens), program=program)
     via_stack = run_program("local")
 
     def objects(result: Any) -> dict[str, Any]:

@@ -58,7 +58,7 @@ from tools.image_local import (
     PROMETHEUS_IMAGE,
     PROMETHEUS_OPERATOR_IMAGE,
 )
-from tools.localcluster import control, nodehost, prometheus_operator, stackup
+from tools.localcluster import control, nodehost, prometheus_operator, stackup, virtual_kubelet
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
 from tools.localcluster.realnodes import (
     IMAGES_BY_KIND,
@@ -119,7 +119,9 @@ def test_pulumi_up_runs_every_agent_in_its_pods_and_nothing_beside_them(stack: L
     core, apps, _ = _apis(stack)
     ns = _system_namespace()
     deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(ns).items}
-    assert {"burst-controller", "health-guard", "vk-local-cloud"} <= set(deployments), sorted(deployments)
+    providers = {t.app for t in virtual_kubelet.targets(load_stack_config(ROOT, "local"))}
+    assert len(providers) >= 2 and {"burst-controller", "health-guard", *providers} <= set(deployments), sorted(
+        deployments)
     for name, dep in deployments.items():
         assert dep.status.ready_replicas == dep.spec.replicas, (name, dep.status)
     pods = [p for p in core.list_namespaced_pod(ns).items if p.status.phase == "Running"]
@@ -208,11 +210,13 @@ def test_prometheus_operator_runs_prometheus_on_the_stacks_monitors_and_rules(st
     figures["prometheus_rules_loaded"] = sum(len(g["rules"]) for g in groups)
 
 
-def test_the_virtual_kubelet_pod_registers_its_node_with_the_stacks_capacity(stack: Layout) -> None:
+@pytest.mark.parametrize("index", [0, 1])
+def test_each_virtual_kubelet_pod_registers_its_node_with_the_stacks_capacity(stack: Layout, index: int) -> None:
     core, _, _ = _apis(stack)
     cfg = load_stack_config(ROOT, "local")
     assert cfg is not None
-    (provider,) = cfg.providers
+    provider = cfg.providers[index]
+    target = virtual_kubelet.targets(cfg)[index]
     node = core.read_node(provider.node_name)
     assert node.status.allocatable["nvidia.com/gpu"] == str(provider.gpus), node.status.allocatable
     taints = {(t.key, t.value, t.effect) for t in node.spec.taints or []}
@@ -229,7 +233,7 @@ def test_the_virtual_kubelet_pod_registers_its_node_with_the_stacks_capacity(sta
          lambda: leases.read_namespaced_lease(provider.node_name, "kube-node-lease").spec.renew_time != first, 60)
     # Its log comes through the API server from the real kubelet that runs it.
     ns = _system_namespace()
-    (pod,) = [p for p in core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/name=vk-local-cloud").items
+    (pod,) = [p for p in core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/name={target.app}").items
               if p.status.phase == "Running"]
     log = core.read_namespaced_pod_log(pod.metadata.name, ns, container="virtual-kubelet", tail_lines=200)
     assert "provider=mock" in log, log[-2000:]
@@ -584,3 +588,78 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     assert degraded_node in nodes and fatal_node not in nodes, nodes  # the released node is used again
     figures["guard_fatal_loop"] = {**{k: v for k, v in fatal.items() if k != "lost_steps"},
                                    "lost_steps_fatal": fatal["lost_steps"], "clear_to_release_s": release_s}
+
+    # The guard rail: both nodes it took out count against the hour, so a fault on the third real node would be the
+    # third quarantine within the hour, past the stack's limit. The guard refuses it and trips its breaker: the node
+    # keeps serving, the breaker's note on the Lease names it, the stack's GpuHealthGuardSuppressed alert fires in
+    # the operator's Prometheus, and nothing more is quarantined until a person resets the breaker.
+    (third,) = set(REAL_GPU_NODES) - {degraded_node, fatal_node}
+    rail = _guard_rail_and_repair(stack, cfg, inject, quarantine, third, fatal_node, degraded_node)
+    figures["guard_rail"] = rail
+
+
+def _guard_rail_and_repair(stack: Layout, cfg: Any, inject: Any, quarantine: Any, third: str, fatal_node: str,
+                           degraded_node: str) -> dict[str, float]:
+    """Past the hourly limit: refused, breaker tripped, alert firing; then a person clears the cause, resets the
+    breaker and marks the fatal node repaired, and the guard releases it after its probation, with one write."""
+    from kubernetes import client
+
+    from agents.health_guard.contract import Names
+
+    names, ns_guard = Names(cfg.label_prefix), cfg.system_namespace
+    settings = deployed_settings(stack, ns_guard, "health-guard")
+    assert settings["max_nodes_per_hour"] == 2, settings  # realnodes.REAL_GPU_NODES_PER_HOUR, what this counts on
+    leases = client.CoordinationV1Api(control.api_client(stack))
+    core, _, _ = _apis(stack)
+
+    def breaker_note() -> str:
+        lease = leases.read_namespaced_lease(settings["lease_name"], ns_guard)
+        return str((lease.metadata.annotations or {}).get(names.breaker, ""))
+
+    def breaker_metric() -> float | None:
+        result = _prom_get(stack, "/api/v1/query", query="max(gpucluster_health_breaker_tripped)")["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    def suppression_firing() -> bool:
+        return any(a["labels"].get("alertname") == "GpuHealthGuardSuppressed" and a["state"] == "firing"
+                   for a in _prom_get(stack, "/api/v1/alerts")["alerts"])
+
+    figures_: dict[str, float] = {}
+    started = time.monotonic()
+    inject(third, {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
+    wait(f"the breaker tripped on {third}", lambda: third in breaker_note(), 120, ignore=(client.ApiException,))
+    figures_["fault_to_breaker_s"] = round(time.monotonic() - started, 1)
+    wait("GpuHealthGuardSuppressed firing", suppression_firing, 120, ignore=(OSError,))
+    figures_["fault_to_suppression_alert_s"] = round(time.monotonic() - started, 1)
+    assert quarantine(third) is None, f"{third} was quarantined past the hourly limit"
+    assert quarantine(fatal_node) is not None and quarantine(degraded_node) is None
+
+    # A person decides: the cause clears, the breaker is reset (the alert's documented command, as an API call) and
+    # the fatal node is marked repaired. The guard acts again: it releases the fatal node after its probation.
+    inject(third, {})
+    inject(fatal_node, {})
+
+    def xids_cleared() -> bool:
+        query = f'max(DCGM_FI_DEV_XID_ERRORS{{Hostname=~"{third}|{fatal_node}"}})'
+        result = _prom_get(stack, "/api/v1/query", query=query)["result"]
+        return bool(result) and float(result[0]["value"][1]) == 0.0
+
+    wait("the cleared XIDs scraped", xids_cleared, 60, ignore=(OSError,))
+    reset, reset_at = time.monotonic(), time.time()
+    leases.patch_namespaced_lease(settings["lease_name"], ns_guard,
+                                  {"metadata": {"annotations": {names.breaker: None}}})
+    wait("the breaker reads reset in Prometheus", lambda: breaker_metric() == 0.0, 120, ignore=(OSError,))
+    figures_["reset_to_breaker_metric_zero_s"] = round(time.monotonic() - reset, 1)
+    assert breaker_note() == "" and quarantine(third) is None
+    core.patch_node(fatal_node, {"metadata": {"labels": {names.repaired: "e2e"}}})
+    probation = cfg.observability.health.probation_seconds
+    wait(f"the guard releases {fatal_node} after its repair and {probation}s clear",
+         lambda: quarantine(fatal_node) is None, probation + 180)
+    figures_["repair_to_release_s"] = round(time.monotonic() - reset, 1)
+    assert figures_["repair_to_release_s"] >= probation, figures_
+    time.sleep(5)
+    writes = writes_by(stack.audit_log, "health-guard", "", reset_at)
+    assert writes.count(f"patch nodes {fatal_node}") == 1, writes
+    assert f"patch nodes {third}" not in writes, writes
+    assert names.repaired not in (core.read_node(fatal_node).metadata.labels or {}), "the repair mark stayed"
+    return figures_

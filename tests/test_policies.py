@@ -758,7 +758,7 @@ def test_engine_context_reads_the_stack_config_the_engine_passes(monkeypatch: py
     monkeypatch.setenv("PULUMI_STACK", "local")
     ctx = engine_context()
     assert ctx.secrets_marked is False
-    assert ctx.virtual_nodes == frozenset({"vk-local-cloud"})
+    assert ctx.virtual_nodes == frozenset({"vk-local-cloud", "vk-backup-cloud"})
     assert ctx.max_evictions_total == 2
     assert "amqp://queue.local:5672/jobs" in ctx.plain_config_values
     assert "decrypted-token" not in ctx.plain_config_values

@@ -110,17 +110,19 @@ def test_the_mock_provider_gets_its_own_format_with_the_gpus_under_others(local:
 
 def test_credentials_only_in_a_secret_marked_secret(prod: RunResult, local: RunResult) -> None:
     for result, name in ((prod, "vk-lambda-east-credentials"), (prod, "vk-dr-cluster-credentials"),
-                         (local, "vk-local-cloud-credentials")):
+                         (local, "vk-local-cloud-credentials"), (local, "vk-backup-cloud-credentials")):
         secret = result.one("Secret", name)
         assert secret_marked(secret.inputs["stringData"]), secret.inputs
         assert "data" not in secret.inputs
 
 
 def test_secret_value_never_reaches_an_input(run_stack: StackRunner) -> None:
-    result = run_stack("local", lambda cfg: cfg.update({"gpu-cluster:localCloudToken": "tok-3f9a1c"}),
-                       secrets={"gpu-cluster:localCloudToken"})
-    assert secret_marked(result.one("Secret", "vk-local-cloud-credentials").inputs["stringData"])
-    assert "tok-3f9a1c" not in json.dumps([r.as_json() for r in result.resources])
+    tokens = {"gpu-cluster:localCloudToken": "tok-3f9a1c", "gpu-cluster:backupCloudToken": "tok-77e0b2"}
+    result = run_stack("local", lambda cfg: cfg.update(tokens), secrets=set(tokens))
+    for name in ("vk-local-cloud-credentials", "vk-backup-cloud-credentials"):
+        assert secret_marked(result.one("Secret", name).inputs["stringData"])
+    rendered = json.dumps([r.as_json() for r in result.resources])
+    assert "tok-3f9a1c" not in rendered and "tok-77e0b2" not in rendered
 
 
 def test_liqo_preset_overrides_noexecute(prod: RunResult) -> None:
