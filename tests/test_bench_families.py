@@ -56,3 +56,35 @@ def test_the_rows_run_in_processes_as_they_would_one_after_another(monkeypatch: 
     serial, pooled = bf.run(days=0.03, workers=1), bf.run(days=0.03, workers=2)
     assert list(pooled["families"]) == ["steep-ramps", "decays"]
     assert pooled == serial
+
+
+def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[str, Any]) -> None:
+    """Each changed environment, and all of them together, against the same services-alone bound."""
+    labels = [label for label, _ in bf.BOUNDS]
+    assert list(row["bounds"]) == [*labels, " + ".join(labels)]
+    stack_bound = row["policies"]["inference alone"]["inference_availability"]
+    for b in row["bounds"].values():
+        assert b["gap_points"] == pytest.approx((stack_bound - b["inference_availability"]) * 100, abs=1e-4)
+        assert b["met"] == (b["gap_points"] <= bf.TARGET_GAP_POINTS)
+    text = bf.to_markdown(bf.result({"steep-ramps": row}, 0.1))
+    table = text[text.index("What stops the target"):]
+    for label in ["as modelled", *row["bounds"]]:
+        assert f"| steep-ramps | {label} |" in table
+
+
+def test_the_cost_target_is_against_the_oracle_at_the_same_headroom(row: dict[str, Any]) -> None:
+    """The plain oracle asks for demand exactly; the fair one asks what the HPAs ask (more replicas, no fewer GPU·h)."""
+    fair = row["oracle_at_headroom_external_gpu_hours"]
+    assert fair >= row["policies"]["oracle"]["external_gpu_hours"]
+    ext = row["policies"]["controller"]["external_gpu_hours"]
+    assert row["external_vs_oracle_at_headroom"] == (pytest.approx(ext / fair, abs=1e-3) if fair else None)
+
+
+def test_the_bounds_change_the_environment_they_name() -> None:
+    from bench.sim.run import load_stack
+
+    model = load_stack("prod").model
+    fast, doubled = (change(model) for _, change in bf.BOUNDS)
+    assert fast.latencies.external_start_s == model.latencies.onprem_start_s
+    assert fast.providers == model.providers and doubled.latencies == model.latencies
+    assert [p.gpus for p in doubled.providers] == [2 * p.gpus for p in model.providers]
