@@ -373,6 +373,7 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
 
     assert sampler.effects <= {"NoSchedule"}, f"burst taint effects seen: {sampler.effects}"
     phases["longest_partial_gang_s"] = sampler.longest_partial
+    phases["virtual_nodes_used"] = len(sampler.external_nodes)
     report(phases)
     assert sampler.longest_partial <= GANG_SETTLE_S, (
         f"part of the gang placed or running for {sampler.longest_partial:.1f}s: {sampler.partial_gang[:10]}")
@@ -383,7 +384,6 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
     # The burst fills the cheapest provider first (components/provider_rank.py, as Volcano's nodeorder scores the
     # replicas' preferred terms): with room there for every replica, no replica was ever bound to a dearer one.
     cheapest = cfg.providers[fill_order(cfg.providers)[0]].node_name
-    phases["external_nodes"] = len(sampler.external_nodes)
     assert sampler.external_nodes == {cheapest}, (
         f"external replicas bound to {sorted(sampler.external_nodes)}; the cheapest provider's node is {cheapest}")
     cycles = evictions_per_cycle(hooks.descheduler_log())
