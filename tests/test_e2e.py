@@ -462,9 +462,12 @@ def test_virtual_kubelet_provider(stack):
     assert watch.samples > 60 and watch.duration > 0, (watch.samples, watch.errors[:3])
     assert watch.max_age < watch.duration, f"a lease {watch.max_age:.1f}s old (duration {watch.duration}s)"
 
-    report = {}
+    report: dict[str, Any] = {}
     text = lay.audit_log.read_text()
-    denied, idle = [], []
+    denied: list[str] = []
+    idle: dict[str, list[Any]] = {}
+    used: set[tuple[str | None, str, str, str]] = set()
+    pods_served: dict[str, int] = {}
     for t in virtual_kubelet.targets(cfg):
         requests = parse_audit(text, str(lay.audit_log), user=t.user)
         result = usage(virtual_kubelet.granted(lay, t), requests)
@@ -477,15 +480,30 @@ def test_virtual_kubelet_provider(stack):
         first = next((r for r in requests if r.resource in ("nodes", "nodes/status") and r.name == t.node), None)
         found_node = first is not None and 200 <= first.code < 300
         report[t.provider]["first_node_request"] = first.describe() if first else None
-        idle += [g.describe() for g in result.unused if (g.verb, g.resource) not in KEPT_UNEXERCISED
-                 and not ((g.verb, g.resource) == ("create", "nodes") and found_node)]
+        idle[t.provider] = [g for g in result.unused if (g.verb, g.resource) not in KEPT_UNEXERCISED
+                            and not ((g.verb, g.resource) == ("create", "nodes") and found_node)]
+        used |= {_grant_kind(g) for g in result.used}
+        pods_served[t.provider] = sum(1 for r in requests if r.resource == "pods/status" and r.allowed)
     report["lease"] = {"max_age_s": watch.max_age, "duration_s": watch.duration, "not_ready_samples": watch.not_ready,
                        "condition_taints": sorted(watch.condition_taints)}
     RBAC_USAGE_FILE.write_text(json.dumps(report, indent=2) + "\n")
     print("\nvirtual kubelet RBAC usage:", json.dumps(report, indent=2))
     assert not denied, f"the virtual kubelet was refused: {denied}"
-    # Least privilege: every other grant was used by the real binary in these scenarios.
-    assert not idle, f"grants the virtual kubelet never used: {idle}"
+    # Least privilege: every other grant was used by the real binary in these scenarios. Every provider gets the
+    # same grants; the burst fills the cheapest first, so a dearer one may serve no pod and leave the pod grants
+    # idle. Those are judged on the provider that served pods: a grant no provider used is one too many.
+    busiest = max(pods_served, key=lambda p: pods_served[p])
+    assert pods_served[busiest] > 0, pods_served
+    never = sorted({g.describe() for gs in idle.values() for g in gs if _grant_kind(g) not in used})
+    assert not never, f"grants no virtual kubelet used: {never}"
+    assert not idle[busiest], f"grants the virtual kubelet that served the pods never used: {idle[busiest]}"
+    idle_elsewhere = {p: [g.describe() for g in gs] for p, gs in idle.items() if gs}
+    assert all(pods_served[p] == 0 for p in idle_elsewhere), (idle_elsewhere, pods_served)
+
+
+def _grant_kind(grant: Any) -> tuple[str | None, str, str, str]:
+    """A grant without the role that holds it or the names it is limited to (each provider's own node)."""
+    return (grant.namespace, grant.group, grant.resource, grant.verb)
 
 
 # --------------------------------------------------------------------------- fencing: a frozen leader writes nothing
