@@ -636,6 +636,7 @@ def _guard_rail_and_repair(stack: Layout, cfg: Any, inject: Any, quarantine: Any
 
     # A person decides: the cause clears, the breaker is reset (the alert's documented command, as an API call) and
     # the fatal node is marked repaired. The guard acts again: it releases the fatal node after its probation.
+    cleared = time.monotonic()
     inject(third, {})
     inject(fatal_node, {})
 
@@ -655,8 +656,10 @@ def _guard_rail_and_repair(stack: Layout, cfg: Any, inject: Any, quarantine: Any
     probation = cfg.observability.health.probation_seconds
     wait(f"the guard releases {fatal_node} after its repair and {probation}s clear",
          lambda: quarantine(fatal_node) is None, probation + 180)
-    figures_["repair_to_release_s"] = round(time.monotonic() - reset, 1)
-    assert figures_["repair_to_release_s"] >= probation, figures_
+    figures_["reset_to_release_s"] = round(time.monotonic() - reset, 1)
+    # Probation runs from the clear the guard saw, never from before it.
+    figures_["clear_to_release_s"] = round(time.monotonic() - cleared, 1)
+    assert figures_["clear_to_release_s"] >= probation, figures_
     time.sleep(5)
     writes = writes_by(stack.audit_log, "health-guard", "", reset_at)
     assert writes.count(f"patch nodes {fatal_node}") == 1, writes
