@@ -36,7 +36,8 @@ def test_settings_map_the_stack_burst_section(prod: RunResult) -> None:
 
 def test_local_thresholds_follow_the_local_stack(local: RunResult) -> None:
     s = settings(local)
-    assert s.provider_deletion_costs == {}  # one provider: nothing to rank
+    # Two prices: the dearer provider's replicas are scaled down first.
+    assert s.provider_deletion_costs == {"local-cloud": -100, "backup-cloud": -150}
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.open_hold_seconds, s.close_hold_seconds) == (
         1, 4, 5.0, 20.0)
 
@@ -233,4 +234,9 @@ def test_summary_names_each_providers_deletion_cost() -> None:
     assert external_pods_row(prod) == (
         "pod-deletion-cost lambda-east -150, dr-cluster -100 (scaled down first, the dearest provider first)")
     local = parse_config(raw_from_stack("local"), "Pulumi.local.yaml")
-    assert external_pods_row(local) == "pod-deletion-cost -100 (scaled down first)"
+    assert external_pods_row(local) == (
+        "pod-deletion-cost backup-cloud -150, local-cloud -100 (scaled down first, the dearest provider first)")
+    # One provider: nothing to rank.
+    single = raw_from_stack("local")
+    single["providers"] = single["providers"][:1]
+    assert external_pods_row(parse_config(single, "Pulumi.local.yaml")) == "pod-deletion-cost -100 (scaled down first)"

@@ -187,7 +187,9 @@ def test_preview_with_engine_path_and_no_pulumi_fails_before_anything_runs(
 def test_your_own_stack_file_is_used_as_is_once_it_holds_your_secrets() -> None:
     shipped = (ROOT / "Pulumi.local.yaml").read_text(encoding="utf-8")
     assert er.has_placeholder_secrets(shipped)
-    yours = shipped.replace("v1:bG9jYWw=:placeholder", "v1:c2FsdA==:AAAAsomeRealCiphertext")
+    half = shipped.replace("v1:bG9jYWw=:placeholder", "v1:c2FsdA==:AAAAsomeRealCiphertext")
+    assert er.has_placeholder_secrets(half)  # one provider's token still the shipped placeholder
+    yours = half.replace("v1:YmFja3Vw:placeholder", "v1:c2FsdA==:AAAAanotherCiphertext")
     assert not er.has_placeholder_secrets(yours)
 
 

@@ -59,7 +59,8 @@ def node_affinity_score(affinity: dict[str, Any], labels: dict[str, str]) -> int
                if all(labels.get(e["key"]) in e["values"] for e in term["preference"]["matchExpressions"]))
 
 
-def test_a_burst_fills_the_cheaper_provider_and_on_prem_keeps_its_lead(prod: RunResult, local: RunResult) -> None:
+def test_a_burst_fills_the_cheaper_provider_and_on_prem_keeps_its_lead(prod: RunResult, local: RunResult,
+                                                                      run_stack: Any) -> None:
     onprem = {"gpucluster.io/location": "onprem", "gpucluster.io/pool": "h100-a"}
     cheap = {"gpucluster.io/location": "external", "gpucluster.io/provider": "dr-cluster"}
     dear = {"gpucluster.io/location": "external", "gpucluster.io/provider": "lambda-east"}
@@ -72,11 +73,19 @@ def test_a_burst_fills_the_cheaper_provider_and_on_prem_keeps_its_lead(prod: Run
     # The gateway service may burst to the routable provider only: nothing to rank, the plain on-prem term.
     gateway = pod_spec(prod, "llama-70b-chat")["affinity"]["nodeAffinity"]
     assert len(gateway["preferredDuringSchedulingIgnoredDuringExecution"]) == 1
-    # One provider (the local stack): no ranking, the standby has no preferred terms at all.
-    assert len(pod_spec(local, "sdxl-turbo")["affinity"]["nodeAffinity"][
+    # The local stack ranks its two providers the same way, the main replicas and the standby.
+    local_cheap = {"gpucluster.io/location": "external", "gpucluster.io/provider": "local-cloud"}
+    local_dear = {"gpucluster.io/location": "external", "gpucluster.io/provider": "backup-cloud"}
+    for affinity in (pod_spec(local, "sdxl-turbo")["affinity"]["nodeAffinity"],
+                     standby_for(local, "sdxl-turbo").inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]):
+        assert node_affinity_score(affinity, local_cheap) > node_affinity_score(affinity, local_dear)
+    # One provider: no ranking, the standby has no preferred terms at all.
+    single = run_stack("local", lambda cfg: cfg.update(
+        {"gpu-cluster:providers": cfg["gpu-cluster:providers"][:1]}))
+    assert len(pod_spec(single, "sdxl-turbo")["affinity"]["nodeAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"]) == 1
-    local_standby = standby_for(local, "sdxl-turbo").inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-    assert "preferredDuringSchedulingIgnoredDuringExecution" not in local_standby
+    single_standby = standby_for(single, "sdxl-turbo").inputs["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in single_standby
 
 
 def test_queue_workers_tolerate_pools_and_every_provider_but_not_the_burst_taint(prod: RunResult) -> None:

@@ -273,8 +273,11 @@ def test_each_provider_of_the_local_stack_runs_as_its_own_service_account() -> N
     from tools.localcluster.virtual_kubelet import targets
 
     cfg = load_stack_config(Path(__file__).resolve().parents[1], "local")
-    (t,) = targets(cfg)
-    assert (t.node, t.namespace, t.app, t.workload_namespaces) == (
-        "vk-local-cloud", cfg.system_namespace, "vk-local-cloud", (cfg.inference_namespace,))
-    assert t.user == f"system:serviceaccount:{cfg.system_namespace}:vk-local-cloud"
-    assert t.process == "virtual-kubelet-local-cloud"
+    found = targets(cfg)
+    assert [t.provider for t in found] == ["local-cloud", "backup-cloud"]
+    for t in found:
+        app = f"vk-{t.provider}"
+        assert (t.node, t.namespace, t.app, t.workload_namespaces) == (
+            app, cfg.system_namespace, app, (cfg.inference_namespace,))
+        assert t.user == f"system:serviceaccount:{cfg.system_namespace}:{app}"
+        assert t.process == f"virtual-kubelet-{t.provider}"
