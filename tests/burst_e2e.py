@@ -45,8 +45,12 @@ class Cluster:
         return {n.metadata.name: (n.metadata.labels or {}).get(f"{self.prefix}/location", "")
                 for n in self.core.list_node().items}
 
+    @property
+    def virtual_names(self) -> set[str]:
+        return {p.node_name for p in self.cfg.providers}
+
     def virtual_nodes(self) -> list[Any]:
-        names = {p.node_name for p in self.cfg.providers}
+        names = self.virtual_names
         return [n for n in self.core.list_node().items if n.metadata.name in names]
 
     def inference_pods(self, service: str, role: str | None = None) -> list[Any]:
@@ -215,15 +219,14 @@ class Sampler(threading.Thread):
         self.gang_bound_at: float | None = None
         #: Every virtual node an inference replica (main or standby) was bound to.
         self.external_nodes: set[str] = set()
-        self.virtual = {p.node_name for p in cluster.cfg.providers}
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
                 now = time.monotonic()
-                ready = sum(self.c.ready_by_location(self.service).values())
-                self.external_nodes |= {p.spec.node_name for p in self.c.inference_pods(self.service)
-                                        if p.spec.node_name in self.virtual}
+                pods = self.c.inference_pods(self.service)
+                ready = sum(1 for p in pods if self.c.ready(p))
+                self.external_nodes |= {p.spec.node_name for p in pods if p.spec.node_name in self.c.virtual_names}
                 standby = sum(self.c.ready_by_location(self.service, "standby").values())
                 if self.standby_ready_at is None and standby >= self.c.cfg.handover_services.get(self.service, 0) > 0:
                     self.standby_ready_at = now
