@@ -55,6 +55,7 @@ def svc(
     standby: int = 0,
     standby_ready: int | None = None,
     minimum: int = 4,
+    starting: Mapping[str, int] | None = None,
 ) -> ServiceReplicas:
     onprem = {"a": live} if onprem is None else onprem
     ready = sum(onprem.values()) + external if ready is None else ready
@@ -64,6 +65,7 @@ def svc(
         main_ready=ready,
         main_ready_external=external,
         main_ready_onprem=dict(onprem),
+        main_starting_onprem=dict(starting or {}),
         standby_live=standby,
         standby_ready=standby if standby_ready is None else standby_ready,
     )
@@ -129,6 +131,14 @@ GATE_TABLE = [
     ("hpa-above-min-covers-current", snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, 10, False),
     # Part of the service is safe elsewhere: only the shortfall below the goal is covered.
     ("partly-safe", snap(svc(onprem={"a": 2}, external=2), unplaced={"a": 32}, gated=GANG), OPEN, 2, False),
+    # Replicas still starting on the pool's nodes (often on GPUs training just freed) are reclaimed as
+    # surely as Ready ones: the gate waits for their cover too, and the standby holds them.
+    ("starting-onprem-at-risk", snap(svc(onprem={}, external=2, starting={"a": 2}), unplaced={"a": 32},
+                                     gated=GANG), OPEN, 2, False),
+    ("starting-onprem-covered", snap(svc(onprem={}, external=2, starting={"a": 2}, standby=2), unplaced={"a": 32},
+                                     gated=GANG), OPEN, None, True),
+    ("starting-other-pool-safe", snap(svc(onprem={}, external=2, starting={"b": 2}), free={"b": 0},
+                                      unplaced={"a": 32}, gated=GANG), OPEN, None, True),
     # Nothing at risk and no standby running: no action at all (steady state).
     ("steady", snap(svc()), CLOSED, None, False),
 ]
@@ -242,14 +252,19 @@ def test_plan_never_leaves_fewer_than_minimum_ready_when_risk_is_taken(cover: Co
         onprem_a, onprem_b = rng.randint(0, live), 0
         onprem_b = rng.randint(0, live - onprem_a)
         external = rng.randint(0, live - onprem_a - onprem_b)
+        # Of the rest (not Ready), some are starting on pool a's nodes: a gang reclaiming a takes them too.
+        starting_a = rng.randint(0, live - onprem_a - onprem_b - external)
         service = svc(live=live, onprem={"a": onprem_a, "b": onprem_b}, external=external,
-                      standby=rng.randint(0, 3), minimum=minimum)
+                      standby=rng.randint(0, 3), minimum=minimum, starting={"a": starting_a} if starting_a else {})
         snapshot = snap(service, free={"a": rng.randint(0, 8), "b": 8}, unplaced={"a": rng.choice([0, 32])})
         returning = rng.random() < 0.5
         plan = plan_standby(snapshot, returning, cover)
-        risk = onprem_a if snapshot.unplaced_training.get("a", 0) > snapshot.pools["a"].free else 0
+        reclaimed = snapshot.unplaced_training.get("a", 0) > snapshot.pools["a"].free
+        risk = onprem_a if reclaimed else 0
         risk += external if returning else 0
-        if risk == 0 and service.standby_live == 0:
+        # The gate waits for this service whenever the gang takes any of its pods, Ready or starting.
+        assert ("svc" in plan.gang_services) == (reclaimed and onprem_a + starting_a > 0)
+        if risk == 0 and service.standby_live == 0 and not (reclaimed and starting_a):
             assert "svc" not in plan.targets
             continue
         target = plan.targets["svc"]
@@ -279,6 +294,7 @@ def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
     snapshot = ClusterView.from_lists(nodes, pods, s, NOW).snapshot()
     assert snapshot.services["svc"] == ServiceReplicas(
         min_replicas=4, main_live=5, main_ready=3, main_ready_external=1, main_ready_onprem={"a": 1, "b": 1},
+        main_starting_onprem={"a": 1},  # m4: bound on-prem, not Ready (m5, unbound, is on no node yet)
         standby_live=2, standby_ready=1, main_leaving=1,  # m6, being deleted: a move already made
     )
     # A pending standby is no reason to open the burst; the pending main replica is.

@@ -154,7 +154,11 @@ class BurstSettings:
     close_at_free_gpus: int = 32
     open_hold_seconds: float = 60.0
     close_hold_seconds: float = 600.0
-    pending_grace_seconds: float = 30.0
+    # An inference pod unschedulable this long opens the burst. Short: the scheduler marks a pod Unschedulable
+    # only after a full cycle (and a preemption attempt), and opening is only a taint removed (no GPU is
+    # bought until a pod lands); every second here adds to a cold external start (bench_families: 30 s -> 5 s
+    # moves availability on every family and no taint flip).
+    pending_grace_seconds: float = 5.0
     external_deletion_cost: int = -100
     # Provider name -> the pod-deletion-cost of replicas on its virtual node, lower for a dearer provider, so a
     # scale-down removes the dearest external replicas first; a provider not listed takes external_deletion_cost.

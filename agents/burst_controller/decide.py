@@ -112,6 +112,9 @@ class ServiceReplicas:
     main_ready: int = 0
     main_ready_external: int = 0
     main_ready_onprem: Mapping[str, int] = field(default_factory=dict)  # per on-prem pool ("" = no pool)
+    # Main pods bound to an on-prem node of the pool and not Ready yet: a gang that reclaims the pool takes
+    # them as surely as the Ready ones (they are often on the very GPUs training just freed).
+    main_starting_onprem: Mapping[str, int] = field(default_factory=dict)
     standby_live: int = 0
     standby_ready: int = 0
     # GPUs one main replica requests: how many replicas a reclaimed GPU count can hold (1 = the upper bound).
@@ -820,8 +823,10 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     which services sit on the reclaimed nodes is not known). `return_batch` > 0 caps the external replicas
     at risk while returning (those moving home at once).
 
-    On-prem replicas are at risk in a pool where unplaced training (gated, or released and not bound yet)
-    does not fit the free GPUs node by node: a gang will reclaim them. Training confined to no pool puts every
+    On-prem replicas, Ready or still starting on the pool's nodes, are at risk in a pool where unplaced
+    training (gated, or released and not bound yet) does not fit the free GPUs node by node: a gang will
+    reclaim them, and a gate that waited only for the Ready ones' services would release it onto replicas
+    that just started on the GPUs training freed. Training confined to no pool puts every
     pool at risk when it does not fit the free GPUs of all pools node by node. With `returning`, external
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
@@ -853,10 +858,16 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     gang: set[str] = set()
     by_pool: dict[str, set[str]] = {}
     for name, svc in snapshot.services.items():
-        onprem_risk = 0
-        for pool, n in svc.main_ready_onprem.items():
+        # Every main pod on a reclaimed pool's nodes is at risk, Ready or still starting; only the Ready ones
+        # reduce the standby (the goal already counts the starting ones as not serving).
+        onprem = dict(svc.main_ready_onprem)
+        for pool, n in svc.main_starting_onprem.items():
+            onprem[pool] = onprem.get(pool, 0) + n
+        onprem_risk = ready_risk = 0
+        for pool, n in onprem.items():
             if n and (all_pools or pool in risky_pools):
                 onprem_risk += n
+                ready_risk += svc.main_ready_onprem.get(pool, 0)
                 if pool in risky_pools:
                     by_pool.setdefault(pool, set()).add(name)
                 if all_pools:
@@ -865,11 +876,11 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
             gang.add(name)
         if sizing is Sizing.DISPLACED and onprem_risk:
             per = max(1, svc.gpus_per_replica)
-            bound = sum(min(n, -(-displaced[p] // per)) for p, n in svc.main_ready_onprem.items()
-                        if n and p in risky_pools)
+            bound = sum(min(n, -(-displaced[p] // per)) for p, n in onprem.items() if n and p in risky_pools)
             if all_pools:
                 bound += -(-displaced[""] // per)
             onprem_risk = min(onprem_risk, bound)
+            ready_risk = min(ready_risk, bound)
         external = svc.main_ready_external if returning else 0
         if return_batch:
             external = min(external, return_batch)
@@ -879,7 +890,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         extra = ramp.get(name, 0) if cover is Cover.CURRENT and (onprem_risk or svc.standby_live) else 0
         goal = max(svc.min_replicas, svc.main_live) + extra
         cap = goal if cover is Cover.CURRENT else svc.min_replicas
-        targets[name] = max(0, min(goal - (svc.main_ready - risk), cap))
+        targets[name] = max(0, min(goal - (svc.main_ready - ready_risk - external), cap))
         at_risk[name] = risk
         ready[name] = svc.standby_ready
         if extra:

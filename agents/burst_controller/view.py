@@ -190,6 +190,7 @@ class _ServiceCounts:
     main_ready: int = 0
     main_ready_external: int = 0
     main_ready_onprem: dict[str, int] = field(default_factory=dict)
+    main_starting_onprem: dict[str, int] = field(default_factory=dict)  # bound on-prem, not Ready yet
     standby_live: int = 0
     standby_ready: int = 0
     warm_live: int = 0  # the warm pool's placeholders
@@ -594,6 +595,8 @@ class ClusterView:
         counts.main_live += sign
         _add(counts.gpus, pod.gpus, sign)
         if not pod.ready:
+            if kind == ONPREM:
+                _add(counts.main_starting_onprem, pool, sign)
             return
         counts.main_ready += sign
         if kind == VIRTUAL:
@@ -689,6 +692,7 @@ class ClusterView:
                     main_ready=c.main_ready,
                     main_ready_external=c.main_ready_external,
                     main_ready_onprem=dict(c.main_ready_onprem),
+                    main_starting_onprem=dict(c.main_starting_onprem),
                     standby_live=c.standby_live,
                     standby_ready=c.standby_ready,
                     gpus_per_replica=max(c.gpus, default=1) or 1,

@@ -108,6 +108,7 @@ class Service:
         "sb_ready",
         "sb_replicas",
         "sb_starting",
+        "start_zone",
         "starting",
         "unready_replacements",
         "up_s",
@@ -137,6 +138,7 @@ class Service:
         self.handover = False  # named in the controller's handover services: the core sees this service
         self.ready_ext = 0
         self.ready_zone = [0] * zones
+        self.start_zone = [0] * zones  # main pods starting on an on-prem zone's nodes
         self.sb_replicas = 0
         self.sb_pending: dict[int, None] = {}
         self.sb_starting: dict[int, None] = {}
@@ -417,6 +419,8 @@ class ClusterState:
             del pending[pod.id]
         pod.state = STARTING
         starting[pod.id] = None
+        if pod.node >= 0 and not (pod.standby or pod.home):
+            svc.start_zone[self.node_zone[pod.node]] += 1
         if latency <= 0:
             self.pod_ready(pod.id)
         else:
@@ -442,6 +446,7 @@ class ClusterState:
         if pod.node <= -2:
             svc.ready_ext += 1
         else:
+            svc.start_zone[self.node_zone[pod.node]] -= 1
             svc.ready_zone[self.node_zone[pod.node]] += 1
         if svc.handover:
             self.handover_seq += 1
@@ -487,6 +492,8 @@ class ClusterState:
                 self.pending_inf_gpus -= pod.gpus
         elif pod.state == STARTING:
             del svc.starting[pid]
+            if node >= 0:
+                svc.start_zone[self.node_zone[node]] -= 1
         else:
             del svc.ready[pid]
             self.avail_dirty = True
@@ -587,6 +594,9 @@ class ClusterState:
             ready = [self.pods[p] for p in svc.ready]
             assert svc.ready_ext == sum(1 for p in ready if p.node <= -2)
             assert svc.ready_zone == [sum(1 for p in ready if p.node >= 0 and self.node_zone[p.node] == z)
+                                      for z in self.zones]
+            starting = [self.pods[p] for p in svc.starting]
+            assert svc.start_zone == [sum(1 for p in starting if p.node >= 0 and self.node_zone[p.node] == z)
                                       for z in self.zones]
         assert seen == len(self.pods)
         placed = sum(len(p) for p in self.node_pods) + sum(len(p) for p in self.vn_pods)

@@ -84,6 +84,12 @@ def naive_settings(settings: BurstSettings) -> BurstSettings:
     return BurstSettings.from_mapping(data, source="naive burst")
 
 
+# One handover service as the port reports it, field for field `ServiceReplicas` (min, live, ready, ready
+# external, ready on-prem per pool, starting on-prem per pool, standby live and ready, GPUs per replica, warm
+# placeholders, return bridge live, ready and pending).
+ServiceRow = tuple[int, int, int, int, dict[str, int], dict[str, int], int, int, int, int, int, int, int]
+
+
 class ClusterPort(Protocol):
     """What the adapter reads from and writes to the simulator (implemented by `port.ControllerPort`)."""
 
@@ -98,9 +104,7 @@ class ClusterPort(Protocol):
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
     def quiet_key(self) -> tuple[object, ...]: ...
-    def service_replicas(
-        self,
-    ) -> dict[str, tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int, int]]: ...
+    def service_replicas(self) -> dict[str, ServiceRow]: ...
     def external_replicas(self) -> dict[str, list[tuple[str, str]]]: ...
     def gated_pods(self) -> list[tuple[str, str]]: ...
     def standby_external_gpus(self) -> int: ...
@@ -168,11 +172,11 @@ class ControllerAdapter:
             unplaced = {"": pending_training} if pending_training else {}
         services = {
             name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
-                                  main_ready_onprem=onprem, standby_live=sb_live, standby_ready=sb_ready,
-                                  gpus_per_replica=gpus, warm_live=warm, return_live=rt_live,
-                                  return_ready=rt_ready, return_pending=rt_pending)
-            for name, (lo, live, ready, ext, onprem, sb_live, sb_ready, gpus, warm, rt_live, rt_ready, rt_pending)
-            in port.service_replicas().items()
+                                  main_ready_onprem=onprem, main_starting_onprem=starting, standby_live=sb_live,
+                                  standby_ready=sb_ready, gpus_per_replica=gpus, warm_live=warm,
+                                  return_live=rt_live, return_ready=rt_ready, return_pending=rt_pending)
+            for name, (lo, live, ready, ext, onprem, starting, sb_live, sb_ready, gpus, warm, rt_live, rt_ready,
+                       rt_pending) in port.service_replicas().items()
         }
         external = ({name: tuple(PodRef(ns, pod) for ns, pod in rows)
                      for name, rows in port.external_replicas().items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from bench.sim.cluster import INFERENCE_NAMESPACE, READY, TRAINING_NAMESPACE, ClusterState, Counters
-from bench.sim.controller_adapter import Mode
+from bench.sim.controller_adapter import Mode, ServiceRow
 from bench.sim.replicasets import ReplicaSets
 
 
@@ -38,6 +38,7 @@ class ServiceCounts(NamedTuple):
     main_ready: int
     main_ready_external: int
     main_ready_onprem: dict[str, int]  # ready main pods per on-prem pool
+    main_starting_onprem: dict[str, int]  # main pods starting on an on-prem pool's nodes
     standby_live: int
     standby_ready: int
     gpus_per_replica: int
@@ -64,7 +65,6 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_ServiceRow = tuple[int, int, int, int, dict[str, int], int, int, int, int, int, int, int]
 _NodeRow = tuple[str, str, str | None, int, float | None]
 
 
@@ -131,14 +131,14 @@ class ControllerPort:
                 tuple(c.vn_used), tuple(c.vn_taint), tuple(c.vn_changed), len(c.needing_cost),
                 tuple(c.zone_train), tuple(c.zone_inf), tuple(c.zone_pend), c.handover_seq, shapes)
 
-    def service_replicas(self) -> dict[str, _ServiceRow]:
+    def service_replicas(self) -> dict[str, ServiceRow]:
         """Per handover service, its `ServiceCounts`; O(services × zones) from the kept counts.
 
         minReplicas is the simulated service's own (the stack derives its handover services from the same
         field), so a model scaled to another size keeps the standby's cap and the HPA's floor equal.
         """
         c = self.cluster
-        out: dict[str, _ServiceRow] = {}
+        out: dict[str, ServiceRow] = {}
         for svc in c.services:
             if not svc.handover:
                 continue
@@ -146,9 +146,14 @@ class ControllerPort:
             for z, n in enumerate(svc.ready_zone):
                 if n:
                     onprem[c.zone_pool[z]] = onprem.get(c.zone_pool[z], 0) + n
+            starting: dict[str, int] = {}
+            for z, n in enumerate(svc.start_zone):
+                if n:
+                    starting[c.zone_pool[z]] = starting.get(c.zone_pool[z], 0) + n
             out[svc.name] = ServiceCounts(
                 min_replicas=svc.min, main_live=svc.count(), main_ready=len(svc.ready),
-                main_ready_external=svc.ready_ext, main_ready_onprem=onprem, standby_live=svc.sb_count(),
+                main_ready_external=svc.ready_ext, main_ready_onprem=onprem, main_starting_onprem=starting,
+                standby_live=svc.sb_count(),
                 standby_ready=len(svc.sb_ready), gpus_per_replica=svc.gpus,
                 # The warm Deployment's pods in any state: placed ones, and those its ReplicaSet recreated after
                 # a preemption that wait (Pending) for room; scaling down removes them at once.
