@@ -26,7 +26,7 @@ def test_settings_map_the_stack_burst_section(prod: RunResult) -> None:
     s = settings(prod)
     assert (s.taint_key, s.taint_value) == ("gpucluster.io/burst", "closed")
     assert (s.open_below_free_gpus, s.close_at_free_gpus) == (16, 64)
-    assert (s.open_hold_seconds, s.close_hold_seconds, s.pending_grace_seconds) == (60.0, 900.0, 30.0)
+    assert (s.open_hold_seconds, s.close_hold_seconds, s.pending_grace_seconds) == (60.0, 900.0, 5.0)
     assert (s.external_deletion_cost, s.resync_seconds, s.stale_after_seconds) == (-100, 30.0, 120.0)
     assert (s.namespace, s.lease_name) == (NS, "burst-controller")
     assert s.gpu_resource == "nvidia.com/gpu"
