@@ -9,7 +9,8 @@ evaluation strictly before it (the adapter serves what Prometheus has recorded; 
 instant is taken as not yet written), proposing ceil(forecast × headroom) beside ceil(demand × headroom) and
 taking the larger, as the HPA does with two metrics, before its stabilisation windows.
 
-The oracle policy (`zero_lag`) follows demand at once and moves external pods on-prem the moment they fit.
+The oracle policy (`zero_lag`) follows demand at once; the oracles (`rebalance`) move external pods on-prem
+the moment they fit.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ class Hpa:
     """Every HorizontalPodAutoscaler of the run, evaluated together once per period."""
 
     def __init__(self, cluster: ClusterState, replicasets: ReplicaSets, workload: Workload, headroom: float,
-                 zero_lag: bool) -> None:
+                 zero_lag: bool, rebalance: bool = False) -> None:
         self.cluster = cluster
         self.replicasets = replicasets
         self.workload = workload
         self.headroom = headroom
         self.zero_lag = zero_lag
+        self.rebalancing = rebalance
         models = cluster.model.services
         self.forecasts: list[ForecastRule | None] = [None if zero_lag else m.forecast for m in models]
         self.recorded: list[list[float]] = [[] for _ in models]  # the demand record, one value per evaluation
@@ -80,7 +82,7 @@ class Hpa:
             if target != svc.replicas:
                 svc.replicas = target
                 self.replicasets.reconcile(s)
-        if self.zero_lag:
+        if self.rebalancing:
             self.rebalance()
 
     @staticmethod
@@ -98,7 +100,7 @@ class Hpa:
         return hist[0][1]
 
     def rebalance(self) -> None:
-        """Oracle only: move external pods on-prem the moment they fit, at no cost."""
+        """The oracles only: move external pods on-prem the moment they fit, at no cost."""
         c = self.cluster
         for v in reversed(c.vn_order):  # the dearest provider's pods come home first
             for pid in list(c.vn_pods[v]):

@@ -15,6 +15,10 @@
   wait).
 - controller: the core with the stack's settings (handover included, as the stack deploys it by default)
   and the descheduler with the stack's limits.
+- placement oracle: the real HPA (its lag, headroom and stabilisation windows) and the real start times, but
+  virtual nodes always open and every external pod moved on-prem, at no cost, at each HPA sync it fits: the
+  fewest external GPU·h any burst controller could reach, since the HPA, not the controller, sets how many
+  replicas there are and when. A cost bound, not an availability one (its moves are not make-before-break).
 - oracle: an upper bound, not a policy one could run — zero pod start latency, an HPA that matches demand
   exactly every period, virtual nodes always open, and external pods moved on-prem instantly whenever a
   GPU frees. Availability is then limited only by total capacity; utilisation by training's own demand.
@@ -47,6 +51,8 @@ class Policy:
     # training pods' required affinity). False feeds cluster-wide totals only: the core before per-pool
     # accounting, kept as a baseline.
     pool_accounting: bool = True
+    # Move external pods on-prem the moment they fit, at every HPA sync and at no cost (the oracles).
+    rebalance: bool = False
 
 
 def static_partition(model: ClusterModel, spec: WorkloadSpec) -> Policy:
@@ -76,7 +82,11 @@ def controller_no_handover(model: ClusterModel, settings: BurstSettings) -> Poli
 
 
 def oracle(model: ClusterModel) -> Policy:
-    return Policy("oracle", ALWAYS, zero_lag=True)
+    return Policy("oracle", ALWAYS, zero_lag=True, rebalance=True)
+
+
+def placement_oracle(model: ClusterModel) -> Policy:
+    return Policy("placement oracle", ALWAYS, rebalance=True)
 
 
 def all_policies(model: ClusterModel, settings: BurstSettings, spec: WorkloadSpec) -> list[Policy]:
