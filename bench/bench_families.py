@@ -35,7 +35,8 @@ from agents.burst_controller.settings import BurstSettings
 from bench.sim.cost import CostedSimulator, oracle_at_headroom
 from bench.sim.demand import DEFAULT_BIN_S, DEFAULT_PEAK_SHARE, outcomes_json
 from bench.sim.engine import simulate
-from bench.sim.families import FAMILIES, family_workload
+from bench.sim.families import cases as family_cases
+from bench.sim.families import family_workload
 from bench.sim.model import ClusterModel
 from bench.sim.policies import controller, naive_burst, oracle, placement_oracle
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
@@ -47,10 +48,6 @@ GPUS = 4_096
 DAYS = 7.0
 WARMUP_DAYS = 1.0
 SEED = 1
-#: The share of the gangs the ramp-aligned row moves onto the steepest rises.
-RAMP_GANG_SHARE = 1 / 3
-#: The demand bin of the row that samples the steep ramps every minute.
-FINE_BIN_S = 60.0
 #: How far below the services-alone bound the controller may stay, in availability points.
 TARGET_GAP_POINTS = 0.02
 #: The most external GPU·h the controller may use, as a multiple of the oracle's at the same HPA headroom.
@@ -97,13 +94,8 @@ FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_
 
 
 def cases() -> list[tuple[str, str, float, float]]:
-    """(row name, family, share of gangs on the ramps, demand bin in seconds)."""
-    rows = [(name, name, 0.0, DEFAULT_BIN_S) for name in FAMILIES]
-    rows.append(("steep-ramps + gangs on the ramps", "steep-ramps", RAMP_GANG_SHARE, DEFAULT_BIN_S))
-    # The same ramps sampled every minute: a rise within 5 minutes is then a slope over five samples, not one
-    # step, which is what a trend (the forecast's) can follow.
-    rows.append(("steep-ramps, 1-min samples", "steep-ramps", 0.0, FINE_BIN_S))
-    return rows
+    """(row name, family, share of gangs on the ramps, demand bin in seconds), `families.cases` in order."""
+    return [(name, *spec) for name, spec in family_cases().items()]
 
 
 def warm_label(share: float, ramp: float) -> str:

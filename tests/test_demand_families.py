@@ -4,13 +4,14 @@ trace, the same for a seed, and the ramp-aligned training keeps every gang but m
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.sim.demand import ALL, DEFAULT_BIN_S, TraceWorkload
-from bench.sim.families import FAMILIES, family_workload, ramp_aligned_gangs, shape
+from bench.sim.families import FAMILIES, RAMP_GANG_SHARE, case, cases, family_workload, ramp_aligned_gangs, shape
 from bench.sim.workload import DAY, HOUR, Gang, Workload, WorkloadSpec
 
 HORIZON = 3 * DAY
@@ -129,3 +130,45 @@ def test_a_family_workload_in_minute_bins_spreads_a_ramp_over_its_five_minutes()
     rises = [demand[i + 5] - demand[i] for i in range(len(demand) - 5)]
     steps = [demand[i + 1] - demand[i] for i in range(len(demand) - 1)]
     assert max(rises) > 2 * max(steps)
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_simulate_accepts_every_family_of_the_report_by_name(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make simulate FAMILY=<name>`: the run is on that family's demand (its services-alone bound, not the
+    generated workload's, is the one printed)."""
+    from bench.sim.run import default_workload, inference_alone, load_stack
+    from tools.simulate import main
+
+    days = 0.05
+    assert main(["--stack", "local", "--days", str(days), "--warmup-days", "0", "--policies", "controller",
+                 "--family", name, "--out", str(Path(".state/simulate/test-family.png"))]) == 0
+    out = capsys.readouterr().out
+    family, share, bin_s = case(name)
+    assert f"demand family {name!r}: {family}, {bin_s:g} s bins" in out
+    model = load_stack("local").model
+    workload = family_workload(default_workload(model, days, 1, 0.0), family, days * 86_400.0, 1, 0.8,
+                               ramp_gangs=share, bin_s=bin_s)
+    alone = inference_alone(model, workload, days, 0.0)
+    bound = next(line for line in out.splitlines() if line.startswith("availability bound"))
+    assert bound.endswith(f": {alone.inference_availability:.3%}, worst 5 min {alone.worst_window_availability:.1%}")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--family", "steep_ramps"], "simulate: unknown demand family 'steep_ramps'; known: 'diurnal', "),
+    (["--family", "decays", "--inference-trace", "bench/traces/none.csv"],
+     "simulate: --family replaces the inference demand; give it without --inference-trace and --trace"),
+])
+def test_simulate_refuses_a_family_it_cannot_run(argv: list[str], message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.simulate import main
+
+    assert main(["--stack", "local", "--days", "0.05", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_bench_reports_exactly_the_cases_simulate_accepts() -> None:
+    from bench import bench_families
+
+    assert [row[0] for row in bench_families.cases()] == list(cases())
+    assert case("steep-ramps + gangs on the ramps") == ("steep-ramps", RAMP_GANG_SHARE, 300.0)
+    assert case("steep-ramps, 1-min samples") == ("steep-ramps", 0.0, 60.0)

@@ -1,7 +1,8 @@
-"""`make simulate STACK=s [DAYS=n SEED=k OUT=path]`: the policy comparison on the stack's own config.
+"""`make simulate STACK=s [DAYS=n SEED=k OUT=path FAMILY=name]`: the policy comparison on the stack's own config.
 
 Reads the stack file exactly as `pulumi up` does (a bad config fails here with the same message), scales
-nothing, generates a seeded workload for its pools and services (or replays `--trace`), runs every policy
+nothing, generates a seeded workload for its pools and services (or replays `--trace`, or replaces the
+inference demand with one demand family of `bench_families` by its name in the report), runs every policy
 on it, prints the outcome table and writes a plot of the controller policy's run.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from bench.sim.cost import bill_lines, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
+from bench.sim.families import case, cases, family_workload
 from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inference-trace", type=Path,
                         help="request log, rate series, GenTD26 or Alibaba 2023 pod list (bench/sim/traces.py)")
     parser.add_argument("--training-trace", type=Path, help="job log or Alibaba 2023 pod list (BE pods)")
+    parser.add_argument("--family", help="replace the inference demand with this demand family (bench_families' "
+                        f"names: {', '.join(cases())})")
     parser.add_argument("--peak-share", type=float, default=0.8,
                         help="the inference trace's peak as a share of each service's maxReplicas")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON (policy name → figures)")
@@ -56,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
         workload = load_trace(args.trace, spec)
     else:
         workload = default_workload(setup.model, args.days, args.seed, args.warmup_days, spec)
+    if args.family is not None:
+        if args.inference_trace or args.trace:
+            print("simulate: --family replaces the inference demand; give it without --inference-trace and --trace",
+                  file=sys.stderr)
+            return 2
+        try:
+            family, ramp_gangs, bin_s = case(args.family)
+            workload = family_workload(workload, family, (args.days + args.warmup_days) * 86400.0, args.seed,
+                                       args.peak_share, ramp_gangs=ramp_gangs, bin_s=bin_s)
+        except ValueError as exc:
+            print(f"simulate: {exc}", file=sys.stderr)
+            return 2
+        print(f"demand family {args.family!r}: {family}, {bin_s:g} s bins, {ramp_gangs:.0%} of the gangs on its "
+              f"ramps, peak {args.peak_share:.0%} of each service's maxReplicas")
     if args.inference_trace or args.training_trace:
         try:
             workload, lines = apply_traces(args.stack, setup.model, workload, args.inference_trace,

@@ -158,6 +158,31 @@ FAMILIES: dict[str, _Generator] = {
 }
 
 
+#: The share of the gangs the ramp-aligned case moves onto the steepest rises.
+RAMP_GANG_SHARE = 1 / 3
+#: The demand bin of the case that samples the steep ramps every minute.
+FINE_BIN_S = 60.0
+
+
+def cases() -> dict[str, tuple[str, float, float]]:
+    """Every case the bench reports, by name: (family, share of gangs on its ramps, demand bin in seconds).
+    Each family as generated, plus the coincidence that makes preemption take replicas while demand ramps
+    (a third of the gangs on the steepest rises) and the same ramps sampled every minute (a rise within 5
+    minutes is then a slope over five samples, not one step, which is what a trend can follow)."""
+    rows = {name: (name, 0.0, DEFAULT_BIN_S) for name in FAMILIES}
+    rows["steep-ramps + gangs on the ramps"] = ("steep-ramps", RAMP_GANG_SHARE, DEFAULT_BIN_S)
+    rows["steep-ramps, 1-min samples"] = ("steep-ramps", 0.0, FINE_BIN_S)
+    return rows
+
+
+def case(name: str) -> tuple[str, float, float]:
+    """One case by its name in the report (a family's own name included); an unknown one names the known."""
+    known = cases()
+    if name not in known:
+        raise ValueError(f"unknown demand family {name!r}; known: {', '.join(repr(n) for n in known)}")
+    return known[name]
+
+
 def shape(family: str, horizon_s: float, seed: int, bin_s: float = DEFAULT_BIN_S) -> Shape:
     """One family's demand shape over ``horizon_s`` (peak 1.0), the same for the same seed."""
     if family not in FAMILIES:
