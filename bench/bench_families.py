@@ -33,10 +33,10 @@ from typing import Any
 
 from agents.burst_controller.settings import BurstSettings
 from bench.sim.cost import CostedSimulator, oracle_at_headroom
-from bench.sim.demand import DEFAULT_BIN_S, DEFAULT_PEAK_SHARE, outcomes_json
+from bench.sim.demand import DEFAULT_PEAK_SHARE, outcomes_json
 from bench.sim.engine import simulate
+from bench.sim.families import case_workload
 from bench.sim.families import cases as family_cases
-from bench.sim.families import family_workload
 from bench.sim.model import ClusterModel
 from bench.sim.policies import controller, naive_burst, oracle, placement_oracle
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
@@ -93,9 +93,9 @@ FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_
            "taint_flips")
 
 
-def cases() -> list[tuple[str, str, float, float]]:
-    """(row name, family, share of gangs on the ramps, demand bin in seconds), `families.cases` in order."""
-    return [(name, *spec) for name, spec in family_cases().items()]
+def cases() -> list[str]:
+    """The rows' names, `families.cases` in order."""
+    return list(family_cases())
 
 
 def warm_label(share: float, ramp: float) -> str:
@@ -187,14 +187,14 @@ def oracle_external_at_headroom(model: ClusterModel, workload: Workload, days: f
     return float(sim.run().summary()["external_gpu_hours"])  # type: ignore[arg-type]
 
 
-def family_row(family: str, ramp_share: float, days: float = DAYS, bin_s: float = DEFAULT_BIN_S) -> dict[str, Any]:
-    """One row of the table: `family`'s demand in `bin_s` bins (with `ramp_share` of the gangs on its ramps),
-    every policy, the warm-pool sizes and the mechanisms."""
+def family_row(name: str, days: float = DAYS) -> dict[str, Any]:
+    """One row of the table: case `name`'s demand (`families.case_workload`), every policy, the warm-pool sizes,
+    the bounds and the mechanisms."""
     setup = load_stack(STACK)
     model = setup.model.scaled_to(GPUS)
     base = default_workload(model, days, SEED, WARMUP_DAYS)
     horizon = (days + WARMUP_DAYS) * DAY
-    workload = family_workload(base, family, horizon, SEED, DEFAULT_PEAK_SHARE, ramp_gangs=ramp_share, bin_s=bin_s)
+    workload, _ = case_workload(STACK, model, base, name, horizon, SEED, DEFAULT_PEAK_SHARE)
     outcomes = [inference_alone(model, workload, days, WARMUP_DAYS)]
     outcomes += [simulate(model, workload, p, days * DAY, WARMUP_DAYS * DAY)
                  for p in (controller(model, setup.settings), naive_burst(model, setup.settings), oracle(model))]
@@ -251,9 +251,6 @@ def result(families: dict[str, Any], days: float = DAYS) -> dict[str, Any]:
     }
 
 
-def _case_row(case: tuple[str, str, float, float], days: float) -> dict[str, Any]:
-    _, family, share, bin_s = case
-    return family_row(family, share, days, bin_s)
 
 
 def run(days: float = DAYS, workers: int | None = None) -> dict[str, Any]:
@@ -263,11 +260,11 @@ def run(days: float = DAYS, workers: int | None = None) -> dict[str, Any]:
     rows = cases()
     workers = workers or min(len(rows), os.cpu_count() or 1)
     if workers == 1:
-        done = [_case_row(case, days) for case in rows]
+        done = [family_row(name, days) for name in rows]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = list(pool.map(_case_row, rows, [days] * len(rows)))
-    return result({case[0]: row for case, row in zip(rows, done, strict=True)}, days)
+            done = list(pool.map(family_row, rows, [days] * len(rows)))
+    return result(dict(zip(rows, done, strict=True)), days)
 
 
 def missed(verdict: dict[str, bool]) -> str:

@@ -15,7 +15,7 @@ def row() -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bf, "GPUS", 256)
         patch.setattr(bf, "WARMUP_DAYS", 0.05)
-        return bf.family_row("steep-ramps", 0.0, days=0.1)
+        return bf.family_row("steep-ramps", days=0.1)
 
 
 def test_the_row_holds_the_return_the_forecasts_and_all_together(row: dict[str, Any]) -> None:
@@ -41,18 +41,22 @@ def test_the_report_prints_every_mechanism_beside_the_stacks_settings(row: dict[
         assert f"| steep-ramps | {label} |" in table
 
 
-def test_the_steep_ramps_are_also_sampled_every_minute() -> None:
-    rows = {row: (family, share, bin_s) for row, family, share, bin_s in bf.cases()}
-    assert rows["steep-ramps, 1-min samples"] == ("steep-ramps", 0.0, 60.0)
-    assert rows["steep-ramps"][2] == 300.0
+def test_the_steep_ramps_are_also_sampled_every_minute_and_both_traces_are_rows() -> None:
+    from bench.sim.families import case
+
+    assert case("steep-ramps, 1-min samples")[:3] == ("steep-ramps", 0.0, 60.0)
+    assert case("steep-ramps").bin_s == 300.0
+    traces = {name: case(name).trace for name in bf.cases() if case(name).trace is not None}
+    assert {name: path.name for name, path in traces.items() if path} == {
+        "GenTD26 trace": "gentd26-sd-requests.csv.gz", "Alibaba 2023 trace": "alibaba-gpu-2023-pods.csv.gz"}
+    assert all(path.is_file() for path in traces.values() if path)
 
 
 def test_the_rows_run_in_processes_as_they_would_one_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each row is seeded and independent, so the process pool changes nothing but the wall time."""
     monkeypatch.setattr(bf, "GPUS", 256)
     monkeypatch.setattr(bf, "WARMUP_DAYS", 0.02)
-    two = [("steep-ramps", "steep-ramps", 0.0, 300.0), ("decays", "decays", 0.0, 300.0)]
-    monkeypatch.setattr(bf, "cases", lambda: two)
+    monkeypatch.setattr(bf, "cases", lambda: ["steep-ramps", "decays"])
     serial, pooled = bf.run(days=0.03, workers=1), bf.run(days=0.03, workers=2)
     assert list(pooled["families"]) == ["steep-ramps", "decays"]
     assert pooled == serial

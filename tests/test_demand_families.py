@@ -11,7 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.sim.demand import ALL, DEFAULT_BIN_S, TraceWorkload
-from bench.sim.families import FAMILIES, RAMP_GANG_SHARE, case, cases, family_workload, ramp_aligned_gangs, shape
+from bench.sim.families import (
+    FAMILIES,
+    RAMP_GANG_SHARE,
+    case,
+    case_workload,
+    cases,
+    family_workload,
+    ramp_aligned_gangs,
+    shape,
+)
 from bench.sim.workload import DAY, HOUR, Gang, Workload, WorkloadSpec
 
 HORIZON = 3 * DAY
@@ -143,11 +152,14 @@ def test_simulate_accepts_every_family_of_the_report_by_name(name: str, capsys: 
     assert main(["--stack", "local", "--days", str(days), "--warmup-days", "0", "--policies", "controller",
                  "--family", name, "--out", str(Path(".state/simulate/test-family.png"))]) == 0
     out = capsys.readouterr().out
-    family, share, bin_s = case(name)
-    assert f"demand family {name!r}: {family}, {bin_s:g} s bins" in out
     model = load_stack("local").model
-    workload = family_workload(default_workload(model, days, 1, 0.0), family, days * 86_400.0, 1, 0.8,
-                               ramp_gangs=share, bin_s=bin_s)
+    workload, lines = case_workload("local", model, default_workload(model, days, 1, 0.0), name, days * 86_400.0,
+                                    1, 0.8)
+    assert lines[0].startswith(f"demand family {name!r}: ") and lines[0] in out
+    spec = case(name)
+    if spec.trace is None:
+        assert workload == family_workload(default_workload(model, days, 1, 0.0), spec.family, days * 86_400.0, 1,
+                                           0.8, ramp_gangs=spec.ramp_gangs, bin_s=spec.bin_s)
     alone = inference_alone(model, workload, days, 0.0)
     bound = next(line for line in out.splitlines() if line.startswith("availability bound"))
     assert bound.endswith(f": {alone.inference_availability:.3%}, worst 5 min {alone.worst_window_availability:.1%}")
@@ -169,6 +181,6 @@ def test_simulate_refuses_a_family_it_cannot_run(argv: list[str], message: str,
 def test_the_bench_reports_exactly_the_cases_simulate_accepts() -> None:
     from bench import bench_families
 
-    assert [row[0] for row in bench_families.cases()] == list(cases())
-    assert case("steep-ramps + gangs on the ramps") == ("steep-ramps", RAMP_GANG_SHARE, 300.0)
-    assert case("steep-ramps, 1-min samples") == ("steep-ramps", 0.0, 60.0)
+    assert bench_families.cases() == list(cases())
+    assert case("steep-ramps + gangs on the ramps") == ("steep-ramps", RAMP_GANG_SHARE, 300.0, None)
+    assert case("steep-ramps, 1-min samples") == ("steep-ramps", 0.0, 60.0, None)

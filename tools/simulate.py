@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.sim.cost import bill_lines, prices_from_config, run_costed
 from bench.sim.demand import apply_traces, outcomes_json
-from bench.sim.families import case, cases, family_workload
+from bench.sim.families import case_workload, cases
 from bench.sim.policies import all_policies
 from bench.sim.report import plot, print_table
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
@@ -66,14 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            family, ramp_gangs, bin_s = case(args.family)
-            workload = family_workload(workload, family, (args.days + args.warmup_days) * 86400.0, args.seed,
-                                       args.peak_share, ramp_gangs=ramp_gangs, bin_s=bin_s)
+            workload, lines = case_workload(args.stack, setup.model, workload, args.family,
+                                            (args.days + args.warmup_days) * 86400.0, args.seed, args.peak_share)
         except ValueError as exc:
             print(f"simulate: {exc}", file=sys.stderr)
             return 2
-        print(f"demand family {args.family!r}: {family}, {bin_s:g} s bins, {ramp_gangs:.0%} of the gangs on its "
-              f"ramps, peak {args.peak_share:.0%} of each service's maxReplicas")
+        print("\n".join(lines))
     if args.inference_trace or args.training_trace:
         try:
             workload, lines = apply_traces(args.stack, setup.model, workload, args.inference_trace,

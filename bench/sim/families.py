@@ -24,8 +24,11 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import NamedTuple
 
-from bench.sim.demand import ALL, DEFAULT_BIN_S, trace_workload
+from bench.sim.demand import ALL, DEFAULT_BIN_S, apply_traces, trace_workload
+from bench.sim.model import ClusterModel
 from bench.sim.workload import DAY, HOUR, Gang, Workload
 
 Shape = tuple[float, ...]
@@ -164,23 +167,52 @@ RAMP_GANG_SHARE = 1 / 3
 FINE_BIN_S = 60.0
 
 
-def cases() -> dict[str, tuple[str, float, float]]:
-    """Every case the bench reports, by name: (family, share of gangs on its ramps, demand bin in seconds).
-    Each family as generated, plus the coincidence that makes preemption take replicas while demand ramps
-    (a third of the gangs on the steepest rises) and the same ramps sampled every minute (a rise within 5
-    minutes is then a slope over five samples, not one step, which is what a trend can follow)."""
-    rows = {name: (name, 0.0, DEFAULT_BIN_S) for name in FAMILIES}
-    rows["steep-ramps + gangs on the ramps"] = ("steep-ramps", RAMP_GANG_SHARE, DEFAULT_BIN_S)
-    rows["steep-ramps, 1-min samples"] = ("steep-ramps", 0.0, FINE_BIN_S)
+#: The production traces the repository carries (bench/traces/README.md).
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+class Case(NamedTuple):
+    """One row of the families report: a generated family (with a share of its gangs moved onto its ramps and
+    its demand bin), or a carried inference trace replayed in its place (`trace`)."""
+
+    family: str
+    ramp_gangs: float = 0.0
+    bin_s: float = DEFAULT_BIN_S
+    trace: Path | None = None
+
+
+def cases() -> dict[str, Case]:
+    """Every case the bench reports, by name. Each family as generated, plus the coincidence that makes
+    preemption take replicas while demand ramps (a third of the gangs on the steepest rises), the same ramps
+    sampled every minute (a rise within 5 minutes is then a slope over five samples, not one step, which is
+    what a trend can follow), and the two production traces the simulator knows, as inference demand with
+    the same synthetic training."""
+    rows = {name: Case(name) for name in FAMILIES}
+    rows["steep-ramps + gangs on the ramps"] = Case("steep-ramps", RAMP_GANG_SHARE)
+    rows["steep-ramps, 1-min samples"] = Case("steep-ramps", bin_s=FINE_BIN_S)
+    rows["GenTD26 trace"] = Case("GenTD26 trace", trace=TRACES / "gentd26-sd-requests.csv.gz")
+    rows["Alibaba 2023 trace"] = Case("Alibaba 2023 trace", trace=TRACES / "alibaba-gpu-2023-pods.csv.gz")
     return rows
 
 
-def case(name: str) -> tuple[str, float, float]:
+def case(name: str) -> Case:
     """One case by its name in the report (a family's own name included); an unknown one names the known."""
     known = cases()
     if name not in known:
         raise ValueError(f"unknown demand family {name!r}; known: {', '.join(repr(n) for n in known)}")
     return known[name]
+
+
+def case_workload(stack: str, model: ClusterModel, base: Workload, name: str, horizon_s: float, seed: int,
+                  peak_share: float) -> tuple[Workload, list[str]]:
+    """``base`` with case ``name``'s inference demand (and gangs on its ramps), and the lines that describe it."""
+    c = case(name)
+    if c.trace is not None:
+        workload, lines = apply_traces(stack, model, base, c.trace, None, horizon_s, peak_share, seed=seed)
+        return workload, [f"demand family {name!r}: the carried trace {c.trace.name}", *lines]
+    workload = family_workload(base, c.family, horizon_s, seed, peak_share, ramp_gangs=c.ramp_gangs, bin_s=c.bin_s)
+    return workload, [f"demand family {name!r}: {c.family}, {c.bin_s:g} s bins, {c.ramp_gangs:.0%} of the gangs on "
+                      f"its ramps, peak {peak_share:.0%} of each service's maxReplicas"]
 
 
 def shape(family: str, horizon_s: float, seed: int, bin_s: float = DEFAULT_BIN_S) -> Shape:
