@@ -5,9 +5,10 @@ bound, the oracle and the naive burst (bench/sim/families.py).
 synthetic training gangs; each family replaces the inference demand (peak at 80 % of each service's
 maxReplicas, as a trace is levelled). One more row moves a third of the gangs onto the steepest rises, the
 coincidence that makes preemption take replicas while demand ramps; another samples the steep ramps every
-minute instead of every 5 (a ramp is then a slope, not one step). The target is measured here, never
-asserted in tests: the controller's availability at least the services-alone bound − 0.02 points on every
-family. The shortfall's causes (`shortfall_starting`, `shortfall_replacing`) say what a miss is made of;
+minute instead of every 5 (a ramp is then a slope, not one step); the two carried production traces are rows
+too (`families.cases`). The targets are measured here, never asserted in tests (`targets`, one verdict for
+every run): availability at least the services-alone bound − 0.02 points, the worst 5 minutes, external GPU·h
+against the oracle at the same HPA headroom, taint flips against the naive burst's. The shortfall's causes (`shortfall_starting`, `shortfall_replacing`) say what a miss is made of;
 `shortfall_external_full` is the part lost while no virtual node had room for one more replica, which no
 sizing of the handover's standby can cover (the external capacity bounds it).
 
