@@ -8,9 +8,10 @@ coincidence that makes preemption take replicas while demand ramps; another samp
 minute instead of every 5 (a ramp is then a slope, not one step); the two carried production traces are rows
 too (`families.cases`). The targets are measured here, never asserted in tests (`targets`, one verdict for
 every run): availability at least the services-alone bound − 0.02 points, the worst 5 minutes, external GPU·h
-against the oracle at the same HPA headroom, taint flips against the naive burst's. The shortfall's causes (`shortfall_starting`, `shortfall_replacing`) say what a miss is made of;
-`shortfall_external_full` is the part lost while no virtual node had room for one more replica, which no
-sizing of the handover's standby can cover (the external capacity bounds it).
+against the oracle at the same HPA headroom, taint flips against the naive burst's. The shortfall's causes
+(`shortfall_starting`, `shortfall_replacing`) say what a miss is made of; `shortfall_external_full` is the
+part lost while no virtual node had room for one more replica, which no sizing of the handover's standby can
+cover (the external capacity bounds it).
 
 Warm external capacity: each row also runs the controller with every size in `WARM_SIZES` (the stack's
 settings otherwise), so what a warm pool of each size costs (its placeholders' GPU·h, counted in the external
