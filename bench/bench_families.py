@@ -84,6 +84,8 @@ BOUNDS: tuple[tuple[str, Callable[[ClusterModel], ClusterModel]], ...] = (
     ("twice the provider GPUs", lambda m: replace(m, providers=tuple(
         replace(p, gpus=2 * p.gpus, pods=2 * p.pods) for p in m.providers))),
 )
+#: Every change of `BOUNDS` together: the environment without both limits.
+ALL_BOUNDS = " + ".join(label for label, _ in BOUNDS)
 #: The return share the changed environment also runs with (the first of `RETURN_SHARES`).
 BOUND_RETURN_SHARE = RETURN_SHARES[0]
 BOUND_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours",
@@ -160,10 +162,9 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     return (`BOUND_RETURN_SHARE`) on the changed environment: with external starts as fast as on-prem ones, a
     GPU brought home is no longer a GPU a ramp would have started on fast, so the return's cost saving no longer
     costs availability."""
-    both = " + ".join(label for label, _ in BOUNDS)
     variants = [(label, change, settings) for label, change in BOUNDS]
-    variants += [(both, _all_bounds, settings),
-                 (f"{both}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
+    variants += [(ALL_BOUNDS, _all_bounds, settings),
+                 (f"{ALL_BOUNDS}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
                   replace(settings, return_surge_share=BOUND_RETURN_SHARE))]
     rows: dict[str, Any] = {}
     for label, change, run_settings in variants:
@@ -296,7 +297,6 @@ def to_markdown(result: dict[str, Any]) -> str:
               for row, e in result["families"].items()]
     lines += ["", f"Families within the availability target: {result['families_met']} of {len(result['families'])}; "
               f"within all four targets: {result.get('families_all_targets', 0)} of {len(result['families'])}."]
-    both = " + ".join(label for label, _ in BOUNDS)
     lines += ["", f"The four targets (availability ≤ {TARGET_GAP_POINTS} points below the services alone; worst 5 "
               f"minutes ≥ {WORST_WINDOW_TARGET:.0%} where they reach it, else ≤ {WORST_WINDOW_SLACK * 100:g} point "
               f"below theirs; external GPU·h ≤ {COST_TARGET}× the oracle's at the same HPA headroom; taint flips ≤ "
@@ -309,7 +309,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         fair = e.get("oracle_at_headroom_external_gpu_hours") or 0
         runs = {"the stack's settings, as modelled": {**e["policies"]["controller"], "gap_points": e["gap_points"],
                                                       "targets": e.get("targets", {})}}
-        runs |= {k: v for k, v in e.get("bounds", {}).items() if k.startswith(both)}
+        runs |= {k: v for k, v in e.get("bounds", {}).items() if k.startswith(ALL_BOUNDS)}
         lines += [f"| {row} | {label} | {f['gap_points']:.3f} | {f['worst_window_availability']:.1%} "
                   f"({alone['worst_window_availability']:.1%}) | "
                   f"{f['external_gpu_hours'] / fair if fair else 0:.2f}× | {f['taint_flips']} "

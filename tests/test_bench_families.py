@@ -65,7 +65,8 @@ def test_the_rows_run_in_processes_as_they_would_one_after_another(monkeypatch: 
 def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[str, Any]) -> None:
     """Each changed environment, and all of them together, against the same services-alone bound."""
     labels = [label for label, _ in bf.BOUNDS]
-    both = " + ".join(labels)
+    both = bf.ALL_BOUNDS
+    assert both == " + ".join(labels)
     assert list(row["bounds"]) == [*labels, both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]
     stack_bound = row["policies"]["inference alone"]["inference_availability"]
     for b in row["bounds"].values():
