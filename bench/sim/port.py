@@ -131,6 +131,15 @@ class ControllerPort:
                 tuple(c.vn_used), tuple(c.vn_taint), tuple(c.vn_changed), len(c.needing_cost),
                 tuple(c.zone_train), tuple(c.zone_inf), tuple(c.zone_pend), c.handover_seq, shapes)
 
+    def _per_pool(self, per_zone: list[int]) -> dict[str, int]:
+        """Counts per on-prem zone summed per pool, sparse (pools with none left out)."""
+        out: dict[str, int] = {}
+        for z, n in enumerate(per_zone):
+            if n:
+                pool = self.cluster.zone_pool[z]
+                out[pool] = out.get(pool, 0) + n
+        return out
+
     def service_replicas(self) -> dict[str, ServiceRow]:
         """Per handover service, its `ServiceCounts`; O(services × zones) from the kept counts.
 
@@ -142,14 +151,7 @@ class ControllerPort:
         for svc in c.services:
             if not svc.handover:
                 continue
-            onprem: dict[str, int] = {}
-            for z, n in enumerate(svc.ready_zone):
-                if n:
-                    onprem[c.zone_pool[z]] = onprem.get(c.zone_pool[z], 0) + n
-            starting: dict[str, int] = {}
-            for z, n in enumerate(svc.start_zone):
-                if n:
-                    starting[c.zone_pool[z]] = starting.get(c.zone_pool[z], 0) + n
+            onprem, starting = self._per_pool(svc.ready_zone), self._per_pool(svc.start_zone)
             out[svc.name] = ServiceCounts(
                 min_replicas=svc.min, main_live=svc.count(), main_ready=len(svc.ready),
                 main_ready_external=svc.ready_ext, main_ready_onprem=onprem, main_starting_onprem=starting,
