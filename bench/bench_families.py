@@ -22,6 +22,10 @@ every service's scaling.forecast) run the same way, and one row per family combi
 warm pool and the return (`COMBINED`). The forecast is part of the services' HPAs, so its rows are measured
 against the services-alone bound with the same HPAs (run again with the forecast), and the gap to the
 stack's own bound is given beside it.
+
+What stops a target is measured in the same run (`bounds`): the controller on an environment without the
+external start time, the provider capacity, or both, and with a perfect forecast in its HPAs, alone and with
+the provider GPUs doubled; `stopped_by` names, per family, the first of these that meets the availability target.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from bench.sim.engine import simulate
 from bench.sim.families import case_workload
 from bench.sim.families import cases as family_cases
 from bench.sim.model import ClusterModel
-from bench.sim.policies import controller, naive_burst, oracle, placement_oracle
+from bench.sim.policies import controller, foresighted, naive_burst, oracle, placement_oracle
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from bench.sim.workload import DAY, Workload
 from components.config import Forecast
@@ -86,6 +90,12 @@ BOUNDS: tuple[tuple[str, Callable[[ClusterModel], ClusterModel]], ...] = (
 )
 #: Every change of `BOUNDS` together: the environment without both limits.
 ALL_BOUNDS = " + ".join(label for label, _ in BOUNDS)
+#: The forecast bound: the controller whose HPAs know the true peak demand of the next external start
+#: (`policies.foresighted`), on the modelled environment and with twice the provider GPUs. A family that meets
+#: the availability target with it is stopped by what its forecast can know; one that meets it only with the
+#: GPUs as well is stopped by the providers' capacity, whatever the forecast.
+PERFECT_FORECAST = "a perfect forecast"
+PERFECT_FORECAST_AND_GPUS = f"{PERFECT_FORECAST} + {BOUNDS[1][0]}"
 #: The return share the changed environment also runs with (the first of `RETURN_SHARES`).
 BOUND_RETURN_SHARE = RETURN_SHARES[0]
 BOUND_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours",
@@ -161,20 +171,44 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     controller setting removes at the modelled start times and capacity. One more row runs the make-before-break
     return (`BOUND_RETURN_SHARE`) on the changed environment: with external starts as fast as on-prem ones, a
     GPU brought home is no longer a GPU a ramp would have started on fast, so the return's cost saving no longer
-    costs availability."""
-    variants = [(label, change, settings) for label, change in BOUNDS]
-    variants += [(ALL_BOUNDS, _all_bounds, settings),
+    costs availability. The last two rows are the forecast bound (`PERFECT_FORECAST`), alone and with the
+    provider GPUs doubled."""
+    stack = controller(model, settings)
+    variants = [(label, change, stack) for label, change in BOUNDS]
+    variants += [(ALL_BOUNDS, _all_bounds, stack),
                  (f"{ALL_BOUNDS}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
-                  replace(settings, return_surge_share=BOUND_RETURN_SHARE))]
+                  controller(model, replace(settings, return_surge_share=BOUND_RETURN_SHARE))),
+                 (PERFECT_FORECAST, lambda m: m, foresighted(stack, model)),
+                 (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], foresighted(stack, model))]
+    # A perfect forecast serves the services alone too: its rows are measured against them with it (the target's
+    # "same HPAs"), the stack's own bound beside it.
+    foreseen = inference_alone(model, workload, days, WARMUP_DAYS, foresight=True).inference_availability
     rows: dict[str, Any] = {}
-    for label, change, run_settings in variants:
+    for label, change, policy in variants:
         changed = change(model)
-        out = simulate(changed, workload, controller(changed, run_settings), days * DAY,
-                       WARMUP_DAYS * DAY).summary()
-        gap = (bound - out["inference_availability"]) * 100  # type: ignore[operator]
-        rows[label] = {k: out.get(k) for k in BOUND_FIGURES} | {"gap_points": round(gap, 4),
-                                                                 "met": gap <= TARGET_GAP_POINTS}
+        out = simulate(changed, workload, policy, days * DAY, WARMUP_DAYS * DAY).summary()
+        own = foreseen if policy.foresight_s else bound
+        gap = (own - out["inference_availability"]) * 100  # type: ignore[operator]
+        rows[label] = {k: out.get(k) for k in BOUND_FIGURES} | {
+            "bound": own, "gap_points": round(gap, 4),
+            "gap_to_stack_bound_points": round((bound - out["inference_availability"]) * 100, 4),  # type: ignore[operator]
+            "met": gap <= TARGET_GAP_POINTS}
     return rows
+
+
+def stopped_by(bounds: dict[str, Any], met: bool) -> str:
+    """What stops a family's availability target, from its bound rows: nothing (the stack meets it), the forecast
+    (a perfect one meets it), the providers' GPUs (a perfect forecast meets it only with twice them), or the
+    start time and capacity together (only the environment without both limits meets it)."""
+    if met:
+        return "nothing: met"
+    if bounds[PERFECT_FORECAST]["met"]:
+        return "what the forecast knows"
+    if bounds[PERFECT_FORECAST_AND_GPUS]["met"]:
+        return "the provider GPUs"
+    if bounds[ALL_BOUNDS]["met"]:
+        return "external start time and provider GPUs"
+    return "the controller: no bound meets it"
 
 
 def _all_bounds(model: ClusterModel) -> ClusterModel:
@@ -231,6 +265,7 @@ def family_row(name: str, days: float = DAYS) -> dict[str, Any]:
                            "mechanisms": mechanisms(model, workload, setup.settings, days, bound, oracle_ext)}
     judge = dict(alone_worst=float(figures[INFERENCE_ALONE]["worst_window_availability"]),  # type: ignore[arg-type]
                  fair_ext=fair_ext, naive_flips=int(figures["naive burst"]["taint_flips"]))  # type: ignore[call-overload]
+    row["stopped_by"] = stopped_by(row["bounds"], row["met"])
     row["targets"] = targets(policies["controller"], row["gap_points"], **judge)
     for group in ("bounds", "warm", "mechanisms"):
         for entry in row[group].values():
@@ -315,8 +350,9 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{f['external_gpu_hours'] / fair if fair else 0:.2f}× | {f['taint_flips']} "
                   f"({e.get('naive_taint_flips', '–')}) | {missed(f.get('targets', {}))} |"
                   for label, f in runs.items()]
-    lines += ["", "What stops the target (the controller with the stack's settings on a changed environment, "
-              "measured in this run; the cost target is against the oracle at the same HPA headroom):", "",
+    lines += ["", "What stops the target (the controller with the stack's settings on a changed environment, or "
+              "with a perfect forecast, measured in this run; the cost target is against the oracle at the same HPA "
+              "headroom):", "",
               "| family | environment | availability | below the bound (points) | of it, virtual nodes full (points) | "
               "worst 5 min | external GPU·h | targets missed |", "|---|---|---|---|---|---|---|---|"]
     for row, e in result["families"].items():
@@ -326,6 +362,17 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines += [f"| {row} | {label} | {f['inference_availability']:.3%} | {f['gap_points']:.3f} | "
                   f"{(f.get('shortfall_external_full') or 0) * 100:.3f} | {f['worst_window_availability']:.1%} | "
                   f"{f['external_gpu_hours']:,.0f} | {missed(f.get('targets', {}))} |" for label, f in envs.items()]
+    lines += ["", "What stops each family's availability target (from the rows above; a perfect forecast is the "
+              "controller whose HPAs know the true peak demand of the next external start and HPA period, the most "
+              "any forecast rule could add):", "",
+              f"| family | the stack's settings (points below the bound) | {PERFECT_FORECAST} | "
+              f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by |", "|---|---|---|---|---|---|"]
+    for row, e in result["families"].items():
+        b = e.get("bounds", {})
+        if PERFECT_FORECAST in b:
+            lines.append(f"| {row} | {e['gap_points']:.3f} | {b[PERFECT_FORECAST]['gap_points']:.3f} | "
+                         f"{b[PERFECT_FORECAST_AND_GPUS]['gap_points']:.3f} | {b[ALL_BOUNDS]['gap_points']:.3f} | "
+                         f"{e.get('stopped_by', '–')} |")
     lines += ["", "External GPU·h against the oracles (the placement oracle has the real HPA and start times and moves "
               "every external pod home, free, the moment it fits: what no placement goes below, so the part of the "
               "controller's excess above it is its own placement, not the HPA's lag):", "",

@@ -67,19 +67,47 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
     labels = [label for label, _ in bf.BOUNDS]
     both = bf.ALL_BOUNDS
     assert both == " + ".join(labels)
-    assert list(row["bounds"]) == [*labels, both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]
+    assert list(row["bounds"]) == [*labels, both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}",
+                                   bf.PERFECT_FORECAST, bf.PERFECT_FORECAST_AND_GPUS]
     stack_bound = row["policies"]["inference alone"]["inference_availability"]
-    for b in row["bounds"].values():
-        assert b["gap_points"] == pytest.approx((stack_bound - b["inference_availability"]) * 100, abs=1e-4)
+    for label, b in row["bounds"].items():
+        # A perfect forecast serves the services alone too: those rows are against the services alone with it.
+        assert (b["bound"] == stack_bound) == (not label.startswith(bf.PERFECT_FORECAST))
+        assert b["bound"] >= stack_bound
+        assert b["gap_points"] == pytest.approx((b["bound"] - b["inference_availability"]) * 100, abs=1e-4)
+        assert b["gap_to_stack_bound_points"] == pytest.approx(
+            (stack_bound - b["inference_availability"]) * 100, abs=1e-4)
         assert b["met"] == (b["gap_points"] <= bf.TARGET_GAP_POINTS)
         assert b["targets"]["availability"] == b["met"]
+    assert row["stopped_by"] == bf.stopped_by(row["bounds"], row["met"])
     text = bf.to_markdown(bf.result({"steep-ramps": row}, 0.1))
     table = text[text.index("What stops the target"):]
     for label in ["as modelled", *row["bounds"]]:
         assert f"| steep-ramps | {label} |" in table
+    stops = text[text.index("What stops each family's availability target"):]
+    perfect = row["bounds"][bf.PERFECT_FORECAST]["gap_points"]
+    assert f"| steep-ramps | {row['gap_points']:.3f} | {perfect:.3f} |" in stops
+    assert f"| {row['stopped_by']} |" in stops
     four = text[text.index("The four targets"):text.index("What stops the target")]
     for label in ["the stack's settings, as modelled", both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]:
         assert f"| steep-ramps | {label} |" in four
+
+
+def verdicts(**met: bool) -> dict[str, Any]:
+    keys = (bf.PERFECT_FORECAST, bf.PERFECT_FORECAST_AND_GPUS, bf.ALL_BOUNDS)
+    return {k: {"met": met.get(name, False)} for k, name in zip(keys, ("forecast", "gpus", "both"), strict=True)}
+
+
+@pytest.mark.parametrize(("met", "bounds", "stopped"), [
+    (True, verdicts(), "nothing: met"),
+    (False, verdicts(forecast=True, gpus=True, both=True), "what the forecast knows"),
+    (False, verdicts(gpus=True, both=True), "the provider GPUs"),
+    (False, verdicts(both=True), "external start time and provider GPUs"),
+    (False, verdicts(), "the controller: no bound meets it"),
+])
+def test_what_stops_a_family_is_the_first_bound_that_meets_the_target(met: bool, bounds: dict[str, Any],
+                                                                      stopped: str) -> None:
+    assert bf.stopped_by(bounds, met) == stopped
 
 
 ALONE_WORST_HIGH, ALONE_WORST_LOW = 0.97, 0.90

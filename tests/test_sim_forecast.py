@@ -11,8 +11,8 @@ import pytest
 
 from bench.sim.demand import ALL, TraceWorkload
 from bench.sim.engine import Simulator
-from bench.sim.model import ClusterModel, ServiceModel
-from bench.sim.policies import CONTROLLER, Policy, no_burst, oracle
+from bench.sim.model import ClusterModel, PoolModel, ServiceModel
+from bench.sim.policies import CONTROLLER, Policy, foresighted, no_burst, oracle
 from components.config import Forecast, parse_config
 from components.forecast import ForecastRule, forecast_at
 from tests.test_sim import FLAT, ONE, quiet_and_exact, small_stack
@@ -24,10 +24,12 @@ RULE = ForecastRule("svc", "demand", 180, 120, 0, 3600)
 RAMP = tuple(min(1.0 + i * 0.2, 13.0) / 16.0 for i in range(200))
 
 
-def ramp_sim(rule: ForecastRule | None, policy: Policy | None = None) -> Simulator:
-    model = replace(ONE, services=(ServiceModel("svc", 1, 1, 16, 1, 0.0, 300.0, rule),))
+def ramp_sim(rule: ForecastRule | None, policy: Policy | None = None, nodes: int = 1,
+             warmup_s: float = 0.0) -> Simulator:
+    model = replace(ONE, pools=(PoolModel("gpu", nodes, 8),),
+                    services=(ServiceModel("svc", 1, 1, 16, 1, 0.0, 300.0, rule),))
     workload = TraceWorkload((), (), replace(FLAT, peak_share=1.0), shapes={ALL: RAMP}, bin_s=STEP, peak_share=1.0)
-    return Simulator(model, workload, policy or no_burst(), 3000.0, check=True)
+    return Simulator(model, workload, policy or no_burst(), 3000.0 - warmup_s, warmup_s, check=True)
 
 
 def test_the_hpa_takes_the_larger_of_demand_and_the_forecast_one_evaluation_late() -> None:
@@ -65,6 +67,31 @@ def test_the_forecast_serves_the_ramp_sooner() -> None:
     off, on = ramp_sim(None).run(), ramp_sim(RULE).run()
     assert on.inference_availability > off.inference_availability
     assert on.shortfall_starting < off.shortfall_starting
+
+
+def test_a_perfect_forecast_asks_at_once_for_the_peak_of_the_next_external_start() -> None:
+    """The forecast bound: the service's own rule gives way to the true peak demand of the next 195 s (the
+    external start and one HPA period), sampled every HPA period, against demand as ever."""
+    model = replace(ONE, services=(ServiceModel("svc", 1, 1, 16, 1, 0.0, 300.0, RULE),))
+    sim = ramp_sim(RULE, foresighted(no_burst(), model))
+    assert sim.policy.foresight_s == 195.0 and sim.hpa.forecasts == [None]
+    headroom = sim.hpa.headroom
+    demand = [16 * v for v in RAMP]
+    for k in range(70):  # the ramp and its top: the peak ahead never falls, so the HPA follows it up at once
+        sim.hpa.run(k * STEP)
+        peak = max(demand[k:k + 14])
+        assert sim.cluster.services[0].replicas == min(max(math.ceil(peak * headroom - 1e-9), 1), 16), k
+        assert sim.cluster.services[0].demand == demand[k]  # availability is still measured on demand now
+
+
+def test_a_perfect_forecast_serves_the_ramp_before_it_comes() -> None:
+    model = replace(ONE, services=(ServiceModel("svc", 1, 1, 16, 1, 0.0, 300.0, RULE),))
+    # 16 GPUs hold the whole ramp: only the start of a pod stands between demand and its replicas. Measured
+    # from the first replica's start (60 s), the perfect forecast is never late.
+    off, rule = (ramp_sim(r, nodes=2, warmup_s=60.0).run() for r in (None, RULE))
+    perfect = ramp_sim(RULE, foresighted(no_burst(), model), nodes=2, warmup_s=60.0).run()
+    assert perfect.inference_availability == 1.0 >= rule.inference_availability > off.inference_availability
+    assert perfect.shortfall_starting == 0.0 < off.shortfall_starting
 
 
 def test_the_oracle_has_no_forecast() -> None:

@@ -147,7 +147,8 @@ class Simulator:
                                    0.0 if policy.zero_lag else lat.external_warm_start_s)
         self.replicasets = self.scheduler.replicasets
         self.hpa = Hpa(self.cluster, self.replicasets, workload,
-                       1.0 if policy.zero_lag else workload.spec.hpa_headroom, policy.zero_lag, policy.rebalance)
+                       1.0 if policy.zero_lag else workload.spec.hpa_headroom, policy.zero_lag, policy.rebalance,
+                       policy.foresight_s)
         self.descheduler = (Descheduler(self.cluster, self.replicasets, policy.descheduler)
                             if policy.descheduler is not None else None)
         self.port = ControllerPort(self.cluster, self.replicasets, self.counters)

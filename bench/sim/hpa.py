@@ -9,6 +9,9 @@ evaluation strictly before it (the adapter serves what Prometheus has recorded; 
 instant is taken as not yet written), proposing ceil(forecast × headroom) beside ceil(demand × headroom) and
 taking the larger, as the HPA does with two metrics, before its stabilisation windows.
 
+A policy with foresight (`foresight_s`, the perfect-forecast bound) has instead, as its second metric, the true
+peak demand over the next `foresight_s` seconds, sampled every HPA period.
+
 The oracle policy (`zero_lag`) follows demand at once; the oracles (`rebalance`) move external pods on-prem
 the moment they fit.
 """
@@ -28,7 +31,7 @@ class Hpa:
     """Every HorizontalPodAutoscaler of the run, evaluated together once per period."""
 
     def __init__(self, cluster: ClusterState, replicasets: ReplicaSets, workload: Workload, headroom: float,
-                 zero_lag: bool, rebalance: bool = False) -> None:
+                 zero_lag: bool, rebalance: bool = False, foresight_s: float = 0.0) -> None:
         self.cluster = cluster
         self.replicasets = replicasets
         self.workload = workload
@@ -36,7 +39,11 @@ class Hpa:
         self.zero_lag = zero_lag
         self.rebalancing = rebalance
         models = cluster.model.services
-        self.forecasts: list[ForecastRule | None] = [None if zero_lag else m.forecast for m in models]
+        # Foresight replaces the services' own rules: one second metric, as deployed.
+        self.forecasts: list[ForecastRule | None] = [
+            None if zero_lag or foresight_s > 0 else m.forecast for m in models]
+        step = cluster.model.latencies.hpa_period_s
+        self.foresight = [step * k for k in range(1, int(foresight_s // step) + 1)] if foresight_s > 0 else []
         self.recorded: list[list[float]] = [[] for _ in models]  # the demand record, one value per evaluation
         self.forecast: list[float | None] = [None for _ in models]  # the newest evaluation's value
         self._next_eval = [0.0 for _ in models]
@@ -68,6 +75,10 @@ class Hpa:
                 if f is not None and f == f:
                     want = max(want, math.ceil(f * self.headroom - 1e-9))
                 self.evaluate_rules(s, t, including=True)
+            for ahead in self.foresight:
+                f = demand(svc.name, svc.max, t + ahead)
+                if f > d:
+                    want = max(want, math.ceil(f * self.headroom - 1e-9))
             raw = min(max(want, svc.min), svc.max)
             if self.zero_lag:
                 target = raw

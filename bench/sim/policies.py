@@ -19,6 +19,8 @@
   virtual nodes always open and every external pod moved on-prem, at no cost, at each HPA sync it fits: the
   fewest external GPU·h any burst controller could reach, since the HPA, not the controller, sets how many
   replicas there are and when. A cost bound, not an availability one (its moves are not make-before-break).
+- a perfect forecast (`foresighted`, any policy): every HPA also proposes the true peak demand of the next
+  external start, in place of the services' forecast rule: the bound on what forecasting could add.
 - oracle: an upper bound, not a policy one could run — zero pod start latency, an HPA that matches demand
   exactly every period, virtual nodes always open, and external pods moved on-prem instantly whenever a
   GPU frees. Availability is then limited only by total capacity; utilisation by training's own demand.
@@ -53,6 +55,9 @@ class Policy:
     pool_accounting: bool = True
     # Move external pods on-prem the moment they fit, at every HPA sync and at no cost (the oracles).
     rebalance: bool = False
+    # > 0: every HPA's second metric is a perfect forecast, the true peak demand of the next `foresight_s`
+    # seconds (`foresighted`). Not a rule anyone can deploy: the best any forecast metric could do.
+    foresight_s: float = 0.0
 
 
 def static_partition(model: ClusterModel, spec: WorkloadSpec) -> Policy:
@@ -87,6 +92,14 @@ def oracle(model: ClusterModel) -> Policy:
 
 def placement_oracle(model: ClusterModel) -> Policy:
     return Policy("placement oracle", ALWAYS, rebalance=True)
+
+
+def foresighted(policy: Policy, model: ClusterModel) -> Policy:
+    """`policy` with a perfect forecast in every HPA: the peak demand of the next external start plus one HPA
+    period, the span a replica asked for now needs to be Ready wherever it lands. What is left of the
+    shortfall then is not the forecast's to close, whatever its rule."""
+    horizon = model.latencies.external_start_s + model.latencies.hpa_period_s
+    return replace(policy, name=f"{policy.name} with a perfect forecast", foresight_s=horizon)
 
 
 def all_policies(model: ClusterModel, settings: BurstSettings, spec: WorkloadSpec) -> list[Policy]:

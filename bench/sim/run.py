@@ -8,7 +8,7 @@ from agents.burst_controller.settings import BurstSettings
 from bench.sim.controller_adapter import settings_from_config
 from bench.sim.engine import Outcome, simulate
 from bench.sim.model import ClusterModel
-from bench.sim.policies import NEVER, Policy, all_policies
+from bench.sim.policies import NEVER, Policy, all_policies, foresighted
 from bench.sim.workload import DAY, Workload, WorkloadSpec, generate
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
@@ -47,10 +47,15 @@ def compare(model: ClusterModel, settings: BurstSettings, workload: Workload, da
 INFERENCE_ALONE = "inference alone"
 
 
-def inference_alone(model: ClusterModel, workload: Workload, days: float, warmup_days: float) -> Outcome:
+def inference_alone(model: ClusterModel, workload: Workload, days: float, warmup_days: float,
+                    foresight: bool = False) -> Outcome:
     """The same services, HPAs and demand with no training at all: every replica starts on-prem in the on-prem
     start time and nothing is ever preempted. With the replicas the services' HPAs ask for, no policy that
     shares the GPUs with training and reacts to demand (rather than foreseeing it) serves more, so this bounds
     availability where the zero-lag oracle cannot: what is left is the demand's jumps beyond the HPA headroom
-    during a pod's start. Only more replicas than the HPAs ask for (more headroom) move it."""
-    return simulate(model, replace(workload, gangs=()), Policy(INFERENCE_ALONE, NEVER), days * DAY, warmup_days * DAY)
+    during a pod's start. Only more replicas than the HPAs ask for (more headroom) move it. `foresight`: with a
+    perfect forecast in the HPAs (`policies.foresighted`), the bound for a controller that has one."""
+    policy = Policy(INFERENCE_ALONE, NEVER)
+    if foresight:
+        policy = replace(foresighted(policy, model), name=INFERENCE_ALONE)
+    return simulate(model, replace(workload, gangs=()), policy, days * DAY, warmup_days * DAY)
