@@ -78,6 +78,12 @@ FORECASTS = (("trend 180 s", Forecast(horizon_seconds=180)),
              ("trend 180 s + daily season", Forecast(horizon_seconds=180, season_seconds=86_400)))
 #: Every mechanism together: the seasonal forecast, a warm pool of share 0.1 + ramp 300 s, the return at 0.25.
 COMBINED = ("trend 180 s + daily season + warm 0.1, 300 s + return 0.25", FORECASTS[1][1], (0.1, 300.0, 0.25))
+def provider_gpus(model: ClusterModel, factor: float) -> ClusterModel:
+    """`model` with every provider's GPUs and pods × `factor` (a bigger contract with the same providers)."""
+    return replace(model, providers=tuple(
+        replace(p, gpus=round(factor * p.gpus), pods=round(factor * p.pods)) for p in model.providers))
+
+
 #: What stops the target, measured beside it: the controller with the stack's settings on a changed environment
 #: (not a setting anyone can deploy). Starting external replicas as fast as on-prem ones is the best any warm pool
 #: or image tuning could do; twice the providers' GPUs is more external capacity; both together leave only what
@@ -85,8 +91,7 @@ COMBINED = ("trend 180 s + daily season + warm 0.1, 300 s + return 0.25", FORECA
 BOUNDS: tuple[tuple[str, Callable[[ClusterModel], ClusterModel]], ...] = (
     ("external starts as fast as on-prem", lambda m: replace(m, latencies=replace(
         m.latencies, external_start_s=m.latencies.onprem_start_s))),
-    ("twice the provider GPUs", lambda m: replace(m, providers=tuple(
-        replace(p, gpus=2 * p.gpus, pods=2 * p.pods) for p in m.providers))),
+    ("twice the provider GPUs", lambda m: provider_gpus(m, 2.0)),
 )
 #: Every change of `BOUNDS` together: the environment without both limits.
 ALL_BOUNDS = " + ".join(label for label, _ in BOUNDS)
@@ -96,6 +101,9 @@ ALL_BOUNDS = " + ".join(label for label, _ in BOUNDS)
 #: GPUs as well is stopped by the providers' capacity, whatever the forecast.
 PERFECT_FORECAST = "a perfect forecast"
 PERFECT_FORECAST_AND_GPUS = f"{PERFECT_FORECAST} + {BOUNDS[1][0]}"
+#: The provider GPUs (× the stack's) tried, smallest first, for the fewest with which a perfect forecast meets the
+#: availability target (`provider_gpus_needed`); the last is the doubled row's.
+PROVIDER_LADDER = (1.1, 1.25, 1.5, 2.0)
 #: The return share the changed environment also runs with (the first of `RETURN_SHARES`).
 BOUND_RETURN_SHARE = RETURN_SHARES[0]
 BOUND_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours",
@@ -196,6 +204,22 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     return rows
 
 
+def provider_gpus_needed(model: ClusterModel, workload: Workload, settings: BurstSettings, days: float,
+                         rows: dict[str, Any]) -> float | None:
+    """The fewest provider GPUs (× the stack's, from `PROVIDER_LADDER`) with which the controller with a perfect
+    forecast meets the availability target: 1.0 where it does as modelled, None where even the most does not.
+    Only the steps below the doubled row's run (that one is in `rows`)."""
+    if rows[PERFECT_FORECAST]["met"]:
+        return 1.0
+    policy = foresighted(controller(model, settings), model)
+    bound = rows[PERFECT_FORECAST]["bound"]
+    for factor in PROVIDER_LADDER[:-1]:
+        out = simulate(provider_gpus(model, factor), workload, policy, days * DAY, WARMUP_DAYS * DAY).summary()
+        if (bound - out["inference_availability"]) * 100 <= TARGET_GAP_POINTS:
+            return factor
+    return PROVIDER_LADDER[-1] if rows[PERFECT_FORECAST_AND_GPUS]["met"] else None
+
+
 def stopped_by(bounds: dict[str, Any], met: bool) -> str:
     """What stops a family's availability target, from its bound rows: nothing (the stack meets it), the forecast
     (a perfect one meets it), the providers' GPUs (a perfect forecast meets it only with twice them), or the
@@ -266,6 +290,7 @@ def family_row(name: str, days: float = DAYS) -> dict[str, Any]:
     judge = dict(alone_worst=float(figures[INFERENCE_ALONE]["worst_window_availability"]),  # type: ignore[arg-type]
                  fair_ext=fair_ext, naive_flips=int(figures["naive burst"]["taint_flips"]))  # type: ignore[call-overload]
     row["stopped_by"] = stopped_by(row["bounds"], row["met"])
+    row["provider_gpus_needed"] = provider_gpus_needed(model, workload, setup.settings, days, row["bounds"])
     row["targets"] = targets(policies["controller"], row["gap_points"], **judge)
     for group in ("bounds", "warm", "mechanisms"):
         for entry in row[group].values():
@@ -303,6 +328,10 @@ def run(days: float = DAYS, workers: int | None = None) -> dict[str, Any]:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             done = list(pool.map(family_row, rows, [days] * len(rows)))
     return result(dict(zip(rows, done, strict=True)), days)
+
+
+def needed(factor: float | None) -> str:
+    return f"more than {PROVIDER_LADDER[-1]:g}×" if factor is None else f"{factor:g}×"
 
 
 def missed(verdict: dict[str, bool]) -> str:
@@ -364,15 +393,18 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{f['external_gpu_hours']:,.0f} | {missed(f.get('targets', {}))} |" for label, f in envs.items()]
     lines += ["", "What stops each family's availability target (from the rows above; a perfect forecast is the "
               "controller whose HPAs know the true peak demand of the next external start and HPA period, the most "
-              "any forecast rule could add):", "",
+              "any forecast rule could add; its rows are against the services alone with the same perfect "
+              "forecast; the last column is the fewest provider GPUs, × the stack's, of "
+              f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target):", "",
               f"| family | the stack's settings (points below the bound) | {PERFECT_FORECAST} | "
-              f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by |", "|---|---|---|---|---|---|"]
+              f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by | provider GPUs a perfect forecast needs |",
+              "|---|---|---|---|---|---|---|"]
     for row, e in result["families"].items():
         b = e.get("bounds", {})
         if PERFECT_FORECAST in b:
             lines.append(f"| {row} | {e['gap_points']:.3f} | {b[PERFECT_FORECAST]['gap_points']:.3f} | "
                          f"{b[PERFECT_FORECAST_AND_GPUS]['gap_points']:.3f} | {b[ALL_BOUNDS]['gap_points']:.3f} | "
-                         f"{e.get('stopped_by', '–')} |")
+                         f"{e.get('stopped_by', '–')} | {needed(e.get('provider_gpus_needed'))} |")
     lines += ["", "External GPU·h against the oracles (the placement oracle has the real HPA and start times and moves "
               "every external pod home, free, the moment it fits: what no placement goes below, so the part of the "
               "controller's excess above it is its own placement, not the HPA's lag):", "",

@@ -80,6 +80,11 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
         assert b["met"] == (b["gap_points"] <= bf.TARGET_GAP_POINTS)
         assert b["targets"]["availability"] == b["met"]
     assert row["stopped_by"] == bf.stopped_by(row["bounds"], row["met"])
+    needed = row["provider_gpus_needed"]
+    assert needed is None or needed in (1.0, *bf.PROVIDER_LADDER)
+    assert (needed == 1.0) == row["bounds"][bf.PERFECT_FORECAST]["met"]
+    if row["bounds"][bf.PERFECT_FORECAST_AND_GPUS]["met"]:
+        assert needed is not None
     text = bf.to_markdown(bf.result({"steep-ramps": row}, 0.1))
     table = text[text.index("What stops the target"):]
     for label in ["as modelled", *row["bounds"]]:
@@ -87,7 +92,7 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
     stops = text[text.index("What stops each family's availability target"):]
     perfect = row["bounds"][bf.PERFECT_FORECAST]["gap_points"]
     assert f"| steep-ramps | {row['gap_points']:.3f} | {perfect:.3f} |" in stops
-    assert f"| {row['stopped_by']} |" in stops
+    assert f"| {row['stopped_by']} | {bf.needed(row['provider_gpus_needed'])} |" in stops
     four = text[text.index("The four targets"):text.index("What stops the target")]
     for label in ["the stack's settings, as modelled", both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]:
         assert f"| steep-ramps | {label} |" in four
@@ -151,6 +156,41 @@ def test_the_cost_target_is_against_the_oracle_at_the_same_headroom(row: dict[st
     assert fair >= row["policies"]["oracle"]["external_gpu_hours"]
     ext = row["policies"]["controller"]["external_gpu_hours"]
     assert row["external_vs_oracle_at_headroom"] == (pytest.approx(ext / fair, abs=1e-3) if fair else None)
+
+
+def test_the_provider_ladder_reruns_only_below_the_doubled_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fewest provider GPUs: the first step of the ladder that meets the target, runs stopping there."""
+    from bench.sim.run import load_stack
+
+    setup = load_stack("prod")
+    model = setup.model
+    base = sum(p.gpus for p in model.providers)
+    bound = 0.9990
+    tried: list[int] = []
+
+    class Run:
+        def __init__(self, gpus: int) -> None:
+            self.gpus = gpus
+
+        def summary(self) -> dict[str, float]:  # meets the target from 1.5× the provider GPUs on
+            return {"inference_availability": bound - (0.0 if self.gpus >= 1.5 * base else 0.05) / 100}
+
+    def fake(m: Any, *_: Any) -> Run:
+        tried.append(sum(p.gpus for p in m.providers))
+        return Run(tried[-1])
+
+    monkeypatch.setattr(bf, "simulate", fake)
+    rows: dict[str, Any] = {bf.PERFECT_FORECAST: {"met": False, "bound": bound},
+                            bf.PERFECT_FORECAST_AND_GPUS: {"met": True}}
+    assert bf.provider_gpus_needed(model, None, setup.settings, 1.0, rows) == 1.5  # type: ignore[arg-type]
+    assert tried == [sum(round(k * p.gpus) for p in model.providers) for k in (1.1, 1.25, 1.5)]
+    rows[bf.PERFECT_FORECAST_AND_GPUS]["met"] = False
+    monkeypatch.setattr(bf, "PROVIDER_LADDER", (1.1, 2.0))
+    assert bf.provider_gpus_needed(model, None, setup.settings, 1.0, rows) is None  # type: ignore[arg-type]
+    rows[bf.PERFECT_FORECAST]["met"] = True
+    tried.clear()
+    assert bf.provider_gpus_needed(model, None, setup.settings, 1.0, rows) == 1.0  # type: ignore[arg-type]
+    assert tried == []
 
 
 def test_the_bounds_change_the_environment_they_name() -> None:
