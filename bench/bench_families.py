@@ -101,13 +101,17 @@ ALL_BOUNDS = " + ".join(label for label, _ in BOUNDS)
 #: GPUs as well is stopped by the providers' capacity, whatever the forecast.
 PERFECT_FORECAST = "a perfect forecast"
 PERFECT_FORECAST_AND_GPUS = f"{PERFECT_FORECAST} + {BOUNDS[1][0]}"
+#: What a site could deploy instead of a perfect forecast: the doubled contract and a warm pool (the second of
+#: `WARM_SIZES`), whose placeholders the extra GPUs make room for; its cost is in the same row.
+DEPLOYABLE_SHARE = WARM_SIZES[1][0]
+DEPLOYABLE = f"{BOUNDS[1][0]} + warm pool share {DEPLOYABLE_SHARE:g}"
 #: The provider GPUs (× the stack's) tried, smallest first, for the fewest with which a perfect forecast meets the
 #: availability target (`provider_gpus_needed`); the last is the doubled row's.
 PROVIDER_LADDER = (1.1, 1.25, 1.5, 2.0)
 #: The return share the changed environment also runs with (the first of `RETURN_SHARES`).
 BOUND_RETURN_SHARE = RETURN_SHARES[0]
 BOUND_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours",
-                 "shortfall_external_full", "taint_flips")
+                 "shortfall_external_full", "taint_flips", "warm_gpu_hours")
 MECHANISM_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "warm_gpu_hours",
                      "shortfall_starting", "shortfall_replacing", "taint_flips")
 FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "standby_gpu_hours",
@@ -179,15 +183,16 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     controller setting removes at the modelled start times and capacity. One more row runs the make-before-break
     return (`BOUND_RETURN_SHARE`) on the changed environment: with external starts as fast as on-prem ones, a
     GPU brought home is no longer a GPU a ramp would have started on fast, so the return's cost saving no longer
-    costs availability. The last two rows are the forecast bound (`PERFECT_FORECAST`), alone and with the
-    provider GPUs doubled."""
+    costs availability. Then the forecast bound (`PERFECT_FORECAST`), alone and with the provider GPUs doubled,
+    and what a site could deploy in its place (`DEPLOYABLE`)."""
     stack = controller(model, settings)
     variants = [(label, change, stack) for label, change in BOUNDS]
     variants += [(ALL_BOUNDS, _all_bounds, stack),
                  (f"{ALL_BOUNDS}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
                   controller(model, replace(settings, return_surge_share=BOUND_RETURN_SHARE))),
                  (PERFECT_FORECAST, lambda m: m, foresighted(stack, model)),
-                 (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], foresighted(stack, model))]
+                 (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], foresighted(stack, model)),
+                 (DEPLOYABLE, BOUNDS[1][1], controller(model, replace(settings, warm_pool_share=DEPLOYABLE_SHARE)))]
     # A perfect forecast serves the services alone too: its rows are measured against them with it (the target's
     # "same HPAs"), the stack's own bound beside it.
     foreseen = inference_alone(model, workload, days, WARMUP_DAYS, foresight=True).inference_availability
@@ -397,14 +402,19 @@ def to_markdown(result: dict[str, Any]) -> str:
               "forecast; the last column is the fewest provider GPUs, × the stack's, of "
               f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target):", "",
               f"| family | the stack's settings (points below the bound) | {PERFECT_FORECAST} | "
-              f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by | provider GPUs a perfect forecast needs |",
-              "|---|---|---|---|---|---|---|"]
+              f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by | provider GPUs a perfect forecast needs | "
+              f"deployable: {DEPLOYABLE} (points below, × oracle at headroom, targets missed) |",
+              "|---|---|---|---|---|---|---|---|"]
     for row, e in result["families"].items():
         b = e.get("bounds", {})
+        fair = e.get("oracle_at_headroom_external_gpu_hours") or 0
         if PERFECT_FORECAST in b:
+            d = b[DEPLOYABLE]
             lines.append(f"| {row} | {e['gap_points']:.3f} | {b[PERFECT_FORECAST]['gap_points']:.3f} | "
                          f"{b[PERFECT_FORECAST_AND_GPUS]['gap_points']:.3f} | {b[ALL_BOUNDS]['gap_points']:.3f} | "
-                         f"{e.get('stopped_by', '–')} | {needed(e.get('provider_gpus_needed'))} |")
+                         f"{e.get('stopped_by', '–')} | {needed(e.get('provider_gpus_needed'))} | "
+                         f"{d['gap_points']:.3f}, {d['external_gpu_hours'] / fair if fair else 0:.2f}×, missed: "
+                         f"{missed(d.get('targets', {}))} |")
     lines += ["", "External GPU·h against the oracles (the placement oracle has the real HPA and start times and moves "
               "every external pod home, free, the moment it fits: what no placement goes below, so the part of the "
               "controller's excess above it is its own placement, not the HPA's lag):", "",

@@ -68,7 +68,7 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
     both = bf.ALL_BOUNDS
     assert both == " + ".join(labels)
     assert list(row["bounds"]) == [*labels, both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}",
-                                   bf.PERFECT_FORECAST, bf.PERFECT_FORECAST_AND_GPUS]
+                                   bf.PERFECT_FORECAST, bf.PERFECT_FORECAST_AND_GPUS, bf.DEPLOYABLE]
     stack_bound = row["policies"]["inference alone"]["inference_availability"]
     for label, b in row["bounds"].items():
         # A perfect forecast serves the services alone too: those rows are against the services alone with it.
@@ -92,7 +92,8 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
     stops = text[text.index("What stops each family's availability target"):]
     perfect = row["bounds"][bf.PERFECT_FORECAST]["gap_points"]
     assert f"| steep-ramps | {row['gap_points']:.3f} | {perfect:.3f} |" in stops
-    assert f"| {row['stopped_by']} | {bf.needed(row['provider_gpus_needed'])} |" in stops
+    assert f"| {row['stopped_by']} | {bf.needed(row['provider_gpus_needed'])} | " in stops
+    assert f"{row['bounds'][bf.DEPLOYABLE]['gap_points']:.3f}, " in stops
     four = text[text.index("The four targets"):text.index("What stops the target")]
     for label in ["the stack's settings, as modelled", both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]:
         assert f"| steep-ramps | {label} |" in four
@@ -191,6 +192,35 @@ def test_the_provider_ladder_reruns_only_below_the_doubled_row(monkeypatch: pyte
     tried.clear()
     assert bf.provider_gpus_needed(model, None, setup.settings, 1.0, rows) == 1.0  # type: ignore[arg-type]
     assert tried == []
+
+
+def test_each_bound_runs_the_policy_and_environment_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The perfect forecast changes the HPAs only; the deployable row is the doubled contract with a warm pool."""
+    from bench.sim.engine import Outcome
+    from bench.sim.run import load_stack
+
+    setup = load_stack("prod")
+    runs: dict[str, tuple[Any, Any]] = {}
+
+    def fake(m: Any, w: Any, policy: Any, *_: Any) -> Any:
+        runs[f"{policy.name}|{policy.foresight_s}|{policy.settings.warm_pool_share if policy.settings else ''}|"
+             f"{sum(p.gpus for p in m.providers)}|{m.latencies.external_start_s}"] = (m, policy)
+        return type("R", (), {"summary": lambda self: Outcome(policy.name, 1, 1.0).summary()})()
+
+    monkeypatch.setattr(bf, "simulate", fake)
+    monkeypatch.setattr(bf, "inference_alone", lambda *a, **k: Outcome("alone", 1, 1.0))
+    rows = bf.bounds(setup.model, None, setup.settings, 1.0, 1.0)  # type: ignore[arg-type]
+    gpus = sum(p.gpus for p in setup.model.providers)
+    start = setup.model.latencies.external_start_s
+    assert sorted(runs) == sorted([
+        f"controller|0.0|0.0|{gpus}|{setup.model.latencies.onprem_start_s}",
+        f"controller|0.0|0.0|{2 * gpus}|{start}",
+        f"controller|0.0|0.0|{2 * gpus}|{setup.model.latencies.onprem_start_s}",
+        f"controller with a perfect forecast|{start + 15.0}|0.0|{gpus}|{start}",
+        f"controller with a perfect forecast|{start + 15.0}|0.0|{2 * gpus}|{start}",
+        f"controller|0.0|{bf.DEPLOYABLE_SHARE}|{2 * gpus}|{start}",
+    ])
+    assert len(rows) == 7  # and the return's row, on the same environment as both limits lifted
 
 
 def test_the_bounds_change_the_environment_they_name() -> None:
