@@ -25,7 +25,9 @@ stack's own bound is given beside it.
 
 What stops a target is measured in the same run (`bounds`): the controller on an environment without the
 external start time, the provider capacity, or both, and with a perfect forecast in its HPAs, alone and with
-the provider GPUs doubled; `stopped_by` names, per family, the first of these that meets the availability target.
+the provider GPUs doubled; `stopped_by` names, per family, the first of these that meets the availability
+target, and `provider_gpus_needed` the fewest provider GPUs with which the perfect forecast does. Beside them,
+what a site could deploy instead (`DEPLOYABLE`: the doubled contract and a warm pool) with its cost.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ FORECASTS = (("trend 180 s", Forecast(horizon_seconds=180)),
              ("trend 180 s + daily season", Forecast(horizon_seconds=180, season_seconds=86_400)))
 #: Every mechanism together: the seasonal forecast, a warm pool of share 0.1 + ramp 300 s, the return at 0.25.
 COMBINED = ("trend 180 s + daily season + warm 0.1, 300 s + return 0.25", FORECASTS[1][1], (0.1, 300.0, 0.25))
+
+
 def provider_gpus(model: ClusterModel, factor: float) -> ClusterModel:
     """`model` with every provider's GPUs and pods × `factor` (a bigger contract with the same providers)."""
     return replace(model, providers=tuple(
@@ -336,6 +340,7 @@ def run(days: float = DAYS, workers: int | None = None) -> dict[str, Any]:
 
 
 def needed(factor: float | None) -> str:
+    """`provider_gpus_needed` as the report prints it."""
     return f"more than {PROVIDER_LADDER[-1]:g}×" if factor is None else f"{factor:g}×"
 
 
@@ -399,8 +404,9 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines += ["", "What stops each family's availability target (from the rows above; a perfect forecast is the "
               "controller whose HPAs know the true peak demand of the next external start and HPA period, the most "
               "any forecast rule could add; its rows are against the services alone with the same perfect "
-              "forecast; the last column is the fewest provider GPUs, × the stack's, of "
-              f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target):", "",
+              "forecast; \"provider GPUs a perfect forecast needs\" is the fewest, × the stack's, of "
+              f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target; the last column is "
+              "what a site could deploy instead, and its cost):", "",
               f"| family | the stack's settings (points below the bound) | {PERFECT_FORECAST} | "
               f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by | provider GPUs a perfect forecast needs | "
               f"deployable: {DEPLOYABLE} (points below, × oracle at headroom, targets missed) |",
