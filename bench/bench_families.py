@@ -190,12 +190,13 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     costs availability. Then the forecast bound (`PERFECT_FORECAST`), alone and with the provider GPUs doubled,
     and what a site could deploy in its place (`DEPLOYABLE`)."""
     stack = controller(model, settings)
+    seer = foresighted(stack, model)
     variants = [(label, change, stack) for label, change in BOUNDS]
     variants += [(ALL_BOUNDS, _all_bounds, stack),
                  (f"{ALL_BOUNDS}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
                   controller(model, replace(settings, return_surge_share=BOUND_RETURN_SHARE))),
-                 (PERFECT_FORECAST, lambda m: m, foresighted(stack, model)),
-                 (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], foresighted(stack, model)),
+                 (PERFECT_FORECAST, lambda m: m, seer),
+                 (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], seer),
                  (DEPLOYABLE, BOUNDS[1][1], controller(model, replace(settings, warm_pool_share=DEPLOYABLE_SHARE)))]
     # A perfect forecast serves the services alone too: its rows are measured against them with it (the target's
     # "same HPAs"), the stack's own bound beside it.
