@@ -200,27 +200,30 @@ def test_each_bound_runs_the_policy_and_environment_it_names(monkeypatch: pytest
     from bench.sim.run import load_stack
 
     setup = load_stack("prod")
-    runs: dict[str, tuple[Any, Any]] = {}
+    runs: list[str] = []
 
     def fake(m: Any, w: Any, policy: Any, *_: Any) -> Any:
-        runs[f"{policy.name}|{policy.foresight_s}|{policy.settings.warm_pool_share if policy.settings else ''}|"
-             f"{sum(p.gpus for p in m.providers)}|{m.latencies.external_start_s}"] = (m, policy)
+        runs.append(f"{policy.name}|{policy.foresight_s}|{policy.settings.warm_pool_share}|"
+                    f"{policy.settings.return_surge_share}|{sum(p.gpus for p in m.providers)}|"
+                    f"{m.latencies.external_start_s}")
         return type("R", (), {"summary": lambda self: Outcome(policy.name, 1, 1.0).summary()})()
 
     monkeypatch.setattr(bf, "simulate", fake)
     monkeypatch.setattr(bf, "inference_alone", lambda *a, **k: Outcome("alone", 1, 1.0))
     rows = bf.bounds(setup.model, None, setup.settings, 1.0, 1.0)  # type: ignore[arg-type]
     gpus = sum(p.gpus for p in setup.model.providers)
-    start = setup.model.latencies.external_start_s
-    assert sorted(runs) == sorted([
-        f"controller|0.0|0.0|{gpus}|{setup.model.latencies.onprem_start_s}",
-        f"controller|0.0|0.0|{2 * gpus}|{start}",
-        f"controller|0.0|0.0|{2 * gpus}|{setup.model.latencies.onprem_start_s}",
-        f"controller with a perfect forecast|{start + 15.0}|0.0|{gpus}|{start}",
-        f"controller with a perfect forecast|{start + 15.0}|0.0|{2 * gpus}|{start}",
-        f"controller|0.0|{bf.DEPLOYABLE_SHARE}|{2 * gpus}|{start}",
-    ])
-    assert len(rows) == 7  # and the return's row, on the same environment as both limits lifted
+    start, fast = setup.model.latencies.external_start_s, setup.model.latencies.onprem_start_s
+    back = bf.BOUND_RETURN_SHARE
+    assert runs == [
+        f"controller|0.0|0.0|0.0|{gpus}|{fast}",
+        f"controller|0.0|0.0|0.0|{2 * gpus}|{start}",
+        f"controller|0.0|0.0|0.0|{2 * gpus}|{fast}",
+        f"controller|0.0|0.0|{back}|{2 * gpus}|{fast}",
+        f"controller with a perfect forecast|{start + 15.0}|0.0|0.0|{gpus}|{start}",
+        f"controller with a perfect forecast|{start + 15.0}|0.0|0.0|{2 * gpus}|{start}",
+        f"controller|0.0|{bf.DEPLOYABLE_SHARE}|0.0|{2 * gpus}|{start}",
+    ]
+    assert len(rows) == len(runs)
 
 
 def test_the_bounds_change_the_environment_they_name() -> None:
