@@ -32,6 +32,7 @@ import yaml
 from tests.polling import wait
 from tests.realnode_support import (
     BUILT,
+    REAL_HOST,
     container_pid,
     delete_the_leader,
     lease_holder,
@@ -45,6 +46,7 @@ from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
 from tools.localcluster.realnodes import REAL_NODE_TAINT, real_nodes_for
 
+pytestmark = REAL_HOST
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = nodehost.IMAGES_DIR
 FIGURES = BUILT / "e2e-realnodes.json"
@@ -67,13 +69,13 @@ figures: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
     # The local cluster runs prometheus-operator and its Prometheus on the system node (their images too).
-    reason = why_not(("pause", GUARD, "ib-exporter", "prometheus-server", "prometheus-operator",
-                      "prometheus-config-reloader"))
-    if reason:
-        pytest.skip(reason)
-    state = private_state("gpucl-e2e")
-    lay = Layout(state)
-    with nodehost.host_lock():
+    with nodehost.host_lock():  # held before the host is judged: another holder's nodes are not "another cluster"
+        reason = why_not(("pause", GUARD, "ib-exporter", "prometheus-server", "prometheus-operator",
+                          "prometheus-config-reloader"))
+        if reason:
+            pytest.skip(reason)
+        state = private_state("gpucl-e2e")
+        lay = Layout(state)
         sysctls_before = nodehost.read_sysctls()
         rules_before = {c: hostcheck.strip_counters(nodehost.iptables_dump(c)) for c in nodehost.IPTABLES}
         try:

@@ -42,6 +42,7 @@ from tests.burst_e2e import Cluster, Hooks, restart_providers, run_burst_scenari
 from tests.polling import first_times, wait
 from tests.realnode_support import (
     BUILT,
+    REAL_HOST,
     container_pid,
     delete_the_leader,
     deployed_settings,
@@ -69,6 +70,7 @@ from tools.localcluster.realnodes import (
     real_nodes_for,
 )
 
+pytestmark = REAL_HOST
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = BUILT / "e2e-stack-in-pods.json"
 SYSTEM_NODE = real_nodes_for(load_plan(ROOT, "local"))[0].name
@@ -79,14 +81,14 @@ figures: dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    reason = why_not((*IMAGES_BY_KIND["system"], *IMAGES_BY_KIND["gpu"])) or (None if engine_available() else
-                                                   "the Pulumi engine is not built (.state/engine); run `make engine`")
-    if reason:
-        pytest.skip(reason)
-    state = private_state("gpucl-pods")
-    backend = tmp_path_factory.mktemp("stack-in-pods-backend")
-    lay = Layout(state)
-    with nodehost.host_lock():
+    with nodehost.host_lock():  # held before the host is judged: another holder's nodes are not "another cluster"
+        reason = why_not((*IMAGES_BY_KIND["system"], *IMAGES_BY_KIND["gpu"])) or (
+            None if engine_available() else "the Pulumi engine is not built (.state/engine); run `make engine`")
+        if reason:
+            pytest.skip(reason)
+        state = private_state("gpucl-pods")
+        backend = tmp_path_factory.mktemp("stack-in-pods-backend")
+        lay = Layout(state)
         try:
             started = time.monotonic()
             control.up(lay, timeout=300, real_nodes=True)

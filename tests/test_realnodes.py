@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.decide import pool_allowance
+from tests.realnode_support import REAL_HOST
 from tools.localcluster import hostcheck
 from tools.localcluster.plan import (
     Layout,
@@ -362,6 +363,7 @@ def _root_with_iptables() -> None:
         pytest.skip("the hygiene restore changes this host: needs root and iptables")
 
 
+@REAL_HOST
 def test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them(tmp_path: Path) -> None:
     """What the kubelet and the bridge CNI do to a host (a sysctl, a chain and a rule), undone by ``restore``."""
     _root_with_iptables()
@@ -373,9 +375,10 @@ def test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them(tmp_p
         panic.write_text(panic.read_text())
     except OSError as err:
         pytest.skip(f"sysctls are read-only here: {err}")
-    before_sysctls = nodehost.read_sysctls()
-    before_rules = hostcheck.strip_counters(nodehost.iptables_dump("iptables"))
+    # Read under the lock: a real-node cluster going down meanwhile restores the host's own sysctls.
     with nodehost.host_lock():
+        before_sysctls = nodehost.read_sysctls()
+        before_rules = hostcheck.strip_counters(nodehost.iptables_dump("iptables"))
         _snapshot_change_restore(lay, panic, before_sysctls, before_rules, tmp_path)
 
 
