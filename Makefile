@@ -29,7 +29,7 @@ lint: venv
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.
 unit: venv observability-tools checkpoint-tools
-	.venv/bin/pytest -n 2 --dist loadgroup -q
+	.venv/bin/pytest -n 2 -q
 
 test: lint unit
 

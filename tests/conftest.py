@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadScopeScheduling
 
 from tools.mockrt import RunResult, run_program, stack_config
 
@@ -15,6 +16,29 @@ from tools.mockrt import RunResult, run_program, stack_config
 # which a loaded 2-core build machine fails at random (speed is `make bench`'s to measure, never a test's).
 settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("project")
+
+#: The tests that bring real nodes up, or snapshot and restore this host's sysctls and iptables (node id
+#: prefixes). One set of real nodes runs per host and each holds the host lock, so on two workers one would
+#: idle on the lock, a module split across both would start its cluster twice, and a worker that judged the host
+#: while the other's cluster ran would skip. `RealHostScheduling` makes them one unit of work.
+REAL_HOST_TESTS = (
+    "tests/test_e2e_realnodes.py::",
+    "tests/test_e2e_stack_in_pods.py::",
+    "tests/test_realnodes.py::test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them",
+)
+
+
+class RealHostScheduling(LoadScopeScheduling):
+    """xdist's ``load`` (every test its own unit), except that `REAL_HOST_TESTS` run on one worker, in order.
+    (``--dist loadgroup`` would do this from a mark, but its mark is lost on pytest 9's node ids.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "real-host" if nodeid.startswith(REAL_HOST_TESTS) else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    return RealHostScheduling(config, log) if config.getvalue("dist") == "load" else None
 
 
 def raw_stack(stack: str) -> tuple[dict[str, Any], set[str]]:

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.polling import wait
 from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout
@@ -21,10 +19,6 @@ from tools.localcluster.realnodes import node_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = ROOT / ".state" / "localcluster"
-#: Every test that brings real nodes up, or snapshots and restores this host, runs on one xdist worker
-#: (``pytest --dist loadgroup``). Split across workers, a module's fixture would start a second cluster, and a
-#: worker checking the host while another's cluster runs would see "another local cluster" and skip.
-REAL_HOST = pytest.mark.xdist_group("real-host")
 
 
 def why_not(images: Sequence[str]) -> str | None:

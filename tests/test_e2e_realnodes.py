@@ -32,7 +32,6 @@ import yaml
 from tests.polling import wait
 from tests.realnode_support import (
     BUILT,
-    REAL_HOST,
     container_pid,
     delete_the_leader,
     lease_holder,
@@ -46,7 +45,6 @@ from tools.localcluster import control, hostcheck, nodehost
 from tools.localcluster.plan import Layout, load_plan
 from tools.localcluster.realnodes import REAL_NODE_TAINT, real_nodes_for
 
-pytestmark = REAL_HOST
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = nodehost.IMAGES_DIR
 FIGURES = BUILT / "e2e-realnodes.json"

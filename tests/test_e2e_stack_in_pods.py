@@ -42,7 +42,6 @@ from tests.burst_e2e import Cluster, Hooks, restart_providers, run_burst_scenari
 from tests.polling import first_times, wait
 from tests.realnode_support import (
     BUILT,
-    REAL_HOST,
     container_pid,
     delete_the_leader,
     deployed_settings,
@@ -70,7 +69,6 @@ from tools.localcluster.realnodes import (
     real_nodes_for,
 )
 
-pytestmark = REAL_HOST
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = BUILT / "e2e-stack-in-pods.json"
 SYSTEM_NODE = real_nodes_for(load_plan(ROOT, "local"))[0].name

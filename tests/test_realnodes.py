@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.decide import pool_allowance
-from tests.realnode_support import REAL_HOST
 from tools.localcluster import hostcheck
 from tools.localcluster.plan import (
     Layout,
@@ -363,7 +362,6 @@ def _root_with_iptables() -> None:
         pytest.skip("the hygiene restore changes this host: needs root and iptables")
 
 
-@REAL_HOST
 def test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them(tmp_path: Path) -> None:
     """What the kubelet and the bridge CNI do to a host (a sysctl, a chain and a rule), undone by ``restore``."""
     _root_with_iptables()
