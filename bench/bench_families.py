@@ -15,7 +15,8 @@ cover (the external capacity bounds it).
 
 Warm external capacity: each row also runs the controller with every size in `WARM_SIZES` (the stack's
 settings otherwise), so what a warm pool of each size costs (its placeholders' GPU·h, counted in the external
-GPU·h) sits beside what it serves.
+GPU·h) sits beside what it serves; `warm_pool_needed` names the smallest pool with which the controller meets
+the availability target, so a family that only a forecast could serve shows what serving it costs instead.
 
 The make-before-break return (`RETURN_SHARES`, burst.returnSurgeShare) and the forecast metric (`FORECASTS`,
 every service's scaling.forecast) run the same way, and one row per family combines the seasonal forecast, the
@@ -69,7 +70,7 @@ FLIPS_TARGET = 0.5
 #: The issue's four targets, in the order the report prints them.
 TARGETS = ("availability", "worst 5 min", "external GPU·h", "flips")
 #: Warm-pool sizes the controller also runs with: (warm_pool_share, warm_pool_ramp_seconds).
-WARM_SIZES = ((0.1, 0.0), (0.25, 0.0), (0.0, 300.0), (0.1, 300.0))
+WARM_SIZES = ((0.1, 0.0), (0.25, 0.0), (0.0, 300.0), (0.1, 300.0), (0.5, 0.0), (1.0, 0.0))
 WARM_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "warm_gpu_hours",
                 "taint_flips")
 #: Make-before-break return sizes the controller also runs with (return_surge_share).
@@ -230,6 +231,16 @@ def provider_gpus_needed(model: ClusterModel, workload: Workload, settings: Burs
     return PROVIDER_LADDER[-1] if rows[PERFECT_FORECAST_AND_GPUS]["met"] else None
 
 
+def warm_pool_needed(warm: dict[str, Any]) -> str | None:
+    """The smallest warm pool (a share of `WARM_SIZES`, without a ramp) with which the stack's controller meets the
+    availability target on the stack's providers: what a site pays instead of a forecast that knew, its cost in
+    its row of ``warm``. None where none of them does (or the row lacks them)."""
+    for share, ramp in sorted(WARM_SIZES):
+        if share and not ramp and warm.get(warm_label(share, ramp), {}).get("met"):
+            return warm_label(share, ramp)
+    return None
+
+
 def stopped_by(bounds: dict[str, Any], met: bool) -> str:
     """What stops a family's availability target, from its bound rows: nothing (the stack meets it), the forecast
     (a perfect one meets it), the providers' GPUs (a perfect forecast meets it only with twice them), or the
@@ -300,6 +311,7 @@ def family_row(name: str, days: float = DAYS) -> dict[str, Any]:
     judge = dict(alone_worst=float(figures[INFERENCE_ALONE]["worst_window_availability"]),  # type: ignore[arg-type]
                  fair_ext=fair_ext, naive_flips=int(figures["naive burst"]["taint_flips"]))  # type: ignore[call-overload]
     row["stopped_by"] = stopped_by(row["bounds"], row["met"])
+    row["warm_pool_needed"] = warm_pool_needed(warm)
     row["provider_gpus_needed"] = provider_gpus_needed(model, workload, setup.settings, days, row["bounds"])
     row["targets"] = targets(policies["controller"], row["gap_points"], **judge)
     for group in ("bounds", "warm", "mechanisms"):
@@ -343,6 +355,18 @@ def run(days: float = DAYS, workers: int | None = None) -> dict[str, Any]:
 def needed(factor: float | None) -> str:
     """`provider_gpus_needed` as the report prints it."""
     return f"more than {PROVIDER_LADDER[-1]:g}×" if factor is None else f"{factor:g}×"
+
+
+def warm_needed(row: dict[str, Any], fair_ext: float) -> str:
+    """The stop table's warm-pool cell: nothing needed, the smallest pool and its cost, or none large enough."""
+    if row["met"]:
+        return "none needed"
+    label = row.get("warm_pool_needed")
+    if label is None:
+        largest = max(share for share, ramp in WARM_SIZES if not ramp)
+        return f"none up to share {largest:g}"
+    ext = float(row["warm"][label]["external_gpu_hours"])
+    return f"{label}, {ext / fair_ext:.2f}×" if fair_ext else label
 
 
 def missed(verdict: dict[str, bool]) -> str:
@@ -406,12 +430,15 @@ def to_markdown(result: dict[str, Any]) -> str:
               "controller whose HPAs know the true peak demand of the next external start and HPA period, the most "
               "any forecast rule could add; its rows are against the services alone with the same perfect "
               "forecast; \"provider GPUs a perfect forecast needs\" is the fewest, × the stack's, of "
-              f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target; the last column is "
-              "what a site could deploy instead, and its cost):", "",
+              f"{', '.join(f'{k:g}' for k in PROVIDER_LADDER)}, with which it meets the target; the smallest warm "
+              "pool that meets it is the stack's controller with the pool alone, on the stack's providers, and its "
+              "external GPU·h against the oracle's at the same HPA headroom; the last column is what a site could "
+              "deploy instead, and its cost):", "",
               f"| family | the stack's settings (points below the bound) | {PERFECT_FORECAST} | "
               f"{PERFECT_FORECAST_AND_GPUS} | {ALL_BOUNDS} | stopped by | provider GPUs a perfect forecast needs | "
+              "smallest warm pool that meets it (× oracle at headroom) | "
               f"deployable: {DEPLOYABLE} (points below, × oracle at headroom, targets missed) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|"]
     for row, e in result["families"].items():
         b = e.get("bounds", {})
         fair = e.get("oracle_at_headroom_external_gpu_hours") or 0
@@ -420,6 +447,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {row} | {e['gap_points']:.3f} | {b[PERFECT_FORECAST]['gap_points']:.3f} | "
                          f"{b[PERFECT_FORECAST_AND_GPUS]['gap_points']:.3f} | {b[ALL_BOUNDS]['gap_points']:.3f} | "
                          f"{e.get('stopped_by', '–')} | {needed(e.get('provider_gpus_needed'))} | "
+                         f"{warm_needed(e, fair)} | "
                          f"{d['gap_points']:.3f}, {d['external_gpu_hours'] / fair if fair else 0:.2f}×, missed: "
                          f"{missed(d.get('targets', {}))} |")
     lines += ["", "External GPU·h against the oracles (the placement oracle has the real HPA and start times and moves "

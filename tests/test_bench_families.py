@@ -94,6 +94,8 @@ def test_the_row_measures_what_stops_the_target_beside_the_controller(row: dict[
     assert f"| steep-ramps | {row['gap_points']:.3f} | {perfect:.3f} |" in stops
     assert f"| {row['stopped_by']} | {bf.needed(row['provider_gpus_needed'])} | " in stops
     assert f"{row['bounds'][bf.DEPLOYABLE]['gap_points']:.3f}, " in stops
+    assert row["warm_pool_needed"] == bf.warm_pool_needed(row["warm"])
+    assert f" | {bf.warm_needed(row, row['oracle_at_headroom_external_gpu_hours'])} | " in stops
     four = text[text.index("The four targets"):text.index("What stops the target")]
     for label in ["the stack's settings, as modelled", both, f"{both}, return {bf.BOUND_RETURN_SHARE:g}"]:
         assert f"| steep-ramps | {label} |" in four
@@ -114,6 +116,28 @@ def verdicts(**met: bool) -> dict[str, Any]:
 def test_what_stops_a_family_is_the_first_bound_that_meets_the_target(met: bool, bounds: dict[str, Any],
                                                                       stopped: str) -> None:
     assert bf.stopped_by(bounds, met) == stopped
+
+
+def warm_rows(**met: bool) -> dict[str, Any]:
+    return {bf.warm_label(share, ramp): {"met": met.get(f"{share:g}/{ramp:g}", False), "external_gpu_hours": 3000.0}
+            for share, ramp in bf.WARM_SIZES}
+
+
+@pytest.mark.parametrize(("warm", "needed", "cell"), [
+    (warm_rows(), None, "none up to share 1"),
+    # The smallest share that meets it, whatever order the sizes are run in.
+    (warm_rows(**{"1/0": True, "0.5/0": True}), "share 0.5", "share 0.5, 3.00×"),
+    (warm_rows(**{"1/0": True, "0.25/0": True}), "share 0.25", "share 0.25, 3.00×"),
+    # A pool with a forecast ramp is a different mechanism: it never counts as the pool alone.
+    (warm_rows(**{"0.1/300": True, "0/300": True}), None, "none up to share 1"),
+    # A report from before the larger sizes: nothing to name.
+    ({}, None, "none up to share 1"),
+])
+def test_the_smallest_warm_pool_that_meets_the_target(warm: dict[str, Any], needed: str | None, cell: str) -> None:
+    assert bf.warm_pool_needed(warm) == needed
+    row = {"met": False, "warm": warm, "warm_pool_needed": needed}
+    assert bf.warm_needed(row, 1000.0) == cell
+    assert bf.warm_needed({**row, "met": True}, 1000.0) == "none needed"
 
 
 ALONE_WORST_HIGH, ALONE_WORST_LOW = 0.97, 0.90
