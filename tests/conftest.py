@@ -19,26 +19,37 @@ settings.load_profile("project")
 
 #: The tests that bring real nodes up, or snapshot and restore this host's sysctls and iptables (node id
 #: prefixes). One set of real nodes runs per host and each holds the host lock, so on two workers one would
-#: idle on the lock, a module split across both would start its cluster twice, and a worker that judged the host
-#: while the other's cluster ran would skip. `RealHostScheduling` makes them one unit of work.
+#: idle on the lock, and a worker that judged the host while the other's cluster ran would skip. One unit of work.
 REAL_HOST_TESTS = (
     "tests/test_e2e_realnodes.py::",
     "tests/test_e2e_stack_in_pods.py::",
     "tests/test_realnodes.py::test_restore_puts_sysctls_and_iptables_back_as_the_snapshot_found_them",
 )
+#: The other modules whose module fixture starts a local cluster: each is one unit of work, so its cluster starts
+#: once and its tests run in file order (a watch kept over every scenario is read by the last test).
+CLUSTER_MODULES = (
+    "tests/test_e2e.py::",
+    "tests/test_e2e_provider_rank.py::",
+    "tests/test_e2e_researcher.py::",
+    "tests/test_localcluster.py::",
+)
 
 
-class RealHostScheduling(LoadScopeScheduling):
-    """xdist's ``load`` (every test its own unit), except that `REAL_HOST_TESTS` run on one worker, in order.
-    (``--dist loadgroup`` would do this from a mark, but its mark is lost on pytest 9's node ids.)"""
+class ClusterScheduling(LoadScopeScheduling):
+    """xdist's ``load`` (every test its own unit of work), except that `REAL_HOST_TESTS` are one unit and each of
+    `CLUSTER_MODULES` is one. (``--dist loadgroup`` would take a mark, but on pytest 9 it no longer sees it: it
+    renames ``item._nodeid``, which node ids are no longer read from.)"""
 
     def _split_scope(self, nodeid: str) -> str:
-        return "real-host" if nodeid.startswith(REAL_HOST_TESTS) else nodeid
+        if nodeid.startswith(REAL_HOST_TESTS):
+            return "real-host"
+        module = nodeid.partition("::")[0] + "::"
+        return module if module in CLUSTER_MODULES else nodeid
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
-    return RealHostScheduling(config, log) if config.getvalue("dist") == "load" else None
+    return ClusterScheduling(config, log) if config.getvalue("dist") == "load" else None
 
 
 def raw_stack(stack: str) -> tuple[dict[str, Any], set[str]]:
