@@ -71,6 +71,8 @@ FLIPS_TARGET = 0.5
 TARGETS = ("availability", "worst 5 min", "external GPU·h", "flips")
 #: Warm-pool sizes the controller also runs with: (warm_pool_share, warm_pool_ramp_seconds).
 WARM_SIZES = ((0.1, 0.0), (0.25, 0.0), (0.0, 300.0), (0.1, 300.0), (0.5, 0.0), (1.0, 0.0))
+#: The pools without a ramp, smallest first: the ones `warm_pool_needed` chooses from.
+POOLS_ALONE = tuple(sorted((share, ramp) for share, ramp in WARM_SIZES if share and not ramp))
 WARM_FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "warm_gpu_hours",
                 "taint_flips")
 #: Make-before-break return sizes the controller also runs with (return_surge_share).
@@ -235,8 +237,8 @@ def warm_pool_needed(warm: dict[str, Any]) -> str | None:
     """The smallest warm pool (a share of `WARM_SIZES`, without a ramp) with which the stack's controller meets the
     availability target on the stack's providers: what a site pays instead of a forecast that knew, its cost in
     its row of ``warm``. None where none of them does (or the row lacks them)."""
-    for share, ramp in sorted(WARM_SIZES):
-        if share and not ramp and warm.get(warm_label(share, ramp), {}).get("met"):
+    for share, ramp in POOLS_ALONE:
+        if warm.get(warm_label(share, ramp), {}).get("met"):
             return warm_label(share, ramp)
     return None
 
@@ -358,13 +360,14 @@ def needed(factor: float | None) -> str:
 
 
 def warm_needed(row: dict[str, Any], fair_ext: float) -> str:
-    """The stop table's warm-pool cell: nothing needed, the smallest pool and its cost, or none large enough."""
+    """The stop table's warm-pool cell: nothing needed, the smallest pool and its cost, or none large enough (up
+    to the largest the row ran: a report from before the larger sizes names only what it ran)."""
     if row["met"]:
         return "none needed"
     label = row.get("warm_pool_needed")
     if label is None:
-        largest = max(share for share, ramp in WARM_SIZES if not ramp)
-        return f"none up to share {largest:g}"
+        ran = [share for share, ramp in POOLS_ALONE if warm_label(share, ramp) in row.get("warm", {})]
+        return f"none up to share {ran[-1]:g}" if ran else "–"
     ext = float(row["warm"][label]["external_gpu_hours"])
     return f"{label}, {ext / fair_ext:.2f}×" if fair_ext else label
 

@@ -130,8 +130,9 @@ def warm_rows(**met: bool) -> dict[str, Any]:
     (warm_rows(**{"1/0": True, "0.25/0": True}), "share 0.25", "share 0.25, 3.00×"),
     # A pool with a forecast ramp is a different mechanism: it never counts as the pool alone.
     (warm_rows(**{"0.1/300": True, "0/300": True}), None, "none up to share 1"),
-    # A report from before the larger sizes: nothing to name.
-    ({}, None, "none up to share 1"),
+    # A report from before the larger sizes claims only the pools it ran; one without pools claims nothing.
+    ({k: v for k, v in warm_rows().items() if k in ("share 0.1", "share 0.25")}, None, "none up to share 0.25"),
+    ({}, None, "–"),
 ])
 def test_the_smallest_warm_pool_that_meets_the_target(warm: dict[str, Any], needed: str | None, cell: str) -> None:
     assert bf.warm_pool_needed(warm) == needed
