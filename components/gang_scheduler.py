@@ -187,6 +187,8 @@ def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
                 "readOnlyRootFilesystem": True, "privileged": False,
                 "capabilities": {"add": [], "drop": ["ALL"]},
             },
+            "controller_kube_api_qps": args.scheduling.controller_client.qps,
+            "controller_kube_api_burst": args.scheduling.controller_client.burst,
             "scheduler_resources": _chart_resources("500m", "1Gi"),
             "controller_resources": _chart_resources("200m", "512Mi"),
         },

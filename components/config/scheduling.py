@@ -102,6 +102,21 @@ class Team(ConfigModel):
         return self.group or self.name
 
 
+class ClientRate(ConfigModel):
+    """A Kubernetes client's own rate limit (client-go's token bucket): sustained requests per second, and the
+    burst it may spend at once."""
+
+    qps: PositiveInt
+    burst: PositiveInt
+
+    @model_validator(mode="after")
+    def _burst_covers_qps(self) -> Self:
+        if self.burst < self.qps:
+            raise ValueError(f"burst ({self.burst}) must be at least qps ({self.qps}): a bucket smaller than one "
+                             "second of its rate never reaches that rate")
+        return self
+
+
 class SchedulingEngine(StrEnum):
     VOLCANO = "volcano"
     KUBE_BATCH = "kube-batch"
@@ -126,6 +141,12 @@ class Scheduling(ConfigModel):
     (head-of-line blocking across pools). Unset means: per pool whenever the stack has more than one."""
     teams: list[Team] = Field(default_factory=list)
     """Research teams, each with a queue of its own (`team-<name>`) and a researcher RoleBinding."""
+    controller_client: ClientRate = ClientRate(qps=500, burst=1000)
+    """Client rate of Volcano's controllers (`--kube-api-qps`/`--kube-api-burst`). They create every pod of a
+    gang through this one client, after the gang is admitted: Volcano's own 50/100 paces a 2,048-pod gang's
+    creation at 40 s or more before the scheduler may place any of it (gangs place all or nothing), and the
+    scheduler rewrites the condition of every pending pod in each session meanwhile. The API server's priority
+    and fairness still bounds what it serves."""
 
     @model_validator(mode="after")
     def _queues(self) -> Self:

@@ -36,7 +36,9 @@ from tools.localcluster.plan import (
     load_plan,
     load_stack_config,
     volcano_conf,
+    volcano_controller_flags,
 )
+from tools.localcluster.scale import Tuning
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE = ROOT / ".state" / "localcluster"
@@ -212,19 +214,31 @@ def api_client(lay: Layout) -> Any:
     return config.new_client_from_config(config_file=str(lay.kubeconfig))  # type: ignore[no-untyped-call]
 
 
+#: Node creates in flight at once: a 2,048-node plan is created in seconds instead of one round trip at a time.
+NODE_CREATE_WORKERS = 16
+
+
 def apply_nodes(lay: Layout, plan: NodePlan, real: Sequence[str] = ()) -> None:
     """Create the plan's kwok nodes (kept as they are if they exist: the stack or the agents may own fields);
     the ``real`` ones are left to their kubelets, which register them.
 
     Virtual nodes are left to the stack's virtual kubelets, which register them (tools/localcluster/virtual_kubelet.py).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from kubernetes import client
 
     api: Any = client.CoreV1Api(api_client(lay))
     existing = {n.metadata.name for n in api.list_node().items}
-    for node in plan.kwok_nodes:
-        if node.name not in existing and node.name not in real:
+    todo = [n for n in plan.kwok_nodes if n.name not in existing and n.name not in real]
+    if len(todo) < 2 * NODE_CREATE_WORKERS:
+        for node in todo:
             api.create_node(node.manifest(plan.gpu_resource))
+        return
+    api.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = NODE_CREATE_WORKERS
+    with ThreadPoolExecutor(NODE_CREATE_WORKERS) as pool:
+        # list() re-raises the first failure here, naming the node in the API's message.
+        list(pool.map(lambda node: api.create_node(node.manifest(plan.gpu_resource)), todo))
 
 
 def apply_crds(lay: Layout) -> list[str]:
@@ -336,10 +350,17 @@ def is_up(lay: Layout) -> bool:
         return False
 
 
-def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bool = False) -> NodePlan:
+def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bool = False,
+       plan: NodePlan | None = None, tuning: Tuning | None = None) -> NodePlan:
     """Start the control plane and the plan's kwok nodes; with ``real_nodes``, real kubelets beside them
-    (tools/localcluster/nodehost.py: the host is checked first, and what they change is restored by ``down``)."""
-    plan = load_plan(ROOT, stack, real_nodes)
+    (tools/localcluster/nodehost.py: the host is checked first, and what they change is restored by ``down``).
+
+    ``plan`` replaces the stack's own (a scale shape, tools/localcluster/scale.py) and ``tuning`` sets the
+    control plane's flags for that size; neither goes with ``real_nodes``.
+    """
+    if real_nodes and (plan is not None or tuning is not None):
+        raise ClusterError("a scale plan or tuning runs on kwok nodes only, not with real nodes")
+    plan = plan or load_plan(ROOT, stack, real_nodes)
     real: tuple[str, ...] = ()
     if real_nodes:
         from tools.localcluster import nodehost
@@ -378,11 +399,21 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     lay.kubeconfig.write_text(pki.kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki))
     lay.kubeconfig.chmod(0o600)
     lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(), sort_keys=False))
-    lay.audit_policy.write_text(yaml.safe_dump(audit_policy(), sort_keys=False))
+    lay.audit_policy.write_text(yaml.safe_dump(audit_policy(everyone=tuning is not None and tuning.audit_everyone),
+                                                sort_keys=False))
     lay.logs.mkdir(parents=True, exist_ok=True)
     from tools.localcluster.realnodes import APISERVER_IP
 
     cmds = component_commands(lay, ports, APISERVER_IP if real_nodes else None)
+    stack_cfg = load_stack_config(ROOT, stack)
+    if stack_cfg is not None:
+        cmds["vc-controller-manager"] += volcano_controller_flags(stack_cfg)
+    if tuning is not None:
+        cmds = tuning.apply(cmds)
+        if tuning.kwok_options:
+            kwok_config = lay.state / "kwok-config.yaml"
+            kwok_config.write_text(tuning.kwok_config())
+            cmds["kwok"].append(f"--config={kwok_config}")
 
     etcd = start_process(lay, "etcd", cmds["etcd"])
     wait_for("etcd health", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, etcd)

@@ -370,6 +370,13 @@ def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: 
     }
 
 
+def volcano_controller_flags(cfg: Any) -> list[str]:
+    """The stack's client rate for Volcano's controllers (``scheduling.controllerClient``), as the chart sets it, so
+    the local control plane creates a gang's pods at the pace production does."""
+    rate = cfg.scheduling.controller_client
+    return [f"--kube-api-qps={rate.qps}", f"--kube-api-burst={rate.burst}"]
+
+
 def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "20s",
                         kubeconfig: Path | None = None) -> list[str]:
     """The descheduler runs on demand with a policy file (the stack's, for ``make up`` and e2e), as its own
@@ -392,12 +399,21 @@ def volcano_conf() -> dict[str, Any]:
     return conf
 
 
-def audit_policy() -> dict[str, Any]:
+def audit_policy(everyone: bool = False) -> dict[str, Any]:
     """Metadata (who, verb, object, RBAC decision) of every request a service account makes; nothing else.
 
     The control plane and the agents authenticate with the admin certificate, so the log holds the virtual
-    kubelets' requests only: small, and exactly what their RBAC is measured against.
+    kubelets' requests only: small, and exactly what their RBAC is measured against. With ``everyone`` (the scale
+    shapes) every request but the node leases' renewals is logged, with its user agent, so the requests per agent
+    can be counted; the leases (hundreds a second at 2,048 nodes) are counted from the API server's metrics.
     """
+    if everyone:
+        return {
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+                       "namespaces": ["kube-node-lease"]},
+                      {"level": "Metadata"}],
+        }
     return {
         "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
         "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}],

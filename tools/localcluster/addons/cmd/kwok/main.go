@@ -1,7 +1,8 @@
 // kwok for the local control plane: fakes the GPU nodes and the lifecycle of pods bound to them.
 //
-// Without --config, kwok would run with no stages (nodes never Ready, pods never Running); this main
-// then loads the stages kwok itself embeds (fast node init, lease heartbeat, fast pod lifecycle).
+// Without a Stage in its --config files, kwok would run with no stages (nodes never Ready, pods never Running);
+// this main then adds the stages kwok itself embeds (fast node init, lease heartbeat, fast pod lifecycle), so a
+// --config that only tunes kwok (a KwokConfiguration: its workers, which no flag sets) keeps them.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -23,9 +25,36 @@ import (
 	"sigs.k8s.io/kwok/pkg/utils/signals"
 )
 
-func hasConfigFlag(args []string) bool {
-	return slices.ContainsFunc(args, func(a string) bool {
-		return a == "-c" || a == "--config" || strings.HasPrefix(a, "--config=") || strings.HasPrefix(a, "-c=")
+// configFiles lists the files of every --config/-c flag (comma-separated lists and repeated flags alike).
+func configFiles(args []string) []string {
+	var files []string
+	for i, a := range args {
+		value := ""
+		switch {
+		case strings.HasPrefix(a, "--config="):
+			value = strings.TrimPrefix(a, "--config=")
+		case strings.HasPrefix(a, "-c="):
+			value = strings.TrimPrefix(a, "-c=")
+		case (a == "-c" || a == "--config") && i+1 < len(args):
+			value = args[i+1]
+		}
+		for _, f := range strings.Split(value, ",") {
+			if f != "" {
+				files = append(files, f)
+			}
+		}
+	}
+	return files
+}
+
+// stageKind matches a document of kind Stage in a kwok config file.
+var stageKind = regexp.MustCompile(`(?m)^kind:\s*Stage\s*$`)
+
+// hasStages says whether any of the files declares a Stage (an unreadable file counts as one: kwok reports it).
+func hasStages(files []string) bool {
+	return slices.ContainsFunc(files, func(f string) bool {
+		data, err := os.ReadFile(f)
+		return err != nil || stageKind.Match(data)
 	})
 }
 
@@ -65,7 +94,7 @@ func writeDefaultStages() (string, error) {
 }
 
 func main() {
-	if !hasConfigFlag(os.Args[1:]) {
+	if !hasStages(configFiles(os.Args[1:])) {
 		path, err := writeDefaultStages()
 		if err != nil {
 			os.Stderr.WriteString("kwok: writing default stages: " + err.Error() + "\n")

@@ -1,0 +1,276 @@
+"""The scale shapes, the control plane's tuning for them and the measurements (pure parts; no cluster)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from components.config import ConfigError, parse_config
+from tools.localcluster import scale, scalerun
+from tools.localcluster.plan import component_commands, volcano_controller_flags
+from tools.localcluster.plan import Layout as PlanLayout
+from tools.localcluster.scalemeasure import (
+    GangTimes,
+    agent_of,
+    histogram_quantile,
+    parse_histogram,
+    percentiles,
+    requests_by_agent,
+)
+from tools.mockrt import raw_from_stack
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize(("name", "gpu_nodes", "system_nodes", "gpus"), [
+    ("small", 64, 2, 512), ("prod", 256, 12, 2048), ("llama3", 2048, 12, 16384)])
+def test_each_shape_has_its_size(name: str, gpu_nodes: int, system_nodes: int, gpus: int) -> None:
+    plan = scale.shape_plan(scale.shape(name), ROOT)
+    assert len(plan.by_kind("gpu")) == gpu_nodes
+    assert len(plan.by_kind("system")) == system_nodes
+    assert plan.onprem_gpus == gpus
+    assert len({n.name for n in plan.nodes}) == len(plan.nodes)
+
+
+def test_the_prod_shape_is_the_prod_stack_as_declared() -> None:
+    assert scale.shape_values(scale.shape("prod"), ROOT) == raw_from_stack("prod")
+
+
+def test_a_resized_shape_keeps_the_teams_share_of_the_gpus_and_validates() -> None:
+    prod = {t["name"]: t for t in raw_from_stack("prod")["scheduling"]["teams"]}
+    for name, ratio in (("small", 512 / 2048), ("llama3", 16384 / 2048)):
+        values = scale.shape_values(scale.shape(name), ROOT)
+        for team in values["scheduling"]["teams"]:
+            assert team["guaranteeGpus"] == int(prod[team["name"]]["guaranteeGpus"] * ratio)
+            assert team["capabilityGpus"] == int(prod[team["name"]]["capabilityGpus"] * ratio)
+        assert values["training"]["jobs"] == []
+        parse_config(values, f"scale shape {name}")  # the whole stack's rules, not only the cluster shape
+
+
+def test_an_unknown_shape_is_refused_listing_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown scale shape 'huge'; known: small, prod, llama3"):
+        scale.shape("huge")
+
+
+def test_every_gang_size_of_a_shape_fits_its_largest_pool() -> None:
+    for sh in scale.SHAPES.values():
+        plan = scale.shape_plan(sh, ROOT)
+        largest = max(sum(n.pool == p for n in plan.by_kind("gpu")) for p in {n.pool for n in plan.by_kind("gpu")})
+        assert sh.gang_sizes and max(sh.gang_sizes) <= largest, sh.name
+
+
+def test_kwok_nodes_carry_the_labels_and_taints_the_stacks_node_patches_apply() -> None:
+    """Server-side apply of the stack's NodePatch finds nothing to change: the plan is the stack's own."""
+    sh = scale.shape("small")
+    plan = scale.shape_plan(sh, ROOT)
+    patches = {o["metadata"]["name"]: o for o in scalerun.stack_objects(sh) if o["kind"] == "Node"}
+    for node in plan.by_kind("gpu"):
+        patch = patches[node.name]
+        assert patch["metadata"]["labels"].items() <= node.manifest(plan.gpu_resource)["metadata"]["labels"].items()
+        assert [t for t in patch["spec"].get("taints", [])] == [t.manifest() for t in node.taints]
+
+
+# --------------------------------------------------------------------------- what is applied
+
+
+def test_workloads_missing_crds_and_virtual_node_patches_are_left_out_and_counted() -> None:
+    sh = scale.shape("small")
+    plan = scale.shape_plan(sh, ROOT)
+    objects = scalerun.stack_objects(sh)
+    keep, left = scalerun.split_objects(objects, {n.name for n in plan.kwok_nodes})
+    assert sum(left.values()) + len(keep) == len(objects)
+    assert left[scalerun.NODE_NOT_FAKED] == len(plan.by_kind("virtual"))
+    assert left["Deployment"] and left["APIService"]
+    kinds = [o["kind"] for o in keep]
+    assert not set(kinds) & set(scalerun.LEFT_OUT)
+    # What others refer to comes first; each kind is one run (applied side by side).
+    assert kinds.index("Namespace") < kinds.index("Queue") < kinds.index("ValidatingAdmissionPolicyBinding")
+    runs = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert len(runs) == len(set(runs))
+    node_names = {o["metadata"]["name"] for o in keep if o["kind"] == "Node"}
+    assert node_names == {n.name for n in plan.kwok_nodes if n.kind == "gpu"} | (
+        node_names & {n.name for n in plan.by_kind("system")})
+
+
+# --------------------------------------------------------------------------- tuning
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    ports = {name: 10000 + i for i, name in enumerate(("etcd", "etcd_peer", "apiserver", "kwok",
+                                                        "vc_scheduler_metrics", "vc_scheduler_healthz",
+                                                        "vc_controller_metrics", "vc_controller_healthz",
+                                                        "descheduler"))}
+    return component_commands(PlanLayout(tmp_path), ports)
+
+
+def test_tuning_replaces_a_flag_already_set_instead_of_repeating_it(tmp_path: Path) -> None:
+    cmds = _commands(tmp_path)
+    tuning = scale.Tuning((scale.Setting("kwok", "--node-lease-duration-seconds", "60", "why"),
+                           scale.Setting("kube-apiserver", "--max-requests-inflight", "900", "why")))
+    tuned = tuning.apply(cmds)
+    assert [a for a in tuned["kwok"] if a.startswith("--node-lease-duration-seconds")] == [
+        "--node-lease-duration-seconds=60"]
+    assert tuned["kube-apiserver"][-1] == "--max-requests-inflight=900"
+    assert tuned["etcd"] == cmds["etcd"]
+
+
+def test_tuning_for_a_component_the_control_plane_does_not_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not run: kube-proxy"):
+        scale.Tuning((scale.Setting("kube-proxy", "--x", "1", "why"),)).apply(_commands(tmp_path))
+
+
+def test_small_clusters_run_stock_settings_and_large_ones_name_a_reason_for_each() -> None:
+    assert scale.tuning_for(66).settings == ()
+    big = scale.tuning_for(2060)
+    assert big.settings and all(s.why for s in big.settings)
+    flags = {(s.component, s.flag): int(s.value) for s in big.settings if s.value.isdigit()}
+    assert flags[("kube-apiserver", "--max-requests-inflight")] > 400
+    assert flags[("kube-apiserver", "--max-mutating-requests-inflight")] > 200
+    assert big.kwok_options["nodeLeaseParallelism"] > 4 and big.kwok_options["podPlayStageParallelism"] > 4
+    doc = big.kwok_config()
+    assert "kind: KwokConfiguration" in doc and "kind: Stage" not in doc
+
+
+def test_the_local_volcano_controllers_run_at_the_stacks_client_rate() -> None:
+    cfg = scale.shape_config(scale.shape("prod"), ROOT)
+    rate = cfg.scheduling.controller_client
+    assert volcano_controller_flags(cfg) == [f"--kube-api-qps={rate.qps}", f"--kube-api-burst={rate.burst}"]
+
+
+def test_a_client_burst_below_its_rate_is_refused_naming_the_key() -> None:
+    raw = raw_from_stack("prod")
+    raw["scheduling"]["controllerClient"] = {"qps": 400, "burst": 100}
+    with pytest.raises(ConfigError, match=r"scheduling\.controllerClient.*burst \(100\) must be at least qps \(400\)"):
+        parse_config(raw, "Pulumi.prod.yaml")
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def test_gang_times_report_when_the_last_pod_reached_each_stage() -> None:
+    times = GangTimes(start=100.0)
+    for i in range(3):
+        times.see(f"p{i}", bound=False, phase="Pending", now=100.5 + i)
+    for i in range(3):
+        times.see(f"p{i}", bound=True, phase="Pending", now=104.0 + i)
+        times.see(f"p{i}", bound=True, phase="Running", now=104.5 + i)
+    times.see("p0", bound=True, phase="Running", now=200.0)  # a later event changes no first time
+    assert times.summary(3) == {"all_created_s": 2.5, "first_bound_s": 4.0, "all_bound_s": 6.0,
+                                "all_running_s": 6.5}
+    assert times.running() == 3
+    times.see("p1", bound=True, phase="Running", now=210.0, deleted=True)
+    assert times.running() == 2 and times.alive() == 2
+
+
+def test_a_partial_gang_is_an_error_naming_the_stage_never_a_figure() -> None:
+    times = GangTimes(start=0.0)
+    times.see("a", bound=True, phase="Running", now=1.0)
+    times.see("b", bound=True, phase="Pending", now=1.0)
+    with pytest.raises(ValueError, match="1 of 2 pods reached 'running'"):
+        times.summary(2)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=50))
+def test_percentiles_are_observed_values_ordered_by_rank(values: list[float]) -> None:
+    p = percentiles(values)
+    assert {p["p50"], p["p90"], p["p99"]} <= set(values)
+    assert p["min"] <= p["p50"] <= p["p90"] <= p["p99"] <= p["max"]
+    assert p["n"] == len(values)
+
+
+def test_percentiles_of_nothing_are_refused() -> None:
+    with pytest.raises(ValueError, match="no values"):
+        percentiles([])
+
+
+HISTOGRAM = """# HELP apiserver_request_duration_seconds x
+# TYPE apiserver_request_duration_seconds histogram
+apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",le="0.1"} 80
+apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",le="1"} 98
+apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",le="+Inf"} 100
+apiserver_request_duration_seconds_sum{verb="POST",resource="pods"} 9
+apiserver_request_duration_seconds_count{verb="POST",resource="pods"} 100
+apiserver_request_duration_seconds_bucket{verb="GET",resource="pods",le="0.1"} 0
+apiserver_request_duration_seconds_bucket{verb="GET",resource="pods",le="1"} 0
+apiserver_request_duration_seconds_bucket{verb="GET",resource="pods",le="+Inf"} 1000
+"""
+
+
+def test_the_api_servers_histogram_is_read_for_the_verbs_asked_and_its_quantile_as_prometheus_takes_it() -> None:
+    buckets = parse_histogram(HISTOGRAM, "apiserver_request_duration_seconds", {"verb": ("POST", "PUT")})
+    assert buckets == {0.1: 80.0, 1.0: 98.0, math.inf: 100.0}
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.0625)
+    assert histogram_quantile(0.9, buckets) == pytest.approx(0.1 + 0.9 * 10 / 18)
+    assert histogram_quantile(0.99, buckets) == 1.0  # in the +Inf bucket: the largest finite bound
+    assert histogram_quantile(0.99, {0.1: 0.0, math.inf: 0.0}) is None
+
+
+def test_text_that_is_not_an_exposition_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not Prometheus text exposition"):
+        parse_histogram("apiserver_request_duration_seconds_bucket{le=0.1 oops", "apiserver_request_duration_seconds")
+
+
+@given(st.lists(st.integers(min_value=0, max_value=1000), min_size=1, max_size=8), st.floats(0, 1), st.floats(0, 1))
+def test_histogram_quantiles_are_monotone_and_within_the_bounds(increments: list[int], q1: float, q2: float) -> None:
+    bounds = [0.005 * 2**i for i in range(len(increments))] + [math.inf]
+    counts, total = [], 0
+    for inc in [*increments, 0]:
+        total += inc
+        counts.append(float(total))
+    buckets = dict(zip(bounds, counts, strict=True))
+    a, b = histogram_quantile(min(q1, q2), buckets), histogram_quantile(max(q1, q2), buckets)
+    if total == 0:
+        assert a is None and b is None
+        return
+    assert a is not None and b is not None
+    assert 0 <= a <= b <= bounds[-2]
+
+
+def _event(ts: str, agent: str, verb: str, user: str = "admin") -> dict[str, object]:
+    return {"requestReceivedTimestamp": ts, "userAgent": agent, "verb": verb, "user": {"username": user}}
+
+
+def test_requests_per_agent_in_a_window() -> None:
+    events = [
+        _event("2026-12-06T05:00:00.500000Z", "vc-scheduler/v1.14.1 (linux/amd64) kubernetes/abc", "update"),
+        _event("2026-12-06T05:00:01.000000Z", "vc-scheduler/v1.14.1 (linux/amd64) kubernetes/abc", "get"),
+        _event("2026-12-06T05:00:01.500000Z", "OpenAPI-Generator/37.0.2/python", "create", "system:admin"),
+        _event("2026-12-06T05:00:09.000000Z", "kwok/v0.8.0", "patch"),  # outside the window
+        {"userAgent": "no-timestamp", "verb": "get"},
+        _event("not a time", "bad", "get"),
+    ]
+    start = 1796533200.0  # 2026-12-06T05:00:00Z
+    rates = requests_by_agent(events, start, start + 2)
+    assert rates == {"vc-scheduler": {"requests_per_s": 1.0, "mutating_per_s": 0.5, "requests": 2},
+                     "OpenAPI-Generator (system:admin)": {"requests_per_s": 0.5, "mutating_per_s": 0.5,
+                                                          "requests": 1}}
+    with pytest.raises(ValueError, match="empty window"):
+        requests_by_agent(events, start, start)
+
+
+@pytest.mark.parametrize(("ua", "user", "agent"), [
+    ("vc-controller-manager/v0.0.0 (linux/amd64) kubernetes/$Format", None, "vc-controller-manager"),
+    ("kube-apiserver/v1.35.3", "system:apiserver", "kube-apiserver"),
+    ("", "system:admin", "unknown (system:admin)"),
+    (None, None, "unknown"),
+    ("Go-http-client/2.0", "system:serviceaccount:x:y", "Go-http-client (system:serviceaccount:x:y)"),
+])
+def test_agent_names(ua: str | None, user: str | None, agent: str) -> None:
+    assert agent_of(ua, user) == agent
+
+
+def test_results_keep_the_last_run_of_each_shape(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    scalerun.merge_results({"shape": "small", "nodes": 66}, path)
+    scalerun.merge_results({"shape": "prod", "nodes": 268}, path)
+    scalerun.merge_results({"shape": "small", "nodes": 67}, path)
+    shapes = json.loads(path.read_text())["shapes"]
+    assert {k: v["nodes"] for k, v in shapes.items()} == {"small": 67, "prod": 268}

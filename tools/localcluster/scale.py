@@ -1,0 +1,186 @@
+"""Production-sized shapes of the local control plane (pure): which stack, which pools, which tuning.
+
+A shape is a stack file (``Pulumi.<stack>.yaml``) with its pools and system pool optionally resized, so
+the kwok nodes carry exactly the names, labels, capacity and taints the stack's ``NodePatch`` resources
+apply, and the objects applied onto it are the stack's own (``tools.localcluster.scalerun``). Three shapes:
+
+- ``small``: the prod stack's two pools cut to 32 nodes each; the same code path ``make test`` runs;
+- ``prod``: ``Pulumi.prod.yaml`` as it is (256 GPU nodes, 12 system nodes);
+- ``llama3``: 2,048 nodes x 8 GPUs in one pool (16,384 GPUs, Llama 3's training size).
+
+The tuning is what an operator of a cluster that size sets on the control plane; each entry says why.
+The settings the production stack must carry too (Volcano's client rates) are stack keys
+(``scheduling.volcano``); the ones here are the local control plane's stand-ins for a managed control plane.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.localcluster.plan import NodePlan, plan_from_config, stack_config_values
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A stack at a size: ``pools`` (``None`` keeps the stack's) and ``system_nodes`` replace its own."""
+
+    name: str
+    description: str
+    stack: str = "prod"
+    pools: tuple[Mapping[str, Any], ...] | None = None
+    system_nodes: int | None = None
+    #: Gang sizes (pods of 8 GPUs) the bench submits on this shape; each fits the largest pool.
+    gang_sizes: tuple[int, ...] = ()
+
+
+def _pool(name: str, prefix: str, count: int, model: str) -> dict[str, Any]:
+    width = max(3, len(str(count)))
+    return {"name": name, "nodes": [f"{prefix}-[{1:0{width}d}-{count:0{width}d}]"], "gpuModel": model,
+            "gpusPerNode": 8}
+
+
+SHAPES: dict[str, Shape] = {
+    "small": Shape(
+        "small", "the prod stack cut to 2 pools x 32 nodes (512 GPUs): the path `make test` runs",
+        pools=(_pool("h100-a", "gpu-a", 32, "H100-SXM5-80GB"), _pool("h200-b", "gpu-b", 32, "H200-SXM5-141GB")),
+        system_nodes=2, gang_sizes=(16, 32)),
+    "prod": Shape("prod", "Pulumi.prod.yaml as declared: 256 GPU nodes in 2 pools + 12 system nodes (2,048 GPUs)",
+                  gang_sizes=(64, 128)),
+    "llama3": Shape(
+        "llama3", "2,048 nodes x 8 GPUs in one pool (16,384 GPUs) + 12 system nodes",
+        pools=(_pool("h100-a", "gpu-a", 2048, "H100-SXM5-80GB"),), system_nodes=12,
+        gang_sizes=(256, 512, 1024, 2048)),
+}
+
+
+def shape(name: str) -> Shape:
+    try:
+        return SHAPES[name]
+    except KeyError:
+        raise ValueError(f"unknown scale shape {name!r}; known: {', '.join(SHAPES)}") from None
+
+
+def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
+    """The stack file's values (without the project prefix) with the shape's pools and system pool.
+
+    A resized stack keeps its proportions: each team's guaranteed and capability GPUs scale with the on-prem
+    GPUs; its example jobs are dropped (the bench submits its own gangs, sized for the shape).
+    """
+    values = {k: v for k, v in copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml")).items()
+              if not (isinstance(v, dict) and "secure" in v)}  # secrets stay with the stack file's reader
+    if sh.pools is not None:
+        before = _gpus(values.get("pools") or ())
+        values["pools"] = [dict(p) for p in sh.pools]
+        ratio = _gpus(values["pools"]) / before if before else 1.0
+        scheduling = dict(values.get("scheduling") or {})
+        teams = [dict(t) for t in scheduling.get("teams") or ()]
+        for team in teams:
+            for key in ("guaranteeGpus", "capabilityGpus"):
+                if key in team:
+                    team[key] = max(1, int(team[key] * ratio))
+        if teams:
+            scheduling["teams"] = teams
+            values["scheduling"] = scheduling
+        training = dict(values.get("training") or {})
+        training["jobs"] = []
+        values["training"] = training
+    if sh.system_nodes is not None:
+        system = dict(values.get("systemPool") or {"name": "system"})
+        system["nodes"] = [f"cpu-sys-[01-{sh.system_nodes:02d}]"]
+        values["systemPool"] = system
+    return values
+
+
+def _gpus(pools: Sequence[Mapping[str, Any]]) -> int:
+    from components.config import expand_node_names
+
+    return sum(len(expand_node_names(p.get("nodes") or ())) * int(p.get("gpusPerNode", 8)) for p in pools)
+
+
+def shape_config(sh: Shape, root: Path) -> Any:
+    """The shape's validated ``ClusterConfig`` (cluster-shape keys only, as ``plan.load_stack_config`` reads)."""
+    from components.config import ClusterConfig
+
+    fields = {f.alias or n for n, f in ClusterConfig.model_fields.items()} | set(ClusterConfig.model_fields)
+    return ClusterConfig.model_validate({k: v for k, v in shape_values(sh, root).items() if k in fields})
+
+
+def shape_plan(sh: Shape, root: Path) -> NodePlan:
+    return plan_from_config(shape_config(sh, root), source=f"scale shape {sh.name} (Pulumi.{sh.stack}.yaml)")
+
+
+# --------------------------------------------------------------------------- control-plane tuning
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One flag of one component, and why a cluster of that size needs it."""
+
+    component: str
+    flag: str
+    value: str
+    why: str
+
+    @property
+    def arg(self) -> str:
+        return f"{self.flag}={self.value}"
+
+
+@dataclass(frozen=True)
+class Tuning:
+    settings: tuple[Setting, ...] = field(default_factory=tuple)
+    #: Log every request's user agent (plan.audit_policy), so the bench counts each agent's requests.
+    audit_everyone: bool = True
+    #: kwok's ``options`` (a KwokConfiguration): its worker counts have no flags.
+    kwok_options: Mapping[str, int] = field(default_factory=dict)
+
+    def kwok_config(self) -> str:
+        """The KwokConfiguration document for ``kwok_options`` (kwok's wrapper keeps its default stages)."""
+        import yaml
+
+        return yaml.safe_dump({"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+                               "options": dict(self.kwok_options)}, sort_keys=False)
+
+    def flags(self, component: str) -> list[str]:
+        return [s.arg for s in self.settings if s.component == component]
+
+    def apply(self, commands: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """``commands`` with each component's flags set: a flag already there is replaced, not repeated."""
+        out: dict[str, list[str]] = {}
+        for name, argv in commands.items():
+            mine = {s.flag: s.arg for s in self.settings if s.component == name}
+            kept = [a for a in argv if a.split("=", 1)[0] not in mine]
+            out[name] = kept + list(mine.values())
+        unknown = sorted({s.component for s in self.settings} - set(commands))
+        if unknown:
+            raise ValueError(f"tuning names components the control plane does not run: {', '.join(unknown)}")
+        return out
+
+
+def tuning_for(nodes: int) -> Tuning:
+    """The control plane's settings for ``nodes`` kwok nodes (the stock settings below 100 nodes)."""
+    if nodes < 100:
+        return Tuning(())
+    big = nodes > 1000
+    return Tuning((
+        Setting("kube-apiserver", "--max-requests-inflight", "1600" if big else "800",
+                "API Priority and Fairness shares the sum of both limits among its levels; the stock 400+200 "
+                "leaves the workload-low level a few seats while thousands of node leases renew"),
+        Setting("kube-apiserver", "--max-mutating-requests-inflight", "800" if big else "400",
+                "a gang's pod creates, binds and status writes are mutating: thousands in a few seconds"),
+        Setting("kube-controller-manager", "--kube-api-qps", "200",
+                "the stock 20/s paces DaemonSet pods (one per GPU node), garbage collection of a deleted "
+                "gang's pods and taint-based evictions"),
+        Setting("kube-controller-manager", "--kube-api-burst", "400", "see --kube-api-qps"),
+        Setting("kwok", "--v", "WARN", "kwok logs every lease renewal and pod patch at INFO: ~200 lines/s at 2,048 "
+                "nodes, CPU this machine's API server needs"),
+    ), kwok_options={
+        # kwok has no client-side rate limit; its 4 workers per kind are the pace: 2,048 lease renewals every
+        # 10 s leave each lease worker 20 ms, and a gang's pod-ready patches queue behind 4 workers.
+        "podPlayStageParallelism": 32, "nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16,
+        "podsOnNodeSyncParallelism": 8,
+    })

@@ -1,0 +1,178 @@
+"""What the scale runs measure, as pure functions over what they observed (tested by tables and properties).
+
+- :class:`GangTimes`: when each pod of a gang was first seen, bound and Running (from a watch);
+- :func:`percentiles`: p50/p90/p99 of repeated runs (nearest rank, so every figure is a measured one);
+- :func:`parse_histogram` / :func:`histogram_quantile`: the API server's own latency histograms, as
+  Prometheus reads them (linear within a bucket);
+- :func:`requests_by_agent`: requests per second per agent from the API server's audit events.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass
+class PodTimes:
+    seen: float
+    bound: float | None = None
+    running: float | None = None
+    deleted: float | None = None
+
+
+@dataclass
+class GangTimes:
+    """Per-pod first times (seconds since ``start``, a monotonic clock) of a gang, fed by a pod watch."""
+
+    start: float
+    pods: dict[str, PodTimes] = field(default_factory=dict)
+
+    def see(self, name: str, bound: bool, phase: str | None, now: float, deleted: bool = False) -> None:
+        t = now - self.start
+        pod = self.pods.setdefault(name, PodTimes(seen=t))
+        if bound and pod.bound is None:
+            pod.bound = t
+        if phase == "Running" and pod.running is None:
+            pod.running = t
+        if deleted and pod.deleted is None:
+            pod.deleted = t
+
+    def running(self) -> int:
+        return sum(p.running is not None and p.deleted is None for p in self.pods.values())
+
+    def alive(self) -> int:
+        return sum(p.deleted is None for p in self.pods.values())
+
+    def summary(self, expected: int) -> dict[str, float]:
+        """Seconds from the start until all ``expected`` pods existed, were bound and were Running.
+
+        A figure is taken over the first ``expected`` pods only when that many reached the stage; fewer is an
+        error naming the stage, so a partial gang is never reported as a finished one.
+        """
+        out: dict[str, float] = {}
+        for stage in ("seen", "bound", "running"):
+            times = sorted(t for p in self.pods.values() if (t := getattr(p, stage)) is not None)
+            if len(times) < expected:
+                raise ValueError(f"{len(times)} of {expected} pods reached '{stage}'")
+            key = {"seen": "all_created_s", "bound": "all_bound_s", "running": "all_running_s"}[stage]
+            out[key] = round(times[expected - 1], 2)
+            if stage == "bound":
+                out["first_bound_s"] = round(times[0], 2)
+        return out
+
+
+def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:
+    """Nearest-rank percentiles (``p50``…), with ``min``, ``max`` and ``n``; every value is one observed."""
+    if not values:
+        raise ValueError("no values to take percentiles of")
+    ordered = sorted(values)
+    out: dict[str, float] = {"n": len(ordered), "min": ordered[0], "max": ordered[-1]}
+    for q in qs:
+        if not 0 < q <= 100:
+            raise ValueError(f"percentile {q} is outside (0, 100]")
+        rank = max(1, math.ceil(q / 100 * len(ordered)))
+        out[f"p{q}"] = ordered[rank - 1]
+    return out
+
+
+def parse_histogram(text: str, name: str, match: Mapping[str, Iterable[str]] | None = None) -> dict[float, float]:
+    """Cumulative bucket counts (``le`` -> count) of histogram ``name``, summed over the series whose labels
+    are in ``match`` (label -> allowed values). Text that is not the Prometheus exposition format is an error."""
+    allowed = {k: set(v) for k, v in (match or {}).items()}
+    buckets: dict[float, float] = {}
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise ValueError(f"not Prometheus text exposition: {exc}") from None
+    for family in families:
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name != f"{name}_bucket":
+                continue
+            if any(sample.labels.get(k) not in v for k, v in allowed.items()):
+                continue
+            le = float(sample.labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + float(sample.value)
+    return buckets
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """Prometheus's ``histogram_quantile`` over cumulative buckets: None without observations; the largest
+    finite bound when the rank falls in the +Inf bucket."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is outside [0, 1]")
+    ordered = sorted(buckets.items())
+    if not ordered or ordered[-1][1] <= 0:
+        return None
+    if not math.isinf(ordered[-1][0]):
+        raise ValueError("histogram has no +Inf bucket")
+    total = ordered[-1][1]
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            # Clamped: lower + (bound - lower) * 1.0 is not always ``bound`` in floating point.
+            return min(bound, lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count))
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+_AGENT = re.compile(r"^([A-Za-z0-9._-]+)")
+
+
+def agent_of(user_agent: str | None, username: str | None = None) -> str:
+    """A request's agent: the program name of its user agent (``vc-scheduler/v1.14 (linux/amd64) …`` ->
+    ``vc-scheduler``); a generic client library's name is qualified by the user that sent it."""
+    match = _AGENT.match(user_agent or "")
+    name = match.group(1) if match else "unknown"
+    if name in ("OpenAPI-Generator", "Go-http-client", "python-requests", "unknown") and username:
+        return f"{name} ({username})"
+    return name
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+MUTATING = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+def requests_by_agent(events: Iterable[Mapping[str, Any]], since: float, until: float) -> dict[str, dict[str, float]]:
+    """Per agent: requests per second (all, and mutating) received in ``[since, until)`` (epoch seconds).
+
+    Events without a receive time, or from outside the window, are not counted; a window of no length is an
+    error (a rate over nothing is not zero).
+    """
+    if until <= since:
+        raise ValueError(f"empty window: {since} .. {until}")
+    counts: dict[str, list[int]] = {}
+    for event in events:
+        stamp = event.get("requestReceivedTimestamp")
+        if not isinstance(stamp, str):
+            continue
+        try:
+            t = _epoch(stamp)
+        except ValueError:
+            continue
+        if not since <= t < until:
+            continue
+        user = event.get("user") if isinstance(event.get("user"), Mapping) else {}
+        agent = agent_of(event.get("userAgent"), (user or {}).get("username"))
+        total = counts.setdefault(agent, [0, 0])
+        total[0] += 1
+        total[1] += event.get("verb") in MUTATING
+    span = until - since
+    return {agent: {"requests_per_s": round(n / span, 2), "mutating_per_s": round(m / span, 2), "requests": n}
+            for agent, (n, m) in sorted(counts.items(), key=lambda kv: -kv[1][0])}

@@ -1,0 +1,423 @@
+"""``make scale-up`` / ``make bench-scale``: a scale shape on the local control plane, and what it measures.
+
+The shape (tools/localcluster/scale.py) runs on the same control plane as ``make up`` (etcd, API server,
+controller manager, kwok, Volcano's scheduler and controllers), in its own state folder
+(``.state/scale/<shape>``), with the control plane tuned for its size. Onto it go the stack's own objects as
+the mock runtime renders them for that shape (namespaces, priority classes, Volcano queues, admission policies,
+RBAC, the published training settings, the checkpoint claims, the node patches); workloads and the kinds whose
+CRDs this control plane does not serve (monitors, certificates, gateway routes, the metrics APIService) are left
+out and counted. Gangs are then submitted through ``gpucluster train submit``, exactly as a researcher does.
+
+The measurements are pure functions in :mod:`tools.localcluster.scalemeasure`; this module is the I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.localcluster import control
+from tools.localcluster.plan import Layout
+from tools.localcluster.scale import Shape, shape, shape_plan, shape_values, tuning_for
+from tools.localcluster.scalemeasure import (
+    GangTimes,
+    agent_of,
+    histogram_quantile,
+    parse_histogram,
+    percentiles,
+    requests_by_agent,
+)
+
+ROOT = control.ROOT
+SCALE_STATE = ROOT / ".state" / "scale"
+RESULTS = SCALE_STATE / "results.json"
+GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
+#: Kinds of the rendered stack that are not applied, and why (reported with their counts).
+LEFT_OUT = {
+    "Deployment": "workload: its pods would take the nodes the gangs are measured on",
+    "DaemonSet": "workload: one pod per GPU node, applied by the fault-storm runs",
+    "CronJob": "workload",
+    "ServiceMonitor": "prometheus-operator's CRD is not served on the kwok-only control plane",
+    "PodMonitor": "prometheus-operator's CRD is not served on the kwok-only control plane",
+    "PrometheusRule": "prometheus-operator's CRD is not served on the kwok-only control plane",
+    "Certificate": "cert-manager is not installed here",
+    "Issuer": "cert-manager is not installed here",
+    "HTTPRoute": "no Gateway API here",
+    "APIService": "an aggregated API without its server breaks discovery for every client",
+}
+#: Apply order: what others refer to first.
+KIND_ORDER = ("Namespace", "PriorityClass", "StorageClass", "ClusterRole", "ClusterRoleBinding", "ServiceAccount",
+              "Role", "RoleBinding", "ConfigMap", "Secret", "Queue", "ValidatingAdmissionPolicy",
+              "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+FIELD_MANAGER = "pulumi-kubernetes"
+
+
+def say(msg: str) -> None:
+    print(f"scale: {msg}", flush=True)
+
+
+def layout(sh: Shape, state: Path | None = None) -> Layout:
+    """The shape's own state folder (``state``, by default under ``.state/scale``), sharing the local cluster's
+    binaries and CRDs (built once)."""
+    base = control.DEFAULT_STATE
+    lay = Layout(state or SCALE_STATE / sh.name)
+    lay.state.mkdir(parents=True, exist_ok=True)
+    for link, target in ((lay.bin, base / "bin"), (lay.crd, base / "crd")):
+        if link.is_symlink() or link.exists():
+            continue
+        link.symlink_to(target, target_is_directory=True)
+    return lay
+
+
+# --------------------------------------------------------------------------- the stack's objects
+
+
+def stack_objects(sh: Shape) -> list[dict[str, Any]]:
+    """Every Kubernetes object of the stack at the shape's size, as the mock runtime renders it."""
+    from components.config.base import PROJECT
+    from tools.mockrt import run_program, stack_config
+    from tools.render import manifests
+
+    config, secrets = stack_config(sh.stack, ROOT)
+    merged = {k: v for k, v in config.items() if k in secrets}
+    merged.update({f"{PROJECT}:{k}": v for k, v in shape_values(sh, ROOT).items()})
+    return list(manifests(run_program(sh.stack, config=merged, secret_keys=secrets)).values())
+
+
+#: A node patch whose node kwok does not fake: a provider's virtual node (no provider runs at scale).
+NODE_NOT_FAKED = "Node (virtual)"
+
+
+def split_objects(objects: Sequence[dict[str, Any]], kwok_nodes: Collection[str]
+                  ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(the objects to apply in order, count of each kind left out). A node patch is applied only to a node
+    kwok fakes: applied to any other, server-side apply would create a Node no kubelet keeps."""
+    left: dict[str, int] = {}
+    keep: list[dict[str, Any]] = []
+    for obj in objects:
+        kind = obj["kind"]
+        if kind == "Node" and (obj.get("metadata") or {}).get("name") not in kwok_nodes:
+            kind = NODE_NOT_FAKED
+        if kind in LEFT_OUT or kind == NODE_NOT_FAKED:
+            left[kind] = left.get(kind, 0) + 1
+        else:
+            keep.append(obj)
+    rank = {k: i for i, k in enumerate(KIND_ORDER)}
+    keep.sort(key=lambda o: (rank.get(o["kind"], len(rank)), o["kind"]))
+    return keep, left
+
+
+#: Applies in flight at once within one kind (2,048 node patches take seconds, not one round trip each).
+APPLY_WORKERS = 16
+
+
+def apply_objects(lay: Layout, objects: Sequence[dict[str, Any]]) -> int:
+    """Server-side apply each object (as the stack's provider does), kind after kind in the given order and
+    the objects of one kind side by side; fails naming the first object refused."""
+    from concurrent.futures import ThreadPoolExecutor
+    from itertools import groupby
+
+    from kubernetes import dynamic
+    from kubernetes.client import ApiException
+
+    api = control.api_client(lay)
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = APPLY_WORKERS
+    dyn: Any = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
+
+    def apply(obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        what = f"{obj['kind']} {meta.get('namespace', '')}/{meta.get('name')}"
+        try:
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            resource.server_side_apply(body=obj, name=meta.get("name"), namespace=meta.get("namespace"),
+                                       field_manager=FIELD_MANAGER, force_conflicts=True)
+        except ApiException as exc:
+            raise control.ClusterError(f"applying {what}: {exc.status} {exc.reason}: {exc.body}") from None
+        except dynamic.exceptions.ResourceNotFoundError:
+            raise control.ClusterError(f"applying {what}: {obj['apiVersion']} is not served here") from None
+
+    with ThreadPoolExecutor(APPLY_WORKERS) as pool:
+        for _, group in groupby(objects, key=lambda o: o["kind"]):
+            list(pool.map(apply, group))
+    return len(objects)
+
+
+# --------------------------------------------------------------------------- the control plane
+
+
+@dataclass
+class Probe:
+    """What ``up`` measured."""
+
+    nodes: int
+    gpus: int
+    up_s: float
+    objects_applied: int
+    objects_left_out: dict[str, int]
+    tuning: list[dict[str, str]] = field(default_factory=list)
+
+
+def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
+    lay = layout(sh, state)
+    plan = shape_plan(sh, ROOT)
+    tuning = tuning_for(len(plan.kwok_nodes))
+    started = time.monotonic()
+    control.up(lay, stack=sh.stack, timeout=600, plan=plan, tuning=tuning)
+    up_s = time.monotonic() - started
+    objects, left = split_objects(stack_objects(sh), {n.name for n in plan.kwok_nodes})
+    applied = apply_objects(lay, objects)
+    say(f"{sh.name}: {len(plan.kwok_nodes)} nodes Ready in {up_s:.1f}s; {applied} stack objects applied, "
+        f"left out {left}")
+    return lay, Probe(nodes=len(plan.kwok_nodes), gpus=plan.onprem_gpus, up_s=round(up_s, 1),
+                      objects_applied=applied, objects_left_out=left,
+                      tuning=[{"component": s.component, "flag": s.arg, "why": s.why} for s in tuning.settings])
+
+
+# --------------------------------------------------------------------------- gangs
+
+
+def _settings(lay: Layout) -> Any:
+    from gpucluster_cli.kube import Cluster
+
+    return Cluster(control.api_client(lay), _training_namespace(lay)).settings()
+
+
+def _training_namespace(lay: Layout) -> str:
+    from tools.localcluster.plan import load_stack_config
+
+    cfg = load_stack_config(ROOT, "prod")
+    return str(cfg.training_namespace) if cfg is not None else "training"
+
+
+@contextlib.contextmanager
+def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
+    """Record when each pod of ``selector`` appears, is bound and runs, from a watch (not polling)."""
+    from kubernetes import client, watch
+
+    times = GangTimes(start=time.monotonic())
+    stop = threading.Event()
+    api = client.CoreV1Api(control.api_client(lay))
+
+    def run() -> None:
+        while not stop.is_set():
+            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                for event in w.stream(api.list_namespaced_pod, namespace, label_selector=selector,
+                                      timeout_seconds=5, _request_timeout=10):
+                    pod = event["object"]
+                    times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
+                              deleted=event["type"] == "DELETED")
+                    if stop.is_set():
+                        break
+            except Exception:  # a dropped watch is reopened; what it saw is kept
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield times
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+
+
+def submit(lay: Layout, name: str, pods: int, pool: str, spec_dir: Path) -> None:
+    spec = {"name": name, "image": "registry.gpucluster.io/train/bench:1.0", "command": ["python", "train.py"],
+            "gpus": {"nodes": pods, "gpusPerNode": 8}, "pool": pool, "maxRetries": 0}
+    path = spec_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ns = _training_namespace(lay)
+    proc = subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", ns, "train", "submit",
+                           str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise control.ClusterError(f"gpucluster train submit {path} failed: {proc.stdout}{proc.stderr}")
+
+
+def cancel(lay: Layout, name: str) -> None:
+    ns = _training_namespace(lay)
+    subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", ns, "train", "cancel", name],
+                   capture_output=True, text=True, check=False)
+
+
+def wait(what: str, check: Any, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def gang_run(lay: Layout, pods: int, pool: str, run: int, spec_dir: Path, timeout: float) -> dict[str, float]:
+    """Submit one gang of ``pods`` x 8 GPUs through the CLI; seconds to all bound and all Running, then to
+    all gone after the cancel."""
+    from gpucluster_cli.render import worker_selector
+
+    settings = _settings(lay)
+    name = f"scale-{pods}-{run}"
+    with watching(lay, settings.training_namespace, worker_selector(settings, name)) as times:
+        submit(lay, name, pods, pool, spec_dir)
+        submitted = time.monotonic() - times.start
+        wait(f"{pods} pods of {name} Running", lambda: times.running() >= pods, timeout)
+        result = times.summary(pods)
+        result["submit_s"] = round(submitted, 2)
+        cancel(lay, name)
+        gone_from = time.monotonic()
+        wait(f"the pods of {name} deleted", lambda: times.alive() == 0, timeout)
+        result["deleted_s"] = round(time.monotonic() - gone_from, 2)
+    return result
+
+
+# --------------------------------------------------------------------------- the API server's cost
+
+
+def apiserver_metrics(lay: Layout) -> str:
+    ports = control.load_ports(lay)
+    if ports is None:
+        raise control.ClusterError(f"no control plane recorded in {lay.run}")
+    status, body = control.api_get(lay, ports["apiserver"], "/metrics", timeout=30)
+    if status != 200:
+        raise control.ClusterError(f"GET /metrics answered {status}")
+    return body
+
+
+def mutating_p99(before: str, after: str) -> float | None:
+    """p99 (seconds) of every mutating request between two scrapes, from the API server's own histogram."""
+    verbs = ("POST", "PUT", "PATCH", "DELETE")
+    a = parse_histogram(after, "apiserver_request_duration_seconds", {"verb": verbs})
+    b = parse_histogram(before, "apiserver_request_duration_seconds", {"verb": verbs})
+    delta = {le: a.get(le, 0.0) - b.get(le, 0.0) for le in a}
+    return histogram_quantile(0.99, delta)
+
+
+def audit_window(lay: Layout, since: float, until: float) -> dict[str, dict[str, float]]:
+    """Requests per second per agent (user agent) between two wall-clock times, from the audit log."""
+    events: list[dict[str, Any]] = []
+    for path in sorted(lay.logs.glob("audit*.log")):
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                with contextlib.suppress(ValueError):
+                    events.append(json.loads(line))
+    return requests_by_agent(events, since, until)
+
+
+def process_usage(lay: Layout) -> dict[str, dict[str, float]]:
+    """Resident memory (MiB) and CPU seconds of every recorded process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, dict[str, float]] = {}
+    for proc in control.recorded(lay):
+        if not proc.alive():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            rss_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[-1].split()
+            out[proc.name] = {"rss_mib": round(rss_kib / 1024, 1),
+                              "cpu_s": round((int(stat[11]) + int(stat[12])) / tick, 1)}
+    return out
+
+
+# --------------------------------------------------------------------------- the bench
+
+
+def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeout: float = 900,
+          state: Path | None = None) -> dict[str, Any]:
+    """Bring the shape up, run ``runs`` gangs of each size in ``sizes`` one after the other, and report; the
+    control plane goes down afterwards unless ``keep``."""
+    lay, probe = up(sh, state)
+    try:
+        plan = shape_plan(sh, ROOT)
+        pool = max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"]
+        pool_nodes = sum(1 for n in plan.by_kind("gpu") if n.pool == pool)
+        spec_dir = lay.state / "specs"
+        spec_dir.mkdir(exist_ok=True)
+        usage_rest = process_usage(lay)
+        before = apiserver_metrics(lay)
+        wall0 = time.time()
+        gangs: dict[str, Any] = {}
+        for pods in sizes:
+            if pods > pool_nodes:
+                raise ValueError(f"a gang of {pods} pods does not fit pool {pool} ({pool_nodes} nodes)")
+            per_run = [gang_run(lay, pods, pool, i, spec_dir, timeout) for i in range(runs)]
+            gangs[str(pods)] = {
+                "runs": per_run,
+                "bound": percentiles([r["all_bound_s"] for r in per_run]),
+                "running": percentiles([r["all_running_s"] for r in per_run]),
+                "created": percentiles([r["all_created_s"] for r in per_run]),
+                "deleted": percentiles([r["deleted_s"] for r in per_run]),
+            }
+            say(f"{sh.name}: gang of {pods}: bound p50 {gangs[str(pods)]['bound']['p50']}s, "
+                f"running p50 {gangs[str(pods)]['running']['p50']}s")
+        after = apiserver_metrics(lay)
+        wall1 = time.time()
+        return {
+            "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
+            "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
+            "tuning": probe.tuning, "gang_pool": pool, "runs_per_size": runs,
+            "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
+            "gang_running_s": {k: v["running"] for k, v in gangs.items()},
+            "gangs": gangs,
+            "apiserver_mutating_p99_s": mutating_p99(before, after),
+            "requests_per_s_by_agent": audit_window(lay, wall0, wall1),
+            "process_usage_at_rest": usage_rest,
+            "process_usage_after": process_usage(lay),
+        }
+    finally:
+        if not keep:
+            control.down(lay)
+
+
+def merge_results(entry: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]:
+    """Keep one entry per shape in the results file (the last run of each)."""
+    data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    data.setdefault("shapes", {})[entry["shape"]] = {**entry, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                        time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scale", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("up", "down", "bench"):
+        p = sub.add_parser(name)
+        p.add_argument("--shape", default="small")
+        if name == "bench":
+            p.add_argument("--runs", type=int, default=5)
+            p.add_argument("--sizes", default="", help="comma-separated gang sizes (pods); the shape's by default")
+            p.add_argument("--keep", action="store_true", help="leave the control plane up afterwards")
+    args = parser.parse_args(argv)
+    try:
+        sh = shape(args.shape)
+        if args.command == "up":
+            up(sh)
+        elif args.command == "down":
+            control.down(layout(sh))
+        else:
+            sizes = [int(s) for s in args.sizes.split(",") if s.strip()] or list(sh.gang_sizes)
+            merge_results(bench(sh, args.runs, sizes, keep=args.keep))
+            say(f"results in {RESULTS}")
+    except (control.ClusterError, ValueError) as exc:
+        print(f"scale: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["agent_of", "main"]
