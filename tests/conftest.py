@@ -32,6 +32,7 @@ CLUSTER_MODULES = (
     "tests/test_e2e_provider_rank.py::",
     "tests/test_e2e_researcher.py::",
     "tests/test_localcluster.py::",
+    "tests/test_scale_cluster.py::",
 )
 
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from components.config import ConfigError, parse_config
 from tools.localcluster import scale, scalerun
-from tools.localcluster.plan import component_commands, volcano_controller_flags
 from tools.localcluster.plan import Layout as PlanLayout
+from tools.localcluster.plan import component_commands, volcano_controller_flags
 from tools.localcluster.scalemeasure import (
     GangTimes,
     agent_of,

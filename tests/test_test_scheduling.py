@@ -39,7 +39,7 @@ def test_each_prefix_names_a_module_or_test_that_exists() -> None:
 
 def test_every_module_that_starts_a_cluster_or_takes_the_host_lock_is_one_unit() -> None:
     units = {prefix.partition("::")[0] for prefix in (*REAL_HOST_TESTS, *CLUSTER_MODULES)}
-    for marker in ("control.up(", "host_lock()"):
+    for marker in ("control.up(", "scalerun.up(", "scalerun.bench(", "host_lock()"):
         found = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
                  if marker in p.read_text() and p.name != Path(__file__).name}
         assert found <= units, (marker, sorted(found - units))

@@ -1,0 +1,65 @@
+"""The scale path on the small shape (66 kwok nodes): what `make bench-scale` runs at 268 and 2,060 nodes.
+
+The prod stack's objects at that size are applied to a real control plane, gangs go through `gpucluster train
+submit`, and the report's figures are taken from what the watch, the API server's metrics and its audit log saw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import bench_scale
+from tools.localcluster import control, scale, scalerun
+from tools.localcluster.plan import Layout
+
+BUILT = control.DEFAULT_STATE
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    missing = control.binaries_missing(Layout(BUILT), (*control.REQUIRED, *control.VOLCANO))
+    if missing:
+        pytest.skip(f"local control plane not built ({', '.join(missing)} missing in {BUILT / 'bin'}); "
+                    "`make localcluster` builds it")
+    state: Path = tmp_path_factory.mktemp("scale")
+    return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300)
+
+
+def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(result: dict) -> None:
+    assert result["nodes"] == 66 and result["gpus"] == 512
+    for size in ("16", "32"):
+        gang = result["gangs"][size]
+        assert len(gang["runs"]) == 2
+        for run in gang["runs"]:
+            # Stages in order, each taken when the last of the gang's pods reached it.
+            assert 0 < run["all_created_s"] <= run["all_bound_s"] <= run["all_running_s"]
+            assert run["first_bound_s"] <= run["all_bound_s"]
+            assert run["deleted_s"] >= 0
+        assert result["gang_bind_s"][size]["n"] == 2
+
+
+def test_the_stacks_objects_are_applied_and_what_is_left_out_is_counted(result: dict) -> None:
+    assert result["objects_applied"] > 66  # the node patches alone are 66
+    assert result["objects_left_out"]["Deployment"] >= 1
+    assert result["objects_left_out"][scalerun.NODE_NOT_FAKED] == 2
+
+
+def test_the_api_servers_cost_is_measured_per_agent(result: dict) -> None:
+    p99 = result["apiserver_mutating_p99_s"]
+    assert p99 is not None and p99 > 0
+    agents = result["requests_per_s_by_agent"]
+    # Volcano's controllers created the pods, its scheduler bound them, kwok ran them.
+    for agent in ("vc-controller-manager", "vc-scheduler", "kwok"):
+        assert agents[agent]["mutating_per_s"] > 0, agents
+    usage = result["process_usage_after"]
+    assert usage["kube-apiserver"]["rss_mib"] > 0 and usage["etcd"]["rss_mib"] > 0
+
+
+def test_the_report_section_renders_the_shape(result: dict, tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    scalerun.merge_results(result, path)
+    text = bench_scale.to_markdown(bench_scale.run(path))
+    assert "| small | 66 | 512 |" in text
+    assert "vc-scheduler" in text
