@@ -167,6 +167,8 @@ class Probe:
     objects_applied: int
     objects_left_out: dict[str, int]
     tuning: list[dict[str, str]] = field(default_factory=list)
+    #: Agents that could not start, and why (stackup.start_agents).
+    agent_notes: list[str] = field(default_factory=list)
 
 
 def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
@@ -178,11 +180,17 @@ def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
     up_s = time.monotonic() - started
     objects, left = split_objects(stack_objects(sh), {n.name for n in plan.kwok_nodes})
     applied = apply_objects(lay, objects)
+    # The agents with their real shells, as the stack's ServiceAccounts, fed by the ConfigMaps just applied: the
+    # burst controller lifts the handover gate every gang waits behind, the health guard watches every node.
+    from tools.localcluster.stackup import start_agents
+
+    notes = start_agents(lay, sh.stack)
     say(f"{sh.name}: {len(plan.kwok_nodes)} nodes Ready in {up_s:.1f}s; {applied} stack objects applied, "
         f"left out {left}")
     return lay, Probe(nodes=len(plan.kwok_nodes), gpus=plan.onprem_gpus, up_s=round(up_s, 1),
                       objects_applied=applied, objects_left_out=left,
-                      tuning=[{"component": s.component, "flag": s.arg, "why": s.why} for s in tuning.settings])
+                      tuning=[{"component": s.component, "flag": s.arg, "why": s.why} for s in tuning.settings],
+                      agent_notes=notes)
 
 
 # --------------------------------------------------------------------------- gangs
@@ -365,7 +373,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         return {
             "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
             "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
-            "tuning": probe.tuning, "gang_pool": pool, "runs_per_size": runs,
+            "tuning": probe.tuning, "agent_notes": probe.agent_notes, "gang_pool": pool, "runs_per_size": runs,
             "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
             "gang_running_s": {k: v["running"] for k, v in gangs.items()},
             "gangs": gangs,
