@@ -39,6 +39,8 @@ def test_a_fault_replaces_the_readings_of_that_node_only() -> None:
                                                                   "ib_state": 1}}))
     xids = [s for s in samples if s[0] == "DCGM_EXP_XID_ERRORS_COUNT"]
     assert {(s[1]["Hostname"], s[1]["xid"]) for s in xids} == {("gpu-a-002", "79")}
+    last = {(s[1]["Hostname"], s[2]) for s in samples if s[0] == "DCGM_FI_DEV_XID_ERRORS"}
+    assert last == {("gpu-a-001", 0.0), ("gpu-a-002", 79.0), ("gpu-a-003", 0.0)}
     temps = {(s[1]["Hostname"], s[2]) for s in samples if s[0] == "DCGM_FI_DEV_GPU_TEMP"}
     assert temps == {("gpu-a-001", 45.0), ("gpu-a-002", 91.0), ("gpu-a-003", 45.0)}
     assert {s[2] for s in samples if s[0] == "infiniband_state_id" and s[1]["node"] == "gpu-a-002"} == {1.0}

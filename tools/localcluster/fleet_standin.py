@@ -25,9 +25,11 @@ from typing import Any
 from tools.localcluster.dcgm_standin import DCGM_VALUES, MODEL
 
 #: The DCGM fields the guard's signals read (the XID counter is served only for a faulted node).
-GUARD_FIELDS = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-                "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
+GUARD_FIELDS = (
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+)
 XID_FIELD = "DCGM_EXP_XID_ERRORS_COUNT"
 #: InfiniBand: port state 4 is ACTIVE; the guard counts ports in any other state.
 IB_STATE_ACTIVE = 4
@@ -46,7 +48,10 @@ def fleet_exposition(nodes: Sequence[str], gpus: int, faults: Mapping[str, Mappi
     for field in GUARD_FIELDS:
         lines += [f"# HELP {field} stand-in", f"# TYPE {field} {_gauge(field)}"]
         for node in nodes:
-            value = faults.get(node, {}).get(field, DCGM_VALUES[field])
+            readings = faults.get(node, {})
+            # dcgm-exporter's XID field is the GPU's last XID (what the guard's XID signals compare).
+            value = readings.get("xid", DCGM_VALUES[field]) if field == "DCGM_FI_DEV_XID_ERRORS" else \
+                readings.get(field, DCGM_VALUES[field])
             for gpu in range(gpus):
                 lines.append(f'{field}{{gpu="{gpu}",UUID="GPU-{node}-{gpu:04d}",modelName="{MODEL}",'
                              f'Hostname="{node}"}} {value}')

@@ -30,7 +30,7 @@ import yaml
 
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
-from tools.localcluster.scale import Shape, shape, shape_plan, shape_values, tuning_for
+from tools.localcluster.scale import Shape, shape, shape_config, shape_plan, shape_values, tuning_for
 from tools.localcluster.scalemeasure import (
     GangTimes,
     agent_of,
@@ -340,10 +340,35 @@ def process_usage(lay: Layout) -> dict[str, dict[str, float]]:
 # --------------------------------------------------------------------------- the bench
 
 
+def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int]) -> dict[str, Any]:
+    """NVSentinel's storm at each fault count with rails that allow it, then once with the stack's own rails
+    (largest count), where the breaker must trip at its limit and hold."""
+    from tools.localcluster import scalestorm
+
+    cfg = shape_config(sh, ROOT)
+    interval = cfg.observability.dcgm_interval_ms / 1000
+    standin, prom = scalestorm.start_scrape_path(lay, plan, interval)
+    wall0 = time.time()
+    before = apiserver_metrics(lay)
+    out: dict[str, Any] = {"storm_taint_s": {}, "storm_scrape_interval_s": interval,
+                           "storm_guard_poll_s": cfg.observability.health_guard_poll_seconds}
+    for faults in fault_counts:
+        out["storm_taint_s"][str(faults)] = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom,
+                                                             faults, rails="open")
+        scalestorm.clear(lay, cfg.label_prefix)
+    stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),
+                                   rails="stack")
+    out["storm_stack_rails"] = stack_rails
+    out["breaker_tripped_at"] = stack_rails["tainted"] if stack_rails.get("breaker_tripped") else None
+    out["storm_apiserver_mutating_p99_s"] = mutating_p99(before, apiserver_metrics(lay))
+    out["storm_requests_per_s_by_agent"] = audit_window(lay, wall0, time.time())
+    return out
+
+
 def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeout: float = 900,
-          state: Path | None = None) -> dict[str, Any]:
-    """Bring the shape up, run ``runs`` gangs of each size in ``sizes`` one after the other, and report; the
-    control plane goes down afterwards unless ``keep``."""
+          state: Path | None = None, storm_faults: Sequence[int] = ()) -> dict[str, Any]:
+    """Bring the shape up, run ``runs`` gangs of each size in ``sizes`` one after the other, then the fault storms
+    of ``storm_faults`` nodes, and report; the control plane goes down afterwards unless ``keep``."""
     lay, probe = up(sh, state)
     try:
         plan = shape_plan(sh, ROOT)
@@ -370,6 +395,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
                 f"running p50 {gangs[str(pods)]['running']['p50']}s")
         after = apiserver_metrics(lay)
         wall1 = time.time()
+        storms = storm_runs(lay, sh, plan, storm_faults) if storm_faults else {}
         return {
             "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
             "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
@@ -381,6 +407,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             "requests_per_s_by_agent": audit_window(lay, wall0, wall1),
             "process_usage_at_rest": usage_rest,
             "process_usage_after": process_usage(lay),
+            **storms,
         }
     finally:
         if not keep:
@@ -407,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--runs", type=int, default=5)
             p.add_argument("--sizes", default="", help="comma-separated gang sizes (pods); the shape's by default")
             p.add_argument("--keep", action="store_true", help="leave the control plane up afterwards")
+            p.add_argument("--storms", default="", help="comma-separated fault counts; the shape's by default")
     args = parser.parse_args(argv)
     try:
         sh = shape(args.shape)
@@ -416,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
             control.down(layout(sh))
         else:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()] or list(sh.gang_sizes)
-            merge_results(bench(sh, args.runs, sizes, keep=args.keep))
+            storms = [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults)
+            merge_results(bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms))
             say(f"results in {RESULTS}")
     except (control.ClusterError, ValueError) as exc:
         print(f"scale: {exc}", file=sys.stderr)

@@ -1,0 +1,219 @@
+"""NVSentinel's scale test, side by side: many nodes go bad, staggered over 0-30 s, on a scale shape.
+
+Every GPU node's DCGM and InfiniBand series come from one scrape target (tools/localcluster/fleet_standin.py)
+that a real Prometheus scrapes at the stack's DCGM interval; the health guard runs with its real shell, as the
+stack's ServiceAccount, polling that Prometheus with its real queries. Faults (XID 79: fatal) are injected at
+seeded times spread over ``spread_s``; each node's latency runs from the first scrape that served its fault to
+the moment a node watch sees the guard's taint on it. With ``rails="open"`` the guard may take every faulted
+node; with ``rails="stack"`` it runs the stack's own rails, and the breaker must trip at its limit and hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from agents.node_taints import health_taint_key
+from tools.localcluster import control
+from tools.localcluster.plan import Layout, NodePlan
+from tools.localcluster.scalemeasure import percentiles
+
+STANDIN = "fleet-standin"
+PROMETHEUS = "prometheus-scale"
+GUARD = "health-guard"
+FATAL_XID = 79
+#: The "open" rails' node limits: more than any shape has nodes.
+OPEN_RAIL = 100_000
+
+
+def say(msg: str) -> None:
+    print(f"scale storm: {msg}", flush=True)
+
+
+def fault_schedule(nodes: Sequence[str], faults: int, spread_s: float, seed: int) -> list[tuple[float, str]]:
+    """``faults`` nodes spread evenly over the fleet (every leaf and pool gets its share), each at a seeded
+    offset in ``[0, spread_s)``, in time order."""
+    if not 0 < faults <= len(nodes):
+        raise ValueError(f"{faults} faults on {len(nodes)} nodes: need 1 to {len(nodes)}")
+    step = len(nodes) / faults
+    chosen = [nodes[int(i * step)] for i in range(faults)]
+    rng = random.Random(seed)
+    return sorted((round(rng.uniform(0, spread_s), 3), node) for node in chosen)
+
+
+def _get(url: str, timeout: float = 10) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _post(url: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        resp.read()
+
+
+def start_scrape_path(lay: Layout, plan: NodePlan, interval_s: float) -> tuple[str, str]:
+    """The fleet stand-in and a Prometheus scraping it; returns (stand-in URL, Prometheus URL) once every GPU's
+    temperature series is in Prometheus."""
+    import sys
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise control.ClusterError("prometheus is not installed: run `make observability-tools`")
+    gpu_nodes = [n.name for n in plan.by_kind("gpu")]
+    ports = control.free_ports(["standin", "prometheus"])
+    nodes_file = lay.state / "fleet-nodes.txt"
+    nodes_file.write_text("\n".join(gpu_nodes) + "\n")
+    control.start_process(lay, STANDIN, [sys.executable, "-m", "tools.localcluster.fleet_standin",
+                                         f"--nodes-file={nodes_file}", f"--port={ports['standin']}"],
+                          env={"PYTHONPATH": str(control.ROOT)})
+    home = lay.state / "prometheus-scale"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    (home / "prometheus.yml").write_text(
+        f"global: {{scrape_interval: {interval_s:g}s, evaluation_interval: {interval_s:g}s, "
+        f"scrape_timeout: {interval_s:g}s}}\n"
+        f"scrape_configs: [{{job_name: dcgm, honor_labels: true, "
+        f"static_configs: [{{targets: ['127.0.0.1:{ports['standin']}']}}]}}]\n")
+    control.start_process(lay, PROMETHEUS, [binary, f"--config.file={home / 'prometheus.yml'}",
+                                            f"--storage.tsdb.path={home / 'data'}",
+                                            f"--web.listen-address=127.0.0.1:{ports['prometheus']}"])
+    standin = f"http://127.0.0.1:{ports['standin']}"
+    prom = f"http://127.0.0.1:{ports['prometheus']}"
+    want = len(gpu_nodes) * 8
+
+    def series_in() -> bool:
+        answer = _get(f"{prom}/api/v1/query?query=count(DCGM_FI_DEV_GPU_TEMP)")
+        result = answer["data"]["result"]
+        return bool(result) and int(float(result[0]["value"][1])) >= want
+
+    control.wait_for(f"{want} GPU temperature series in Prometheus", series_in, 180, control.load_proc(lay, PROMETHEUS))
+    return standin, prom
+
+
+def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faults: int) -> None:
+    """The guard again, pointed at the scale Prometheus; ``open`` rails let it take every faulted node, of this
+    storm and the ones before it (the per-hour rail counts the node history the guard keeps on the nodes)."""
+    from tools.localcluster.stackup import start_agents
+
+    proc = control.load_proc(lay, GUARD)
+    if proc is not None:
+        control.stop_process(lay, proc)
+    overrides: dict[str, Any] = {"prometheus_url": prometheus_url}
+    if rails == "open":
+        overrides.update({"max_nodes_quarantined": OPEN_RAIL, "max_nodes_per_hour": OPEN_RAIL,
+                          "max_pool_percent_quarantined": 100, "max_pool_percent_per_hour": 100})
+    elif rails != "stack":
+        raise ValueError(f"rails must be 'open' or 'stack', got {rails!r}")
+    notes = [n for n in start_agents(lay, stack, guard_overrides=overrides) if n.startswith(GUARD)]
+    if notes:
+        raise control.ClusterError(f"the health guard did not start: {notes}")
+
+
+@contextlib.contextmanager
+def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
+    """Node -> epoch time the watch first saw taint ``key`` on it."""
+    from kubernetes import client, watch
+
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+    api = client.CoreV1Api(control.api_client(lay))
+
+    def run() -> None:
+        while not stop.is_set():
+            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                for event in w.stream(api.list_node, timeout_seconds=5, _request_timeout=15):
+                    node = event["object"]
+                    if any(t.key == key for t in node.spec.taints or []):
+                        seen.setdefault(node.metadata.name, time.time())
+                    if stop.is_set():
+                        break
+            except Exception:
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+
+
+def _guard_breaker(lay: Layout) -> float | None:
+    proc = control.load_proc(lay, GUARD)
+    port = next((a.split("=", 1)[1] for a in (proc.argv if proc else []) if a.startswith("--metrics-port")), None)
+    if port is None and proc is not None and "--metrics-port" in proc.argv:
+        port = proc.argv[proc.argv.index("--metrics-port") + 1]
+    if port is None:
+        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("gpucluster_health_breaker_tripped"):
+                return float(line.split()[-1])
+    return None
+
+
+def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: str, prometheus_url: str,
+          faults: int, rails: str = "open", spread_s: float = 30.0, seed: int = 47, settle_s: float = 60.0,
+          timeout: float = 600.0) -> dict[str, Any]:
+    """One storm: ``faults`` fatal faults over ``spread_s``; latencies of the taints, and the breaker's state."""
+    gpu_nodes = [n.name for n in plan.by_kind("gpu")]
+    schedule = fault_schedule(gpu_nodes, faults, spread_s, seed)
+    restart_guard(lay, stack, prometheus_url, rails, faults)
+    time.sleep(5)  # the guard's first poll sees a healthy fleet
+    key = health_taint_key(label_prefix)
+    with taint_watch(lay, key) as tainted:
+        started = time.monotonic()
+        for offset, node in schedule:
+            delay = offset - (time.monotonic() - started)
+            if delay > 0:
+                time.sleep(delay)
+            _post(f"{standin}/faults", {node: {"xid": FATAL_XID}})
+        faulted = {node for _, node in schedule}
+        deadline = time.monotonic() + timeout
+        last_change, count = time.monotonic(), 0
+        while time.monotonic() < deadline:
+            now_count = len(faulted & set(tainted))
+            if now_count != count:
+                last_change, count = time.monotonic(), now_count
+            if count == len(faulted) or (rails == "stack" and time.monotonic() - last_change > settle_s):
+                break
+            time.sleep(0.5)
+        served = {k: float(v) for k, v in _get(f"{standin}/served").items()}
+        breaker = _guard_breaker(lay)
+        wrong = sorted(set(tainted) - faulted)
+    latencies = [tainted[n] - served[n] for n in faulted if n in tainted and n in served]
+    _post(f"{standin}/faults", {n: {} for n in faulted})
+    out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
+                           "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker}
+    if latencies:
+        out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
+    say(f"{faults} faults ({rails} rails): {out}")
+    return out
+
+
+def clear(lay: Layout, label_prefix: str) -> int:
+    """Remove the guard's taint and label from every node (between storms): a person's repair, in bulk."""
+    from kubernetes import client
+
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    key = health_taint_key(label_prefix)
+    cleared = 0
+    for node in api.list_node().items:
+        taints = node.spec.taints or []
+        if any(t.key == key for t in taints):
+            body = {"metadata": {"labels": {key: None}, "resourceVersion": node.metadata.resource_version},
+                    "spec": {"taints": [t.to_dict() for t in taints if t.key != key]}}
+            api.patch_node(node.metadata.name, body)
+            cleared += 1
+    return cleared
