@@ -274,3 +274,28 @@ def test_results_keep_the_last_run_of_each_shape(tmp_path: Path) -> None:
     scalerun.merge_results({"shape": "small", "nodes": 67}, path)
     shapes = json.loads(path.read_text())["shapes"]
     assert {k: v["nodes"] for k, v in shapes.items()} == {"small": 67, "prod": 268}
+
+
+# --------------------------------------------------------------------------- the storm's schedule
+
+
+@given(st.integers(min_value=1, max_value=300), st.integers(min_value=0, max_value=2**31))
+def test_a_storm_faults_distinct_nodes_spread_over_the_fleet_within_the_window(faults: int, seed: int) -> None:
+    from tools.localcluster.scalestorm import fault_schedule
+
+    nodes = [f"gpu-{i:04d}" for i in range(300)]
+    schedule = fault_schedule(nodes, faults, 30.0, seed)
+    assert len({n for _, n in schedule}) == faults
+    assert all(0 <= t < 30.0 or t == 30.0 for t, _ in schedule)
+    assert [t for t, _ in schedule] == sorted(t for t, _ in schedule)
+    assert schedule == fault_schedule(nodes, faults, 30.0, seed)  # seeded: the same storm again
+    # Spread: no half of the fleet gets more than its share plus one.
+    first_half = sum(nodes.index(n) < 150 for _, n in schedule)
+    assert abs(first_half - faults / 2) <= 1
+
+
+def test_a_storm_larger_than_the_fleet_is_refused() -> None:
+    from tools.localcluster.scalestorm import fault_schedule
+
+    with pytest.raises(ValueError, match="3 faults on 2 nodes"):
+        fault_schedule(["a", "b"], 3, 30.0, 1)

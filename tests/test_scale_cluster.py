@@ -24,7 +24,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip(f"local control plane not built ({', '.join(missing)} missing in {BUILT / 'bin'}); "
                     "`make localcluster` builds it")
     state: Path = tmp_path_factory.mktemp("scale")
-    return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300)
+    return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300, storm_faults=[8])
 
 
 def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(result: dict) -> None:
@@ -63,3 +63,18 @@ def test_the_report_section_renders_the_shape(result: dict, tmp_path: Path) -> N
     text = bench_scale.to_markdown(bench_scale.run(path))
     assert "| small | 66 | 512 |" in text
     assert "vc-scheduler" in text
+
+
+def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rails_trip_the_breaker(
+        result: dict) -> None:
+    storm = result["storm_taint_s"]["8"]
+    assert storm["tainted"] == storm["faults"] == 8
+    assert storm["healthy_nodes_tainted"] == 0
+    assert 0 < storm["min"] <= storm["p50"] <= storm["p99"]
+    rails = result["storm_stack_rails"]
+    cfg = scale.shape_config(scale.shape("small"), Path(__file__).resolve().parents[1])
+    # The prod rails: at most maxNodesPerHour in an hour, then the breaker holds (a person resets it).
+    assert rails["tainted"] == min(cfg.observability.health.max_nodes_per_hour,
+                                   cfg.observability.health.max_nodes_quarantined)
+    assert rails["breaker_tripped"] == 1.0
+    assert result["breaker_tripped_at"] == rails["tainted"]

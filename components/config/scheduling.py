@@ -107,7 +107,9 @@ class ClientRate(ConfigModel):
     burst it may spend at once."""
 
     qps: PositiveInt
+    """Requests per second the client sustains."""
     burst: PositiveInt
+    """Requests it may send at once after a quiet spell (at least `qps`)."""
 
     @model_validator(mode="after")
     def _burst_covers_qps(self) -> Self:

@@ -203,17 +203,28 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
 
 
 def clear(lay: Layout, label_prefix: str) -> int:
-    """Remove the guard's taint and label from every node (between storms): a person's repair, in bulk."""
+    """Between storms: stop the guard, then take its marks off every node (taint, label, reasons, history), as a
+    bulk repair would, so the next storm starts from a fleet with no quarantine in its last hour."""
     from kubernetes import client
 
+    from agents.health_guard.contract import Names
+
+    proc = control.load_proc(lay, GUARD)
+    if proc is not None:
+        control.stop_process(lay, proc)
+    names = Names(label_prefix)
     api: Any = client.CoreV1Api(control.api_client(lay))
-    key = health_taint_key(label_prefix)
     cleared = 0
     for node in api.list_node().items:
         taints = node.spec.taints or []
-        if any(t.key == key for t in taints):
-            body = {"metadata": {"labels": {key: None}, "resourceVersion": node.metadata.resource_version},
-                    "spec": {"taints": [t.to_dict() for t in taints if t.key != key]}}
-            api.patch_node(node.metadata.name, body)
-            cleared += 1
+        annotations = node.metadata.annotations or {}
+        marks = [k for k in (names.since, names.reasons, names.detail, names.history, names.overridden)
+                 if k in annotations]
+        if not marks and not any(t.key == names.taint for t in taints):
+            continue
+        body = {"metadata": {"labels": {names.taint: None}, "annotations": dict.fromkeys(marks),
+                             "resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": [t.to_dict() for t in taints if t.key != names.taint]}}
+        api.patch_node(node.metadata.name, body)
+        cleared += 1
     return cleared
