@@ -50,7 +50,11 @@ def test_a_resized_shape_keeps_the_teams_share_of_the_gpus_and_validates() -> No
         values = scale.shape_values(scale.shape(name), ROOT)
         for team in values["scheduling"]["teams"]:
             assert team["guaranteeGpus"] == int(prod[team["name"]]["guaranteeGpus"] * ratio)
-            assert team["capabilityGpus"] == int(prod[team["name"]]["capabilityGpus"] * ratio)
+            if team is values["scheduling"]["teams"][0]:
+                assert "capabilityGpus" not in team  # the gang team may use the whole cluster
+                assert scale.gang_team(scale.shape(name), ROOT) == team["name"]
+            else:
+                assert team["capabilityGpus"] == int(prod[team["name"]]["capabilityGpus"] * ratio)
         assert values["training"]["jobs"] == []
         parse_config(values, f"scale shape {name}")  # the whole stack's rules, not only the cluster shape
 
@@ -158,13 +162,15 @@ def test_a_client_burst_below_its_rate_is_refused_naming_the_key() -> None:
 def test_gang_times_report_when_the_last_pod_reached_each_stage() -> None:
     times = GangTimes(start=100.0)
     for i in range(3):
-        times.see(f"p{i}", bound=False, phase="Pending", now=100.5 + i)
+        times.see(f"p{i}", bound=False, phase="Pending", now=100.5 + i, gated=True)
+    for i in range(3):
+        times.see(f"p{i}", bound=False, phase="Pending", now=103.0 + i / 10)
     for i in range(3):
         times.see(f"p{i}", bound=True, phase="Pending", now=104.0 + i)
         times.see(f"p{i}", bound=True, phase="Running", now=104.5 + i)
     times.see("p0", bound=True, phase="Running", now=200.0)  # a later event changes no first time
-    assert times.summary(3) == {"all_created_s": 2.5, "first_bound_s": 4.0, "all_bound_s": 6.0,
-                                "all_running_s": 6.5}
+    assert times.summary(3) == {"all_created_s": 2.5, "all_ungated_s": 3.2, "first_bound_s": 4.0,
+                                "all_bound_s": 6.0, "all_running_s": 6.5}
     assert times.running() == 3
     times.see("p1", bound=True, phase="Running", now=210.0, deleted=True)
     assert times.running() == 2 and times.alive() == 2
@@ -299,3 +305,13 @@ def test_a_storm_larger_than_the_fleet_is_refused() -> None:
 
     with pytest.raises(ValueError, match="3 faults on 2 nodes"):
         fault_schedule(["a", "b"], 3, 30.0, 1)
+
+
+def test_objects_in_a_namespace_another_controller_makes_are_left_out_by_name() -> None:
+    objects = [{"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "ours"}},
+               {"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "a", "namespace": "ours"}},
+               {"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "b", "namespace": "liqo-tenant-x"}},
+               {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "c", "namespace": "kube-system"}}]
+    keep, left = scalerun.split_objects(objects, set())
+    assert [o["metadata"]["name"] for o in keep] == ["ours", "a", "c"]
+    assert left == {scalerun.FOREIGN_NAMESPACE: 1}

@@ -70,7 +70,8 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     """The stack file's values (without the project prefix) with the shape's pools and system pool.
 
     A resized stack keeps its proportions: each team's guaranteed and capability GPUs scale with the on-prem
-    GPUs; its example jobs are dropped (the bench submits its own gangs, sized for the shape).
+    GPUs, except that the first team may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
+    is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs).
     """
     values = {k: v for k, v in copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml")).items()
               if not (isinstance(v, dict) and "secure" in v)}  # secrets stay with the stack file's reader
@@ -85,6 +86,7 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
                 if key in team:
                     team[key] = max(1, int(team[key] * ratio))
         if teams:
+            teams[0].pop("capabilityGpus", None)
             scheduling["teams"] = teams
             values["scheduling"] = scheduling
         training = dict(values.get("training") or {})
@@ -101,6 +103,12 @@ def _gpus(pools: Sequence[Mapping[str, Any]]) -> int:
     from components.config import expand_node_names
 
     return sum(len(expand_node_names(p.get("nodes") or ())) * int(p.get("gpusPerNode", 8)) for p in pools)
+
+
+def gang_team(sh: Shape, root: Path) -> str | None:
+    """The team the bench's gangs are submitted for: the stack's first (None on a stack without teams)."""
+    teams = (shape_values(sh, root).get("scheduling") or {}).get("teams") or []
+    return str(teams[0]["name"]) if teams else None
 
 
 def shape_config(sh: Shape, root: Path) -> Any:

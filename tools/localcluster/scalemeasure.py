@@ -22,9 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 @dataclass
 class PodTimes:
     seen: float
+    #: When the pod had no scheduling gate left (the handover gate lifted, or none to begin with).
+    ungated: float | None = None
     bound: float | None = None
     running: float | None = None
     deleted: float | None = None
+
+
+#: The stages a gang's pods go through, in order, and the summary key of each (when the last pod reached it).
+STAGES = (("seen", "all_created_s"), ("ungated", "all_ungated_s"), ("bound", "all_bound_s"),
+          ("running", "all_running_s"))
 
 
 @dataclass
@@ -34,9 +41,12 @@ class GangTimes:
     start: float
     pods: dict[str, PodTimes] = field(default_factory=dict)
 
-    def see(self, name: str, bound: bool, phase: str | None, now: float, deleted: bool = False) -> None:
+    def see(self, name: str, bound: bool, phase: str | None, now: float, deleted: bool = False,
+            gated: bool = False) -> None:
         t = now - self.start
         pod = self.pods.setdefault(name, PodTimes(seen=t))
+        if not gated and pod.ungated is None:
+            pod.ungated = t
         if bound and pod.bound is None:
             pod.bound = t
         if phase == "Running" and pod.running is None:
@@ -57,11 +67,10 @@ class GangTimes:
         error naming the stage, so a partial gang is never reported as a finished one.
         """
         out: dict[str, float] = {}
-        for stage in ("seen", "bound", "running"):
+        for stage, key in STAGES:
             times = sorted(t for p in self.pods.values() if (t := getattr(p, stage)) is not None)
             if len(times) < expected:
                 raise ValueError(f"{len(times)} of {expected} pods reached '{stage}'")
-            key = {"seen": "all_created_s", "bound": "all_bound_s", "running": "all_running_s"}[stage]
             out[key] = round(times[expected - 1], 2)
             if stage == "bound":
                 out["first_bound_s"] = round(times[0], 2)

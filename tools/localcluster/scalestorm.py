@@ -150,12 +150,11 @@ def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
 
 
 def _guard_breaker(lay: Layout) -> float | None:
+    """The guard's ``breaker_tripped`` gauge, from its own metrics (None when it serves none)."""
     proc = control.load_proc(lay, GUARD)
-    port = next((a.split("=", 1)[1] for a in (proc.argv if proc else []) if a.startswith("--metrics-port")), None)
-    if port is None and proc is not None and "--metrics-port" in proc.argv:
-        port = proc.argv[proc.argv.index("--metrics-port") + 1]
-    if port is None:
+    if proc is None or "--metrics-port" not in proc.argv[:-1]:
         return None
+    port = proc.argv[proc.argv.index("--metrics-port") + 1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         for line in resp.read().decode().splitlines():
             if line.startswith("gpucluster_health_breaker_tripped"):
@@ -165,10 +164,15 @@ def _guard_breaker(lay: Layout) -> float | None:
 
 def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: str, prometheus_url: str,
           faults: int, rails: str = "open", spread_s: float = 30.0, seed: int = 47, settle_s: float = 60.0,
-          timeout: float = 600.0) -> dict[str, Any]:
-    """One storm: ``faults`` fatal faults over ``spread_s``; latencies of the taints, and the breaker's state."""
+          timeout: float = 600.0, rotate: int = 0) -> dict[str, Any]:
+    """One storm: ``faults`` fatal faults over ``spread_s``; latencies of the taints, and the breaker's state.
+    ``rotate`` shifts which nodes are chosen (a storm on other nodes than an earlier one's)."""
     gpu_nodes = [n.name for n in plan.by_kind("gpu")]
+    gpu_nodes = gpu_nodes[rotate:] + gpu_nodes[:rotate]
     schedule = fault_schedule(gpu_nodes, faults, spread_s, seed)
+    # A guard started while Prometheus still holds an earlier storm's XIDs would quarantine on them.
+    control.wait_for("no XID left in Prometheus", lambda: not _get(
+        f"{prometheus_url}/api/v1/query?query=DCGM_FI_DEV_XID_ERRORS%20%3E%200")["data"]["result"], 120)
     restart_guard(lay, stack, prometheus_url, rails, faults)
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     key = health_taint_key(label_prefix)
@@ -193,6 +197,9 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
         breaker = _guard_breaker(lay)
         wrong = sorted(set(tainted) - faulted)
     latencies = [tainted[n] - served[n] for n in faulted if n in tainted and n in served]
+    early = sorted(n for n in faulted if n in tainted and n in served and tainted[n] < served[n])
+    if early:
+        raise control.ClusterError(f"tainted before their fault was served (left from an earlier storm?): {early}")
     _post(f"{standin}/faults", {n: {} for n in faulted})
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
                            "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker}
