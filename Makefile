@@ -26,7 +26,8 @@ lint: venv
 	.venv/bin/mypy tools/localcluster/realnodes.py tools/localcluster/hostcheck.py tools/localcluster/nodehost.py \
 	  tools/localcluster/provisioner.py tools/localcluster/dcgm_standin.py tools/localcluster/prometheus_operator.py \
 	  tools/localcluster/scale.py tools/localcluster/scalemeasure.py tools/localcluster/scalerun.py \
-	  tools/localcluster/scalestorm.py tools/localcluster/fleet_standin.py
+	  tools/localcluster/scalestorm.py tools/localcluster/fleet_standin.py tools/localcluster/watching.py \
+	  tools/localcluster/scalepulumi.py
 
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.

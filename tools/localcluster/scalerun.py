@@ -47,6 +47,7 @@ from tools.localcluster.scalemeasure import (
     percentiles,
     requests_by_agent,
 )
+from tools.localcluster.watching import follow
 
 ROOT = control.ROOT
 SCALE_STATE = ROOT / ".state" / "scale"
@@ -225,25 +226,18 @@ def _training_namespace(lay: Layout) -> str:
 @contextlib.contextmanager
 def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
     """Record when each pod of ``selector`` appears, is bound and runs, from a watch (not polling)."""
-    from kubernetes import client, watch
+    from kubernetes import client
 
     times = GangTimes(start=time.monotonic())
     stop = threading.Event()
     api = client.CoreV1Api(control.api_client(lay))
 
+    def seen(kind: str, pod: Any) -> None:
+        times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
+                  deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates))
+
     def run() -> None:
-        while not stop.is_set():
-            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-            try:
-                for event in w.stream(api.list_namespaced_pod, namespace, label_selector=selector,
-                                      timeout_seconds=5, _request_timeout=10):
-                    pod = event["object"]
-                    times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
-                              deleted=event["type"] == "DELETED", gated=bool(pod.spec.scheduling_gates))
-                    if stop.is_set():
-                        break
-            except Exception:  # a dropped watch is reopened; what it saw is kept
-                time.sleep(0.2)
+        follow(api.list_namespaced_pod, seen, stop, namespace=namespace, label_selector=selector)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

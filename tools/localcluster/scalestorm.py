@@ -24,6 +24,7 @@ from agents.node_taints import health_taint_key
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan
 from tools.localcluster.scalemeasure import percentiles
+from tools.localcluster.watching import follow
 
 STANDIN = "fleet-standin"
 PROMETHEUS = "prometheus-scale"
@@ -121,24 +122,18 @@ def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faul
 @contextlib.contextmanager
 def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
     """Node -> epoch time the watch first saw taint ``key`` on it."""
-    from kubernetes import client, watch
+    from kubernetes import client
 
     seen: dict[str, float] = {}
     stop = threading.Event()
     api = client.CoreV1Api(control.api_client(lay))
 
+    def saw(_: str, node: Any) -> None:
+        if any(t.key == key for t in node.spec.taints or []):
+            seen.setdefault(node.metadata.name, time.time())
+
     def run() -> None:
-        while not stop.is_set():
-            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-            try:
-                for event in w.stream(api.list_node, timeout_seconds=5, _request_timeout=15):
-                    node = event["object"]
-                    if any(t.key == key for t in node.spec.taints or []):
-                        seen.setdefault(node.metadata.name, time.time())
-                    if stop.is_set():
-                        break
-            except Exception:
-                time.sleep(0.2)
+        follow(api.list_node, saw, stop)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
