@@ -13,8 +13,10 @@ scale-up: venv localcluster
 scale-down: venv
 	$(PY) -m tools.localcluster.scalerun down --shape $(SHAPE)
 
-# Each shape up, its gangs (SCALE_RUNS each), down; then the bench_scale section of bench/report.{md,json}.
-bench-scale: venv localcluster
+# Each shape: up, its gangs (SCALE_RUNS each) and fault storms, down; then `pulumi up`, a no-change preview and a
+# no-change up on the real engine at the shape's size; then the bench_scale section of bench/report.{md,json}.
+bench-scale: venv localcluster engine observability-tools
 	@for shape in $(SCALE_SHAPES); do \
-	  $(PY) -m tools.localcluster.scalerun bench --shape $$shape --runs $(SCALE_RUNS) || exit 1; done
+	  $(PY) -m tools.localcluster.scalerun bench --shape $$shape --runs $(SCALE_RUNS) || exit 1; \
+	  $(PY) -m tools.localcluster.scalerun pulumi --shape $$shape || exit 1; done
 	$(PY) -m bench.run --only bench_scale --merge

@@ -277,9 +277,12 @@ def test_results_keep_the_last_run_of_each_shape(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     scalerun.merge_results({"shape": "small", "nodes": 66}, path)
     scalerun.merge_results({"shape": "prod", "nodes": 268}, path)
-    scalerun.merge_results({"shape": "small", "nodes": 67}, path)
+    scalerun.merge_results({"shape": "small", "nodes": 67, "gang_bind_s": {}}, path)
+    scalerun.merge_results({"shape": "small", "pulumi_up_s": 12.5}, path)
     shapes = json.loads(path.read_text())["shapes"]
     assert {k: v["nodes"] for k, v in shapes.items()} == {"small": 67, "prod": 268}
+    assert shapes["small"]["pulumi_up_s"] == 12.5 and shapes["small"]["gang_bind_s"] == {}
+    assert {"measured_bench", "measured_pulumi"} <= set(shapes["small"])
 
 
 # --------------------------------------------------------------------------- the storm's schedule
@@ -315,3 +318,22 @@ def test_objects_in_a_namespace_another_controller_makes_are_left_out_by_name() 
     keep, left = scalerun.split_objects(objects, set())
     assert [o["metadata"]["name"] for o in keep] == ["ours", "a", "c"]
     assert left == {scalerun.FOREIGN_NAMESPACE: 1}
+
+
+# --------------------------------------------------------------------------- Pulumi at scale
+
+
+def test_pulumi_runs_the_local_environment_at_the_shapes_size() -> None:
+    from components.config import parse_config
+    from tools.localcluster.scalepulumi import local_env_shape, overrides
+
+    for name, gpu_nodes, system in (("prod", 256, 12), ("llama3", 2048, 12)):
+        env = local_env_shape(scale.shape(name))
+        plan = scale.shape_plan(env, ROOT)
+        assert (len(plan.by_kind("gpu")), len(plan.by_kind("system"))) == (gpu_nodes, system)
+        # The local stack's providers (mock virtual kubelets this machine runs), not the prod ones.
+        assert {n.name for n in plan.by_kind("virtual")} == {"vk-local-cloud", "vk-backup-cloud"}
+        keys = overrides(env)
+        assert set(keys) == {"gpu-cluster:pools", "gpu-cluster:systemPool", "gpu-cluster:training"}
+        values = {**raw_from_stack("local"), **{k.split(":", 1)[1]: v for k, v in keys.items()}}
+        parse_config(values, f"local stack at {name}")

@@ -431,10 +431,13 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
 
 
 def merge_results(entry: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]:
-    """Keep one entry per shape in the results file (the last run of each)."""
+    """One entry per shape in the results file: a run's keys replace that shape's, the others stay (the gang
+    bench and the Pulumi run of one shape are separate runs), each part with the time it was measured."""
     data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    data.setdefault("shapes", {})[entry["shape"]] = {**entry, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                        time.gmtime())}
+    shapes = data.setdefault("shapes", {})
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    part = "pulumi" if "pulumi_up_s" in entry else "bench"
+    shapes[entry["shape"]] = {**shapes.get(entry["shape"], {}), **entry, "measured": now, f"measured_{part}": now}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return data
@@ -443,7 +446,7 @@ def merge_results(entry: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scale", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("up", "down", "bench"):
+    for name in ("up", "down", "bench", "pulumi"):
         p = sub.add_parser(name)
         p.add_argument("--shape", default="small")
         if name == "bench":
@@ -458,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
             up(sh)
         elif args.command == "down":
             control.down(layout(sh))
+        elif args.command == "pulumi":
+            from tools.localcluster import scalepulumi
+
+            merge_results({"shape": sh.name, **scalepulumi.run(sh)})
+            say(f"results in {RESULTS}")
         else:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()] or list(sh.gang_sizes)
             storms = [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults)
