@@ -40,6 +40,8 @@ class FakeApi(MemoryApi):
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.content_types: list[tuple[str, str, str]] = []  # (method, path, Content-Type)
         self.released = threading.Event()  # set to let hanging requests end
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests the server held at once
 
     def node(self, name: str) -> dict[str, Any]:
         return self.objects["nodes"][name]
@@ -86,6 +88,16 @@ class FakeApi(MemoryApi):
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 api.requests.append((method, url.path))
                 api.content_types.append((method, url.path, self.headers.get("Content-Type", "")))
+                with api.lock:
+                    api.in_flight += 1
+                    api.max_in_flight = max(api.max_in_flight, api.in_flight)
+                try:
+                    self.handle_counted(method, url, query)
+                finally:
+                    with api.lock:
+                        api.in_flight -= 1
+
+            def handle_counted(self, method: str, url: Any, query: dict[str, str]) -> None:
                 fault = api.take_fault(method, url.path)
                 body = self.body() if method in ("PATCH", "PUT", "POST") else None
                 if fault == "hang":

@@ -493,3 +493,39 @@ def test_on_stop_the_controller_releases_its_lease_and_the_standby_leads_at_once
     assert not thread.is_alive()
     standby = BurstShell(settings, http_port(url, 1.0), identity="standby")
     assert standby.elector.step()  # at once: no wait for the lease to expire
+
+
+def test_a_gangs_gates_lift_side_by_side_and_a_refused_lift_backs_off_alone(api: tuple[FakeApi, str]) -> None:
+    """At scale a gang's release is the burst controller's longest write: its lifts go out together (bounded),
+    each through the fenced port; one refused lift waits its own backoff while the others are released."""
+    from agents.burst_controller.shell import UNGATE_CONCURRENCY
+
+    fake, url = api
+    fake.put(NODES, onprem_node("n1", 8, pool="a"))
+    pods = 3 * UNGATE_CONCURRENCY
+    for i in range(pods):
+        fake.put(PODS, gpu_pod(f"gang-{i}", 8, workload="training", namespace="training", pool="a", gated=True))
+        fake.fault("PATCH", f"/pods/gang-{i}$", 422 if i == 7 else ("delay", 0.05))  # 422: not retried
+    sh = make_shell(url, Clock())
+    lead_and_sync(sh)
+    decision = sh.reconcile()
+    assert decision is not None
+    assert sum(a.kind.value == "ungate" for a in decision.actions) == pods
+    gated = [n for n, p in fake.objects["pods"].items() if p["spec"].get("schedulingGates")]
+    assert gated == ["training/gang-7"]
+    assert 1 < fake.max_in_flight <= UNGATE_CONCURRENCY + 2  # the lease loop and a watch may add one each
+    assert metric(sh, "gpucluster_burst_actions_total", kind="ungate") == pods - 1
+    assert [a.pod for a in sh._backoff] == ["gang-7"]
+
+
+def test_gate_lifts_are_batched_in_decision_order_and_nothing_else_is() -> None:
+    from agents.burst_controller.decide import Action, ActionKind
+    from agents.burst_controller.shell import _batches
+
+    def act(kind: ActionKind, pod: str = "") -> Action:
+        return Action(kind, node="", pod=pod, namespace="training" if pod else "")
+
+    actions = [act(ActionKind.CLOSE_NODE), act(ActionKind.UNGATE, "a"), act(ActionKind.UNGATE, "b"),
+               act(ActionKind.OPEN_NODE), act(ActionKind.UNGATE, "c")]
+    assert [[a.pod or a.kind.value for a in b] for b in _batches(actions)] == [
+        ["close_node"], ["a", "b"], ["open_node"], ["c"]]

@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,22 @@ from agents.kit.port import (
 )
 
 log = logging.getLogger("burst_controller")
+
+#: Gate lifts of one decision in flight at once. One after another, each a round trip of ~25 ms, released a
+#: 2,048-pod gang in about 50 s on the scale control plane (docs/scale.md); the API server's priority and fairness
+#: bounds what it serves, and every lift is still fenced by the port.
+UNGATE_CONCURRENCY = 16
+
+
+def _batches(actions: tuple[Action, ...] | list[Action]) -> list[list[Action]]:
+    """The decision's actions in order, each a batch of its own, except that a run of gate lifts is one batch."""
+    out: list[list[Action]] = []
+    for action in actions:
+        if action.kind is ActionKind.UNGATE and out and out[-1][0].kind is ActionKind.UNGATE:
+            out[-1].append(action)
+        else:
+            out.append([action])
+    return out
 
 COMPONENT = "burst-controller"
 
@@ -174,6 +191,7 @@ class BurstShell:
         self._backoff: dict[Action, _Backoff] = {}
         self._failed: set[Action] = set()  # actions whose last apply raised (not: nothing to do)
         self._reported: set[tuple[str, str, str]] = set()  # infeasible gangs already announced
+        self._pool: ThreadPoolExecutor | None = None  # gate lifts side by side, made on the first gang
 
     # -- reading the cluster -----------------------------------------------------------------------
 
@@ -228,24 +246,33 @@ class BurstShell:
         wanted = set(decision.actions)
         for stale in [a for a in self._backoff if a not in wanted]:
             del self._backoff[stale]  # no longer wanted: a later wish starts afresh
-        for action in decision.actions:
+        for batch in _batches(decision.actions):
             if not self.elector.can_write():  # the port would refuse each; stop the batch instead
                 break
-            waiting = self._backoff.get(action)
-            if waiting is not None and self.monotonic() < waiting.next_at:
-                continue
-            if self.apply(action):
-                self._backoff.pop(action, None)
-                self.metrics.actions.labels(action.kind.value).inc()
-                if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE, ActionKind.TAINT_PROVIDER):
-                    self._event(action, decision)
-            elif action in self._failed:
-                self._back_off(action)
+            due = [a for a in batch if (w := self._backoff.get(a)) is None or self.monotonic() >= w.next_at]
+            for action, applied in zip(due, self._apply_batch(due), strict=True):
+                if applied:
+                    self._backoff.pop(action, None)
+                    self.metrics.actions.labels(action.kind.value).inc()
+                    if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE, ActionKind.TAINT_PROVIDER):
+                        self._event(action, decision)
+                elif action in self._failed:
+                    self._back_off(action)
         self._report_infeasible(snapshot.infeasible)
         with self.lock:
             after = self.view.snapshot()
         self.metrics.observe(after, decision, decision.state)
         return decision
+
+    def _apply_batch(self, batch: list[Action]) -> list[bool]:
+        """Apply a batch: one action in this thread; a gang's gate lifts side by side (``UNGATE_CONCURRENCY``), each
+        through the fenced port, so a 2,048-pod gang is released in seconds, not one round trip after another.
+        Results come back in the batch's order, so the bookkeeping stays in this thread."""
+        if len(batch) <= 1:
+            return [self.apply(a) for a in batch]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(UNGATE_CONCURRENCY, thread_name_prefix="ungate")
+        return list(self._pool.map(self.apply, batch))
 
     def _back_off(self, action: Action) -> None:
         """Schedule the next try of a failed action: base × 2^(failures−1), capped, ±20 % jitter."""

@@ -369,7 +369,7 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int]) -
     for faults in fault_counts:
         out["storm_taint_s"][str(faults)] = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom,
                                                              faults, rails="open")
-        scalestorm.clear(lay, cfg.label_prefix)
+        say(f"storm of {faults}: cleared the guard's marks from {scalestorm.clear(lay, cfg.label_prefix)} nodes")
     # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
     stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),
                                    rails="stack", seed=STACK_RAILS_SEED, rotate=1)

@@ -172,6 +172,8 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     key = health_taint_key(label_prefix)
     with taint_watch(lay, key) as tainted:
+        time.sleep(2)  # the watch's first list: what is tainted before any fault
+        before = set(tainted)
         started = time.monotonic()
         for offset, node in schedule:
             delay = offset - (time.monotonic() - started)
@@ -190,14 +192,17 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
             time.sleep(0.5)
         served = {k: float(v) for k, v in _get(f"{standin}/served").items()}
         breaker = _guard_breaker(lay)
-        wrong = sorted(set(tainted) - faulted)
+        wrong = sorted(set(tainted) - faulted - before)
     latencies = [tainted[n] - served[n] for n in faulted if n in tainted and n in served]
     early = sorted(n for n in faulted if n in tainted and n in served and tainted[n] < served[n])
     if early:
         raise control.ClusterError(f"tainted before their fault was served (left from an earlier storm?): {early}")
     _post(f"{standin}/faults", {n: {} for n in faulted})
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
-                           "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker}
+                           "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker,
+                           "tainted_before_the_storm": len(before)}
+    if wrong:
+        out["healthy_nodes_tainted_names"] = wrong[:20]
     if latencies:
         out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
     say(f"{faults} faults ({rails} rails): {out}")
