@@ -1,4 +1,5 @@
-"""The stack at production size on the local control plane (`make bench-scale`): gangs, API server cost, footprint.
+"""The stack at production size on the local control plane (`make bench-scale`): gangs, fault storms, Pulumi, and
+what it all costs the API server.
 
 The runs take many minutes per shape, so `make bench` reports what the last `make bench-scale` wrote
 (``.state/scale/results.json``, one entry per shape) rather than running it again; the report says when it has
@@ -12,10 +13,15 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent.parent / ".state" / "scale" / "results.json"
-#: The published anchors the figures stand beside (DESIGN.md, fourth round).
-ANCHORS = {
+#: The published anchors the figures stand beside (DESIGN.md, fourth round; NVSentinel's tests/scale-tests).
+ANCHORS: dict[str, Any] = {
     "gang_bind_goal_s": 30.0,
     "apiserver_mutating_slo_s": 1.0,
+    "nvsentinel_taint_s": {"150": {"min": 1.79, "p50": 16.75, "p90": 28.15, "p99": 31.35},
+                           "375": {"p50": 91.0, "p90": 163.0}},
+    "storm_goal_s": {"p50": 2.0, "p90": 5.0},
+    "pulumi_up_goal_s": 300.0,
+    "pulumi_preview_nochange_goal_s": 60.0,
 }
 
 
@@ -23,51 +29,111 @@ def run(path: Path = RESULTS) -> dict[str, Any]:
     if not path.is_file():
         return {"status": "not run here: run `make bench-scale` first"}
     data: dict[str, Any] = json.loads(path.read_text())
-    return {"anchors": ANCHORS, "shapes": data.get("shapes", {})}
+    shapes = data.get("shapes", {})
+    for shape in shapes.values():
+        shape["cpu_cores_during_gangs"] = cpu_cores(shape)
+    return {"anchors": ANCHORS, "shapes": shapes}
+
+
+def cpu_cores(shape: dict[str, Any]) -> dict[str, float]:
+    """Cores each process used on average between the rest reading and the one after the gangs (and storms)."""
+    rest, after = shape.get("process_usage_at_rest") or {}, shape.get("process_usage_after") or {}
+    span = shape.get("usage_span_s")
+    if not span:
+        return {}
+    out = {p: round((after[p]["cpu_s"] - rest[p]["cpu_s"]) / span, 2) for p in after if p in rest}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _cell(stats: dict[str, Any] | None, key: str) -> str:
-    return "–" if not stats or key not in stats else f"{stats[key]:.1f}"
+    return "–" if not stats or stats.get(key) is None else f"{stats[key]:.1f}"
+
+
+def _gang_table(shapes: dict[str, Any]) -> list[str]:
+    lines = ["| shape | nodes | GPUs | up (s) | gang pods | runs | all created | all ungated | all bound p50 | "
+             "bound p99 | all Running p50 | Running p99 | gone after cancel p50 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, shape in shapes.items():
+        for size, gang in shape.get("gangs", {}).items():
+            lines.append(
+                f"| {name} | {shape['nodes']:,} | {shape['gpus']:,} | {shape['up_s']} | {int(size):,} | "
+                f"{gang['bound']['n']} | {_cell(gang.get('created'), 'p50')} | {_cell(gang.get('ungated'), 'p50')} | "
+                f"{_cell(gang['bound'], 'p50')} | {_cell(gang['bound'], 'p99')} | {_cell(gang['running'], 'p50')} | "
+                f"{_cell(gang['running'], 'p99')} | {_cell(gang.get('deleted'), 'p50')} |")
+    return lines
+
+
+def _storm_table(shapes: dict[str, Any], anchors: dict[str, Any]) -> list[str]:
+    lines = ["| shape | faults | rails | tainted | healthy nodes tainted | min | p50 | p90 | p99 | breaker | "
+             "NVSentinel p50 / p90 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, shape in shapes.items():
+        runs = [*(shape.get("storm_taint_s") or {}).values()]
+        if shape.get("storm_stack_rails"):
+            runs.append(shape["storm_stack_rails"])
+        for run in runs:
+            ref = anchors["nvsentinel_taint_s"].get(str(run["faults"]))
+            nvs = f"{ref['p50']} / {ref['p90']}" if ref and run["rails"] == "open" else "–"
+            lines.append(f"| {name} | {run['faults']} | {run['rails']} | {run['tainted']} | "
+                         f"{run['healthy_nodes_tainted']} | {_cell(run, 'min')} | {_cell(run, 'p50')} | "
+                         f"{_cell(run, 'p90')} | {_cell(run, 'p99')} | "
+                         f"{'tripped' if run.get('breaker_tripped') else 'held'} | {nvs} |")
+    return lines
 
 
 def to_markdown(result: dict[str, Any]) -> str:
     if "shapes" not in result:
         return str(result.get("status", "no results"))
+    shapes, anchors = result["shapes"], result["anchors"]
     lines = [
-        "Each shape runs on this machine's control plane: etcd, the API server, the controller manager, kwok for the",
-        "nodes, Volcano's scheduler and controllers; the stack's own objects applied; gangs of 8-GPU pods submitted",
-        "through `gpucluster train submit`, one after the other. Times in seconds from the submit.",
+        "Each shape runs on this machine's control plane (2 cores): etcd, the API server, the controller manager,",
+        "kwok for the nodes, Volcano's scheduler and controllers, the burst controller, health guard and descheduler",
+        "as the stack's ServiceAccounts; the stack's own objects applied; gangs of 8-GPU pods submitted through",
+        "`gpucluster train submit`, one after the other. Seconds from the submit until the gang's last pod reached",
+        "each stage (docs/scale.md).",
         "",
-        "| shape | nodes | GPUs | up (s) | gang pods | runs | created p50 | bound p50 | bound p99 | Running p50 "
-        "| Running p99 | deleted p50 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_gang_table(shapes),
+        "",
+        f"Goal: a 2,048-pod gang bound in under {anchors['gang_bind_goal_s']:.0f} s p99.",
+        "",
+        "**Fault storms** (seconds from the first scrape that served a node's fault to the guard's taint; NVSentinel's",
+        "own test: 1,503 nodes, faults over 0–30 s). Goal: p50 under "
+        f"{anchors['storm_goal_s']['p50']:.0f} s and p90 under {anchors['storm_goal_s']['p90']:.0f} s.",
+        "",
+        *_storm_table(shapes, anchors),
+        "",
     ]
-    for name, shape in result["shapes"].items():
-        for size, gang in shape.get("gangs", {}).items():
-            lines.append(
-                f"| {name} | {shape['nodes']:,} | {shape['gpus']:,} | {shape['up_s']} | {int(size):,} | "
-                f"{gang['bound']['n']} | {_cell(gang.get('created'), 'p50')} | {_cell(gang['bound'], 'p50')} | "
-                f"{_cell(gang['bound'], 'p99')} | {_cell(gang['running'], 'p50')} | {_cell(gang['running'], 'p99')} | "
-                f"{_cell(gang.get('deleted'), 'p50')} |")
-    goal = result["anchors"]["gang_bind_goal_s"]
-    lines += ["", f"Goal: a 2,048-pod gang bound in under {goal:.0f} s p99.", ""]
-    for name, shape in result["shapes"].items():
+    for name, shape in shapes.items():
+        lines += [f"### {name}", ""]
+        if "pulumi_up_s" in shape:
+            lines += [f"Pulumi (measured {shape.get('measured_pulumi', '?')}, {shape.get('pulumi_nodes', '?')} nodes, "
+                      f"{shape.get('resources', '?')} resources, state {shape.get('state_bytes', 0) / 1e6:.1f} MB, "
+                      f"parallelism: {shape.get('parallel', '?')}): first `pulumi up` {shape['pulumi_up_s']} s "
+                      f"(goal {anchors['pulumi_up_goal_s']:.0f} s), no-change preview "
+                      f"{shape.get('pulumi_preview_nochange_s')} s "
+                      f"(goal {anchors['pulumi_preview_nochange_goal_s']:.0f} s), no-change `pulumi up --refresh` "
+                      f"{shape.get('pulumi_up_nochange_s')} s.", ""]
         p99 = shape.get("apiserver_mutating_p99_s")
-        lines += [f"**{name}** (measured {shape.get('measured', '?')}): mutating API calls p99 "
-                  f"{'–' if p99 is None else f'{p99:.3f} s'} over the gang runs (SLO ≤ "
-                  f"{result['anchors']['apiserver_mutating_slo_s']:.0f} s); stack objects applied "
+        storm_p99 = shape.get("storm_apiserver_mutating_p99_s")
+        lines += [f"Measured {shape.get('measured_bench', shape.get('measured', '?'))}. Mutating API calls p99 "
+                  f"{'–' if p99 is None else f'{p99:.3f} s'} over the gang runs, "
+                  f"{'–' if storm_p99 is None else f'{storm_p99:.3f} s'} over the storms (SLO ≤ "
+                  f"{anchors['apiserver_mutating_slo_s']:.0f} s). Stack objects applied "
                   f"{shape.get('objects_applied')}, left out {shape.get('objects_left_out')}.", ""]
-        agents = shape.get("requests_per_s_by_agent") or {}
-        if agents:
-            lines += ["| agent | requests/s | mutating/s | requests |", "|---|---|---|---|"]
-            lines += [f"| {a} | {v['requests_per_s']} | {v['mutating_per_s']} | {v['requests']:,} |"
-                      for a, v in list(agents.items())[:12]]
-            lines.append("")
+        for title, key in (("over the gang runs", "requests_per_s_by_agent"),
+                           ("over the storms", "storm_requests_per_s_by_agent")):
+            agents = shape.get(key) or {}
+            if agents:
+                lines += [f"Requests per agent {title}:", "", "| agent | requests/s | mutating/s | requests |",
+                          "|---|---|---|---|"]
+                lines += [f"| {a} | {v['requests_per_s']} | {v['mutating_per_s']} | {v['requests']:,} |"
+                          for a, v in list(agents.items())[:12]]
+                lines.append("")
         usage = shape.get("process_usage_after") or {}
         if usage:
-            lines += ["| process | RSS MiB at rest | RSS MiB after the gangs | CPU s (total) |", "|---|---|---|---|"]
             rest = shape.get("process_usage_at_rest") or {}
-            lines += [f"| {p} | {rest.get(p, {}).get('rss_mib', '–')} | {u['rss_mib']} | {u['cpu_s']} |"
+            cores = shape.get("cpu_cores_during_gangs") or {}
+            lines += ["| process | RSS MiB at rest | RSS MiB after | cores used meanwhile |", "|---|---|---|---|"]
+            lines += [f"| {p} | {rest.get(p, {}).get('rss_mib', '–')} | {u['rss_mib']} | {cores.get(p, '–')} |"
                       for p, u in usage.items()]
             lines.append("")
         tuning = shape.get("tuning") or []

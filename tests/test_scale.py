@@ -139,7 +139,7 @@ def test_small_clusters_run_stock_settings_and_large_ones_name_a_reason_for_each
     assert flags[("kube-apiserver", "--max-requests-inflight")] > 400
     assert flags[("kube-apiserver", "--max-mutating-requests-inflight")] > 200
     assert big.kwok_options["nodeLeaseParallelism"] > 4
-    assert "podPlayStageParallelism" not in big.kwok_options  # more than kwok's 4 races on pod IPs
+    assert big.kwok_options["podPlayStageParallelism"] == 4  # more races on pod IPs; left out it would be 0
     doc = big.kwok_config()
     assert "kind: KwokConfiguration" in doc and "kind: Stage" not in doc
 

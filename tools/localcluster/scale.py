@@ -192,6 +192,8 @@ def tuning_for(nodes: int) -> Tuning:
         # kwok has no client-side rate limit; its 4 workers per kind are the pace: 2,048 lease renewals every
         # 10 s leave each lease worker 20 ms. Pods stay at kwok's 4 workers: with 32, two workers patched one pod
         # with two IPs ("may specify no more than one IP for each IP family", 1,460 refusals for a 2,048-pod
-        # gang), each refusal retried after kwok's exponential backoff.
-        "nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16, "podsOnNodeSyncParallelism": 8,
+        # gang), each refusal retried after kwok's exponential backoff. A configuration file sets every option:
+        # one left out is 0, not kwok's default (kwok refuses to start with no pod workers).
+        "podPlayStageParallelism": 4, "nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16,
+        "podsOnNodeSyncParallelism": 8,
     })

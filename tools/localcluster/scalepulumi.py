@@ -84,7 +84,7 @@ def run(sh: Shape, state: Path | None = None, keep: bool = False) -> dict[str, A
     backend.mkdir(exist_ok=True)
     url = f"file://{backend}"
     extra = overrides(env)
-    out: dict[str, Any] = {"nodes": len(plan.kwok_nodes), "parallel": "engine default (unbounded)"}
+    out: dict[str, Any] = {"pulumi_nodes": len(plan.nodes), "parallel": "engine default (unbounded)"}
     try:
         started = time.monotonic()
         pulumi_up(lay, "local", backend_url=url, extra=extra)

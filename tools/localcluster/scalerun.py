@@ -392,6 +392,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         spec_dir = lay.state / "specs"
         spec_dir.mkdir(exist_ok=True)
         usage_rest = process_usage(lay)
+        rest_at = time.monotonic()
         before = apiserver_metrics(lay)
         wall0 = time.time()
         gangs: dict[str, Any] = {}
@@ -423,6 +424,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             "requests_per_s_by_agent": audit_window(lay, wall0, wall1),
             "process_usage_at_rest": usage_rest,
             "process_usage_after": process_usage(lay),
+            "usage_span_s": round(time.monotonic() - rest_at, 1),
             **storms,
         }
     finally:
