@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +46,7 @@ from tools.localcluster.scalemeasure import (
     percentiles,
     requests_by_agent,
 )
-from tools.localcluster.watching import follow
+from tools.localcluster.watching import following
 
 ROOT = control.ROOT
 SCALE_STATE = ROOT / ".state" / "scale"
@@ -229,23 +228,14 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
     from kubernetes import client
 
     times = GangTimes(start=time.monotonic())
-    stop = threading.Event()
     api = client.CoreV1Api(control.api_client(lay))
 
     def seen(kind: str, pod: Any) -> None:
         times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
                   deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates))
 
-    def run() -> None:
-        follow(api.list_namespaced_pod, seen, stop, namespace=namespace, label_selector=selector)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with following(api.list_namespaced_pod, seen, namespace=namespace, label_selector=selector):
         yield times
-    finally:
-        stop.set()
-        thread.join(timeout=15)
 
 
 def submit(lay: Layout, name: str, pods: int, pool: str, spec_dir: Path, team: str | None) -> None:

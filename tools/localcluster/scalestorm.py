@@ -14,7 +14,6 @@ import contextlib
 import json
 import random
 import shutil
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,7 @@ from agents.node_taints import health_taint_key
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan
 from tools.localcluster.scalemeasure import percentiles
-from tools.localcluster.watching import follow
+from tools.localcluster.watching import following
 
 STANDIN = "fleet-standin"
 PROMETHEUS = "prometheus-scale"
@@ -125,23 +124,14 @@ def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
     from kubernetes import client
 
     seen: dict[str, float] = {}
-    stop = threading.Event()
     api = client.CoreV1Api(control.api_client(lay))
 
     def saw(_: str, node: Any) -> None:
         if any(t.key == key for t in node.spec.taints or []):
             seen.setdefault(node.metadata.name, time.time())
 
-    def run() -> None:
-        follow(api.list_node, saw, stop)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with following(api.list_node, saw):
         yield seen
-    finally:
-        stop.set()
-        thread.join(timeout=20)
 
 
 def _guard_breaker(lay: Layout) -> float | None:

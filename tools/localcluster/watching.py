@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -35,3 +36,16 @@ def follow(list_call: Callable[..., Any], on_event: Callable[[str, Any], None], 
             time.sleep(0.2)
         except Exception:  # a dropped connection: reopened where it stopped
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def following(list_call: Callable[..., Any], on_event: Callable[[str, Any], None], **kwargs: Any) -> Iterator[None]:
+    """:func:`follow` in a thread of its own for the body of the ``with``; stopped (and joined) when it ends."""
+    stop = threading.Event()
+    thread = threading.Thread(target=follow, args=(list_call, on_event, stop), kwargs=kwargs, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=20)
