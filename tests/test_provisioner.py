@@ -67,3 +67,51 @@ def test_reconcile_makes_each_pending_claims_directory_before_its_volume_and_onl
     assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o1777
     assert [pv["metadata"]["name"] for pv in core.made] == ["pvc-a"]
     assert reconcile(core, _Storage(), tmp_path) == 0  # the volume exists: nothing twice
+
+
+class _Raw:
+    """What a list call returns with ``_preload_content=False``: the body as bytes."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        import json
+
+        self.data = json.dumps({"items": items}).encode()
+
+
+def test_every_real_or_kwok_node_gets_a_csinode_with_every_driver_from_plain_json_lists() -> None:
+    from tools.localcluster.provisioner import register_drivers
+
+    calls: list[dict[str, Any]] = []
+    nodes = [{"metadata": {"name": "gpu-1", "labels": {"type": "kwok"}}},
+             {"metadata": {"name": "gpu-2"}},
+             {"metadata": {"name": "vk-a", "labels": {"type": "virtual-kubelet"}}}]
+    csinodes = [{"metadata": {"name": "gpu-1"}, "spec": {"drivers": [{"name": "nfs.csi.k8s.io"}]}},
+                {"metadata": {"name": "gpu-2"}, "spec": {"drivers": [{"name": "other.csi"}]}}]
+
+    class Core:
+        def list_node(self, **kwargs: Any) -> _Raw:
+            calls.append(kwargs)
+            return _Raw(nodes)
+
+    class Storage(_Storage):
+        def __init__(self) -> None:
+            self.deleted: list[str] = []
+            self.created: list[dict[str, Any]] = []
+
+        def list_csi_node(self, **kwargs: Any) -> _Raw:
+            calls.append(kwargs)
+            return _Raw(csinodes)
+
+        def delete_csi_node(self, name: str) -> None:
+            self.deleted.append(name)
+
+        def create_csi_node(self, body: dict[str, Any]) -> None:
+            self.created.append(body)
+
+    storage = Storage()
+    assert register_drivers(Core(), storage) == 1  # gpu-1 has it already; the virtual node never gets one
+    assert storage.deleted == ["gpu-2"]
+    assert [c["metadata"]["name"] for c in storage.created] == ["gpu-2"]
+    assert storage.created[0]["spec"]["drivers"] == [{"name": "nfs.csi.k8s.io", "nodeID": "gpu-2"}]
+    # Served from the watch cache, as plain JSON (no typed models for thousands of nodes).
+    assert all(c == {"resource_version": "0", "_preload_content": False} for c in calls)

@@ -20,6 +20,7 @@ all StorageClasses.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -67,17 +68,28 @@ def csinode_for(node: str, drivers: list[str]) -> dict[str, Any]:
     }
 
 
+def _items(call: Any) -> list[dict[str, Any]]:
+    """A list call's items as plain JSON, served from the API server's watch cache (``resourceVersion=0``).
+
+    Every cycle lists every node and CSINode: at 2,060 nodes the client's typed models made that a fifth of a core
+    of this process, and full reads from etcd for the API server; plain JSON from the cache costs a fraction.
+    """
+    response = call(resource_version="0", _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+    return items
+
+
 def register_drivers(core: Any, storage: Any) -> int:
     """Give every non-virtual node a CSINode with every StorageClass's driver; returns how many changed."""
     drivers = sorted({sc.provisioner for sc in storage.list_storage_class().items})
     if not drivers:
         return 0
-    have = {c.metadata.name: sorted(d.name for d in (c.spec.drivers or []))
-            for c in storage.list_csi_node().items}
+    have = {c["metadata"]["name"]: sorted(d["name"] for d in (c.get("spec") or {}).get("drivers") or [])
+            for c in _items(storage.list_csi_node)}
     changed = 0
-    for node in core.list_node().items:
-        name = node.metadata.name
-        if (node.metadata.labels or {}).get("type") == "virtual-kubelet" or have.get(name) == drivers:
+    for node in _items(core.list_node):
+        name = node["metadata"]["name"]
+        if (node["metadata"].get("labels") or {}).get("type") == "virtual-kubelet" or have.get(name) == drivers:
             continue
         if name in have:
             storage.delete_csi_node(name)
