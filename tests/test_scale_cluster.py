@@ -77,4 +77,5 @@ def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rai
     assert rails["tainted"] == min(cfg.observability.health.max_nodes_per_hour,
                                    cfg.observability.health.max_nodes_quarantined)
     assert rails["breaker_tripped"] == 1.0
+    assert rails["healthy_nodes_tainted"] == 0 and rails["tainted_before_the_storm"] == 0
     assert result["breaker_tripped_at"] == rails["tainted"]

@@ -11,18 +11,25 @@ from typing import Any
 
 def follow(list_call: Callable[..., Any], on_event: Callable[[str, Any], None], stop: threading.Event,
            **kwargs: Any) -> None:
-    """Call ``on_event(type, object)`` for every event of ``list_call``'s watch until ``stop`` is set.
+    """Call ``on_event(type, object)`` for every object of ``list_call`` and every later event, until ``stop``.
 
-    Each request is short (5 s) so ``stop`` is noticed; the next one resumes from the last resourceVersion seen,
-    so no event falls between two requests (a fresh list would show what is there now and miss what was deleted
-    meanwhile). Only after 410 Gone does it start again from a list.
+    A list first (each item as ADDED), then watches from the list's resourceVersion: each request is short (5 s)
+    so ``stop`` is noticed, and the next one resumes from the last event's resourceVersion, so no event falls
+    between two requests. (Resuming from the last item of a watch's initial ADDED burst would not do: those come
+    in no order, and the watch cache would replay the older changes of every other object.) After 410 Gone it
+    lists again.
     """
     from kubernetes import client, watch
 
     version: str | None = None
     while not stop.is_set():
-        w: Any = watch.Watch()  # type: ignore[no-untyped-call]
         try:
+            if version is None:
+                listing = list_call(**kwargs)
+                for obj in listing.items:
+                    on_event("ADDED", obj)
+                version = listing.metadata.resource_version
+            w: Any = watch.Watch()  # type: ignore[no-untyped-call]
             for event in w.stream(list_call, timeout_seconds=5, _request_timeout=15, resource_version=version,
                                   **kwargs):
                 obj = event["object"]
