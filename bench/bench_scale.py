@@ -104,6 +104,8 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     for name, shape in shapes.items():
         lines += [f"### {name}", ""]
+        if shape.get("storm_stack_rails_dropped"):
+            lines += [f"The storm with the stack's rails is not reported: {shape['storm_stack_rails_dropped']}.", ""]
         if "pulumi_up_s" in shape:
             lines += [f"Pulumi (measured {shape.get('measured_pulumi', '?')}, {shape.get('pulumi_nodes', '?')} nodes, "
                       f"{shape.get('resources', '?')} resources, state {shape.get('state_bytes', 0) / 1e6:.1f} MB, "
