@@ -209,17 +209,11 @@ def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
 # --------------------------------------------------------------------------- gangs
 
 
-def _settings(lay: Layout) -> Any:
+def _settings(lay: Layout, namespace: str) -> Any:
+    """The training settings the stack published in the cluster (what the CLI reads)."""
     from gpucluster_cli.kube import Cluster
 
-    return Cluster(control.api_client(lay), _training_namespace(lay)).settings()
-
-
-def _training_namespace(lay: Layout) -> str:
-    from tools.localcluster.plan import load_stack_config
-
-    cfg = load_stack_config(ROOT, "prod")
-    return str(cfg.training_namespace) if cfg is not None else "training"
+    return Cluster(control.api_client(lay), namespace).settings()
 
 
 @contextlib.contextmanager
@@ -238,7 +232,7 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
         yield times
 
 
-def submit(lay: Layout, name: str, pods: int, pool: str, spec_dir: Path, team: str | None) -> None:
+def submit(lay: Layout, namespace: str, name: str, pods: int, pool: str, spec_dir: Path, team: str | None) -> None:
     spec: dict[str, Any] = {"name": name, "image": "registry.gpucluster.io/train/bench:1.0",
                             "command": ["python", "train.py"], "gpus": {"nodes": pods, "gpusPerNode": 8},
                             "pool": pool, "maxRetries": 0}
@@ -246,16 +240,14 @@ def submit(lay: Layout, name: str, pods: int, pool: str, spec_dir: Path, team: s
         spec["team"] = team
     path = spec_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    ns = _training_namespace(lay)
-    proc = subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", ns, "train", "submit",
+    proc = subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "submit",
                            str(path)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise control.ClusterError(f"gpucluster train submit {path} failed: {proc.stdout}{proc.stderr}")
 
 
-def cancel(lay: Layout, name: str) -> None:
-    ns = _training_namespace(lay)
-    subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", ns, "train", "cancel", name],
+def cancel(lay: Layout, namespace: str, name: str) -> None:
+    subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "cancel", name],
                    capture_output=True, text=True, check=False)
 
 
@@ -268,21 +260,21 @@ def wait(what: str, check: Any, timeout: float) -> float:
     raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def gang_run(lay: Layout, pods: int, pool: str, run: int, spec_dir: Path, timeout: float,
+def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_dir: Path, timeout: float,
              team: str | None = None) -> dict[str, float]:
     """Submit one gang of ``pods`` x 8 GPUs through the CLI; seconds to all bound and all Running, then to
     all gone after the cancel."""
     from gpucluster_cli.render import worker_selector
 
-    settings = _settings(lay)
+    settings = _settings(lay, namespace)
     name = f"scale-{pods}-{run}"
     with watching(lay, settings.training_namespace, worker_selector(settings, name)) as times:
-        submit(lay, name, pods, pool, spec_dir, team)
+        submit(lay, namespace, name, pods, pool, spec_dir, team)
         submitted = time.monotonic() - times.start
         wait(f"{pods} pods of {name} Running", lambda: times.running() >= pods, timeout)
         result = times.summary(pods)
         result["submit_s"] = round(submitted, 2)
-        cancel(lay, name)
+        cancel(lay, namespace, name)
         gone_from = time.monotonic()
         wait(f"the pods of {name} deleted", lambda: times.alive() == 0, timeout)
         result["deleted_s"] = round(time.monotonic() - gone_from, 2)
@@ -379,6 +371,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         plan = shape_plan(sh, ROOT)
         pool = max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"]
         pool_nodes = sum(1 for n in plan.by_kind("gpu") if n.pool == pool)
+        namespace = shape_config(sh, ROOT).training_namespace
         spec_dir = lay.state / "specs"
         spec_dir.mkdir(exist_ok=True)
         usage_rest = process_usage(lay)
@@ -389,7 +382,8 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         for pods in sizes:
             if pods > pool_nodes:
                 raise ValueError(f"a gang of {pods} pods does not fit pool {pool} ({pool_nodes} nodes)")
-            per_run = [gang_run(lay, pods, pool, i, spec_dir, timeout, gang_team(sh, ROOT)) for i in range(runs)]
+            per_run = [gang_run(lay, namespace, pods, pool, i, spec_dir, timeout, gang_team(sh, ROOT))
+                       for i in range(runs)]
             gangs[str(pods)] = {
                 "runs": per_run,
                 "bound": percentiles([r["all_bound_s"] for r in per_run]),
