@@ -31,12 +31,12 @@ def run(path: Path = RESULTS) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     shapes = data.get("shapes", {})
     for shape in shapes.values():
-        shape["cpu_cores_during_gangs"] = cpu_cores(shape)
+        shape["cpu_cores_during_runs"] = cpu_cores(shape)
     return {"anchors": ANCHORS, "shapes": shapes}
 
 
 def cpu_cores(shape: dict[str, Any]) -> dict[str, float]:
-    """Cores each process used on average between the rest reading and the one after the gangs (and storms)."""
+    """Cores each process used on average from the rest reading to the one after the gangs and the storms."""
     rest, after = shape.get("process_usage_at_rest") or {}, shape.get("process_usage_after") or {}
     span = shape.get("usage_span_s")
     if not span:
@@ -133,7 +133,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         usage = shape.get("process_usage_after") or {}
         if usage:
             rest = shape.get("process_usage_at_rest") or {}
-            cores = shape.get("cpu_cores_during_gangs") or {}
+            cores = shape.get("cpu_cores_during_runs") or {}
             lines += ["| process | RSS MiB at rest | RSS MiB after | cores used meanwhile |", "|---|---|---|---|"]
             lines += [f"| {p} | {rest.get(p, {}).get('rss_mib', '–')} | {u['rss_mib']} | {cores.get(p, '–')} |"
                       for p, u in usage.items()]

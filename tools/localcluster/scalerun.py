@@ -296,7 +296,7 @@ def apiserver_metrics(lay: Layout) -> str:
 
 def mutating_p99(before: str, after: str) -> float | None:
     """p99 (seconds) of every mutating request between two scrapes, from the API server's own histogram."""
-    verbs = ("POST", "PUT", "PATCH", "DELETE")
+    verbs = ("POST", "PUT", "PATCH", "APPLY", "DELETE")  # APPLY: server-side apply, labelled apart
     a = parse_histogram(after, "apiserver_request_duration_seconds", {"verb": verbs})
     b = parse_histogram(before, "apiserver_request_duration_seconds", {"verb": verbs})
     delta = {le: a.get(le, 0.0) - b.get(le, 0.0) for le in a}
