@@ -53,12 +53,7 @@ POD_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods"], verbs=[
 
 def namespace_rules(lease_name: str) -> list[Rule]:
     """In its own namespace: create the Lease once, then read and renew only that one; record events."""
-    return [
-        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
-        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
-             verbs=["get", "update"]),
-        Rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
-    ]
+    return [*rbac.lease_rules(lease_name), Rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]
 
 
 def handover_rules(services: list[str], warm: bool = False, home: bool = False) -> list[Rule]:

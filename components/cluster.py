@@ -63,7 +63,10 @@ class UnifiedGpuCluster(pulumi.ComponentResource):
         self.namespaces = PlatformNamespaces("namespaces", cfg, child)
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=list(self.namespaces.namespaces.values()))
         self.priorities = PriorityTiers("priorities", PriorityTiersArgs.from_config(cfg), child)
-        self.node_pools = GpuNodePools("node-pools", NodePoolsArgs.from_config(cfg), child)
+        self.node_pools = GpuNodePools(
+            "node-pools", NodePoolsArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM]),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.priorities, *after_ns.depends_on]),  # type: ignore[misc]
+        )
         self.scheduler = GangScheduler(
             "gang-scheduler",
             GangSchedulerArgs.from_config(cfg, self.priorities.names[TierName.SYSTEM]),

@@ -38,11 +38,10 @@ from components import images, rbac
 from components.config import ClusterConfig
 from components.naming import common_labels
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
-from components.system_agent import Placement, SystemAgent
+from components.system_agent import SETTINGS_KEY, Placement, SystemAgent
 from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
 CONFIG_DIR = f"/etc/{APP}"
-SETTINGS_KEY = "settings.json"
 REPLICAS = 2
 
 Rule = rbac.Rule
@@ -56,15 +55,6 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
 #: In the training namespace: Volcano Jobs' retry counts are the restarts application crashes cause.
 GANG_RULES: tuple[Rule, ...] = (Rule(api_groups=["batch.volcano.sh"], resources=["jobs"], verbs=["list"]),)
-
-
-def lease_rules(lease_name: str) -> tuple[Rule, ...]:
-    """Create any Lease (RBAC cannot scope create by name), read and renew only its own."""
-    return (
-        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
-        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
-             verbs=["get", "update"]),
-    )
 
 
 @dataclass(frozen=True)
@@ -108,7 +98,7 @@ class HealthGuard(pulumi.ComponentResource):
         agent.settings("settings", {SETTINGS_KEY: settings_document(args.settings)})
         agent.grant_cluster(CLUSTER_RULES)
         agent.grant_node_events()
-        agent.grant_namespace("lease", lease_rules(args.settings.lease_name), name=f"{APP}-lease")
+        agent.grant_namespace("lease", rbac.lease_rules(args.settings.lease_name), name=f"{APP}-lease")
         for workload, namespace in args.eviction_namespaces:
             agent.grant_namespace(f"evict-{workload}", EVICTION_RULES, name=f"{APP}-evict", namespace=namespace)
         for namespace in args.settings.training_namespaces:

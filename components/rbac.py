@@ -23,6 +23,15 @@ RBAC_API_GROUP = "rbac.authorization.k8s.io"
 Rule = k8s.rbac.v1.PolicyRuleArgs
 
 
+def lease_rules(lease_name: str) -> tuple[Rule, ...]:
+    """An agent's Lease: create any (RBAC cannot scope create by name), read and renew only its own."""
+    return (
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
+        Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
+             verbs=["get", "update"]),
+    )
+
+
 class Account(NamedTuple):
     """A ServiceAccount and the subject that names it in bindings."""
 

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 Rule = rbac.Rule
 
+#: The key of an agent's settings file in its ConfigMap (mounted as ``/etc/<app>/settings.json``).
+SETTINGS_KEY = "settings.json"
+
 
 @dataclass(frozen=True)
 class Placement:

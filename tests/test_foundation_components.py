@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 import yaml
 
+from agents.node_pools.contract import NodePoolSettings, parse_settings
 from components.config import ConfigError, parse_config
 from components.gang_scheduler import VOLCANO_ACTIONS
 from tests.conftest import StackRunner
@@ -16,15 +18,20 @@ from tools.mockrt import RunResult, raw_from_stack
 P = "gpu-cluster:"
 
 
-def test_every_prod_gpu_node_is_patched_with_pool_labels_and_taint(prod: RunResult) -> None:
+def pool_settings(result: RunResult) -> NodePoolSettings:
+    return parse_settings(json.loads(result.one("ConfigMap", "node-pools-settings").inputs["data"]["settings.json"]))
+
+
+def test_every_prod_gpu_node_is_in_its_pool_with_labels_and_taint(prod: RunResult) -> None:
+    members = pool_settings(prod).membership()
+    assert len([n for n in members if n.startswith("gpu-")]) == 256
+    node = members["gpu-b-128"]
+    assert node.labels["gpucluster.io/pool"] == "h200-b"
+    assert node.labels["gpucluster.io/location"] == "onprem"
+    assert node.labels["gpucluster.io/gpu-model"] == "H200-SXM5-141GB"
+    assert [t.model_dump() for t in node.taints] == [
+        {"key": "gpucluster.io/pool", "value": "h200-b", "effect": "NoSchedule"}]
     patches = {r.metadata["name"]: r.inputs for r in prod.by_type("kubernetes:core/v1:NodePatch")}
-    gpu_nodes = [n for n in patches if n.startswith("gpu-")]
-    assert len(gpu_nodes) == 256
-    node = patches["gpu-b-128"]
-    assert node["metadata"]["labels"]["gpucluster.io/pool"] == "h200-b"
-    assert node["metadata"]["labels"]["gpucluster.io/location"] == "onprem"
-    assert node["metadata"]["labels"]["gpucluster.io/gpu-model"] == "H200-SXM5-141GB"
-    assert node["spec"]["taints"] == [{"key": "gpucluster.io/pool", "value": "h200-b", "effect": "NoSchedule"}]
     system = patches["cpu-sys-07"]
     assert system["metadata"]["labels"]["gpucluster.io/pool"] == "system"
     assert "spec" not in system
@@ -32,9 +39,9 @@ def test_every_prod_gpu_node_is_patched_with_pool_labels_and_taint(prod: RunResu
 
 def test_label_prefix_is_configurable(run_stack: StackRunner) -> None:
     result = run_stack("local", lambda c: c.update({P + "labelPrefix": "ml.example.org"}))
-    node = next(r for r in result.by_type("kubernetes:core/v1:NodePatch") if r.metadata["name"] == "gpu-local-01")
-    assert node.inputs["metadata"]["labels"]["ml.example.org/pool"] == "local-gpu"
-    assert node.inputs["spec"]["taints"][0]["key"] == "ml.example.org/pool"
+    node = pool_settings(result).membership()["gpu-local-01"]
+    assert node.labels["ml.example.org/pool"] == "local-gpu"
+    assert node.taints[0].key == "ml.example.org/pool"
 
 
 def test_priority_tiers(prod: RunResult) -> None:

@@ -23,7 +23,8 @@ DIGEST = "sha256:" + "ab" * 32
 
 def test_the_repository_pins_every_base_and_lists_every_agent() -> None:
     found = tool.agents()
-    assert [a.name for a in found] == ["burst-controller", "checkpoint-check", "health-guard", "ib-exporter"]
+    assert [a.name for a in found] == ["burst-controller", "checkpoint-check", "health-guard", "ib-exporter",
+                                       "node-pools"]
     assert tool.check(found, images.agent_digests(), tool.workloads()) == []
 
 
@@ -112,7 +113,7 @@ def test_make_images_upstream_builds_each_agent_with_the_builder_found(tmp_path:
     assert log.read_text().splitlines() == [
         f"build -f agents/{a.dockerfile.parent.name}/Dockerfile -t {images.AGENT_REGISTRY}/{a.name}:"
         f"{images.AGENT_VERSION} ." for a in tool.agents()]
-    assert "images: building 4 agent images with" in proc.stdout
+    assert "images: building 5 agent images with" in proc.stdout
 
 
 def test_pushed_digests_are_recorded_and_deployed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

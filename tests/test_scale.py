@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.node_pools.contract import parse_settings
+from agents.node_pools.decide import node_patch
 from components.config import ConfigError, parse_config
 from tools.localcluster import scale, scalerun
 from tools.localcluster.plan import Layout as PlanLayout
@@ -71,15 +73,19 @@ def test_every_gang_size_of_a_shape_fits_its_largest_pool() -> None:
         assert sh.gang_sizes and max(sh.gang_sizes) <= largest, sh.name
 
 
-def test_kwok_nodes_carry_the_labels_and_taints_the_stacks_node_patches_apply() -> None:
-    """Server-side apply of the stack's NodePatch finds nothing to change: the plan is the stack's own."""
+def test_kwok_nodes_carry_the_labels_and_taints_the_node_pool_agent_applies() -> None:
+    """The agent finds only its record to add: the plan is the stack's own pools."""
     sh = scale.shape("small")
     plan = scale.shape_plan(sh, ROOT)
-    patches = {o["metadata"]["name"]: o for o in scalerun.stack_objects(sh) if o["kind"] == "Node"}
+    cm = next(o for o in scalerun.stack_objects(sh) if o["kind"] == "ConfigMap"
+              and o["metadata"]["name"] == "node-pools-settings")
+    pools = parse_settings(json.loads(cm["data"]["settings.json"]))
+    members = pools.membership()
+    assert {n.name for n in plan.by_kind("gpu")} == set(members)
     for node in plan.by_kind("gpu"):
-        patch = patches[node.name]
-        assert patch["metadata"]["labels"].items() <= node.manifest(plan.gpu_resource)["metadata"]["labels"].items()
-        assert [t for t in patch["spec"].get("taints", [])] == [t.manifest() for t in node.taints]
+        patch = node_patch(node.manifest(plan.gpu_resource), members[node.name], pools.applied_annotation)
+        assert patch is not None and set(patch) == {"metadata"}
+        assert set(patch["metadata"]) == {"resourceVersion", "annotations"}
 
 
 # --------------------------------------------------------------------------- what is applied
@@ -99,9 +105,9 @@ def test_workloads_missing_crds_and_virtual_node_patches_are_left_out_and_counte
     assert kinds.index("Namespace") < kinds.index("Queue") < kinds.index("ValidatingAdmissionPolicyBinding")
     runs = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
     assert len(runs) == len(set(runs))
+    # Only the system pool's nodes are patched one by one; the GPU pools are the node-pool agent's ConfigMap.
     node_names = {o["metadata"]["name"] for o in keep if o["kind"] == "Node"}
-    assert node_names == {n.name for n in plan.kwok_nodes if n.kind == "gpu"} | (
-        node_names & {n.name for n in plan.by_kind("system")})
+    assert node_names == {n.name for n in plan.by_kind("system")}
 
 
 # --------------------------------------------------------------------------- tuning

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.kit.lease import lease_timing_problem
 from agents.node_taints import health_taint_key
 
 
@@ -310,11 +311,10 @@ class HealthSettings(_Model):
             problems.append(
                 f"poll_seconds ({self.poll_seconds}) must not exceed stale_after_seconds ({self.stale_after_seconds})"
             )
-        if not self.request_timeout_seconds < self.renew_deadline_seconds < self.lease_duration_seconds:
-            problems.append(
-                f"request_timeout_seconds ({self.request_timeout_seconds}) < renew_deadline_seconds "
-                f"({self.renew_deadline_seconds}) < lease_duration_seconds ({self.lease_duration_seconds}) must "
-                "hold, or a leader could still be writing when a standby takes over")
+        lease = lease_timing_problem(self.request_timeout_seconds, self.renew_deadline_seconds,
+                                     self.lease_duration_seconds)
+        if lease:
+            problems.append(lease)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -13,6 +13,7 @@ section shares, ``loading`` the way from the engine's config map to a validated 
 Import from this package (``from components.config import ClusterConfig``), not from the modules.
 """
 
+from agents.node_names import expand_node_names
 from components.config.admission import Admission, MutatingMode
 from components.config.base import (
     PROJECT,
@@ -24,7 +25,6 @@ from components.config.base import (
     PositiveInt,
     Problem,
     TaggedUnion,
-    expand_node_names,
 )
 from components.config.burst import (
     Burst,

@@ -14,11 +14,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
+from agents.node_names import NODE_RANGE, expand_node_names
+
 PROJECT = "gpu-cluster"
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-NODE_RANGE = re.compile(r"^(?P<prefix>[a-z0-9.-]*)\[(?P<lo>\d+)-(?P<hi>\d+)\](?P<suffix>[a-z0-9.-]*)$")
 _IMAGE_PINNED = re.compile(r"^[^\s:@]+(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 
 
@@ -76,26 +77,6 @@ class ConfigModel(BaseModel):
         if not isinstance(data, dict):
             return data
         return {key: refuse_value(cls, key, value) for key, value in data.items()}
-
-
-def expand_node_names(patterns: Iterable[str]) -> list[str]:
-    """Expand ``gpu-[001-004]``-style ranges (zero padding kept) into node names."""
-    names: list[str] = []
-    for pattern in patterns:
-        match = NODE_RANGE.match(pattern)
-        if not match:
-            names.append(pattern)
-            continue
-        lo_text, hi_text = match["lo"], match["hi"]
-        lo, hi = int(lo_text), int(hi_text)
-        if lo > hi:
-            raise ValueError(f"range '{pattern}' runs backwards ({lo} > {hi})")
-        if hi - lo + 1 > MAX_NODES_PER_RANGE:
-            raise ValueError(f"range '{pattern}' would create {hi - lo + 1} nodes; at most {MAX_NODES_PER_RANGE} "
-                             "(the most nodes Kubernetes supports in one cluster)")
-        width = len(lo_text) if lo_text.startswith("0") else 0
-        names.extend(f"{match['prefix']}{i:0{width}d}{match['suffix']}" for i in range(lo, hi + 1))
-    return names
 
 
 def _node_patterns(value: list[str]) -> list[str]:
@@ -172,9 +153,6 @@ def register_union(annotation: Any) -> TaggedUnion:
 
 # --- Checks of what Kubernetes (or the engine) would refuse only at apply time -----------------------------
 
-#: The largest node range one pattern may expand to: Kubernetes supports 5,000 nodes per cluster, so a larger
-#: range is a typo that would otherwise create that many Node patches (or hang the render).
-MAX_NODES_PER_RANGE = 5000
 INT32_MAX = 2**31 - 1
 #: Upper bounds on timing knobs by unit suffix of the field name: a week, as seconds, milliseconds, minutes.
 TIMING_LIMITS = {"_seconds": 7 * 86400, "_ms": 7 * 86400 * 1000, "_minutes": 7 * 1440}

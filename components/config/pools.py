@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agents.node_names import expand_node_names
 from components.config.base import (
     ConfigModel,
     DnsLabel,
@@ -12,7 +13,6 @@ from components.config.base import (
     NonNegativeInt,
     PositiveInt,
     Problem,
-    expand_node_names,
     unique_names,
 )
 

@@ -44,7 +44,7 @@ RUNC = "/usr/sbin/runc"
 #: The images each kind of node imports (``make images`` archives by name): what runs there, nothing more, since
 #: every import unpacks the whole image (each node says how long its imports took). The pause image goes everywhere.
 IMAGES_BY_KIND = {
-    "system": ("pause", "burst-controller", "health-guard", "virtual-kubelet-mock", "descheduler",
+    "system": ("pause", "burst-controller", "health-guard", "node-pools", "virtual-kubelet-mock", "descheduler",
                "prometheus-server", "prometheus-operator", "prometheus-config-reloader"),
     "gpu": ("pause", "ib-exporter", "checkpoint-check", "training-runtime", "dcgm-exporter-standin"),
 }

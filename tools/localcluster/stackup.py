@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,22 +128,28 @@ def burst_settings_from_stack(stack: str) -> str:
     return settings_document(BurstControllerArgs.from_config(cfg).settings)
 
 
-def deployed_guard_settings(lay: Layout, overrides: Mapping[str, Any] | None = None) -> str | None:
-    """The health guard's settings as the stack deployed them, with `overrides` (e.g. a local Prometheus).
+def deployed_agent_settings(lay: Layout, app: str, parse: Callable[..., Any], document: Callable[[Any], str],
+                            overrides: Mapping[str, Any] | None = None) -> str | None:
+    """An agent's settings as the stack deployed them (its ``<app>-settings`` ConfigMap), with ``overrides``.
 
     The result is validated by the agent's own parser, so a bad override fails here, naming the key.
     """
     import json
 
-    from agents.health_guard.contract import APP as GUARD_APP
-    from agents.health_guard.contract import parse_settings, settings_document
-    from components.health_guard import SETTINGS_KEY
+    from components.system_agent import SETTINGS_KEY
 
     for cm in _configmaps(lay):
-        if cm.metadata.name == f"{GUARD_APP}-settings" and SETTINGS_KEY in (cm.data or {}):
+        if cm.metadata.name == f"{app}-settings" and SETTINGS_KEY in (cm.data or {}):
             raw = {**json.loads(cm.data[SETTINGS_KEY]), **(overrides or {})}
-            return settings_document(parse_settings(raw, source=f"{cm.metadata.name} + overrides"))
+            return document(parse(raw, source=f"{cm.metadata.name} + overrides"))
     return None
+
+
+def deployed_guard_settings(lay: Layout, overrides: Mapping[str, Any] | None = None) -> str | None:
+    """The health guard's settings as the stack deployed them, with `overrides` (e.g. a local Prometheus)."""
+    from agents.health_guard.contract import APP, parse_settings, settings_document
+
+    return deployed_agent_settings(lay, APP, parse_settings, settings_document, overrides)
 
 
 def _console_script(name: str) -> str | None:
@@ -158,7 +164,7 @@ IN_POD = "runs as the stack's pods on the real system node"
 
 def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | None = None,
                  guard_metrics_port: int | None = None, in_pods: bool = False) -> list[str]:
-    """Start the burst controller, health guard and descheduler; returns what could not start and why.
+    """Start the burst controller, health guard, node-pool agent and descheduler; what could not start and why.
 
     The guard reads its signals from the Prometheus its deployed settings name; `guard_overrides` points it
     elsewhere (the end-to-end test runs a Prometheus of its own) or shortens its holds, probation and limits;
@@ -171,7 +177,7 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
 
     notes: list[str] = []
     ports = control.load_ports(lay) or {}
-    extra = control.free_ports(["burst_metrics", "guard_metrics"])
+    extra = control.free_ports(["burst_metrics", "guard_metrics", "pools_metrics"])
     cfg = load_stack_config(ROOT, stack)
     if cfg is None:
         raise control.ClusterError(f"Pulumi.{stack}.yaml not found; cannot tell the agents' ServiceAccounts")
@@ -208,6 +214,23 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
         control.start_process(lay, "health-guard", [
             guard, "--config", str(guard_conf), "--kubeconfig", str(kubeconfig),
             "--metrics-port", str(guard_metrics_port or extra["guard_metrics"]), "--identity", "localcluster"])
+
+    from agents.node_pools.contract import APP as POOLS_APP
+    from agents.node_pools.contract import parse_settings as parse_pools
+    from agents.node_pools.contract import settings_document as pools_document
+
+    pools = _console_script(POOLS_APP)
+    pools_settings = None if in_pods else deployed_agent_settings(lay, POOLS_APP, parse_pools, pools_document)
+    if in_pods:
+        notes.append(f"{POOLS_APP}: {IN_POD}")
+    elif not (pools and pools_settings):
+        notes.append(f"{POOLS_APP}: console script not installed or no settings deployed; not started")
+    elif kubeconfig := identity(POOLS_APP):
+        pools_conf = lay.state / f"{POOLS_APP}.json"
+        pools_conf.write_text(pools_settings)
+        control.start_process(lay, POOLS_APP, [
+            pools, "--config", str(pools_conf), "--kubeconfig", str(kubeconfig),
+            "--metrics-port", str(extra["pools_metrics"]), "--identity", "localcluster"])
 
     policy = deployed_descheduler_policy(lay)
     if in_pods:

@@ -1,0 +1,126 @@
+"""The node-pool agent's contract: which nodes belong to which pool, the labels and taints each pool's nodes
+carry, and the agent's own timings.
+
+The stack declares pools by node ranges (``gpu-b-[001-128]``); one Pulumi object (this settings ConfigMap)
+replaces a ``NodePatch`` per node, whose number made ``pulumi up`` and every preview grow with the fleet.
+``components.node_pools.settings_from_config`` is the one way from the stack to these settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agents.kit.lease import lease_timing_problem
+from agents.node_names import expand_node_names
+from agents.node_taints import health_taint_key
+
+APP = "node-pools"
+METRICS_PORT = 9317
+"""The agent's /metrics, /livez and /readyz port."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Taint(_Model):
+    key: str = Field(min_length=1, max_length=316)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule"]
+    """Never NoExecute: a pool taint keeps new pods off; it does not evict what runs."""
+
+
+class Pool(_Model):
+    """One pool: its nodes (names or ranges) and what each of them carries."""
+
+    name: str = Field(min_length=1, max_length=63)
+    nodes: list[str] = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+
+class NodePoolSettings(_Model):
+    """Settings of the node-pool agent (the ConfigMap's ``settings.json``)."""
+
+    label_prefix: str = Field(min_length=1)
+    pools: list[Pool] = Field(default_factory=list)
+    namespace: str = "gpu-system"
+    """Where its Lease lives (the system namespace)."""
+    lease_name: str = APP
+    lease_duration_seconds: Annotated[int, Field(gt=0)] = 30
+    renew_deadline_seconds: Annotated[float, Field(gt=0)] = 20.0
+    retry_period_seconds: Annotated[float, Field(gt=0)] = 5.0
+    request_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
+    watch_timeout_seconds: Annotated[int, Field(gt=0, le=3600)] = 300
+    resync_seconds: Annotated[int, Field(gt=0, le=86400)] = 600
+    """A full list and pass over every node this often: repairs anything a missed event left wrong."""
+    backoff_base_seconds: Annotated[float, Field(gt=0)] = 1.0
+    backoff_max_seconds: Annotated[float, Field(gt=0)] = 60.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        problems: list[str] = []
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            problems.append(f"pool names must be unique, repeated: {', '.join(dupes)}")
+        owner: dict[str, str] = {}
+        guarded = health_taint_key(self.label_prefix)
+        for pool in self.pools:
+            try:
+                members = expand_node_names(pool.nodes)
+            except ValueError as exc:
+                problems.append(f"pool {pool.name}: {exc}")
+                continue
+            for node in members:
+                if node in owner and owner[node] != pool.name:
+                    problems.append(f"node {node} is in pools {owner[node]} and {pool.name}")
+                owner.setdefault(node, pool.name)
+            keys = [t.key for t in pool.taints]
+            if len(set(keys)) != len(keys):
+                problems.append(f"pool {pool.name}: taint keys must be unique, got {keys}")
+            if guarded in keys or guarded in pool.labels:
+                problems.append(f"pool {pool.name}: {guarded} belongs to the health guard; a pool may not set it")
+        problem = lease_timing_problem(self.request_timeout_seconds, self.renew_deadline_seconds,
+                                       self.lease_duration_seconds)
+        if problem:
+            problems.append(problem)
+        if problems:
+            raise ValueError("; ".join(problems[:20]) + (f"; and {len(problems) - 20} more" if len(problems) > 20
+                                                         else ""))
+        return self
+
+    @property
+    def applied_annotation(self) -> str:
+        """On each node the agent labelled: the label and taint keys it set (JSON), so it removes exactly those
+        when the node leaves a pool or a pool stops setting one, and nothing it did not set."""
+        return f"{self.label_prefix}/node-pool-applied"
+
+    def membership(self) -> dict[str, Pool]:
+        """Node name → its pool."""
+        return {node: pool for pool in self.pools for node in expand_node_names(pool.nodes)}
+
+
+class SettingsError(ValueError):
+    """Invalid settings; the message names every offending key and where it came from."""
+
+
+def parse_settings(raw: Any, source: str = "settings") -> NodePoolSettings:
+    """Settings from parsed JSON; every problem at once, each with its path and ``source``."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{source}: settings must be a JSON object, got {type(raw).__name__}")
+    try:
+        return NodePoolSettings.model_validate(raw)
+    except ValidationError as exc:
+        problems = [
+            f"{source}: {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        ]
+        raise SettingsError("; ".join(problems)) from None
+
+
+def settings_document(settings: NodePoolSettings) -> str:
+    """The ConfigMap file: every key spelled out, for stable diffs."""
+    return settings.model_dump_json(indent=2) + "\n"

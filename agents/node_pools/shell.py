@@ -1,0 +1,193 @@
+"""I/O shell of the node-pool agent: a watch of nodes in, one patch per node that needs one out.
+
+It stands on the agent kit: one informer (list, then watch) keeps every node in memory, one Lease elector
+makes one replica the writer, and every patch goes through the fence. A node is looked at when an event
+about it arrives (a node that joins is labelled within one round trip) and on the periodic resync; a patch
+refused because the node changed (409) is recomputed from the newer node the watch brings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from agents.kit.errors import classify
+from agents.kit.informer import Informer
+from agents.kit.lease import LeaseElector
+from agents.kit.loop import lease_loop
+from agents.kit.port import NODES, STRATEGIC_MERGE_PATCH, Fenced, KubePort
+from agents.node_pools.contract import APP, NodePoolSettings, Pool
+from agents.node_pools.decide import node_patch
+
+log = logging.getLogger(APP)
+
+
+class Metrics:
+    """The agent's series, in a registry of its own."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        p = "gpucluster_node_pools_"
+        self.leader = Gauge(f"{p}leader", "1 while this replica holds the lease.", registry=r)
+        self.patches = Counter(f"{p}patches", "Node patches by pool and result.", ["pool", "result"], registry=r)
+        self.members = Gauge(f"{p}members_seen", "Nodes of the pool the API server holds.", ["pool"], registry=r)
+        self.missing = Gauge(f"{p}members_missing", "Nodes the pool names that the API server does not hold.",
+                             ["pool"], registry=r)
+        self.errors = Counter(f"{p}errors", "Failed steps.", ["stage"], registry=r)
+        self.synced = Gauge(f"{p}synced", "1 while the node watch is current.", registry=r)
+
+
+class NodePools:
+    """Keeps every node of every pool labelled and tainted as its pool says."""
+
+    def __init__(self, settings: NodePoolSettings, port: KubePort, identity: str = APP,
+                 metrics: Metrics | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
+        s = self.settings = settings
+        self.identity = identity
+        self.metrics = metrics or Metrics()
+        self.registry = self.metrics.registry
+        self.monotonic = monotonic
+        self.pools: dict[str, Pool] = settings.membership()
+        self.elector = LeaseElector(
+            port, s.namespace, s.lease_name, identity, lease_duration_seconds=s.lease_duration_seconds,
+            renew_deadline_seconds=s.renew_deadline_seconds, request_timeout_seconds=s.request_timeout_seconds,
+            monotonic=lambda: self.monotonic())
+        #: Every call but the elector's own goes through the fence.
+        self.api = Fenced(port, self.elector.can_write)
+        self.informer = Informer(self.api, NODES, self, watch_timeout_seconds=s.watch_timeout_seconds,
+                                 on_error=lambda kind: self.metrics.errors.labels(kind).inc())
+        self.lock = threading.Lock()
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.dirty: set[str] = set()
+        self.wake = threading.Event()
+        self.synced = False
+        self._last_pass: float | None = None
+        self._was_leading = False
+
+    # ---------------------------------------------------------------- the informer's sink
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.nodes = {str((n.get("metadata") or {}).get("name")): n for n in items}
+            self.dirty = set(self.nodes)
+            self.synced = True
+        self.metrics.synced.set(1)
+        self.wake.set()
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        with self.lock:
+            if event_type == "DELETED":
+                self.nodes.pop(name, None)
+                self.dirty.discard(name)
+            else:
+                self.nodes[name] = obj
+                self.dirty.add(name)
+        self.wake.set()
+
+    def fresh(self) -> None:
+        pass
+
+    def unsynced(self) -> None:
+        with self.lock:
+            self.synced = False
+        self.metrics.synced.set(0)
+
+    # ---------------------------------------------------------------- one pass
+
+    def last_pass(self) -> float | None:
+        return self._last_pass
+
+    def reconcile(self) -> int:
+        """Patch every dirty node that needs it; the number of patches sent. Nothing while the watch is not
+        current (a stale node would only earn a 409) or this replica does not lead."""
+        with self.lock:
+            if not self.synced:
+                return 0
+            todo = [(name, self.nodes[name]) for name in sorted(self.dirty) if name in self.nodes]
+            self.dirty.clear()
+            seen = set(self.nodes)
+        self._publish(seen)
+        if not self.elector.is_leader:
+            self._last_pass = self.monotonic()
+            return 0
+        sent = 0
+        for name, node in todo:
+            pool = self.pools.get(name)
+            patch = node_patch(node, pool, self.settings.applied_annotation)
+            if patch is None:
+                continue
+            label = pool.name if pool else ""
+            try:
+                self.api.patch(NODES, name, patch, content_type=STRATEGIC_MERGE_PATCH)
+            except Exception as exc:
+                kind = classify(exc)
+                self.metrics.patches.labels(label, kind).inc()
+                if kind == "not_leader":
+                    break
+                if kind != "conflict":  # a conflict: the watch brings the newer node and marks it dirty again
+                    self.metrics.errors.labels("patch").inc()
+                    log.warning("patching node %s for pool %s failed: %s", name, label or "(none)", kind)
+                    with self.lock:
+                        self.dirty.add(name)
+                continue
+            sent += 1
+            self.metrics.patches.labels(label, "applied").inc()
+            log.info("node %s: %s", name, f"joined pool {label}" if pool else "left its pool")
+        self._last_pass = self.monotonic()
+        return sent
+
+    def _publish(self, seen: set[str]) -> None:
+        for pool in self.settings.pools:
+            members = [n for n, p in self.pools.items() if p is pool]
+            present = sum(1 for n in members if n in seen)
+            self.metrics.members.labels(pool.name).set(present)
+            self.metrics.missing.labels(pool.name).set(len(members) - present)
+
+    # ---------------------------------------------------------------- running
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop``: a watch thread, a lease thread, and a pass on every wake-up; the lease is released
+        on the way out."""
+        s = self.settings
+        watcher = threading.Thread(target=self.informer.run, args=(stop, s.backoff_base_seconds,
+                                                                   s.backoff_max_seconds), name="watch-nodes",
+                                   daemon=True)
+        renewer = threading.Thread(
+            target=lease_loop, args=(self.elector.step, self._leading, s.retry_period_seconds, stop),
+            name="lease", daemon=True)
+        watcher.start()
+        renewer.start()
+        last_resync = self.monotonic()
+        try:
+            while not stop.is_set():
+                self.wake.wait(s.retry_period_seconds)
+                self.wake.clear()
+                if self.monotonic() - last_resync >= s.resync_seconds:
+                    self.informer.needs_list = True  # the next watch starts with a full list: every node again
+                    last_resync = self.monotonic()
+                try:
+                    self.reconcile()
+                except Exception:
+                    self.metrics.errors.labels("reconcile").inc()
+                    log.exception("reconcile failed")
+        finally:
+            stop.set()
+            self.wake.set()
+            renewer.join(timeout=s.request_timeout_seconds)
+            self.elector.release()
+            self.metrics.leader.set(0)
+            watcher.join(timeout=s.request_timeout_seconds)
+
+    def _leading(self, leading: bool) -> None:
+        was, self._was_leading = self._was_leading, leading
+        self.metrics.leader.set(1 if leading else 0)
+        if leading and not was:
+            with self.lock:  # a new leader looks at every node: the old one may have stopped mid-pass
+                self.dirty = set(self.nodes)
+            self.wake.set()
