@@ -71,7 +71,7 @@ def test_the_stacks_system_node_becomes_real_and_a_gpu_node_joins_in_a_pool_of_i
     assert (gpu.kind, gpu.gpus, gpu.labels["gpucluster.io/pool"]) == ("gpu", 8, REAL_GPU_POOL)
     # Only pods that ask for a real kubelet land on the extra GPU node.
     assert REAL_NODE_TAINT in gpu.taints
-    # The kubelet refuses kubernetes.io labels on its command line; the stack's NodePatch sets those.
+    # The kubelet refuses kubernetes.io labels on its command line; the node-pool agent sets those.
     assert not any("kubernetes.io" in k for n in NODES for k in n.labels)
     assert policy_node(NODES) == plan_system.name
     # Without a system node in the plan, the system node is an extra one, tainted too.

@@ -2,7 +2,7 @@
 
 The node plan comes from the local stack's configuration when it loads (``Pulumi.local.yaml``): every
 on-prem pool node becomes a kwok node with the pool's GPU capacity, labels and taint (the same values
-the stack's ``NodePatch`` applies, so server-side apply finds nothing to fight over), every system-pool
+the node-pool agent applies, so it only adds its record), every system-pool
 node a CPU node. Every external provider's virtual node is registered by a real virtual-kubelet that
 runs the stack's provider Deployment as a local process (:func:`virtual_kubelet_process`); its plan entry
 is what that node must look like once registered and labelled. Without a loadable stack file a built-in

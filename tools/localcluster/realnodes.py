@@ -184,7 +184,7 @@ def real_nodes(system_pool: str, gpu_pool: str, gpus: int = 8, prefix: str = DEF
     labels, taints and GPU count the stack gave it, so the stack's pool taint (not ours) keeps other pods off and
     a job of that pool lands there. Without them one extra GPU node with ``gpus`` devices joins ``gpu_pool``,
     tainted :data:`REAL_NODE_TAINT`. (Only labels outside ``kubernetes.io`` and ``k8s.io`` go on the kubelet's
-    command line, which refuses the others; the stack's NodePatch adds the rest.)
+    command line, which refuses the others; the node-pool agent adds the rest.)
     """
     if gpus < 1:
         raise ValueError(f"a real GPU node needs at least one fake GPU, got {gpus}")
