@@ -121,6 +121,10 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'–' if storm_p99 is None else f'{storm_p99:.3f} s'} over the storms (SLO ≤ "
                   f"{anchors['apiserver_mutating_slo_s']:.0f} s). Stack objects applied "
                   f"{shape.get('objects_applied')}, left out {shape.get('objects_left_out')}.", ""]
+        if shape.get("node_pools_converged_s") is not None:
+            lines += [f"The node-pool agent had recorded every GPU node {shape['node_pools_converged_s']} s after "
+                      "the agents started (one patch per node; the pools' labels and taints were already there).",
+                      ""]
         for title, key in (("over the gang runs", "requests_per_s_by_agent"),
                            ("over the storms", "storm_requests_per_s_by_agent")):
             agents = shape.get(key) or {}

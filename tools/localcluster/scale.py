@@ -2,7 +2,8 @@
 
 A shape is a stack file (``Pulumi.<stack>.yaml``) with its pools and system pool optionally resized, so
 the kwok nodes carry exactly the names, labels, capacity and taints the stack's pools declare (the node-pool
-agent adds only its record), and the objects applied onto it are the stack's own (``tools.localcluster.scalerun``). Three shapes:
+agent adds only its record), and the objects applied onto it are the stack's own
+(``tools.localcluster.scalerun``). Three shapes:
 
 - ``small``: the prod stack's two pools cut to 32 nodes each; the same code path ``make test`` runs;
 - ``prod``: ``Pulumi.prod.yaml`` as it is (256 GPU nodes, 12 system nodes);

@@ -3,7 +3,8 @@ preview and a no-change up, against the reachable control plane (never the offli
 
 The deploy is the local stack (``Pulumi.local.yaml``: its mock providers' virtual kubelets run here, the cluster
 runs Volcano itself, no cert-manager) with the shape's pools and system pool: what a cluster of that size makes
-Pulumi register (the GPU pools are one ConfigMap, the system pool a ``NodePatch`` per node), on an environment this machine can deploy end to end.
+Pulumi register (the GPU pools are one ConfigMap, the system pool a ``NodePatch`` per node), on an environment
+this machine can deploy end to end.
 """
 
 from __future__ import annotations

@@ -182,6 +182,8 @@ class Probe:
     tuning: list[dict[str, str]] = field(default_factory=list)
     #: Agents that could not start, and why (stackup.start_agents).
     agent_notes: list[str] = field(default_factory=list)
+    #: Seconds from the agents' start until the node-pool agent had recorded every GPU node; None: not started.
+    node_pools_converged_s: float | None = None
 
 
 def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
@@ -198,12 +200,38 @@ def up(sh: Shape, state: Path | None = None) -> tuple[Layout, Probe]:
     from tools.localcluster.stackup import start_agents
 
     notes = start_agents(lay, sh.stack)
+    converged = None if any(n.startswith("node-pools:") for n in notes) else pools_converged(lay, plan, 600)
     say(f"{sh.name}: {len(plan.kwok_nodes)} nodes Ready in {up_s:.1f}s; {applied} stack objects applied, "
         f"left out {left}")
     return lay, Probe(nodes=len(plan.kwok_nodes), gpus=plan.onprem_gpus, up_s=round(up_s, 1),
                       objects_applied=applied, objects_left_out=left,
                       tuning=[{"component": s.component, "flag": s.arg, "why": s.why} for s in tuning.settings],
-                      agent_notes=notes)
+                      agent_notes=notes, node_pools_converged_s=converged)
+
+
+def pools_converged(lay: Layout, plan: Any, timeout: float) -> float:
+    """Seconds until every GPU node carries the node-pool agent's record (it labels and taints as the pools say).
+
+    Polled once a second from the API server's watch cache (``resourceVersion=0``), as plain JSON: a typed list of
+    2,060 nodes a second would cost this 2-core machine more than the agent being timed.
+    """
+    from kubernetes import client
+
+    from agents.node_pools.contract import NodePoolSettings
+
+    annotation = NodePoolSettings(label_prefix=plan.label_prefix).applied_annotation
+    want = {n.name for n in plan.by_kind("gpu")}
+    api = client.CoreV1Api(control.api_client(lay))
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        raw: Any = api.list_node(resource_version="0", _preload_content=False)
+        items = json.loads(raw.data)["items"]
+        done = {i["metadata"]["name"] for i in items if annotation in (i["metadata"].get("annotations") or {})}
+        if want <= done:
+            return round(time.monotonic() - started, 1)
+        time.sleep(1.0)
+    raise control.ClusterError(f"the node-pool agent had not recorded {len(want - done)} of {len(want)} GPU nodes "
+                               f"after {timeout:.0f}s")
 
 
 # --------------------------------------------------------------------------- gangs
@@ -400,7 +428,8 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         return {
             "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
             "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
-            "tuning": probe.tuning, "agent_notes": probe.agent_notes, "gang_pool": pool, "runs_per_size": runs,
+            "tuning": probe.tuning, "agent_notes": probe.agent_notes,
+            "node_pools_converged_s": probe.node_pools_converged_s, "gang_pool": pool, "runs_per_size": runs,
             "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
             "gang_running_s": {k: v["running"] for k, v in gangs.items()},
             "gangs": gangs,
