@@ -54,7 +54,7 @@ CLUSTER_RULES: tuple[Rule, ...] = (
 #: In each namespace whose pods it evicts (``HealthGuardArgs.eviction_namespaces``).
 EVICTION_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]),)
 #: In the training namespace: Volcano Jobs' retry counts are the restarts application crashes cause.
-GANG_RULES: tuple[Rule, ...] = (Rule(api_groups=["batch.volcano.sh"], resources=["jobs"], verbs=["list"]),)
+GANG_RULES: tuple[Rule, ...] = (Rule(api_groups=["batch.volcano.sh"], resources=["jobs"], verbs=["list", "watch"]),)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from agents.kit.errors import ApiError
-from agents.kit.memory import MemoryApi
+from agents.kit.memory import MemoryApi, matches
 from agents.kit.port import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS, VOLCANO_JOBS, Resource
 
 RESOURCES = {(r.group, r.plural): r for r in (NODES, PODS, EVENTS, LEASES, DEPLOYMENTS, VOLCANO_JOBS)}
@@ -40,6 +40,8 @@ class FakeApi(MemoryApi):
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.content_types: list[tuple[str, str, str]] = []  # (method, path, Content-Type)
         self.released = threading.Event()  # set to let hanging requests end
+        #: How long a watch stays open for new events (0: it ends after the history, as before).
+        self.watch_hold_seconds = 0.0
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests the server held at once
 
@@ -121,7 +123,8 @@ class FakeApi(MemoryApi):
                 ns, name, sub = m["ns"], unquote(m["name"]) if m["name"] else None, m["sub"]
                 try:
                     if method == "GET" and name is None and query.get("watch") == "true":
-                        self.watch(resource, int(query.get("resourceVersion") or 0))
+                        self.watch(resource, int(query.get("resourceVersion") or 0), ns, query.get("labelSelector"),
+                                   min(float(query.get("timeoutSeconds") or 0), api.watch_hold_seconds))
                         return
                     if method == "GET" and name is None:
                         answer = api.list(resource, ns, label_selector=query.get("labelSelector"),
@@ -145,19 +148,32 @@ class FakeApi(MemoryApi):
                     return
                 self.send_json(201 if method == "POST" else 200, answer)
 
-            def watch(self, resource: Resource, since: int) -> None:
+            def watch(self, resource: Resource, since: int, ns: str | None, selector: str | None,
+                      hold: float) -> None:
+                """Every event after ``since``, then, for up to ``hold`` seconds, each new one as it happens."""
+                with api.lock:
+                    api.calls.append((f"watch:{resource.plural}", str(since), api.clock()))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()  # HTTP/1.0: the stream ends when the connection closes
                 with api.lock:
-                    gone = since < api.compacted
-                    events = [(t, o) for rv, k, t, o in api.history if k == resource.plural and rv > since]
-                if gone:
-                    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
-                    self.wfile.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
-                    return
-                for etype, obj in events:
-                    self.wfile.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+                    if since < api.compacted:
+                        status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+                        self.wfile.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+                        return
+                until = time.monotonic() + hold
+                while True:
+                    with api.lock:
+                        events = [(rv, t, o) for rv, k, t, o in api.history if k == resource.plural and rv > since
+                                  and (not ns or o["metadata"].get("namespace") == ns)
+                                  and matches(o["metadata"].get("labels") or {}, selector)]
+                    for rv, etype, obj in events:
+                        self.wfile.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+                        since = rv
+                    self.wfile.flush()
+                    if time.monotonic() >= until or api.released.is_set():
+                        return
+                    time.sleep(0.02)
 
             def do_GET(self) -> None:
                 self.handle_any("GET")

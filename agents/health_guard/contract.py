@@ -292,6 +292,10 @@ class HealthSettings(_Model):
     request_timeout_seconds: Annotated[float, Field(gt=0)] = 10.0
     """Every Kubernetes call gives up after this long; a write starts only if it can finish this long before
     the lease could pass to a standby."""
+    watch_timeout_seconds: Annotated[int, Field(gt=0, le=3600)] = 300
+    """Nodes and gang jobs come from a watch, restarted this often (a list only when the watch broke)."""
+    backoff_base_seconds: Annotated[float, Field(gt=0)] = 1.0
+    backoff_max_seconds: Annotated[float, Field(gt=0)] = 60.0
     exporters: dict[str, Exporter] = Field(default_factory=default_exporters)
     signals: tuple[Signal, ...] = Field(default_factory=default_signals)
 

@@ -7,7 +7,8 @@ past its lease writes nothing when it wakes (the standby has taken over), and on
 Lease so the standby takes over at once.
 
 Failures never widen what the guard does: a failed Prometheus query makes that signal *unknown* (neither
-unhealthy nor healthy); a failed node list skips the cycle; a failed patch is retried on the next cycle because
+unhealthy nor healthy); a node watch that is not current (its list failed, or it broke and is re-listing)
+skips the cycle; a failed patch is retried on the next cycle because
 the node still looks the same; an eviction refused by a PodDisruptionBudget is retried every cycle while the
 node stays quarantined, and one whose pod was replaced under the same name (UID precondition) is not.
 """
@@ -52,6 +53,7 @@ from agents.health_guard.prometheus import Prometheus, observe
 from agents.health_guard.restarts import GangJob, Ledger, account, gang_job, guard_caused
 from agents.kit.calls import event
 from agents.kit.errors import classify
+from agents.kit.informer import Informer, Store
 from agents.kit.lease import LeaseElector, rfc3339
 from agents.kit.loop import lease_loop
 from agents.kit.port import EVENTS, NODES, PODS, STRATEGIC_MERGE_PATCH, VOLCANO_JOBS, Fenced, KubePort
@@ -89,6 +91,18 @@ class Guard:
         self._ledger = Ledger()
         self._announced: set[str] = set()
         self._firing: set[tuple[str, str]] = set()
+        # Nodes and gang jobs are read from a watch, not listed every cycle: at 2,048 nodes a list per poll is the
+        # largest request the guard could make. Step by step (tests, ``cycle`` without ``run``) each cycle lists.
+        self.nodes = Store()
+        self.jobs = {ns: Store() for ns in s.training_namespaces}
+        on_error = self.metrics.errors.labels("list").inc
+        self.informers = [
+            Informer(self.api, NODES, self.nodes, watch_timeout_seconds=s.watch_timeout_seconds,
+                     label_selector=s.node_selector, on_error=lambda kind: on_error()),
+            *(Informer(self.api, VOLCANO_JOBS, store, watch_timeout_seconds=s.watch_timeout_seconds, namespace=ns,
+                       on_error=lambda kind: on_error()) for ns, store in self.jobs.items()),
+        ]
+        self._watching = False
 
     def last_pass(self) -> float | None:
         return self._last_pass
@@ -113,13 +127,13 @@ class Guard:
         if stopped():
             log.info("stopping: cycle ended before deciding")
             return None
-        try:
-            raw = self.api.list(NODES, label_selector=self.settings.node_selector).get("items") or []
-        except Exception as exc:  # any client error means "no node list": decide nothing
-            self.metrics.errors.labels("list").inc()
-            log.warning("skipping cycle: listing nodes failed: %s", exc)
+        if not self._watching:
+            for informer in self.informers:
+                informer.relist()
+        by_name = self.nodes.snapshot()
+        if by_name is None:  # the list failed or the watch broke: decide nothing on a partial view
+            log.warning("skipping cycle: the node watch is not current")
             return None
-        by_name = {n["metadata"]["name"]: n for n in raw}
         views = {name: node_view(self.settings, n) for name, n in by_name.items()}
         breaker = self.elector.annotation(self.settings.names.breaker)
         decision = decide(self.settings, obs, views, self.state, now, breaker)
@@ -147,6 +161,11 @@ class Guard:
             target=lease_loop, args=(self.elector.step, lambda lead: self.metrics.leader.set(1 if lead else 0),
                                      s.retry_period_seconds, stop), name="lease", daemon=True)
         renewer.start()
+        self._watching = True
+        watchers = [threading.Thread(target=i.run, args=(stop, s.backoff_base_seconds, s.backoff_max_seconds),
+                                     name=f"watch-{i.resource.plural}", daemon=True) for i in self.informers]
+        for t in watchers:
+            t.start()
         try:
             while not stop.is_set():
                 try:
@@ -287,13 +306,12 @@ class Guard:
     def _count_application_restarts(self) -> None:
         """Volcano's retries the guard did not cause: application crashes, counted without a node."""
         jobs: list[GangJob] = []
-        for namespace in self.settings.training_namespaces:
-            try:
-                raw = self.api.list(VOLCANO_JOBS, namespace).get("items") or []
-            except Exception as exc:  # the next cycle counts what this one missed
-                self._failed("list", exc, f"listing gang jobs in {namespace}")
+        for namespace, store in self.jobs.items():
+            raw = store.snapshot()
+            if raw is None:  # the next cycle counts what this one missed
+                log.warning("gang jobs in %s: the watch is not current; restarts counted next cycle", namespace)
                 return
-            jobs += [j for j in (gang_job(r, self.settings.names.pool) for r in raw) if j is not None]
+            jobs += [j for j in (gang_job(r, self.settings.names.pool) for r in raw.values()) if j is not None]
         self._ledger, restarts = account(self._ledger, jobs)
         for job, count in restarts.items():
             self.metrics.gang_restarts.labels(job.namespace, job.name, job.pool, "", "application").inc(count)

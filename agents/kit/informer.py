@@ -34,6 +34,60 @@ class Sink(Protocol):
     def unsynced(self) -> None: ...
 
 
+def object_key(obj: dict[str, Any]) -> str:
+    """``namespace/name``, or ``name`` for a cluster-scoped object."""
+    meta = obj.get("metadata") or {}
+    return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+class Store:
+    """A sink that keeps every object by key, for an agent that reads the whole set each pass (thread-safe).
+
+    ``on_change`` hears each key that changed, and ``None`` after a full list (everything may have changed).
+    """
+
+    def __init__(self, on_change: Callable[[str | None], None] = lambda key: None) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, dict[str, Any]] = {}
+        self._synced = False
+        self.on_change = on_change
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._items = {object_key(o): o for o in items}
+            self._synced = True
+        self.on_change(None)
+
+    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
+        with self._lock:
+            if event_type == "DELETED":
+                self._items.pop(key, None)
+            else:
+                self._items[key] = obj
+        self.on_change(key)
+
+    def fresh(self) -> None:
+        pass
+
+    def unsynced(self) -> None:
+        with self._lock:
+            self._synced = False
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def snapshot(self) -> dict[str, dict[str, Any]] | None:
+        """Every object by key, or ``None`` while the watch is not current (events may have been missed)."""
+        with self._lock:
+            return dict(self._items) if self._synced else None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._items.get(key)
+
+
 class WatchEnd:
     """How one :meth:`Informer.watch_once` ended: only FAILED grows the watch loop's backoff."""
 
@@ -45,9 +99,12 @@ class Informer:
     """One resource's list-watch; :meth:`run` in a thread, or :meth:`relist`/:meth:`watch_once` step by step."""
 
     def __init__(self, port: KubePort, resource: Resource, sink: Sink, *, watch_timeout_seconds: int,
-                 on_error: Callable[[str], None] = lambda kind: None, page: int = LIST_PAGE) -> None:
+                 on_error: Callable[[str], None] = lambda kind: None, page: int = LIST_PAGE,
+                 namespace: str | None = None, label_selector: str | None = None) -> None:
         self.port = port
         self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
         self.sink = sink
         self.watch_timeout_seconds = watch_timeout_seconds
         self.on_error = on_error
@@ -61,7 +118,8 @@ class Informer:
         token: str | None = None
         try:
             while True:
-                answer = self.port.list(self.resource, limit=self.page, continue_token=token)
+                answer = self.port.list(self.resource, self.namespace, label_selector=self.label_selector,
+                                        limit=self.page, continue_token=token)
                 items.extend(answer.get("items") or ())
                 meta = answer.get("metadata") or {}
                 token = meta.get("continue") or None
@@ -82,7 +140,8 @@ class Informer:
         if self.needs_list and not self.relist():
             return WatchEnd.FAILED
         try:
-            for event in self.port.watch(self.resource, self.resource_version, self.watch_timeout_seconds):
+            for event in self.port.watch(self.resource, self.resource_version, self.watch_timeout_seconds,
+                                         self.namespace, label_selector=self.label_selector):
                 self._apply(event)
         except Exception as exc:
             error = classify(exc)

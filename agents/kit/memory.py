@@ -55,7 +55,7 @@ def strategic_merge(target: Any, patch: Any) -> Any:
     return merge(target, patch, MERGE_KEYS)
 
 
-def _matches(labels: dict[str, Any], selector: str | None) -> bool:
+def matches(labels: dict[str, Any], selector: str | None) -> bool:
     """Equality-based label selectors: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, comma-separated."""
     for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
         if "!=" in term:
@@ -185,7 +185,7 @@ class MemoryApi:
             self._enter("list", resource, namespace or "")
             items = [o for o in self.objects.get(resource.plural, {}).values()
                      if (not namespace or o["metadata"].get("namespace") == namespace)
-                     and _matches(o["metadata"].get("labels") or {}, label_selector) and _field(o, field_selector)]
+                     and matches(o["metadata"].get("labels") or {}, label_selector) and _field(o, field_selector)]
             start = int(continue_token or 0)
             page = items[start:start + limit] if limit else items[start:]
             meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
@@ -193,15 +193,23 @@ class MemoryApi:
                 meta["continue"] = str(start + limit)
             return {"metadata": meta, "items": copy.deepcopy(page)}
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        """Scripted answers (``watch_answers[plural]``: events, or an error to raise), else a watch that ends."""
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
+              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+        """Scripted answers (``watch_answers[plural]``: events, or an error to raise), else a watch that ends.
+        Events of objects outside ``namespace`` or ``label_selector`` are not delivered, as on the API server."""
         with self.lock:
             self._enter("watch", resource, resource_version)
             answers = self.watch_answers.get(resource.plural) or []
             answer = answers.pop(0) if answers else []
         if isinstance(answer, BaseException):
             raise answer
-        yield from answer
+        for event in answer:
+            meta = (event.get("object") or {}).get("metadata") or {}
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and (
+                    (namespace and meta.get("namespace") != namespace)
+                    or not matches(meta.get("labels") or {}, label_selector)):
+                continue
+            yield event
 
     def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
                name: str | None = None, subresource: str | None = None) -> dict[str, Any]:

@@ -63,7 +63,8 @@ class KubePort(Protocol):
              field_selector: str | None = None, limit: int | None = None,
              continue_token: str | None = None) -> dict[str, Any]: ...
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
+              label_selector: str | None = None) -> Iterator[dict[str, Any]]: ...
 
     def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
                name: str | None = None, subresource: str | None = None) -> dict[str, Any]: ...
@@ -98,8 +99,9 @@ class Fenced:
         return self.inner.list(resource, namespace, label_selector=label_selector, field_selector=field_selector,
                                limit=limit, continue_token=continue_token)
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        return self.inner.watch(resource, resource_version, timeout_seconds)
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
+              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+        return self.inner.watch(resource, resource_version, timeout_seconds, namespace, label_selector=label_selector)
 
     def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
                name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
@@ -204,12 +206,15 @@ class HttpPort:
             ("continue", continue_token)) if v]
         return self._json("GET", resource.path(namespace), query)
 
-    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+    def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
+              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
                                         ("timeoutSeconds", timeout_seconds)]
         if resource_version:
             query.append(("resourceVersion", resource_version))
-        response = self._send("GET", resource.path(), query,
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        response = self._send("GET", resource.path(namespace), query,
                               timeout=(self.timeout, timeout_seconds + self.timeout))
         raw = response.response  # the urllib3 response, streamed
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,8 +82,11 @@ def run(sh: Shape, state: Path | None = None, keep: bool = False) -> dict[str, A
     lay: Layout = layout(env, state or SCALE_STATE / env.name)
     plan = shape_plan(env, ROOT)
     control.up(lay, stack="local", timeout=600, plan=plan, tuning=tuning_for(len(plan.kwok_nodes)))
+    # A first `up` starts from an empty state: a backend left by an earlier run would make it a refresh and an
+    # update of whatever that run declared (the control plane under it is new every time).
     backend = lay.state / "pulumi-backend"
-    backend.mkdir(exist_ok=True)
+    shutil.rmtree(backend, ignore_errors=True)
+    backend.mkdir()
     url = f"file://{backend}"
     extra = overrides(env)
     out: dict[str, Any] = {"pulumi_nodes": len(plan.nodes), "parallel": "engine default (unbounded)"}
