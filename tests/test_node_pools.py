@@ -203,9 +203,9 @@ def test_the_shell_labels_every_member_keeps_quarantines_and_retries_on_conflict
     api.fail("patch:nodes", ApiError("conflict", "node changed", 409))
     assert agent.reconcile() == 3  # the first patch lost a race (409): the watch brings the node back
     for event in api.history[-3:]:
-        agent.apply(event[2], copy.deepcopy(event[3]))
+        agent.nodes.apply(event[2], copy.deepcopy(event[3]))
     agent.dirty.add("gpu-a-001")
-    agent.apply("MODIFIED", api.get(NODES, "gpu-a-001"))
+    agent.nodes.apply("MODIFIED", api.get(NODES, "gpu-a-001"))
     assert agent.reconcile() == 1
     stored = {n: api.get(NODES, n) for n in ("gpu-a-001", "gpu-a-002", "gpu-a-004", "cpu-sys-01")}
     assert all(stored[n]["metadata"]["labels"][f"{PREFIX}/pool"] == "h100-a" for n in ("gpu-a-001", "gpu-a-004"))
@@ -226,7 +226,7 @@ def test_a_standby_writes_nothing_and_a_watch_that_is_not_current_defers_the_pas
     assert not standby.elector.step()
     standby.informer.relist()
     assert standby.reconcile() == 0 and api.count("patch:nodes") == 0
-    leader.unsynced()
+    leader.nodes.unsynced()
     assert leader.reconcile() == 0 and api.count("patch:nodes") == 0
 
 

@@ -12,12 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from agents.kit.errors import classify
-from agents.kit.informer import Informer
+from agents.kit.informer import Informer, Store
 from agents.kit.lease import LeaseElector
 from agents.kit.loop import lease_loop
 from agents.kit.port import NODES, STRATEGIC_MERGE_PATCH, Fenced, KubePort
@@ -59,43 +58,28 @@ class NodePools:
             monotonic=lambda: self.monotonic())
         #: Every call but the elector's own goes through the fence.
         self.api = Fenced(port, self.elector.can_write)
-        self.informer = Informer(self.api, NODES, self, watch_timeout_seconds=s.watch_timeout_seconds,
-                                 on_error=lambda kind: self.metrics.errors.labels(kind).inc())
         self.lock = threading.Lock()
-        self.nodes: dict[str, dict[str, Any]] = {}
         self.dirty: set[str] = set()
         self.wake = threading.Event()
-        self.synced = False
+        self.nodes = Store(on_change=self._touched)
+        self.informer = Informer(self.api, NODES, self.nodes, watch_timeout_seconds=s.watch_timeout_seconds,
+                                 on_error=self._watch_error)
         self._last_pass: float | None = None
         self._was_leading = False
 
-    # ---------------------------------------------------------------- the informer's sink
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
+    def _touched(self, name: str | None) -> None:
+        """The store heard of a change: one node's (its name), or all of them (``None``: a full list)."""
         with self.lock:
-            self.nodes = {str((n.get("metadata") or {}).get("name")): n for n in items}
-            self.dirty = set(self.nodes)
-            self.synced = True
-        self.metrics.synced.set(1)
-        self.wake.set()
-
-    def apply(self, event_type: str, obj: dict[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        with self.lock:
-            if event_type == "DELETED":
-                self.nodes.pop(name, None)
-                self.dirty.discard(name)
+            if name is None:
+                snapshot = self.nodes.snapshot() or {}
+                self.dirty = set(snapshot)
             else:
-                self.nodes[name] = obj
                 self.dirty.add(name)
+        self.metrics.synced.set(1 if self.nodes.synced else 0)
         self.wake.set()
 
-    def fresh(self) -> None:
-        pass
-
-    def unsynced(self) -> None:
-        with self.lock:
-            self.synced = False
+    def _watch_error(self, kind: str) -> None:
+        self.metrics.errors.labels(kind).inc()
         self.metrics.synced.set(0)
 
     # ---------------------------------------------------------------- one pass
@@ -106,12 +90,13 @@ class NodePools:
     def reconcile(self) -> int:
         """Patch every dirty node that needs it; the number of patches sent. Nothing while the watch is not
         current (a stale node would only earn a 409) or this replica does not lead."""
+        snapshot = self.nodes.snapshot()
+        if snapshot is None:
+            return 0
         with self.lock:
-            if not self.synced:
-                return 0
-            todo = [(name, self.nodes[name]) for name in sorted(self.dirty) if name in self.nodes]
+            todo = [(name, snapshot[name]) for name in sorted(self.dirty) if name in snapshot]
             self.dirty.clear()
-            seen = set(self.nodes)
+        seen = set(snapshot)
         self._publish(seen)
         if not self.elector.is_leader:
             self._last_pass = self.monotonic()
@@ -188,6 +173,4 @@ class NodePools:
         was, self._was_leading = self._was_leading, leading
         self.metrics.leader.set(1 if leading else 0)
         if leading and not was:
-            with self.lock:  # a new leader looks at every node: the old one may have stopped mid-pass
-                self.dirty = set(self.nodes)
-            self.wake.set()
+            self._touched(None)  # a new leader looks at every node: the old one may have stopped mid-pass
