@@ -262,7 +262,9 @@ class HealthSettings(_Model):
     label_prefix: Annotated[str, Field(pattern=_DNS_SUBDOMAIN)] = "gpucluster.io"
     prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
     node_selector: str = "gpucluster.io/location=onprem"
-    poll_seconds: Annotated[int, Field(gt=0)] = 15
+    poll_seconds: Annotated[int, Field(gt=0)] = 2
+    """How often the signals are queried. A cycle costs Prometheus instant queries only (nodes come from a watch),
+    and it bounds the time from a fault in Prometheus to its taint (docs/scale.md: the fault storms)."""
     stale_after_seconds: Annotated[int, Field(gt=0)] = 120
     """A node whose exporter has not reported for this long is not judged (never unhealthy, never healthy)."""
     probation_seconds: Annotated[int, Field(ge=0)] = 1800

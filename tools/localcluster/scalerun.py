@@ -407,7 +407,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         before = apiserver_metrics(lay)
         wall0 = time.time()
         gangs: dict[str, Any] = {}
-        for pods in sizes:
+        for pods in sizes if runs else ():
             if pods > pool_nodes:
                 raise ValueError(f"a gang of {pods} pods does not fit pool {pool} ({pool_nodes} nodes)")
             per_run = [gang_run(lay, namespace, pods, pool, i, spec_dir, timeout, gang_team(sh, ROOT))
@@ -425,16 +425,19 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         after = apiserver_metrics(lay)
         wall1 = time.time()
         storms = storm_runs(lay, sh, plan, storm_faults) if storm_faults else {}
-        return {
-            "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
-            "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
-            "tuning": probe.tuning, "agent_notes": probe.agent_notes,
-            "node_pools_converged_s": probe.node_pools_converged_s, "gang_pool": pool, "runs_per_size": runs,
+        gang_keys: dict[str, Any] = {
+            "gang_pool": pool, "runs_per_size": runs,
             "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
             "gang_running_s": {k: v["running"] for k, v in gangs.items()},
             "gangs": gangs,
             "apiserver_mutating_p99_s": mutating_p99(before, after),
             "requests_per_s_by_agent": audit_window(lay, wall0, wall1),
+        } if runs else {}  # no gangs: an earlier run's figures stay in the results
+        return {
+            "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
+            "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
+            "tuning": probe.tuning, "agent_notes": probe.agent_notes,
+            "node_pools_converged_s": probe.node_pools_converged_s, **gang_keys,
             "process_usage_at_rest": usage_rest,
             "process_usage_after": process_usage(lay),
             "usage_span_s": round(time.monotonic() - rest_at, 1),
@@ -465,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--shape", default="small")
         if name == "bench":
-            p.add_argument("--runs", type=int, default=5)
+            p.add_argument("--runs", type=int, default=5, help="runs per gang size; 0: storms only")
             p.add_argument("--sizes", default="", help="comma-separated gang sizes (pods); the shape's by default")
             p.add_argument("--keep", action="store_true", help="leave the control plane up afterwards")
             p.add_argument("--storms", default="", help="comma-separated fault counts; the shape's by default")

@@ -165,11 +165,13 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
         time.sleep(2)  # the watch's first list: what is tainted before any fault
         before = set(tainted)
         started = time.monotonic()
+        injected: dict[str, float] = {}
         for offset, node in schedule:
             delay = offset - (time.monotonic() - started)
             if delay > 0:
                 time.sleep(delay)
             _post(f"{standin}/faults", {node: {"xid": FATAL_XID}})
+            injected[node] = time.time()
         faulted = {node for _, node in schedule}
         deadline = time.monotonic() + timeout
         last_change, count = time.monotonic(), 0
@@ -195,6 +197,9 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
         out["healthy_nodes_tainted_names"] = wrong[:20]
     if latencies:
         out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
+        # From the fault itself: adds the wait for Prometheus' next scrape of it (the DCGM interval).
+        out["from_fault"] = {k: round(v, 2) for k, v in percentiles(
+            [tainted[n] - injected[n] for n in faulted if n in tainted]).items() if k != "n"}
     say(f"{faults} faults ({rails} rails): {out}")
     return out
 
