@@ -18,6 +18,7 @@ from tools.localcluster.plan import Layout as PlanLayout
 from tools.localcluster.plan import component_commands, volcano_controller_flags
 from tools.localcluster.scalemeasure import (
     GangTimes,
+    Generations,
     agent_of,
     histogram_quantile,
     parse_histogram,
@@ -344,3 +345,21 @@ def test_pulumi_runs_the_local_environment_at_the_shapes_size() -> None:
         assert set(keys) == {"gpu-cluster:pools", "gpu-cluster:systemPool", "gpu-cluster:training"}
         values = {**raw_from_stack("local"), **{k.split(":", 1)[1]: v for k, v in keys.items()}}
         parse_config(values, f"local stack at {name}")
+
+
+# --------------------------------------------------------------------------- a gang across its restart
+
+
+@given(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3", "v1", "v2", "v3"]),
+                          st.sampled_from(["Pending", "Running", "Succeeded"]), st.booleans()), max_size=30))
+def test_generations_count_only_pods_that_were_not_alive_at_the_mark(events: list[tuple[str, str, bool]]) -> None:
+    gens = Generations()
+    for uid in ("u1", "u2", "u3"):
+        gens.see(uid, f"node-{uid}", "Running")
+    assert gens.mark() == {"u1", "u2", "u3"} and not gens.first_gone()
+    for uid, phase, deleted in events:
+        gens.see(uid, None, phase, deleted=deleted)
+    assert gens.first_gone() == ({"u1", "u2", "u3"} <= gens.deleted)
+    assert gens.next_running() == len({u for u, p, d in events if p == "Running" and not d and u.startswith("v")}
+                                      - gens.deleted)
+    assert gens.nodes == {"u1": "node-u1", "u2": "node-u2", "u3": "node-u3"}

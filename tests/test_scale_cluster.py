@@ -24,7 +24,8 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip(f"local control plane not built ({', '.join(missing)} missing in {BUILT / 'bin'}); "
                     "`make localcluster` builds it")
     state: Path = tmp_path_factory.mktemp("scale")
-    return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300, storm_faults=[8])
+    return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300, storm_faults=[8],
+                          crash_sizes=[16])
 
 
 def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(result: dict) -> None:
@@ -84,3 +85,14 @@ def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rai
     assert rails["breaker_tripped"] == 1.0
     assert rails["healthy_nodes_tainted"] == 0 and rails["tainted_before_the_storm"] == 0
     assert result["breaker_tripped_at"] == rails["tainted"]
+
+
+def test_a_fatal_fault_under_a_running_gang_restarts_it_whole_on_other_nodes(result: dict) -> None:
+    crash = result["crash"]["16"]
+    assert len(crash["runs"]) == 2
+    for run in crash["runs"]:
+        # Each term measured, in order: the taint, every old pod gone, the whole new generation Running.
+        assert run["detect_s"] >= 0 and run["from_fault_s"] >= run["detect_s"]
+        assert run["evict_s"] >= 0 and run["reschedule_s"] > 0
+        assert run["running_again_s"] >= run["from_fault_s"] + run["evict_s"] + run["reschedule_s"] - 0.05
+    assert result["gang_evict_s"]["16"]["n"] == 2 and result["gang_running_again_s"]["16"]["p50"] > 0

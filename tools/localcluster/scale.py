@@ -38,6 +38,8 @@ class Shape:
     gang_sizes: tuple[int, ...] = ()
     #: Fault counts of the storms (NVSentinel's 150 and 375 where the shape has the nodes).
     storm_faults: tuple[int, ...] = ()
+    #: Gang sizes crashed by a fatal fault on one of their nodes; each leaves its pool a node to restart without it.
+    crash_sizes: tuple[int, ...] = ()
 
 
 def _pool(name: str, prefix: str, count: int, model: str) -> dict[str, Any]:
@@ -50,13 +52,15 @@ SHAPES: dict[str, Shape] = {
     "small": Shape(
         "small", "the prod stack cut to 2 pools x 32 nodes (512 GPUs): the path `make test` runs",
         pools=(_pool("h100-a", "gpu-a", 32, "H100-SXM5-80GB"), _pool("h200-b", "gpu-b", 32, "H200-SXM5-141GB")),
-        system_nodes=2, gang_sizes=(16, 32), storm_faults=(8,)),
+        system_nodes=2, gang_sizes=(16, 32), storm_faults=(8,), crash_sizes=(16,)),
     "prod": Shape("prod", "Pulumi.prod.yaml as declared: 256 GPU nodes in 2 pools + 12 system nodes (2,048 GPUs)",
-                  gang_sizes=(64, 128), storm_faults=(25,)),
+                  gang_sizes=(64, 128), storm_faults=(25,), crash_sizes=(64,)),
     "llama3": Shape(
         "llama3", "2,048 nodes x 8 GPUs in one pool (16,384 GPUs) + 12 system nodes",
         pools=(_pool("h100-a", "gpu-a", 2048, "H100-SXM5-80GB"),), system_nodes=12,
-        gang_sizes=(256, 512, 1024, 2048), storm_faults=(150, 375)),
+        gang_sizes=(256, 512, 1024, 2048), storm_faults=(150, 375),
+        # 2,040, not 2,048: a gang as large as its pool cannot restart once a node is out (no spare in the pool).
+        crash_sizes=(256, 1024, 2040)),
 }
 
 

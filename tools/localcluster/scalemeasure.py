@@ -1,6 +1,7 @@
 """What the scale runs measure, as pure functions over what they observed (tested by tables and properties).
 
 - :class:`GangTimes`: when each pod of a gang was first seen, bound and Running (from a watch);
+- :class:`Generations`: a gang's pods by UID across a whole-gang restart (the same names come back);
 - :func:`percentiles`: p50/p90/p99 of repeated runs (nearest rank, so every figure is a measured one);
 - :func:`parse_histogram` / :func:`histogram_quantile`: the API server's own latency histograms, as
   Prometheus reads them (linear within a bucket);
@@ -75,6 +76,39 @@ class GangTimes:
             if stage == "bound":
                 out["first_bound_s"] = round(times[0], 2)
         return out
+
+
+@dataclass
+class Generations:
+    """A gang's pods by UID, so a restart that recreates them under the same names is told apart: the first
+    generation is what was alive at :meth:`mark`; the next is every pod seen Running that was not."""
+
+    nodes: dict[str, str] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    first: frozenset[str] = frozenset()
+
+    def see(self, uid: str, node: str | None, phase: str | None, deleted: bool = False) -> None:
+        if node:
+            self.nodes[uid] = node
+        if deleted:
+            self.deleted.add(uid)
+        elif phase == "Running":
+            self.running.add(uid)
+
+    def alive_running(self) -> set[str]:
+        return self.running - self.deleted
+
+    def mark(self) -> frozenset[str]:
+        """The pods Running now are the first generation."""
+        self.first = frozenset(self.alive_running())
+        return self.first
+
+    def first_gone(self) -> bool:
+        return bool(self.first) and self.first <= self.deleted
+
+    def next_running(self) -> int:
+        return len(self.alive_running() - self.first)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:

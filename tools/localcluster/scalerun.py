@@ -260,10 +260,11 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
         yield times
 
 
-def submit(lay: Layout, namespace: str, name: str, pods: int, pool: str, spec_dir: Path, team: str | None) -> None:
+def submit(lay: Layout, namespace: str, name: str, pods: int, pool: str, spec_dir: Path, team: str | None,
+           max_retries: int = 0) -> None:
     spec: dict[str, Any] = {"name": name, "image": "registry.gpucluster.io/train/bench:1.0",
                             "command": ["python", "train.py"], "gpus": {"nodes": pods, "gpusPerNode": 8},
-                            "pool": pool, "maxRetries": 0}
+                            "pool": pool, "maxRetries": max_retries}
     if team:
         spec["team"] = team
     path = spec_dir / f"{name}.yaml"
@@ -364,10 +365,13 @@ def process_usage(lay: Layout) -> dict[str, dict[str, float]]:
 STACK_RAILS_SEED = 4747
 
 
-def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int]) -> dict[str, Any]:
-    """NVSentinel's storm at each fault count with rails that allow it, then once with the stack's own rails
-    (largest count), where the breaker must trip at its limit and hold."""
-    from tools.localcluster import scalestorm
+def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], crash_sizes: Sequence[int] = (),
+               crash_runs: int = 1, spec_dir: Path | None = None, timeout: float = 900) -> dict[str, Any]:
+    """NVSentinel's storm at each fault count with rails that allow it; then, for each of ``crash_sizes``, a fatal
+    fault under a running gang of that size (:mod:`tools.localcluster.scalecrash`); then once more the largest
+    storm with the stack's own rails, where the breaker must trip at its limit and hold (last: a tripped breaker
+    stays tripped until a person resets it)."""
+    from tools.localcluster import scalecrash, scalestorm
 
     cfg = shape_config(sh, ROOT)
     interval = cfg.observability.dcgm_interval_ms / 1000
@@ -380,6 +384,18 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int]) -
         out["storm_taint_s"][str(faults)] = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom,
                                                              faults, rails="open")
         say(f"storm of {faults}: cleared the guard's marks from {scalestorm.clear(lay, cfg.label_prefix)} nodes")
+    if crash_sizes:
+        pool = max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"]
+        crashes: dict[str, Any] = {}
+        for pods in crash_sizes:
+            per_run = [scalecrash.crash_run(lay, sh.stack, cfg.label_prefix, standin, prom, cfg.training_namespace,
+                                            pods, pool, i, spec_dir or lay.state, timeout, gang_team(sh, ROOT))
+                       for i in range(crash_runs)]
+            crashes[str(pods)] = {"runs": per_run, **{term: percentiles([r[term] for r in per_run]) for term in (
+                "detect_s", "evict_s", "reschedule_s", "running_again_s")}}
+        out["crash"] = crashes
+        out["gang_evict_s"] = {k: v["evict_s"] for k, v in crashes.items()}
+        out["gang_running_again_s"] = {k: v["running_again_s"] for k, v in crashes.items()}
     # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
     stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),
                                    rails="stack", seed=STACK_RAILS_SEED, rotate=1)
@@ -391,7 +407,8 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int]) -
 
 
 def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeout: float = 900,
-          state: Path | None = None, storm_faults: Sequence[int] = ()) -> dict[str, Any]:
+          state: Path | None = None, storm_faults: Sequence[int] = (), crash_sizes: Sequence[int] = ()
+          ) -> dict[str, Any]:
     """Bring the shape up, run ``runs`` gangs of each size in ``sizes`` one after the other, then the fault storms
     of ``storm_faults`` nodes, and report; the control plane goes down afterwards unless ``keep``."""
     lay, probe = up(sh, state)
@@ -424,7 +441,8 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
                 f"running p50 {gangs[str(pods)]['running']['p50']}s")
         after = apiserver_metrics(lay)
         wall1 = time.time()
-        storms = storm_runs(lay, sh, plan, storm_faults) if storm_faults else {}
+        storms = storm_runs(lay, sh, plan, storm_faults, crash_sizes, max(1, min(runs, 3)), spec_dir, timeout
+                            ) if storm_faults else {}
         gang_keys: dict[str, Any] = {
             "gang_pool": pool, "runs_per_size": runs,
             "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
@@ -472,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--sizes", default="", help="comma-separated gang sizes (pods); the shape's by default")
             p.add_argument("--keep", action="store_true", help="leave the control plane up afterwards")
             p.add_argument("--storms", default="", help="comma-separated fault counts; the shape's by default")
+            p.add_argument("--crashes", default="", help="comma-separated gang sizes to crash under a fault; the "
+                           "shape's by default, 'none' for none")
     args = parser.parse_args(argv)
     try:
         sh = shape(args.shape)
@@ -487,7 +507,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()] or list(sh.gang_sizes)
             storms = [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults)
-            merge_results(bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms))
+            crashes = [] if args.crashes == "none" else (
+                [int(s) for s in args.crashes.split(",") if s.strip()] or list(sh.crash_sizes))
+            merge_results(bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes))
             say(f"results in {RESULTS}")
     except (control.ClusterError, ValueError) as exc:
         print(f"scale: {exc}", file=sys.stderr)

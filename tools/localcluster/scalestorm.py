@@ -60,6 +60,17 @@ def _post(url: str, body: dict[str, Any]) -> None:
         resp.read()
 
 
+def post_faults(standin: str, faults: dict[str, dict[str, Any]]) -> None:
+    """Set (or, with ``{}``, clear) nodes' faults on the fleet stand-in."""
+    _post(f"{standin}/faults", faults)
+
+
+def served(standin: str) -> dict[str, Any]:
+    """Node -> epoch time of the first scrape that served its current fault."""
+    answer: dict[str, Any] = _get(f"{standin}/served")
+    return answer
+
+
 def start_scrape_path(lay: Layout, plan: NodePlan, interval_s: float) -> tuple[str, str]:
     """The fleet stand-in and a Prometheus scraping it; returns (stand-in URL, Prometheus URL) once every GPU's
     temperature series is in Prometheus."""
@@ -170,7 +181,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
             delay = offset - (time.monotonic() - started)
             if delay > 0:
                 time.sleep(delay)
-            _post(f"{standin}/faults", {node: {"xid": FATAL_XID}})
+            post_faults(standin, {node: {"xid": FATAL_XID}})
             injected[node] = time.time()
         faulted = {node for _, node in schedule}
         deadline = time.monotonic() + timeout
@@ -182,14 +193,14 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
             if count == len(faulted) or (rails == "stack" and time.monotonic() - last_change > settle_s):
                 break
             time.sleep(0.5)
-        served = {k: float(v) for k, v in _get(f"{standin}/served").items()}
+        first_served = {k: float(v) for k, v in served(standin).items()}
         breaker = _guard_breaker(lay)
         wrong = sorted(set(tainted) - faulted - before)
-    latencies = [tainted[n] - served[n] for n in faulted if n in tainted and n in served]
-    early = sorted(n for n in faulted if n in tainted and n in served and tainted[n] < served[n])
+    latencies = [tainted[n] - first_served[n] for n in faulted if n in tainted and n in first_served]
+    early = sorted(n for n in faulted if n in tainted and n in first_served and tainted[n] < first_served[n])
     if early:
         raise control.ClusterError(f"tainted before their fault was served (left from an earlier storm?): {early}")
-    _post(f"{standin}/faults", {n: {} for n in faulted})
+    post_faults(standin, {n: {} for n in faulted})
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
                            "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker,
                            "tainted_before_the_storm": len(before)}
