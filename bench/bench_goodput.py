@@ -86,6 +86,8 @@ def restart_comparison(backend: Backend, model: RestartModel, policy_name: str) 
         "today's assumed (detect 30 s + reschedule 120 s + load)": Environment(),
         "decomposed, assumed terms": Environment(restart=model.assumed_only()),
         measured: Environment(restart=model),
+        **({"decomposed, eviction and rescheduling scaled from 4 pods by Volcano's client rate (before the scale "
+            "runs)": Environment(restart=model.without_scale())} if model.measured.at_scale else {}),
         "decomposed, one node pulls the image": Environment(restart=model.with_assumptions(cold_pull=True)),
     }
     out: dict[str, Any] = {}

@@ -125,7 +125,7 @@ def test_load_grows_with_the_shard(ranks: int, size: float, factor: float) -> No
 def test_assumptions_come_from_the_prod_stack() -> None:
     cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
     a = Assumptions.from_config(cfg, "weka-ckpt")
-    assert a.detect_s == pytest.approx(5.0 + 15 + 15)  # dcgmIntervalMs 5000 + scrape 15 s + guard poll 15 s
+    assert a.detect_s == pytest.approx(5.0 + 15 + 2)  # dcgmIntervalMs 5000 + scrape 15 s + guard poll 2 s
     assert (a.schedule_period_s, a.gpus_per_pod, a.size_tb, a.read_gbps, a.write_gbps) == (1.0, 8, 1.0, 60.0, 60.0)
     assert Assumptions.from_config(cfg, "vast-ckpt").read_gbps == 40.0
 
@@ -135,11 +135,12 @@ def test_assumptions_come_from_the_prod_stack() -> None:
 
 def test_missing_files_fall_back_to_the_documented_values(tmp_path: Path) -> None:
     m = read_measurements(tmp_path / "e2e-phases.json", tmp_path / "e2e-realnodes.json",
-                          tmp_path / "e2e-stack-in-pods.json")
+                          tmp_path / "e2e-stack-in-pods.json", tmp_path / "results.json")
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (None,) * 5
     assert not m.any
     assert m.notes == ("e2e-phases.json: absent (run `make e2e`)", "e2e-realnodes.json: absent (run `make e2e`)",
-                       "e2e-stack-in-pods.json: absent (run `make e2e`)")
+                       "e2e-stack-in-pods.json: absent (run `make e2e`)",
+                       "results.json: absent (run `make bench-scale`)")
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     assert [t.basis for t in terms.values()] == [ASSUMED, SCALED, SCALED, ASSUMED, SCALED, SCALED]
     assert terms["detection"].seconds == A.detect_s
@@ -154,18 +155,20 @@ def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     real = _write(tmp_path, "e2e-realnodes.json", {POD_START_KEY: 12.5, "host_restored": {}})
     pods = _write(tmp_path, "e2e-stack-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9},
                                                        "guard_fatal_loop": {FIRST_STEP_KEY: 21.5}})
-    m = read_measurements(phases, real, pods)
+    no_scale = tmp_path / "results.json"
+    m = read_measurements(phases, real, pods, no_scale)
     # The real-process loop's figure wins over the phases file's.
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (6.0, 3.5, 4.5,
                                                                                                 12.5, 14.9)
     assert m.fatal_fault_to_first_step_s == 21.5
-    assert m.notes == ()
+    assert m.notes == ("results.json: absent (run `make bench-scale`)",)
     # A file from before the fatal loop: the degraded figure stands, and the note names the missing loop.
     older = _write(tmp_path, "old-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9}})
-    m = read_measurements(phases, real, older)
+    m = read_measurements(phases, real, older, no_scale)
     assert (m.fault_to_first_step_s, m.fatal_fault_to_first_step_s) == (14.9, None)
-    assert m.notes == ("old-in-pods.json: key guard_fatal_loop is not an object of phases",)
-    assert read_measurements(phases, real, tmp_path / "absent.json").fault_to_first_step_s == 40.0
+    assert m.notes == ("old-in-pods.json: key guard_fatal_loop is not an object of phases",
+                       "results.json: absent (run `make bench-scale`)")
+    assert read_measurements(phases, real, tmp_path / "absent.json", no_scale).fault_to_first_step_s == 40.0
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     # The local 1 s scrape + 1 s poll give way to the stack's own sampling path.
     assert terms["detection"].seconds == pytest.approx(6.0 - restart.LOCAL_DETECT_PATH_S + A.detect_s)
@@ -195,7 +198,7 @@ def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
 ])
 def test_bad_phases_name_the_file_and_key_and_fall_back(tmp_path: Path, content: Any, note: str) -> None:
     m = read_measurements(_write(tmp_path, "e2e-phases.json", content), tmp_path / "absent.json",
-                          tmp_path / "absent.json")
+                          tmp_path / "absent.json", tmp_path / "absent.json")
     assert any(n.startswith(note) for n in m.notes), m.notes
     terms = RestartModel(A, m).terms(1_024)
     assert all(math.isfinite(t.seconds) and t.seconds >= 0 for t in terms)
@@ -204,7 +207,7 @@ def test_bad_phases_name_the_file_and_key_and_fall_back(tmp_path: Path, content:
 def test_undecodable_file_is_a_fallback_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "e2e-realnodes.json"
     path.write_bytes(b"\xff\xfe\x00{")
-    m = read_measurements(tmp_path / "absent.json", path, tmp_path / "absent.json")
+    m = read_measurements(tmp_path / "absent.json", path, tmp_path / "absent.json", tmp_path / "absent.json")
     assert m.pod_start_s is None
     assert "e2e-realnodes.json: unreadable (UnicodeDecodeError)" in m.notes
 
@@ -229,7 +232,7 @@ def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases:
         p.write_text(json.dumps(phases))
     r.write_text(json.dumps(real))
     q.write_text(json.dumps(pods))
-    m = read_measurements(p, r, q)
+    m = read_measurements(p, r, q, tmp_path / "absent.json")
     for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s,
                   m.fatal_fault_to_first_step_s):
         assert value is None or (math.isfinite(value) and 0 <= value <= restart.MAX_PHASE_S)
@@ -299,6 +302,10 @@ def test_all_graceful_bound_beats_the_crash_path() -> None:
 # --------------------------------------------------------------------------- the report
 
 
+def _crash(evict: float, reschedule: float) -> dict[str, Any]:
+    return {"evict_s": {"n": 1, "p50": evict, "p99": evict}, "reschedule_s": {"n": 1, "p50": reschedule}}
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     from bench import bench_goodput
@@ -306,9 +313,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], st
     tmp = tmp_path_factory.mktemp("measured")
     phases = _write(tmp, "e2e-phases.json", _phases(6.0, 9.5, 14.0))
     real = tmp / "e2e-realnodes.json"
+    scale = _write(tmp, "results.json", {"shapes": {"llama3": {"crash": {
+        "256": _crash(3.0, 20.0), "1024": _crash(8.0, 90.0), "2040": _crash(15.0, 200.0)}}}})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bench_goodput, "read_measurements",
-                   lambda: read_measurements(phases, real, phases.parent / "no.json"))
+                   lambda: read_measurements(phases, real, phases.parent / "no.json", scale))
         result = bench_goodput.run()
     return result, bench_goodput.to_markdown(result)
 
@@ -318,7 +327,13 @@ def test_report_carries_the_decomposition_with_basis_and_source(report: tuple[di
     terms = result["restart_decomposition"]["terms"]
     assert list(terms) == list(TERMS)
     assert terms["detection"]["basis"] == MEASURED_SCALED
-    assert terms["detection"]["seconds"]["16384"] == pytest.approx(6.0 - 2.0 + 35.0)
+    assert terms["detection"]["seconds"]["16384"] == pytest.approx(6.0 - 2.0 + 22.0)
+    # Eviction and rescheduling come from the scale runs: at 2,048 pods the 2,040-pod gang's own figures (within
+    # 1 %), at 512 pods between 256 and 1,024, at 128 along the line through the two smallest.
+    assert (terms["eviction"]["basis"], terms["eviction"]["seconds"]["16384"]) == (MEASURED, 15.0)
+    assert terms["rescheduling"]["seconds"]["4096"] == pytest.approx(20.0 + (512 - 256) / (1024 - 256) * 70.0, abs=0.1)
+    assert terms["eviction"]["source"].startswith("results.json: taint → every pod of the gang deleted")
+    assert any("scaled from 4 pods by Volcano's client rate" in row for row in result["restart_comparison"])
     assert terms["container start"]["basis"] == ASSUMED
     assert "e2e-realnodes.json: absent (run `make e2e`)" in result["restart_measurement_notes"]
     assert "Restart decomposition" in text
@@ -339,3 +354,53 @@ def test_report_puts_the_measured_terms_beside_todays_assumed(report: tuple[dict
     graceful = result["graceful_path"]["16384"]
     assert graceful["ettr_crash_holds_grace_pct"] <= graceful["ettr_pct"] <= graceful["ettr_all_graceful_bound_pct"]
     assert "Graceful path" in text and "| policy |" in text  # the policy table is still there
+
+
+# --------------------------------------------------------------------------- the scale runs' crashes
+
+
+@pytest.mark.parametrize(("content", "note"), [
+    ("{not json", "results.json: not JSON (JSONDecodeError)"),
+    ({"shapes": []}, "results.json: key shapes is not an object"),
+    ({"shapes": {"p": {"crash": [1]}}}, "results.json: shapes.p.crash is not an object"),
+    ({"shapes": {"p": {"crash": {"-3": _crash(1, 1)}}}}, "results.json shapes.p.crash.-3: not a gang size"),
+    ({"shapes": {"p": {"crash": {"64": {"evict_s": 3}}}}},
+     "results.json shapes.p.crash.64: key evict_s is not an object of percentiles"),
+    ({"shapes": {"p": {"crash": {"64": _crash(-1, 2)}}}},
+     "results.json shapes.p.crash.64.evict_s: key p50 = -1 is not a phase in seconds"),
+])
+def test_bad_scale_results_name_the_shape_and_size_and_fall_back(tmp_path: Path, content: Any, note: str) -> None:
+    absent = tmp_path / "absent.json"
+    m = read_measurements(absent, absent, absent, _write(tmp_path, "results.json", content))
+    assert m.at_scale == ()
+    assert any(n.startswith(note) for n in m.notes), m.notes
+    assert RestartModel(A, m).terms(16_384)[1].basis == SCALED
+
+
+def test_scale_figures_are_read_by_size_and_a_later_shape_wins_a_tie(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.json"
+    scale = _write(tmp_path, "results.json", {"shapes": {
+        "prod": {"crash": {"64": _crash(2.0, 9.0)}, "nodes": 268},
+        "llama3": {"crash": {"256": _crash(3.0, 20.0), "64": _crash(2.5, 9.5)}},
+        "small": {"gangs": {}}}})
+    m = read_measurements(absent, absent, absent, scale)
+    assert m.at_scale == ((64, 2.5, 9.5), (256, 3.0, 20.0))
+
+
+_POINTS = st.lists(st.tuples(st.integers(1, 4096), st.floats(0, 1000), st.floats(0, 1000)), min_size=1,
+                   max_size=5, unique_by=lambda p: p[0]).map(lambda ps: tuple(sorted(ps)))
+
+
+@given(points=_POINTS, n_pods=st.integers(1, 8192))
+def test_at_scale_is_the_measured_figure_at_a_measured_size_and_never_negative(
+        points: tuple[tuple[int, float, float], ...], n_pods: int) -> None:
+    evict, reschedule, how = restart.at_scale(points, n_pods)
+    assert math.isfinite(evict) and math.isfinite(reschedule) and evict >= 0 and reschedule >= 0
+    near = [p for p in points if abs(p[0] - n_pods) <= 0.01 * n_pods]
+    if near:
+        assert (evict, reschedule) == (near[0][1], near[0][2]) and how.startswith("measured at")
+    below = [p for p in points if p[0] < n_pods]
+    above = [p for p in points if p[0] > n_pods]
+    if not near and below and above:  # between two measured sizes: between their figures
+        lo, hi = below[-1], above[0]
+        assert min(lo[1], hi[1]) - 1e-9 <= evict <= max(lo[1], hi[1]) + 1e-9

@@ -66,6 +66,9 @@ REALNODES_FILE = ROOT / ".state" / "localcluster" / "e2e-realnodes.json"
 #: tests/test_e2e_stack_in_pods.py: the guard's loop with real processes (its ``guard_fault_loop`` object).
 IN_PODS_FILE = ROOT / ".state" / "localcluster" / "e2e-stack-in-pods.json"
 GUARD_LOOP_KEY = "guard_fault_loop"
+#: ``make bench-scale``: a fatal fault under a running gang at 256-2,048 pods (``tools/localcluster/scalecrash.py``),
+#: per shape ``crash`` → gang size → ``evict_s`` / ``reschedule_s`` percentiles.
+SCALE_FILE = ROOT / ".state" / "scale" / "results.json"
 #: The same loop for a fatal fault: the rank dies with its GPU and the gang takes the crash path.
 GUARD_FATAL_LOOP_KEY = "guard_fatal_loop"
 
@@ -114,10 +117,13 @@ class Measurements:
     fault_to_first_step_s: float | None = None
     #: Fault to first step when the fault is fatal (the crash path, ``guard_fatal_loop``).
     fatal_fault_to_first_step_s: float | None = None
+    #: Eviction and rescheduling at scale (pods, evict_s, reschedule_s), medians, by pods; empty when not run.
+    at_scale: tuple[tuple[int, float, float], ...] = ()
     #: Why each absent figure is absent, naming the file and the key.
     notes: tuple[str, ...] = ()
     phases_file: str = ""
     realnodes_file: str = ""
+    scale_file: str = ""
 
     @property
     def any(self) -> bool:
@@ -164,8 +170,71 @@ def _loop_first_step(pods: dict[str, Any], key: str, file: str, notes: list[str]
     return seconds
 
 
+def read_scale_crashes(path: Path, notes: list[str]) -> tuple[tuple[int, float, float], ...]:
+    """(pods, evict_s, reschedule_s) medians of every shape's crash runs, by pods (a later shape's figure replaces
+    an earlier one's at the same size); anything malformed is skipped with a note naming the shape and the size."""
+    data, why = _load_object(path)
+    if data is None:
+        notes.append(why.replace("make e2e", "make bench-scale"))
+        return ()
+    shapes = data.get("shapes")
+    if not isinstance(shapes, dict):
+        notes.append(f"{path.name}: key shapes is not an object")
+        return ()
+    found: dict[int, tuple[float, float]] = {}
+    for shape, entry in shapes.items():
+        crash = entry.get("crash") if isinstance(entry, dict) else None
+        if crash is None:
+            continue
+        if not isinstance(crash, dict):
+            notes.append(f"{path.name}: shapes.{shape}.crash is not an object")
+            continue
+        for size, figures in crash.items():
+            where = f"{path.name} shapes.{shape}.crash.{size}"
+            if not (isinstance(size, str) and size.isdigit() and 0 < int(size) <= 100_000):
+                notes.append(f"{where}: not a gang size")
+                continue
+            terms = []
+            for key in ("evict_s", "reschedule_s"):
+                stats = figures.get(key) if isinstance(figures, dict) else None
+                value, why = _seconds(stats, "p50", f"{where}.{key}") if isinstance(stats, dict) else (
+                    None, f"{where}: key {key} is not an object of percentiles")
+                if why:
+                    notes.append(why)
+                terms.append(value)
+            if terms[0] is not None and terms[1] is not None:
+                found[int(size)] = (terms[0], terms[1])
+    return tuple((p, e, r) for p, (e, r) in sorted(found.items()))
+
+
+def at_scale(points: tuple[tuple[int, float, float], ...], n_pods: int) -> tuple[float, float, str]:
+    """Eviction and rescheduling seconds at ``n_pods`` from the scale runs: the measured figure at that size (within
+    1 %), else linear between the two measured sizes around it, else along the line through the two nearest."""
+    if not points:
+        raise ValueError("no scale measurement")
+    exact = next((pt for pt in points if abs(pt[0] - n_pods) <= 0.01 * n_pods), None)
+    if exact is not None:
+        return exact[1], exact[2], f"measured at {exact[0]:,} pods"
+    if len(points) == 1:
+        p, e, r = points[0]
+        return e * n_pods / p, r * n_pods / p, f"measured at {p:,} pods, scaled by pods"
+    below = [pt for pt in points if pt[0] < n_pods]
+    above = [pt for pt in points if pt[0] > n_pods]
+    if below and above:
+        lo, hi = below[-1], above[0]
+    elif above:
+        lo, hi = points[0], points[1]
+    else:
+        lo, hi = points[-2], points[-1]
+    f = (n_pods - lo[0]) / (hi[0] - lo[0])
+    evict = max(0.0, lo[1] + f * (hi[1] - lo[1]))
+    resched = max(0.0, lo[2] + f * (hi[2] - lo[2]))
+    how = "between" if lo[0] < n_pods < hi[0] else "along the line through"
+    return evict, resched, f"{how} {lo[0]:,} and {hi[0]:,} pods measured"
+
+
 def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FILE,
-                      in_pods: Path = IN_PODS_FILE) -> Measurements:
+                      in_pods: Path = IN_PODS_FILE, scale: Path = SCALE_FILE) -> Measurements:
     """The measured terms from the three files; never raises on their content (see the module docstring). The fault
     to the first step after resume comes from the guard's loop with real processes (``in_pods``) when it ran,
     else from the phases file."""
@@ -210,10 +279,11 @@ def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FI
         measured = _loop_first_step(pods, GUARD_LOOP_KEY, in_pods.name, notes)
         first_step = measured if measured is not None else first_step
         fatal_first_step = _loop_first_step(pods, GUARD_FATAL_LOOP_KEY, in_pods.name, notes)
+    crashes = read_scale_crashes(scale, notes)
     return Measurements(detect_s=quarantine, evict_s=evict_s, reschedule_s=reschedule_s, pod_start_s=pod_start_s,
                         fault_to_first_step_s=first_step, fatal_fault_to_first_step_s=fatal_first_step,
-                        notes=tuple(notes),
-                        phases_file=phases.name, realnodes_file=realnodes.name)
+                        at_scale=crashes, notes=tuple(notes),
+                        phases_file=phases.name, realnodes_file=realnodes.name, scale_file=scale.name)
 
 
 @dataclass(frozen=True)
@@ -309,7 +379,7 @@ class RestartModel:
 
     def terms(self, ranks: int) -> tuple[Term, ...]:
         a, m = self.assumptions, self.measured
-        n_pods, local = pods(ranks, a), LOCAL_GANG_PODS
+        n_pods = pods(ranks, a)
         phases, real = m.phases_file or PHASES_FILE.name, m.realnodes_file or REALNODES_FILE.name
         volcano = f"Volcano defaultQPS {a.api_qps:g} / defaultBurst {a.api_burst}, {n_pods:,} pods"
         hold = f"; + {a.survivor_hold_s:g} s survivors holding SIGTERM" if a.survivor_hold_s else ""
@@ -321,22 +391,10 @@ class RestartModel:
         else:
             detection = Term(TERMS[0], a.detect_s, ASSUMED, a.detect_source, f"no {phases} figure")
 
-        extra_delete = delete_seconds(n_pods, a) - delete_seconds(local, a)
-        if m.evict_s is not None:
-            eviction = Term(TERMS[1], m.evict_s + extra_delete + a.survivor_hold_s, MEASURED_SCALED,
-                            f"{phases}: {EVICTED_KEY} − {QUARANTINE_KEY} at {local} pods; + {volcano}{hold}")
+        if m.at_scale:
+            eviction, rescheduling = self._at_scale(n_pods, hold)
         else:
-            eviction = Term(TERMS[1], delete_seconds(n_pods, a) + a.survivor_hold_s, SCALED,
-                            f"{volcano}: deletes past the burst at QPS{hold}", f"no {phases} figure")
-
-        extra_create = recreate_seconds(n_pods, a) - recreate_seconds(local, a)
-        if m.reschedule_s is not None:
-            rescheduling = Term(TERMS[2], m.reschedule_s + extra_create, MEASURED_SCALED,
-                                f"{phases}: {RESTARTED_KEY} − {EVICTED_KEY} at {local} pods; + {volcano}")
-        else:
-            rescheduling = Term(TERMS[2], recreate_seconds(n_pods, a), SCALED,
-                                f"{volcano}: creates at QPS + schedulePeriodSeconds {a.schedule_period_s:g}",
-                                f"no {phases} figure")
+            eviction, rescheduling = self._scaled_from_local(n_pods, volcano, hold)
 
         if a.cold_pull:
             start = Term(TERMS[3], pull_seconds(a), SCALED,
@@ -358,8 +416,44 @@ class RestartModel:
                     "components/checkpoint_sizing.py)")
         return (detection, eviction, rescheduling, start, rendezvous, load)
 
+    def _at_scale(self, n_pods: int, hold: str) -> tuple[Term, Term]:
+        """Eviction and rescheduling from the scale runs' crashes (``make bench-scale``)."""
+        m, a = self.measured, self.assumptions
+        evict_s, reschedule_s, how = at_scale(m.at_scale, n_pods)
+        basis = MEASURED if how.startswith("measured at") else MEASURED_SCALED
+        source = m.scale_file or SCALE_FILE.name
+        return (Term(TERMS[1], evict_s + a.survivor_hold_s, basis,
+                     f"{source}: taint → every pod of the gang deleted, {how}{hold}"),
+                Term(TERMS[2], reschedule_s, basis, f"{source}: old pods gone → the new gang Running, {how}"))
+
+    def _scaled_from_local(self, n_pods: int, volcano: str, hold: str) -> tuple[Term, Term]:
+        """Eviction and rescheduling from the local four-pod gang, plus the extra pods at Volcano's client rate."""
+        m, a = self.measured, self.assumptions
+        local, phases = LOCAL_GANG_PODS, m.phases_file or PHASES_FILE.name
+        extra_delete = delete_seconds(n_pods, a) - delete_seconds(local, a)
+        if m.evict_s is not None:
+            eviction = Term(TERMS[1], m.evict_s + extra_delete + a.survivor_hold_s, MEASURED_SCALED,
+                            f"{phases}: {EVICTED_KEY} − {QUARANTINE_KEY} at {local} pods; + {volcano}{hold}")
+        else:
+            eviction = Term(TERMS[1], delete_seconds(n_pods, a) + a.survivor_hold_s, SCALED,
+                            f"{volcano}: deletes past the burst at QPS{hold}", f"no {phases} figure")
+        extra_create = recreate_seconds(n_pods, a) - recreate_seconds(local, a)
+        if m.reschedule_s is not None:
+            rescheduling = Term(TERMS[2], m.reschedule_s + extra_create, MEASURED_SCALED,
+                                f"{phases}: {RESTARTED_KEY} − {EVICTED_KEY} at {local} pods; + {volcano}")
+        else:
+            rescheduling = Term(TERMS[2], recreate_seconds(n_pods, a), SCALED,
+                                f"{volcano}: creates at QPS + schedulePeriodSeconds {a.schedule_period_s:g}",
+                                f"no {phases} figure")
+        return eviction, rescheduling
+
     def total_s(self, ranks: int) -> float:
         return sum(t.seconds for t in self.terms(ranks))
+
+    def without_scale(self) -> RestartModel:
+        """The same model with eviction and rescheduling scaled from the local gang by Volcano's client rate, as
+        before the scale runs: the side-by-side row."""
+        return replace(self, measured=replace(self.measured, at_scale=()))
 
     def assumed_only(self) -> RestartModel:
         """The same model with nothing measured: every term on its scaled or assumed value."""
