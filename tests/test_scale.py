@@ -363,3 +363,19 @@ def test_generations_count_only_pods_that_were_not_alive_at_the_mark(events: lis
     assert gens.next_running() == len({u for u, p, d in events if p == "Running" and not d and u.startswith("v")}
                                       - gens.deleted)
     assert gens.nodes == {"u1": "node-u1", "u2": "node-u2", "u3": "node-u3"}
+
+
+def test_the_guards_breaker_and_cycle_phases_are_read_from_its_own_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from agents.health_guard.metrics import GuardMetrics
+    from tools.localcluster.scalestorm import guard_readings
+
+    m = GuardMetrics()
+    m.breaker.set(1)
+    for seconds in (0.5, 1.5):
+        m.cycle_phase.labels("observe").observe(seconds)
+    m.cycle_phase.labels("act").observe(0.2)
+    assert guard_readings(generate_latest(m.registry).decode()) == (1.0, {"observe": 1.0, "act": 0.2})
+    assert guard_readings(None) == (None, {})
+    assert guard_readings("# nothing here\n") == (None, {})

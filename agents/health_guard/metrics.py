@@ -42,6 +42,10 @@ class GuardMetrics:
             buckets=(300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400),
             registry=r)
         self.errors = Counter(f"{p}errors", "Failed steps of a cycle.", ["stage"], registry=r)
+        self.cycle_phase = Histogram(
+            f"{p}cycle_phase_seconds", "Seconds each phase of a cycle took: observe (the Prometheus queries), decide, "
+            "act (patches, conditions, events, evictions) and publish.", ["phase"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32), registry=r)
         self.last_cycle = Gauge(f"{p}last_cycle_timestamp_seconds", "End of the last completed cycle.", registry=r)
         for stage in ("query", "list", "patch", "status", "event", "evict", "lease", "fenced", "cycle"):
             self.errors.labels(stage)

@@ -125,7 +125,10 @@ class Guard:
         self.metrics.leader.set(1 if leading else 0)
         if not leading:
             return None
+        phase = self.metrics.cycle_phase
+        started = time.perf_counter()
         obs, errors = observe(self.settings, self.prometheus, stopped)
+        phase.labels("observe").observe(time.perf_counter() - started)
         for message in errors:
             self.metrics.errors.labels("query").inc()
             log.warning("%s", message)
@@ -139,13 +142,19 @@ class Guard:
         if by_name is None:  # the list failed or the watch broke: decide nothing on a partial view
             log.warning("skipping cycle: the node watch is not current")
             return None
+        started = time.perf_counter()
         views = {name: node_view(self.settings, n) for name, n in by_name.items()}
         breaker = self.elector.annotation(self.settings.names.breaker)
         decision = decide(self.settings, obs, views, self.state, now, breaker)
         self.state = decision.state
+        phase.labels("decide").observe(time.perf_counter() - started)
+        started = time.perf_counter()
         self._act(decision.actions, by_name, views, now, stopped)
+        phase.labels("act").observe(time.perf_counter() - started)
+        started = time.perf_counter()
         self._count_application_restarts()
         self._publish(decision, views)
+        phase.labels("publish").observe(time.perf_counter() - started)
         self.metrics.last_cycle.set(now)
         return decision
 

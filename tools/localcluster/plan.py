@@ -364,8 +364,10 @@ def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: 
             f"--scheduler-conf={lay.volcano_conf}", "--scheduler-name=volcano", "--schedule-period=1s",
             f"--listen-address=127.0.0.1:{ports['vc_scheduler_metrics']}",
             f"--healthz-address=127.0.0.1:{ports['vc_scheduler_healthz']}", "--enable-healthz=true",
-            # LOCALCLUSTER_VC_V=4 logs every reclaim/preempt decision (victims, queue shares).
+            # LOCALCLUSTER_VC_V=4 logs every reclaim/preempt decision (victims, queue shares);
+            # LOCALCLUSTER_VC_PPROF=1 serves Go's profiles on the metrics address (/debug/pprof/).
             "--logtostderr", f"--v={os.environ.get('LOCALCLUSTER_VC_V', '2')}",
+            *(["--enable-pprof"] if os.environ.get("LOCALCLUSTER_VC_PPROF") == "1" else []),
         ],
     }
 

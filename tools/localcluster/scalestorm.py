@@ -145,17 +145,35 @@ def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
         yield seen
 
 
-def _guard_breaker(lay: Layout) -> float | None:
-    """The guard's ``breaker_tripped`` gauge, from its own metrics (None when it serves none)."""
+def _guard_metrics(lay: Layout) -> str | None:
+    """The guard's own metrics text (None when it serves none)."""
     proc = control.load_proc(lay, GUARD)
     if proc is None or "--metrics-port" not in proc.argv[:-1]:
         return None
     port = proc.argv[proc.argv.index("--metrics-port") + 1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith("gpucluster_health_breaker_tripped"):
-                return float(line.split()[-1])
-    return None
+        text: str = resp.read().decode()
+    return text
+
+
+def guard_readings(text: str | None) -> tuple[float | None, dict[str, float]]:
+    """The ``breaker_tripped`` gauge and the mean seconds of each cycle phase, from the guard's metrics text."""
+    if text is None:
+        return None, {}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    breaker: float | None = None
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gpucluster_health_breaker_tripped":
+                breaker = sample.value
+            elif sample.name == "gpucluster_health_cycle_phase_seconds_sum":
+                sums[sample.labels["phase"]] = sample.value
+            elif sample.name == "gpucluster_health_cycle_phase_seconds_count":
+                counts[sample.labels["phase"]] = sample.value
+    return breaker, {p: round(sums[p] / counts[p], 3) for p in sums if counts.get(p)}
 
 
 def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: str, prometheus_url: str,
@@ -194,7 +212,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
                 break
             time.sleep(0.5)
         first_served = {k: float(v) for k, v in served(standin).items()}
-        breaker = _guard_breaker(lay)
+        breaker, phases = guard_readings(_guard_metrics(lay))
         wrong = sorted(set(tainted) - faulted - before)
     latencies = [tainted[n] - first_served[n] for n in faulted if n in tainted and n in first_served]
     early = sorted(n for n in faulted if n in tainted and n in first_served and tainted[n] < first_served[n])
@@ -203,7 +221,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     post_faults(standin, {n: {} for n in faulted})
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
                            "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker,
-                           "tainted_before_the_storm": len(before)}
+                           "tainted_before_the_storm": len(before), "guard_cycle_phase_mean_s": phases}
     if wrong:
         out["healthy_nodes_tainted_names"] = wrong[:20]
     if latencies:
