@@ -351,18 +351,24 @@ def test_pulumi_runs_the_local_environment_at_the_shapes_size() -> None:
 
 
 @given(st.lists(st.tuples(st.sampled_from(["u1", "u2", "u3", "v1", "v2", "v3"]),
-                          st.sampled_from(["Pending", "Running", "Succeeded"]), st.booleans()), max_size=30))
-def test_generations_count_only_pods_that_were_not_alive_at_the_mark(events: list[tuple[str, str, bool]]) -> None:
+                          st.sampled_from(["Pending", "Running", "Succeeded"]), st.booleans(), st.booleans(),
+                          st.sampled_from([None, "node-x"])), max_size=30))
+def test_generations_count_only_pods_that_were_not_alive_at_the_mark(
+        events: list[tuple[str, str, bool, bool, str | None]]) -> None:
     gens = Generations()
     for uid in ("u1", "u2", "u3"):
         gens.see(uid, f"node-{uid}", "Running")
-    assert gens.mark() == {"u1", "u2", "u3"} and not gens.first_gone()
-    for uid, phase, deleted in events:
-        gens.see(uid, None, phase, deleted=deleted)
+    assert gens.mark() == {"u1", "u2", "u3"} and not gens.first_gone() and not gens.first_leaving()
+    for uid, phase, deleted, leaving, node in events:
+        gens.see(uid, node, phase, deleted=deleted, leaving=leaving)
     assert gens.first_gone() == ({"u1", "u2", "u3"} <= gens.deleted)
-    assert gens.next_running() == len({u for u, p, d in events if p == "Running" and not d and u.startswith("v")}
-                                      - gens.deleted)
-    assert gens.nodes == {"u1": "node-u1", "u2": "node-u2", "u3": "node-u3"}
+    assert gens.first_leaving() == ({"u1", "u2", "u3"} <= gens.leaving)
+    assert gens.deleted <= gens.leaving  # gone implies it was leaving
+    new = {u for u, *_ in events if u.startswith("v")} - gens.deleted
+    assert gens.next_running() == len({u for u, p, d, *_ in events if p == "Running" and not d} & new)
+    assert gens.next_bound() == len({u for u, _, _, _, n in events if n} & new)
+    assert all(gens.nodes[u] == f"node-{u}" for u in ("u1", "u2", "u3") if not any(
+        e[0] == u and e[4] for e in events))
 
 
 def test_the_guards_breaker_and_cycle_phases_are_read_from_its_own_metrics() -> None:

@@ -7,9 +7,13 @@ guard, with its real shell and queries, taints the node and evicts the gang's po
 generation on the other nodes. Each term is taken from watches (pods by UID, the node's taint):
 
 - ``detect_s``: from the first scrape that served the fault to the taint (``from_fault_s`` from the fault itself);
-- ``evict_s``: from the taint until every pod of the first generation was deleted;
-- ``reschedule_s``: from then until the whole new generation was Running;
-- ``running_again_s``: from the fault to the gang Running again.
+- ``evict_s``: from the taint until every pod of the first generation was marked for deletion (the guard's
+  eviction and Volcano's restart of the whole gang carried out);
+- ``gone_s``: from the taint until every one of them was gone (kwok, standing in for each kubelet, removes
+  deleted pods a few at a time on this machine: a real kubelet ends its own pod within the grace period);
+- ``reschedule_s``: from the old pods gone until the whole new generation was bound (Volcano's controller creates
+  it only once the old one is gone, then its scheduler places it);
+- ``running_again_s``: from the fault to the whole new generation Running (again through kwok's pace).
 
 These are the terms ``bench_goodput`` scaled from a four-pod gang by Volcano's default client rate; here they are
 measured at the gang's own size. A gang as large as its pool cannot restart once a node is out (no spare node):
@@ -49,7 +53,8 @@ def crash_run(lay: Layout, stack: str, label_prefix: str, standin: str, promethe
     tainted: dict[str, float] = {}
 
     def pod_event(kind: str, pod: Any) -> None:
-        gens.see(pod.metadata.uid, pod.spec.node_name, pod.status.phase, deleted=kind == "DELETED")
+        gens.see(pod.metadata.uid, pod.spec.node_name, pod.status.phase, deleted=kind == "DELETED",
+                 leaving=pod.metadata.deletion_timestamp is not None)
 
     def node_event(_: str, node: Any) -> None:
         if any(t.key == key for t in node.spec.taints or []):
@@ -68,8 +73,12 @@ def crash_run(lay: Layout, stack: str, label_prefix: str, standin: str, promethe
         fault_at = time.time()
         scalestorm.post_faults(standin, {node: {"xid": scalestorm.FATAL_XID}})
         wait(f"the health taint on {node}", lambda: node in tainted, timeout)
+        wait(f"every first-generation pod of {name} marked for deletion", gens.first_leaving, timeout)
+        leaving_at = time.time()
         wait(f"every first-generation pod of {name} deleted", gens.first_gone, timeout)
         gone_at = time.time()
+        wait(f"{pods} new pods of {name} bound", lambda: gens.next_bound() >= pods, timeout)
+        bound_at = time.time()
         wait(f"{pods} new pods of {name} Running", lambda: gens.next_running() >= pods, timeout)
         again_at = time.time()
         served = float(scalestorm.served(standin).get(node, fault_at))
@@ -78,7 +87,8 @@ def crash_run(lay: Layout, stack: str, label_prefix: str, standin: str, promethe
     scalestorm.post_faults(standin, {node: {}})
     scalestorm.clear(lay, label_prefix)
     out = {"node": node, "detect_s": round(tainted[node] - served, 2),
-           "from_fault_s": round(tainted[node] - fault_at, 2), "evict_s": round(gone_at - tainted[node], 2),
-           "reschedule_s": round(again_at - gone_at, 2), "running_again_s": round(again_at - fault_at, 2)}
+           "from_fault_s": round(tainted[node] - fault_at, 2), "evict_s": round(leaving_at - tainted[node], 2),
+           "gone_s": round(gone_at - tainted[node], 2), "reschedule_s": round(bound_at - gone_at, 2),
+           "running_again_s": round(again_at - fault_at, 2)}
     say(f"gang of {pods}: {out}")
     return out

@@ -81,16 +81,23 @@ class GangTimes:
 @dataclass
 class Generations:
     """A gang's pods by UID, so a restart that recreates them under the same names is told apart: the first
-    generation is what was alive at :meth:`mark`; the next is every pod seen Running that was not."""
+    generation is what was alive at :meth:`mark`; the next is every pod seen that was not."""
 
     nodes: dict[str, str] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
     running: set[str] = field(default_factory=set)
+    leaving: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     first: frozenset[str] = frozenset()
 
-    def see(self, uid: str, node: str | None, phase: str | None, deleted: bool = False) -> None:
+    def see(self, uid: str, node: str | None, phase: str | None, deleted: bool = False, leaving: bool = False
+            ) -> None:
+        """One watch event: the pod's node (bound), phase, whether it is marked for deletion or gone."""
+        self.seen.add(uid)
         if node:
             self.nodes[uid] = node
+        if leaving or deleted:
+            self.leaving.add(uid)
         if deleted:
             self.deleted.add(uid)
         elif phase == "Running":
@@ -104,11 +111,21 @@ class Generations:
         self.first = frozenset(self.alive_running())
         return self.first
 
+    def first_leaving(self) -> bool:
+        """Every pod of the first generation is marked for deletion (the restart's decision is carried out)."""
+        return bool(self.first) and self.first <= self.leaving
+
     def first_gone(self) -> bool:
         return bool(self.first) and self.first <= self.deleted
 
+    def _next(self, of: set[str]) -> int:
+        return len((of & self.seen) - self.first - self.deleted)
+
+    def next_bound(self) -> int:
+        return self._next(set(self.nodes))
+
     def next_running(self) -> int:
-        return len(self.alive_running() - self.first)
+        return self._next(self.running)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> dict[str, float]:

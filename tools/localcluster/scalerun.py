@@ -378,8 +378,10 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
     standin, prom = scalestorm.start_scrape_path(lay, plan, interval)
     wall0 = time.time()
     before = apiserver_metrics(lay)
-    out: dict[str, Any] = {"storm_taint_s": {}, "storm_scrape_interval_s": interval,
+    out: dict[str, Any] = {"storm_scrape_interval_s": interval,
                            "storm_guard_poll_s": cfg.observability.health_guard_poll_seconds}
+    if fault_counts:
+        out["storm_taint_s"] = {}
     for faults in fault_counts:
         out["storm_taint_s"][str(faults)] = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom,
                                                              faults, rails="open")
@@ -392,15 +394,16 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
                                             pods, pool, i, spec_dir or lay.state, timeout, gang_team(sh, ROOT))
                        for i in range(crash_runs)]
             crashes[str(pods)] = {"runs": per_run, **{term: percentiles([r[term] for r in per_run]) for term in (
-                "detect_s", "evict_s", "reschedule_s", "running_again_s")}}
+                "detect_s", "evict_s", "gone_s", "reschedule_s", "running_again_s")}}
         out["crash"] = crashes
         out["gang_evict_s"] = {k: v["evict_s"] for k, v in crashes.items()}
         out["gang_running_again_s"] = {k: v["running_again_s"] for k, v in crashes.items()}
-    # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
-    stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),
-                                   rails="stack", seed=STACK_RAILS_SEED, rotate=1)
-    out["storm_stack_rails"] = stack_rails
-    out["breaker_tripped_at"] = stack_rails["tainted"] if stack_rails.get("breaker_tripped") else None
+    if fault_counts:
+        # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
+        stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),
+                                       rails="stack", seed=STACK_RAILS_SEED, rotate=1)
+        out["storm_stack_rails"] = stack_rails
+        out["breaker_tripped_at"] = stack_rails["tainted"] if stack_rails.get("breaker_tripped") else None
     out["storm_apiserver_mutating_p99_s"] = mutating_p99(before, apiserver_metrics(lay))
     out["storm_requests_per_s_by_agent"] = audit_window(lay, wall0, time.time())
     return out
@@ -442,7 +445,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         after = apiserver_metrics(lay)
         wall1 = time.time()
         storms = storm_runs(lay, sh, plan, storm_faults, crash_sizes, max(1, min(runs, 3)), spec_dir, timeout
-                            ) if storm_faults else {}
+                            ) if storm_faults or crash_sizes else {}
         gang_keys: dict[str, Any] = {
             "gang_pool": pool, "runs_per_size": runs,
             "gang_bind_s": {k: v["bound"] for k, v in gangs.items()},
@@ -489,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--runs", type=int, default=5, help="runs per gang size; 0: storms only")
             p.add_argument("--sizes", default="", help="comma-separated gang sizes (pods); the shape's by default")
             p.add_argument("--keep", action="store_true", help="leave the control plane up afterwards")
-            p.add_argument("--storms", default="", help="comma-separated fault counts; the shape's by default")
+            p.add_argument("--storms", default="", help="comma-separated fault counts; the shape's by default, "
+                           "'none' for none")
             p.add_argument("--crashes", default="", help="comma-separated gang sizes to crash under a fault; the "
                            "shape's by default, 'none' for none")
     args = parser.parse_args(argv)
@@ -506,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"results in {RESULTS}")
         else:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()] or list(sh.gang_sizes)
-            storms = [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults)
+            storms = [] if args.storms == "none" else (
+                [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults))
             crashes = [] if args.crashes == "none" else (
                 [int(s) for s in args.crashes.split(",") if s.strip()] or list(sh.crash_sizes))
             merge_results(bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes))
