@@ -12,6 +12,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -24,6 +26,9 @@ from agents.node_pools.contract import APP, NodePoolSettings, Pool
 from agents.node_pools.decide import node_patch
 
 log = logging.getLogger(APP)
+
+#: Nodes patched at once: the first pass over a fleet of 2,048 nodes, one after the other, took 80 s here.
+PATCH_CONCURRENCY = 8
 
 
 class Metrics:
@@ -101,31 +106,34 @@ class NodePools:
         if not self.elector.is_leader:
             self._last_pass = self.monotonic()
             return 0
-        sent = 0
-        for name, node in todo:
-            pool = self.pools.get(name)
-            patch = node_patch(node, pool, self.settings.applied_annotation)
-            if patch is None:
-                continue
-            label = pool.name if pool else ""
-            try:
-                self.api.patch(NODES, name, patch, content_type=STRATEGIC_MERGE_PATCH)
-            except Exception as exc:
-                kind = classify(exc)
-                self.metrics.patches.labels(label, kind).inc()
-                if kind == "not_leader":
-                    break
-                if kind != "conflict":  # a conflict: the watch brings the newer node and marks it dirty again
-                    self.metrics.errors.labels("patch").inc()
-                    log.warning("patching node %s for pool %s failed: %s", name, label or "(none)", kind)
-                    with self.lock:
-                        self.dirty.add(name)
-                continue
-            sent += 1
-            self.metrics.patches.labels(label, "applied").inc()
-            log.info("node %s: %s", name, f"joined pool {label}" if pool else "left its pool")
+        patches = [(name, self.pools.get(name), patch) for name, node in todo
+                   if (patch := node_patch(node, self.pools.get(name), self.settings.applied_annotation)) is not None]
+        if len(patches) > 1:
+            with ThreadPoolExecutor(max_workers=PATCH_CONCURRENCY, thread_name_prefix="patch") as workers:
+                sent = sum(workers.map(lambda p: self._send(*p), patches))
+        else:
+            sent = sum(self._send(*p) for p in patches)
         self._last_pass = self.monotonic()
         return sent
+
+    def _send(self, name: str, pool: Pool | None, patch: dict[str, Any]) -> bool:
+        """One node's patch; whether it was applied. A refused one is retried from the newer node (a conflict:
+        the watch brings it) or on the next pass (anything else)."""
+        label = pool.name if pool else ""
+        try:
+            self.api.patch(NODES, name, patch, content_type=STRATEGIC_MERGE_PATCH)
+        except Exception as exc:
+            kind = classify(exc)
+            self.metrics.patches.labels(label, kind).inc()
+            if kind not in ("conflict", "not_leader"):
+                self.metrics.errors.labels("patch").inc()
+                log.warning("patching node %s for pool %s failed: %s", name, label or "(none)", kind)
+                with self.lock:
+                    self.dirty.add(name)
+            return False
+        self.metrics.patches.labels(label, "applied").inc()
+        log.info("node %s: %s", name, f"joined pool {label}" if pool else "left its pool")
+        return True
 
     def _publish(self, seen: set[str]) -> None:
         for pool in self.settings.pools:
