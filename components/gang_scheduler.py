@@ -23,6 +23,7 @@ policies see them. kube-batch v0.5 remains as a legacy engine for clusters up to
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -150,6 +151,34 @@ def volcano_scheduler_conf() -> dict[str, Any]:
     }
 
 
+#: The chart's scheduler Deployment and container (installer/helm/chart/volcano/templates/scheduler.yaml).
+SCHEDULER_DEPLOYMENT = "volcano-scheduler"
+
+
+def with_scheduler_args(props: dict[str, Any], extra: list[str]) -> dict[str, Any] | None:
+    """The chart's scheduler Deployment with ``extra`` flags on its container, or None for any other object: the
+    chart has no value for flags such as ``--percentage-nodes-to-find``."""
+    if (props.get("kind") != "Deployment"
+            or (props.get("metadata") or {}).get("name") != SCHEDULER_DEPLOYMENT):
+        return None
+    out = copy.deepcopy(props)
+    for container in out["spec"]["template"]["spec"]["containers"]:
+        if container.get("name") == SCHEDULER_DEPLOYMENT:
+            args = [a for a in container.get("args") or [] if a.split("=")[0] not in {e.split("=")[0] for e in extra}]
+            container["args"] = [*args, *extra]
+    return out
+
+
+def scheduler_args_transform(extra: list[str]) -> pulumi.ResourceTransform:
+    """A Pulumi transform applying :func:`with_scheduler_args` to the chart's objects."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        props = with_scheduler_args(dict(args.props), extra)
+        return None if props is None else pulumi.ResourceTransformResult(props=props, opts=args.opts)
+
+    return transform
+
+
 def _chart_resources(cpu: str, memory: str) -> dict[str, Any]:
     """components.security.resources() as plain chart values."""
     return {
@@ -231,13 +260,17 @@ class GangScheduler(pulumi.ComponentResource):
                 )
                 # The chart of the pinned Volcano module, from the Go module cache: no chart repository,
                 # so a preview renders (and the policy pack sees) every object Volcano brings.
+                pct = sched.percentage_of_nodes_to_find
                 self.chart = k8s.helm.v4.Chart(
                     "volcano",
                     chart=charts.chart_path(charts.VOLCANO),
                     version=charts.VOLCANO.chart_version,
                     namespace=VOLCANO_NAMESPACE,
                     values=volcano_values(args),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[ns],
+                        transforms=[] if pct is None else [scheduler_args_transform(
+                            [f"--percentage-nodes-to-find={pct}"])]),
                 )
                 ready = [self.chart]
             for queue in args.queues():

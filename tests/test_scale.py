@@ -385,3 +385,33 @@ def test_the_guards_breaker_and_cycle_phases_are_read_from_its_own_metrics() -> 
     assert guard_readings(generate_latest(m.registry).decode()) == (1.0, {"observe": 1.0, "act": 0.2})
     assert guard_readings(None) == (None, {})
     assert guard_readings("# nothing here\n") == (None, {})
+
+
+# --------------------------------------------------------------------------- Volcano's share of nodes per pod
+
+
+def test_percentage_of_nodes_to_find_reaches_the_charts_scheduler_and_the_local_one() -> None:
+    from components.gang_scheduler import SCHEDULER_DEPLOYMENT, with_scheduler_args
+    from tools.localcluster.plan import volcano_scheduler_flags
+
+    deployment = {"kind": "Deployment", "metadata": {"name": SCHEDULER_DEPLOYMENT}, "spec": {"template": {"spec": {
+        "containers": [{"name": SCHEDULER_DEPLOYMENT, "args": ["--logtostderr", "--percentage-nodes-to-find=50"]},
+                       {"name": "sidecar", "args": ["--x"]}]}}}}
+    out = with_scheduler_args(deployment, ["--percentage-nodes-to-find=10"])
+    assert out is not None
+    containers = out["spec"]["template"]["spec"]["containers"]
+    assert containers[0]["args"] == ["--logtostderr", "--percentage-nodes-to-find=10"]  # replaced, not repeated
+    assert containers[1]["args"] == ["--x"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][-1].endswith("=50")  # input untouched
+    assert with_scheduler_args({**deployment, "kind": "Service"}, ["--a"]) is None
+    assert with_scheduler_args({"kind": "Deployment", "metadata": {"name": "volcano-controllers"}}, ["--a"]) is None
+    values = raw_from_stack("prod")
+    cfg = parse_config({**values, "scheduling": {**values.get("scheduling", {}), "percentageOfNodesToFind": 10}},
+                       "Pulumi.prod.yaml")
+    assert volcano_scheduler_flags(cfg) == ["--percentage-nodes-to-find=10"]
+    unset = {**values, "scheduling": {k: v for k, v in values.get("scheduling", {}).items()
+                                      if k != "percentageOfNodesToFind"}}
+    assert volcano_scheduler_flags(parse_config(unset, "Pulumi.prod.yaml")) == []
+    with pytest.raises(ConfigError, match="percentageOfNodesToFind"):
+        parse_config({**values, "scheduling": {**values.get("scheduling", {}), "percentageOfNodesToFind": 0}},
+                     "Pulumi.prod.yaml")

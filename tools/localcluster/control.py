@@ -37,6 +37,7 @@ from tools.localcluster.plan import (
     load_stack_config,
     volcano_conf,
     volcano_controller_flags,
+    volcano_scheduler_flags,
 )
 from tools.localcluster.scale import Tuning
 
@@ -408,6 +409,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     stack_cfg = load_stack_config(ROOT, stack)
     if stack_cfg is not None:
         cmds["vc-controller-manager"] += volcano_controller_flags(stack_cfg)
+        cmds["vc-scheduler"] += volcano_scheduler_flags(stack_cfg)
     if tuning is not None:
         cmds = tuning.apply(cmds)
         if tuning.kwok_options:

@@ -372,6 +372,13 @@ def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: 
     }
 
 
+def volcano_scheduler_flags(cfg: Any) -> list[str]:
+    """The stack's ``scheduling.percentageOfNodesToFind`` on the scheduler's command line, as the stack's chart
+    transform sets it (``components.gang_scheduler``)."""
+    pct = cfg.scheduling.percentage_of_nodes_to_find
+    return [] if pct is None else [f"--percentage-nodes-to-find={pct}"]
+
+
 def volcano_controller_flags(cfg: Any) -> list[str]:
     """The stack's client rate for Volcano's controllers (``scheduling.controllerClient``), as the chart sets it, so
     the local control plane creates a gang's pods at the pace production does."""
