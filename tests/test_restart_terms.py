@@ -329,10 +329,11 @@ def test_report_carries_the_decomposition_with_basis_and_source(report: tuple[di
     assert terms["detection"]["basis"] == MEASURED_SCALED
     assert terms["detection"]["seconds"]["16384"] == pytest.approx(6.0 - 2.0 + 22.0)
     # Eviction and rescheduling come from the scale runs: at 2,048 pods the 2,040-pod gang's own figures (within
-    # 1 %), at 512 pods between 256 and 1,024, at 128 along the line through the two smallest.
+    # 1 %), at 512 pods between 256 and 1,024, at 128 the 256-pod gang's scaled by pods.
     assert (terms["eviction"]["basis"], terms["eviction"]["seconds"]["16384"]) == (MEASURED, 15.0)
     assert terms["rescheduling"]["seconds"]["4096"] == pytest.approx(20.0 + (512 - 256) / (1024 - 256) * 70.0, abs=0.1)
-    assert terms["eviction"]["source"].startswith("results.json: taint → every pod of the gang deleted")
+    assert terms["eviction"]["seconds"]["1024"] == pytest.approx(3.0 * 128 / 256, abs=0.1)
+    assert terms["eviction"]["source"].startswith("results.json: taint → every pod of the gang marked for deletion")
     assert any("scaled from 4 pods by Volcano's client rate" in row for row in result["restart_comparison"])
     assert terms["container start"]["basis"] == ASSUMED
     assert "e2e-realnodes.json: absent (run `make e2e`)" in result["restart_measurement_notes"]
@@ -404,3 +405,5 @@ def test_at_scale_is_the_measured_figure_at_a_measured_size_and_never_negative(
     if not near and below and above:  # between two measured sizes: between their figures
         lo, hi = below[-1], above[0]
         assert min(lo[1], hi[1]) - 1e-9 <= evict <= max(lo[1], hi[1]) + 1e-9
+    if not near and below and not above:  # past the largest: never less than it took there
+        assert evict >= below[-1][1] - 1e-9 and reschedule >= below[-1][2] - 1e-9

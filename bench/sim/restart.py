@@ -209,26 +209,27 @@ def read_scale_crashes(path: Path, notes: list[str]) -> tuple[tuple[int, float, 
 
 def at_scale(points: tuple[tuple[int, float, float], ...], n_pods: int) -> tuple[float, float, str]:
     """Eviction and rescheduling seconds at ``n_pods`` from the scale runs: the measured figure at that size (within
-    1 %), else linear between the two measured sizes around it, else along the line through the two nearest."""
+    1 %); else linear between the two measured sizes around it; below the smallest, that one scaled by pods; above
+    the largest, along the line through the two largest (never below the largest's figures)."""
     if not points:
         raise ValueError("no scale measurement")
     exact = next((pt for pt in points if abs(pt[0] - n_pods) <= 0.01 * n_pods), None)
     if exact is not None:
         return exact[1], exact[2], f"measured at {exact[0]:,} pods"
-    if len(points) == 1:
-        p, e, r = points[0]
-        return e * n_pods / p, r * n_pods / p, f"measured at {p:,} pods, scaled by pods"
     below = [pt for pt in points if pt[0] < n_pods]
     above = [pt for pt in points if pt[0] > n_pods]
-    if below and above:
+    if not below or len(points) == 1:
+        p, e, r = above[0] if not below else below[-1]
+        return e * n_pods / p, r * n_pods / p, f"measured at {p:,} pods, scaled by pods"
+    if above:
         lo, hi = below[-1], above[0]
-    elif above:
-        lo, hi = points[0], points[1]
     else:
         lo, hi = points[-2], points[-1]
     f = (n_pods - lo[0]) / (hi[0] - lo[0])
     evict = max(0.0, lo[1] + f * (hi[1] - lo[1]))
     resched = max(0.0, lo[2] + f * (hi[2] - lo[2]))
+    if not above:  # past the largest measured size: at least what it took
+        evict, resched = max(evict, hi[1]), max(resched, hi[2])
     how = "between" if lo[0] < n_pods < hi[0] else "along the line through"
     return evict, resched, f"{how} {lo[0]:,} and {hi[0]:,} pods measured"
 
@@ -422,9 +423,12 @@ class RestartModel:
         evict_s, reschedule_s, how = at_scale(m.at_scale, n_pods)
         basis = MEASURED if how.startswith("measured at") else MEASURED_SCALED
         source = m.scale_file or SCALE_FILE.name
+        bound = "2-core machine: an upper bound"
         return (Term(TERMS[1], evict_s + a.survivor_hold_s, basis,
-                     f"{source}: taint → every pod of the gang deleted, {how}{hold}"),
-                Term(TERMS[2], reschedule_s, basis, f"{source}: old pods gone → the new gang Running, {how}"))
+                     f"{source}: taint → every pod of the gang marked for deletion (Volcano's RestartJob deletes "
+                     f"them one by one), {how}; {bound}{hold}"),
+                Term(TERMS[2], reschedule_s, basis,
+                     f"{source}: old pods gone → the whole new gang bound, {how}; {bound}"))
 
     def _scaled_from_local(self, n_pods: int, volcano: str, hold: str) -> tuple[Term, Term]:
         """Eviction and rescheduling from the local four-pod gang, plus the extra pods at Volcano's client rate."""
