@@ -25,9 +25,10 @@ POD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
 #: The controllers that call the Kubernetes API and so keep their ServiceAccount token, per stack.
 TOKEN_HOLDERS = {
     "prod": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "prometheus-adapter"),
-             ("Deployment", "vk-lambda-east"), ("Deployment", "vk-dr-cluster"), ("CronJob", "descheduler")},
+             ("Deployment", "vk-lambda-east"), ("Deployment", "vk-dr-cluster"), ("CronJob", "descheduler"),
+             ("Deployment", "node-pools")},
     "local": {("Deployment", "burst-controller"), ("Deployment", "health-guard"), ("Deployment", "vk-local-cloud"),
-              ("Deployment", "vk-backup-cloud"), ("CronJob", "descheduler")},
+              ("Deployment", "vk-backup-cloud"), ("CronJob", "descheduler"), ("Deployment", "node-pools")},
 }
 
 
