@@ -49,6 +49,7 @@ def started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Layout, di
     monkeypatch.setattr(control, "load_ports", lambda _lay: {"descheduler": 10258, "apiserver": 6443})
     monkeypatch.setattr(stackup, "deployed_burst_settings", lambda _lay: "{}\n")
     monkeypatch.setattr(stackup, "deployed_guard_settings", lambda _lay, _overrides: "{}\n")
+    monkeypatch.setattr(stackup, "deployed_pool_settings", lambda _lay: "{}\n")
     monkeypatch.setattr(stackup, "deployed_descheduler_policy", lambda _lay: "kind: DeschedulerPolicy\n")
     monkeypatch.setattr(stackup, "_console_script", lambda name: f"/venv/bin/{name}")
     return lay, processes, minted
@@ -62,10 +63,12 @@ def _kubeconfig_arg(argv: list[str]) -> str:
 def test_each_agent_gets_its_own_service_account(started: Any) -> None:
     lay, processes, minted = started
     notes = stackup.start_agents(lay, "local")
-    assert minted == [("gpu-system", "burst-controller"), ("gpu-system", "health-guard"), ("gpu-system", "descheduler")]
+    assert minted == [("gpu-system", "burst-controller"), ("gpu-system", "health-guard"), ("gpu-system", "node-pools"),
+                      ("gpu-system", "descheduler")]
     assert {name: _kubeconfig_arg(argv) for name, argv in processes.items()} == {
         "burst-controller": str(lay.state / "burst-controller.kubeconfig"),
         "health-guard": str(lay.state / "health-guard.kubeconfig"),
+        "node-pools": str(lay.state / "node-pools.kubeconfig"),
     }
     assert all(str(lay.kubeconfig) not in argv for argv in processes.values())
     # An account the stack did not deploy: that agent does not start (never falls back to admin), and says so.

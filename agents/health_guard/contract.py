@@ -28,7 +28,7 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agents.kit.lease import lease_timing_problem
+from agents.kit.timing import lease_timing_problem
 from agents.node_taints import health_taint_key
 
 

@@ -37,17 +37,6 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def lease_timing_problem(request_timeout_seconds: float, renew_deadline_seconds: float,
-                         lease_duration_seconds: float) -> str | None:
-    """The one rule on an agent's lease timings, or ``None`` when it holds: a call that starts before the renew
-    deadline must end before the lease runs out, or a leader could still be writing when a standby takes over."""
-    if request_timeout_seconds < renew_deadline_seconds < lease_duration_seconds:
-        return None
-    return (f"request_timeout_seconds ({request_timeout_seconds}) < renew_deadline_seconds "
-            f"({renew_deadline_seconds}) < lease_duration_seconds ({lease_duration_seconds}) must "
-            "hold, or a leader could still be writing when a standby takes over")
-
-
 class LeaseElector:
     """Acquire or renew with :meth:`step`; ask :meth:`can_write` before every write."""
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agents.kit.lease import lease_timing_problem
+from agents.kit.timing import lease_timing_problem
 from agents.node_names import expand_node_names
 from agents.node_taints import health_taint_key
 

@@ -152,6 +152,13 @@ def deployed_guard_settings(lay: Layout, overrides: Mapping[str, Any] | None = N
     return deployed_agent_settings(lay, APP, parse_settings, settings_document, overrides)
 
 
+def deployed_pool_settings(lay: Layout) -> str | None:
+    """The node-pool agent's settings as the stack deployed them."""
+    from agents.node_pools.contract import APP, parse_settings, settings_document
+
+    return deployed_agent_settings(lay, APP, parse_settings, settings_document)
+
+
 def _console_script(name: str) -> str | None:
     path = VENV_BIN / name
     return str(path) if path.exists() else shutil.which(name)
@@ -216,11 +223,9 @@ def start_agents(lay: Layout, stack: str, guard_overrides: Mapping[str, Any] | N
             "--metrics-port", str(guard_metrics_port or extra["guard_metrics"]), "--identity", "localcluster"])
 
     from agents.node_pools.contract import APP as POOLS_APP
-    from agents.node_pools.contract import parse_settings as parse_pools
-    from agents.node_pools.contract import settings_document as pools_document
 
     pools = _console_script(POOLS_APP)
-    pools_settings = None if in_pods else deployed_agent_settings(lay, POOLS_APP, parse_pools, pools_document)
+    pools_settings = None if in_pods else deployed_pool_settings(lay)
     if in_pods:
         notes.append(f"{POOLS_APP}: {IN_POD}")
     elif not (pools and pools_settings):
