@@ -8,7 +8,6 @@ import math
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from agents.health_guard.contract import HealthSettings
@@ -75,44 +74,36 @@ class PrometheusMetrics:
             raise QueryError(f"query {promql!r} failed: {exc}") from exc
 
 
-#: Prometheus queries a cycle runs at once.
-QUERY_CONCURRENCY = 8
-
-
 def observe(settings: HealthSettings, prometheus: Prometheus,
             stopped: Callable[[], bool] = lambda: False) -> tuple[Observations, list[str]]:
-    """Every signal and freshness query, side by side (:data:`QUERY_CONCURRENCY`); a failed query leaves its
-    signal unknown. Returns the errors, in the settings' order.
+    """Every signal and freshness query, one after the other; a failed query leaves its signal unknown. Returns the
+    errors.
 
-    At 2,048 nodes each query reads 16,384 GPUs' series: one after the other, the fifteen of them took longer than
-    the poll, and a storm's faults waited for them (docs/scale.md). ``stopped`` is asked before each query: a
-    guard told to stop ends its observation there (the rest stays unknown) instead of waiting out every query's
-    timeout while its pod's grace period runs.
+    One after the other on purpose: side by side, a guard in its pod resolved the Prometheus service's name in
+    eight threads at once, and those lookups kept failing ("Temporary failure in name resolution") on the
+    local cluster's pod network (docs/scale.md). ``stopped`` is asked before each query: a guard told to stop ends
+    its observation there (the rest stays unknown) instead of waiting out every query's timeout while its pod's
+    grace period runs.
     """
-    jobs = [("freshness", name, exporter.freshness_query, exporter.node_label)
-            for name, exporter in settings.exporters.items()]
-    jobs += [("signal", s.name, s.query, settings.exporters[s.exporter].node_label) for s in settings.signals]
-
-    def run(job: tuple[str, str, str, str]) -> dict[str, float] | str | None:
-        if stopped():
-            return None
-        try:
-            return parse_vector(prometheus.query_raw(job[2]), job[3])
-        except QueryError as exc:
-            return str(exc)
-
-    with ThreadPoolExecutor(max_workers=QUERY_CONCURRENCY, thread_name_prefix="query") as pool:
-        answers = list(pool.map(run, jobs))
     errors: list[str] = []
     last_seen: dict[str, dict[str, float]] = {}
+    for name, exporter in settings.exporters.items():
+        if stopped():
+            break
+        try:
+            last_seen[name] = parse_vector(prometheus.query_raw(exporter.freshness_query), exporter.node_label)
+        except QueryError as exc:
+            errors.append(f"freshness of {name}: {exc}")
     readings: dict[str, dict[str, float]] = {}
     failed: set[str] = set()
-    for (kind, name, _, _), answer in zip(jobs, answers, strict=True):
-        if isinstance(answer, dict):
-            (last_seen if kind == "freshness" else readings)[name] = answer
+    for signal in settings.signals:
+        if stopped():
+            failed.add(signal.name)
             continue
-        if kind == "signal":
-            failed.add(name)
-        if isinstance(answer, str):
-            errors.append(f"{'freshness of' if kind == 'freshness' else 'signal'} {name}: {answer}")
+        label = settings.exporters[signal.exporter].node_label
+        try:
+            readings[signal.name] = parse_vector(prometheus.query_raw(signal.query), label)
+        except QueryError as exc:
+            failed.add(signal.name)
+            errors.append(f"signal {signal.name}: {exc}")
     return Observations(readings, last_seen, frozenset(failed)), errors
