@@ -24,11 +24,12 @@ Rule = k8s.rbac.v1.PolicyRuleArgs
 
 
 def lease_rules(lease_name: str) -> tuple[Rule, ...]:
-    """An agent's Lease: create any (RBAC cannot scope create by name), read and renew only its own."""
+    """An agent's Lease: create any (RBAC cannot scope create by name), read, watch and renew only its own (a list
+    or watch with ``fieldSelector=metadata.name=<lease>`` is authorized by resource name)."""
     return (
         Rule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"]),
         Rule(api_groups=["coordination.k8s.io"], resources=["leases"], resource_names=[lease_name],
-             verbs=["get", "update"]),
+             verbs=["get", "list", "watch", "update"]),
     )
 
 

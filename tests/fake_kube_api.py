@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from agents.kit.errors import ApiError
-from agents.kit.memory import MemoryApi, matches
+from agents.kit.memory import MemoryApi, field_matches, matches
 from agents.kit.port import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS, VOLCANO_JOBS, Resource
 
 RESOURCES = {(r.group, r.plural): r for r in (NODES, PODS, EVENTS, LEASES, DEPLOYMENTS, VOLCANO_JOBS)}
@@ -124,7 +124,8 @@ class FakeApi(MemoryApi):
                 try:
                     if method == "GET" and name is None and query.get("watch") == "true":
                         self.watch(resource, int(query.get("resourceVersion") or 0), ns, query.get("labelSelector"),
-                                   min(float(query.get("timeoutSeconds") or 0), api.watch_hold_seconds))
+                                   min(float(query.get("timeoutSeconds") or 0), api.watch_hold_seconds),
+                                   query.get("fieldSelector"))
                         return
                     if method == "GET" and name is None:
                         answer = api.list(resource, ns, label_selector=query.get("labelSelector"),
@@ -149,7 +150,7 @@ class FakeApi(MemoryApi):
                 self.send_json(201 if method == "POST" else 200, answer)
 
             def watch(self, resource: Resource, since: int, ns: str | None, selector: str | None,
-                      hold: float) -> None:
+                      hold: float, fields: str | None = None) -> None:
                 """Every event after ``since``, then, for up to ``hold`` seconds, each new one as it happens."""
                 with api.lock:
                     api.calls.append((f"watch:{resource.plural}", str(since), api.clock()))
@@ -166,7 +167,8 @@ class FakeApi(MemoryApi):
                     with api.lock:
                         events = [(rv, t, o) for rv, k, t, o in api.history if k == resource.plural and rv > since
                                   and (not ns or o["metadata"].get("namespace") == ns)
-                                  and matches(o["metadata"].get("labels") or {}, selector)]
+                                  and matches(o["metadata"].get("labels") or {}, selector)
+                                  and field_matches(o, fields)]
                     for rv, etype, obj in events:
                         self.wfile.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
                         since = rv

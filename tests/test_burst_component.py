@@ -78,7 +78,7 @@ def test_namespace_rbac_is_its_lease_and_events(prod: RunResult) -> None:
     assert role.inputs["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["burst-controller"],
-         "verbs": ["get", "update"]},
+         "verbs": ["get", "list", "watch", "update"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     # Its Events about virtual nodes (BurstOpened, BurstClosed) go where the API server accepts Events about a

@@ -52,7 +52,7 @@ def test_rbac_is_least_privilege(prod: RunResult) -> None:
     assert lease.inputs["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["health-guard"],
-         "verbs": ["get", "update"]},
+         "verbs": ["get", "list", "watch", "update"]},
     ]
     evict = {r.metadata["namespace"]: r.inputs["rules"] for r in prod.by_kind("Role")
              if r.metadata["name"] == "health-guard-evict"}

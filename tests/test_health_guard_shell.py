@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.contract import CONDITION_TYPE, HealthSettings, parse_settings
-from agents.health_guard.decide import Decision, NodeStatus, Quarantine
+from agents.health_guard.decide import Decision, NodeStatus
 from agents.health_guard.nodes import node_view
 from agents.health_guard.prometheus import QueryError, parse_vector
 from agents.health_guard.shell import Guard
@@ -468,7 +468,8 @@ def test_real_client_leader_handover_over_http(api) -> None:
 def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(world) -> None:
     """The acceptance scenario: the lease changes hands right after the leader's election step, before the
     standby has acted. The same scenario on the shell before the kit: the woken leader sent 5 writes (taint
-    patch, condition, Event, 2 evictions), all applied; now it sends none, and the standby acts once."""
+    patch, condition, Event, 2 evictions), all applied; now it sends none, and the standby acts once. The woken
+    cycle is past its deadline (the renew deadline) before it decides, so it ends there."""
     prom, port, guard = world
     standby = Guard(SETTINGS, prom, port, identity="standby")
     prom.xid = {"gpu-01": 1}
@@ -488,10 +489,9 @@ def test_a_leader_frozen_past_its_lease_writes_nothing_when_it_wakes(world) -> N
 
     prom.query_raw = frozen_then_woken  # type: ignore[method-assign]
     guard.clock, guard.monotonic = (lambda: T0 + mono[0]), (lambda: mono[0])
-    decision = guard.cycle()
-    assert decision is not None and any(isinstance(a, Quarantine) for a in decision.actions)  # it meant to act
+    assert guard.cycle() is None  # woken 45 s later: past its deadline, it decides nothing
     assert port.writes()[before_wake[0]:] == []  # the woken leader wrote nothing
-    assert sample(guard, "gpucluster_health_errors_total", {"stage": "fenced"}) >= 1
+    assert sample(guard, "gpucluster_health_errors_total", {"stage": "deadline"}) == 1
     prom.query_raw = real_query  # type: ignore[method-assign]
     assert turn(standby, T0 + 46, 46) is not None
     assert port.taints("gpu-01")[-1] == (f"{P}/gpu-health", "fatal", "NoSchedule")
@@ -591,4 +591,5 @@ def test_a_stop_during_the_actions_leaves_the_rest_to_the_next_leader(world) -> 
     guard._apply = apply_then_stopped  # type: ignore[method-assign]
     decision = guard.cycle(stop)
     assert decision is not None and len(decision.actions) > 1
-    assert applied == [decision.actions[0]]
+    # Nodes run side by side: each node's batch may have begun before the stop, none goes past its first action.
+    assert 0 < len(applied) <= len({a.node for a in decision.actions}) < len(decision.actions)

@@ -177,7 +177,7 @@ class BurstShell:
             renew_deadline_seconds=s.renew_deadline_seconds, request_timeout_seconds=s.request_timeout_seconds,
             monotonic=monotonic, wall=clock)
         #: Every call but the elector's own goes through the fence.
-        self.api = Fenced(api, self.elector.can_write)
+        self.api = Fenced(api, self.elector.can_write, s.request_timeout_seconds)
         self.retry = Retry(s.api_retry_attempts, s.backoff_base_seconds, s.backoff_max_seconds, sleep, self._error)
         self.view = ClusterView(settings)
         self.state: BurstState | None = None
@@ -477,6 +477,9 @@ class BurstShell:
                              name=f"watch-{resource.plural}", daemon=True)
             for resource, informer in self.informers.items()
         ]
+        threads.append(threading.Thread(
+            target=self.elector.follower(s.watch_timeout_seconds, self._error).run,
+            args=(stop, s.backoff_base_seconds, s.backoff_max_seconds), name="watch-lease", daemon=True))
         renewer = threading.Thread(
             target=lease_loop, args=(self.elector.step, lambda lead: self.metrics.leader.set(1 if lead else 0),
                                      s.retry_period_seconds, stop), name="lease", daemon=True)

@@ -88,7 +88,7 @@ class Guard:
             renew_deadline_seconds=s.renew_deadline_seconds, request_timeout_seconds=s.request_timeout_seconds,
             monotonic=lambda: self.monotonic(), wall=lambda: self.clock())
         #: Every call but the elector's own goes through the fence.
-        self.api = Fenced(port, self.elector.can_write)
+        self.api = Fenced(port, self.elector.can_write, s.request_timeout_seconds)
         self.state = GuardState()
         self._last_pass: float | None = None
         self._restarted: set[tuple[str, str, str, str]] = set()
@@ -117,9 +117,17 @@ class Guard:
 
         ``stop`` is read between queries and between actions, so a guard told to stop (SIGTERM) releases its
         Lease within one call's timeout rather than after a whole cycle of them; the actions it leaves are
-        the next leader's, as when the fence stops a batch.
+        the next leader's, as when the fence stops a batch. The cycle's deadline (the renew deadline) is read
+        at the same places, and every call is bounded by the request timeout, so a call that never answers
+        costs one timeout, not the cycle.
         """
-        stopped = stop.is_set if stop is not None else (lambda: False)
+        deadline = self.monotonic() + self.settings.renew_deadline_seconds
+
+        def stopped() -> bool:
+            """Told to stop, or past the cycle's deadline: a cycle longer than a leadership term acts on views
+            too old to trust, so what it has not done yet is the next cycle's, decided afresh."""
+            return (stop is not None and stop.is_set()) or self.monotonic() > deadline
+
         now = self.clock()
         leading = self.elector.step()
         self.metrics.leader.set(1 if leading else 0)
@@ -133,7 +141,12 @@ class Guard:
             self.metrics.errors.labels("query").inc()
             log.warning("%s", message)
         if stopped():
-            log.info("stopping: cycle ended before deciding")
+            if self.monotonic() > deadline:
+                self.metrics.errors.labels("deadline").inc()
+                log.warning("cycle past its deadline (%gs): ended before deciding",
+                            self.settings.renew_deadline_seconds)
+            else:
+                log.info("stopping: cycle ended before deciding")
             return None
         if not self._watching:
             for informer in self.informers:
@@ -166,8 +179,9 @@ class Guard:
                                      s.retry_period_seconds, stop), name="lease", daemon=True)
         renewer.start()
         self._watching = True
+        lease = self.elector.follower(s.watch_timeout_seconds, lambda kind: self.metrics.errors.labels("lease").inc())
         watchers = [threading.Thread(target=i.run, args=(stop, s.backoff_base_seconds, s.backoff_max_seconds),
-                                     name=f"watch-{i.resource.plural}", daemon=True) for i in self.informers]
+                                     name=f"watch-{i.resource.plural}", daemon=True) for i in (*self.informers, lease)]
         for t in watchers:
             t.start()
         try:

@@ -100,11 +100,13 @@ class Informer:
 
     def __init__(self, port: KubePort, resource: Resource, sink: Sink, *, watch_timeout_seconds: int,
                  on_error: Callable[[str], None] = lambda kind: None, page: int = LIST_PAGE,
-                 namespace: str | None = None, label_selector: str | None = None) -> None:
+                 namespace: str | None = None, label_selector: str | None = None,
+                 field_selector: str | None = None) -> None:
         self.port = port
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.sink = sink
         self.watch_timeout_seconds = watch_timeout_seconds
         self.on_error = on_error
@@ -119,7 +121,7 @@ class Informer:
         try:
             while True:
                 answer = self.port.list(self.resource, self.namespace, label_selector=self.label_selector,
-                                        limit=self.page, continue_token=token)
+                                        field_selector=self.field_selector, limit=self.page, continue_token=token)
                 items.extend(answer.get("items") or ())
                 meta = answer.get("metadata") or {}
                 token = meta.get("continue") or None
@@ -141,7 +143,8 @@ class Informer:
             return WatchEnd.FAILED
         try:
             for event in self.port.watch(self.resource, self.resource_version, self.watch_timeout_seconds,
-                                         self.namespace, label_selector=self.label_selector):
+                                         self.namespace, label_selector=self.label_selector,
+                                         field_selector=self.field_selector):
                 self._apply(event)
         except Exception as exc:
             error = classify(exc)

@@ -74,7 +74,8 @@ def matches(labels: dict[str, Any], selector: str | None) -> bool:
     return True
 
 
-def _field(obj: dict[str, Any], selector: str | None) -> bool:
+def field_matches(obj: dict[str, Any], selector: str | None) -> bool:
+    """Whether `obj` matches a field selector of `path=value` terms, as the API server reads one."""
     for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
         path, _, want = term.partition("=")
         value: Any = obj
@@ -132,6 +133,7 @@ class MemoryApi:
         with self.lock:
             obj = self.objects.get(plural, {}).pop(key)
             self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)  # as the API server's DELETED event carries it
             self.history.append((self.rv, plural, "DELETED", obj))
 
     def fail(self, call: str, *errors: BaseException) -> None:
@@ -185,7 +187,8 @@ class MemoryApi:
             self._enter("list", resource, namespace or "")
             items = [o for o in self.objects.get(resource.plural, {}).values()
                      if (not namespace or o["metadata"].get("namespace") == namespace)
-                     and matches(o["metadata"].get("labels") or {}, label_selector) and _field(o, field_selector)]
+                     and matches(o["metadata"].get("labels") or {}, label_selector)
+                     and field_matches(o, field_selector)]
             start = int(continue_token or 0)
             page = items[start:start + limit] if limit else items[start:]
             meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
@@ -194,7 +197,7 @@ class MemoryApi:
             return {"metadata": meta, "items": copy.deepcopy(page)}
 
     def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
-              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
         """Scripted answers (``watch_answers[plural]``: events, or an error to raise), else a watch that ends.
         Events of objects outside ``namespace`` or ``label_selector`` are not delivered, as on the API server."""
         with self.lock:
@@ -207,7 +210,8 @@ class MemoryApi:
             meta = (event.get("object") or {}).get("metadata") or {}
             if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and (
                     (namespace and meta.get("namespace") != namespace)
-                    or not matches(meta.get("labels") or {}, label_selector)):
+                    or not matches(meta.get("labels") or {}, label_selector)
+                    or not field_matches(event.get("object") or {}, field_selector)):
                 continue
             yield event
 

@@ -8,15 +8,18 @@ that lists tens of thousands of pods keeps plain dicts.
 Writes are fenced by construction: an agent wraps its port in :class:`Fenced` with its elector's
 ``can_write``, so every create, patch and replace — retries and conflict re-reads included, because each is
 a new call — is refused (``not_leader``) unless this replica may still write when the call could finish. Only
-the elector itself, which must write its Lease to become leader, holds the unfenced port.
+the elector itself, which must write its Lease to become leader, holds the unfenced port. The fenced port also
+gives every call but a watch a deadline of its own, whatever the transport beneath does: a call that never
+answers ends as ``timeout`` and the agent's cycle goes on.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from agents.kit.errors import ApiError, as_api_error, kind_of_status
@@ -64,7 +67,7 @@ class KubePort(Protocol):
              continue_token: str | None = None) -> dict[str, Any]: ...
 
     def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
-              label_selector: str | None = None) -> Iterator[dict[str, Any]]: ...
+              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[dict[str, Any]]: ...
 
     def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
                name: str | None = None, subresource: str | None = None) -> dict[str, Any]: ...
@@ -76,12 +79,42 @@ class KubePort(Protocol):
                 namespace: str | None = None) -> dict[str, Any]: ...
 
 
-class Fenced:
-    """A port whose writes happen only while ``may_write()`` says so; reads and watches pass through."""
+T = TypeVar("T")
 
-    def __init__(self, port: KubePort, may_write: Callable[[], bool]) -> None:
+
+def bounded(what: str, call: Callable[[], T], seconds: float | None) -> T:
+    """``call()``, given up after ``seconds`` (``None``: no bound) with ``timeout``. The call runs in a thread of
+    its own, so one that never answers is left behind instead of holding its caller."""
+    if seconds is None:
+        return call()
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # handed to the caller as it is
+            box.append((False, exc))
+
+    worker = threading.Thread(target=run, name=f"call {what}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not box:
+        raise ApiError("timeout", f"{what}: no answer within {seconds:g}s")
+    ok, value = box[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
+class Fenced:
+    """A port whose writes happen only while ``may_write()`` says so; reads and watches pass through. With
+    ``call_timeout_seconds``, every call but a watch ends within it (:func:`bounded`)."""
+
+    def __init__(self, port: KubePort, may_write: Callable[[], bool],
+                 call_timeout_seconds: float | None = None) -> None:
         self.inner = port
         self._may_write = may_write
+        self.call_timeout = call_timeout_seconds
         #: Writes refused here, before anything was sent.
         self.refused = 0
 
@@ -91,32 +124,38 @@ class Fenced:
             raise ApiError("not_leader", f"{verb} {resource.plural}/{name or ''}: this replica may not write now")
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return self.inner.get(resource, name, namespace)
+        return bounded(f"get {resource.plural}/{name}", lambda: self.inner.get(resource, name, namespace),
+                       self.call_timeout)
 
     def list(self, resource: Resource, namespace: str | None = None, *, label_selector: str | None = None,
              field_selector: str | None = None, limit: int | None = None,
              continue_token: str | None = None) -> dict[str, Any]:
-        return self.inner.list(resource, namespace, label_selector=label_selector, field_selector=field_selector,
-                               limit=limit, continue_token=continue_token)
+        return bounded(f"list {resource.plural}", lambda: self.inner.list(
+            resource, namespace, label_selector=label_selector, field_selector=field_selector, limit=limit,
+            continue_token=continue_token), self.call_timeout)
 
     def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
-              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
-        return self.inner.watch(resource, resource_version, timeout_seconds, namespace, label_selector=label_selector)
+              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
+        return self.inner.watch(resource, resource_version, timeout_seconds, namespace, label_selector=label_selector,
+                                field_selector=field_selector)
 
     def create(self, resource: Resource, body: dict[str, Any], namespace: str | None = None,
                name: str | None = None, subresource: str | None = None) -> dict[str, Any]:
         self._fence("create", resource, name)
-        return self.inner.create(resource, body, namespace, name, subresource)
+        return bounded(f"create {resource.plural}/{name or ''}",
+                       lambda: self.inner.create(resource, body, namespace, name, subresource), self.call_timeout)
 
     def patch(self, resource: Resource, name: str, body: dict[str, Any], namespace: str | None = None,
               content_type: str = MERGE_PATCH, subresource: str | None = None) -> dict[str, Any]:
         self._fence("patch", resource, name)
-        return self.inner.patch(resource, name, body, namespace, content_type, subresource)
+        return bounded(f"patch {resource.plural}/{name}", lambda: self.inner.patch(
+            resource, name, body, namespace, content_type, subresource), self.call_timeout)
 
     def replace(self, resource: Resource, name: str, body: dict[str, Any],
                 namespace: str | None = None) -> dict[str, Any]:
         self._fence("replace", resource, name)
-        return self.inner.replace(resource, name, body, namespace)
+        return bounded(f"replace {resource.plural}/{name}",
+                       lambda: self.inner.replace(resource, name, body, namespace), self.call_timeout)
 
 
 def _object(data: bytes) -> dict[str, Any]:
@@ -207,13 +246,15 @@ class HttpPort:
         return self._json("GET", resource.path(namespace), query)
 
     def watch(self, resource: Resource, resource_version: str, timeout_seconds: int, namespace: str | None = None, *,
-              label_selector: str | None = None) -> Iterator[dict[str, Any]]:
+              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[dict[str, Any]]:
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
                                         ("timeoutSeconds", timeout_seconds)]
         if resource_version:
             query.append(("resourceVersion", resource_version))
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         response = self._send("GET", resource.path(namespace), query,
                               timeout=(self.timeout, timeout_seconds + self.timeout))
         raw = response.response  # the urllib3 response, streamed

@@ -62,7 +62,7 @@ class NodePools:
             renew_deadline_seconds=s.renew_deadline_seconds, request_timeout_seconds=s.request_timeout_seconds,
             monotonic=lambda: self.monotonic())
         #: Every call but the elector's own goes through the fence.
-        self.api = Fenced(port, self.elector.can_write)
+        self.api = Fenced(port, self.elector.can_write, s.request_timeout_seconds)
         self.lock = threading.Lock()
         self.dirty: set[str] = set()
         self.wake = threading.Event()
@@ -154,8 +154,12 @@ class NodePools:
         renewer = threading.Thread(
             target=lease_loop, args=(self.elector.step, self._leading, s.retry_period_seconds, stop),
             name="lease", daemon=True)
+        follower = threading.Thread(
+            target=self.elector.follower(s.watch_timeout_seconds, self._watch_error).run,
+            args=(stop, s.backoff_base_seconds, s.backoff_max_seconds), name="watch-lease", daemon=True)
         watcher.start()
         renewer.start()
+        follower.start()
         last_resync = self.monotonic()
         try:
             while not stop.is_set():
@@ -176,6 +180,7 @@ class NodePools:
             self.elector.release()
             self.metrics.leader.set(0)
             watcher.join(timeout=s.request_timeout_seconds)
+            follower.join(timeout=s.request_timeout_seconds)
 
     def _leading(self, leading: bool) -> None:
         was, self._was_leading = self._was_leading, leading
