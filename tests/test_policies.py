@@ -27,6 +27,7 @@ from pulumi_policy import (
 )
 
 from policies.rules import (
+    MANDATORY,
     RULES,
     SECRET_PLACEHOLDER,
     Options,
@@ -521,6 +522,23 @@ def test_pod_security_restricted() -> None:
         "spec.template.spec.containers[main]: allowPrivilegeEscalation is not false; set "
         "allowPrivilegeEscalation: false",
     ]
+
+
+def test_a_stack_declared_inference_service_is_held_to_the_restricted_profile() -> None:
+    """Acceptance found a root inference Deployment with privilege escalation and a writable root filesystem drawing
+    only an advisory: the stack declares its inference services, so the mandatory rule holds for them too. Training
+    gangs (the researchers' images) stay with the namespace's Pod Security admission."""
+    root = gpu_container()
+    root["securityContext"] = {"runAsNonRoot": False, "allowPrivilegeEscalation": True,
+                               "readOnlyRootFilesystem": False}
+    found = evaluate([inference(containers=[root])], CTX)
+    assert [(v.rule, v.level, v.message) for v in found if v.rule == "pod-security-restricted"] == [
+        ("pod-security-restricted", MANDATORY, f"spec.template.spec.containers[main]: {m}") for m in (
+            "runAsNonRoot is not true; use components.security.pod_security_context() and "
+            "container_security_context()",
+            "readOnlyRootFilesystem is not true; set it and mount an emptyDir where the process must write",
+            "allowPrivilegeEscalation is not false; set allowPrivilegeEscalation: false")]
+    assert messages("pod-security-restricted", training_job(containers=[root])) == []
 
 
 def dcgm(name: str = "dcgm-exporter", account: str = "dcgm-exporter", namespace: str = "gpu-telemetry") -> Resource:
