@@ -27,7 +27,8 @@ lint: venv
 	  tools/localcluster/provisioner.py tools/localcluster/dcgm_standin.py tools/localcluster/prometheus_operator.py \
 	  tools/localcluster/scale.py tools/localcluster/scalemeasure.py tools/localcluster/scalerun.py \
 	  tools/localcluster/scalestorm.py tools/localcluster/fleet_standin.py tools/localcluster/watching.py \
-	  tools/localcluster/scalepulumi.py tools/localcluster/scalecrash.py
+	  tools/localcluster/scalepulumi.py tools/localcluster/scalecrash.py tools/localcluster/history.py \
+	  tools/localcluster/rbac_usage.py
 
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.

@@ -19,7 +19,9 @@ from typing import Any
 
 from agents.kit.calls import CLUSTER_SCOPED_EVENT_NAMESPACE
 from tests.polling import wait
+from tools.localcluster.history import fencing_violations
 from tools.localcluster.plan import VIRTUAL_KUBELET
+from tools.localcluster.rbac_usage import parse_audit
 
 #: The longest a gang may look partly placed or running: one bind round plus kwok starting each pod.
 GANG_SETTLE_S = 5.0
@@ -190,6 +192,13 @@ def writes_by(audit_log: Path, agent: str, identity: str, since: float) -> list[
         sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
         out.append(f"{event['verb']} {ref.get('resource')}{sub} {ref.get('name', '')}".strip())
     return out
+
+
+def fencing_problems(audit_log: Path, agent: str, namespace: str, lease: str | None = None) -> list[str]:
+    """The history checker's fencing violations of ``agent`` over the whole audit log (docs/agents.md): writes by
+    a replica while another held the Lease (``lease``, default the agent's name), or after a refused renewal."""
+    requests = parse_audit(audit_log.read_text(), str(audit_log))
+    return [v.detail for v in fencing_violations(requests, agent=agent, namespace=namespace, lease=lease or agent)]
 
 
 def evictions_per_cycle(log: str) -> list[int]:
@@ -403,6 +412,7 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
               for reason, new in c.burst_events().items()}
     assert events == {"BurstOpened": nodes_once, "BurstClosed": nodes_once}, events
     writes = writes_by(hooks.audit_log, "burst-controller", "", began)
+    assert fencing_problems(hooks.audit_log, "burst-controller", cfg.system_namespace) == []
     for pod in gang:
         lifted = writes.count(f"patch pods {pod.metadata.name}")
         assert lifted == 1, f"{pod.metadata.name}'s gate: {lifted} patches by the burst controller ({writes})"

@@ -47,6 +47,7 @@ import pytest
 from tests.burst_e2e import (
     Cluster,
     Hooks,
+    fencing_problems,
     restart_providers,
     run_burst_scenario,
     writes_by,
@@ -541,6 +542,7 @@ def freeze_leader_and_let_the_standby_act(lay: Layout, c: Cluster, agent: str, s
             os.kill(leader.pid, signal.SIGCONT)
         time.sleep(6)  # several passes of the woken leader's loops (guard polls 1 s, controller ticks 5 s)
         audit = lay.audit_log
+        assert fencing_problems(audit, agent, c.cfg.system_namespace) == []
         return writes_by(audit, agent, "localcluster", woke_at), writes_by(audit, agent, "standby", fault_at)
     finally:
         control.stop_process(lay, standby)

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from components import images
-from tests.burst_e2e import Cluster, Hooks, restart_providers, run_burst_scenario, writes_by
+from tests.burst_e2e import Cluster, Hooks, fencing_problems, restart_providers, run_burst_scenario, writes_by
 from tests.polling import first_times, wait
 from tests.realnode_support import (
     BUILT,
@@ -571,6 +571,7 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     time.sleep(5)  # a few passes of the new leader's loop: a second release would show now
     released = writes_by(stack.audit_log, "health-guard", "", cleared_at).count(f"patch nodes {degraded_node}")
     assert released == 1, f"{degraded_node} released by {released} writes"
+    assert fencing_problems(stack.audit_log, "health-guard", ns_guard) == []
 
     # Fatal, on another node of the gang: the GPU is gone and the rank's process with it (the crash path).
     attempt = max(e["attempt"] for e in _events(stack, name))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 DECISION = "authorization.k8s.io/decision"
@@ -49,6 +50,10 @@ class Request:
     name: str
     allowed: bool
     code: int = 0
+    #: The client's User-Agent (agents send ``<agent>/<identity>``, so replicas of one account differ).
+    user_agent: str = ""
+    #: When the API server received it (epoch seconds; 0 when the event has no timestamp).
+    received: float = 0.0
 
     def describe(self) -> str:
         where = f" in {self.namespace}" if self.namespace else ""
@@ -140,7 +145,18 @@ def _request(event: Any, where: str) -> Request:
         raise ValueError(f"{where}: annotations or responseStatus is not an object")
     code = status.get("code", 0)
     return Request(user, verb, group, resource, namespace, name, annotations.get(DECISION) == "allow",
-                   code if isinstance(code, int) else 0)
+                   code if isinstance(code, int) else 0, str(event.get("userAgent") or ""),
+                   _epoch(event.get("requestReceivedTimestamp"), where))
+
+
+def _epoch(stamp: Any, where: str) -> float:
+    """An audit timestamp (RFC 3339, microseconds) as epoch seconds; 0 when absent."""
+    if stamp is None:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(f"{where}: requestReceivedTimestamp {stamp!r} is not an RFC 3339 time") from None
 
 
 def parse_audit(text: str, source: str, user: str | None = None) -> list[Request]:

@@ -1,0 +1,147 @@
+"""The history checker (tools/localcluster/history.py) on audit logs written by hand and generated: a history that
+keeps the fencing rule yields nothing, one write out of turn yields exactly that write, and the audit parser answers
+any broken timestamp with an error naming the line."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tools.localcluster.history import fencing_violations, repeated_evictions
+from tools.localcluster.rbac_usage import Request, parse_audit
+
+NS, LEASE, AGENT = "gpu-system", "health-guard", "health-guard"
+
+
+def event(at: float, agent: str, verb: str, resource: str, name: str, code: int = 200, group: str = "",
+          namespace: str = NS, subresource: str | None = None) -> dict[str, Any]:
+    ref: dict[str, Any] = {"resource": resource, "namespace": namespace, "name": name, "apiGroup": group}
+    if subresource:
+        ref["subresource"] = subresource
+    return {"kind": "Event", "auditID": f"{agent}-{verb}-{name}-{at}", "stage": "ResponseComplete",
+            "verb": verb, "user": {"username": "system:serviceaccount:gpu-system:health-guard"},
+            "userAgent": agent, "objectRef": ref, "responseStatus": {"code": code},
+            "requestReceivedTimestamp": datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "annotations": {"authorization.k8s.io/decision": "allow"}}
+
+
+def lease(at: float, who: str, code: int = 200, verb: str = "update") -> dict[str, Any]:
+    return event(at, who, verb, "leases", LEASE, code, group="coordination.k8s.io")
+
+
+def patch(at: float, who: str, node: str = "gpu-01") -> dict[str, Any]:
+    return event(at, who, "patch", "nodes", node, namespace="")
+
+
+def check(*events: dict[str, Any]) -> list[tuple[str, str]]:
+    text = "".join(json.dumps(e) + "\n" for e in events)
+    found = fencing_violations(parse_audit(text, "audit.log"), agent=AGENT, namespace=NS, lease=LEASE)
+    return [(v.invariant, v.detail) for v in found]
+
+
+A, B = f"{AGENT}/guard-a", f"{AGENT}/guard-b"
+
+
+def test_a_clean_handover_has_no_violation() -> None:
+    assert check(lease(1, A, verb="create"), patch(2, A), lease(3, A), patch(4, A),
+                 lease(20, B), patch(21, B), patch(22, B, "gpu-02")) == []
+
+
+def test_a_write_after_another_took_the_lease_is_named() -> None:
+    assert check(lease(1, A), lease(10, B), patch(11, A), patch(12, B)) == [
+        ("write-while-another-held-the-lease",
+         f"{A}: patch nodes gpu-01 (HTTP 200) while {B} held {NS}/{LEASE}")]
+
+
+def test_a_write_after_a_refused_renewal_is_named_until_the_next_renewal() -> None:
+    """The acceptance defect, as the checker sees it: the renewal is refused with 409 and the replica writes on."""
+    assert check(lease(1, A), lease(5, A, code=409), patch(6, A), lease(7, A), patch(8, A)) == [
+        ("write-after-refused-renewal",
+         f"{A}: patch nodes gpu-01 (HTTP 200) after its renewal of {NS}/{LEASE} was refused (409)")]
+
+
+def test_a_lease_taken_by_someone_else_or_deleted() -> None:
+    person = "kubectl/v1.34.0 (linux/amd64) kubernetes/abc"
+    assert check(lease(1, A), lease(2, person), patch(3, A)) == [
+        ("write-while-another-held-the-lease",
+         f"{A}: patch nodes gpu-01 (HTTP 200) while {person} (not a replica of {AGENT}) held {NS}/{LEASE}")]
+    assert check(lease(1, A), lease(2, person, verb="delete"), patch(3, A)) == []  # nobody held it
+
+
+def test_refused_and_failed_writes_and_other_agents_are_not_counted() -> None:
+    other = "burst-controller/x"
+    failed = patch(11, A) | {"responseStatus": {"code": 403}}
+    assert check(lease(1, A), lease(10, B), failed, patch(12, other), lease(13, f"{other}-lease")) == []
+
+
+def test_repeated_evictions_are_named() -> None:
+    evict = event(5, A, "create", "pods", "gang-0", namespace="training", subresource="eviction")
+    again = evict | {"auditID": "again", "requestReceivedTimestamp": "1970-01-01T00:00:06.000000Z"}
+    text = "".join(json.dumps(e) + "\n" for e in (evict, again))
+    found = repeated_evictions(parse_audit(text, "a"), agent=AGENT)
+    assert [v.detail for v in found] == [f"{AGENT} evicted training/gang-0 2 times"]
+    assert repeated_evictions(parse_audit(text, "a"), agent=AGENT, since=5.5) == []
+
+
+@st.composite
+def fenced_history(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
+    """Terms of two or three replicas, one after another, each renewing and writing only inside its own term; and
+    the (time, replica) of every moment a write would be out of turn."""
+    replicas = [f"{AGENT}/r{i}" for i in range(draw(st.integers(2, 3)))]
+    events: list[dict[str, Any]] = []
+    out_of_turn: list[tuple[float, str]] = []
+    t = 1.0
+    for _ in range(draw(st.integers(1, 6))):
+        holder = draw(st.sampled_from(replicas))
+        events.append(lease(t, holder))
+        for _ in range(draw(st.integers(0, 5))):
+            t += draw(st.floats(0.001, 5.0))
+            events.append(patch(t, holder) if draw(st.booleans()) else lease(t, holder))
+            out_of_turn += [(t + 0.0005, r) for r in replicas if r != holder]
+        t += draw(st.floats(0.001, 20.0))
+    return events, out_of_turn
+
+
+@given(fenced_history(), st.data())
+def test_a_fenced_history_is_clean_and_one_write_out_of_turn_is_found(
+        history: tuple[list[dict[str, Any]], list[tuple[float, str]]], data: st.DataObject) -> None:
+    events, out_of_turn = history
+    assert check(*events) == []
+    if out_of_turn:
+        at, who = data.draw(st.sampled_from(out_of_turn))
+        found = check(*events, patch(at, who, "gpu-99"))
+        assert len(found) == 1 and found[0][0] == "write-while-another-held-the-lease"
+        assert found[0][1].startswith(f"{who}: patch nodes gpu-99")
+
+
+@given(st.text(max_size=40))
+def test_a_broken_timestamp_is_an_error_naming_the_line(stamp: str) -> None:
+    line = json.dumps(lease(1, A) | {"requestReceivedTimestamp": stamp}) + "\n"
+    try:
+        parsed = parse_audit(line, "audit.log")
+    except ValueError as err:
+        assert str(err).startswith("audit.log:1: requestReceivedTimestamp")
+    else:
+        assert len(parsed) == 1 and parsed[0].received == datetime.fromisoformat(stamp.replace("Z", "+00:00")) \
+            .timestamp()
+
+
+@pytest.mark.parametrize(("stamp", "message"), [
+    ("yesterday", "audit.log:1: requestReceivedTimestamp 'yesterday' is not an RFC 3339 time"),
+    ("2026-13-01T00:00:00Z", "audit.log:1: requestReceivedTimestamp '2026-13-01T00:00:00Z' is not an RFC 3339 time"),
+])
+def test_broken_timestamps(stamp: str, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        parse_audit(json.dumps(lease(1, A) | {"requestReceivedTimestamp": stamp}) + "\n", "audit.log")
+    assert str(err.value) == message
+
+
+def test_the_request_keeps_user_agent_and_time() -> None:
+    (r,) = parse_audit(json.dumps(patch(1.5, A)) + "\n", "a")
+    assert r == Request("system:serviceaccount:gpu-system:health-guard", "patch", "", "nodes", "", "gpu-01", True,
+                        200, A, 1.5)

@@ -1,0 +1,88 @@
+"""Invariants a run must keep, judged afterwards from what the API server recorded (pure).
+
+The input is the audit log's requests (:func:`tools.localcluster.rbac_usage.parse_audit`), so the e2e tests and a
+long faulted run check with the same code. Agents send ``<agent>/<identity>`` as their User-Agent, which tells the
+replicas of one ServiceAccount apart.
+
+Fencing (docs/agents.md): no replica of an agent writes while another holds its Lease, and none writes after a
+renewal refused with 409 until it holds the Lease again. Holders are read from the Lease's own writes: a replica
+writes its Lease only naming itself (an acquisition or a renewal) or nobody (its release, its last write), so the
+last successful write of the Lease before a request names who held it. A write of the Lease by anyone else (a
+person, a replica with a skewed clock outside the agent) hands it to someone who is not a replica; a delete to
+nobody.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tools.localcluster.rbac_usage import Request
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+LEASE_GROUP = "coordination.k8s.io"
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    #: When the offending request was received (epoch seconds).
+    at: float
+    detail: str
+
+
+def _succeeded(r: Request) -> bool:
+    return 200 <= r.code < 300
+
+
+def _describe(r: Request) -> str:
+    return f"{r.user_agent or r.user}: {r.describe()}"
+
+
+def fencing_violations(requests: Iterable[Request], *, agent: str, namespace: str, lease: str) -> list[Violation]:
+    """Writes by a replica of ``agent`` while another held its Lease ``namespace/lease``, and writes after a refused
+    renewal; in the order they were received."""
+    prefix = f"{agent}/"
+    ordered = sorted(enumerate(requests), key=lambda pair: (pair[1].received, pair[0]))
+    holder: str | None = None
+    refused: set[str] = set()
+    out: list[Violation] = []
+    for _, r in ordered:
+        if r.verb not in WRITE_VERBS:
+            continue
+        mine = r.user_agent.startswith(prefix)
+        is_lease = (r.group == LEASE_GROUP and r.resource == "leases" and r.namespace == namespace
+                    and (r.name == lease or (r.verb == "create" and not r.name)))
+        if is_lease:
+            if not _succeeded(r):
+                if mine and r.code == 409:
+                    refused.add(r.user_agent)
+            elif r.verb in ("delete", "deletecollection"):
+                holder = None
+            elif mine:
+                holder = r.user_agent
+                refused.discard(r.user_agent)
+            else:
+                holder = f"{r.user_agent or r.user} (not a replica of {agent})"
+            continue
+        if not mine or not _succeeded(r):
+            continue
+        if r.user_agent in refused:
+            out.append(Violation("write-after-refused-renewal", r.received,
+                                 f"{_describe(r)} after its renewal of {namespace}/{lease} was refused (409)"))
+        elif holder is not None and holder != r.user_agent:
+            out.append(Violation("write-while-another-held-the-lease", r.received,
+                                 f"{_describe(r)} while {holder} held {namespace}/{lease}"))
+    return out
+
+
+def repeated_evictions(requests: Iterable[Request], *, agent: str, since: float = 0.0) -> list[Violation]:
+    """Pods evicted more than once by ``agent`` (any replica) from ``since``: one fault, one eviction per pod. A pod
+    that comes back under the same name (a gang's restart) is a new pod, so a run with several faults on one gang
+    is checked per fault window."""
+    evicted = Counter((r.namespace, r.name) for r in requests
+                      if r.received >= since and r.verb == "create" and r.resource == "pods/eviction"
+                      and r.user_agent.startswith(f"{agent}/") and _succeeded(r))
+    return [Violation("one-eviction-per-pod", since, f"{agent} evicted {ns}/{name} {count} times")
+            for (ns, name), count in sorted(evicted.items()) if count > 1]
