@@ -40,9 +40,8 @@ from bench.sim.goodput import (
     simulate,
 )
 from bench.sim.restart import Assumptions, Graceful, RestartModel, read_measurements
-from components.config import parse_config
+from components.config import load_stack, stack_path
 from components.goodput_model import recommend
-from tools.mockrt import raw_from_stack
 
 STACK = "prod"
 DAYS = 730.0
@@ -122,7 +121,7 @@ def graceful_effect(backend: Backend, model: RestartModel, policy_name: str) -> 
 
 
 def run() -> dict[str, Any]:
-    cfg = parse_config(raw_from_stack(STACK), f"Pulumi.{STACK}.yaml")
+    cfg = load_stack(stack_path(STACK))
     backend = Backend.from_config(cfg)
     model = RestartModel(Assumptions.from_config(cfg, backend.name), read_measurements())
     legacy = Environment()

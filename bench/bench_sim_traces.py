@@ -35,8 +35,8 @@ from bench.sim.policies import all_policies, controller
 from bench.sim.report import markdown_table
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from bench.sim.workload import Workload
-from components.config import parse_config
-from tools.mockrt import raw_from_stack
+from components.config import load_stack as validated_stack
+from components.config import stack_path
 
 STACK = "prod"
 GPUS = 4_096
@@ -122,7 +122,7 @@ def run() -> dict[str, Any]:
     setup = load_stack(STACK)
     model = setup.model.scaled_to(GPUS)
     synthetic = default_workload(model, DAYS, SEED, WARMUP_DAYS)
-    prices = prices_from_config(parse_config(raw_from_stack(STACK), f"Pulumi.{STACK}.yaml"))
+    prices = prices_from_config(validated_stack(stack_path(STACK)))
     trace = Path(os.path.relpath(TRACE))  # the report names the carried file as a reader finds it
     replay, lines = apply_traces(STACK, model, synthetic, trace, None, (DAYS + WARMUP_DAYS) * 86400.0)
     workloads: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from pulumi.runtime import stack as runtime_stack
 
 from components import charts
 from components.config import PROJECT
-from components.config.loading import SECRET_PLACEHOLDER, read_stack_file
+from components.config.loading import SECRET_PLACEHOLDER, plain_values, read_stack_file, stack_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
@@ -227,11 +227,10 @@ def _resolve_outputs(root: Any, loop: asyncio.AbstractEventLoop) -> dict[str, An
     return resolved
 
 
-def raw_from_stack(stack: str) -> dict[str, Any]:
-    """The stack file's plain config without the project prefix and without secret keys."""
-    config, secrets = stack_config(stack)
-    prefix = f"{PROJECT}:"
-    return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k not in secrets}
+def raw_from_stack(stack: str, root: Path = ROOT) -> dict[str, Any]:
+    """The stack file's plain config without the project prefix and without secret keys (the loader's
+    :func:`components.config.plain_values`)."""
+    return plain_values(stack_path(stack, root), PROJECT)
 
 
 def config_error(edit: Callable[[dict[str, Any]], Any], stack: str = "prod") -> str:

@@ -40,8 +40,6 @@ from agents.burst_controller.decide import (
     decide,
     state_from_snapshot,
 )
-from components import burst_controller as burst_component
-from components.config import ClusterConfig
 
 __all__ = [
     "ActionKind",
@@ -59,16 +57,8 @@ __all__ = [
     "VirtualNode",
     "decide",
     "naive_settings",
-    "settings_from_config",
     "state_from_snapshot",
 ]
-
-def settings_from_config(cfg: ClusterConfig, stack_file: str = "stack") -> BurstSettings:
-    """The controller settings the stack deploys, from the component's one builder (`stack_file` is unused
-    and kept for callers that name the file)."""
-    del stack_file
-    return burst_component.settings_from_config(cfg)
-
 
 def naive_settings(settings: BurstSettings) -> BurstSettings:
     """The naive burst: the same core with no hysteresis — zero holds and adjacent thresholds — and no

@@ -38,8 +38,7 @@ from bench.sim.traces import (
     stats,
 )
 from bench.sim.workload import Gang, Workload, WorkloadSpec
-from components.config import ClusterConfig, parse_config
-from tools.mockrt import raw_from_stack
+from components.config import ClusterConfig, load_stack, stack_path
 
 DEFAULT_PEAK_SHARE = 0.8
 DEFAULT_BIN_S = 300.0
@@ -265,7 +264,7 @@ def apply_traces(stack: str, model: ClusterModel, base: Workload, inference: str
     shapes = None
     gangs = None
     if inference is not None:
-        cfg = parse_config(raw_from_stack(stack), f"Pulumi.{stack}.yaml")
+        cfg = load_stack(stack_path(stack))
         shapes, report = inference_shapes(read_inference(inference), model, target_concurrency(cfg), horizon_s,
                                           peak_share=peak_share)
         lines += report.lines()

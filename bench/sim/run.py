@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agents.burst_controller.settings import BurstSettings
-from bench.sim.controller_adapter import settings_from_config
 from bench.sim.engine import Outcome, simulate
 from bench.sim.model import ClusterModel
 from bench.sim.policies import NEVER, Policy, all_policies, foresighted
 from bench.sim.workload import DAY, Workload, WorkloadSpec, generate
-from components.config import parse_config
-from tools.mockrt import raw_from_stack
+from components.burst_controller import settings_from_config
+from components.config import load_stack as validated_stack
+from components.config import stack_path
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,8 @@ class StackSetup:
 
 def load_stack(stack: str) -> StackSetup:
     """Validate the stack file exactly as `pulumi up` does, then read the parts the simulation needs."""
-    stack_file = f"Pulumi.{stack}.yaml"
-    cfg = parse_config(raw_from_stack(stack), stack_file)
-    return StackSetup(stack, ClusterModel.from_config(cfg), settings_from_config(cfg, stack_file))
+    cfg = validated_stack(stack_path(stack))
+    return StackSetup(stack, ClusterModel.from_config(cfg), settings_from_config(cfg))
 
 
 def default_workload(model: ClusterModel, days: float, seed: int, warmup_days: float,

@@ -66,9 +66,12 @@ from components.config.inference import (
 )
 from components.config.loading import (
     ConfigError,
+    load_stack,
     parse_config,
+    plain_values,
     problems_from_validation,
     raw_from_pulumi_config,
+    stack_path,
 )
 from components.config.observability import (
     Observability,
@@ -169,7 +172,10 @@ __all__ = [
     "WekaFilesystem",
     "cross_check",
     "expand_node_names",
+    "load_stack",
     "parse_config",
+    "plain_values",
     "problems_from_validation",
     "raw_from_pulumi_config",
+    "stack_path",
 ]

@@ -250,6 +250,34 @@ def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any],
     return config, secrets
 
 
+#: The project's directory, where its stack files live.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def stack_path(stack: str, root: Path = PROJECT_ROOT) -> Path:
+    """``Pulumi.<stack>.yaml`` in ``root``; a missing one is an error naming the file and the directory."""
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no stack file {path.name} in {root}")
+    return path
+
+
+def plain_values(path: Path, project: str = PROJECT) -> dict[str, Any]:
+    """The stack file's plain keys without the project prefix, read by :func:`read_stack_file` (duplicates, YAML
+    errors and foreign keys refused with their line). Secrets are left out: their consumers read them from the
+    engine. The one reading of a stack file that the program's tools, the local cluster, the policy pack and the
+    simulator share."""
+    config, secrets = read_stack_file(path, project)
+    prefix = f"{project}:"
+    return {k[len(prefix):]: v for k, v in config.items() if k.startswith(prefix) and k not in secrets}
+
+
+def load_stack(path: Path, overrides: Mapping[str, Any] | None = None) -> ClusterConfig:
+    """``Pulumi.<stack>.yaml`` validated as ``pulumi up`` validates it (every cross-field check), with ``overrides``
+    (keys without the project prefix) laid over its plain values first."""
+    return parse_config({**plain_values(path), **(overrides or {})}, path.name)
+
+
 #: An ESC environment reference in a stack file: ``env``, ``project/env`` or ``org/project/env``, with an
 #: optional ``@version`` (a revision number or tag).
 ESC_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}(@[A-Za-z0-9_.-]+)?")

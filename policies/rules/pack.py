@@ -24,7 +24,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from policies.rules.core import RULES, Options, Resource, Rule, RuleContext, as_map, strings
+from policies.rules.core import RULES, Options, Resource, Rule, RuleContext, strings
 
 PACK_NAME = "gpu-cluster-policies"
 
@@ -128,16 +128,18 @@ def engine_context() -> RuleContext:
     import pulumi
 
     from components.config import PROJECT, ConfigError, parse_config, raw_from_pulumi_config
+    from components.config.loading import read_stack_file
 
     values = dict(pulumi.runtime.get_config_env() or {})
     stack = os.environ.get("PULUMI_STACK", "")
     stack_file = Path(__file__).resolve().parents[2] / f"Pulumi.{stack}.yaml"  # the repository root
     plain_keys: set[str] = set(values)
     if stack_file.exists():
-        data = yaml.safe_load(stack_file.read_text()) or {}
-        config = as_map(data.get("config"))
-        plain_keys = {k if ":" in k else f"{PROJECT}:{k}" for k, v in config.items()
-                      if not (isinstance(v, Mapping) and "secure" in v)}
+        try:
+            config, secrets = read_stack_file(stack_file, PROJECT)  # the loader's reading: one for every reader
+        except ConfigError:
+            return RuleContext.defaults()  # the program refuses the same file with its line
+        plain_keys = set(config) - secrets
     plain_values = {v for k, v in values.items() if k in plain_keys}
     plain_text = {s for _, s in strings([_parsed(v) for v in plain_values])}
     raw = raw_from_pulumi_config({k: v for k, v in values.items() if k in plain_keys}, PROJECT)

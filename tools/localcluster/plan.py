@@ -174,37 +174,31 @@ def plan_from_config(cfg: Any, source: str) -> NodePlan:
     return NodePlan(nodes=tuple(nodes), gpu_resource=cfg.gpu_resource, label_prefix=prefix, source=source)
 
 
-def stack_config_values(stack_file: Path, project: str = "gpu-cluster") -> dict[str, Any]:
-    """The ``<project>:<key>`` values of a Pulumi stack file, keys without the project prefix."""
-    import yaml
+def stack_config_values(stack_file: Path) -> dict[str, Any]:
+    """The plain ``gpu-cluster:<key>`` values of a Pulumi stack file, keys without the project prefix: the stack
+    loader's reading (:func:`components.config.plain_values`), duplicates and YAML errors refused with their line."""
+    from components.config import plain_values
 
-    raw = yaml.safe_load(stack_file.read_text()) or {}
-    values: dict[str, Any] = {}
-    for key, value in (raw.get("config") or {}).items():
-        ns, _, name = str(key).partition(":")
-        if ns == project and name:
-            values[name] = value
-    return values
+    return plain_values(stack_file)
 
 
 def load_stack_config(root: Path, stack: str = "local", real_nodes: bool = False) -> Any | None:
-    """The stack's validated ``ClusterConfig``, or None without a stack file or the components package; with
-    ``real_nodes``, as ``pulumi up`` of a cluster with real nodes sees it (``realnodes.stack_overrides``)."""
+    """The stack's ``ClusterConfig`` validated as ``pulumi up`` validates it, or None without a stack file or the
+    components package; with ``real_nodes``, as ``pulumi up`` of a cluster with real nodes sees it
+    (``realnodes.stack_overrides``)."""
     stack_file = root / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         return None
     try:
-        from components.config import ClusterConfig
+        from components.config import load_stack, plain_values
     except ImportError:
         return None
-    # Only the cluster-shape keys: secret values (provider credentials) are validated by their consumers.
-    fields = {f.alias or name for name, f in ClusterConfig.model_fields.items()} | set(ClusterConfig.model_fields)
-    values = {k: v for k, v in stack_config_values(stack_file).items() if k in fields}
+    overrides: dict[str, Any] = {}
     if real_nodes:
         from tools.localcluster.realnodes import stack_overrides
 
-        values.update(stack_overrides(values))
-    return ClusterConfig.model_validate(values)
+        overrides = stack_overrides(plain_values(stack_file))
+    return load_stack(stack_file, overrides)
 
 
 def load_plan(root: Path, stack: str = "local", real_nodes: bool = False) -> NodePlan:

@@ -78,8 +78,7 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     GPUs, except that the first team may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
     is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs).
     """
-    values = {k: v for k, v in copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml")).items()
-              if not (isinstance(v, dict) and "secure" in v)}  # secrets stay with the stack file's reader
+    values = copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml"))  # secrets stay with the engine
     if sh.pools is not None:
         before = _gpus(values.get("pools") or ())
         values["pools"] = [dict(p) for p in sh.pools]
