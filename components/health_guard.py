@@ -29,7 +29,6 @@ from agents.health_guard.contract import (
     APP,
     HealthClass,
     HealthSettings,
-    SettingsError,
     default_signals,
     parse_settings,
     settings_document,
@@ -165,10 +164,7 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings
         fatal_xids=tuple(h.fatal_xids),
         degraded_xids=tuple(h.degraded_xids),
     )
-    classes = dict(h.signal_classes)
-    unknown = sorted(set(classes) - {s.name for s in signals})
-    if unknown:
-        raise SettingsError(f"observability.health.signalClasses: unknown signal(s) {', '.join(unknown)}")
+    classes = dict(h.signal_classes)  # names checked at load (config.observability.HealthGuardConfig)
     mapped = [
         s.model_copy(update={"health_class": HealthClass(classes[s.name])}) if s.name in classes else s
         for s in signals

@@ -285,3 +285,98 @@ def test_the_published_stack_schema_refuses_what_the_loader_refuses(key: str, va
     document["config"][key] = value
     errors = [e.message for e in jsonschema.Draft202012Validator(stack_schema()).iter_errors(document)]
     assert any(why in e for e in errors), errors
+
+
+# --- Acceptance findings: refused at load, naming the key path and what is wrong ------------------------------
+
+
+def test_misspelt_signal_class_is_refused_at_load_with_the_valid_names() -> None:
+    msg = fails("local", lambda c: c.update({P + "observability": {"health": {"signalClasses": {
+        "gpu-temprature": "fatal", "nvlink-errors": "off"}}}}))
+    assert ("observability.health.signalClasses: unknown signal(s) gpu-temprature (did you mean 'gpu-temperature' "
+            "for 'gpu-temprature'?); the signals are ecc-correctable-storm, ecc-uncorrectable, gpu-temperature, "
+            "ib-link-errors, ib-port-down, nvlink-errors, nvlink-recovery, row-remap-failure, xid-degraded, "
+            "xid-fatal") in msg
+
+
+@pytest.mark.parametrize(("cidr", "why"), [
+    ("10.64.0.0/33", "prefix length /33 is beyond /32, the longest an IPv4 network has"),
+    ("10.64.0.1/12", "has host bits set: the network is '10.64.0.0/12'"),
+    ("10.64.0.0", "must end in a prefix length in plain digits"),
+    ("10.64.0.0/012", "must end in a prefix length in plain digits"),
+    ("10.64.0.0/-1", "must end in a prefix length in plain digits"),
+    ("10.640.0.0/12", "is not a network in CIDR notation such as '10.64.0.0/12': '10.640.0.0' is not an IP address"),
+    ("fd00::/48", "must be an IPv4 network"),
+])
+def test_liqo_pod_cidr_is_a_real_ipv4_network(cidr: str, why: str) -> None:
+    msg = fails("prod", lambda c: c[P + "providers"][1].update({"localPodCidr": cidr}))
+    assert f"providers[1].localPodCidr: {why}" in msg and f'(got "{cidr}")' in msg
+
+
+@pytest.mark.parametrize(("key", "cidr", "why"), [
+    ("apiServerCidrs", "10.0.0.0/33", "prefix length /33 is beyond /32"),
+    ("apiServerCidrs", "2001:db8::/129", "prefix length /129 is beyond /128"),
+    ("dnsCidrs", "fe80::%eth0/64", "must not carry an IPv6 zone"),
+    ("dnsCidrs", "169.254.20.10", "must end in a prefix length"),
+])
+def test_every_cidr_key_takes_the_one_check(key: str, cidr: str, why: str) -> None:
+    msg = fails("local", lambda c: c.update({P + key: ["10.0.0.0/8", cidr]}))
+    assert f"{key}[1]: {why}" in msg
+
+
+def test_ipv6_networks_pass_where_the_key_takes_them() -> None:
+    raw = raw_from_stack("local")
+    raw["apiServerCidrs"] = ["2001:db8::/32", "10.0.0.0/8"]
+    assert parse_config(raw, "Pulumi.local.yaml").api_server_cidrs == ["2001:db8::/32", "10.0.0.0/8"]
+
+
+def test_a_shared_node_name_names_both_providers() -> None:
+    msg = fails("local", lambda c: c[P + "providers"][1].update({"nodeName": "vk-local-cloud"}))
+    assert ("providers[1].nodeName: provider 'backup-cloud' (providers[1]) and provider 'local-cloud' (providers[0]) "
+            "both name virtual node 'vk-local-cloud'; each provider needs its own nodeName") in msg
+
+
+def test_a_warm_pool_beyond_the_providers_is_refused_with_both_numbers() -> None:
+    # prod: ceil(1.0 x maxReplicas) x gpusPerReplica = 256 + 48 x 4 + 64 = 512 GPUs; providers 256 + 128.
+    msg = fails("prod", lambda c: c[P + "burst"].update({"warmPoolShare": 1.0}))
+    assert ("burst.warmPoolShare: the warm pool would hold up to 512 GPUs (ceil(warmPoolShare × maxReplicas) × "
+            "gpusPerReplica over the inference services), more than the 384 GPUs of the providers it can run on "
+            "(lambda-east, dr-cluster)") in msg
+
+
+def test_a_warm_pool_that_fits_exactly_is_accepted_and_off_without_handover() -> None:
+    raw = raw_from_stack("local")
+    raw["burst"]["warmPoolShare"] = 1.0  # 24 replicas x 1 GPU on 16 + 8 provider GPUs
+    assert parse_config(raw, "Pulumi.local.yaml").burst.warm_pool_share == 1.0
+    raw = raw_from_stack("prod")
+    raw["burst"].update(warmPoolShare=1.0, handover={"enabled": False})  # no handover: no warm pool is kept
+    parse_config(raw, "Pulumi.prod.yaml")
+
+
+def test_a_gateway_service_warm_pool_counts_only_routable_providers() -> None:
+    raw = raw_from_stack("prod")
+    raw["inference"]["services"] = [raw["inference"]["services"][1]]  # llama-70b-chat: gateway, 48 x 4 GPUs
+    raw["burst"]["warmPoolShare"] = 1.0
+    with pytest.raises(ConfigError, match=r"up to 192 GPUs .* the 128 GPUs of the providers it can run on "
+                                          r"\(dr-cluster\)"):
+        parse_config(raw, "Pulumi.prod.yaml")
+
+
+@pytest.mark.parametrize("args", [
+    ["--node-taints=virtual-node.liqo.io/not-allowed=true:NoExecute"],
+    ["--node-taints", "virtual-node.liqo.io/not-allowed=true:NoExecute"],
+    ["--node-taints virtual-node.liqo.io/not-allowed=true:NoExecute"],
+    ["--enable-storage", "--taint=a:NoSchedule,b=c:NoExecute"],
+    ["--taint-effect", "NoExecute"],
+    ["-t", "x:noexecute"],
+])
+def test_provider_args_never_set_a_noexecute_taint(args: list[str]) -> None:
+    msg = fails("prod", lambda c: c[P + "providers"][1].update({"extraArgs": args}))
+    assert "providers[1].extraArgs: '--" in msg or "providers[1].extraArgs: '-t x:noexecute'" in msg
+    assert "sets a NoExecute taint on the virtual node of provider 'dr-cluster'" in msg
+
+
+def test_provider_args_with_noschedule_taints_pass() -> None:
+    raw = raw_from_stack("prod")
+    raw["providers"][1]["extraArgs"] = ["--node-taints=team=llm:NoSchedule", "--enable-storage"]
+    assert parse_config(raw, "Pulumi.prod.yaml").providers[1].extra_args[0] == "--node-taints=team=llm:NoSchedule"

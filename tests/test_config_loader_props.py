@@ -4,6 +4,7 @@ cron text ends in a result or one ConfigError/ValueError, never another exceptio
 from __future__ import annotations
 
 import copy
+import ipaddress
 import string
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes.utils.quantity import parse_quantity
 
-from components.config import ConfigError, expand_node_names, parse_config
+from components.config import ConfigError, LiqoProvider, expand_node_names, parse_config
 from components.config.base import INT32_MAX, check_cron, check_quantity
 from components.config.loading import read_stack_file
+from components.config.observability import SIGNAL_NAMES
 from tests.conftest import raw_stack
 from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 
@@ -160,3 +162,99 @@ def test_an_accepted_edit_renders_and_a_refused_one_registers_nothing(where: tup
         assert monitor.records == []
         return
     assert monitor.records
+
+
+# --- Outside text in the keys that parse it: CIDRs, provider flags, signal names -------------------------------
+
+PROD = raw_from_stack("prod")
+
+
+def _only_problem_at(error: ConfigError, path: str) -> None:
+    assert [p.path for p in error.problems] == [path], error
+
+
+cidr_like = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="0123456789./:abcdef%", max_size=24),
+    st.tuples(st.ip_addresses(), st.integers(-3, 140)).map(lambda t: f"{t[0]}/{t[1]}"),
+    st.tuples(st.integers(0, 300), st.integers(0, 300), st.integers(0, 40)).map(lambda t: f"10.{t[0]}.{t[1]}.0/{t[2]}"),
+)
+
+
+@SETTINGS
+@given(text=cidr_like)
+def test_any_pod_cidr_text_is_an_ipv4_network_or_one_error_at_its_key(text: str) -> None:
+    raw = copy.deepcopy(PROD)
+    raw["providers"][1]["localPodCidr"] = text
+    try:
+        cfg = parse_config(raw, "Pulumi.prod.yaml")
+    except ConfigError as error:
+        _only_problem_at(error, "providers[1].localPodCidr")
+        return
+    network, provider = ipaddress.ip_network(text, strict=True), cfg.providers[1]
+    assert isinstance(provider, LiqoProvider) and provider.local_pod_cidr == text
+    assert network.version == 4 and str(network) == text
+
+
+@SETTINGS
+@given(texts=st.lists(cidr_like, min_size=1, max_size=3))
+def test_any_api_server_cidr_text_is_a_network_or_one_error_at_its_entry(texts: list[str]) -> None:
+    raw = copy.deepcopy(LOCAL)
+    raw["apiServerCidrs"] = texts
+    try:
+        parse_config(raw, "Pulumi.local.yaml")
+    except ConfigError as error:
+        assert {p.path for p in error.problems} <= {f"apiServerCidrs[{i}]" for i in range(len(texts))}, error
+        return
+    assert all("/" in t and ipaddress.ip_network(t, strict=True) for t in texts)
+
+
+@SETTINGS
+@given(network=st.ip_addresses(v=4).flatmap(
+    lambda ip: st.integers(0, 32).map(lambda bits: ipaddress.ip_network(f"{ip}/{bits}", strict=False))))
+def test_every_ipv4_network_is_a_pod_cidr(network: ipaddress.IPv4Network) -> None:
+    raw = copy.deepcopy(PROD)
+    raw["providers"][1]["localPodCidr"] = str(network)
+    provider = parse_config(raw, "Pulumi.prod.yaml").providers[1]
+    assert isinstance(provider, LiqoProvider) and provider.local_pod_cidr == str(network)
+
+
+flag_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["--node-taints", "--taint", "--taint-effect", "-t", "--enable-storage"]),
+    st.tuples(st.sampled_from(["--node-taints", "--taint", "--x"]), st.sampled_from(["=", " ", "= "]),
+              st.text(alphabet="ab=:,/.-", max_size=8),
+              st.sampled_from(["NoExecute", "noexecute", "NoSchedule", "PreferNoSchedule", ""]))
+    .map(lambda t: "".join(t)),
+)
+
+
+@SETTINGS
+@given(args=st.lists(flag_text, max_size=4))
+def test_any_provider_args_pass_only_without_noexecute(args: list[str]) -> None:
+    raw = copy.deepcopy(PROD)
+    raw["providers"][1]["extraArgs"] = args
+    try:
+        cfg = parse_config(raw, "Pulumi.prod.yaml")
+    except ConfigError as error:
+        _only_problem_at(error, "providers[1].extraArgs")
+        if any("noexecute" in a.lower() for a in args):
+            assert "sets a NoExecute taint on the virtual node of provider 'dr-cluster'" in str(error)
+        return
+    assert all(a.startswith("--") for a in cfg.providers[1].extra_args)
+    assert not any("noexecute" in a.lower() for a in args)
+
+
+@SETTINGS
+@given(names=st.lists(st.text(max_size=20) | st.sampled_from(["gpu-temperature", "xid-fatal", "nvlink-errors"]),
+                      max_size=3))
+def test_any_signal_class_name_is_known_or_one_error_at_its_key(names: list[str]) -> None:
+    raw = copy.deepcopy(LOCAL)
+    raw["observability"] = {"health": {"signalClasses": dict.fromkeys(names, "degraded")}}
+    try:
+        parse_config(raw, "Pulumi.local.yaml")
+    except ConfigError as error:
+        _only_problem_at(error, "observability.health.signalClasses")
+        assert "the signals are " in str(error)
+        return
+    assert set(names) <= set(SIGNAL_NAMES)

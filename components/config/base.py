@@ -3,6 +3,7 @@ ranges and :class:`Problem`, the unit a cross-field check reports."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -232,6 +233,33 @@ def check_label_key(key: str) -> str:
     return key
 
 
+def check_cidr(value: str, version: int | None = None) -> str:
+    """A network in CIDR notation as the API server and the CNI read it: ``address/prefix``, the prefix within the
+    address's length and no host bits set. A regular expression passes ``10.64.0.0/33``; the stdlib parser is the
+    rule here, and every CIDR key of the stack takes this one check."""
+    example = "10.64.0.0/12"
+    address, slash, prefix = value.partition("/")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise ValueError(f"is not a network in CIDR notation such as '{example}': '{address}' is not an IP "
+                         "address") from None
+    if version is not None and ip.version != version:
+        raise ValueError(f"must be an IPv{version} network such as '{example}'")
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        raise ValueError("must not carry an IPv6 zone ('%…'): a network is not bound to an interface")
+    if not (slash and 0 < len(prefix) <= 3 and prefix.isascii() and prefix.isdigit()) \
+            or prefix != str(int(prefix)):
+        raise ValueError(f"must end in a prefix length in plain digits, such as '{example}'")
+    if int(prefix) > ip.max_prefixlen:
+        raise ValueError(f"prefix length /{prefix} is beyond /{ip.max_prefixlen}, the longest an IPv{ip.version} "
+                         "network has")
+    network = ipaddress.ip_network(value, strict=False)
+    if network.network_address != ip:
+        raise ValueError(f"has host bits set: the network is '{network}'")
+    return value
+
+
 def _labels(value: dict[str, str]) -> dict[str, str]:
     for key, item in value.items():
         check_label_key(key)
@@ -298,6 +326,10 @@ Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 ExtendedResource = Annotated[str, AfterValidator(check_extended_resource)]
 CronSchedule = Annotated[str, AfterValidator(check_cron)]
 PlainUrl = Annotated[str, AfterValidator(_no_credentials)]
+#: A network in CIDR notation (IPv4 or IPv6), e.g. ``10.64.0.0/12``.
+Cidr = Annotated[str, AfterValidator(check_cidr)]
+#: An IPv4 network in CIDR notation, where the consumer (Liqo's IPAM) takes IPv4 only.
+Ipv4Cidr = Annotated[str, AfterValidator(lambda value: check_cidr(value, 4))]
 
 
 def dns_1035(room: int) -> AfterValidator:

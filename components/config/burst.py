@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Literal, Self
 
@@ -86,8 +87,9 @@ class Burst(ConfigModel):
     warm_pool_share: Annotated[float, Field(ge=0.0, le=1.0)] = _AGENT.warm_pool_share
     """Warm external capacity: while the burst is open, each handover service keeps this share of its replicas
     (rounded up) as placeholders on virtual nodes (its `<service>-warm` Deployment, the lowest priority), so a
-    scale-up landing on one starts warm in seconds instead of a cold external start of minutes. 0: none;
-    what each size costs and serves is in bench/report.md."""
+    scale-up landing on one starts warm in seconds instead of a cold external start of minutes. At every
+    service's maxReplicas it must fit on the GPUs of the providers it may run on. 0: none; what each size costs
+    and serves is in bench/report.md."""
     warm_pool_ramp_seconds: NonNegativeInt = int(_AGENT.warm_pool_ramp_seconds)
     """The warm pool also holds the rise each service's replica count is expected to make over this many
     seconds (its rise over the last 5 minutes carried forward), at most its current count; 0: share alone."""
@@ -143,6 +145,7 @@ def burst_problems(cfg: ClusterConfig) -> list[Problem]:
                     service.gpus_per_replica,
                 )
             )
+    problems += warm_pool_problems(cfg)
     if cfg.burst.close_at_free_gpus > cfg.onprem_gpus:
         problems.append(
             Problem("burst.closeAtFreeGpus",
@@ -151,3 +154,28 @@ def burst_problems(cfg: ClusterConfig) -> list[Problem]:
         )
     return problems
 
+
+def warm_pool_problems(cfg: ClusterConfig) -> list[Problem]:
+    """The warm pool at its largest fits on the providers it may run on.
+
+    While the burst is open the controller keeps ceil(`warmPoolShare` × replicas) placeholders per handover
+    service (``plan_warm`` in the agent), each as large as a replica, on the virtual nodes of the service's
+    eligible providers (routable ones for a gateway service); at `maxReplicas` everywhere a pool beyond those
+    providers' GPUs could never be placed: its placeholders would sit Pending while the share promises warm starts.
+    """
+    share = cfg.burst.warm_pool_share
+    if not cfg.handover_active or share == 0:
+        return []
+    services = cfg.inference.services
+    # Rounded as plan_warm rounds (a share such as 0.1 × 30 is not a hair above 3).
+    warm = sum(math.ceil(share * s.max_replicas - 1e-9) * s.gpus_per_replica for s in services)
+    eligible = [p for p in cfg.providers
+                if p.routable or any(s.traffic.shape is not TrafficShape.GATEWAY for s in services)]
+    capacity = sum(p.gpus for p in eligible)
+    if warm <= capacity:
+        return []
+    return [Problem(
+        "burst.warmPoolShare",
+        f"the warm pool would hold up to {warm} GPUs (ceil(warmPoolShare × maxReplicas) × gpusPerReplica over the "
+        f"inference services), more than the {capacity} GPUs of the providers it can run on "
+        f"({', '.join(p.name for p in eligible)}); lower warmPoolShare or add provider capacity", share)]

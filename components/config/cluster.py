@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from components.config.admission import Admission, admission_problems
 from components.config.base import (
     RESERVED_NAMESPACES,
     AbsolutePath,
+    Cidr,
     ConfigModel,
     DnsLabel,
     ExtendedResource,
@@ -62,10 +62,10 @@ class ClusterConfig(ConfigModel):
     monitoring_namespace: DnsLabel = "monitoring"
     """Namespace of the Prometheus Operator's Prometheus: the alert rules and dashboards go there, and the
     metrics adapter finds Prometheus there by default. Pod Security `restricted`."""
-    api_server_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
+    api_server_cidrs: list[Cidr] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
     """Where the API server answers (its addresses or the control plane's range): the only egress our
     controllers' NetworkPolicy allows on 443/6443. Every address until a site narrows it."""
-    dns_cidrs: list[str] = Field(default_factory=list)
+    dns_cidrs: list[Cidr] = Field(default_factory=list)
     """Where the cluster's DNS answers besides its kube-dns pods, which the DNS egress rule admits by label: a
     NodeLocal DNSCache's link-local address (`169.254.20.10/32`) or a resolver on the nodes. Under default-deny a
     pod whose resolv.conf names an address no rule admits resolves nothing."""
@@ -107,16 +107,6 @@ class ClusterConfig(ConfigModel):
     def pod_resources_dir(self) -> str:
         """The kubelet's pod-resources directory on the GPU nodes (under :attr:`kubelet_root_dir`)."""
         return self.kubelet_root_dir.rstrip("/") + "/pod-resources"
-
-    @field_validator("api_server_cidrs", "dns_cidrs")
-    @classmethod
-    def _cidrs(cls, value: list[str]) -> list[str]:
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError as exc:
-                raise ValueError(f"'{cidr}' is not a CIDR block ({exc})") from None
-        return value
 
     @field_validator("agent_registry")
     @classmethod

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from agents.health_guard import contract as health_contract
 from agents.ib_exporter import contract as ib_contract
@@ -20,6 +21,8 @@ XidNumber = Annotated[int, Field(ge=1, le=999)]
 
 #: The guard's own defaults (its contract): the stack's defaults are the same numbers, not a copy of them.
 _GUARD = health_contract.HealthSettings()
+#: The signals the guard judges (its contract's defaults); `signalClasses` may name only these.
+SIGNAL_NAMES = tuple(sorted(s.name for s in health_contract.default_signals()))
 
 
 class HealthGuardConfig(ConfigModel):
@@ -37,7 +40,8 @@ class HealthGuardConfig(ConfigModel):
     degraded_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.DEGRADED_XIDS))
     """XIDs that make a node degraded (training leaves, inference may stay)."""
     signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
-    """Per-signal override of its class, or `off`: e.g. `{nvlink-errors: fatal, ib-link-errors: off}`."""
+    """Per-signal override of its class, or `off`: e.g. `{nvlink-errors: fatal, ib-link-errors: off}`. Keys are the
+    guard's signal names (`agents/health_guard/contract.py`); an unknown one is refused."""
     stale_after_seconds: Annotated[int, Field(ge=15)] = _GUARD.stale_after_seconds
     """A node whose exporter has been silent this long (seconds) is not judged: never unhealthy, never
     released."""
@@ -61,6 +65,19 @@ class HealthGuardConfig(ConfigModel):
     """Window over which quarantines count towards `flapLimit` (seconds)."""
     evict_inference_on_fatal: bool = _GUARD.evict_inference_on_fatal
     """Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold)."""
+
+    @field_validator("signal_classes")
+    @classmethod
+    def _known_signals(cls, classes: dict[str, str]) -> dict[str, str]:
+        """A misspelt signal would leave the real one in its default class; refused here, at load, not at deploy."""
+        unknown = sorted(set(classes) - set(SIGNAL_NAMES))
+        if unknown:
+            hints = [f"'{close[0]}' for '{name}'" for name in unknown
+                     if (close := difflib.get_close_matches(name, SIGNAL_NAMES, n=1))]
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)}"
+                             + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                             + f"; the signals are {', '.join(SIGNAL_NAMES)}")
+        return classes
 
     @model_validator(mode="after")
     def _xids_disjoint(self) -> Self:

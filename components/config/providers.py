@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.config.base import (
     ConfigModel,
     DnsLabel,
     DnsSubdomain,
+    Ipv4Cidr,
     LabelValue,
     PinnedImage,
     PositiveInt,
@@ -21,6 +23,25 @@ from components.config.base import (
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
+
+
+#: The NoExecute taint effect in a flag or its value, however a binary spells its taint flags (``--taint``,
+#: ``--node-taints``, ``--register-with-taints``: ``key[=value]:NoExecute``, lists, an effect on its own): in any
+#: letter case and anywhere in an argument, as the policy pack's `no-noexecute-taints` would refuse it at preview.
+NO_EXECUTE = re.compile(r"no-?execute", re.IGNORECASE)
+#: A flag whose value, if any, is the next entry (``--taint`` ``key:NoSchedule``, as Go's pflag reads an argv).
+_BARE_FLAG = re.compile(r"--?[^=\s]+")
+
+
+def evicting_arg(args: list[str]) -> str | None:
+    """The first argument that names the NoExecute effect, in any form a flag takes (``--flag=value``,
+    ``--flag value`` in one entry, or ``--flag`` and its value in the next entry, quoted together); None if none."""
+    for index, arg in enumerate(args):
+        if NO_EXECUTE.search(arg):
+            before = args[index - 1] if index else ""
+            flag = before if not arg.startswith("-") and _BARE_FLAG.fullmatch(before) else ""
+            return f"{flag} {arg}".strip()
+    return None
 
 
 class ProviderBase(ConfigModel):
@@ -50,7 +71,8 @@ class ProviderBase(ConfigModel):
     image: PinnedImage | None = None
     """The virtual-kubelet image; kinds with a pinned upstream image take this as an override."""
     extra_args: list[str] = Field(default_factory=list)
-    """Extra `--flag` or `--flag=value` arguments appended to the virtual kubelet's own."""
+    """Extra `--flag` or `--flag=value` arguments appended to the virtual kubelet's own; none may set a NoExecute
+    taint (it would evict every pod on the virtual node)."""
     region: str = ""
     """The provider's region, given to the virtual kubelet as `PROVIDER_REGION`."""
     price_per_gpu_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
@@ -66,7 +88,14 @@ class ProviderBase(ConfigModel):
 
     @field_validator("extra_args")
     @classmethod
-    def _flags(cls, args: list[str]) -> list[str]:
+    def _flags(cls, args: list[str], info: ValidationInfo) -> list[str]:
+        written = evicting_arg(args)
+        if written is not None:
+            who = f"provider '{info.data['name']}'" if "name" in info.data else "the provider"
+            raise ValueError(
+                f"'{written}' sets a NoExecute taint on the virtual node of {who}: a NoExecute taint evicts "
+                "every pod running there at once, and the burst never evicts by taint (the platform sets the "
+                "provider's taint as NoSchedule itself); drop the argument")
         for arg in args:
             if not arg.startswith("--"):
                 raise ValueError(f"entry '{arg}' must be a --flag or --flag=value")
@@ -105,8 +134,8 @@ class LiqoProvider(ProviderBase):
     """The peered cluster's ID (see `liqoctl info`)."""
     home_cluster_id: DnsLabel
     """This cluster's Liqo ID (see `liqoctl info`)."""
-    local_pod_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")]
-    """This cluster's pod CIDR (see `liqoctl info`)."""
+    local_pod_cidr: Ipv4Cidr
+    """This cluster's pod CIDR, an IPv4 network such as `10.64.0.0/12` (see `liqoctl info`)."""
     liqo_namespace: DnsLabel = "liqo"
     """Namespace Liqo is installed in."""
     tenant_namespace: DnsLabel | None = None
@@ -165,6 +194,13 @@ def providers_problems(cfg: ClusterConfig) -> list[Problem]:
                         f"virtual node name collides with a node of the system pool '{cfg.system_pool.name}'",
                         provider.node_name)
             )
-    if len({p.node_name for p in cfg.providers}) != len(cfg.providers):
-        problems.append(Problem("providers", "each provider needs its own nodeName"))
+    first: dict[str, int] = {}
+    for index, provider in enumerate(cfg.providers):
+        earlier = first.setdefault(provider.node_name, index)
+        if earlier != index:
+            problems.append(Problem(
+                f"providers[{index}].nodeName",
+                f"provider '{provider.name}' (providers[{index}]) and provider '{cfg.providers[earlier].name}' "
+                f"(providers[{earlier}]) both name virtual node '{provider.node_name}'; each provider needs its own "
+                "nodeName", provider.node_name))
     return problems

@@ -232,3 +232,20 @@ CASES += [
     Case("forecast-horizon-string", P, ("inference.services[0].scaling.forecast.horizonSeconds",),
          edit=at(f"{SVC}.scaling.forecast", {"horizonSeconds": "3m"})),
 ]
+
+# Acceptance findings: each was accepted, or refused late or without naming what is wrong.
+CASES += [
+    Case("signal-class-misspelt", L, ("observability.health.signalClasses", "unknown signal(s) gpu-temprature",
+                                      "did you mean 'gpu-temperature'", "the signals are ecc-correctable-storm"),
+         edit=at("observability.health.signalClasses", {"gpu-temprature": "fatal"})),
+    Case("liqo-pod-cidr-prefix-33", P, ("providers[1].localPodCidr", "prefix length /33 is beyond /32", '"10.64.0.0/33"'),
+         edit=at("providers[1].localPodCidr", "10.64.0.0/33")),
+    Case("provider-node-name-twice", L, ("providers[1].nodeName", "provider 'backup-cloud' (providers[1])",
+                                         "provider 'local-cloud' (providers[0])", "'vk-local-cloud'"),
+         edit=at("providers[1].nodeName", "vk-local-cloud")),
+    Case("warm-pool-beyond-providers", P, ("burst.warmPoolShare", "up to 512 GPUs", "the 384 GPUs of the providers"),
+         edit=at("burst.warmPoolShare", 1.0)),
+    Case("liqo-extra-args-noexecute", P, ("providers[1].extraArgs", "provider 'dr-cluster'",
+                                          "'--node-taints=virtual-node.liqo.io/not-allowed=true:NoExecute'"),
+         edit=at("providers[1].extraArgs", ["--node-taints=virtual-node.liqo.io/not-allowed=true:NoExecute"])),
+]
