@@ -16,9 +16,11 @@ import click
 import yaml
 from click.shell_completion import CompletionItem, ShellComplete, get_completion_class
 from rich.console import Console
+from rich.markup import escape
+from urllib3.exceptions import HTTPError
 
 from gpucluster_cli import __version__
-from gpucluster_cli.kube import CliError, Cluster
+from gpucluster_cli.kube import CliError, Cluster, unreachable
 from gpucluster_cli.output import FORMATS, NAME, dump, name_lines, parse_duration, table
 from gpucluster_cli.render import (
     MONITOR_GROUP,
@@ -57,7 +59,10 @@ def _console() -> Console:
 
 
 def _fail(message: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+    """``error: <message>`` on stderr, exit 1. The message is escaped: it quotes the user's input (a key, a name),
+    and ``[/x]`` there must print as typed, not be read as rich markup (nor raise)."""
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        f"[bold red]error:[/] {escape(message)}", markup=True)
     sys.exit(1)
 
 
@@ -102,8 +107,9 @@ def _set(attribute: str) -> Callable[[click.Context, click.Parameter, str | None
     return callback
 
 
-#: The connection flags, accepted before the command (``gpucluster -n foo train list``) and after it
-#: (``gpucluster train list -n foo``), as kubectl accepts them anywhere.
+#: The connection flags, accepted before the group (``gpucluster -n foo train list``), between the group and the
+#: command (``gpucluster train -n foo list``) and after it (``gpucluster train list -n foo``), as kubectl accepts
+#: them anywhere. Their default is None and only a given value is kept, so a later one wins and none resets another.
 KUBE_OPTIONS = (
     click.option("--namespace", "-n", default=None, expose_value=False, callback=_set("namespace"),
                  help="the cluster's training namespace"),
@@ -206,17 +212,20 @@ def completion(shell: str) -> None:
 
 
 @main.group()
+@kube_options
 def train() -> None:
     """Training jobs: submit, list, status, logs, cancel."""
 
 
 def _guard(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn the CLI's own errors into one red line and exit code 1."""
+    """Turn the CLI's own errors, and an API server that does not answer, into one red line and exit code 1."""
     def wrapped(*args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
         except (CliError, SpecError) as exc:
             _fail(str(exc))
+        except HTTPError as exc:  # only a built cluster makes requests, so there is a host to name
+            _fail(str(unreachable(exc, _obj(click.get_current_context()).cluster.host)))
     wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
     return wrapped
 

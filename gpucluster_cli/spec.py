@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BeforeValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
 from components.config import CheckpointMount, SchedulingEngine, TrainingJob
 from components.config.base import ConfigModel, DnsLabel, NonEmptyStr, PinnedImage, PositiveInt, Quantity
 from components.published_settings import ClusterSettings
+from gpucluster_cli.yamlfile import YamlFileError, parse_yaml, read_yaml
 
 
 class SpecError(ValueError):
@@ -70,6 +70,11 @@ class JobSpec(ConfigModel):
         return data
 
 
+def _printable(text: str) -> str:
+    """``text`` kept on its line: a line break or control character in a key (YAML allows them) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     parts = [str(p) for p in loc if not (isinstance(p, str) and p in ("count", "shape"))]
     out = ""
@@ -81,9 +86,13 @@ def _where(loc: tuple[int | str, ...]) -> str:
 def parse_spec(text: str, source: str) -> JobSpec:
     """Parse YAML text into a :class:`JobSpec`; :class:`SpecError` lists every problem as ``source: key: why``."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: not valid YAML: {exc}") from None
+        data = parse_yaml(text, source)
+    except YamlFileError as exc:
+        raise SpecError(str(exc)) from None
+    return _validate(data, source)
+
+
+def _validate(data: Any, source: str) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -99,7 +108,7 @@ def parse_spec(text: str, source: str) -> JobSpec:
                 msg = "required key is missing"
             elif where == "command" and err["type"] == "list_type":
                 msg = "must be a list of words, e.g. [python, train.py] (no shell splitting is done)"
-            line = f"{source}: {where}: {msg}"
+            line = f"{source}: {_printable(where)}: {_printable(msg)}"
             if line not in seen:
                 seen.add(line)
                 lines.append(line)
@@ -107,11 +116,12 @@ def parse_spec(text: str, source: str) -> JobSpec:
 
 
 def load_spec(path: Path) -> JobSpec:
+    """The job spec in ``path``; every error names the file (and the line, the byte or the key)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read the job spec: {exc.strerror}") from None
-    return parse_spec(text, str(path))
+        data = read_yaml(path, "the job spec")
+    except YamlFileError as exc:
+        raise SpecError(str(exc)) from None
+    return _validate(data, str(path))
 
 
 def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJob:

@@ -162,11 +162,11 @@ def raw_from_pulumi_config(config: Mapping[str, Any], project: str = PROJECT) ->
 
 
 
-class _StackLoader(yaml.SafeLoader):
+class StackLoader(yaml.SafeLoader):
     """Safe YAML that refuses duplicate keys (plain YAML keeps the last one silently)."""
 
 
-def _mapping(loader: _StackLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _mapping(loader: StackLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -182,10 +182,11 @@ def _mapping(loader: _StackLoader, node: yaml.MappingNode, deep: bool = False) -
     return dict(loader.construct_mapping(node, deep=deep))
 
 
-_StackLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+StackLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
-def _where(error: yaml.YAMLError) -> str:
+def yaml_position(error: yaml.YAMLError) -> str:
+    """Where a YAML error is, as people read it: ``line L, column C`` (1-based), or ``(file)``."""
     mark = getattr(error, "problem_mark", None)
     return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "(file)"
 
@@ -198,13 +199,13 @@ def read_stack_file(path: Path, project: str = PROJECT) -> tuple[dict[str, Any],
     but does not hold from them; here those keys are secret placeholders too."""
     name = path.name
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StackLoader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StackLoader)
     except UnicodeDecodeError as error:
         raise ConfigError(name, [Problem("(file)", f"is not UTF-8 text ({error.reason} at byte {error.start})")]) \
             from None
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(name, [Problem(_where(error), f"not valid YAML: {problem}")]) from None
+        raise ConfigError(name, [Problem(yaml_position(error), f"not valid YAML: {problem}")]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
