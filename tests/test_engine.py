@@ -124,6 +124,27 @@ def test_real_preview_with_policy_pack(stack: str, tmp_path: Path) -> None:
     assert re.search(r"\+ \d+ to create", proc.stdout), _tail(proc)
     assert "gpu-cluster-policies" in proc.stdout, "the project's policy pack did not run"
     assert _engine_verdicts(proc.stdout) == _mock_verdicts(stack), "the engine and `make policy` disagree"
+    # No credential in clear on disk: not in the render folder (gone), not anywhere the engine keeps its state.
+    assert not (er.OFFLINE_RENDER_DIR / stack).exists()
+    for folder in (er.PULUMI_STATE, backend):
+        leaked = [p for p in folder.rglob("*") if p.is_file() and p.suffix in (".yaml", ".json", ".log", "")
+                  and p.stat().st_size < 50_000_000 and er.PREVIEW_SECRET.encode() in p.read_bytes()]
+        assert leaked == [], f"the preview left the placeholder secret in clear in {leaked}"
+
+
+def test_a_preview_leaves_nothing_in_the_render_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the provider's render mode wrote for a preview (rendered Secrets hold their values in clear) is
+    removed after it; a folder outside the render folder is never touched."""
+    monkeypatch.setattr(er, "OFFLINE_RENDER_DIR", tmp_path / "offline-render")
+    written = tmp_path / "offline-render" / "prod" / "1-manifest"
+    written.mkdir(parents=True)
+    (written / "v1-secret-vk-credentials.yaml").write_text("stringData: {kubeconfig: preview-placeholder}\n")
+    elsewhere = tmp_path / "out"
+    elsewhere.mkdir()
+    er.discard_render({er.RENDER_KEY: str(elsewhere)})
+    assert elsewhere.exists()
+    er.discard_render({er.RENDER_KEY: str(tmp_path / "offline-render" / "prod")})
+    assert not (tmp_path / "offline-render" / "prod").exists()
 
 
 def _stack_config(stack: str) -> tuple[dict[str, Any], set[str]]:

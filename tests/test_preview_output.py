@@ -138,7 +138,10 @@ def test_the_summary_comes_first_and_the_diff_goes_to_a_file(
     assert (body_line in out) is echo, "the per-object diff reaches the terminal only when asked"
     # Live: the engine's warnings as they come; then the change table, the verdicts, the declarations.
     live, summary = out.split("What the engine would change (6 resources)")
-    assert "warning: rendered YAML will contain a secret value in plaintext" in live
+    # The provider's render-mode warning (one per Secret, about an `up`) is said once, as what it means here.
+    assert "warning: rendered YAML will contain a secret value in plaintext" not in live
+    assert "preview: 1 Secret(s) in the stack; the offline engine previews in the provider's render mode" in live
+    assert "This preview wrote none" in live
     order = [summary.index(s) for s in ("policy pack: 1 advisory, 1 mandatory",
                                         "checkpoint-protected  (kubernetes:core/v1:PersistentVolumeClaim: ckpt)",
                                         "error: preview failed", "What the stack declares", "full diff: ")]

@@ -49,9 +49,10 @@ ENGINE_FILES = (
     "providers/pulumi-resource-kubernetes",
 )
 
-# Where the provider's render mode points during offline previews of a stack that installs a chart; a
-# preview writes nothing there.
+# Where the provider's render mode points during offline previews of a stack that installs a chart; whatever a
+# preview leaves there is removed after it (discard_render).
 OFFLINE_RENDER_DIR = PULUMI_STATE / "offline-render"
+RENDER_KEY = "kubernetes:renderYamlToDirectory"
 
 
 def installs_chart(config_text: str) -> bool:
@@ -75,7 +76,7 @@ def offline_overrides(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
     source = stack_config_path(stack, project_dir).read_text(encoding="utf-8")
     if not installs_chart(source):
         return {}
-    return {"kubernetes:renderYamlToDirectory": str(OFFLINE_RENDER_DIR / stack)}
+    return {RENDER_KEY: str(OFFLINE_RENDER_DIR / stack)}
 
 # A preview of the whole stack takes tens of seconds; these bound a hung engine, not a slow one.
 PREVIEW_TIMEOUT_S = 900
@@ -430,7 +431,18 @@ def real_preview(
     Raises ``EngineError`` when the engine is not built or the stack has no config file.
     """
     args, changed = _preview_args(stack, policy_pack, overrides, backend_url, cli)
-    return _noted(pulumi(args, backend_url=backend_url, cli=cli), changed)
+    try:
+        return _noted(pulumi(args, backend_url=backend_url, cli=cli), changed)
+    finally:
+        discard_render(changed)
+
+
+def discard_render(changed: Mapping[str, Any]) -> None:
+    """Remove what the provider's render mode may have written for a preview: rendered Secrets hold their values in
+    clear, and a preview must leave no credential on disk (``make render`` is where rendered YAML is asked for)."""
+    folder = changed.get(RENDER_KEY)
+    if isinstance(folder, str) and Path(folder).resolve().is_relative_to(OFFLINE_RENDER_DIR.resolve()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def streamed_preview(
@@ -451,6 +463,14 @@ def streamed_preview(
     args, changed = _preview_args(stack, policy_pack, None, backend_url, cli)
     if changed:
         sink(_changed_note(changed))
+    try:
+        return _streamed(args, sink, backend_url, cli, timeout_s)
+    finally:
+        discard_render(changed)
+
+
+def _streamed(args: list[str], sink: Callable[[str], None], backend_url: str | None, cli: Path | None,
+              timeout_s: int) -> int:
     proc = subprocess.Popen(
         [str(cli or WRAPPER), *args], cwd=ROOT, env=_env(backend_url, own=cli is not None),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,

@@ -36,6 +36,8 @@ from tools.progress import heartbeat
 DIFF_DIR = ROOT / ".state" / "preview"
 # Engine lines worth a reviewer's eye while the run goes on; the rest is the per-object diff.
 _LIVE_PREFIXES = ("Previewing", "note:", "warning:", "error:", "preview:")
+#: The provider's warning for each Secret in render mode: about an `up`'s output, never true of a preview.
+RENDER_SECRET_WARNING = "warning: rendered YAML will contain a secret value in plaintext"
 
 SummaryRows = Callable[[ClusterConfig], list[tuple[str, str]]]
 
@@ -182,11 +184,16 @@ def real_engine_preview(
             return None
     diff_path.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
+    render_warnings = 0
     with diff_path.open("w", encoding="utf-8") as diff:
 
         def sink(line: str) -> None:
+            nonlocal render_warnings
             lines.append(line)
             diff.write(line + "\n")
+            if line.strip() == RENDER_SECRET_WARNING:
+                render_warnings += 1  # said once, correctly, below
+                return
             if echo_diff or line.startswith(_LIVE_PREFIXES):
                 # The engine's own lines, unwrapped: its diff lines are wider than a terminal's default.
                 sys.stdout.write(line + "\n")
@@ -198,6 +205,11 @@ def real_engine_preview(
         except runner.EngineError as error:
             console.print(f"[red]preview:[/red] {error}")
             return 1, read_engine_output("")
+    if render_warnings:
+        console.print(f"preview: {render_warnings} Secret(s) in the stack; the offline engine previews in the "
+                      "provider's render mode (the Volcano chart expands without a cluster), which warns that an "
+                      "`up` in that mode would write their values in plaintext. This preview wrote none: its render "
+                      "folder is removed after every run.", highlight=False, soft_wrap=True)
     if code != 0 and choice.kind == "path":
         sys.stderr.write("preview: your pulumi failed; `pulumi stack ls` shows the stacks of your backend, "
                          "and ENGINE=built previews offline on the project's build instead\n")
