@@ -145,3 +145,12 @@ def test_the_request_keeps_user_agent_and_time() -> None:
     (r,) = parse_audit(json.dumps(patch(1.5, A)) + "\n", "a")
     assert r == Request("system:serviceaccount:gpu-system:health-guard", "patch", "", "nodes", "", "gpu-01", True,
                         200, A, 1.5)
+
+
+def test_a_torn_line_mid_file_is_an_error_or_skipped_when_asked() -> None:
+    text = json.dumps(patch(1, A)) + "\n" + '{"kind": "Ev' + "\n" + json.dumps(patch(2, A)) + "\n"
+    with pytest.raises(ValueError, match=r"audit\.log:2: not JSON"):
+        parse_audit(text, "audit.log")
+    skipped: list[str] = []
+    assert [r.received for r in parse_audit(text, "audit.log", skipped=skipped)] == [1.0, 2.0]
+    assert len(skipped) == 1 and skipped[0].startswith("audit.log:2: not JSON")

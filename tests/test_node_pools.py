@@ -201,11 +201,14 @@ def test_the_shell_labels_every_member_keeps_quarantines_and_retries_on_conflict
     api.put(NODES, node("cpu-sys-01", labels={"x": "y"}))
     agent = shell(api, [POOL])
     api.fail("patch:nodes", ApiError("conflict", "node changed", 409))
-    assert agent.reconcile() == 3  # the first patch lost a race (409): the watch brings the node back
+    assert agent.reconcile() == 3  # one patch lost a race (409): the watch brings that node back
     for event in api.history[-3:]:
         agent.nodes.apply(event[2], copy.deepcopy(event[3]))
-    agent.dirty.add("gpu-a-001")
-    agent.nodes.apply("MODIFIED", api.get(NODES, "gpu-a-001"))
+    # Patches go side by side: which node met the 409 is whichever reached the API first.
+    (lost,) = [n for n in (f"gpu-a-00{i}" for i in range(1, 5))
+               if f"{PREFIX}/pool" not in (api.get(NODES, n)["metadata"].get("labels") or {})]
+    agent.dirty.add(lost)
+    agent.nodes.apply("MODIFIED", api.get(NODES, lost))
     assert agent.reconcile() == 1
     stored = {n: api.get(NODES, n) for n in ("gpu-a-001", "gpu-a-002", "gpu-a-004", "cpu-sys-01")}
     assert all(stored[n]["metadata"]["labels"][f"{PREFIX}/pool"] == "h100-a" for n in ("gpu-a-001", "gpu-a-004"))

@@ -82,7 +82,10 @@ def bad_resources() -> list[Resource]:
            "limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}
     no_hpa = deployment("rogue", "inference", {f"{PREFIX}/workload": "inference"}, {
         "priorityClassName": "gpu-inference", "schedulerName": "volcano",
-        "containers": [{"name": "server", "image": "registry.gpucluster.io/inference/rogue:1.0.0", "resources": gpu}]})
+        "securityContext": {"runAsNonRoot": True},  # restricted, as the stack renders it: only the HPA is missing
+        "containers": [{"name": "server", "image": "registry.gpucluster.io/inference/rogue:1.0.0", "resources": gpu,
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "runAsNonRoot": True}}]})
     pdb = k8s("PodDisruptionBudget", "policy/v1", "rogue", "inference", spec={
         "maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": "rogue"}}})
     claim = k8s("PersistentVolumeClaim", "v1", "checkpoints-scratch", "training",

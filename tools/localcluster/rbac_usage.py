@@ -159,11 +159,12 @@ def _epoch(stamp: Any, where: str) -> float:
         raise ValueError(f"{where}: requestReceivedTimestamp {stamp!r} is not an RFC 3339 time") from None
 
 
-def parse_audit(text: str, source: str, user: str | None = None) -> list[Request]:
+def parse_audit(text: str, source: str, user: str | None = None, skipped: list[str] | None = None) -> list[Request]:
     """The requests of a JSON-lines audit log (of ``user`` only when given), one per audit ID.
 
     A last line without its newline is one the API server is still writing and is skipped; any other line
-    that is not an audit Event is an error naming ``source`` and the line.
+    that is not an audit Event is an error naming ``source`` and the line — or, given ``skipped``, that error is
+    added there and the line left out (a soak that kills the API server may leave one torn line mid-file).
     """
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -177,10 +178,16 @@ def parse_audit(text: str, source: str, user: str | None = None) -> list[Request
             continue
         where = f"{source}:{number}"
         try:
-            event = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: not JSON ({err.msg})") from None
-        req = _request(event, where)
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: not JSON ({err.msg})") from None
+            req = _request(event, where)
+        except ValueError as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
+            continue
         audit_id = str(event.get("auditID") or f"line-{number}")
         if audit_id in seen or (user is not None and req.user != user):
             continue
