@@ -247,3 +247,34 @@ def test_a_takeover_reaches_a_running_guard_through_its_lease_watch_over_http() 
         finally:
             stop.set()
             thread.join(timeout=10)
+
+
+def test_a_leader_blind_to_prometheus_steps_down_and_the_standby_that_can_see_leads() -> None:
+    """Found by the stack-in-pods e2e: the replacement guard pod that took the Lease could not reach DNS or
+    Prometheus for minutes (its network not wired yet) and held the Lease, judging nothing, while the standby
+    could see. A leader whose every query failed for its renew deadline gives the Lease up and sits out two lease
+    durations."""
+    blind, seeing = FakePrometheus(), FakePrometheus()
+    blind.down = True
+    port = Cluster()
+    for i, n in enumerate(GUARD_NODES):
+        port.put(PODS, k8s_pod(f"gang-{i}", n, "training", job="gang"))
+    leader, standby = Guard(SETTINGS, blind, port, identity="new-pod"), Guard(SETTINGS, seeing, port, identity="old")
+    lease = SETTINGS.lease_name, SETTINGS.namespace
+
+    def at(guard: Guard, mono: float) -> Any:
+        guard.clock, guard.monotonic = (lambda: T0 + mono), (lambda: mono)
+        return guard.cycle()
+
+    for mono in (0.0, 5.0, 10.0, 15.0):
+        blinded = at(leader, mono)  # leads, sees nothing, so decides nothing: every reading unknown
+        assert blinded is not None and blinded.actions == ()
+        assert port.get(LEASES, *lease)["spec"]["holderIdentity"] == "new-pod"
+    assert at(leader, 21.0) is None  # blind past its renew deadline (20 s): steps down
+    assert port.get(LEASES, *lease)["spec"]["holderIdentity"] is None
+    assert leader.metrics.registry.get_sample_value("gpucluster_health_errors_total", {"stage": "blind"}) == 1
+    assert at(standby, 22.0) is not None  # takes the Lease at once and judges
+    assert port.get(LEASES, *lease)["spec"]["holderIdentity"] == "old"
+    assert leader.elector.step() is False and not leader.elector.can_write()  # sits out
+    leader.monotonic = lambda: 21.0 + 2 * SETTINGS.lease_duration_seconds
+    assert leader.elector.step() is False  # back in the race, behind the standby's live Lease

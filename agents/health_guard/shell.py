@@ -108,6 +108,8 @@ class Guard:
                        on_error=lambda kind: on_error()) for ns, store in self.jobs.items()),
         ]
         self._watching = False
+        #: Since when every query of the leader's cycles has failed (monotonic), or None.
+        self._blind_since: float | None = None
 
     def last_pass(self) -> float | None:
         return self._last_pass
@@ -140,6 +142,8 @@ class Guard:
         for message in errors:
             self.metrics.errors.labels("query").inc()
             log.warning("%s", message)
+        if self._blind(errors):
+            return None
         if stopped():
             if self.monotonic() > deadline:
                 self.metrics.errors.labels("deadline").inc()
@@ -170,6 +174,30 @@ class Guard:
         phase.labels("publish").observe(time.perf_counter() - started)
         self.metrics.last_cycle.set(now)
         return decision
+
+    def _blind(self, errors: Sequence[str]) -> bool:
+        """Whether this leader should step down: every query of its cycles has failed for its renew deadline.
+
+        A leader that cannot reach Prometheus from where it runs judges nothing (unknown is never clear) while a
+        standby may see fine: a pod whose network is not wired yet, a partition of one node. It gives the Lease up
+        and takes none for two lease durations, so another replica leads meanwhile; if every replica is blind they
+        take turns, and nothing is judged either way."""
+        s = self.settings
+        if len(errors) < len(s.exporters) + len(s.signals):
+            self._blind_since = None
+            return False
+        now = self.monotonic()
+        if self._blind_since is None:
+            self._blind_since = now
+        if now - self._blind_since < s.renew_deadline_seconds:
+            return False
+        self.metrics.errors.labels("blind").inc()
+        log.warning("every Prometheus query failed for %.0fs: stepping down for %ds so a replica that can see leads",
+                    now - self._blind_since, 2 * s.lease_duration_seconds)
+        self._blind_since = None
+        self.elector.step_down(2 * s.lease_duration_seconds)
+        self.metrics.leader.set(0)
+        return True
 
     def run(self, stop: threading.Event) -> None:
         """Cycle every ``poll_seconds`` with the lease renewed beside it; release the lease on the way out."""

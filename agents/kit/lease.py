@@ -83,6 +83,8 @@ class LeaseElector:
         self._hold_until = 0.0
         #: Times leadership ended on seeing the Lease refused, taken or deleted (not on the clock).
         self.lost = 0
+        #: No acquisition before this (monotonic): set by :meth:`step_down`.
+        self._sitting_out_until = 0.0
         #: Newest resourceVersion of the Lease this replica has read, written or been told of: an older view
         #: (a list answered before our own create, an event delayed in flight) is stale and changes nothing.
         self._known_version = -1
@@ -147,6 +149,8 @@ class LeaseElector:
             if self._released:  # a renewal racing the shutdown must not take back what release gave up
                 return False
             now = self._mono()
+            if now < self._sitting_out_until:  # stepped down: another replica leads meanwhile
+                return False
             try:
                 try:
                     lease: dict[str, Any] | None = self._port.get(LEASES, self.name, self.namespace)
@@ -229,26 +233,37 @@ class LeaseElector:
             metadata["annotations"] = {**(metadata.get("annotations") or {}), key: value}
             self.lease = self._port.replace(LEASES, self.name, {**current, "metadata": metadata}, self.namespace)
 
+    def step_down(self, sit_out_seconds: float) -> bool:
+        """Give the lease up now and take none for ``sit_out_seconds``: for a leader that cannot do its job from
+        where it runs (the guard, blind to Prometheus) while a standby may. Whether it was given up."""
+        with self._lock:
+            self._sitting_out_until = self._mono() + sit_out_seconds
+            return self._give_up()
+
     def release(self) -> bool:
         """Give the lease up (holder cleared, duration 1 s) if we hold it; whether it was released. Final: this
         elector neither renews nor acquires afterwards."""
         with self._lock:
             self._released = True
-            if not self.is_leader:
+            return self._give_up()
+
+    def _give_up(self) -> bool:
+        """Clear the holder (duration 1 s) if the Lease is ours; the caller holds the lock."""
+        if not self.is_leader:
+            return False
+        self._renewed_at = None  # from here on nothing of ours may write, released or not
+        try:
+            lease = self._port.get(LEASES, self.name, self.namespace)
+            spec = dict(lease.get("spec") or {})
+            if spec.get("holderIdentity") != self.identity:
                 return False
-            self._renewed_at = None  # from here on nothing of ours may write, released or not
-            try:
-                lease = self._port.get(LEASES, self.name, self.namespace)
-                spec = dict(lease.get("spec") or {})
-                if spec.get("holderIdentity") != self.identity:
-                    return False
-                spec.update(holderIdentity=None, leaseDurationSeconds=1)
-                self.lease = self._port.replace(LEASES, self.name, {**lease, "spec": spec}, self.namespace)
-                log.info("lease %s/%s released", self.namespace, self.name)
-                return True
-            except ApiError as exc:
-                log.warning("lease release %s/%s: %s", self.namespace, self.name, exc.kind)
-                return False
+            spec.update(holderIdentity=None, leaseDurationSeconds=1)
+            self.lease = self._port.replace(LEASES, self.name, {**lease, "spec": spec}, self.namespace)
+            log.info("lease %s/%s released", self.namespace, self.name)
+            return True
+        except ApiError as exc:
+            log.warning("lease release %s/%s: %s", self.namespace, self.name, exc.kind)
+            return False
 
 
 class LeaseFollower:
