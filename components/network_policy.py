@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi_kubernetes as k8s
 
+from agents.node_pools.contract import APP as NODE_POOLS
 from components.config import ClusterConfig, TrafficShape
 from components.inference import MetricsAdapterArgs
 from components.naming import Keys, common_labels
@@ -53,7 +54,7 @@ DNS_SELECTOR = {"k8s-app": "kube-dns"}
 API_SERVER_CIDRS: tuple[str, ...] = ("0.0.0.0/0",)
 API_SERVER_PORTS = (443, 6443)
 #: Our controllers: the pods that call the API server with their ServiceAccount token.
-CONTROLLERS = ("burst-controller", "health-guard", "descheduler", "prometheus-adapter")
+CONTROLLERS = ("burst-controller", "health-guard", NODE_POOLS, "descheduler", "prometheus-adapter")
 ADAPTER = "prometheus-adapter"
 HEALTH_GUARD = "health-guard"
 DEFAULT_PORTS = {"amqps": 5671, "amqp": 5672, "https": 443, "http": 80, "nats": 4222, "redis": 6379,

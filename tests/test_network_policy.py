@@ -167,6 +167,31 @@ def test_controllers_reach_the_api_server_and_nothing_else_outside(policies: Pol
     assert not policies.allowed(BURST, PROMETHEUS, 9090)
 
 
+@pytest.mark.parametrize("stack", ["prod", "local"])
+def test_every_pod_of_ours_that_mounts_a_token_reaches_the_api_server(stack: str, request: pytest.FixtureRequest
+                                                                      ) -> None:
+    """The rule behind a defect the stack-in-pods e2e found: the node-pool agent, added later, was left out of the
+    API server egress rule, so under default deny its pods never reached the API server. Any pod template the stack
+    renders in the namespaces it isolates that keeps its ServiceAccount token must be allowed there."""
+    result: RunResult = request.getfixturevalue(stack)
+    rules = Policies(result)
+    isolated = {p.metadata["namespace"] for p in result.by_kind("NetworkPolicy")
+                if p.metadata["name"] == "default-deny"}
+    checked = []
+    for kind in ("Deployment", "DaemonSet", "StatefulSet"):
+        for obj in result.by_kind(kind):
+            template = obj.inputs["spec"]["template"]
+            spec = template.get("spec") or {}
+            if obj.metadata.get("namespace") not in isolated or spec.get("automountServiceAccountToken") is False:
+                continue
+            pod = Pod(obj.metadata["namespace"], (template.get("metadata") or {}).get("labels") or {})
+            assert rules.allowed(pod, HOST, 443) or rules.allowed(pod, HOST, 6443), (
+                f"{kind} {obj.metadata['namespace']}/{obj.metadata['name']} keeps its token but cannot reach the "
+                "API server under the stack's NetworkPolicies")
+            checked.append(obj.metadata["name"])
+    assert "node-pools" in checked and "health-guard" in checked, checked
+
+
 def test_the_api_server_reaches_the_adapter_and_the_virtual_kubelets(policies: Policies) -> None:
     assert policies.allowed(HOST, ADAPTER, 6443)
     assert policies.allowed(HOST, VK, 10250) and policies.allowed(HOST, LIQO_VK, 10250)
