@@ -3,47 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.polling import wait
-from tools.localcluster import control, hostcheck, nodehost
+from tools.localcluster import control
 from tools.localcluster.plan import Layout
-from tools.localcluster.realnodes import node_paths
+from tools.localcluster.realcluster import (  # noqa: F401 - shared with the chaos soak, re-exported for the tests
+    BUILT,
+    container_pid,
+    lease_holder,
+    private_state,
+    ready_pods,
+    why_not,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
-
-
-def why_not(images: Sequence[str]) -> str | None:
-    """Why real nodes cannot run here with ``images`` (``make images`` archive names), or None."""
-    lay = Layout(BUILT)
-    missing = control.binaries_missing(lay) + control.binaries_missing(lay, nodehost.NODE_BINARIES)
-    if missing:
-        return f"the local cluster's real-node binaries are not built ({', '.join(missing)}); run `make localcluster`"
-    found = hostcheck.problems(nodehost.read_host(lay))
-    if found:
-        return "this host cannot run real nodes: " + "; ".join(found)
-    absent = [f"{n}.tar" for n in images if not (nodehost.IMAGES_DIR / f"{n}.tar").exists()]
-    if absent:
-        return f"images not built ({', '.join(absent)} in {nodehost.IMAGES_DIR}); run `make images`"
-    return None
-
-
-def private_state(prefix: str) -> Path:
-    """A fresh state folder sharing the built binaries and CRDs. Short, under /tmp: unix sockets (containerd, the
-    device plugins) must stay under 108 bytes."""
-    state = Path(f"/tmp/{prefix}-{os.getpid()}")
-    state.mkdir()
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
-    return state
 
 
 def prometheus_get(lay: Layout, namespace: str, path: str, **params: str) -> Any:
@@ -59,37 +37,6 @@ def prometheus_get(lay: Layout, namespace: str, path: str, **params: str) -> Any
     url = f"http://{pod.status.pod_ip}:{prometheus_operator.PORT}{path}{query}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.load(resp)["data"]
-
-
-def container_pid(lay: Layout, node: str, container_id: str) -> int:
-    """The host PID of a container's first process, from the node's containerd."""
-    by_name = {n.name: n for n in nodehost.recorded_nodes(lay)}
-    sock = node_paths(lay.state, by_name[node]).containerd_socket
-    cid = container_id.split("://", 1)[1]
-    out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "task", "ls"], capture_output=True,
-                         text=True, check=True).stdout
-    for line in out.splitlines()[1:]:
-        fields = line.split()
-        if fields and fields[0] == cid:
-            return int(fields[1])
-    raise AssertionError(f"container {cid} has no task on {node}:\n{out}")
-
-
-def ready_pods(lay: Layout, namespace: str, app: str) -> list[Any]:
-    """The Ready, not terminating pods of ``app`` (its ``app.kubernetes.io/name`` label)."""
-    from kubernetes import client
-
-    core: Any = client.CoreV1Api(control.api_client(lay))
-    pods = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/name={app}").items
-    return [p for p in pods if p.metadata.deletion_timestamp is None
-            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-
-
-def lease_holder(lay: Layout, namespace: str, lease: str) -> str:
-    from kubernetes import client
-
-    spec = client.CoordinationV1Api(control.api_client(lay)).read_namespaced_lease(lease, namespace).spec
-    return str(spec.holder_identity or "")
 
 
 def delete_the_leader(lay: Layout, namespace: str, app: str, settings: dict[str, Any]) -> tuple[str, str, float]:

@@ -667,3 +667,32 @@ def _guard_rail_and_repair(stack: Layout, cfg: Any, inject: Any, quarantine: Any
     assert f"patch nodes {third}" not in writes, writes
     assert names.repaired not in (core.read_node(fatal_node).metadata.labels or {}), "the repair mark stayed"
     return figures_
+
+
+# --------------------------------------------------------------------------- last: the chaos soak, short
+
+#: The short soak's faults: four, one every 30 s, drawn with this seed (``make chaos`` draws as many as its
+#: duration holds, with any seed).
+SOAK_SEED, SOAK_S, SOAK_EVERY_S = 2, 150.0, 30.0
+
+
+def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> None:
+    """``make chaos`` in short, the same code on this module's stack (last, since it restarts what the others use):
+    a fault every 30 s drawn from leaders deleted, killed and frozen past their Lease, a virtual kubelet killed, the
+    API server, etcd, the controller manager, Volcano's scheduler and controllers and the real kubelets restarted;
+    after each the cluster is whole again within the bound, and the history check over the whole audit log (every
+    test of this module included) finds no write out of turn, no pod evicted twice, no PDB floor broken and no
+    NoExecute burst taint."""
+    from tools.chaos.soak import Soak, write_report
+
+    cfg = load_stack_config(ROOT, "local", real_nodes=True)
+    kubelets = tuple(n.name for n in real_nodes_for(load_plan(ROOT, "local", real_nodes=True)))
+    soak = Soak(stack, cfg, SOAK_SEED, SOAK_S, SOAK_EVERY_S, kubelets)
+    assert {"burst-controller", "health-guard"} <= set(soak.agents), soak.agents
+    report = soak.run()
+    write_report(report, BUILT / "chaos-short.json")
+    figures["chaos_short"] = {k: report[k] for k in ("faults_by_kind", "worst_recovery_s_by_kind",
+                                                     "inference_availability")}
+    assert sum(report["faults_by_kind"].values()) == len(soak.plan) == 4, report["faults_not_injected"]
+    assert not any(report["violations"].values()), (report["violations"], report["violation_details"])
+    assert report["inference_samples"] > 0, report

@@ -1,0 +1,76 @@
+"""The chaos soak's pure parts: the seeded draw of faults and the duration flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tools.chaos.__main__ import seconds
+from tools.chaos.schedule import AGENT_FAULTS, PROCESS_OF, Fault, schedule
+
+AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), ("sys-0", "gpu-01")
+
+
+@given(st.integers(0, 2**32), st.floats(1.0, 7200.0), st.floats(1.0, 600.0))
+def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_the_same_seed(
+        seed: int, duration: float, every: float) -> None:
+    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS)
+    assert [i.at for i in plan] == [every * (n + 1) for n in range(len(plan))]
+    assert all(i.at < duration for i in plan) and (not plan or plan[-1].at + every >= duration)
+    for i in plan:
+        if i.fault in AGENT_FAULTS:
+            assert i.target in AGENTS
+        elif i.fault is Fault.PROVIDER_KILLED:
+            assert i.target in PROVIDERS
+        elif i.fault is Fault.KUBELET_RESTARTED:
+            assert i.target in KUBELETS
+        else:
+            assert i.target == PROCESS_OF[i.fault]
+    assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS)
+
+
+def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
+    plan = schedule(1, 3600, 10, (), (), ())
+    assert plan and all(i.fault in PROCESS_OF for i in plan)
+    with pytest.raises(ValueError, match="no fault kind has a target"):
+        schedule(1, 60, 10, (), (), (), kinds=AGENT_FAULTS)
+    with pytest.raises(ValueError, match="every_s must be positive"):
+        schedule(1, 60, 0, AGENTS, PROVIDERS, KUBELETS)
+
+
+def test_every_kind_is_drawn_over_a_long_soak() -> None:
+    assert {i.fault for i in schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS)} == set(Fault)
+
+
+@pytest.mark.parametrize(("text", "value"), [("90", 90.0), ("150s", 150.0), ("10m", 600.0), ("2h", 7200.0),
+                                             (" 1.5h ", 5400.0)])
+def test_durations(text: str, value: float) -> None:
+    assert seconds(text) == value
+
+
+@given(st.text(max_size=12))
+def test_a_duration_is_a_number_with_a_unit_or_a_clear_error(text: str) -> None:
+    try:
+        value = seconds(text)
+    except argparse.ArgumentTypeError as err:
+        assert str(err) == f"not a duration: {text!r} (use e.g. 150s, 10m, 2h)"
+    else:
+        assert value > 0
+
+
+def test_bench_chaos_reports_the_last_soak_or_says_none_ran(tmp_path: Path) -> None:
+    from bench import bench_chaos
+
+    assert bench_chaos.run(tmp_path / "none.json")["status"] == "not run here: run `make chaos DURATION=2h` first"
+    report = {"duration_s": 7200.0, "seed": 1, "every_s": 30.0, "faults_by_kind": {"etcd-killed": 20},
+              "worst_recovery_s_by_kind": {"etcd-killed": 41.0}, "violations": {"not-whole-within-bound": 0},
+              "inference_availability": 0.999, "violation_details": []}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    got = bench_chaos.run(tmp_path / "r.json")
+    assert got["faults_by_kind"] == {"etcd-killed": 20} and got["violations"] == {"not-whole-within-bound": 0}
+    assert got["training_steps_lost"].startswith("not measured") and "violation_details" not in got

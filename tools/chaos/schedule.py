@@ -1,0 +1,67 @@
+"""Which fault, on what, when: a seeded draw, so a run that found a defect is replayed by its seed (pure)."""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class Fault(enum.StrEnum):
+    """The faults the soak injects, one every period."""
+
+    LEADER_DELETED = "leader-deleted"  # the pod holding an HA agent's Lease is deleted
+    LEADER_KILLED = "leader-killed"  # its process is SIGKILLed in its container
+    LEADER_FROZEN = "leader-frozen"  # SIGSTOP past its Lease, then SIGCONT
+    PROVIDER_KILLED = "virtual-kubelet-killed"  # a provider's virtual kubelet SIGKILLed in its container
+    APISERVER_RESTARTED = "apiserver-restarted"
+    ETCD_KILLED = "etcd-killed"  # SIGKILL, then started again on its data
+    CONTROLLER_MANAGER_RESTARTED = "controller-manager-restarted"
+    VOLCANO_SCHEDULER_RESTARTED = "volcano-scheduler-restarted"
+    VOLCANO_CONTROLLERS_RESTARTED = "volcano-controllers-restarted"
+    KUBELET_RESTARTED = "kubelet-restarted"
+
+
+#: Faults aimed at one HA agent (the target is its app name).
+AGENT_FAULTS = (Fault.LEADER_DELETED, Fault.LEADER_KILLED, Fault.LEADER_FROZEN)
+#: Faults on one control-plane process (the target is the process's name in the local cluster).
+PROCESS_OF = {
+    Fault.APISERVER_RESTARTED: "kube-apiserver",
+    Fault.ETCD_KILLED: "etcd",
+    Fault.CONTROLLER_MANAGER_RESTARTED: "kube-controller-manager",
+    Fault.VOLCANO_SCHEDULER_RESTARTED: "vc-scheduler",
+    Fault.VOLCANO_CONTROLLERS_RESTARTED: "vc-controller-manager",
+}
+
+
+@dataclass(frozen=True)
+class Injection:
+    #: Seconds from the start of the soak.
+    at: float
+    fault: Fault
+    #: The agent, provider app, process or node it hits.
+    target: str
+
+
+def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str], providers: Sequence[str],
+             kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault)) -> list[Injection]:
+    """One fault every ``every_s`` from ``every_s`` on, while the soak lasts; kind and target drawn with ``seed``
+    among those that have a target here (no agent: no agent faults)."""
+    if every_s <= 0:
+        raise ValueError(f"every_s must be positive, got {every_s}")
+    targets: dict[Fault, Sequence[str]] = {f: agents for f in AGENT_FAULTS}
+    targets[Fault.PROVIDER_KILLED] = providers
+    targets[Fault.KUBELET_RESTARTED] = kubelets
+    targets.update({f: (process,) for f, process in PROCESS_OF.items()})
+    usable = [k for k in kinds if targets.get(k)]
+    if not usable:
+        raise ValueError("no fault kind has a target in this cluster")
+    rng = random.Random(seed)
+    out: list[Injection] = []
+    n = 1
+    while (at := every_s * n) < duration_s:  # a product, not a sum: no drift over a long soak
+        fault = rng.choice(usable)
+        out.append(Injection(at, fault, rng.choice(list(targets[fault]))))
+        n += 1
+    return out

@@ -1,0 +1,313 @@
+"""The soak: the local stack with every agent in its pods on real nodes, one fault every period, and afterwards the
+history check (tools/localcluster/history.py) over what the API server recorded.
+
+After each fault the soak waits until the cluster is whole again — the API server ready, every control-plane process
+alive, every node Ready, every Deployment of the stack's system namespace fully Ready, every HA agent led by a Ready
+replica — and records how long that took, per kind; a fault not recovered within the bound is a violation. Beside
+the faults a sampler reads, every second, each inference PodDisruptionBudget's Ready pods against its floor and
+the virtual nodes' burst taint (never NoExecute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.chaos.schedule import AGENT_FAULTS, PROCESS_OF, Fault, Injection, schedule
+from tools.localcluster import control, virtual_kubelet
+from tools.localcluster.history import fencing_violations, repeated_evictions
+from tools.localcluster.plan import Layout
+from tools.localcluster.rbac_usage import parse_audit
+from tools.localcluster.realcluster import container_pid, lease_holder, ready_pods
+
+#: How long the cluster may take to be whole again after one fault, before the soak calls it a violation.
+RECOVERY_BOUND_S = 240.0
+
+
+def say(msg: str) -> None:
+    print(f"chaos: {msg}", flush=True)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An HA agent of the stack: its app (Deployment) and Lease."""
+
+    app: str
+    #: Where its Lease lives (its settings' ``namespace``).
+    namespace: str
+    lease: str
+    lease_duration_s: float
+
+
+@dataclass
+class Record:
+    """What the soak saw: per fault its recovery, and the sampler's counts."""
+
+    recoveries: list[tuple[Injection, float | None]] = field(default_factory=list)
+    #: Faults that could not be put in place (no leader to hit at that moment, a process not recorded): not counted
+    #: as faults, listed in the report with why.
+    not_injected: list[tuple[Injection, str]] = field(default_factory=list)
+    samples: int = 0
+    below_floor: int = 0
+    below_floor_seen: Counter[str] = field(default_factory=Counter)
+    no_execute: int = 0
+    sampler_errors: int = 0
+
+
+def _settings(core: Any, namespace: str, app: str) -> dict[str, Any] | None:
+    import yaml
+    from kubernetes.client import ApiException
+
+    try:
+        cm = core.read_namespaced_config_map(f"{app}-settings", namespace)
+    except ApiException:
+        return None
+    raw = next(iter((cm.data or {}).values()), "")
+    loaded = yaml.safe_load(raw) if raw else None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def ha_agents(lay: Layout, namespace: str) -> list[Agent]:
+    """The Deployments of ``namespace`` with two replicas or more whose settings name a Lease."""
+    from kubernetes import client
+
+    api = control.api_client(lay)
+    core: Any = client.CoreV1Api(api)
+    apps: Any = client.AppsV1Api(api)
+    out = []
+    for dep in apps.list_namespaced_deployment(namespace).items:
+        settings = _settings(core, namespace, dep.metadata.name)
+        if (dep.spec.replicas or 0) >= 2 and settings and settings.get("lease_name"):
+            out.append(Agent(dep.metadata.name, str(settings.get("namespace") or namespace),
+                             str(settings["lease_name"]), float(settings.get("lease_duration_seconds") or 30)))
+    return sorted(out, key=lambda a: a.app)
+
+
+class Soak:
+    def __init__(self, lay: Layout, cfg: Any, seed: int, duration_s: float, every_s: float,
+                 kubelets: tuple[str, ...], recovery_bound_s: float = RECOVERY_BOUND_S) -> None:
+        from kubernetes import client
+
+        self.lay, self.cfg, self.seed = lay, cfg, seed
+        self.duration_s, self.every_s, self.bound = duration_s, every_s, recovery_bound_s
+        self.namespace = cfg.system_namespace
+        api = control.api_client(lay)
+        self.core: Any = client.CoreV1Api(api)
+        self.apps: Any = client.AppsV1Api(api)
+        self.policy: Any = client.PolicyV1Api(api)
+        self.agents = {a.app: a for a in ha_agents(lay, self.namespace)}
+        self.providers = {t.app: t for t in virtual_kubelet.targets(cfg)}
+        self.kubelets = kubelets
+        self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets)
+        self.record = Record()
+
+    # ------------------------------------------------------------------ faults
+
+    def _container(self, namespace: str, pod_name: str) -> tuple[str, str]:
+        pod = self.core.read_namespaced_pod(pod_name, namespace)
+        statuses = pod.status.container_statuses or []
+        if not statuses or not statuses[0].container_id:
+            raise RuntimeError(f"{namespace}/{pod_name} has no running container")
+        return pod.spec.node_name, statuses[0].container_id
+
+    def _leader_pid(self, agent: Agent) -> int:
+        holder = lease_holder(self.lay, agent.namespace, agent.lease)
+        if not holder:
+            raise RuntimeError(f"{agent.app}: nobody holds {agent.lease}")
+        return container_pid(self.lay, *self._container(self.namespace, holder))
+
+    def inject(self, injection: Injection) -> None:
+        """Do ``injection``; returns once the fault is in place (a freeze: once the process is woken again)."""
+        fault, target = injection.fault, injection.target
+        if fault in AGENT_FAULTS:
+            agent = self.agents[target]
+            if fault is Fault.LEADER_DELETED:
+                self.core.delete_namespaced_pod(lease_holder(self.lay, agent.namespace, agent.lease), self.namespace)
+            elif fault is Fault.LEADER_KILLED:
+                os.kill(self._leader_pid(agent), signal.SIGKILL)
+            else:
+                pid = self._leader_pid(agent)
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    time.sleep(agent.lease_duration_s + 5)  # past its Lease: the standby takes over meanwhile
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+        elif fault is Fault.PROVIDER_KILLED:
+            provider = self.providers[target]
+            pods = ready_pods(self.lay, provider.namespace, provider.app)
+            if not pods:
+                raise RuntimeError(f"{target}: no Ready pod to kill")
+            os.kill(container_pid(self.lay, *self._container(provider.namespace, pods[0].metadata.name)),
+                    signal.SIGKILL)
+        elif fault is Fault.KUBELET_RESTARTED:
+            self._restart(f"kubelet-{target}", kill=False)
+        else:
+            self._restart(PROCESS_OF[fault], kill=fault is Fault.ETCD_KILLED)
+
+    def _restart(self, name: str, kill: bool) -> None:
+        proc = control.load_proc(self.lay, name)
+        if proc is None:
+            raise RuntimeError(f"{name} is not a process of this cluster")
+        if kill:
+            os.kill(proc.pid, signal.SIGKILL)
+            control.wait_for(f"{name} gone", lambda: not proc.alive(), 30)
+        control.stop_process(self.lay, proc)
+        control.start_process(self.lay, name, proc.argv)
+
+    # ------------------------------------------------------------------ whole again
+
+    def problems(self) -> list[str]:
+        """What is not whole yet (empty: recovered)."""
+        found: list[str] = []
+        ports = control.load_ports(self.lay) or {}
+        try:
+            if control.api_get(self.lay, ports.get("apiserver", 0), "/readyz")[0] != 200:
+                return ["the API server is not ready"]
+        except OSError as exc:
+            return [f"the API server does not answer: {exc}"]
+        found += [f"{p.name} is not running" for p in control.recorded(self.lay)
+                  if p.name in control.CONTROL_PLANE or p.name.startswith("kubelet-")
+                  if not p.alive()]
+        try:
+            for node in self.core.list_node().items:
+                ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+                if not ready:
+                    found.append(f"node {node.metadata.name} is not Ready")
+            for dep in self.apps.list_namespaced_deployment(self.namespace).items:
+                want, have = dep.spec.replicas or 0, dep.status.ready_replicas or 0
+                if have < want:
+                    found.append(f"{dep.metadata.name}: {have}/{want} Ready")
+            for agent in self.agents.values():
+                holder = lease_holder(self.lay, agent.namespace, agent.lease)
+                if holder not in {p.metadata.name for p in ready_pods(self.lay, self.namespace, agent.app)}:
+                    found.append(f"{agent.app}: no Ready replica holds {agent.lease} (holder {holder or 'none'})")
+        except Exception as exc:  # the API answered /readyz but not this: not whole yet
+            found.append(f"the API refused a read: {type(exc).__name__}: {str(exc)[:200]}")
+        return found
+
+    def wait_whole(self, since: float) -> float | None:
+        """Seconds from ``since`` until :meth:`problems` is empty; None past the bound."""
+        last: list[str] = []
+        while time.monotonic() - since < self.bound:
+            last = self.problems()
+            if not last:
+                return round(time.monotonic() - since, 1)
+            time.sleep(1.0)
+        say(f"not whole {self.bound:g}s after the fault: {'; '.join(last[:5])}")
+        return None
+
+    # ------------------------------------------------------------------ the sampler
+
+    def sample(self) -> None:
+        """Each inference PDB's Ready pods against its floor; the burst taint's effect on every node."""
+        ns = self.cfg.inference_namespace
+        for pdb in self.policy.list_namespaced_pod_disruption_budget(ns).items:
+            floor = pdb.spec.min_available
+            if not isinstance(floor, int):
+                continue  # a percentage: the stack's PDBs give counts
+            selector = ",".join(f"{k}={v}" for k, v in (pdb.spec.selector.match_labels or {}).items())
+            pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+            ready = sum(1 for p in pods if p.metadata.deletion_timestamp is None and any(
+                c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+            if ready < floor:
+                self.record.below_floor += 1
+                self.record.below_floor_seen[pdb.metadata.name] += 1
+        burst = f"{self.cfg.label_prefix}/burst"
+        for node in self.core.list_node().items:
+            if any(t.key == burst and t.effect == "NoExecute" for t in node.spec.taints or []):
+                self.record.no_execute += 1
+        self.record.samples += 1
+
+    def _sampler(self, stop: threading.Event) -> None:
+        while not stop.wait(1.0):
+            try:
+                self.sample()
+            except Exception:  # the API server restarting: no sample this second
+                self.record.sampler_errors += 1
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self, on_fault: Callable[[Injection, float | None], None] | None = None) -> dict[str, Any]:
+        """Whole first; then each fault at its time, waiting until whole after it; then the history check."""
+        say(f"seed {self.seed}: {len(self.plan)} faults over {self.duration_s:g}s on agents {sorted(self.agents)}, "
+            f"providers {sorted(self.providers)}, kubelets {list(self.kubelets)}")
+        first = self.wait_whole(time.monotonic())
+        if first is None:
+            raise RuntimeError("the cluster is not whole before the first fault")
+        began_wall, began = time.time(), time.monotonic()
+        stop = threading.Event()
+        sampler = threading.Thread(target=self._sampler, args=(stop,), name="sampler", daemon=True)
+        sampler.start()
+        try:
+            for injection in self.plan:
+                time.sleep(max(0.0, began + injection.at - time.monotonic()))
+                say(f"t={injection.at:g}s {injection.fault} {injection.target}")
+                try:
+                    self.inject(injection)
+                except Exception as exc:
+                    say(f"could not inject {injection.fault} on {injection.target}: {exc}")
+                    self.record.not_injected.append((injection, f"{type(exc).__name__}: {exc}"[:300]))
+                    continue
+                injected = time.monotonic()
+                recovered = self.wait_whole(injected)
+                self.record.recoveries.append((injection, recovered))
+                if on_fault is not None:
+                    on_fault(injection, recovered)
+            time.sleep(max(0.0, began + self.duration_s - time.monotonic()))
+        finally:
+            stop.set()
+            sampler.join(timeout=10)
+        return self.report(began_wall, time.monotonic() - began)
+
+    def report(self, began_wall: float, elapsed_s: float) -> dict[str, Any]:
+        torn: list[str] = []
+        requests = parse_audit(self.lay.audit_log.read_text(), str(self.lay.audit_log), skipped=torn)
+        violations: Counter[str] = Counter()
+        details: list[str] = []
+        for agent in self.agents.values():
+            for v in fencing_violations(requests, agent=agent.app, namespace=agent.namespace, lease=agent.lease):
+                violations[v.invariant] += 1
+                details.append(v.detail)
+        for app in self.agents:
+            for v in repeated_evictions(requests, agent=app, since=began_wall):
+                violations[v.invariant] += 1
+                details.append(v.detail)
+        not_recovered = [i for i, r in self.record.recoveries if r is None]
+        violations["not-whole-within-bound"] = len(not_recovered)
+        violations["inference-below-pdb-floor"] = self.record.below_floor
+        violations["burst-taint-no-execute"] = self.record.no_execute
+        worst: dict[str, float] = {}
+        for injection, recovered in self.record.recoveries:
+            if recovered is not None:
+                worst[injection.fault] = max(worst.get(injection.fault, 0.0), recovered)
+        samples = self.record.samples
+        return {
+            "duration_s": round(elapsed_s, 1),
+            "seed": self.seed,
+            "every_s": self.every_s,
+            "faults_by_kind": dict(sorted(Counter(i.fault.value for i, _ in self.record.recoveries).items())),
+            "worst_recovery_s_by_kind": dict(sorted(worst.items())),
+            "violations": dict(sorted(violations.items())),
+            "violation_details": details[:50] + [f"{i.fault} on {i.target} at t={i.at:g}s: not whole"
+                                                 for i in not_recovered],
+            "inference_availability": round(1 - self.record.below_floor / samples, 5) if samples else None,
+            "inference_samples": samples,
+            "pdbs_below_floor": dict(self.record.below_floor_seen),
+            "sampler_errors": self.record.sampler_errors,
+            "audit_lines_unreadable": torn[:10],
+            "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"
+                                    for i, why in self.record.not_injected],
+        }
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,74 @@
+"""Helpers on a local cluster with real nodes that the e2e tests and the chaos soak share: why this machine cannot
+run one, a private state folder, a container's host PID, an app's Ready pods and who holds a Lease."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tools.localcluster import control, hostcheck, nodehost
+from tools.localcluster.plan import Layout
+from tools.localcluster.realnodes import node_paths
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILT = ROOT / ".state" / "localcluster"
+
+
+def why_not(images: Sequence[str]) -> str | None:
+    """Why real nodes cannot run here with ``images`` (``make images`` archive names), or None."""
+    lay = Layout(BUILT)
+    missing = control.binaries_missing(lay) + control.binaries_missing(lay, nodehost.NODE_BINARIES)
+    if missing:
+        return f"the local cluster's real-node binaries are not built ({', '.join(missing)}); run `make localcluster`"
+    found = hostcheck.problems(nodehost.read_host(lay))
+    if found:
+        return "this host cannot run real nodes: " + "; ".join(found)
+    absent = [f"{n}.tar" for n in images if not (nodehost.IMAGES_DIR / f"{n}.tar").exists()]
+    if absent:
+        return f"images not built ({', '.join(absent)} in {nodehost.IMAGES_DIR}); run `make images`"
+    return None
+
+
+def private_state(prefix: str) -> Path:
+    """A fresh state folder sharing the built binaries and CRDs. Short, under /tmp: unix sockets (containerd, the
+    device plugins) must stay under 108 bytes."""
+    state = Path(f"/tmp/{prefix}-{os.getpid()}")
+    state.mkdir()
+    (state / "bin").symlink_to(BUILT / "bin")
+    (state / "crd").symlink_to(BUILT / "crd")
+    return state
+
+
+def container_pid(lay: Layout, node: str, container_id: str) -> int:
+    """The host PID of a container's first process, from the node's containerd."""
+    by_name = {n.name: n for n in nodehost.recorded_nodes(lay)}
+    sock = node_paths(lay.state, by_name[node]).containerd_socket
+    cid = container_id.split("://", 1)[1]
+    out = subprocess.run(["ctr", "--address", str(sock), "-n", "k8s.io", "task", "ls"], capture_output=True,
+                         text=True, check=True).stdout
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == cid:
+            return int(fields[1])
+    raise AssertionError(f"container {cid} has no task on {node}:\n{out}")
+
+
+def ready_pods(lay: Layout, namespace: str, app: str) -> list[Any]:
+    """The Ready, not terminating pods of ``app`` (its ``app.kubernetes.io/name`` label)."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    pods = core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/name={app}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def lease_holder(lay: Layout, namespace: str, lease: str) -> str:
+    """Who holds the Lease ("" for nobody)."""
+    from kubernetes import client
+
+    spec = client.CoordinationV1Api(control.api_client(lay)).read_namespaced_lease(lease, namespace).spec
+    return str(spec.holder_identity or "") if spec is not None else ""
