@@ -19,7 +19,6 @@ import logging
 import random
 import statistics
 import time
-from dataclasses import replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -131,7 +130,7 @@ def hot_loop(coalesce: bool, action_backoff: bool, status: int = 403) -> dict[st
     `reconcile_due`, as `BurstShell.run` paces it."""
     settings = BurstSettings(open_below_free_gpus=1, close_at_free_gpus=8, open_hold_seconds=0)
     if not action_backoff:
-        settings = replace(settings, action_backoff_base_seconds=0.0)
+        settings = settings.replace(action_backoff_base_seconds=0.0)
     clock = _SimClock()
     api = MemoryApi(clock)
     api.put(NODES, onprem_node("n1", 8))

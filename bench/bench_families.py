@@ -172,12 +172,12 @@ def mechanisms(model: ClusterModel, workload: Workload, settings: BurstSettings,
     """The return sizes, the forecasts and all of them together, each beside the stack's settings."""
     rows: dict[str, Any] = {}
     for share in RETURN_SHARES:
-        rows[f"return {share:g}"] = mechanism(model, workload, replace(settings, return_surge_share=share), days,
+        rows[f"return {share:g}"] = mechanism(model, workload, settings.replace(return_surge_share=share), days,
                                               bound, oracle_ext)
     for label, forecast in FORECASTS:
         rows[f"forecast: {label}"] = mechanism(model, workload, settings, days, bound, oracle_ext, forecast)
     label, forecast, (warm_share, warm_ramp, surge) = COMBINED
-    combined = replace(settings, warm_pool_share=warm_share, warm_pool_ramp_seconds=warm_ramp,
+    combined = settings.replace(warm_pool_share=warm_share, warm_pool_ramp_seconds=warm_ramp,
                        return_surge_share=surge)
     rows[f"forecast: {label}"] = mechanism(model, workload, combined, days, bound, oracle_ext, forecast)
     return rows
@@ -197,10 +197,10 @@ def bounds(model: ClusterModel, workload: Workload, settings: BurstSettings, day
     variants = [(label, change, stack) for label, change in BOUNDS]
     variants += [(ALL_BOUNDS, _all_bounds, stack),
                  (f"{ALL_BOUNDS}, return {BOUND_RETURN_SHARE:g}", _all_bounds,
-                  controller(model, replace(settings, return_surge_share=BOUND_RETURN_SHARE))),
+                  controller(model, settings.replace(return_surge_share=BOUND_RETURN_SHARE))),
                  (PERFECT_FORECAST, lambda m: m, seer),
                  (PERFECT_FORECAST_AND_GPUS, BOUNDS[1][1], seer),
-                 (DEPLOYABLE, BOUNDS[1][1], controller(model, replace(settings, warm_pool_share=DEPLOYABLE_SHARE)))]
+                 (DEPLOYABLE, BOUNDS[1][1], controller(model, settings.replace(warm_pool_share=DEPLOYABLE_SHARE)))]
     # A perfect forecast serves the services alone too: its rows are measured against them with it (the target's
     # "same HPAs"), the stack's own bound beside it.
     foreseen = inference_alone(model, workload, days, WARMUP_DAYS, foresight=True).inference_availability

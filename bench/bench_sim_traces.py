@@ -107,7 +107,7 @@ def price_ranking(model: ClusterModel, settings: BurstSettings, workload: Worklo
     """What each half of the provider ranking saves: the controller with no ranking at all (providers filled
     in configured order, one deletion cost), with the placement ranking only, and with both (`ranked`)."""
     unpriced = replace(model, providers=tuple(replace(p, price_per_gpu_hour=None) for p in model.providers))
-    one_cost = replace(settings, provider_deletion_costs={})
+    one_cost = settings.replace(provider_deletion_costs={})
     runs = {"unranked": (unpriced, one_cost), "placement only": (model, one_cost)}
     keys = ("inference_availability", "external_gpu_hours")
     out: dict[str, dict[str, float]] = {}

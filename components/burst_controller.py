@@ -74,43 +74,27 @@ def handover_rules(services: list[str], warm: bool = False, home: bool = False) 
 def settings_from_config(cfg: ClusterConfig) -> BurstSettings:
     """The agent's settings as the stack deploys them: the one builder, used by this component and the simulator.
 
-    Every key comes from the stack (its ``burst`` section, label prefix, GPU resource, namespaces, the
-    handover); label and taint keys are derived by the contract from the prefix, never here. The agent
-    validates the same mapping again at start.
+    The stack's ``burst`` section is the agent's own tunables model, taken as it is; this adds only what the
+    stack derives (label prefix, GPU resource, namespaces, the handover, the providers' prices and taints).
+    Label and taint keys are derived by the contract from the prefix, never here.
     """
     burst = cfg.burst
-    return BurstSettings.from_mapping(
-        {
-            "label_prefix": cfg.label_prefix,
-            "taint_value": burst.taint_value,
-            "gpu_resource": cfg.gpu_resource,
-            "open_below_free_gpus": burst.open_below_free_gpus,
-            "close_at_free_gpus": burst.close_at_free_gpus,
-            "open_hold_seconds": float(burst.open_hold_seconds),
-            "close_hold_seconds": float(burst.close_hold_seconds),
-            "pending_grace_seconds": float(burst.pending_grace_seconds),
-            "external_deletion_cost": burst.external_deletion_cost,
-            "provider_deletion_costs": deletion_costs(cfg.providers, burst.external_deletion_cost),
-            "resync_seconds": float(burst.resync_seconds),
-            "stale_after_seconds": float(burst.stale_after_seconds),
-            "tick_seconds": float(burst.tick_seconds),
-            "namespace": cfg.system_namespace,
-            "lease_name": LEASE_NAME,
-            "handover_services": dict(cfg.handover_services),
-            "handover_timeout_seconds": float(burst.handover.timeout_seconds),
-            "handover_cover": burst.handover.cover,
-            "handover_sizing": burst.handover.sizing,
-            "handover_return_batch": burst.handover.return_batch,
-            "warm_pool_share": float(burst.warm_pool_share),
-            "warm_pool_ramp_seconds": float(burst.warm_pool_ramp_seconds),
-            "return_surge_share": float(burst.return_surge_share),
-            "inference_namespace": cfg.inference_namespace,
-            "inference_pools": list(cfg.inference_pools),
-            "provider_taints": {
-                p.name: "{key}={value}".format(**provider_taint(p)) for p in cfg.providers
-            },
-        },
+    return BurstSettings.deployed(
+        burst,
         source="stack config (burst)",
+        label_prefix=cfg.label_prefix,
+        gpu_resource=cfg.gpu_resource,
+        provider_deletion_costs=deletion_costs(cfg.providers, burst.external_deletion_cost),
+        namespace=cfg.system_namespace,
+        lease_name=LEASE_NAME,
+        handover_services=dict(cfg.handover_services),
+        handover_timeout_seconds=float(burst.handover.timeout_seconds),
+        handover_cover=burst.handover.cover,
+        handover_sizing=burst.handover.sizing,
+        handover_return_batch=burst.handover.return_batch,
+        inference_namespace=cfg.inference_namespace,
+        inference_pools=list(cfg.inference_pools),
+        provider_taints={p.name: "{key}={value}".format(**provider_taint(p)) for p in cfg.providers},
     )
 
 

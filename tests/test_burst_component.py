@@ -113,7 +113,8 @@ def test_hysteresis_band_must_be_open() -> None:
 
 def test_deletion_cost_must_be_negative() -> None:
     message = _error(lambda raw: raw["burst"].update(externalDeletionCost=5))
-    assert "burst: externalDeletionCost: must be negative so HPA scale-down removes external replicas" in message
+    # A rule on one key is reported at that key's path (the section embeds the agent's model, field rules and all).
+    assert "burst.externalDeletionCost: must be negative so HPA scale-down removes external replicas" in message
 
 
 def test_close_threshold_must_be_reachable() -> None:
@@ -129,8 +130,8 @@ def test_staleness_must_exceed_the_watch_timeout() -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        ({"tickSeconds": 61}, "burst: tickSeconds: must be at most 60"),
-        ({"staleAfterSeconds": 901}, "burst: staleAfterSeconds: must be at most 900"),
+        ({"tickSeconds": 61}, "burst.tickSeconds: Input should be less than or equal to 60"),
+        ({"staleAfterSeconds": 901}, "burst.staleAfterSeconds: Input should be less than or equal to 900"),
         ({"tickSeconds": 60, "staleAfterSeconds": 60}, "burst: tickSeconds: must be below staleAfterSeconds (60)"),
     ],
 )

@@ -310,7 +310,7 @@ def test_effective_free_counts_only_the_pools_inference_may_use(
 ) -> None:
     snapshot = snap(free, pending_train=pending, pools=pools)
     assert effective_free_gpus(snapshot, inference_pools) == expected
-    settings = replace(S, inference_pools=inference_pools)
+    settings = S.replace(inference_pools=inference_pools)
     assert decide(snapshot, OPEN, NOW, settings).effective_free_gpus == expected
 
 
@@ -335,7 +335,7 @@ def test_burst_opens_while_the_inference_pool_is_full_and_a_training_pool_idles(
     full = snap(64, pools={"serve": (0, 0), "train": (64, 0)})
     held = replace(CLOSED, low_since=NOW - 75)
     assert decide(full, held, NOW, S).flipped is None
-    decision = decide(full, held, NOW, replace(S, inference_pools=("serve",)))
+    decision = decide(full, held, NOW, S.replace(inference_pools=("serve",)))
     assert decision.flipped is Mode.OPEN
     assert decision.reasons[0] == "open: 0 effective free on-prem GPUs < 1 for 75s"
 
@@ -481,7 +481,7 @@ def test_settings_from_file(tmp_path: Path) -> None:
     s = load_file(path)
     assert (s.open_below_free_gpus, s.close_at_free_gpus, s.close_hold_seconds) == (2, 16, 900.0)
     assert BurstSettings.from_mapping(json.loads(s.to_json())) == s
-    confined = replace(s, inference_pools=("serve", "edge"))
+    confined = s.replace(inference_pools=("serve", "edge"))
     assert BurstSettings.from_mapping(json.loads(confined.to_json())) == confined
     bad = tmp_path / "bad.json"
     bad.write_text('{"close_at_free_gpus": 0}')
@@ -636,7 +636,7 @@ def test_view_asks_the_deletion_cost_only_for_pods_of_its_inference_namespace() 
     snapshot = ClusterView.from_lists([virtual_node("vk-a")], pods, S, NOW).snapshot()
     assert snapshot.pods_needing_cost == (PodRef("inference", "mine"),)
     assert snapshot.virtual_nodes["vk-a"].gpus_in_use == 4
-    elsewhere = replace(S, inference_namespace="research")
+    elsewhere = S.replace(inference_namespace="research")
     assert ClusterView.from_lists([virtual_node("vk-a")], pods, elsewhere, NOW).snapshot().pods_needing_cost == (
         PodRef("research", "theirs"),)
 
@@ -676,7 +676,7 @@ def test_a_virtual_node_without_its_provider_taint_is_tainted_first_in_any_mode(
 
 
 def test_view_marks_a_virtual_node_that_lacks_its_providers_taint() -> None:
-    settings = replace(S, provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud"})
+    settings = S.replace(provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud"})
     bare = virtual_node("vk-bare", "gpucloud", settings=settings)
     bare["spec"]["taints"] = [t for t in bare["spec"]["taints"] if t["key"] != "virtual-kubelet.io/provider"]
     wrong_value = virtual_node("vk-wrong", "gpucloud", settings=settings)
@@ -691,7 +691,7 @@ def test_view_marks_a_virtual_node_that_lacks_its_providers_taint() -> None:
 def test_each_provider_gets_its_own_deletion_cost_from_view_to_action() -> None:
     """Replicas on the dearer provider carry the lower cost, so a scale-down removes them first; a provider the
     settings do not rank takes external_deletion_cost; a node relabelled to another provider is asked again."""
-    ranked = replace(S, provider_deletion_costs={"dear": -150, "cheap": -100})
+    ranked = S.replace(provider_deletion_costs={"dear": -150, "cheap": -100})
     nodes = [onprem_node("n1", 8), virtual_node("vk-dear", "dear"), virtual_node("vk-cheap", "cheap"),
              virtual_node("vk-other", "other")]
     pods = [gpu_pod("d1", 1, node="vk-dear"), gpu_pod("d2", 1, node="vk-dear", deletion_cost=-100),
@@ -719,5 +719,5 @@ def test_each_provider_gets_its_own_deletion_cost_from_view_to_action() -> None:
 ])
 def test_provider_deletion_costs_are_checked(costs: dict[str, Any], message: str) -> None:
     with pytest.raises(SettingsError) as err:
-        replace(S, provider_deletion_costs=costs)
+        S.replace(provider_deletion_costs=costs)
     assert str(err.value) == message

@@ -83,7 +83,7 @@ def first(decisions: list[tuple[float, Decision]], kind: ActionKind) -> float | 
 
 
 def test_cover_minimum_close_waits_for_the_minimum_not_the_current_count() -> None:
-    minimum = replace(S, handover_cover=Cover.MINIMUM)
+    minimum = S.replace(handover_cover=Cover.MINIMUM)
     # Open, the close condition held: 4 external replicas (minReplicas 2) go home when the burst closes.
     snapshot = Snapshot(
         synced=True, observed_at=NOW, onprem_allocatable_gpus=64, onprem_free_gpus=32,

@@ -180,12 +180,12 @@ def test_a_gang_waits_only_for_the_services_it_displaces() -> None:
     other = svc(onprem={}, external=2, standby=2, standby_ready=0, live=4)
     snapshot = replace(snap(svc(standby=4), unplaced={"a": 32}, gated=GANG),
                        services={"svc": svc(standby=4), "other": other})
-    decision = decide(snapshot, CLOSED, NOW, replace(S, handover_services={"svc": 4, "other": 4}))
+    decision = decide(snapshot, CLOSED, NOW, S.replace(handover_services={"svc": 4, "other": 4}))
     assert len(kinds(decision, ActionKind.UNGATE)) == 4
 
 
 def test_gate_released_at_once_without_handover_services() -> None:
-    off = replace(S, handover_services={})
+    off = S.replace(handover_services={})
     decision = decide(snap(None, unplaced={"a": 32}, gated=GANG), CLOSED, NOW, off)
     assert len(kinds(decision, ActionKind.UNGATE)) == 4
     assert standby_of(decision) is None
@@ -237,7 +237,7 @@ def test_return_home_shrinks_the_standby_as_replicas_arrive() -> None:
 
 def test_cover_minimum_caps_the_standby_at_min_replicas() -> None:
     decision = decide(snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, NOW,
-                      replace(S, handover_cover=Cover.MINIMUM))
+                      S.replace(handover_cover=Cover.MINIMUM))
     assert standby_of(decision) == 4
 
 

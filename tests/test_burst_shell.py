@@ -7,7 +7,6 @@ rules (backoff, coalescing, the lease before every write, freshness) are tested 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -430,7 +429,7 @@ def test_a_virtual_node_created_without_its_provider_taint_gets_it_back(api: tup
     taint is added as NoSchedule, every other taint kept, the annotation of our own taint left alone, and one
     Warning event says why; a node that has its provider taint (any effect) is never touched."""
     fake, url = api
-    settings = dataclasses.replace(S, provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud",
+    settings = S.replace(provider_taints={"gpucloud": "virtual-kubelet.io/provider=gpucloud",
                                                        "othercloud": "virtual-kubelet.io/provider=othercloud"})
     exhausted_cluster(fake)
     bare = virtual_node("vk-a", burst_effect="NoSchedule", settings=settings)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -109,7 +108,7 @@ def test_a_patch_that_fails_for_good_is_not_hammered(status: int) -> None:
 
 def test_the_previous_shell_hammered_the_api() -> None:
     """The baseline the benchmark keeps: a reconcile per event and no per-action backoff."""
-    sh, api, clock = leading_shell(replace(S, action_backoff_base_seconds=0), coalesce=False)
+    sh, api, clock = leading_shell(S.replace(action_backoff_base_seconds=0), coalesce=False)
     api.fail_always("patch:nodes", ApiException(status=403, reason="Forbidden"))
     drive(sh, clock, 10, events_per_second=100)
     assert api.count("patch:nodes") >= 1000

@@ -94,7 +94,7 @@ def test_a_scale_down_removes_the_lower_deletion_cost_first(costs: dict[str, int
     `second`; the controller patches each pod with its provider's cost, and the ReplicaSet ranks by it."""
     first, second = ProviderModel("first", "vk-first", 1, 100), ProviderModel("second", "vk-second", 1, 100)
     two = replace(ONE, providers=(first, second))
-    policy = Policy("controller", CONTROLLER, replace(SETTINGS, provider_deletion_costs=costs), two.descheduler)
+    policy = Policy("controller", CONTROLLER, SETTINGS.replace(provider_deletion_costs=costs), two.descheduler)
     sim = Simulator(two, JOB, policy, 1300.0, check=True)
     sim.run()
     assert sim.cluster.vn_used == [1, 1]
@@ -288,7 +288,7 @@ def test_quiet_ticks_change_nothing_with_the_ramp_cover_on() -> None:
     """The ramp moves with the clock while a replica count changed within its window: the adapter then runs
     every tick, so skipping the others still gives the exact outcome, and the ramp's standby is exercised."""
     model, settings, workload = small_stack()
-    ramping = replace(settings, handover_ramp_seconds=180.0)
+    ramping = settings.replace(handover_ramp_seconds=180.0)
     policy = Policy("controller", CONTROLLER, ramping, model.descheduler)
     _, quiet, _ = quiet_and_exact(model, workload, policy)
     base = simulate(model, workload, Policy("controller", CONTROLLER, settings, model.descheduler), 0.5 * 86400,
@@ -476,7 +476,7 @@ def test_warm_up_is_not_measured() -> None:
 
 
 # The handover on the one-node cluster: the service (minReplicas 2) is protected, the gate times out after 300 s.
-HANDOVER = replace(SETTINGS, handover_services={"svc": 2}, handover_timeout_seconds=300.0)
+HANDOVER = SETTINGS.replace(handover_services={"svc": 2}, handover_timeout_seconds=300.0)
 WITH_HANDOVER = replace(OURS, settings=HANDOVER)
 
 

@@ -15,7 +15,7 @@ from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
 from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack
 
-HOME = replace(OURS, settings=replace(HANDOVER, return_surge_share=1.0))
+HOME = replace(OURS, settings=HANDOVER.replace(return_surge_share=1.0))
 
 
 def idle() -> Simulator:
@@ -85,7 +85,7 @@ def test_the_invariants_catch_a_misfiled_bridge_pod() -> None:
 
 def test_the_controller_brings_replicas_home_without_a_dip_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
-    home = Policy("controller", CONTROLLER, replace(settings, return_surge_share=0.25), model.descheduler)
+    home = Policy("controller", CONTROLLER, settings.replace(return_surge_share=0.25), model.descheduler)
     sims, quiet, _ = quiet_and_exact(model, workload, home, check=True)
     assert sims[0].counters.return_evictions > 0
     base = simulate(model, workload, replace(home, settings=settings), 0.5 * 86400, 0.25 * 86400)

@@ -16,7 +16,7 @@ from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
 from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack
 
-WARM = replace(OURS, settings=replace(HANDOVER, warm_pool_share=1.0))
+WARM = replace(OURS, settings=HANDOVER.replace(warm_pool_share=1.0))
 COLD_S, WARM_S = ONE.latencies.external_start_s, ONE.latencies.external_warm_start_s
 
 
@@ -140,7 +140,7 @@ def test_the_invariants_catch_misfiled_placeholders() -> None:
 
 def test_the_controller_keeps_a_warm_pool_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
-    warm = Policy("controller", CONTROLLER, replace(settings, warm_pool_share=0.25, warm_pool_ramp_seconds=180.0),
+    warm = Policy("controller", CONTROLLER, settings.replace(warm_pool_share=0.25, warm_pool_ramp_seconds=180.0),
                   model.descheduler)
     sims, quiet, _ = quiet_and_exact(model, workload, warm, check=True)
     assert sims[0].controller is not None and sims[0].controller.stats.warm_scales > 0

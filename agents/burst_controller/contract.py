@@ -1,26 +1,30 @@
 """The burst controller's contract with the rest of the project: names, bounds, the settings type and defaults.
 
-No I/O and nothing outside the standard library: the deploying component, the stack config's validators, the
-simulator and the controller itself all read their names and numbers from here, so they cannot drift apart.
-Reading the settings file is `settings.load_file`'s job. Label and annotation keys are derived from the
-stack's label prefix in one place (`BurstKeys`); the defaults are the reviewed values of the stack config's
-`burst` section.
+No I/O: the stack's `burst` section (`BurstTunables`, which the stack config embeds as it is), the deploying
+component, the simulator and the controller itself (`BurstSettings`: the tunables plus what the stack derives)
+read their names, bounds and defaults from here, so they cannot drift apart. Reading the settings file is
+`settings.load_file`'s job. Label and annotation keys are derived from the stack's label prefix in one place
+(`BurstKeys`).
 
 Every knob has a default that encodes the design (NoSchedule-only taint, asymmetric hysteresis); a bad value
-fails at start with an error that names the key and the file, never later at runtime.
+fails at preview (the stack validates the same model) and again at start, with an error that names the key and
+the file, never later at runtime.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
 from agents import node_taints
+from agents.kit.settings import DnsLabel, Number, SettingsModel, Share, settings_error
+from agents.kit.settings import SettingsError as SettingsError
 
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """Upstream annotation the ReplicaSet controller reads to choose which pods go first on scale-down."""
@@ -131,67 +135,157 @@ def standby_deployment(service: str) -> str:
     return f"{service}-standby"
 
 
-class SettingsError(ValueError):
-    """A settings value is missing, unknown or out of range; the message names the key."""
+Seconds = Annotated[float, Number, Field(ge=0)]
+PositiveSeconds = Annotated[float, Number, Field(gt=0)]
+Count = Annotated[int, Number, Field(ge=0)]
 
 
-@dataclass(frozen=True)
-class BurstSettings:
-    """All tunables of the controller; thresholds are GPU counts, durations are seconds.
+def _external_cost(value: int) -> int:
+    if value >= 0:
+        raise ValueError(
+            f"must be negative so HPA scale-down removes external replicas before on-prem ones (unannotated pods "
+            f"count as 0), got {value}")
+    return value
 
-    Defaults equal the stack config's `burst` defaults (open below 8, close at 32, resync 30 s): those are
-    the reviewed values; the config's own defaults and bounds are read from here.
+
+class BurstTunables(SettingsModel):
+    """What the stack's `burst` section sets for the controller: thresholds are GPU counts, durations seconds.
+
+    The stack config's section derives from this class, so these keys, bounds, defaults and descriptions are
+    the stack's too; the defaults are the reviewed values (open below 8, close at 32, resync 30 s).
     """
 
-    label_prefix: str = DEFAULT_LABEL_PREFIX
-    # Empty means "<label_prefix>/burst"; resolved in __post_init__ so the key follows the prefix.
+    taint_value: DnsLabel = "closed"
+    """Value of the burst taint `<labelPrefix>/burst=<value>:NoSchedule` that the controller keeps on every
+    virtual node while the burst is closed."""
+    open_below_free_gpus: Count = 8
+    """Open the burst when the effective free on-prem GPUs (per pool, free minus what pending training needs; only
+    the pools the inference services may run in) stay below this for `openHoldSeconds`."""
+    close_at_free_gpus: Annotated[int, Number, Field(gt=0)] = 32
+    """Close the burst when the effective free on-prem GPUs reach this plus the GPUs inference uses externally,
+    for `closeHoldSeconds`; above `openBelowFreeGpus`, so the taint does not flap."""
+    open_hold_seconds: Seconds = 60.0
+    """How long the shortage must last before the burst opens (seconds)."""
+    close_hold_seconds: Seconds = 600.0
+    """How long the plenty must last before the burst closes and external replicas go home (seconds)."""
+    pending_grace_seconds: Seconds = 5.0
+    """Inference GPUs pending this long open the burst whatever the free count (seconds). Short: the scheduler
+    marks a pod Unschedulable only after a full cycle (and a preemption attempt), and opening only removes a
+    taint (no GPU is bought until a pod lands); every second here adds to a cold external start."""
+    external_deletion_cost: Annotated[int, Number, Field(ge=-(2**31)), AfterValidator(_external_cost)] = -100
+    """`pod-deletion-cost` the controller gives inference replicas on virtual nodes: negative, so an HPA
+    scale-down removes them before on-prem ones; with priced providers the dearer ones get less."""
+    resync_seconds: PositiveSeconds = 30.0
+    """How often the controller lists everything again, repairing what a missed watch event left wrong
+    (seconds)."""
+    stale_after_seconds: Annotated[float, Number, Field(gt=0, le=MAX_STALE_AFTER_SECONDS)] = 120.0
+    """With cluster data older than this (seconds) the controller leaves the taints as they are; a longer gap
+    between two decisions restarts the holds."""
+    tick_seconds: Annotated[float, Number, Field(gt=0, le=MAX_TICK_SECONDS)] = 5.0
+    """How often the controller decides (seconds); hold timers and the handover timeout are as precise as
+    this."""
+    warm_pool_share: Share = 0.0
+    """Warm external capacity: while the burst is open, each handover service keeps this share of its replicas
+    (rounded up) as placeholders on virtual nodes (its `<service>-warm` Deployment, the lowest priority), so a
+    scale-up landing on one starts warm in seconds instead of a cold external start of minutes. At every
+    service's maxReplicas it must fit on the GPUs of the providers it may run on. 0: none; what each size costs
+    and serves is in bench/report.md."""
+    warm_pool_ramp_seconds: Seconds = 0.0
+    """The warm pool also holds the rise each service's replica count is expected to make over this many
+    seconds (its rise over the last 5 minutes carried forward), at most its current count; 0: share alone."""
+    return_surge_share: Share = 0.0
+    """Make-before-break return: external replicas come home while the burst is open once on-prem has room
+    training does not need; each handover service's on-prem `<service>-return` Deployment (at most this share
+    of its replicas, rounded up: the surge the HPA tolerates) starts the replacements first, the controller
+    evicts an external replica only for a Ready one. 0: no bridge, the descheduler's return after the close;
+    what it moves is in bench/report.md."""
+
+    @model_validator(mode="after")
+    def _hysteresis_and_timing(self) -> Self:
+        """The rules between the tunables, spelled as the reader of this model spells its keys."""
+        k = self.spell
+        if self.close_at_free_gpus <= self.open_below_free_gpus:
+            raise ValueError(
+                f"{k('close_at_free_gpus')}: must exceed {k('open_below_free_gpus')} ({self.open_below_free_gpus}) "
+                f"or the taint flaps, got {self.close_at_free_gpus}")
+        if self.tick_seconds >= self.stale_after_seconds:
+            raise ValueError(
+                f"{k('tick_seconds')}: must be below {k('stale_after_seconds')} ({self.stale_after_seconds:g}), "
+                f"otherwise every decision sees data older than the limit, got {self.tick_seconds:g}")
+        watch = getattr(self, "watch_timeout_seconds", WATCH_TIMEOUT_SECONDS)
+        if watch >= self.stale_after_seconds:
+            raise ValueError(
+                f"{k('stale_after_seconds')}: must exceed {k('watch_timeout_seconds')} ({watch}), otherwise a quiet "
+                f"cluster looks stale, got {self.stale_after_seconds:g}")
+        return self
+
+    def tunables(self) -> dict[str, Any]:
+        """The values of this class's own keys (a stack section holds more: its deployment's)."""
+        return {name: getattr(self, name) for name in BurstTunables.model_fields}
+
+
+def _deletion_costs(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        for provider, cost in value.items():
+            if not provider or isinstance(cost, bool) or not isinstance(cost, int) or not -(2**31) <= cost < 2**31:
+                raise ValueError(f"{provider!r} must map to an int32 pod-deletion-cost, got {cost!r}")
+    return value
+
+
+def _handover_services(value: dict[str, int]) -> dict[str, int]:
+    for service, minimum in value.items():
+        if not service or minimum < 1:
+            raise ValueError(f"{service!r} must map to a minReplicas >= 1, got {minimum!r}")
+    return value
+
+
+def _label_prefix(value: str) -> str:
+    if not value or "/" in value:
+        raise ValueError(f"must be a DNS prefix without '/', got {value!r}")
+    return value
+
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class BurstSettings(BurstTunables):
+    """All settings of the controller: the stack's tunables plus what the stack derives for it (names, the
+    providers' taints and prices, the handover services) and the agent's own timings."""
+
+    label_prefix: Annotated[str, AfterValidator(_label_prefix)] = DEFAULT_LABEL_PREFIX
+    # Empty means "<label_prefix>/burst", so the key follows the prefix.
     taint_key: str = ""
-    taint_value: str = "closed"
-    gpu_resource: str = "nvidia.com/gpu"
-    # Hysteresis band: open below `open_below_free_gpus`, close at `close_at_free_gpus` + GPUs in use
-    # externally. The gap between the two is what keeps the taint from flapping.
-    open_below_free_gpus: int = 8
-    close_at_free_gpus: int = 32
-    open_hold_seconds: float = 60.0
-    close_hold_seconds: float = 600.0
-    # An inference pod unschedulable this long opens the burst. Short: the scheduler marks a pod Unschedulable
-    # only after a full cycle (and a preemption attempt), and opening is only a taint removed (no GPU is
-    # bought until a pod lands); every second here adds to a cold external start (bench_families: 30 s -> 5 s
-    # moves availability on every family and no taint flip).
-    pending_grace_seconds: float = 5.0
-    external_deletion_cost: int = -100
+    gpu_resource: NonEmpty = "nvidia.com/gpu"
     # Provider name -> the pod-deletion-cost of replicas on its virtual node, lower for a dearer provider, so a
     # scale-down removes the dearest external replicas first; a provider not listed takes external_deletion_cost.
-    provider_deletion_costs: dict[str, int] = field(default_factory=dict)
-    max_cost_patches_per_cycle: int = 50
-    resync_seconds: float = 30.0
-    tick_seconds: float = 5.0
-    stale_after_seconds: float = 120.0
-    watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS
-    namespace: str = "gpu-burst"
-    lease_name: str = "burst-controller"
-    lease_duration_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
-    retry_period_seconds: float = 2.0
-    request_timeout_seconds: float = 10.0
-    api_retry_attempts: int = 5
-    backoff_base_seconds: float = 0.5
-    backoff_max_seconds: float = 10.0
+    provider_deletion_costs: Annotated[dict[str, int], BeforeValidator(_deletion_costs)] = Field(default_factory=dict)
+    max_cost_patches_per_cycle: Count = 50
+    watch_timeout_seconds: Annotated[int, Number, Field(gt=0)] = WATCH_TIMEOUT_SECONDS
+    namespace: NonEmpty = "gpu-burst"
+    lease_name: NonEmpty = "burst-controller"
+    lease_duration_seconds: PositiveSeconds = 15.0
+    renew_deadline_seconds: PositiveSeconds = 10.0
+    retry_period_seconds: PositiveSeconds = 2.0
+    request_timeout_seconds: PositiveSeconds = 10.0
+    api_retry_attempts: Annotated[int, Number, Field(gt=0)] = 5
+    backoff_base_seconds: Seconds = 0.5
+    backoff_max_seconds: PositiveSeconds = 10.0
     # An action that failed (after its immediate retries) is not tried again before this delay, doubled per
     # further failure up to the max, with jitter: a patch the API refuses for good cannot hammer it.
-    action_backoff_base_seconds: float = 2.0
-    action_backoff_max_seconds: float = 300.0
+    action_backoff_base_seconds: Seconds = 2.0
+    action_backoff_max_seconds: PositiveSeconds = 300.0
     # Make-before-break handover: inference service -> minReplicas. Training pods carry the handover
     # scheduling gate; the controller scales each service's standby Deployment on virtual nodes until the
     # replicas a gang (or the return home) is about to take away are covered, and only then lifts the gate
     # or closes the burst. Empty: no standby is managed and gated pods are released at once.
-    handover_services: dict[str, int] = field(default_factory=dict)
+    handover_services: Annotated[dict[str, Annotated[int, Number]], AfterValidator(_handover_services)] = Field(
+        default_factory=dict)
     # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
-    handover_timeout_seconds: float = 300.0
+    handover_timeout_seconds: Seconds = 300.0
     # Provider name -> its own taint as "key=value". A virtual kubelet taints its node only when it creates
     # it; a node that something else created first (the stack's label patch can) would be open to every pod.
     # The controller adds a missing provider taint (NoSchedule) and never removes or changes one.
-    provider_taints: dict[str, str] = field(default_factory=dict)
+    provider_taints: dict[str, str] = Field(default_factory=dict)
     handover_cover: Cover = Cover.CURRENT
     # POOL sizes the standby to every ready replica in the pool a waiting gang does not fit, DISPLACED to the
     # replicas on the GPUs it lacks (node by node, at most that many per service). Measured at 4,096 GPUs × 30
@@ -201,87 +295,107 @@ class BurstSettings:
     # While returning home, at most this many external replicas per service count as at risk (the ones the
     # descheduler moves at once); 0 = all of them. A cap of 8 saves 0.2-1.2 % of external GPU·h and loses up to
     # 0.003 points of availability (measured as above), so 0 stays the default.
-    handover_return_batch: int = 0
+    handover_return_batch: Count = 0
     # The standby also covers the demand ramp expected while it starts: the rise of each service's replica
     # count over the last `handover_ramp_window_seconds`, carried `handover_ramp_seconds` ahead (the external
     # start, 180 s in the simulator), at most the current count. 0 (default): the standby replaces what the
     # gang takes and no more. Measured on the demand families (bench/bench_families.py, 4,096 GPUs × 7 days)
     # 180 s narrows steep ramps' gap by 0.014 points but widens decays' by 0.035 (the standby takes external
     # room the HPA's own scale-ups need) for 3-18 % more standby GPU·h, so it stays off.
-    handover_ramp_seconds: float = 0.0
-    handover_ramp_window_seconds: float = 300.0
-    # Warm external capacity: while the burst is open, each handover service keeps placeholder replicas on
-    # virtual nodes (its `<service>-warm` Deployment: the service's image started and asleep, the lowest
-    # inference priority, so any replica preempts it) and a replica landing on one starts warm, in seconds,
-    # instead of a cold external start of minutes (llm-d: 4 s warm against 85 s cold; a cold 10-20 GB pull
-    # takes 7-10 min). The pool is `warm_pool_share` of the service's replicas (rounded up) plus the rise the
-    # forecast expects over `warm_pool_ramp_seconds` (`expected_ramp` on the replica count over
-    # `handover_ramp_window_seconds`), at most the current count; 0 and 0 (default): no warm pool. What each
-    # size costs and serves is in bench/report.md (bench_families): on the demand families (4,096 GPUs x 7
-    # days) a share of 0.25 gains 0.01-0.05 availability points for 10-25 % more external GPU·h, 0.1 about
-    # half of that, the ramp alone almost nothing; no family reaches the 0.02-point target by it, and every
-    # size moves external GPU·h further from 1.3x the oracle, so it stays off.
-    warm_pool_share: float = 0.0
-    warm_pool_ramp_seconds: float = 0.0
-    # Make-before-break return: while external replicas of a handover service are ready and on-prem has room
-    # that training does not need (effective free GPUs above `open_below_free_gpus`), the controller scales the
-    # service's on-prem `<service>-return` Deployment (selected by the Service and the PDB, not by the HPA),
-    # waits until those pods are Ready, then evicts as many external replicas, the dearest provider's first;
-    # their replacements land on-prem beside the bridge, which goes once they are Ready. At most
-    # ceil(`return_surge_share` x replicas) bridge pods per service: the surge the HPA tolerates (its 10 %
-    # tolerance, under its 300 s scale-down window). 0 (default): no bridge, the descheduler's return only.
-    # Measured (4,096 GPUs x 7 days, share 0.1): external GPU·h -6 % (diurnal), -11 % (steep ramps), -18 % (flash
-    # crowds), the GPU·h waiting on open virtual nodes while on-prem has room -56 to -61 %, but availability
-    # +0.004 points on diurnal and -0.009 / -0.022 on steep ramps / flash crowds (the room the moved replicas
-    # take is what the next ramp's scale-ups needed, so those start cold externally): it stays off.
-    return_surge_share: float = 0.0
-    inference_namespace: str = "inference"
+    handover_ramp_seconds: Seconds = 0.0
+    handover_ramp_window_seconds: Seconds = 300.0
+    inference_namespace: NonEmpty = "inference"
     # The on-prem pools inference may run in (the pools its services are confined to); empty = every pool, and
     # GPUs on nodes of no pool. Free GPUs elsewhere are no room for inference, so they cannot keep the burst shut.
     inference_pools: tuple[str, ...] = ()
-    # Derived names, filled from label_prefix.
-    pool_label: str = field(default="", init=False)
-    location_label: str = field(default="", init=False)
-    provider_label: str = field(default="", init=False)
-    workload_label: str = field(default="", init=False)
-    thermal_taint_key: str = field(default="", init=False)
-    health_taint_key: str = field(default="", init=False)
-    changed_at_annotation: str = field(default="", init=False)
-    service_label: str = field(default="", init=False)
-    role_label: str = field(default="", init=False)
-    handover_gate: str = field(default="", init=False)
 
-    def __post_init__(self) -> None:
-        keys = BurstKeys(self.label_prefix)
-        derived = {
-            "pool_label": keys.pool,
-            "location_label": keys.location,
-            "provider_label": keys.provider,
-            "workload_label": keys.workload,
-            "thermal_taint_key": keys.thermal_taint,
-            "health_taint_key": keys.health_taint,
-            "changed_at_annotation": keys.changed_at_annotation,
-            "service_label": keys.service,
-            "role_label": keys.role,
-            "handover_gate": keys.handover_gate,
-        }
-        for name, value in derived.items():
-            object.__setattr__(self, name, value)
-        if not self.taint_key:
-            object.__setattr__(self, "taint_key", keys.burst_taint)
-        for name, kind in (("handover_cover", Cover), ("handover_sizing", Sizing)):
-            value = getattr(self, name)
-            if isinstance(value, str) and not isinstance(value, kind):
-                try:
-                    object.__setattr__(self, name, kind(value))
-                except ValueError:
-                    allowed = " or ".join(repr(c.value) for c in kind)
-                    raise SettingsError(f"{name}: must be {allowed}, got {value!r}") from None
-        self._validate()
+    def __init__(self, **data: Any) -> None:
+        """Direct construction (tests, the simulator) fails as a ConfigMap does: a `SettingsError` naming the key.
+        (Only on the agent's model: pydantic calls a custom ``__init__`` for nested models too.)"""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise settings_error(type(self), exc, "") from None
 
-    @property
+    @model_validator(mode="before")
+    @classmethod
+    def _default_taint_key(cls, data: Any) -> Any:
+        """An empty taint key follows the label prefix: ``<label_prefix>/burst``."""
+        if isinstance(data, dict) and not (data.get("taint_key") or data.get("taintKey")):
+            prefix = data.get("label_prefix", data.get("labelPrefix", DEFAULT_LABEL_PREFIX))
+            data = {k: v for k, v in data.items() if k != "taintKey"}
+            data["taint_key"] = f"{prefix}/burst" if isinstance(prefix, str) else ""
+        return data
+
+    @model_validator(mode="after")
+    def _agent_rules(self) -> Self:
+        if "/" not in self.taint_key:
+            raise ValueError(f"taint_key: must look like '<prefix>/<name>', got {self.taint_key!r}")
+        if self.taint_key.startswith(f"{VK_PROVIDER_TAINT.split('/')[0]}/"):
+            raise ValueError("taint_key: the provider's own taint is not ours to manage")
+        for provider, taint in self.provider_taints.items():
+            key, sep, _ = taint.partition("=")
+            if not sep or not key or "/" not in key:
+                raise ValueError(f"provider_taints.{provider}: must be '<prefix>/<name>=<value>', got {taint!r}")
+            if key == self.taint_key:
+                raise ValueError(f"provider_taints.{provider}: {self.taint_key!r} is the burst taint, not a provider's")
+        for index, pool in enumerate(self.inference_pools):
+            if not pool or pool in self.inference_pools[:index]:
+                raise ValueError(f"inference_pools[{index}]: must be a distinct pool name, got {pool!r}")
+        if self.renew_deadline_seconds >= self.lease_duration_seconds:
+            raise ValueError(
+                "renew_deadline_seconds: must be below lease_duration_seconds "
+                f"({self.lease_duration_seconds:g}) so a leader steps down before another can take over")
+        return self
+
+    @classmethod
+    def deployed(cls, tunables: BurstTunables, source: str, **derived: Any) -> BurstSettings:
+        """The settings the stack deploys: its section's tunables as they are, plus what it derives."""
+        return cls.parse({**tunables.tunables(), **derived}, source=source)
+
+    @cached_property
     def keys(self) -> BurstKeys:
         return BurstKeys(self.label_prefix)
+
+    @cached_property
+    def pool_label(self) -> str:
+        return self.keys.pool
+
+    @cached_property
+    def location_label(self) -> str:
+        return self.keys.location
+
+    @cached_property
+    def provider_label(self) -> str:
+        return self.keys.provider
+
+    @cached_property
+    def workload_label(self) -> str:
+        return self.keys.workload
+
+    @cached_property
+    def thermal_taint_key(self) -> str:
+        return self.keys.thermal_taint
+
+    @cached_property
+    def health_taint_key(self) -> str:
+        return self.keys.health_taint
+
+    @cached_property
+    def changed_at_annotation(self) -> str:
+        return self.keys.changed_at_annotation
+
+    @cached_property
+    def service_label(self) -> str:
+        return self.keys.service
+
+    @cached_property
+    def role_label(self) -> str:
+        return self.keys.role
+
+    @cached_property
+    def handover_gate(self) -> str:
+        return self.keys.handover_gate
 
     @property
     def return_bridge(self) -> bool:
@@ -297,179 +411,15 @@ class BurstSettings:
         """The pod-deletion-cost of an external replica on `provider`'s virtual node."""
         return self.provider_deletion_costs.get(provider, self.external_deletion_cost)
 
-    def _validate(self) -> None:
-        if not self.label_prefix or "/" in self.label_prefix:
-            raise SettingsError(f"label_prefix: must be a DNS prefix without '/', got {self.label_prefix!r}")
-        if "/" not in self.taint_key:
-            raise SettingsError(f"taint_key: must look like '<prefix>/<name>', got {self.taint_key!r}")
-        if self.taint_key.startswith("virtual-kubelet.io/"):
-            raise SettingsError("taint_key: the provider's own taint is not ours to manage")
-        for provider, taint in self.provider_taints.items():
-            key, sep, _ = taint.partition("=")
-            if not sep or not key or "/" not in key:
-                raise SettingsError(f"provider_taints.{provider}: must be '<prefix>/<name>=<value>', got {taint!r}")
-            if key == self.taint_key:
-                raise SettingsError(f"provider_taints.{provider}: {key!r} is the burst taint, not a provider's")
-        for name in ("open_below_free_gpus", "close_at_free_gpus", "max_cost_patches_per_cycle",
-                     "handover_return_batch"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.warm_pool_share <= 1.0:
-            raise SettingsError(f"warm_pool_share: must be between 0 and 1 (a share of the replicas), got "
-                                f"{self.warm_pool_share:g}")
-        if not 0.0 <= self.return_surge_share <= 1.0:
-            raise SettingsError(f"return_surge_share: must be between 0 and 1 (a share of the replicas), got "
-                                f"{self.return_surge_share:g}")
-        if self.close_at_free_gpus <= self.open_below_free_gpus:
-            raise SettingsError(
-                f"close_at_free_gpus: must exceed open_below_free_gpus ({self.open_below_free_gpus}) "
-                f"or the taint flaps, got {self.close_at_free_gpus}"
-            )
-        holds = (
-            "open_hold_seconds",
-            "close_hold_seconds",
-            "pending_grace_seconds",
-            "backoff_base_seconds",
-            "handover_timeout_seconds",
-            "handover_ramp_seconds",
-            "handover_ramp_window_seconds",
-            "warm_pool_ramp_seconds",
-            "action_backoff_base_seconds",
-        )
-        for name in holds:
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        for name in (
-            "resync_seconds",
-            "tick_seconds",
-            "stale_after_seconds",
-            "watch_timeout_seconds",
-            "lease_duration_seconds",
-            "renew_deadline_seconds",
-            "retry_period_seconds",
-            "request_timeout_seconds",
-            "api_retry_attempts",
-            "backoff_max_seconds",
-            "action_backoff_max_seconds",
-        ):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name}: must be > 0, got {getattr(self, name)}")
-        if self.tick_seconds > MAX_TICK_SECONDS:
-            raise SettingsError(f"tick_seconds: must be at most {MAX_TICK_SECONDS:g}, got {self.tick_seconds:g}")
-        if self.stale_after_seconds > MAX_STALE_AFTER_SECONDS:
-            raise SettingsError(
-                f"stale_after_seconds: must be at most {MAX_STALE_AFTER_SECONDS}, got {self.stale_after_seconds:g}"
-            )
-        if self.tick_seconds >= self.stale_after_seconds:
-            raise SettingsError(
-                f"tick_seconds: must be below stale_after_seconds ({self.stale_after_seconds:g}), otherwise "
-                f"every decision sees data older than the limit, got {self.tick_seconds:g}"
-            )
-        if self.renew_deadline_seconds >= self.lease_duration_seconds:
-            raise SettingsError(
-                "renew_deadline_seconds: must be below lease_duration_seconds "
-                f"({self.lease_duration_seconds:g}) so a leader steps down before another can take over"
-            )
-        if self.watch_timeout_seconds >= self.stale_after_seconds:
-            raise SettingsError(
-                f"stale_after_seconds: must exceed watch_timeout_seconds ({self.watch_timeout_seconds}), otherwise "
-                f"a quiet cluster looks stale, got {self.stale_after_seconds:g}"
-            )
-        if not -(2**31) <= self.external_deletion_cost <= 2**31 - 1:
-            raise SettingsError("external_deletion_cost: must fit in int32 (the annotation's range)")
-        if self.external_deletion_cost >= 0:
-            raise SettingsError(
-                f"external_deletion_cost: must be negative so HPA scale-down removes external replicas before "
-                f"on-prem ones (unannotated pods count as 0), got {self.external_deletion_cost}")
-        for provider, cost in self.provider_deletion_costs.items():
-            if not provider or isinstance(cost, bool) or not isinstance(cost, int) or not -(2**31) <= cost < 2**31:
-                raise SettingsError(
-                    f"provider_deletion_costs: {provider!r} must map to an int32 pod-deletion-cost, got {cost!r}")
-        for service, minimum in self.handover_services.items():
-            if not service or isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
-                raise SettingsError(
-                    f"handover_services: {service!r} must map to a minReplicas >= 1, got {minimum!r}"
-                )
-        for index, pool in enumerate(self.inference_pools):
-            if not pool or pool in self.inference_pools[:index]:
-                raise SettingsError(f"inference_pools[{index}]: must be a distinct pool name, got {pool!r}")
-        for name in (
-            "namespace",
-            "lease_name",
-            "gpu_resource",
-            "taint_value",
-            "inference_namespace",
-        ):
-            if not getattr(self, name):
-                raise SettingsError(f"{name}: must not be empty")
-
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "settings") -> BurstSettings:
         """Build settings from a plain mapping (a parsed ConfigMap); unknown keys are errors, not ignored."""
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-        kwargs: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in fields:
-                allowed = ", ".join(sorted(fields))
-                raise SettingsError(f"{source}: unknown key {key!r}; allowed keys: {allowed}")
-            kwargs[key] = _coerce(key, fields[key].type, value, source)
-        try:
-            return cls(**kwargs)
-        except SettingsError as exc:
-            raise SettingsError(f"{source}: {exc}") from None
+        return cls.parse(data, source=source)
 
     def to_mapping(self) -> dict[str, Any]:
-        """The init fields as plain values, the shape `from_mapping` accepts."""
-        return {
-            f.name: (str(v) if isinstance(v := getattr(self, f.name), Cover | Sizing) else v)
-            for f in dataclasses.fields(self)
-            if f.init
-        }
+        """Every key as a plain value, the shape `from_mapping` accepts."""
+        return self.model_dump(mode="json")
 
     def to_json(self) -> str:
-        """Serialise the init fields (used by the deploying component for the ConfigMap)."""
+        """Serialise the settings (used by the deploying component for the ConfigMap)."""
         return json.dumps(self.to_mapping())
-
-
-def _coerce(key: str, type_name: Any, value: Any, source: str) -> Any:
-    """Accept the value types a ConfigMap realistically carries; reject bools posing as numbers."""
-    kind = str(type_name)
-    if kind == "dict[str, int]":
-        if not isinstance(value, Mapping):
-            raise SettingsError(f"{source}: key {key!r} must be a mapping of names to integers, got {value!r}")
-        return {str(k): _coerce(f"{key}.{k}", "int", v, source) for k, v in value.items()}
-    if kind == "tuple[str, ...]":
-        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
-            raise SettingsError(f"{source}: key {key!r} must be a list of names, got {value!r}")
-        return tuple(_coerce(f"{key}[{i}]", "str", v, source) for i, v in enumerate(value))
-    if kind == "dict[str, str]":
-        if not isinstance(value, Mapping):
-            raise SettingsError(f"{source}: key {key!r} must be a mapping of names to strings, got {value!r}")
-        return {str(k): _coerce(f"{key}.{k}", "str", v, source) for k, v in value.items()}
-    enums: dict[str, type[Cover] | type[Sizing]] = {"Cover": Cover, "Sizing": Sizing}
-    if kind in enums:
-        try:
-            return enums[kind](value)
-        except ValueError:
-            allowed = " or ".join(repr(c.value) for c in enums[kind])
-            raise SettingsError(f"{source}: key {key!r} must be {allowed}, got {value!r}") from None
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise SettingsError(f"{source}: key {key!r} must be an integer, got {value!r}")
-        try:
-            return int(value)
-        except ValueError:
-            raise SettingsError(f"{source}: key {key!r} must be an integer, got {value!r}") from None
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise SettingsError(f"{source}: key {key!r} must be a number of seconds, got {value!r}")
-        try:
-            number = float(value)
-        except ValueError:
-            raise SettingsError(f"{source}: key {key!r} must be a number of seconds, got {value!r}") from None
-        if not math.isfinite(number):
-            raise SettingsError(f"{source}: key {key!r} must be finite, got {value!r}")
-        return number
-    if not isinstance(value, str):
-        raise SettingsError(f"{source}: key {key!r} must be a string, got {value!r}")
-    return value

@@ -83,7 +83,7 @@ def controller(model: ClusterModel, settings: BurstSettings) -> Policy:
 
 
 def controller_no_handover(model: ClusterModel, settings: BurstSettings) -> Policy:
-    return Policy("controller without handover", CONTROLLER, replace(settings, handover_services={}), model.descheduler)
+    return Policy("controller without handover", CONTROLLER, settings.replace(handover_services={}), model.descheduler)
 
 
 def oracle(model: ClusterModel) -> Policy:

@@ -15,19 +15,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
+from agents.kit.settings import DNS_LABEL as DNS_LABEL
+from agents.kit.settings import DnsLabel as DnsLabel
 from agents.node_names import NODE_RANGE, expand_node_names
 
 PROJECT = "gpu-cluster"
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _IMAGE_PINNED = re.compile(r"^[^\s:@]+(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-
-
-def _dns_label(value: str) -> str:
-    if not DNS_LABEL.match(value):
-        raise ValueError("must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 chars)")
-    return value
 
 
 def _dns_subdomain(value: str) -> str:
@@ -51,7 +46,6 @@ def _pinned_image(value: str) -> str:
     return value
 
 
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 #: Names of most Kubernetes objects (ConfigMaps, Secrets…).
 DnsSubdomain = Annotated[str, AfterValidator(_dns_subdomain)]
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
@@ -78,6 +72,11 @@ class ConfigModel(BaseModel):
         if not isinstance(data, dict):
             return data
         return {key: refuse_value(cls, key, value) for key, value in data.items()}
+
+    @classmethod
+    def spell(cls, name: str) -> str:
+        """A field's name as the stack file writes it (the rules a section shares with its agent name keys so)."""
+        return to_camel(name)
 
 
 def _node_patterns(value: list[str]) -> list[str]:

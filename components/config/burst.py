@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
-from typing import TYPE_CHECKING, Annotated, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from agents.burst_controller.contract import BurstSettings, SettingsError
-from components.config.base import ConfigModel, DnsLabel, NonNegativeInt, PositiveInt, Problem
+from agents.burst_controller.contract import BurstSettings, BurstTunables
+from components.config.base import ConfigModel, NonNegativeInt, Problem
 from components.config.inference import TrafficShape
 
 if TYPE_CHECKING:
@@ -48,78 +46,16 @@ class Handover(ConfigModel):
     at once, e.g. its `maxPodsPerNamespace`); 0: every external replica."""
 
 
-class Burst(ConfigModel):
-    """Thresholds of the burst controller. The close threshold sits above the open one (hysteresis)."""
+class Burst(ConfigModel, BurstTunables):
+    """Thresholds of the burst controller (its own settings model, embedded as it is) and its deployment. The
+    close threshold sits above the open one (hysteresis)."""
 
-    taint_value: DnsLabel = _AGENT.taint_value
-    """Value of the burst taint `<labelPrefix>/burst=<value>:NoSchedule` that the controller keeps on every
-    virtual node while the burst is closed."""
-    open_below_free_gpus: NonNegativeInt = _AGENT.open_below_free_gpus
-    """Open the burst when the effective free on-prem GPUs (per pool, free minus what pending training needs; only
-    the pools the inference services may run in) stay below this for `openHoldSeconds`."""
-    close_at_free_gpus: PositiveInt = _AGENT.close_at_free_gpus
-    """Close the burst when the effective free on-prem GPUs reach this plus the GPUs inference uses externally,
-    for `closeHoldSeconds`; above `openBelowFreeGpus`, so the taint does not flap."""
-    open_hold_seconds: NonNegativeInt = int(_AGENT.open_hold_seconds)
-    """How long the shortage must last before the burst opens (seconds)."""
-    close_hold_seconds: NonNegativeInt = int(_AGENT.close_hold_seconds)
-    """How long the plenty must last before the burst closes and external replicas go home (seconds)."""
-    pending_grace_seconds: NonNegativeInt = int(_AGENT.pending_grace_seconds)
-    """Inference GPUs pending this long open the burst whatever the free count (seconds)."""
-    external_deletion_cost: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = _AGENT.external_deletion_cost
-    """`pod-deletion-cost` the controller gives inference replicas on virtual nodes: negative, so an HPA
-    scale-down removes them before on-prem ones; with priced providers the dearer ones get less."""
-    resync_seconds: PositiveInt = int(_AGENT.resync_seconds)
-    """How often the controller lists everything again, repairing what a missed watch event left wrong
-    (seconds)."""
-    stale_after_seconds: PositiveInt = int(_AGENT.stale_after_seconds)
-    """With cluster data older than this (seconds) the controller leaves the taints as they are; a longer gap
-    between two decisions restarts the holds."""
-    tick_seconds: PositiveInt = int(_AGENT.tick_seconds)
-    """How often the controller decides (seconds); hold timers and the handover timeout are as precise as
-    this."""
     replicas: Annotated[int, Field(ge=1, le=5)] = 2
     """Burst controller replicas: one leads through a Lease, the others stand by for a drain or a crash."""
     metrics_port: Annotated[int, Field(ge=1024, le=65535)] = 9102
     """Port of the controller's /metrics endpoint, which Prometheus scrapes."""
     handover: Handover = Handover()
     """Make before break: the inference a gang (or the return home) takes away is replaced first."""
-    warm_pool_share: Annotated[float, Field(ge=0.0, le=1.0)] = _AGENT.warm_pool_share
-    """Warm external capacity: while the burst is open, each handover service keeps this share of its replicas
-    (rounded up) as placeholders on virtual nodes (its `<service>-warm` Deployment, the lowest priority), so a
-    scale-up landing on one starts warm in seconds instead of a cold external start of minutes. At every
-    service's maxReplicas it must fit on the GPUs of the providers it may run on. 0: none; what each size costs
-    and serves is in bench/report.md."""
-    warm_pool_ramp_seconds: NonNegativeInt = int(_AGENT.warm_pool_ramp_seconds)
-    """The warm pool also holds the rise each service's replica count is expected to make over this many
-    seconds (its rise over the last 5 minutes carried forward), at most its current count; 0: share alone."""
-    return_surge_share: Annotated[float, Field(ge=0.0, le=1.0)] = _AGENT.return_surge_share
-    """Make-before-break return: external replicas come home while the burst is open once on-prem has room
-    training does not need; each handover service's on-prem `<service>-return` Deployment (at most this share
-    of its replicas, rounded up: the surge the HPA tolerates) starts the replacements first, the controller
-    evicts an external replica only for a Ready one. 0: no bridge, the descheduler's return after the close;
-    what it moves is in bench/report.md."""
-
-    @model_validator(mode="after")
-    def _agent_rules(self) -> Self:
-        """The agent's own rules on these values, spelled with the stack's keys: one validator per rule."""
-        agent = {name: getattr(self, name) for name in AGENT_KEYS}
-        try:
-            BurstSettings.from_mapping(agent, source="burst")
-        except SettingsError as exc:
-            raise ValueError(_stack_spelling(str(exc).removeprefix("burst: "))) from None
-        return self
-
-
-#: The section's keys that are the agent's own settings (the rest configure the deployment).
-AGENT_KEYS = ("taint_value", "open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
-              "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
-              "tick_seconds", "warm_pool_share", "warm_pool_ramp_seconds", "return_surge_share")
-
-
-def _stack_spelling(message: str) -> str:
-    """The agent's snake_case key names as the stack file spells them (camelCase)."""
-    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", lambda m: to_camel(m.group(0)), message)
 
 
 def burst_problems(cfg: ClusterConfig) -> list[Problem]:
