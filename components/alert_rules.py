@@ -20,14 +20,9 @@ from typing import Any
 
 import yaml
 
-from agents.health_guard.contract import (
-    FATAL_XIDS,
-    REPEATED_XIDS,
-    THERMAL_BAND_CELSIUS,
-    THERMAL_HOLD_SECONDS,
-    THERMAL_LIMIT_CELSIUS,
-)
+from agents.health_guard.contract import FATAL_XIDS, REPEATED_XIDS
 from agents.health_guard.contract import Names as HealthNames
+from agents.health_guard.thermal import Thermal
 
 DCGM_NODE_LABEL = "Hostname"
 """dcgm-exporter 4.2.x names the node ``Hostname`` (later releases lower-case it): pinned with the image."""
@@ -61,11 +56,9 @@ class AlertThresholds:
     Rates are per second; windows and holds are whole seconds.
     """
 
-    thermal_threshold_celsius: float = THERMAL_LIMIT_CELSIUS
-    """A GPU at or above this for ``thermal_hold_seconds`` is pulled from service (thermal guard)."""
-    thermal_hold_seconds: int = THERMAL_HOLD_SECONDS
-    thermal_warning_band_celsius: float = THERMAL_BAND_CELSIUS
-    """Warn this many degrees below the threshold, before the guard acts."""
+    thermal: Thermal = field(default_factory=Thermal)
+    """The thermal threshold, its hold and its warning band: the stack's validated model, shared with the guard
+    and the dashboard (nothing here checks them again)."""
     thermal_warning_hold_seconds: int = 300
     throttle_hold_seconds: int = 300
     critical_xids: tuple[int, ...] = FATAL_XIDS
@@ -120,15 +113,7 @@ class AlertThresholds:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        if not 0 < self.thermal_threshold_celsius < 120:
-            problems.append(f"thermal_threshold_celsius must be in (0, 120), got {self.thermal_threshold_celsius}")
-        if not 0 < self.thermal_warning_band_celsius < self.thermal_threshold_celsius:
-            problems.append(
-                "thermal_warning_band_celsius must be > 0 and below the threshold, "
-                f"got {self.thermal_warning_band_celsius}"
-            )
         for name in (
-            "thermal_hold_seconds",
             "thermal_warning_hold_seconds",
             "throttle_hold_seconds",
             "repeated_xid_window_seconds",
@@ -174,10 +159,6 @@ class AlertThresholds:
         if problems:
             raise ValueError("invalid alert thresholds: " + "; ".join(problems))
 
-    @property
-    def thermal_warning_celsius(self) -> float:
-        return self.thermal_threshold_celsius - self.thermal_warning_band_celsius
-
 
 def _alert(
     t: AlertThresholds,
@@ -200,8 +181,8 @@ def _alert(
 def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
     names = HealthNames(t.label_prefix)
     node = f"{{{{ $labels.{DCGM_NODE_LABEL} }}}}"
-    threshold = _number(t.thermal_threshold_celsius)
-    warning = _number(t.thermal_warning_celsius)
+    threshold = _number(t.thermal.thermal_threshold_celsius)
+    warning = _number(t.thermal.thermal_warning_celsius)
     return [
         _alert(
             t,
@@ -211,12 +192,12 @@ def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
             "gpu",
             f"GPU {{{{ $labels.gpu }}}} on {node} at {{{{ $value }}}} C (limit {threshold} C)",
             f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.UUID }}}}) on node {node} has been at or above {threshold} C "
-            f"for {duration(t.thermal_hold_seconds)}. The health guard quarantines the node "
+            f"for {duration(t.thermal.thermal_hold_seconds)}. The health guard quarantines the node "
             f"({names.taint}=degraded:NoSchedule) so no new training lands there. Check: airflow "
             "and fan state of the chassis, DCGM_FI_DEV_THERMAL_VIOLATION, neighbours in the same rack. Action: "
             "replace or repair the node; a hot GPU is pulled from service, not debugged in place. The guard "
             "releases the node once it has stayed below the limit minus its band for the probation.",
-            duration(t.thermal_hold_seconds),
+            duration(t.thermal.thermal_hold_seconds),
         ),
         _alert(
             t,
@@ -225,7 +206,7 @@ def _gpu_thermal(t: AlertThresholds) -> list[dict[str, Any]]:
             WARNING,
             "gpu",
             f"GPU {{{{ $labels.gpu }}}} on {node} at {{{{ $value }}}} C, within "
-            f"{_number(t.thermal_warning_band_celsius)} C of the limit",
+            f"{_number(t.thermal.thermal_warning_band_celsius)} C of the limit",
             f"GPU {{{{ $labels.gpu }}}} on node {node} has run between {warning} C and {threshold} C for "
             f"{duration(t.thermal_warning_hold_seconds)}. Nothing is tainted yet. Check: cooling of the "
             "rack, a fan alarm in the BMC, whether the whole node or one GPU runs warm. Action: schedule "

@@ -91,9 +91,7 @@ def alert_thresholds(cfg: ClusterConfig) -> AlertThresholds:
     """The alert rules' thresholds from the stack: one source for rules, guard and dashboard."""
     o = cfg.observability
     return AlertThresholds(
-        thermal_threshold_celsius=float(o.thermal_threshold_celsius),
-        thermal_hold_seconds=o.thermal_hold_seconds,
-        thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
+        thermal=o.thermal(),
         critical_xids=tuple(o.health.fatal_xids),
         ib_nominal_rate_bytes_per_second=o.ib_nominal_rate_gbps * 1e9 / 8,
         hang_window_seconds=o.hang_window_minutes * 60,
@@ -147,8 +145,7 @@ class ObservabilityArgs:
             thresholds=alert_thresholds(cfg),
             guard=HealthGuardArgs.from_config(cfg),
             dashboard=gpu_fleet.DashboardOptions(
-                thermal_threshold_celsius=float(o.thermal_threshold_celsius),
-                thermal_warning_band_celsius=float(o.thermal_warning_band_celsius),
+                thermal=o.thermal(),
                 burst_taint_key=keys.burst_taint,
                 health_taint_key=HealthNames(cfg.label_prefix).taint,
                 scope=scope,
@@ -188,16 +185,16 @@ def _gpu_pool_affinity(args: ObservabilityArgs) -> k8s.core.v1.AffinityArgs:
 
 
 def _gpu_node_tolerations(args: ObservabilityArgs) -> list[k8s.core.v1.TolerationArgs]:
-    """Each pool's taint, and the health taint: measuring must go on where the guard pulled the node (its
-    release depends on it)."""
+    """Each pool's taint, and the guard's switch-fault and health taints: measuring must go on where the guard
+    pulled the node or its leaf (the release depends on it)."""
     tolerations = [
         k8s.core.v1.TolerationArgs(key=args.keys.pool, operator="Equal", value=p.name, effect="NoSchedule")
         for p in sorted(args.pools, key=lambda p: p.name)
         if p.taint
     ]
-    tolerations.append(
-        k8s.core.v1.TolerationArgs(key=args.guard.settings.names.taint, operator="Exists", effect="NoSchedule")
-    )
+    names = args.guard.settings.names
+    tolerations += [k8s.core.v1.TolerationArgs(key=key, operator="Exists", effect="NoSchedule")
+                    for key in (names.switch_fault, names.taint)]
     return tolerations
 
 

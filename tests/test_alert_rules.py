@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from agents.health_guard.contract import FATAL_XIDS, XIDS, HealthClass, default_signals
+from agents.health_guard.thermal import Thermal
+from agents.kit.settings import SettingsError
 from components.alert_rules import AlertThresholds, alert_names, build_rule_spec, duration, render_rules_yaml
 from tests.promtool_support import expected_alert, promtool, rule, run_unit_test, series
 from tools.mockrt import RunResult
@@ -447,9 +449,7 @@ def test_every_alert_is_exercised_by_a_firing_case() -> None:
 def test_thresholds_flow_into_the_rules() -> None:
     spec = build_rule_spec(
         AlertThresholds(
-            thermal_threshold_celsius=80,
-            thermal_hold_seconds=90,
-            thermal_warning_band_celsius=2.5,
+            thermal=Thermal(thermal_threshold_celsius=80, thermal_hold_seconds=90, thermal_warning_band_celsius=2.5),
             critical_xids=(79,),
             heartbeat_metric="my_steps_total",
             checkpoint_budget_seconds=45,
@@ -505,9 +505,24 @@ def test_the_xids_that_page_are_the_xids_that_quarantine(prod: RunResult, local:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"thermal_threshold_celsius": 0}, "thermal_threshold_celsius must be in (0, 120), got 0"),
-        ({"thermal_warning_band_celsius": 0}, "thermal_warning_band_celsius must be > 0 and below the threshold"),
-        ({"thermal_hold_seconds": 0}, "thermal_hold_seconds must be a positive whole number, got 0"),
+        ({"thermal_threshold_celsius": 0}, "thermal_threshold_celsius: must be >= 60, got 0.0"),
+        ({"thermal_threshold_celsius": 120}, "thermal_threshold_celsius: must be below 120, got 120.0"),
+        ({"thermal_warning_band_celsius": 0}, "thermal_warning_band_celsius: must be > 0, got 0.0"),
+        ({"thermal_warning_band_celsius": 80}, "thermal_warning_band_celsius (80) must be below thermal_threshold"),
+        ({"thermal_hold_seconds": 0}, "thermal_hold_seconds: must be > 0, got 0"),
+        ({"thermal_hold_seconds": True}, "key 'thermal_hold_seconds' must be an integer, got True"),
+    ],
+)
+def test_invalid_thermal_settings_name_the_key(kwargs: dict[str, Any], message: str) -> None:
+    """One model checks the thermal numbers for the alerts, the dashboard and the guard alike."""
+    with pytest.raises(SettingsError) as caught:
+        Thermal.parse(kwargs, source="")
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
         ({"critical_xids": ()}, "critical_xids must be a non-empty list of XID numbers (1-999), got ()"),
         ({"ib_xmit_wait_increase_factor": 1.0}, "ib_xmit_wait_increase_factor must be > 1, got 1.0"),
         ({"heartbeat_metric": "9steps"}, "heartbeat_metric must be a Prometheus metric name, got '9steps'"),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from agents.health_guard import contract as health_contract
+from agents.health_guard.thermal import Thermal
 from agents.ib_exporter import contract as ib_contract
 from components.config.base import ConfigModel, DnsLabel, Labels, PlainUrl, PositiveInt, Problem
 
@@ -65,6 +66,12 @@ class HealthGuardConfig(ConfigModel):
     """Window over which quarantines count towards `flapLimit` (seconds)."""
     evict_inference_on_fatal: bool = _GUARD.evict_inference_on_fatal
     """Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold)."""
+    switch_fault_min_nodes: Annotated[int, Field(ge=2)] = _GUARD.switch_fault_min_nodes
+    """Nodes under one leaf switch (`<labelPrefix>/leaf`) whose InfiniBand signals go bad together that make it the
+    switch's fault: the leaf is kept out of new placement as one unit, nothing is drained, and the guard rails do not
+    count it. Fewer are judged node by node."""
+    switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = _GUARD.switch_fault_leaf_percent
+    """Or this share of the leaf's nodes (percent), when that is fewer nodes; never fewer than two."""
 
     @field_validator("signal_classes")
     @classmethod
@@ -96,7 +103,9 @@ RENAMED_KEYS = {
 }
 
 
-class Observability(ConfigModel):
+class Observability(ConfigModel, Thermal):
+    """Metrics, alerts, dashboards and the health guard; the thermal keys are the guard's own `Thermal` model."""
+
     @model_validator(mode="before")
     @classmethod
     def _renamed_keys(cls, data: Any) -> Any:
@@ -126,16 +135,6 @@ class Observability(ConfigModel):
 
     dcgm_interval_ms: Annotated[int, Field(ge=1000, le=30000)] = 5000
     """How often dcgm-exporter samples the GPUs (`DCGM_EXPORTER_INTERVAL`, milliseconds)."""
-    thermal_threshold_celsius: Annotated[int, Field(ge=60)] = health_contract.THERMAL_LIMIT_CELSIUS
-    """GPU temperature (°C) that, held for `thermalHoldSeconds`, pages (GpuTemperatureCritical) and makes the
-    health guard quarantine the node. At least 60: a busy GPU runs warmer, so a lower threshold would
-    quarantine the whole fleet; below every pool's hardware slowdown limit."""
-    thermal_hold_seconds: PositiveInt = health_contract.THERMAL_HOLD_SECONDS
-    """How long the threshold must hold before the alert fires and the guard acts (seconds): a short spike is
-    not a fault."""
-    thermal_warning_band_celsius: PositiveInt = health_contract.THERMAL_BAND_CELSIUS
-    """Degrees below the threshold where GpuTemperatureWarning starts; the guard releases a hot node only
-    below threshold minus band, so a GPU hovering at the limit does not flap."""
     inference_tolerates_thermal: bool = True
     """Inference tolerates the guard's `degraded` taint (a hot GPU, an NVLink or InfiniBand error burst) and
     keeps serving there; fatal nodes are tolerated by nothing."""
@@ -175,11 +174,6 @@ class Observability(ConfigModel):
 
     @model_validator(mode="after")
     def _thermal_consistent(self) -> Self:
-        if self.thermal_warning_band_celsius >= self.thermal_threshold_celsius:
-            raise ValueError(
-                f"thermalWarningBandCelsius ({self.thermal_warning_band_celsius}) must be below "
-                f"thermalThresholdCelsius ({self.thermal_threshold_celsius})"
-            )
         if self.health_guard_poll_seconds > self.thermal_hold_seconds:
             raise ValueError(
                 f"healthGuardPollSeconds ({self.health_guard_poll_seconds}) must not exceed thermalHoldSeconds "
@@ -206,7 +200,7 @@ def observability_problems(cfg: ClusterConfig) -> list[Problem]:
                     f"must be below the hardware slowdown limit of pool '{pool.name}' "
                     f"({pool.gpu_model}: {pool.hardware_limit} °C, pools[{index}]); "
                     "the GPU would throttle before the guard pulls it",
-                    threshold,
+                    int(threshold) if float(threshold).is_integer() else threshold,
                 )
             )
     return problems

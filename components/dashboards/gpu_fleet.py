@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.health_guard.contract import THERMAL_BAND_CELSIUS, THERMAL_LIMIT_CELSIUS
+from agents.health_guard.thermal import Thermal
 from components.alert_rules import DCGM_NODE_LABEL, IB_NODE_LABEL
 from components.dashboards.grafana import (
     FLEET_UID,
@@ -32,8 +32,7 @@ UID = FLEET_UID
 
 @dataclass(frozen=True)
 class DashboardOptions:
-    thermal_threshold_celsius: float = THERMAL_LIMIT_CELSIUS
-    thermal_warning_band_celsius: float = THERMAL_BAND_CELSIUS
+    thermal: Thermal = field(default_factory=Thermal)
     burst_taint_key: str = "gpucluster.io/burst"
     health_taint_key: str = "gpucluster.io/gpu-health"
     scope: Scope = field(default_factory=Scope)
@@ -43,7 +42,7 @@ def build(options: DashboardOptions | None = None) -> dict[str, Any]:
     """The dashboard model (what Grafana's JSON import expects)."""
     o = options or DashboardOptions()
     s = o.scope
-    warn = o.thermal_threshold_celsius - o.thermal_warning_band_celsius
+    warn = o.thermal.thermal_warning_celsius
     ib = f"{IB_NODE_LABEL}, device, port"
     gpu_legend = f"{{{{{DCGM_NODE_LABEL}}}}} gpu {{{{gpu}}}}"
     port_legend = f"{{{{{IB_NODE_LABEL}}}}} {{{{device}}}}/{{{{port}}}}"
@@ -52,7 +51,7 @@ def build(options: DashboardOptions | None = None) -> dict[str, Any]:
     thermal_steps: list[dict[str, Any]] = [
         {"color": "green", "value": None},
         {"color": "orange", "value": warn},
-        {"color": "red", "value": o.thermal_threshold_celsius},
+        {"color": "red", "value": o.thermal.thermal_threshold_celsius},
     ]
     node_health = [data_link("GPU health of ${__field.labels.node}", HEALTH_UID, node="node")]
 
@@ -74,7 +73,7 @@ def build(options: DashboardOptions | None = None) -> dict[str, Any]:
             1,
             "GPU temperature per node / GPU",
             f"The {TOP} hottest GPUs of the selected pools and nodes. The red line is the thermal limit "
-            f"({o.thermal_threshold_celsius:g} C): a GPU at or above it for the hold time is quarantined as "
+            f"({o.thermal.thermal_threshold_celsius:g} C): a GPU at or above it for the hold time is quarantined as "
             "degraded by the health guard.",
             [target(hottest, gpu_legend, "A")],
             (0, 0, 12, 9),
