@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from agents.defaults import DEFAULT_LABEL_PREFIX
 from agents.health_guard.contract import FATAL_XIDS, REPEATED_XIDS
 from agents.health_guard.contract import Names as HealthNames
 from agents.health_guard.thermal import Thermal
@@ -93,7 +94,7 @@ class AlertThresholds:
     checkpoint_duration_metric: str = "gpucluster_checkpoint_duration_seconds"
     checkpoint_budget_seconds: float = 30.0
     """1 TB in under 30 s is the checkpoint goal; a slower checkpoint eats training time at every step."""
-    label_prefix: str = "gpucluster.io"
+    label_prefix: str = DEFAULT_LABEL_PREFIX
     """The stack's ``labelPrefix``: the label, taint and gate names the descriptions tell an operator to use."""
     workload_label: str = "label_gpucluster_io_workload"
     """``<labelPrefix>/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""

@@ -23,6 +23,8 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
 
 from agents import node_taints
+from agents.defaults import DEFAULT_GPU_RESOURCE
+from agents.defaults import DEFAULT_LABEL_PREFIX as DEFAULT_LABEL_PREFIX
 from agents.kit.settings import DnsLabel, Number, SettingsModel, Share, settings_error
 from agents.kit.settings import SettingsError as SettingsError
 
@@ -35,7 +37,6 @@ GANG_ANNOTATION = "scheduling.k8s.io/group-name"
 VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
 """virtual-kubelet's own default taint: the provider's, never ours to manage."""
 
-DEFAULT_LABEL_PREFIX = "gpucluster.io"
 
 # Bounds the stack config checks at preview time and the agent checks again at start.
 WATCH_TIMEOUT_SECONDS = 60
@@ -255,7 +256,7 @@ class BurstSettings(BurstTunables):
     label_prefix: Annotated[str, AfterValidator(_label_prefix)] = DEFAULT_LABEL_PREFIX
     # Empty means "<label_prefix>/burst", so the key follows the prefix.
     taint_key: str = ""
-    gpu_resource: NonEmpty = "nvidia.com/gpu"
+    gpu_resource: NonEmpty = DEFAULT_GPU_RESOURCE
     # Provider name -> the pod-deletion-cost of replicas on its virtual node, lower for a dearer provider, so a
     # scale-down removes the dearest external replicas first; a provider not listed takes external_deletion_cost.
     provider_deletion_costs: Annotated[dict[str, int], BeforeValidator(_deletion_costs)] = Field(default_factory=dict)

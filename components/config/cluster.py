@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from components.config.admission import Admission, admission_problems
 from components.config.base import (
     RESERVED_NAMESPACES,
@@ -41,10 +42,10 @@ class ClusterConfig(ConfigModel):
     """Version of the cluster's API server (`1.<minor>[.<patch>]`): it decides which gang scheduler is
     accepted, whether the admission policies are declared (1.30+) and which MutatingAdmissionPolicy API
     `admission.mutating: auto` uses."""
-    label_prefix: LabelPrefix = "gpucluster.io"
+    label_prefix: LabelPrefix = DEFAULT_LABEL_PREFIX
     """Prefix of every label, taint and scheduling-gate key the platform sets (`<prefix>/pool`,
     `<prefix>/burst`…): a DNS subdomain such as `gpucluster.io`."""
-    gpu_resource: ExtendedResource = "nvidia.com/gpu"
+    gpu_resource: ExtendedResource = DEFAULT_GPU_RESOURCE
     """Extended resource the device plugin advertises GPUs as: what pods request, queues cap and virtual nodes
     report."""
     system_namespace: DnsLabel = "gpu-system"

@@ -13,6 +13,8 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel
 
+from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
+from agents.health_guard.thermal import THERMAL_LIMIT_CELSIUS
 from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling
 from components.guardrail_rules import Names
 from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys
@@ -88,13 +90,13 @@ class Resource:
 class RuleContext:
     """The stack-config values the rules need; one per stack."""
 
-    label_prefix: str = "gpucluster.io"
-    gpu_resource: str = "nvidia.com/gpu"
+    label_prefix: str = DEFAULT_LABEL_PREFIX
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
     scheduler_name: str = "volcano"
     tiers: Mapping[str, int] = field(default_factory=dict)
     training_class: str = "gpu-training"
     inference_class: str = "gpu-inference"
-    thermal_limit_celsius: int = 78
+    thermal_limit_celsius: float = THERMAL_LIMIT_CELSIUS
     max_evictions_per_node: int = 4
     max_evictions_per_namespace: int = 8
     max_evictions_total: int = 16

@@ -30,7 +30,7 @@ def check_thermal_alert(res: Resource, ctx: RuleContext) -> list[str]:
                     out.append(
                         f"rule '{entry.get('alert') or entry.get('record')}' in group '{group.get('name')}' compares "
                         f"GPU temperature {match['op']} {match['value']} °C, above the configured limit of "
-                        f"{ctx.thermal_limit_celsius} °C; use observability.thermalThresholdCelsius "
+                        f"{ctx.thermal_limit_celsius:g} °C; use observability.thermalThresholdCelsius "
                         "instead of a literal"
                     )
     return out

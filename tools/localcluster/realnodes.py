@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from tools.image_local import PAUSE_IMAGE
-from tools.localcluster.plan import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 
 #: Where pods reach the API server: an address on ``lo`` that is not loopback (the endpoint reconciler
 #: refuses 127.0.0.0/8, and the kubelet's KUBE-FIREWALL drops non-local traffic to it).
