@@ -40,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from bench.sim.cost import CostedSimulator, oracle_at_headroom
 from bench.sim.demand import DEFAULT_PEAK_SHARE, outcomes_json
 from bench.sim.engine import simulate

@@ -31,7 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from agents.burst_controller.settings import return_deployment, standby_deployment, warm_deployment
+from agents.burst_controller.contract import return_deployment, standby_deployment, warm_deployment
 from agents.health_guard.contract import Names as HealthNames
 from components import forecast, rbac
 from components.config import (

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.burst_controller.decide import Snapshot
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.view import ClusterView
 
 Obj = dict[str, Any]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import shlex
 from pathlib import Path
 
+import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +19,7 @@ from agents.ib_exporter.contract import DEFAULT_PORT, HOST_SYSFS_ROOT, IbExporte
 from components.checkpoint import reduce_settings
 from components.config import parse_config
 from components.observability import ib_exporter_settings as ib_settings
+from tools.mockrt import RunResult
 
 STACK = {"pools": [{"name": "gpu", "nodes": ["gpu-[01-04]"]}], "systemPool": {"nodes": ["cpu-01"]}}
 
@@ -71,3 +76,26 @@ def test_health_guard_stack_defaults_are_the_contract() -> None:
     )
     assert {k: getattr(deployed, k) for k in shared} == {k: getattr(agent, k) for k in shared}
     assert deployed.signals == agent.signals
+
+
+@pytest.mark.parametrize(("configmap", "cli", "model"), [
+    ("burst-controller-settings", "agents.burst_controller.cli", "agents.burst_controller.contract:BurstSettings"),
+    ("health-guard-settings", "agents.health_guard.cli", "agents.health_guard.contract:HealthSettings"),
+    ("node-pools-settings", "agents.node_pools.cli", "agents.node_pools.contract:NodePoolSettings"),
+])
+def test_every_agent_checks_the_stacks_settings_and_prints_them_back(
+        configmap: str, cli: str, model: str, prod: RunResult, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--check-config` on what the stack renders: accepted, and printed as settings the agent reads back equal."""
+    (data,) = prod.one("ConfigMap", configmap).inputs["data"].values()
+    path = tmp_path / "settings"
+    path.write_text(data)
+    module = importlib.import_module(cli)
+    assert module.main(["--config", str(path), "--check-config"]) == 0
+    printed = capsys.readouterr().out
+    module_name, cls_name = model.split(":")
+    settings_type = getattr(importlib.import_module(module_name), cls_name)
+    spec = module.SPEC
+    original = spec.parse_settings(yaml.safe_load(data), str(path))
+    assert spec.parse_settings(json.loads(printed), "printed") == original
+    assert isinstance(original, settings_type)

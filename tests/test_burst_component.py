@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from components.config import parse_config
 from components.images import agent_image
 from tools.mockrt import RunResult, config_error, raw_from_stack

@@ -27,7 +27,8 @@ from agents.burst_controller.decide import (
     state_from_snapshot,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.settings import BurstSettings, SettingsError, load_file
+from agents.burst_controller.cli import load_file
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from agents.burst_controller.view import ClusterView, pod_pool
 from tests.churn import churn
 

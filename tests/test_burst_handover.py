@@ -28,7 +28,7 @@ from agents.burst_controller.decide import (
     plan_standby,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.settings import BurstSettings, Cover, SettingsError
+from agents.burst_controller.contract import BurstSettings, Cover, SettingsError
 from agents.burst_controller.view import ClusterView
 from tests.churn import churn
 

@@ -25,7 +25,7 @@ from agents.burst_controller.decide import (
     plan_standby,
     track_replicas,
 )
-from agents.burst_controller.settings import BurstSettings, Cover, SettingsError, Sizing
+from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
 
 NOW = 10_000.0
 GANG = (PodRef("training", "gang-0"),)

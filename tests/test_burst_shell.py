@@ -16,7 +16,7 @@ import pytest
 
 from agents.burst_controller.decide import Mode
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 from agents.kit.port import DEPLOYMENTS
 from tests.fake_kube_api import FakeApi, http_port, serve

@@ -20,7 +20,7 @@ from agents.burst_controller.decide import (
     decide,
     plan_warm,
 )
-from agents.burst_controller.settings import BurstSettings, SettingsError
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from tools.mockrt import RunResult
 
 NOW = 10_000.0

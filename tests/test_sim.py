@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import agents.burst_controller.decide as core
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from bench.sim import controller_adapter
 from bench.sim.engine import Outcome, Simulator, simulate
 from bench.sim.model import (

@@ -3,13 +3,16 @@ only while on-prem GPUs are exhausted, and comes home (NoSchedule, never NoExecu
 
 Public API (small on purpose; the deploying component, the simulator and the tests use exactly this):
 
-- `contract` — no I/O: `BurstSettings` (frozen dataclass of every knob, defaults = the stack config's),
-  `BurstSettings.from_mapping(dict, source=)` raising `SettingsError` naming the key and the file, `Cover`,
+- `contract` — no I/O: `BurstTunables` (the stack's `burst` section derives from it: keys, bounds, defaults,
+  descriptions), `BurstSettings` (the tunables plus what the stack derives; pydantic, frozen; `replace(**changes)`
+  is a validated copy), `BurstSettings.parse(dict, source=)` raising `SettingsError` naming the key and the file,
+  `Cover`,
   `BurstKeys(prefix)` (every label, taint, annotation and gate name, derived once), `standby_deployment`,
   and the bounds the stack config checks (`WATCH_TIMEOUT_SECONDS`, `MAX_TICK_SECONDS`,
   `MAX_STALE_AFTER_SECONDS`). The component builds the settings in one place:
-  `components.burst_controller.settings_from_config(cfg)`, which the simulator calls too.
-- `settings.load_file(path)` — the settings file (YAML or JSON) the process reads at start.
+  `components.burst_controller.settings_from_config(cfg)` (`BurstSettings.deployed(cfg.burst, ...)`), which the
+  simulator calls too.
+- `cli.load_file(path)` — the settings file (YAML or JSON) the process reads at start.
 - `view.ClusterView(settings)` — incremental aggregates fed with API-shaped JSON objects:
   `apply_node(event_type, obj)`, `apply_pod(event_type, obj)` (event_type ADDED/MODIFIED/DELETED, O(1)),
   `replace_nodes(items, now)`, `replace_pods(items, now)`, `ClusterView.from_lists(nodes, pods, settings,

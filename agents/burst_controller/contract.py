@@ -3,7 +3,7 @@
 No I/O: the stack's `burst` section (`BurstTunables`, which the stack config embeds as it is), the deploying
 component, the simulator and the controller itself (`BurstSettings`: the tunables plus what the stack derives)
 read their names, bounds and defaults from here, so they cannot drift apart. Reading the settings file is
-`settings.load_file`'s job. Label and annotation keys are derived from the stack's label prefix in one place
+`cli.load_file`'s job. Label and annotation keys are derived from the stack's label prefix in one place
 (`BurstKeys`).
 
 Every knob has a default that encodes the design (NoSchedule-only taint, asymmetric hysteresis); a bad value

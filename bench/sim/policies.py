@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from bench.sim.controller_adapter import naive_settings
 from bench.sim.model import ClusterModel, DeschedulerLimits
 from bench.sim.workload import WorkloadSpec

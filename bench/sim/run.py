@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from agents.burst_controller.settings import BurstSettings
+from agents.burst_controller.contract import BurstSettings
 from bench.sim.engine import Outcome, simulate
 from bench.sim.model import ClusterModel
 from bench.sim.policies import NEVER, Policy, all_policies, foresighted
