@@ -6,8 +6,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from agents.burst_controller.decide import Snapshot
 from agents.burst_controller.contract import BurstSettings
+from agents.burst_controller.decide import Snapshot
 from agents.burst_controller.view import ClusterView
 
 Obj = dict[str, Any]

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from agents.burst_controller.cli import load_file
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -27,8 +30,6 @@ from agents.burst_controller.decide import (
     state_from_snapshot,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.cli import load_file
-from agents.burst_controller.contract import BurstSettings, SettingsError
 from agents.burst_controller.view import ClusterView, pod_pool
 from tests.churn import churn
 
@@ -722,3 +723,26 @@ def test_provider_deletion_costs_are_checked(costs: dict[str, Any], message: str
     with pytest.raises(SettingsError) as err:
         S.replace(provider_deletion_costs=costs)
     assert str(err.value) == message
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     max_leaves=6)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(data=st.dictionaries(st.sampled_from([*BurstSettings.model_fields, "bogus", "openHoldSeconds"]), _JSON,
+                            max_size=4))
+def test_any_settings_file_is_read_or_refused_naming_the_file_and_a_key(data: dict[str, Any]) -> None:
+    """Hostile ConfigMap contents: the parser returns settings or one SettingsError that names the file and a
+    key; never another exception, never a half-read object."""
+    try:
+        parsed = BurstSettings.parse(data, source="cm.yaml")
+    except SettingsError as exc:
+        message = str(exc)
+        assert message.startswith("cm.yaml: ")
+        names = {*BurstSettings.model_fields, "bogus", "openHoldSeconds"}
+        assert any(name in message for name in names), message
+    else:
+        assert BurstSettings.parse(json.loads(parsed.to_json()), source="round trip") == parsed

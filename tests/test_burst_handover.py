@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agents.burst_controller.contract import BurstSettings, Cover, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -28,7 +29,6 @@ from agents.burst_controller.decide import (
     plan_standby,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError
 from agents.burst_controller.view import ClusterView
 from tests.churn import churn
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -25,7 +26,6 @@ from agents.burst_controller.decide import (
     plan_standby,
     track_replicas,
 )
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
 
 NOW = 10_000.0
 GANG = (PodRef("training", "gang-0"),)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -23,7 +24,6 @@ from agents.burst_controller.decide import (
     decide,
     plan_return,
 )
-from agents.burst_controller.contract import BurstSettings, SettingsError
 from tools.mockrt import RunResult
 
 NOW = 10_000.0

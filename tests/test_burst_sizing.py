@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -27,7 +28,6 @@ from agents.burst_controller.decide import (
     plan_standby,
 )
 from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
 from agents.burst_controller.view import ClusterView
 from components import burst_controller as burst_component
 from components.config import parse_config

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agents.burst_controller.contract import BurstSettings, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -20,7 +21,6 @@ from agents.burst_controller.decide import (
     decide,
     plan_warm,
 )
-from agents.burst_controller.contract import BurstSettings, SettingsError
 from tools.mockrt import RunResult
 
 NOW = 10_000.0
