@@ -290,7 +290,7 @@ def family_row(name: str, days: float = DAYS) -> dict[str, Any]:
     ext = float(figures["controller"]["external_gpu_hours"])  # type: ignore[arg-type]
     warm: dict[str, Any] = {}
     for share, ramp in WARM_SIZES:
-        sized = replace(setup.settings, warm_pool_share=share, warm_pool_ramp_seconds=ramp)
+        sized = setup.settings.replace(warm_pool_share=share, warm_pool_ramp_seconds=ramp)
         w = simulate(model, workload, controller(model, sized), days * DAY, WARMUP_DAYS * DAY).summary()
         w_gap = (bound - w["inference_availability"]) * 100  # type: ignore[operator]
         warm[warm_label(share, ramp)] = {k: w.get(k) for k in WARM_FIGURES} | {

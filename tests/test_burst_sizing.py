@@ -68,7 +68,7 @@ def test_displaced_gpus_table(unplaced: int, where: PoolGpus | None, displaced: 
 def test_displaced_is_zero_exactly_when_training_fits_and_never_exceeds_it(
     free_nodes: dict[int, int], pods: dict[int, int]
 ) -> None:
-    from agents.burst_controller.decide import _fits_free
+    from agents.burst_controller.plans import _fits_free
 
     unplaced = sum(size * n for size, n in pods.items())
     where = pool(sum(f * n for f, n in free_nodes.items()), free_nodes, pods)

@@ -23,272 +23,69 @@ start), so a gang admitted in a quiet minute and released in a ramp still leaves
 
 from __future__ import annotations
 
-import enum
-import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from agents.burst_controller.contract import BurstSettings, Cover, Sizing
+from agents.burst_controller.contract import BurstSettings
+from agents.burst_controller.plans import (
+    ReturnPlan,
+    StandbyPlan,
+    displaced_gpus,
+    expected_ramp,
+    plan_return,
+    plan_standby,
+    plan_warm,
+    track_replicas,
+)
+from agents.burst_controller.snapshot import (
+    Action,
+    ActionKind,
+    BurstState,
+    Decision,
+    InfeasibleGang,
+    Mode,
+    PodRef,
+    PoolGpus,
+    ServiceReplicas,
+    Snapshot,
+    VirtualNode,
+    effective_free_gpus,
+)
 
-
-class Mode(enum.StrEnum):
-    """Cluster-wide burst mode: OPEN = inference may land on virtual nodes (no burst taint)."""
-
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class ActionKind(enum.StrEnum):
-    OPEN_NODE = "open_node"
-    CLOSE_NODE = "close_node"
-    SET_DELETION_COST = "set_deletion_cost"
-    SET_STANDBY = "set_standby"  # scale a service's standby Deployment to `replicas`
-    UNGATE = "ungate"  # lift the handover scheduling gate from a training pod
-    TAINT_PROVIDER = "taint_provider"  # add the provider's own taint to its node when it lacks it (never removed)
-    SET_WARM = "set_warm"  # scale a service's warm-pool placeholder Deployment to `replicas`
-    SET_RETURN = "set_return"  # scale a service's on-prem return Deployment (the bridge) to `replicas`
-    EVICT = "evict"  # evict an external replica (Eviction API) whose on-prem cover is Ready
-
-
-@dataclass(frozen=True)
-class Action:
-    """One change to apply. CLOSE_NODE always means the NoSchedule burst taint (never NoExecute)."""
-
-    kind: ActionKind
-    node: str = ""
-    namespace: str = ""
-    pod: str = ""
-    deletion_cost: int = 0
-    service: str = ""
-    replicas: int = 0
-
-
-@dataclass(frozen=True)
-class VirtualNode:
-    """What the core needs to know about one virtual-kubelet node."""
-
-    name: str
-    provider: str = ""
-    # Effect of our burst taint on the node, or None when absent (= open).
-    taint_effect: str | None = None
-    # GPUs requested by live pods bound to this node: they must fit on-prem before we close.
-    gpus_in_use: int = 0
-    changed_at: float | None = None
-    # The node lacks its provider's own taint (something created it before its virtual kubelet did).
-    provider_taint_missing: bool = False
-
-    @property
-    def closed(self) -> bool:
-        return self.taint_effect is not None
-
-
-@dataclass(frozen=True)
-class PodRef:
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
-class PoolGpus:
-    """One on-prem pool's share of the totals: free GPUs on its nodes, GPUs of training pods pending for it.
-
-    `free_nodes` (free GPUs on a node -> how many schedulable nodes have that many; empty when unknown) and
-    `unplaced_pods` (GPUs per unplaced training pod -> how many) let the handover tell whether waiting
-    training fits the free GPUs node by node: 16 free GPUs spread 2 per node hold no 8-GPU worker.
-    """
-
-    free: int = 0
-    pending_training: int = 0
-    free_nodes: Mapping[int, int] = field(default_factory=dict)
-    unplaced_pods: Mapping[int, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ServiceReplicas:
-    """One inference service's pods as the handover sees them (main = the HPA's Deployment)."""
-
-    min_replicas: int
-    main_live: int = 0  # not terminal, not being deleted, scheduled or not
-    main_ready: int = 0
-    main_ready_external: int = 0
-    main_ready_onprem: Mapping[str, int] = field(default_factory=dict)  # per on-prem pool ("" = no pool)
-    # Main pods bound to an on-prem node of the pool and not Ready yet: a gang that reclaims the pool takes
-    # them as surely as the Ready ones (they are often on the very GPUs training just freed).
-    main_starting_onprem: Mapping[str, int] = field(default_factory=dict)
-    standby_live: int = 0
-    standby_ready: int = 0
-    # GPUs one main replica requests: how many replicas a reclaimed GPU count can hold (1 = the upper bound).
-    gpus_per_replica: int = 1
-    # Placeholders of the warm pool (its Deployment's pods, any state): what `plan_warm` scales.
-    warm_live: int = 0
-    # Main pods being deleted (deletionTimestamp set, not gone): a move `plan_return` already made.
-    main_leaving: int = 0
-    # The on-prem return Deployment's pods (the bridge `plan_return` scales): live and Ready.
-    return_live: int = 0
-    return_ready: int = 0
-    return_pending: int = 0  # of those, not bound to a node yet: their GPUs are not taken from the free ones yet
-
-
-@dataclass(frozen=True)
-class InfeasibleGang:
-    """Training that can never be placed: larger than its pool, or a pod larger than every node there.
-
-    It holds nothing open and keeps no standby up; the shell reports it (metric and Event).
-    """
-
-    namespace: str
-    name: str
-    pool: str  # "" = any on-prem pool
-    gpus: int
-    reason: str
-    pods: tuple[PodRef, ...] = ()
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Aggregates of the cluster at one instant; built in O(virtual nodes + pools) by the incremental view.
-
-    `onprem_free_gpus` and `pending_training_gpus` are cluster-wide totals; `pools` breaks down the part
-    of each that belongs to a known pool (nodes labelled with a pool; training pods whose required
-    affinity names one pool). Whatever `pools` does not cover counts cluster-wide.
-    """
-
-    synced: bool
-    observed_at: float | None
-    onprem_allocatable_gpus: int
-    onprem_free_gpus: int
-    pending_inference_gpus: int = 0
-    pending_training_gpus: int = 0
-    virtual_nodes: Mapping[str, VirtualNode] = field(default_factory=dict)
-    pods_needing_cost: tuple[PodRef, ...] = ()
-    # The cost each of those pods should carry (its provider's, `BurstSettings.deletion_cost_for`); a pod not
-    # listed takes external_deletion_cost.
-    deletion_costs: Mapping[PodRef, int] = field(default_factory=dict)
-    pools: Mapping[str, PoolGpus] = field(default_factory=dict)
-    services: Mapping[str, ServiceReplicas] = field(default_factory=dict)
-    # GPUs of training pods not bound to a node yet (gated, pending, or being placed by a reclaim), per pool
-    # ("" = not confined to one pool); the pods behind the handover gate.
-    unplaced_training: Mapping[str, int] = field(default_factory=dict)
-    gated_pods: tuple[PodRef, ...] = ()
-    # When each gated pod was created (epoch seconds, the API server's clock), so each waits its own timeout.
-    gated_at: Mapping[PodRef, float] = field(default_factory=dict)
-    # The pool each gated pod is confined to ("" = any); a pod missing here waits for every service at risk.
-    gated_pool: Mapping[PodRef, str] = field(default_factory=dict)
-    # GPUs of standby replicas on virtual nodes: they are scaled away, never sent home, so closing needs
-    # no on-prem room for them.
-    standby_external_gpus: int = 0
-    # On-prem GPU nodes listed, eligible or not: 0 means the view has not seen any (blind), while listed
-    # nodes with no allocatable GPUs mean every one is hot, cordoned or NotReady (the burst is needed).
-    onprem_gpu_nodes: int = 0
-    # Free GPUs node by node over every pool, and training confined to no pool, for the handover's fit test;
-    # None when unknown (then the GPU count decides).
-    poolless: PoolGpus | None = None
-    # Training left out of every count above because it can never fit.
-    infeasible: tuple[InfeasibleGang, ...] = ()
-    # Per handover service, its ready main pods on virtual nodes, lowest pod-deletion-cost (dearest provider)
-    # first: the ones the make-before-break return evicts first. Filled only while the return is on.
-    external_replicas: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
-
-    @property
-    def external_gpus_in_use(self) -> int:
-        return sum(v.gpus_in_use for v in self.virtual_nodes.values())
-
-
-def effective_free_gpus(snapshot: Snapshot, inference_pools: Collection[str] = ()) -> int:
-    """Free on-prem GPUs that inference can count on once pending training has taken what it needs.
-
-    Per pool: max(0, free − pending training), because a gang pending for pool A can only take pool A's
-    GPUs; idle GPUs in pool B stay available to inference however large A's backlog is (and A's backlog
-    cannot drive B below zero). GPUs and pending pods that belong to no known pool are netted cluster-wide.
-    With `inference_pools` (the pools inference is confined to) only those pools' room counts, and no GPUs of
-    nodes outside every pool: an idle training pool is no room for a service that may not run there. Training
-    confined to no pool may still land in them, so it is netted in full. With no pool breakdown and no
-    confinement this is exactly free − pending training. O(pools).
-    """
-    free_rest = snapshot.onprem_free_gpus
-    pending_rest = snapshot.pending_training_gpus
-    total = 0
-    for name, pool in snapshot.pools.items():
-        free_rest -= pool.free
-        pending_rest -= pool.pending_training
-        if not inference_pools or name in inference_pools:
-            total += max(0, pool.free - pool.pending_training)
-    return total + (0 if inference_pools else free_rest) - pending_rest
-
-
-@dataclass(frozen=True)
-class BurstState:
-    """Controller memory between decisions; recomputable from the cluster (see `state_from_snapshot`)."""
-
-    mode: Mode
-    changed_at: float | None = None
-    low_since: float | None = None  # free on-prem GPUs below the open threshold since
-    pending_since: float | None = None  # inference GPU pods pending since
-    close_since: float | None = None  # close condition true since
-    gated_since: float | None = None  # training pods behind the handover gate since (the oldest first sight)
-    last_now: float | None = None
-    # When this controller first saw each gated pod, on its own clock (shifted with it when it steps back).
-    gated_seen: Mapping[PodRef, float] = field(default_factory=dict)
-    # Per handover service, where its main replica count changed ((time, count), oldest first), back to the
-    # last change before the ramp window: what `expected_ramp` reads (`track_replicas` keeps it).
-    replicas_seen: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Decision:
-    actions: tuple[Action, ...]
-    state: BurstState
-    reasons: tuple[str, ...]
-    flipped: Mode | None = None  # the mode entered by this decision, if any
-    effective_free_gpus: int | None = None  # free on-prem GPUs minus pending training demand, per pool
-    close_needs_gpus: int | None = None  # free GPUs the close condition requires right now
-    standby: Mapping[str, int] = field(default_factory=dict)  # standby replicas wanted per service
-    ramp: Mapping[str, int] = field(default_factory=dict)  # replicas the standby adds for the expected ramp
-    warm: Mapping[str, int] = field(default_factory=dict)  # warm-pool placeholders wanted per service
-    home: Mapping[str, int] = field(default_factory=dict)  # on-prem return (bridge) pods wanted per service
-
-
-def track_replicas(
-    seen: Mapping[str, tuple[tuple[float, int], ...]], services: Mapping[str, ServiceReplicas], now: float,
-    window: float,
-) -> dict[str, tuple[tuple[float, int], ...]]:
-    """Each service's replica-count history with this instant added: a point only where the count changed,
-    and only back to the last point at or before `now - window` (what the count was when the window opened).
-
-    Pruning at any later instant gives the same history whether or not decisions ran in between, so a
-    skipped call with unchanged inputs changes nothing. Services no longer listed are dropped.
-    O(services + points).
-    """
-    out: dict[str, tuple[tuple[float, int], ...]] = {}
-    for name, svc in services.items():
-        points = seen.get(name, ())
-        if not points or points[-1][1] != svc.main_live:
-            points = (*points, (now, svc.main_live))
-        start = 0
-        while start + 1 < len(points) and points[start + 1][0] <= now - window:
-            start += 1
-        out[name] = points[start:]
-    return out
-
-
-def expected_ramp(points: tuple[tuple[float, int], ...], now: float, window: float, ahead: float) -> int:
-    """Replicas the service is expected to add over the next `ahead` seconds: its rise over the last
-    `window` seconds (from the count when the window opened, or the oldest known), carried forward at the
-    same rate, rounded up, at most the current count (a ramp is not assumed to more than double it).
-    A falling or flat count expects nothing. Pure; O(points).
-    """
-    if not points or window <= 0 or ahead <= 0:
-        return 0
-    current = points[-1][1]
-    base = points[0][1]
-    for t, n in points:
-        if t > now - window:
-            break
-        base = n
-    rise = current - base
-    if rise <= 0:
-        return 0
-    return min(current, math.ceil(rise * ahead / window - 1e-9))
+#: The core's public face (`__init__`'s list): its own steps, and the types and plans it re-exports from
+#: `snapshot` (data) and `plans` (make-before-break sizing).
+__all__ = [
+    "Action",
+    "ActionKind",
+    "BurstState",
+    "Decision",
+    "GateStep",
+    "InfeasibleGang",
+    "Mode",
+    "ModeStep",
+    "PodRef",
+    "PoolGpus",
+    "ReturnPlan",
+    "ServiceReplicas",
+    "Snapshot",
+    "StandbyPlan",
+    "VirtualNode",
+    "actions",
+    "decide",
+    "displaced_gpus",
+    "effective_free_gpus",
+    "expected_ramp",
+    "gate_release",
+    "guards",
+    "inconsistency",
+    "next_mode",
+    "plan_return",
+    "plan_standby",
+    "plan_warm",
+    "settle_clock",
+    "state_from_snapshot",
+    "track_replicas",
+]
 
 
 def state_from_snapshot(snapshot: Snapshot, now: float) -> BurstState:
@@ -598,302 +395,3 @@ def actions(
         for ref in snapshot.pods_needing_cost[: settings.max_cost_patches_per_cycle]
     )
     return tuple(out)
-
-
-def plan_warm(services: Mapping[str, ServiceReplicas], open_: bool,
-              seen: Mapping[str, tuple[tuple[float, int], ...]], now: float, settings: BurstSettings) -> dict[str, int]:
-    """Warm-pool placeholders wanted per handover service: while the burst is open,
-    ceil(`warm_pool_share` x replicas) plus the rise `expected_ramp` forecasts over `warm_pool_ramp_seconds`,
-    at most the service's replicas (replicas = max(minReplicas, main pods)); 0 while closed (nothing lands
-    on a closed virtual node, so a warm slot there serves nobody). A service is listed when it wants
-    placeholders or still has some. Pure; O(services x points).
-    """
-    share, ahead = settings.warm_pool_share, settings.warm_pool_ramp_seconds
-    on = open_ and (share > 0 or ahead > 0)
-    out: dict[str, int] = {}
-    for name, svc in services.items():
-        want = 0
-        if on:
-            base = max(svc.min_replicas, svc.main_live)
-            want = math.ceil(share * base - 1e-9)
-            if ahead > 0:
-                want += expected_ramp(seen.get(name, ()), now, settings.handover_ramp_window_seconds, ahead)
-            want = min(want, base)
-        if want or svc.warm_live:
-            out[name] = want
-    return out
-
-
-@dataclass(frozen=True)
-class ReturnPlan:
-    """The make-before-break return's step: bridge pods wanted and external replicas to evict, per service."""
-
-    targets: Mapping[str, int] = field(default_factory=dict)
-    evictions: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
-
-
-_NO_RETURN = ReturnPlan()
-
-
-def plan_return(snapshot: Snapshot, effective_free: int, settings: BurstSettings) -> ReturnPlan:
-    """Make-before-break return of external replicas: start the on-prem replacement, then evict.
-
-    Why a separate Deployment (`<service>-return`, on-prem only, selected by the Service and the PDB but not
-    by the HPA's scale target) rather than scaling the main Deployment: the HPA owns the main Deployment's
-    replicas and writes them back at its next sync, so a surge there would be undone within seconds, and
-    the not-ready new pods would be the first its ReplicaSet deletes. The bridge is ours alone; the HPA
-    never sees it as a replica, and its few pods (at most `return_surge_share` of the service, within the
-    HPA's tolerance) serve traffic for the minute a move takes, under its scale-down stabilization window.
-
-    Per service, from what the cluster shows and nothing remembered, so a restart or a new leader computes
-    the same step and never repeats a move already made:
-
-    - in flight = main pods not Ready (replacements starting) + main pods being deleted (evictions made);
-      that many bridge pods are kept, so no move ever lacks its cover;
-    - once nothing is in flight, a Ready bridge pod covers one eviction, of the dearest provider's replicas
-      first (`Snapshot.external_replicas`), when the replacement still finds on-prem room: moves are serial
-      per service, as a PDB of maxUnavailable 1 (which counts the bridge among its pods) admits them;
-    - new bridge pods are added for external replicas left, each needing room for itself and for the
-      replacement of the replica it frees (2 x GPUs per replica), up to the cap.
-
-    Room is the effective free on-prem GPUs (training's pending demand netted, per pool) above
-    `open_below_free_gpus`, so a return never takes what training waits for nor drives a closed burst open;
-    a bridge pod bound to a node holds its GPUs already (they are not free), one still unbound takes them
-    from the room first, so a bridge does not shrink the moment it lands (no flapping).
-    Once nothing is external and nothing in flight, the bridge goes to 0. Off (share 0): a bridge still up is
-    scaled to 0 and nothing is evicted. Pure; O(services + evictions).
-    """
-    share = settings.return_surge_share
-    if share <= 0:
-        return ReturnPlan({n: 0 for n, svc in snapshot.services.items() if svc.return_live}) if any(
-            svc.return_live for svc in snapshot.services.values()) else _NO_RETURN
-    room = effective_free - settings.open_below_free_gpus
-    targets: dict[str, int] = {}
-    evictions: dict[str, tuple[PodRef, ...]] = {}
-    for name in sorted(snapshot.services):
-        svc = snapshot.services[name]
-        g = max(1, svc.gpus_per_replica)
-        external = svc.main_ready_external
-        if not external and not svc.return_live:
-            continue
-        room -= svc.return_pending * g
-        in_flight = max(0, svc.main_live - svc.main_ready) + svc.main_leaving
-        refs = snapshot.external_replicas.get(name, ())
-        # One move at a time per service, and only once every earlier one is done: the PDB (maxUnavailable,
-        # counting the bridge among its expected pods) admits an eviction only while the others are Ready, so
-        # a second one would be refused and retried; one at a time also bounds what a stale view can repeat.
-        spend = 1 if (external and refs and not in_flight and svc.return_ready and room >= g) else 0
-        room -= spend * g
-        keep = min(svc.return_live, in_flight + spend)
-        spare = svc.return_live - keep
-        left = external - spend
-        fund = max(0, min(spare, left, room // g if room > 0 else 0))
-        room -= fund * g
-        new = max(0, min(left - fund, room // (2 * g) if room > 0 else 0))
-        room -= new * 2 * g
-        cap = math.ceil(share * max(svc.min_replicas, svc.main_live) - 1e-9)
-        targets[name] = keep + min(max(0, cap - keep), fund + new)
-        if spend:
-            evictions[name] = tuple(refs[:spend])
-    return ReturnPlan(targets, evictions)
-
-
-def _fits_free(unplaced_gpus: int, pool: PoolGpus | None) -> bool:
-    """Whether a pool's unplaced training fits its free GPUs without displacing anyone.
-
-    With the node breakdown: largest pods first, each into the fullest node that still holds it (best fit),
-    in batches per (pod size, node bucket), so the cost is O(sizes × buckets), not O(pods). Without it,
-    by GPU count alone.
-    """
-    if pool is None:
-        return unplaced_gpus <= 0
-    if not pool.unplaced_pods or not pool.free_nodes:
-        return unplaced_gpus <= pool.free
-    left, _ = _place_on_free(pool.unplaced_pods, pool.free_nodes)
-    return not left
-
-
-def _place_on_free(pods: Mapping[int, int], free_nodes: Mapping[int, int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Best fit of pods (GPUs per pod -> count) onto free node buckets (free GPUs -> nodes), largest pods first.
-
-    Returns the pods left unplaced and the buckets that remain. O(sizes × buckets).
-    """
-    nodes = dict(free_nodes)
-    unplaced: dict[int, int] = {}
-    for size in sorted(pods, reverse=True):
-        left = pods[size]
-        if size <= 0:
-            continue
-        for free in sorted(f for f in nodes if f >= size):
-            if not left:
-                break
-            count = nodes.get(free, 0)
-            per_node = free // size
-            if not count or not per_node:
-                continue
-            placed = min(left, count * per_node)
-            full, rest = divmod(placed, per_node)
-            used = full + (1 if rest else 0)
-            nodes[free] = count - used
-            if full:
-                leftover = free - per_node * size
-                nodes[leftover] = nodes.get(leftover, 0) + full
-            if rest:
-                leftover = free - rest * size
-                nodes[leftover] = nodes.get(leftover, 0) + 1
-            left -= placed
-        if left:
-            unplaced[size] = left
-    return unplaced, nodes
-
-
-def displaced_gpus(unplaced_gpus: int, pool: PoolGpus | None) -> int:
-    """GPUs of other pods that waiting training must reclaim in a pool: what it lacks on the free GPUs.
-
-    With the node breakdown: after the best fit onto free GPUs, each pod still unplaced takes the node with
-    the most free GPUs left (the fewest to reclaim: the gang scheduler's choice too) and displaces the rest
-    of its size; once no partly free node is left, its whole size. Without it, by GPU count alone.
-    O(sizes × buckets).
-    """
-    if unplaced_gpus <= 0:
-        return 0
-    if pool is None:
-        return unplaced_gpus
-    if not pool.unplaced_pods or not pool.free_nodes:
-        return max(0, unplaced_gpus - pool.free)
-    left, nodes = _place_on_free(pool.unplaced_pods, pool.free_nodes)
-    displaced = 0
-    for size in sorted(left, reverse=True):
-        count = left[size]
-        for free in sorted((f for f in nodes if 0 < f < size and nodes[f] > 0), reverse=True):
-            take = min(count, nodes[free])
-            nodes[free] -= take
-            displaced += take * (size - free)
-            count -= take
-            if not count:
-                break
-        displaced += count * size
-    return displaced
-
-
-@dataclass(frozen=True)
-class StandbyPlan:
-    """Standby replicas wanted per service and whether the ready ones cover what is at risk."""
-
-    targets: Mapping[str, int]
-    at_risk: Mapping[str, int]
-    ready: Mapping[str, int]
-    #: Services with on-prem replicas a waiting gang will reclaim.
-    gang_services: frozenset[str] = frozenset()
-    #: The same per pool of the waiting training ("" = training confined to no pool).
-    pool_services: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    #: The part of each target that covers the expected ramp (services that have it).
-    ramp: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def covered(self) -> bool:
-        return all(self.ready[s] >= n for s, n in self.targets.items())
-
-    @property
-    def gang_covered(self) -> bool:
-        """Every gated gang may start: the standby of every service any of them displaces is ready."""
-        return self.gang_covered_for(None)
-
-    def gang_covered_for(self, pool: str | None) -> bool:
-        """Training for `pool` may start: the standbys of the services it displaces are ready (others do not
-        count). `None` (pool unknown) waits for every service any waiting training displaces."""
-        services = self.gang_services if pool is None else self.pool_services.get(pool, frozenset())
-        return all(self.ready[s] >= self.targets[s] for s in services)
-
-    def describe(self) -> str:
-        parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk"
-                 + (f" + {self.ramp[s]} for the ramp" if self.ramp.get(s) else "") for s, n in self.targets.items()]
-        return ", ".join(parts) or "nothing at risk"
-
-
-def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizing = Sizing.POOL,
-                 return_batch: int = 0, ramp: Mapping[str, int] | None = None) -> StandbyPlan:
-    """Standby per service = replicas at risk that the rest cannot cover.
-
-    `cover` CURRENT replaces every replica at risk up to the service's current replica count (capacity is
-    kept through the handover); MINIMUM only up to minReplicas (the floor is kept, at less external cost).
-    No default: the mode step and the standby step must agree on it, so each caller names it.
-    `sizing` POOL puts every ready replica of a risky pool at risk; DISPLACED only as many as the GPUs the
-    training lacks there can hold (`displaced_gpus` / GPUs per replica, per service: an upper bound, since
-    which services sit on the reclaimed nodes is not known). `return_batch` > 0 caps the external replicas
-    at risk while returning (those moving home at once).
-
-    On-prem replicas, Ready or still starting on the pool's nodes, are at risk in a pool where unplaced
-    training (gated, or released and not bound yet) does not fit the free GPUs node by node: a gang will
-    reclaim them, and a gate that waited only for the Ready ones' services would release it onto replicas
-    that just started on the GPUs training freed. Training confined to no pool puts every
-    pool at risk when it does not fit the free GPUs of all pools node by node. With `returning`, external
-    replicas are at risk too (the descheduler moves them home).
-    Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
-    time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
-
-    `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
-    gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
-    service is expected to see before a replica started now is ready, so what the gang takes at the moment
-    it takes it, and the demand that grows meanwhile, are both covered. MINIMUM keeps the floor only.
-    """
-    ramp = ramp or {}
-    unplaced = snapshot.unplaced_training
-    anywhere = unplaced.get("", 0)
-    if snapshot.poolless is None:
-        all_pools = anywhere > snapshot.onprem_free_gpus
-    else:
-        all_pools = anywhere > 0 and not _fits_free(anywhere, snapshot.poolless)
-    risky_pools = {p for p, gpus in unplaced.items() if p and not _fits_free(gpus, snapshot.pools.get(p))}
-    displaced: dict[str, int] = {}
-    if sizing is Sizing.DISPLACED:
-        displaced = {p: displaced_gpus(unplaced[p], snapshot.pools.get(p)) for p in risky_pools}
-        if all_pools:
-            displaced[""] = (displaced_gpus(anywhere, snapshot.poolless) if snapshot.poolless is not None
-                             else max(0, anywhere - snapshot.onprem_free_gpus))
-    targets: dict[str, int] = {}
-    at_risk: dict[str, int] = {}
-    ready: dict[str, int] = {}
-    ramps: dict[str, int] = {}
-    gang: set[str] = set()
-    by_pool: dict[str, set[str]] = {}
-    for name, svc in snapshot.services.items():
-        # Every main pod on a reclaimed pool's nodes is at risk, Ready or still starting; only the Ready ones
-        # reduce the standby (the goal already counts the starting ones as not serving).
-        onprem = dict(svc.main_ready_onprem)
-        for pool, n in svc.main_starting_onprem.items():
-            onprem[pool] = onprem.get(pool, 0) + n
-        onprem_risk = ready_risk = 0
-        for pool, n in onprem.items():
-            if n and (all_pools or pool in risky_pools):
-                onprem_risk += n
-                ready_risk += svc.main_ready_onprem.get(pool, 0)
-                if pool in risky_pools:
-                    by_pool.setdefault(pool, set()).add(name)
-                if all_pools:
-                    by_pool.setdefault("", set()).add(name)
-        if onprem_risk:
-            gang.add(name)
-        if sizing is Sizing.DISPLACED and onprem_risk:
-            per = max(1, svc.gpus_per_replica)
-            bound = sum(min(n, -(-displaced[p] // per)) for p, n in onprem.items() if n and p in risky_pools)
-            if all_pools:
-                bound += -(-displaced[""] // per)
-            onprem_risk = min(onprem_risk, bound)
-            ready_risk = min(ready_risk, bound)
-        external = svc.main_ready_external if returning else 0
-        if return_batch:
-            external = min(external, return_batch)
-        risk = onprem_risk + external
-        if risk == 0 and svc.standby_live == 0:
-            continue
-        extra = ramp.get(name, 0) if cover is Cover.CURRENT and (onprem_risk or svc.standby_live) else 0
-        goal = max(svc.min_replicas, svc.main_live) + extra
-        cap = goal if cover is Cover.CURRENT else svc.min_replicas
-        targets[name] = max(0, min(goal - (svc.main_ready - ready_risk - external), cap))
-        at_risk[name] = risk
-        ready[name] = svc.standby_ready
-        if extra:
-            ramps[name] = extra
-    return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
-                       ramps)
