@@ -8,12 +8,9 @@ names a node not seen yet parks its GPUs on a placeholder until the node arrives
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from itertools import islice
-from typing import Any, TypeVar
 
 from agents.burst_controller.contract import (
     GANG_ANNOTATION,
@@ -23,7 +20,29 @@ from agents.burst_controller.contract import (
     WARM_ROLE,
     BurstSettings,
 )
-from agents.burst_controller.decide import (
+from agents.burst_controller.objects import (
+    BLOCKING_EFFECTS,
+    MISSING,
+    ONPREM,
+    OTHER,
+    TERMINAL_PHASES,
+    UNSCHEDULABLE_TAINTS,
+    VIRTUAL,
+    GangEntry,
+    NodeEntry,
+    NodeRecord,
+    Obj,
+    PodEntry,
+    ServiceCounts,
+    add_count,
+    burst_effect,
+    name_of,
+    parse_gpus,
+    parse_timestamp,
+    pod_gpus,
+    pod_pool,
+)
+from agents.burst_controller.snapshot import (
     InfeasibleGang,
     PodRef,
     PoolGpus,
@@ -32,208 +51,14 @@ from agents.burst_controller.decide import (
     VirtualNode,
 )
 
-ONPREM = "onprem"
-VIRTUAL = "virtual"
-OTHER = "other"  # CPU-only or unlabelled nodes: no part in the decision
-MISSING = "missing"  # placeholder for a node that pods name but the node list does not have (yet)
-
-# Taints the node lifecycle controller and `kubectl cordon` set: GPUs behind them are not schedulable.
-_UNSCHEDULABLE_TAINTS = frozenset(
-    {"node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
-)
-_BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_VK_PROVIDER_TAINT = VK_PROVIDER_TAINT
-
-Obj = Mapping[str, Any]
-K = TypeVar("K", str, int)
-
-
-def parse_gpus(value: Any) -> int:
-    """Quantity of an extended resource; GPUs are whole numbers, anything unparsable counts as none."""
-    if value is None or isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return max(value, 0)
-    try:
-        return max(int(str(value)), 0)
-    except ValueError:
-        try:
-            number = float(str(value))
-        except ValueError:
-            return 0
-        return max(math.ceil(number), 0) if math.isfinite(number) else 0
-
-
-def parse_timestamp(value: Any) -> float | None:
-    """Epoch seconds from the changed-at annotation (RFC 3339 or plain seconds); None when unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def burst_effect(effects: list[str]) -> str | None:
-    """The effect the core sees for our taint on a node: None when absent, "NoSchedule" only when that is the one
-    copy; otherwise the first other effect, so that any extra copy (NoExecute next to NoSchedule, in any order)
-    reads as a mismatch and the node is rewritten to the single NoSchedule copy."""
-    if not effects:
-        return None
-    if effects == ["NoSchedule"]:
-        return "NoSchedule"
-    # Only NoSchedule copies, more than one (the API refuses duplicates, a bad view must not hide them).
-    return next((e for e in effects if e != "NoSchedule"), "NoSchedule (duplicated)")
-
-
-def pod_gpus(pod: Obj, gpu_resource: str) -> int:
-    """GPUs a pod holds: sum over app containers, or the largest init container if that is bigger."""
-    spec = pod.get("spec") or {}
-
-    def container_gpus(c: Obj) -> int:
-        res = c.get("resources") or {}
-        requests = res.get("requests") or {}
-        limits = res.get("limits") or {}
-        return parse_gpus(requests.get(gpu_resource, limits.get(gpu_resource)))
-
-    app = sum(container_gpus(c) for c in spec.get("containers") or ())
-    init = max((container_gpus(c) for c in spec.get("initContainers") or ()), default=0)
-    return max(app, init)
-
-
-def pod_pool(pod: Obj, pool_label: str) -> str:
-    """The one pool a pod is confined to, or "" when it may land in more than one (or any).
-
-    A nodeSelector on the pool label decides; otherwise every required nodeSelectorTerm (terms are ORed)
-    must pin the label to the same single value with `In`. O(size of the pod's affinity), not of the cluster.
-    """
-    spec = pod.get("spec") or {}
-    selected = (spec.get("nodeSelector") or {}).get(pool_label)
-    if selected:
-        return str(selected)
-    node_affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    found = ""
-    for term in required.get("nodeSelectorTerms") or ():
-        pinned = ""
-        for expr in (term or {}).get("matchExpressions") or ():
-            values = expr.get("values") or []
-            if expr.get("key") == pool_label and expr.get("operator") == "In" and len(values) == 1:
-                pinned = str(values[0])
-        if not pinned or (found and pinned != found):
-            return ""
-        found = pinned
-    return found
-
-
-@dataclass(slots=True)
-class _Node:
-    name: str
-    kind: str = MISSING
-    pool: str = ""
-    allocatable: int = 0
-    eligible: bool = False
-    requested: int = 0
-    provider: str = ""
-    taint_effect: str | None = None
-    changed_at: float | None = None
-    taints: list[dict[str, Any]] = field(default_factory=list)
-    provider_taint_missing: bool = False
-    resource_version: str = ""
-    pods: set[str] = field(default_factory=set)
-
-    def onprem_alloc(self) -> int:
-        return self.allocatable if self.kind == ONPREM and self.eligible else 0
-
-    def onprem_free(self) -> int:
-        return max(self.allocatable - self.requested, 0) if self.kind == ONPREM and self.eligible else 0
-
-
-@dataclass(slots=True, frozen=True)
-class _Pod:
-    key: str
-    namespace: str
-    name: str
-    node: str
-    gpus: int
-    workload: str
-    pool: str  # the one pool a pending training pod is confined to; "" = any (counted cluster-wide)
-    live: bool
-    unschedulable: bool
-    deleting: bool
-    cost: str | None  # the pod-deletion-cost annotation as found
-    gated: bool = False  # a training pod behind the handover scheduling gate
-    created: float | None = None  # creationTimestamp of a gated pod (its handover timeout counts from it)
-    service: str = ""  # the handover service this inference pod belongs to ("" = none we track)
-    standby: bool = False
-    ready: bool = False
-    gang: str = ""  # "<namespace>/<PodGroup>" of unplaced training (its own key when it names none)
-    warm: bool = False  # a warm-pool placeholder (role=warm): counted for its service and nothing else
-    home: bool = False  # a pod of the service's on-prem return bridge (role=return)
-
-    @property
-    def waiting(self) -> bool:
-        """Training demand not placed yet: unschedulable, or held at the handover gate."""
-        return (self.unschedulable or self.gated) and self.gpus > 0
-
-
-@dataclass(slots=True)
-class _ServiceCounts:
-    """Running sums for one handover service; updated by pod contributions like the GPU totals."""
-
-    main_live: int = 0
-    main_ready: int = 0
-    main_ready_external: int = 0
-    main_ready_onprem: dict[str, int] = field(default_factory=dict)
-    main_starting_onprem: dict[str, int] = field(default_factory=dict)  # bound on-prem, not Ready yet
-    standby_live: int = 0
-    standby_ready: int = 0
-    warm_live: int = 0  # the warm pool's placeholders
-    main_leaving: int = 0  # main pods being deleted (an eviction the return already made)
-    return_live: int = 0  # the return bridge's pods
-    return_ready: int = 0
-    return_pending: int = 0  # bridge pods not bound to a node yet
-    # Ready main pods on virtual nodes: pod key -> (ref, its deletion cost), for the return's evictions.
-    external: dict[str, tuple[PodRef, int]] = field(default_factory=dict)
-    # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
-    gpus: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Gang:
-    """Running sums of one gang's unplaced pods, to tell whether it can ever fit its pool."""
-
-    namespace: str
-    name: str
-    pool: str
-    waiting: int = 0  # GPUs counted in pending training
-    unplaced: int = 0  # GPUs counted in unplaced training
-    sizes: dict[int, int] = field(default_factory=dict)  # GPUs per unplaced pod -> pods
-    pods: set[PodRef] = field(default_factory=set)
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    """What the shell needs to patch a node without a read first: its taints and resourceVersion."""
-
-    name: str
-    taints: tuple[dict[str, Any], ...]
-    resource_version: str
-    provider: str = ""
-
 
 class ClusterView:
     """Aggregates for `decide`, fed by list and watch; `snapshot()` costs O(virtual nodes)."""
 
     def __init__(self, settings: BurstSettings) -> None:
         self._s = settings
-        self._nodes: dict[str, _Node] = {}
-        self._pods: dict[str, _Pod] = {}
+        self._nodes: dict[str, NodeEntry] = {}
+        self._pods: dict[str, PodEntry] = {}
         self._virtual: set[str] = set()
         # Pod key -> the pod and the deletion cost its provider's replicas carry, for pods still lacking it.
         self._needing_cost: dict[str, tuple[PodRef, int]] = {}
@@ -244,7 +69,7 @@ class ClusterView:
         # Per on-prem pool: free GPUs on its eligible nodes, GPUs of training pods pending for it.
         self._pool_free: dict[str, int] = {}
         self._pool_pending: dict[str, int] = {}
-        self._services = {name: _ServiceCounts() for name in settings.handover_services}
+        self._services = {name: ServiceCounts() for name in settings.handover_services}
         self._gated: dict[str, PodRef] = {}
         self._gated_at: dict[PodRef, float] = {}
         self.standby_external_gpus = 0
@@ -259,7 +84,7 @@ class ClusterView:
         self._capacity: dict[str, int] = {}
         self._node_sizes: dict[str, dict[int, int]] = {}
         self.onprem_gpu_nodes = 0
-        self._gangs: dict[str, _Gang] = {}
+        self._gangs: dict[str, GangEntry] = {}
         self.nodes_synced = False
         self.pods_synced = False
         # Freshness per kind: the snapshot is as old as the staler of the two.
@@ -303,7 +128,7 @@ class ClusterView:
         """Apply a full node list: upsert every item, drop the ones no longer there."""
         seen: set[str] = set()
         for node in nodes:
-            seen.add(_name(node))
+            seen.add(name_of(node))
             self.apply_node("MODIFIED", node)
         for name in [n for n, rec in self._nodes.items() if rec.kind != MISSING and n not in seen]:
             self.apply_node("DELETED", {"metadata": {"name": name}})
@@ -312,12 +137,12 @@ class ClusterView:
 
     def apply_node(self, event_type: str, node: Obj) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED) for a node."""
-        name = _name(node)
+        name = name_of(node)
         rec = self._nodes.get(name)
         if rec is None:
             if event_type == "DELETED":
                 return
-            rec = self._nodes[name] = _Node(name)
+            rec = self._nodes[name] = NodeEntry(name)
         self.onprem_allocatable -= rec.onprem_alloc()
         self._add_free(rec, -rec.onprem_free())
         self._add_capacity(rec, -1)
@@ -346,7 +171,7 @@ class ClusterView:
         if rec.kind == MISSING and not rec.pods:
             del self._nodes[name]
 
-    def _read_node(self, rec: _Node, node: Obj) -> None:
+    def _read_node(self, rec: NodeEntry, node: Obj) -> None:
         s = self._s
         meta = node.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -360,12 +185,12 @@ class ClusterView:
             location == "external"
             or bool(provider)
             or labels.get("type") == "virtual-kubelet"
-            or any(t.get("key") == _VK_PROVIDER_TAINT for t in taints)
+            or any(t.get("key") == VK_PROVIDER_TAINT for t in taints)
         )
         if is_virtual:
             rec.kind = VIRTUAL
             rec.provider = provider or next(
-                (str(t.get("value", "")) for t in taints if t.get("key") == _VK_PROVIDER_TAINT), ""
+                (str(t.get("value", "")) for t in taints if t.get("key") == VK_PROVIDER_TAINT), ""
             )
         elif location == ONPREM or allocatable > 0:
             rec.kind = ONPREM
@@ -378,8 +203,8 @@ class ClusterView:
         # that fits there schedules there and never shows as pending.
         blocking_keys = (s.thermal_taint_key, s.health_taint_key)
         blocked = any(
-            t.get("effect") in _BLOCKING_EFFECTS
-            and (t.get("key") in blocking_keys or t.get("key") in _UNSCHEDULABLE_TAINTS)
+            t.get("effect") in BLOCKING_EFFECTS
+            and (t.get("key") in blocking_keys or t.get("key") in UNSCHEDULABLE_TAINTS)
             for t in taints
         )
         not_ready = any(
@@ -395,14 +220,14 @@ class ClusterView:
         )
         rec.resource_version = str(meta.get("resourceVersion", ""))
 
-    def _add_capacity(self, rec: _Node, sign: int) -> None:
+    def _add_capacity(self, rec: NodeEntry, sign: int) -> None:
         """Count (sign 1) or uncount (-1) a listed on-prem GPU node, eligible or not."""
         if rec.kind != ONPREM or rec.allocatable <= 0:
             return
         self.onprem_gpu_nodes += sign
         for pool in {rec.pool, ""}:  # "" = every pool, for training confined to none
-            _add(self._capacity, pool, sign * rec.allocatable)
-            _add(self._node_sizes.setdefault(pool, {}), rec.allocatable, sign)
+            add_count(self._capacity, pool, sign * rec.allocatable)
+            add_count(self._node_sizes.setdefault(pool, {}), rec.allocatable, sign)
 
     def node_record(self, name: str) -> NodeRecord | None:
         """Last seen taints and resourceVersion of a node, for an optimistic patch."""
@@ -437,7 +262,7 @@ class ClusterView:
         if old is not None and not old.deleting:
             self._set_pod(key, replace(old, deleting=True))
 
-    def _read_pod(self, pod: Obj) -> _Pod:
+    def _read_pod(self, pod: Obj) -> PodEntry:
         s = self._s
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
@@ -465,7 +290,7 @@ class ClusterView:
         if workload == "training" and not node:
             group = (meta.get("annotations") or {}).get(GANG_ANNOTATION)
             gang = f"{namespace}/{group}" if group else f"{namespace}/{name}"
-        return _Pod(
+        return PodEntry(
             key=f"{namespace}/{name}",
             namespace=namespace,
             name=name,
@@ -474,7 +299,7 @@ class ClusterView:
             workload=workload,
             # Only pending training is netted per pool; other pods skip the affinity walk.
             pool=pod_pool(pod, s.pool_label) if not node and workload == "training" else "",
-            live=phase not in _TERMINAL_PHASES,
+            live=phase not in TERMINAL_PHASES,
             unschedulable=unschedulable,
             deleting=meta.get("deletionTimestamp") is not None,
             cost=(meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION),
@@ -489,7 +314,7 @@ class ClusterView:
             gang=gang,
         )
 
-    def _set_pod(self, key: str, new: _Pod | None) -> None:
+    def _set_pod(self, key: str, new: PodEntry | None) -> None:
         old = self._pods.pop(key, None)
         self._needing_cost.pop(key, None)
         if old is not None:
@@ -498,7 +323,7 @@ class ClusterView:
             self._pods[key] = new
             self._pod_contribution(new, +1)
 
-    def _pod_contribution(self, pod: _Pod, sign: int) -> None:
+    def _pod_contribution(self, pod: PodEntry, sign: int) -> None:
         if pod.warm:
             # A placeholder serves nobody and holds no burst open (it waits Pending for room, it leaves at a
             # close): it is its service's warm_live and nothing else, not even a virtual node's GPUs in use.
@@ -512,11 +337,11 @@ class ClusterView:
         elif pod.waiting and pod.workload == "training":
             self.pending_training += sign * pod.gpus
             if pod.pool:
-                _add(self._pool_pending, pod.pool, sign * pod.gpus)
+                add_count(self._pool_pending, pod.pool, sign * pod.gpus)
         unplaced = pod.workload == "training" and not pod.node and pod.live and not pod.deleting and pod.gpus > 0
         if unplaced:
-            _add(self._unplaced_gpus, pod.pool, sign * pod.gpus)
-            _add(self._unplaced_pods.setdefault(pod.pool, {}), pod.gpus, sign)
+            add_count(self._unplaced_gpus, pod.pool, sign * pod.gpus)
+            add_count(self._unplaced_pods.setdefault(pod.pool, {}), pod.gpus, sign)
         if pod.gang and (unplaced or (pod.waiting and pod.workload == "training")):
             self._count_gang(pod, unplaced, sign)
         if pod.gated:
@@ -536,7 +361,7 @@ class ClusterView:
         if not pod.node:
             return
         if rec is None:
-            rec = self._nodes[pod.node] = _Node(pod.node)
+            rec = self._nodes[pod.node] = NodeEntry(pod.node)
         self._add_free(rec, -rec.onprem_free())
         if sign > 0:
             rec.pods.add(pod.key)
@@ -552,18 +377,18 @@ class ClusterView:
         elif rec.kind == MISSING and not rec.pods:
             del self._nodes[pod.node]
 
-    def _count_gang(self, pod: _Pod, unplaced: bool, sign: int) -> None:
+    def _count_gang(self, pod: PodEntry, unplaced: bool, sign: int) -> None:
         """Add (sign 1) or remove (-1) an unplaced training pod's part of its gang's sums."""
         key = f"{pod.gang}|{pod.pool}"
         gang = self._gangs.get(key)
         if gang is None:
             namespace, _, name = pod.gang.partition("/")
-            gang = self._gangs[key] = _Gang(namespace, name, pod.pool)
+            gang = self._gangs[key] = GangEntry(namespace, name, pod.pool)
         if pod.waiting:
             gang.waiting += sign * pod.gpus
         if unplaced:
             gang.unplaced += sign * pod.gpus
-            _add(gang.sizes, pod.gpus, sign)
+            add_count(gang.sizes, pod.gpus, sign)
         ref = PodRef(pod.namespace, pod.name)
         if sign > 0:
             gang.pods.add(ref)
@@ -572,7 +397,7 @@ class ClusterView:
         if not gang.pods:
             del self._gangs[key]
 
-    def _count_service(self, pod: _Pod, kind: str, pool: str, sign: int) -> None:
+    def _count_service(self, pod: PodEntry, kind: str, pool: str, sign: int) -> None:
         """Add (sign 1) or remove (-1) one pod of a handover service, by role, readiness and location."""
         if not pod.service or not pod.live:
             return
@@ -593,10 +418,10 @@ class ClusterView:
             counts.standby_ready += sign * pod.ready
             return
         counts.main_live += sign
-        _add(counts.gpus, pod.gpus, sign)
+        add_count(counts.gpus, pod.gpus, sign)
         if not pod.ready:
             if kind == ONPREM:
-                _add(counts.main_starting_onprem, pool, sign)
+                add_count(counts.main_starting_onprem, pool, sign)
             return
         counts.main_ready += sign
         if kind == VIRTUAL:
@@ -608,9 +433,9 @@ class ClusterView:
             else:
                 counts.external.pop(pod.key, None)
         elif kind == ONPREM:
-            _add(counts.main_ready_onprem, pool, sign)
+            add_count(counts.main_ready_onprem, pool, sign)
 
-    def _add_free(self, rec: _Node, gpus: int) -> None:
+    def _add_free(self, rec: NodeEntry, gpus: int) -> None:
         """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's.
 
         Callers always remove a node's whole free count and add it back after a change, so the pool's
@@ -619,12 +444,12 @@ class ClusterView:
         if not gpus:
             return
         self.onprem_free += gpus
-        _add(self._free_nodes_all, abs(gpus), 1 if gpus > 0 else -1)
+        add_count(self._free_nodes_all, abs(gpus), 1 if gpus > 0 else -1)
         if rec.pool:
             self._pool_free[rec.pool] = self._pool_free.get(rec.pool, 0) + gpus
-            _add(self._pool_free_nodes.setdefault(rec.pool, {}), abs(gpus), 1 if gpus > 0 else -1)
+            add_count(self._pool_free_nodes.setdefault(rec.pool, {}), abs(gpus), 1 if gpus > 0 else -1)
 
-    def _update_cost_need(self, pod: _Pod) -> None:
+    def _update_cost_need(self, pod: PodEntry) -> None:
         rec = self._nodes.get(pod.node)
         on_virtual = rec is not None and rec.kind == VIRTUAL
         # A standby's pods are all external: the cost would order nothing within its ReplicaSet. Pods of other
@@ -670,10 +495,10 @@ class ClusterView:
             unplaced_pods = {pool: dict(sizes) for pool, sizes in unplaced_pods.items()}
             for gang in hopeless:
                 if gang.pool:
-                    _add(pool_pending, gang.pool, -gang.waiting)
-                _add(unplaced_gpus, gang.pool, -gang.unplaced)
+                    add_count(pool_pending, gang.pool, -gang.waiting)
+                add_count(unplaced_gpus, gang.pool, -gang.unplaced)
                 for size, count in gang.sizes.items():
-                    _add(unplaced_pods.setdefault(gang.pool, {}), size, -count)
+                    add_count(unplaced_pods.setdefault(gang.pool, {}), size, -count)
         return Snapshot(
             synced=self.nodes_synced and self.pods_synced,
             observed_at=self.observed_at,
@@ -724,13 +549,13 @@ class ClusterView:
             infeasible=infeasible,
         )
 
-    def _infeasible(self) -> tuple[tuple[InfeasibleGang, ...], list[_Gang]]:
+    def _infeasible(self) -> tuple[tuple[InfeasibleGang, ...], list[GangEntry]]:
         """Gangs that can never fit: more GPUs than their pool has, or a pod larger than its largest node.
 
         Judged against every listed on-prem GPU node, eligible or not (a hot node comes back). O(waiting gangs).
         """
         found: list[InfeasibleGang] = []
-        hopeless: list[_Gang] = []
+        hopeless: list[GangEntry] = []
         for gang in self._gangs.values():
             if gang.unplaced <= 0 and gang.waiting <= 0:
                 continue
@@ -769,16 +594,3 @@ class ClusterView:
             for pool in free.keys() | pending.keys() | unplaced.keys()
             if pool and (free.get(pool, 0) or pending.get(pool, 0) or unplaced.get(pool))
         }
-
-
-def _add(counter: dict[K, int], key: K, delta: int) -> None:
-    """Add to a sparse counter, dropping keys that reach zero (so equal sums give equal snapshots)."""
-    left = counter.get(key, 0) + delta
-    if left:
-        counter[key] = left
-    else:
-        counter.pop(key, None)
-
-
-def _name(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
