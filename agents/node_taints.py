@@ -1,14 +1,31 @@
-"""Node taint keys more than one agent reads, spelled once and standard library only.
+"""Node taint and label keys more than one agent reads, spelled once and standard library only.
 
-The health guard writes the health taint and the burst controller reads it; their images share no other
-module (the guard's carries no burst controller, the controller's no pydantic), so the key lives here.
+The health guard writes the health taint and the burst controller reads it; the node-pool agent writes the fabric
+labels (leaf and spine switch of a node) and the guard reads them to see a switch fault as one. Their images share
+no other module (the guard's carries no burst controller or node-pool agent, the controller's no pydantic), so the
+keys live here.
 """
 
 from __future__ import annotations
 
 HEALTH_TAINT_NAME = "gpu-health"
+#: Label names (after ``<prefix>/``) of a GPU node's InfiniBand leaf switch and the spine switch above that leaf.
+LEAF_LABEL_NAME = "leaf"
+SPINE_LABEL_NAME = "spine"
 
 
 def health_taint_key(prefix: str) -> str:
     """``<prefix>/gpu-health``: the guard's quarantine taint (value fatal or degraded, effect NoSchedule)."""
     return f"{prefix}/{HEALTH_TAINT_NAME}"
+
+
+def leaf_label_key(prefix: str) -> str:
+    """``<prefix>/leaf``: the name of the leaf switch a node hangs off (set on every node of a pool with a
+    topology; the value is the leaf's name in the stack, also its Volcano HyperNode's name)."""
+    return f"{prefix}/{LEAF_LABEL_NAME}"
+
+
+def spine_label_key(prefix: str) -> str:
+    """``<prefix>/spine``: the name of the spine switch above the node's leaf (set with the leaf label: a pool's
+    topology always names both tiers)."""
+    return f"{prefix}/{SPINE_LABEL_NAME}"

@@ -561,6 +561,21 @@ def _guard(t: AlertThresholds) -> list[dict[str, Any]]:
         ),
         _alert(
             t,
+            "InfinibandSwitchFault",
+            "max by (leaf) (gpucluster_health_switch_faults) == 1",
+            CRITICAL,
+            "infiniband",
+            "Leaf switch {{ $labels.leaf }} is at fault: its nodes take no new pods",
+            "The InfiniBand signals of several nodes under leaf switch {{ $labels.leaf }} went bad together, so the "
+            f"health guard attributed them to the switch: every node under it carries {names.switch_fault}="
+            "{{ $labels.leaf }}:NoSchedule; nothing was evicted or quarantined, and the guard rails and breaker are "
+            "untouched. Check: the InfinibandSwitchFault event, `kubectl get nodes -l "
+            f"{names.switch_fault}={{{{ $labels.leaf }}}}`, the switch's own logs. Action: repair the switch, then "
+            f"`kubectl label node <any node of the leaf> {names.switch_repaired}=<who>` (released after the "
+            "probation with its InfiniBand signals clear; an error-burst fault needs no mark).",
+        ),
+        _alert(
+            t,
             "GpuHealthGuardSuppressed",
             "max(gpucluster_health_breaker_tripped) > 0",
             CRITICAL,

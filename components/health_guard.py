@@ -146,6 +146,10 @@ def summary_rows(cfg: ClusterConfig) -> list[tuple[str, str]]:
                         f"≤ {s.max_pool_percent_per_hour:g} %/h and {s.max_pool_percent_quarantined:g} % of a pool; "
                         "past that the breaker trips until a person resets it"),
         ("release", f"degraded after {s.probation_seconds}s healthy; fatal also needs {n.repaired}"),
+        ("switch faults", f"≥ {s.switch_fault_min_nodes} nodes (or {s.switch_fault_leaf_percent:g} % of a smaller "
+                          f"leaf) with InfiniBand faults under one {n.leaf} → {n.switch_fault}=<leaf>:NoSchedule "
+                          f"on the leaf, nothing evicted, rails not counted; released after the probation "
+                          f"(a port down: and {n.switch_repaired})"),
     ]
 
 
@@ -184,6 +188,8 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> HealthSettings
         "flap_limit": h.flap_limit,
         "flap_window_seconds": h.flap_window_seconds,
         "evict_inference_on_fatal": h.evict_inference_on_fatal,
+        "switch_fault_min_nodes": h.switch_fault_min_nodes,
+        "switch_fault_leaf_percent": h.switch_fault_leaf_percent,
         "eviction_namespaces": [cfg.training_namespace, cfg.inference_namespace],
         "training_namespaces": [cfg.training_namespace],
         "namespace": cfg.system_namespace,

@@ -361,6 +361,11 @@ CASES = [
     Case("quarantined node warns", "GpuNodeQuarantined",
          [series("gpucluster_health_node_quarantined", {"node": "gpu-node-1", "class": "fatal", "pod": "g"}, "1x4")],
          "1m", [({"node": "gpu-node-1", "class": "fatal"}, 1)]),
+    Case("a switch fault pages once per leaf", "InfinibandSwitchFault",
+         [series("gpucluster_health_switch_faults", {"leaf": "leaf-07", "pod": "g"}, "1x4")], "1m",
+         [({"leaf": "leaf-07"}, 1)]),
+    Case("a cleared switch fault is quiet", "InfinibandSwitchFault",
+         [series("gpucluster_health_switch_faults", {"leaf": "leaf-07", "pod": "g"}, "0x4")], "1m", []),
     Case("tripped breaker pages", "GpuHealthGuardSuppressed",
          [series("gpucluster_health_breaker_tripped", {"pod": "g"}, "1x4")], "1m", [({}, 1)]),
     Case("breaker not tripped is quiet", "GpuHealthGuardSuppressed",
@@ -417,7 +422,7 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_promtool_check_rules_accepts_the_rendered_rules(rules_file: Path) -> None:
     result = subprocess.run([promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 31 rules found" in result.stdout
+    assert "SUCCESS: 32 rules found" in result.stdout
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -432,7 +437,7 @@ def test_promtool_unit(case: Case, rules_file: Path, tmp_path: Path) -> None:
 def test_every_alert_has_summary_description_and_severity() -> None:
     spec = build_rule_spec()
     names = alert_names(spec)
-    assert len(names) == len(set(names)) == 31
+    assert len(names) == len(set(names)) == 32
     for group in spec["groups"]:
         for r in group["rules"]:
             assert r["labels"]["severity"] in {"critical", "warning"}, r["alert"]

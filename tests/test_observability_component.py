@@ -111,6 +111,7 @@ def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: Ru
         assert spec["tolerations"] == [
             {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"},
             {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
+            {"key": "gpucluster.io/switch-fault", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "gpucluster.io/gpu-health", "operator": "Exists", "effect": "NoSchedule"},
         ], name
 

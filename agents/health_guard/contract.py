@@ -17,6 +17,9 @@ the DCGM field reference):
   XID 92 (high single-bit ECC rate) and 94 (contained ECC); NVLink CRC/replay error bursts and any NVLink
   recovery; InfiniBand ``link_downed``/symbol-error bursts; correctable row remaps rising (a correctable-ECC
   storm in a field this fleet collects).
+
+The InfiniBand signals (those read from the ``ib`` exporter) are also judged per leaf switch: many nodes under one
+leaf going bad together is the switch's fault, not theirs (:mod:`agents.health_guard.switches`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.defaults import DEFAULT_LABEL_PREFIX
+
+# The thermal defaults live with the thermal model (one place for the threshold, its hold and its band).
+from agents.health_guard.thermal import THERMAL_BAND_CELSIUS as THERMAL_BAND_CELSIUS
+from agents.health_guard.thermal import THERMAL_HOLD_SECONDS as THERMAL_HOLD_SECONDS
+from agents.health_guard.thermal import THERMAL_LIMIT_CELSIUS as THERMAL_LIMIT_CELSIUS
 from agents.kit.timing import lease_timing_problem
-from agents.node_taints import health_taint_key
+from agents.node_taints import health_taint_key, leaf_label_key, spine_label_key
 
 
 class HealthClass(enum.StrEnum):
@@ -43,6 +52,8 @@ SEVERITY: Mapping[HealthClass, int] = {HealthClass.DEGRADED: 1, HealthClass.FATA
 
 CONDITION_TYPE = "GpuHealthy"
 """Node condition the guard owns: ``False`` while quarantined, ``True`` once released."""
+SWITCH_CONDITION_TYPE = "InfinibandSwitchHealthy"
+"""Node condition the guard owns on every node of a leaf whose switch is at fault: ``False`` naming the leaf."""
 TAINT_EFFECT = "NoSchedule"
 """Never NoExecute: the guard evicts through the Eviction API, so PodDisruptionBudgets are honoured."""
 OPT_OUT_VALUE = "disabled"
@@ -103,6 +114,37 @@ class Names:
     def breaker(self) -> str:
         """Annotation on the guard's Lease while its rate limit has tripped; a person removes it to reset."""
         return f"{self.prefix}/gpu-health-breaker"
+
+    @property
+    def leaf(self) -> str:
+        """``<prefix>/leaf=<leaf switch>``, set by the node-pool agent on the nodes of a pool with a topology."""
+        return leaf_label_key(self.prefix)
+
+    @property
+    def spine(self) -> str:
+        return spine_label_key(self.prefix)
+
+    @property
+    def switch_fault(self) -> str:
+        """``<prefix>/switch-fault=<leaf>:NoSchedule`` on every node of a leaf whose switch is at fault (never
+        NoExecute: nothing is evicted); also the label, which tells a taint removed by hand from one never set."""
+        return f"{self.prefix}/switch-fault"
+
+    @property
+    def switch_reasons(self) -> str:
+        """Comma-separated InfiniBand signals that made the switch fault: its class is the worst of theirs."""
+        return f"{self.prefix}/switch-fault-reasons"
+
+    @property
+    def switch_since(self) -> str:
+        return f"{self.prefix}/switch-fault-since"
+
+    @property
+    def switch_repaired(self) -> str:
+        """Label or annotation (any value) on any one node of the leaf once its switch is fixed: a switch fault
+        of the fatal class waits for it. Not :attr:`repaired`, so fixing a switch never releases a node's own
+        fault, nor the reverse."""
+        return f"{self.prefix}/switch-repaired"
 
     @property
     def workload(self) -> str:
@@ -201,12 +243,6 @@ def default_exporters() -> dict[str, Exporter]:
     }
 
 
-THERMAL_LIMIT_CELSIUS = 78
-"""A GPU held at or above this is pulled (fleet lesson: it throttles and slows the whole gang)."""
-THERMAL_BAND_CELSIUS = 5
-"""Released below limit − band, so a GPU hovering at the limit does not flap."""
-THERMAL_HOLD_SECONDS = 120
-"""How long the limit must hold before the node is pulled (a short spike is not a fault)."""
 
 
 def default_signals(
@@ -259,7 +295,7 @@ def default_signals(
 class HealthSettings(_Model):
     """Everything the guard needs; the defaults are the platform's (see the module docstring)."""
 
-    label_prefix: Annotated[str, Field(pattern=_DNS_SUBDOMAIN)] = "gpucluster.io"
+    label_prefix: Annotated[str, Field(pattern=_DNS_SUBDOMAIN)] = DEFAULT_LABEL_PREFIX
     prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
     node_selector: str = "gpucluster.io/location=onprem"
     poll_seconds: Annotated[int, Field(gt=0)] = 2
@@ -298,6 +334,13 @@ class HealthSettings(_Model):
     """Nodes and gang jobs come from a watch, restarted this often (a list only when the watch broke)."""
     backoff_base_seconds: Annotated[float, Field(gt=0)] = 1.0
     backoff_max_seconds: Annotated[float, Field(gt=0)] = 60.0
+    switch_fault_min_nodes: Annotated[int, Field(ge=2)] = 3
+    """Nodes under one leaf whose InfiniBand signals go bad together that make it the switch's fault. Three: two
+    nodes losing a port in the same minute happen (a reseated cable bundle), three independent ones under one
+    leaf do not, and three is the first count the default rails (two an hour) would refuse node by node."""
+    switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
+    """Or this share of the leaf's nodes, when that is fewer (a small leaf): half of a four-node leaf is two.
+    Never fewer than two nodes: one node's bad port is that node's fault."""
     exporters: dict[str, Exporter] = Field(default_factory=default_exporters)
     signals: tuple[Signal, ...] = Field(default_factory=default_signals)
 
@@ -331,6 +374,11 @@ class HealthSettings(_Model):
 
     def signal(self, name: str) -> Signal:
         return next(s for s in self.signals if s.name == name)
+
+    @property
+    def fabric_signals(self) -> frozenset[str]:
+        """The InfiniBand signals (read from the ``ib`` exporter): the ones a leaf switch's fault makes fire."""
+        return frozenset(s.name for s in self.signals if s.exporter == IB)
 
 
 class SettingsError(ValueError):

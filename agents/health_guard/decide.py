@@ -22,6 +22,9 @@ The policy, and why:
 * **People win.** A node labelled opt-out is left alone. If an operator removes the taint by hand, the guard
   removes its own marks and ignores the signals that were firing on that node until they have read clear
   once. That decision is kept on the node (an annotation), so a restart or a new leader honours it too.
+* **Switch faults.** Many nodes under one leaf switch whose InfiniBand signals go bad together are one fault,
+  the switch's (:mod:`agents.health_guard.switches`, judged first): the leaf is fenced as one unit, and its nodes
+  are not judged on InfiniBand signals meanwhile, so none is drained for it and the rails never count it.
 * **No reading is no evidence.** A NaN reading is *unknown*, like a stale one: it neither quarantines nor
   counts toward a release.
 * **Clocks in memory.** Holds and probation restart when the guard restarts or the lease changes hands:
@@ -38,6 +41,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agents.health_guard.contract import SEVERITY, HealthClass, HealthSettings, Signal
+from agents.health_guard.switches import (
+    FENCED,
+    LeafNode,
+    SwitchAction,
+    Switches,
+    SwitchMarks,
+    SwitchStatus,
+    judge,
+)
 
 HOUR = 3600.0
 
@@ -59,6 +71,8 @@ class NodeStatus(enum.StrEnum):
     PROBATION = "probation"
     AWAITING_REPAIR = "awaiting-repair"
     OPTED_OUT = "opted-out"
+    SWITCH_FAULT = "switch-fault"
+    """Fenced with its leaf (its switch is at fault), and not quarantined on its own."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class NodeView:
     """Epoch seconds of its recent quarantines, from its annotation."""
     overridden: frozenset[str] = frozenset()
     """Signals an operator overrode on this node (its annotation), ignored until each reads clear once."""
+    switch: SwitchMarks = field(default_factory=SwitchMarks)
+    """Its leaf switch, and the marks of a switch fault on it."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,10 @@ class GuardState:
     """Quarantined node → since when it has been healthy without a break (probation clock)."""
     overridden: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Node → signals ignored since an operator removed the taint by hand, until they read clear."""
+    switch_healthy_since: Mapping[str, float] = field(default_factory=dict)
+    """Faulted leaf → since when it has looked healthy without a break (its probation clock)."""
+    switch_releasing: frozenset[str] = frozenset()
+    """Leaves released whose marks may still be on some nodes (a patch failed): unfenced again, not re-judged."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +177,7 @@ class TripBreaker:
     reason: str
 
 
-Action = Quarantine | Drain | MarkCondition | Release | RecordOverride | Suppress | TripBreaker
+Action = Quarantine | Drain | MarkCondition | Release | RecordOverride | Suppress | TripBreaker | SwitchAction
 
 
 @dataclass(frozen=True)
@@ -168,6 +188,8 @@ class Decision:
     readings: Mapping[str, Mapping[str, Reading]]
     """Node → signal → reading, for the metrics."""
     breaker_tripped: bool
+    switches: Mapping[str, SwitchStatus] = field(default_factory=dict)
+    """Leaf → status, for the leaves that are suspect or fenced."""
 
 
 def read(settings: HealthSettings, obs: Observations, signal: Signal, node: str, now: float) -> Reading:
@@ -218,6 +240,8 @@ def decide(
     quarantined_now: dict[str, int] = {}  # pool → nodes
     total_now = 0
 
+    fabric = settings.fabric_signals
+    judged: dict[str, tuple[frozenset[str], list[tuple[Signal, float]]]] = {}  # node → (ignored, held)
     for name in sorted(nodes):
         node = nodes[name]
         r = {s.name: read(settings, obs, s, name, now) for s in settings.signals}
@@ -230,8 +254,6 @@ def decide(
             continue
         prior = state.overridden.get(name, frozenset()) | node.overridden
         ignored = frozenset(s for s in prior if r.get(s) is not Reading.CLEAR)
-        if ignored:
-            overridden[name] = ignored
         held: list[tuple[Signal, float]] = []
         for s in settings.signals:
             if r[s.name] is Reading.FIRING and s.name not in ignored:
@@ -239,6 +261,23 @@ def decide(
                 firing_since[(name, s.name)] = since
                 if now - since >= s.hold_seconds:
                     held.append((s, since))
+        judged[name] = (ignored, held)
+
+    switches = _switches(settings, nodes, readings, judged, state, now)
+    actions += switches.actions
+    for name, (ignored, held) in judged.items():
+        node = nodes[name]
+        r = readings[name]
+        extra = switches.overrides.get(name, frozenset())
+        if extra:  # the leaf's taint was removed by hand: what fires now is ignored here until it reads clear
+            ignored |= extra
+            for signal in extra:
+                firing_since.pop((name, signal), None)
+        if name in switches.excluded:  # its switch's fault, not the node's
+            held = [(s, t) for s, t in held if s.name not in fabric]
+        held = [(s, t) for s, t in held if s.name not in ignored]
+        if ignored:
+            overridden[name] = ignored
         worst = max((SEVERITY[s.health_class] for s, _ in held), default=0)
         active = [(s, t) for s, t in held if SEVERITY[s.health_class] == worst]
 
@@ -285,13 +324,48 @@ def decide(
     if candidates:
         tripped = _admit(settings, nodes, candidates, quarantined_now, total_now, tripped, breaker, now,
                          actions, status)
+    for name in switches.fenced:
+        if status.get(name) in (NodeStatus.HEALTHY, NodeStatus.PENDING, NodeStatus.UNKNOWN):
+            status[name] = NodeStatus.SWITCH_FAULT
     return Decision(
         tuple(actions),
-        GuardState(firing_since, healthy_since, overridden),
+        GuardState(firing_since, healthy_since, overridden, switches.healthy_since, switches.releasing),
         status,
         readings,
         tripped,
+        switches.leaves,
     )
+
+
+def _switches(
+    settings: HealthSettings,
+    nodes: Mapping[str, NodeView],
+    readings: Mapping[str, Mapping[str, Reading]],
+    judged: Mapping[str, tuple[frozenset[str], list[tuple[Signal, float]]]],
+    state: GuardState,
+    now: float,
+) -> Switches:
+    """The leaves' judgement, from the nodes under a leaf or carrying our marks (opted-out nodes are left alone)."""
+    fabric = settings.fabric_signals
+    leaf_nodes: dict[str, LeafNode] = {}
+    for name, (ignored, held) in judged.items():
+        marks = nodes[name].switch
+        if not (marks.leaf or marks.any):
+            continue
+        r = readings[name]
+        leaf_nodes[name] = LeafNode(
+            name, marks,
+            firing=frozenset(s for s in fabric if r[s] is Reading.FIRING and s not in ignored),
+            held=frozenset(s.name for s, _ in held if s.name in fabric),
+            clear=all(r[s] is Reading.CLEAR or s in ignored for s in fabric),
+            own_quarantine=nodes[name].quarantined is not None,
+        )
+    return judge(settings, leaf_nodes, state.switch_healthy_since, now, state.switch_releasing)
+
+
+def fenced_leaves(decision: Decision) -> list[str]:
+    """The leaves whose nodes carry the switch-fault taint after this decision (for the metrics)."""
+    return sorted(leaf for leaf, status in decision.switches.items() if status in FENCED)
 
 
 def _probation(

@@ -23,6 +23,9 @@ class GuardMetrics:
                                 registry=r)
         self.node_quarantined = Gauge(f"{p}node_quarantined", "1 while the node is quarantined.",
                                       ["node", "class"], registry=r)
+        self.switch_faults = Gauge(
+            f"{p}switch_faults", "1 while the leaf switch is at fault: its nodes carry the switch-fault taint (no new "
+            "pods; nothing evicted) until it is released.", ["leaf"], registry=r)
         self.nodes = Gauge(f"{p}nodes", "Watched nodes by status.", ["status"], registry=r)
         self.taints = Counter(f"{p}taints_applied", "Health taints applied (escalations included).",
                               ["class", "pool"], registry=r)

@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agents.health_guard.contract import APP, TAINT_EFFECT, HealthClass, HealthSettings
+from agents.health_guard.contract import (
+    APP,
+    CONDITION_TYPE,
+    SWITCH_CONDITION_TYPE,
+    TAINT_EFFECT,
+    HealthClass,
+    HealthSettings,
+)
 from agents.health_guard.decide import (
     Action,
     Decision,
@@ -38,6 +45,7 @@ from agents.health_guard.decide import (
     Suppress,
     TripBreaker,
     decide,
+    fenced_leaves,
 )
 from agents.health_guard.metrics import GuardMetrics
 from agents.health_guard.nodes import (
@@ -49,9 +57,14 @@ from agents.health_guard.nodes import (
     node_view,
     quarantine_patch,
     release_patch,
+    switch_detail,
+    switch_fence_patch,
+    switch_release,
+    switch_release_patch,
 )
 from agents.health_guard.prometheus import Prometheus, observe
 from agents.health_guard.restarts import GangJob, Ledger, account, gang_job, guard_caused
+from agents.health_guard.switches import SwitchFault, SwitchFence, SwitchRelease, SwitchUnfence
 from agents.kit.calls import event
 from agents.kit.errors import classify
 from agents.kit.informer import Informer, Store
@@ -233,9 +246,12 @@ class Guard:
              now: float, stopped: Callable[[], bool]) -> None:
         """Each node's actions in their order, nodes side by side (:data:`ACTION_CONCURRENCY`): a storm's
         quarantines each cost a patch, a condition, an Event and a drain, and one after the other they held the
-        last faulted node for seconds (docs/scale.md). The breaker is recorded first, alone."""
+        last faulted node for seconds (docs/scale.md). The breaker is recorded first, alone; a switch's Event after
+        its nodes. Each node's later actions see its earlier patches (a quarantine and a switch fence in one cycle
+        would otherwise send the second with a stale ``resourceVersion``)."""
         left = [len(actions)]
         lock = threading.Lock()
+        nodes = dict(nodes)
 
         def run(batch: list[Action]) -> None:
             for action in batch:
@@ -254,28 +270,44 @@ class Guard:
                     left[0] -= 1
 
         per_node: dict[str, list[Action]] = {}
+        leaves: list[Action] = []
         for action in actions:
             if isinstance(action, TripBreaker):
                 run([action])
+            elif isinstance(action, SwitchFault | SwitchRelease):
+                leaves.append(action)
             else:
                 per_node.setdefault(action.node, []).append(action)
         if len(per_node) <= 1:
             for batch in per_node.values():
                 run(batch)
-            return
-        with ThreadPoolExecutor(max_workers=ACTION_CONCURRENCY, thread_name_prefix="act") as pool:
-            list(pool.map(run, per_node.values()))
+        else:
+            with ThreadPoolExecutor(max_workers=ACTION_CONCURRENCY, thread_name_prefix="act") as pool:
+                list(pool.map(run, per_node.values()))
+        run(leaves)
 
-    def _apply(self, action: Action, nodes: Mapping[str, dict[str, Any]], views: Mapping[str, NodeView],
+    def _apply(self, action: Action, nodes: dict[str, dict[str, Any]], views: Mapping[str, NodeView],
                now: float) -> None:
         s = self.settings
         if isinstance(action, TripBreaker):
             self._trip(action, now)
             return
+        if isinstance(action, SwitchFault | SwitchRelease):
+            self._switch(action, nodes, now)
+            return
         node = nodes[action.node]
         view = views[action.node]
-        if isinstance(action, Quarantine):
-            if self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine"):
+        if isinstance(action, SwitchFence):
+            if self._patch(action.node, switch_fence_patch(s, node, action, now), "switch fence", nodes):
+                self._condition(action.node, False, "SwitchFault",
+                                switch_detail(s, action.health_class, action.leaf, action.reasons), now,
+                                SWITCH_CONDITION_TYPE)
+        elif isinstance(action, SwitchUnfence):
+            if self._patch(action.node, switch_release_patch(s, node), "switch release", nodes):
+                self._condition(action.node, True, "SwitchReleased", f"leaf switch {action.leaf} released: "
+                                f"{action.why}", now, SWITCH_CONDITION_TYPE)
+        elif isinstance(action, Quarantine):
+            if self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine", nodes):
                 cls = action.health_class
                 self.metrics.taints.labels(str(cls), view.pool).inc()
                 if not action.escalation:
@@ -293,7 +325,7 @@ class Guard:
         elif isinstance(action, Drain):
             self._drain(action, node, view)
         elif isinstance(action, Release):
-            if self._patch(action.node, release_patch(s, node), "release"):
+            if self._patch(action.node, release_patch(s, node), "release", nodes):
                 self.metrics.releases.labels(str(action.health_class or "manual")).inc()
                 self._condition(action.node, True, "Released", f"released: {action.why}", now)
                 self._event(node, "GpuHealthRelease", f"released: {action.why}", False, now)
@@ -311,6 +343,26 @@ class Guard:
                 self._event(node, "GpuHealthSuppressed", message, True, now)
                 log.warning("suppressed node %s: %s", action.node, action.limit)
 
+    def _switch(self, action: SwitchFault | SwitchRelease, nodes: Mapping[str, dict[str, Any]], now: float) -> None:
+        """The switch-level decision: one Event naming the leaf (on its first node) and one log line."""
+        s = self.settings
+        if isinstance(action, SwitchFault):
+            under = f"leaf switch {action.leaf}" + (f" (spine {action.spine})" if action.spine else "")
+            message = (f"{under} at fault: {len(action.bad)} of its {action.size} nodes' InfiniBand signals went "
+                       f"bad together ({', '.join(action.reasons)}; {', '.join(action.bad)}). The leaf's nodes "
+                       f"take no new pods ({s.names.switch_fault}={action.leaf}:{TAINT_EFFECT}) and nothing is "
+                       f"evicted or quarantined for it. Release: {switch_release(s, action.health_class)}.")
+            first, reason, warning = action.bad[0], "InfinibandSwitchFault", True
+            log.warning("switch fault on leaf %s: %s", action.leaf, message)
+        else:
+            if not action.nodes:
+                return
+            message = f"leaf switch {action.leaf} released: {action.why}"
+            first, reason, warning = action.nodes[0], "InfinibandSwitchReleased", False
+            log.info("released leaf %s: %s", action.leaf, action.why)
+        if first in nodes:
+            self._event(nodes[first], reason, message, warning, now)
+
     def _trip(self, action: TripBreaker, now: float) -> None:
         note = f"{rfc3339(now)} {action.reason}"
         try:
@@ -326,18 +378,23 @@ class Guard:
         self.metrics.errors.labels("fenced" if kind == "not_leader" else stage).inc()
         log.warning("%s failed: %s", what, exc)
 
-    def _patch(self, name: str, body: dict[str, Any], what: str) -> bool:
+    def _patch(self, name: str, body: dict[str, Any], what: str,
+               nodes: dict[str, dict[str, Any]] | None = None) -> bool:
+        """A node patch; on success the node as written replaces ``nodes[name]`` for the node's later actions."""
         try:
-            self.api.patch(NODES, name, body, content_type=STRATEGIC_MERGE_PATCH)
-            return True
+            written = self.api.patch(NODES, name, body, content_type=STRATEGIC_MERGE_PATCH)
         except Exception as exc:  # conflict, forbidden, network, fenced: retried next cycle on fresh data
             self._failed("patch", exc, f"{what} of node {name}")
             return False
+        if nodes is not None and isinstance(written, dict) and isinstance(written.get("metadata"), dict):
+            nodes[name] = written
+        return True
 
-    def _condition(self, name: str, healthy: bool, reason: str, message: str, now: float) -> None:
+    def _condition(self, name: str, healthy: bool, reason: str, message: str, now: float,
+                   condition_type: str = CONDITION_TYPE) -> None:
+        body = condition_patch(healthy, reason, message, now, condition_type)
         try:
-            self.api.patch(NODES, name, condition_patch(healthy, reason, message, now),
-                           content_type=STRATEGIC_MERGE_PATCH, subresource="status")
+            self.api.patch(NODES, name, body, content_type=STRATEGIC_MERGE_PATCH, subresource="status")
         except Exception as exc:  # re-asserted next cycle (MarkCondition) while the node stays quarantined
             self._failed("status", exc, f"condition on node {name}")
 
@@ -411,6 +468,9 @@ class Guard:
     def _publish(self, decision: Decision, views: Mapping[str, NodeView]) -> None:
         m = self.metrics
         m.breaker.set(1 if decision.breaker_tripped else 0)
+        m.switch_faults.clear()
+        for leaf in fenced_leaves(decision):
+            m.switch_faults.labels(leaf).set(1)
         counts = dict.fromkeys(NodeStatus, 0)
         for status in decision.status.values():
             counts[status] += 1
