@@ -9,6 +9,7 @@ keys live here.
 from __future__ import annotations
 
 HEALTH_TAINT_NAME = "gpu-health"
+SWITCH_FAULT_TAINT_NAME = "switch-fault"
 #: Label names (after ``<prefix>/``) of a GPU node's InfiniBand leaf switch and the spine switch above that leaf.
 LEAF_LABEL_NAME = "leaf"
 SPINE_LABEL_NAME = "spine"
@@ -17,6 +18,12 @@ SPINE_LABEL_NAME = "spine"
 def health_taint_key(prefix: str) -> str:
     """``<prefix>/gpu-health``: the guard's quarantine taint (value fatal or degraded, effect NoSchedule)."""
     return f"{prefix}/{HEALTH_TAINT_NAME}"
+
+
+def switch_fault_taint_key(prefix: str) -> str:
+    """``<prefix>/switch-fault``: the guard's fence on every node of a leaf whose switch is at fault (value the
+    leaf, effect NoSchedule): the burst controller counts no headroom there, the node-pool agent never drops it."""
+    return f"{prefix}/{SWITCH_FAULT_TAINT_NAME}"
 
 
 def leaf_label_key(prefix: str) -> str:

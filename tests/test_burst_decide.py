@@ -549,6 +549,20 @@ def test_view_reads_the_health_taint_key_the_guard_writes() -> None:
     assert ClusterView.from_lists(nodes, [], settings, NOW).snapshot().onprem_free_gpus == 8
 
 
+def test_view_counts_no_headroom_under_a_fenced_leaf_switch() -> None:
+    """The guard's switch-fault fence takes a whole leaf out of new placement: its free GPUs are no headroom
+    (the key is the one the guard writes), and they count again once the fence is lifted."""
+    from agents.health_guard.contract import Names
+
+    assert S.switch_fault_taint_key == Names(S.label_prefix).switch_fault
+    fenced = onprem_node("leaf-node", 8, pool="a")
+    fenced["spec"]["taints"].append({"key": S.switch_fault_taint_key, "value": "leaf-07", "effect": "NoSchedule"})
+    view = ClusterView.from_lists([onprem_node("ok", 8, pool="a"), fenced], [], S, NOW)
+    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (8, 8)
+    view.apply_node("MODIFIED", onprem_node("leaf-node", 8, pool="a"))
+    assert view.snapshot().onprem_free_gpus == 16
+
+
 def test_view_nets_pending_training_per_pool() -> None:
     nodes = [onprem_node("a1", 8, pool="a"), onprem_node("a2", 8, pool="a"), onprem_node("b1", 8, pool="b"),
              onprem_node("b2", 8, pool="b"), virtual_node("vk-a")]

@@ -105,6 +105,11 @@ class BurstKeys:
         return node_taints.health_taint_key(self.prefix)
 
     @property
+    def switch_fault_taint(self) -> str:
+        """The health guard's fence on a leaf whose switch is at fault: no training lands there either."""
+        return node_taints.switch_fault_taint_key(self.prefix)
+
+    @property
     def changed_at_annotation(self) -> str:
         return f"{self.prefix}/burst-changed-at"
 
@@ -381,6 +386,10 @@ class BurstSettings(BurstTunables):
     @cached_property
     def health_taint_key(self) -> str:
         return self.keys.health_taint
+
+    @cached_property
+    def switch_fault_taint_key(self) -> str:
+        return self.keys.switch_fault_taint
 
     @cached_property
     def changed_at_annotation(self) -> str:

@@ -38,7 +38,7 @@ from agents.health_guard.thermal import THERMAL_BAND_CELSIUS as THERMAL_BAND_CEL
 from agents.health_guard.thermal import THERMAL_HOLD_SECONDS as THERMAL_HOLD_SECONDS
 from agents.health_guard.thermal import THERMAL_LIMIT_CELSIUS as THERMAL_LIMIT_CELSIUS
 from agents.kit.timing import lease_timing_problem
-from agents.node_taints import health_taint_key, leaf_label_key, spine_label_key
+from agents.node_taints import health_taint_key, leaf_label_key, spine_label_key, switch_fault_taint_key
 
 
 class HealthClass(enum.StrEnum):
@@ -128,7 +128,7 @@ class Names:
     def switch_fault(self) -> str:
         """``<prefix>/switch-fault=<leaf>:NoSchedule`` on every node of a leaf whose switch is at fault (never
         NoExecute: nothing is evicted); also the label, which tells a taint removed by hand from one never set."""
-        return f"{self.prefix}/switch-fault"
+        return switch_fault_taint_key(self.prefix)
 
     @property
     def switch_reasons(self) -> str:
