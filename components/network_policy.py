@@ -40,7 +40,7 @@ import pulumi_kubernetes as k8s
 
 from agents.node_pools.contract import APP as NODE_POOLS
 from components.config import ClusterConfig, TrafficShape
-from components.inference import MetricsAdapterArgs
+from components.metrics_adapter import MetricsAdapterArgs
 from components.naming import Keys, common_labels
 from components.providers import KUBELET_PORT
 from components.security import kube_score_ignores
