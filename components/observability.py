@@ -36,7 +36,8 @@ from agents.health_guard.contract import APP as GUARD_APP
 from agents.health_guard.contract import Names as HealthNames
 from agents.ib_exporter import contract as ib_contract
 from components import dcgm_counters, images, rbac
-from components.alert_rules import AlertThresholds, build_rule_spec
+from components.alert_rules import build_rule_spec
+from components.alert_thresholds import AlertThresholds
 from components.config import ClusterConfig, GpuPool, Observability
 from components.dashboards import gpu_fleet, gpu_health
 from components.dashboards.grafana import Scope

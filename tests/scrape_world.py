@@ -231,6 +231,7 @@ def build(result: RunResult, workdir: Path, keys: Keys, heartbeat_metric: str, t
             m.suppressed.labels(pool=GPU_POOL).inc()
             m.taints.labels(**{"class": "degraded", "pool": GPU_POOL}).inc()
             m.between_failures.labels(pool=GPU_POOL).observe(3600)
+            m.switch_faults.labels(leaf="leaf-l1").set(1)
         return start_http_server(port, addr="127.0.0.1", registry=m.registry)[0]
 
     add("Deployment", "health-guard", [(f"health-guard-7d9f-{c}", SYSTEM_NODES[k]) for k, c in enumerate("ab")],

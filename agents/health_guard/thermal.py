@@ -2,7 +2,7 @@
 
 The stack's ``observability`` section derives from :class:`Thermal`, so the keys, bounds and defaults are
 written here once; the alert rules, the fleet dashboard and the health guard's thermal signal all read the
-same validated object (``alert_rules.AlertThresholds.thermal``, ``gpu_fleet.DashboardOptions.thermal``,
+same validated object (``alert_thresholds.AlertThresholds.thermal``, ``gpu_fleet.DashboardOptions.thermal``,
 ``contract.default_signals``). Nothing else checks these numbers again.
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.health_guard.thermal import Thermal
-from components.alert_rules import DCGM_NODE_LABEL, IB_NODE_LABEL
+from components.alert_thresholds import DCGM_NODE_LABEL, IB_NODE_LABEL
 from components.dashboards.grafana import (
     FLEET_UID,
     HEALTH_UID,
