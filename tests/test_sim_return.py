@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from bench.sim.cluster import PENDING
 from bench.sim.engine import Simulator, simulate
+from bench.sim.objects import PENDING
 from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
 from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from bench.sim.cluster import POD_READY, WARM_READY
 from bench.sim.cost import CostedSimulator
 from bench.sim.engine import Simulator, simulate
 from bench.sim.model import ProviderModel
+from bench.sim.objects import POD_READY, WARM_READY
 from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.workload import Workload
 from tests.test_sim import FLAT, HANDOVER, ONE, OURS, quiet_and_exact, small_stack

@@ -8,8 +8,9 @@ affinity whenever an on-prem node could take it. The taint plugin runs first, so
 
 from __future__ import annotations
 
-from bench.sim.cluster import READY, ClusterState
+from bench.sim.cluster import ClusterState
 from bench.sim.model import DeschedulerLimits
+from bench.sim.objects import READY
 from bench.sim.replicasets import ReplicaSets
 
 

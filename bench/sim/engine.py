@@ -34,7 +34,12 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from bench.sim.cluster import (
+from bench.sim.cluster import ClusterState
+from bench.sim.controller_adapter import ControllerAdapter
+from bench.sim.descheduler import Descheduler
+from bench.sim.hpa import Hpa
+from bench.sim.model import ClusterModel
+from bench.sim.objects import (
     ARRIVAL,
     CTRL,
     DESCHED,
@@ -43,15 +48,10 @@ from bench.sim.cluster import (
     POD_READY,
     SAMPLE,
     WARM_READY,
-    ClusterState,
     Counters,
     Events,
     Service,
 )
-from bench.sim.controller_adapter import ControllerAdapter
-from bench.sim.descheduler import Descheduler
-from bench.sim.hpa import Hpa
-from bench.sim.model import ClusterModel
 from bench.sim.policies import CONTROLLER, Policy
 from bench.sim.port import ControllerPort, PoolCounts
 from bench.sim.scheduler import Scheduler

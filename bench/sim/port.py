@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from bench.sim.cluster import INFERENCE_NAMESPACE, READY, TRAINING_NAMESPACE, ClusterState, Counters
+from bench.sim.cluster import ClusterState
 from bench.sim.controller_adapter import Mode, ServiceRow
+from bench.sim.objects import INFERENCE_NAMESPACE, READY, TRAINING_NAMESPACE, Counters
 from bench.sim.replicasets import ReplicaSets
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.sim.cluster import ClusterState, Pod, Service
+from bench.sim.cluster import ClusterState
+from bench.sim.objects import Pod, Service
 
 
 class ReplicaSets:

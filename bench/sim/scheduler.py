@@ -15,7 +15,8 @@ the default scheduler's best fit for inference pods (on-prem first, then the fir
 
 from __future__ import annotations
 
-from bench.sim.cluster import ARRIVAL, JOB_END, ClusterState, Job, Pod
+from bench.sim.cluster import ClusterState
+from bench.sim.objects import ARRIVAL, JOB_END, Job, Pod
 from bench.sim.replicasets import ReplicaSets
 from bench.sim.workload import Gang
 
