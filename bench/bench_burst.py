@@ -25,10 +25,10 @@ from kubernetes.client.exceptions import ApiException
 
 from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.decide import decide, state_from_snapshot
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 from agents.burst_controller.view import ClusterView
-from agents.kit.memory import MemoryApi
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+from fakes.kube_api import MemoryApi
 
 SIZES = (100, 1_000, 4_000)
 PODS_PER_NODE = 20

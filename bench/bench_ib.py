@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agents.ib_exporter.fake_sysfs import full_node
+from fakes.ib_sysfs import full_node
 
 NODE_EXPORTER = "prometheus-node-exporter"
 HCAS = 8

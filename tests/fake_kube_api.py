@@ -1,4 +1,4 @@
-"""The kit's in-memory API (`agents.kit.memory.MemoryApi`) served over HTTP on 127.0.0.1, for the suites
+"""The kit's in-memory API (`fakes.kube_api.MemoryApi`) served over HTTP on 127.0.0.1, for the suites
 that test the real client (`agents.kit.port.HttpPort`) of every agent.
 
 Paths are routed to the same verbs the port has, so the HTTP-level tests and the in-memory ones see one
@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from agents.kit.errors import ApiError
-from agents.kit.memory import MemoryApi, field_matches, matches
 from agents.kit.port import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS, VOLCANO_JOBS, Resource
+from fakes.kube_api import MemoryApi, field_matches, matches
 
 RESOURCES = {(r.group, r.plural): r for r in (NODES, PODS, EVENTS, LEASES, DEPLOYMENTS, VOLCANO_JOBS)}
 PATH = re.compile(r"/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"

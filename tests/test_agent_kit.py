@@ -15,8 +15,8 @@ from agents.kit.calls import Retry, event, event_problem
 from agents.kit.errors import KINDS, ApiError, classify, kind_of_status
 from agents.kit.lease import LeaseElector
 from agents.kit.loop import lease_loop
-from agents.kit.memory import MemoryApi, strategic_merge
 from agents.kit.port import EVENTS, LEASES, NODES, STRATEGIC_MERGE_PATCH, Fenced
+from fakes.kube_api import MemoryApi, strategic_merge
 
 
 def elector(api: MemoryApi, identity: str, clock: list[float]) -> LeaseElector:

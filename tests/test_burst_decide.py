@@ -29,8 +29,8 @@ from agents.burst_controller.decide import (
     effective_free_gpus,
     state_from_snapshot,
 )
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.view import ClusterView, pod_pool
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 from tests.churn import churn
 
 S = BurstSettings(

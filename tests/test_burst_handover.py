@@ -28,8 +28,8 @@ from agents.burst_controller.decide import (
     decide,
     plan_standby,
 )
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.view import ClusterView
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 from tests.churn import churn
 
 S = BurstSettings(

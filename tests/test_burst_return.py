@@ -210,10 +210,10 @@ def test_return_share_is_bounded_at_config_time(run_stack: Any) -> None:
 # --------------------------------------------------------------------------- the shell (in-memory API)
 
 def test_shell_scales_the_bridge_then_evicts_the_external_replicas() -> None:
-    from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
     from agents.burst_controller.shell import NODES, PODS, BurstShell
-    from agents.kit.memory import MemoryApi
     from agents.kit.port import DEPLOYMENTS
+    from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+    from fakes.kube_api import MemoryApi
 
     clock = [1_700_000_000.0]
 
@@ -265,9 +265,9 @@ def test_shell_scales_the_bridge_then_evicts_the_external_replicas() -> None:
 
 
 def test_shell_leaves_a_pod_the_pdb_protects_and_tries_again_later() -> None:
-    from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
     from agents.burst_controller.shell import NODES, PODS, BurstShell
-    from agents.kit.memory import MemoryApi
+    from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+    from fakes.kube_api import MemoryApi
 
     clock = [1_700_000_000.0]
 

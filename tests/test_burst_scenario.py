@@ -13,8 +13,8 @@ from typing import Any
 
 from agents.burst_controller.contract import POD_DELETION_COST_ANNOTATION, BurstSettings
 from agents.burst_controller.decide import ActionKind, BurstState, Mode, decide, state_from_snapshot
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.view import ClusterView
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 
 S = BurstSettings(
     open_below_free_gpus=8,

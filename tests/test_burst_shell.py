@@ -16,9 +16,9 @@ import pytest
 
 from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.decide import Mode
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 from agents.kit.port import DEPLOYMENTS
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 from tests.fake_kube_api import FakeApi, http_port, serve
 
 S = BurstSettings(

@@ -16,9 +16,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from agents.burst_controller.contract import GANG_ANNOTATION, BurstSettings
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.shell import NODES, PODS, BurstShell, WatchEnd
-from agents.kit.memory import MemoryApi
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+from fakes.kube_api import MemoryApi
 
 S = BurstSettings(
     open_below_free_gpus=1,

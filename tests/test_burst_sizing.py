@@ -27,10 +27,10 @@ from agents.burst_controller.decide import (
     displaced_gpus,
     plan_standby,
 )
-from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
 from agents.burst_controller.view import ClusterView
 from components import burst_controller as burst_component
 from components.config import parse_config
+from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 from tools.mockrt import raw_from_stack
 
 NOW = 10_000.0

@@ -177,10 +177,10 @@ def test_warm_share_is_bounded_at_config_time(run_stack: Any) -> None:
 def test_shell_scales_the_warm_deployment_and_counts_its_placeholders_apart() -> None:
     import random
 
-    from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
     from agents.burst_controller.shell import NODES, PODS, BurstShell
-    from agents.kit.memory import MemoryApi
     from agents.kit.port import DEPLOYMENTS
+    from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+    from fakes.kube_api import MemoryApi
 
     clock = [1_700_000_000.0]
 
@@ -231,9 +231,9 @@ def test_shell_scales_the_warm_deployment_and_counts_its_placeholders_apart() ->
 def test_shell_without_the_warm_deployment_reports_and_goes_on() -> None:
     import random
 
-    from agents.burst_controller.fixtures import gpu_pod, onprem_node, virtual_node
     from agents.burst_controller.shell import NODES, PODS, BurstShell
-    from agents.kit.memory import MemoryApi
+    from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
+    from fakes.kube_api import MemoryApi
 
     settings = BurstSettings(open_below_free_gpus=1, close_at_free_gpus=8, open_hold_seconds=0,
                              close_hold_seconds=0, pending_grace_seconds=0, handover_services={"svc": 2},

@@ -22,9 +22,9 @@ from agents.health_guard.prometheus import QueryError, parse_vector
 from agents.health_guard.shell import Guard
 from agents.kit.errors import ApiError
 from agents.kit.lease import LeaseElector
-from agents.kit.memory import MemoryApi
 from agents.kit.port import LEASES, PODS, VOLCANO_JOBS
 from agents.kit.port import NODES as NODES_RES
+from fakes.kube_api import MemoryApi
 from tests.fake_kube_api import FakeApi, http_port, serve
 
 P = "gpucluster.io"

@@ -23,7 +23,7 @@ from agents.ib_exporter import sysfs
 from agents.ib_exporter.cli import main, parse_listen_address
 from agents.ib_exporter.collector import COUNTERS, InfiniBandCollector, hw_counter_metric, resolve_hw_names
 from agents.ib_exporter.exposition import MetricsServer, ServerLimits, render
-from agents.ib_exporter.fake_sysfs import (
+from fakes.ib_sysfs import (
     MLX5_HW_COUNTER_FILES,
     PORT_COUNTER_FILES,
     FakeHca,

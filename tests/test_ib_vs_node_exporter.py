@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.ib_exporter.fake_sysfs import (
+from bench.bench_ib import fetch, ib_exporter, node_exporter
+from fakes.ib_sysfs import (
     MLX5_HW_COUNTER_FILES,
     PORT_COUNTER_FILES,
     FakeHca,
@@ -19,7 +20,6 @@ from agents.ib_exporter.fake_sysfs import (
     numbered,
     write_tree,
 )
-from bench.bench_ib import fetch, ib_exporter, node_exporter
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 

@@ -34,7 +34,14 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize(("package", "forbidden"), [
-    ("agents", ("components", "tools", "bench", "policies", "gpucluster_cli", "pulumi", "pulumi_kubernetes")),
+    # An agent's image carries the agents package only: no deploy side, no tools, no test doubles.
+    ("agents", ("components", "tools", "bench", "policies", "gpucluster_cli", "pulumi", "pulumi_kubernetes", "fakes",
+                "tests")),
+    # The deploy side never climbs to the tools that run it, nor to the test doubles.
+    ("components", ("tools", "bench", "tests", "fakes")),
+    # The simulator is a library the tools drive (tools/simulate.py), never the other way round.
+    ("bench/sim", ("tools", "tests")),
+    ("fakes", ("components", "tools", "bench", "tests", "pulumi", "pulumi_kubernetes")),
     ("agents/kit", ("agents.burst_controller", "agents.health_guard", "agents.ib_exporter",
                     "agents.checkpoint_check")),
 ])

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from agents.health_guard.shell import Guard
 from agents.kit.errors import ApiError
 from agents.kit.lease import LeaseElector, LeaseFollower
-from agents.kit.memory import MemoryApi
 from agents.kit.port import LEASES, NODES, PODS, Fenced, Resource
+from fakes.kube_api import MemoryApi
 from tests.fake_kube_api import http_port, serve
 from tests.test_agent_watches import wait_for
 from tests.test_health_guard_shell import NODES as GUARD_NODES

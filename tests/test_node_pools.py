@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.kit.errors import ApiError
-from agents.kit.memory import MemoryApi, strategic_merge
 from agents.kit.port import NODES
 from agents.node_pools import cli
 from agents.node_pools.contract import NodePoolSettings, Pool, SettingsError, Taint, parse_settings
 from agents.node_pools.decide import Applied, node_patch, read_applied
 from agents.node_pools.shell import NodePools
 from components.node_pools import settings_from_config
+from fakes.kube_api import MemoryApi, strategic_merge
 from tools.mockrt import RunResult
 
 PREFIX = "gpucluster.io"

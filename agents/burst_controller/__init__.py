@@ -22,8 +22,8 @@ Public API (small on purpose; the deploying component, the simulator and the tes
   CLOSE_NODE|SET_DELETION_COST|SET_STANDBY|UNGATE, ...)`), `Decision.state` (the next `BurstState`),
   `Decision.reasons`, `Decision.flipped` (`Mode` or None).
 - `decide.state_from_snapshot(snapshot, now) -> BurstState` — the restart path: mode from the taints.
-- `fixtures.onprem_node / virtual_node / gpu_pod` — builders of API-shaped objects (`agents.kit.memory.MemoryApi`
-  serves them behind the kit's port, for tests and the benchmark).
+- Outside the image: `fakes.burst_objects.onprem_node / virtual_node / gpu_pod` build API-shaped objects
+  (`fakes.kube_api.MemoryApi` serves them behind the kit's port, for tests and the benchmark).
 
 The I/O shell (`shell.BurstShell` over the kit's port: `agents.kit.port.HttpPort` for the real API) and the
 entry point (`cli.main`, console script `burst-controller`) are for running in the cluster.

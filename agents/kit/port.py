@@ -1,7 +1,7 @@
 """One Kubernetes port for every agent: raw JSON in and out, a timeout on every call, one error taxonomy.
 
 Agents speak to the API only through :class:`KubePort`: a handful of verbs on a :class:`Resource`, the way
-the API itself is shaped, so one in-memory implementation (:mod:`agents.kit.memory`) serves the tests of
+the API itself is shaped, so one in-memory implementation (:mod:`fakes.kube_api`) serves the tests of
 every agent and one HTTP implementation (:class:`HttpPort`) serves production. No typed models: an agent
 that lists tens of thousands of pods keeps plain dicts.
 

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.ib_exporter.fake_sysfs import FakeHca, FakePort, write_tree
+from fakes.ib_sysfs import FakeHca, FakePort, write_tree
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Builders for API-shaped node and pod objects (the JSON the API serves).
 
 The tests, the benchmark and the simulator describe clusters with these, so they all feed the view
-exactly what a list or watch would (``agents.kit.memory.MemoryApi`` stores them behind the kit's port).
+exactly what a list or watch would (``fakes.kube_api.MemoryApi`` stores them behind the kit's port).
 """
 
 from __future__ import annotations
