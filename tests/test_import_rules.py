@@ -49,6 +49,13 @@ def test_no_forbidden_imports(package: str, forbidden: tuple[str, ...]) -> None:
     assert offenders(package, forbidden) == []
 
 
+def test_the_simulate_tool_uses_only_the_simulators_entry_point() -> None:
+    """``tools/simulate.py`` depends on ``bench.sim.entry``, not on the simulator's inner layout."""
+    inner = sorted(m for m in imported_modules(ROOT / "tools" / "simulate.py")
+                   if m.startswith("bench.") and m != "bench.sim.entry")
+    assert inner == []
+
+
 def test_the_rule_sees_imports_hidden_under_type_checking(tmp_path: Path) -> None:
     source = tmp_path / "x.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from components.config import C\n"
