@@ -13,7 +13,8 @@ starts). ``preempt`` (higher PriorityClass wins) only picks victims inside the p
 Inference pods are annotated preemptable, training pods are not. With more than one pool, training
 gets one queue per pool (capability and deserved = the pool's GPUs) so that Volcano's enqueue gate,
 which admits a gang only while its queue has room, never lets a gang waiting for one pool keep gangs
-for another, idle pool out.
+for another, idle pool out. A pool with a fabric topology adds a HyperNode per switch (components/fabric.py) and
+the ``network-topology-aware`` plugin, which places each gang's ``networkTopology`` (docs/scheduling.md).
 
 Volcano's own controllers come from the Helm chart inside its pinned Go module (components/charts.py;
 values built and tested here); the queues
@@ -31,8 +32,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from agents.defaults import DEFAULT_LABEL_PREFIX
 from components import charts, images
-from components.config import ClusterConfig, Queue, Scheduling, SchedulingEngine
+from components.config import ClusterConfig, GpuPool, Queue, Scheduling, SchedulingEngine
+from components.fabric import HYPERNODE_API, HYPERNODE_KIND, hypernodes, topology_plugin
 from components.naming import common_labels, selector_labels
 from components.security import (
     API_CLIENT,
@@ -61,6 +64,9 @@ class GangSchedulerArgs:
     system_pool_selector: dict[str, str]
     #: GPUs per on-prem pool, in stack order (sizes the per-pool training queues).
     pool_gpus: dict[str, int] = field(default_factory=dict)
+    #: The pools with a fabric topology (their switches become HyperNodes); empty: every pool is flat.
+    topology_pools: list[GpuPool] = field(default_factory=list)
+    label_prefix: str = DEFAULT_LABEL_PREFIX
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, system_priority_class: str) -> GangSchedulerArgs:
@@ -70,7 +76,14 @@ class GangSchedulerArgs:
             system_priority_class=system_priority_class,
             system_pool_selector=cfg.system_pool_selector,
             pool_gpus={p.name: p.gpu_count for p in cfg.pools},
+            topology_pools=[p for p in cfg.pools if p.topology is not None],
+            label_prefix=cfg.label_prefix,
         )
+
+    @property
+    def topology_gpu_resource(self) -> str | None:
+        """The GPU resource the topology plugin packs by, or None when no pool has a topology (no plugin)."""
+        return self.gpu_resource if self.topology_pools else None
 
     def queues(self) -> list[Queue]:
         """Every queue to create: the training queue(s), then the inference queue.
@@ -127,26 +140,29 @@ KUBE_BATCH_CONF = {
 }
 
 
-def volcano_scheduler_conf() -> dict[str, Any]:
+def volcano_scheduler_conf(topology_gpu_resource: str | None = None) -> dict[str, Any]:
     """The scheduler configuration: gang first, priority orders jobs, queues share by explicit deserved GPUs.
 
     ``capacity`` (not ``proportion``): reclaim between queues follows each queue's ``deserved`` amount, so
     the training queue, which deserves every on-prem GPU, can take all of them back from inference. The
-    two plugins must not be enabled together (both answer the same queue questions).
+    two plugins must not be enabled together (both answer the same queue questions). With
+    ``topology_gpu_resource`` (some pool has a fabric topology) the ``network-topology-aware`` plugin joins the
+    node-ordering tier: it holds a gang with a ``networkTopology`` to its HyperNode tier and packs by GPUs.
     """
+    ordering: list[dict[str, Any]] = [
+        {"name": "drf"},
+        {"name": "predicates"},
+        {"name": "capacity"},
+        {"name": "nodeorder"},
+        {"name": "binpack"},
+    ]
+    if topology_gpu_resource is not None:
+        ordering.append(topology_plugin(topology_gpu_resource))
     return {
         "actions": ", ".join(VOLCANO_ACTIONS),
         "tiers": [
             {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-            {
-                "plugins": [
-                    {"name": "drf"},
-                    {"name": "predicates"},
-                    {"name": "capacity"},
-                    {"name": "nodeorder"},
-                    {"name": "binpack"},
-                ]
-            },
+            {"plugins": ordering},
         ],
     }
 
@@ -203,7 +219,8 @@ def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
     return {
         "basic": {"image_tag_version": images.VOLCANO_VERSION, "image_pull_policy": "IfNotPresent"},
         "custom": {
-            "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(), sort_keys=False),
+            "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(args.topology_gpu_resource),
+                                                        sort_keys=False),
             "scheduler_schedule_period": f"{args.scheduling.schedule_period_seconds}s",
             "admission_enable": False,
             "default_ns": args.system_pool_selector,
@@ -246,6 +263,7 @@ class GangScheduler(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         sched = args.scheduling
         self.queues: dict[str, k8s.apiextensions.CustomResource] = {}
+        self.hypernodes: dict[str, k8s.apiextensions.CustomResource] = {}
         if sched.engine is SchedulingEngine.VOLCANO:
             ready: list[pulumi.Resource] = []
             if sched.install:
@@ -282,6 +300,7 @@ class GangScheduler(pulumi.ComponentResource):
                     spec=queue_spec(queue, args.gpu_resource),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
                 )
+            self.hypernodes = self._hypernodes(args, ready)
         else:
             self._kube_batch(args, child)
         self.scheduler_name = pulumi.Output.from_input(sched.scheduler_name)
@@ -296,6 +315,22 @@ class GangScheduler(pulumi.ComponentResource):
                 "inference_queue": self.inference_queue,
             }
         )
+
+    def _hypernodes(self, args: GangSchedulerArgs, ready: list[pulumi.Resource]
+                    ) -> dict[str, k8s.apiextensions.CustomResource]:
+        """One HyperNode per switch of every pool with a topology (the chart installs their CRD); a spine after
+        its leaves, so Volcano never sees a member that does not exist yet."""
+        made: dict[str, k8s.apiextensions.CustomResource] = {}
+        for manifest in hypernodes(args.topology_pools, args.label_prefix):
+            name = manifest["metadata"]["name"]
+            members = [m["selector"]["exactMatch"]["name"] for m in manifest["spec"]["members"]
+                       if m["type"] == HYPERNODE_KIND]
+            made[name] = k8s.apiextensions.CustomResource(
+                f"hypernode-{name}", api_version=HYPERNODE_API, kind=HYPERNODE_KIND,
+                metadata=k8s.meta.v1.ObjectMetaArgs(**manifest["metadata"]), spec=manifest["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*ready, *(made[m] for m in members)]),
+            )
+        return made
 
     def _kube_batch(self, args: GangSchedulerArgs, child: pulumi.ResourceOptions) -> None:
         """Legacy kube-batch v0.5: CRDs as apiextensions.k8s.io/v1, RBAC, config and Deployment."""

@@ -20,8 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from agents.node_pools.contract import APP, METRICS_PORT, NodePoolSettings, parse_settings, settings_document
+from agents.node_taints import leaf_label_key, spine_label_key
 from components import images, rbac
-from components.config import ClusterConfig, GpuPool, SystemPool, expand_node_names
+from components.config import ClusterConfig, GpuPool, PoolTopology, SystemPool, expand_node_names
 from components.naming import ONPREM, Keys, common_labels
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.system_agent import SETTINGS_KEY, Placement, SystemAgent
@@ -55,14 +56,39 @@ def pool_labels(keys: Keys, pool: GpuPool) -> dict[str, str]:
     }
 
 
+def fabric_settings(prefix: str, topology: PoolTopology) -> dict[str, Any]:
+    """A pool's topology as the agent writes it: ``<prefix>/leaf`` and ``<prefix>/spine`` on each node (the keys
+    every agent derives from ``agents.node_taints``)."""
+    spine_of = topology.spine_of()
+    leaves: list[dict[str, Any]] = []
+    for leaf in topology.leaves:
+        entry: dict[str, Any] = {"name": leaf.name, "spine": spine_of[leaf.name]}
+        if topology.by_label:
+            entry["label_value"] = leaf.selector_value
+        else:
+            entry["nodes"] = list(leaf.nodes or [])
+        leaves.append(entry)
+    fabric: dict[str, Any] = {"leaf_key": leaf_label_key(prefix), "spine_key": spine_label_key(prefix),
+                              "leaves": leaves}
+    if topology.leaf_label is not None:
+        fabric["site_label"] = topology.leaf_label
+    return fabric
+
+
 def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> NodePoolSettings:
     """The agent's settings from the stack: the one function the component, the local cluster and the tests use."""
     keys = Keys(cfg.label_prefix)
+    pools: list[dict[str, Any]] = []
+    for p in cfg.pools:
+        pool: dict[str, Any] = {"name": p.name, "nodes": list(p.nodes), "labels": pool_labels(keys, p),
+                                "taints": [pool_taint(keys, p)] if p.taint else []}
+        if p.topology is not None:
+            pool["fabric"] = fabric_settings(cfg.label_prefix, p.topology)
+        pools.append(pool)
     values: dict[str, Any] = {
         "label_prefix": cfg.label_prefix,
         "namespace": cfg.system_namespace,
-        "pools": [{"name": p.name, "nodes": list(p.nodes), "labels": pool_labels(keys, p),
-                   "taints": [pool_taint(keys, p)] if p.taint else []} for p in cfg.pools],
+        "pools": pools,
         **overrides,
     }
     return parse_settings(values, source="pools")

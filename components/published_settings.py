@@ -18,18 +18,22 @@ from typing import Annotated
 from pydantic import Field
 
 from components.checkpoint_sizing import termination_grace_seconds
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TrainingJob
+from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TopologyMode, TrainingJob
 from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
 from components.naming import Keys
-from components.training_spec import TrainingJobArgs
+from components.training_spec import TrainingJobArgs, topology_mode
 
 #: Name and key of the published object; the CLI reads exactly these.
 SETTINGS_CONFIGMAP = "gpucluster-settings"
 SETTINGS_KEY = "settings.json"
 #: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
 #: newer than it understands. 2: ``teams``. 3: each claim's ``writeGbps`` and the checkpoint size and client link
-#: (the workers' termination grace holds one emergency checkpoint).
-SETTINGS_VERSION = 3
+#: (the workers' termination grace holds one emergency checkpoint). 4: a pool's ``topology`` and the stack's
+#: ``topologyMode``. A stack that uses none of a version's keys publishes the version before it, so a CLI that
+#: predates them still reads it.
+SETTINGS_VERSION = 4
+#: The version of settings without a topology (what a CLI of version 3 reads).
+FLAT_SETTINGS_VERSION = 3
 
 
 class PoolSettings(ConfigModel):
@@ -73,6 +77,8 @@ class ClusterSettings(ConfigModel):
     client_link_gbps: Annotated[float, Field(gt=0)]
     #: The research teams and their queues (``scheduling.teams``).
     teams: list[Team] = Field(default_factory=list)
+    #: ``scheduling.topologyMode``, published only where some pool has a topology.
+    topology_mode: TopologyMode | None = None
 
     def pool(self, name: str) -> PoolSettings | None:
         return next((p for p in self.pools if p.pool.name == name), None)
@@ -123,13 +129,16 @@ class ClusterSettings(ConfigModel):
             monitor_labels=dict(self.monitor_labels),
             preemptable=team is not None and team.reclaimable,
             termination_grace_seconds=grace,
+            topology_mode=topology_mode(pool.pool, self.engine, self.topology_mode or "soft"),
         )
 
 
 def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
     """The published settings of a stack: the same sources ``TrainingJobArgs.from_config`` reads."""
     queues = cfg.scheduling.training_queue_names(p.name for p in cfg.pools)
+    fabric = any(p.topology is not None for p in cfg.pools)
     return ClusterSettings(
+        version=SETTINGS_VERSION if fabric else FLAT_SETTINGS_VERSION,
         label_prefix=cfg.label_prefix,
         gpu_resource=cfg.gpu_resource,
         training_namespace=cfg.training_namespace,
@@ -149,12 +158,20 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
         checkpoint_size_tb=cfg.checkpoint.budget.size_tb,
         client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
         teams=list(cfg.scheduling.teams),
+        topology_mode=cfg.scheduling.topology_mode if fabric else None,
     )
 
 
 def settings_json(settings: ClusterSettings) -> str:
-    """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap."""
-    return json.dumps(settings.model_dump(mode="json", by_alias=True), sort_keys=True, indent=1)
+    """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap; an absent topology and
+    topology mode are left out, so the settings of a flat stack read as they did before them."""
+    data = settings.model_dump(mode="json", by_alias=True)
+    if data.get("topologyMode") is None:
+        data.pop("topologyMode", None)
+    for entry in data.get("pools") or []:
+        if entry["pool"].get("topology") is None:
+            entry["pool"].pop("topology", None)
+    return json.dumps(data, sort_keys=True, indent=1)
 
 
 def parse_settings(text: str) -> ClusterSettings:

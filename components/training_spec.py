@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.checkpoint_sizing import termination_grace_seconds
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, TrainingJob
+from components.config import (
+    ClusterConfig,
+    GpuPool,
+    Nccl,
+    SchedulingEngine,
+    TopologyMode,
+    TrainingJob,
+    gang_tier,
+    nodes_for,
+)
 from components.config.training import VOLCANO_PYTORCH_PORT
 from components.naming import (
     TRAINING,
@@ -70,6 +79,9 @@ class TrainingJobArgs:
     #: Seconds a worker gets between SIGTERM and SIGKILL: long enough for one emergency checkpoint
     #: (components.checkpoint_sizing.termination_grace_seconds); ``None`` keeps Kubernetes' 30 s.
     termination_grace_seconds: int | None = None
+    #: How the gang is held to its pool's fabric (``scheduling.topologyMode``); ``None`` when the pool has no
+    #: topology or the engine is not Volcano.
+    topology_mode: TopologyMode | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -97,7 +109,24 @@ class TrainingJobArgs:
             monitor_labels=dict(cfg.observability.monitor_labels),
             preemptable=team is not None and team.reclaimable,
             termination_grace_seconds=job_grace_seconds(cfg, job),
+            topology_mode=topology_mode(cfg.pool(job.pool), cfg.scheduling.engine, cfg.scheduling.topology_mode),
         )
+
+
+def topology_mode(pool: GpuPool, engine: SchedulingEngine, mode: TopologyMode) -> TopologyMode | None:
+    """The stack's mode where the gang's pool has a topology Volcano places by; ``None`` otherwise."""
+    return mode if pool.topology is not None and engine is SchedulingEngine.VOLCANO else None
+
+
+def network_topology(args: TrainingJobArgs) -> dict[str, Any] | None:
+    """The Volcano Job's ``networkTopology``: the lowest tier one switch of which holds the whole gang (one leaf,
+    else one spine), in the stack's mode; ``None`` for a flat pool, or a gang no spine holds."""
+    topology = args.pool.topology
+    if args.topology_mode is None or topology is None:
+        return None
+    job = args.job
+    tier = gang_tier(topology, nodes_for(job.workers, job.gpus_per_worker, args.pool.gpus_per_node))
+    return None if tier is None else {"mode": args.topology_mode, "highestTierAllowed": tier}
 
 
 def job_grace_seconds(cfg: ClusterConfig, job: TrainingJob) -> int | None:
@@ -227,7 +256,7 @@ def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
     template["spec"]["containers"] = [
         {k: v for k, v in c.items() if v is not None} for c in template["spec"]["containers"]
     ]
-    return {
+    spec: dict[str, Any] = {
         "schedulerName": args.scheduler_name,
         "queue": args.queue,
         "priorityClassName": args.priority_class,
@@ -244,6 +273,11 @@ def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
         ],
         "tasks": [{"name": "worker", "replicas": job.workers, "minAvailable": job.workers, "template": template}],
     }
+    placement = network_topology(args)
+    if placement is not None:
+        # Volcano's job controller copies it to the gang's PodGroup, which its scheduler places by.
+        spec["networkTopology"] = placement
+    return spec
 
 
 def pod_monitor_spec(args: TrainingJobArgs) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from urllib3.exceptions import HTTPError
 
+from components.naming import Keys
 from gpucluster_cli import __version__
 from gpucluster_cli.kube import CliError, Cluster, unreachable
 from gpucluster_cli.output import FORMATS, NAME, dump, name_lines, parse_duration, table
@@ -33,7 +34,16 @@ from gpucluster_cli.render import (
     worker_selector,
 )
 from gpucluster_cli.spec import SpecError, load_spec, resolve
-from gpucluster_cli.views import UNSCHEDULED, checkpoint_step, job_row, summarize, worker_pod
+from gpucluster_cli.views import (
+    UNSCHEDULED,
+    checkpoint_step,
+    fabric_pool,
+    job_row,
+    leaves_line,
+    placement_line,
+    summarize,
+    worker_pod,
+)
 
 PROG = "gpucluster"
 #: The name kubectl shows for the plugin (it runs ``kubectl-gpucluster`` for ``kubectl gpucluster``).
@@ -280,8 +290,13 @@ def submit(obj: _Ctx, spec_file: Path, dry_run: str, show: bool, output: str | N
     unchecked = " (client dry run: rendered here, not validated by the API server)" if dry_run == "client" else ""
     out.print(f"{verb} [bold]{job.name}[/]: {job.workers} × {job.gpus_per_worker} GPUs in pool {job.pool}, "
               f"queue {vj['spec']['queue']}, namespace {settings.training_namespace}{monitor_note}{unchecked}")
+    placement = placement_line(vj["spec"])
+    if placement is not None:
+        out.print(placement, markup=False)
     if dry_run == "none":
-        out.print(f"watch it with: {_prog()} train status {job.name}")
+        # Submitting returns before Volcano places the gang: status shows the leaves it spans once it is placed.
+        spans = " (and, once placed, the leaf switches it spans)" if placement is not None else ""
+        out.print(f"watch it with: {_prog()} train status {job.name}{spans}")
 
 
 @train.command(name="list")
@@ -340,6 +355,11 @@ def status(obj: _Ctx, name: str, output: str | None) -> None:
     if st.pods_per_node:
         table(out, ["NODE", "PODS"], [[node, ", ".join(f"{p} ({st.pod_phases[p]})" for p in names)]
                                       for node, names in st.pods_per_node.items()])
+        leaf_key = Keys(settings.label_prefix).leaf
+        spans = leaves_line(st.pods_per_node, fabric_pool(settings, list(st.pods_per_node)),
+                            lambda node: cluster.node_label(node, leaf_key))
+        if spans is not None:
+            out.print(spans, markup=False)
     elif st.phase in ("Pending", "Inqueue"):
         out.print("no pods yet: the gang waits in its queue until all of its workers fit")
     if UNSCHEDULED in st.pods_per_node:

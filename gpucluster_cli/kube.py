@@ -237,6 +237,15 @@ class Cluster:
         items: list[dict[str, Any]] = self._json(resp).get("items", [])
         return items
 
+    def node_label(self, node: str, key: str) -> str | None:
+        """One label of a node, or None where it is absent or cannot be read (researchers may not read nodes)."""
+        try:
+            found = self._json(self.core.read_node(node, _preload_content=False))
+        except ApiException:
+            return None
+        value = ((found.get("metadata") or {}).get("labels") or {}).get(key)
+        return value if isinstance(value, str) else None
+
     def metrics(self, pod: str, port: int) -> str | None:
         """The pod's /metrics through the API server's pod proxy, or None when it cannot be reached."""
         try:

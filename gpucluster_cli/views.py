@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from components.config import LEAF_TIER, SPINE_TIER, GpuPool, fewest_leaves
+from components.published_settings import ClusterSettings
 from training_runtime.metrics import CHECKPOINT_LAST_STEP
 
 UNSCHEDULED = "(not scheduled)"
+#: Where each ``highestTierAllowed`` keeps a gang, in the user's words.
+_TIER_PLACES = {LEAF_TIER: "inside one leaf switch", SPINE_TIER: "under one spine switch, in as few leaves as fit"}
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,50 @@ def job_row(job: dict[str, Any], team_label: str) -> tuple[str, str, str, str, s
         f"{status.get('running', 0)}/{spec.get('minAvailable', 0)}",
         labels.get("app.kubernetes.io/managed-by", "-"),
     )
+
+
+def placement_line(job_spec: Mapping[str, Any]) -> str | None:
+    """What the Job's ``networkTopology`` asks of Volcano, in words; None for a gang without one (a flat pool, or
+    a gang larger than any spine)."""
+    constraint = job_spec.get("networkTopology")
+    if not isinstance(constraint, Mapping):
+        return None
+    tier, mode = constraint.get("highestTierAllowed"), constraint.get("mode")
+    where = _TIER_PLACES.get(tier, f"within HyperNode tier {tier}") if isinstance(tier, int) else "by topology"
+    how = ("it waits until it fits there" if mode == "hard"
+           else "preferred: it is placed wherever it fits rather than wait")
+    return f"placement: {where} ({mode}: {how})"
+
+
+def fabric_pool(settings: ClusterSettings, nodes: list[str]) -> GpuPool | None:
+    """The pool with a topology that holds any of ``nodes`` (a gang's nodes are all in its pool)."""
+    wanted = set(nodes)
+    for entry in settings.pools:
+        if entry.pool.topology is not None and wanted.intersection(entry.pool.node_names):
+            return entry.pool
+    return None
+
+
+def leaves_line(per_node: Mapping[str, list[str]], pool: GpuPool | None,
+                leaf_label: Callable[[str], str | None]) -> str | None:
+    """The leaves a placed gang spans (pods on each), beside the fewest its nodes could fill; None until a pod is
+    placed or when its pool has no topology. A leaf comes from the stack's topology where it names its nodes, else
+    from the node's leaf label (``leaf_label``; None where it cannot be read)."""
+    placed = {node: pods for node, pods in per_node.items() if node != UNSCHEDULED}
+    if not placed or pool is None or pool.topology is None:
+        return None
+    named = pool.topology.leaf_of()
+    pods_on: dict[str, int] = {}
+    unknown = 0
+    for node, pods in placed.items():
+        leaf = named.get(node) or leaf_label(node)
+        if leaf is None:
+            unknown += len(pods)
+        else:
+            pods_on[leaf] = pods_on.get(leaf, 0) + len(pods)
+    shown = ", ".join(f"{leaf} ({n} pod{'' if n == 1 else 's'})" for leaf, n in sorted(pods_on.items()))
+    text = f"leaves spanned: {len(pods_on)}{f' ({shown})' if shown else ''}; fewest possible for its " \
+           f"{len(placed)} node(s): {fewest_leaves(pool.topology, len(placed))}"
+    if unknown:
+        text += f"; {unknown} pod(s) on nodes whose leaf is unknown (their leaf label cannot be read)"
+    return text

@@ -155,6 +155,15 @@ def test_settings_refuse_a_node_in_two_pools_and_the_guards_taint() -> None:
     assert f"pool h100-b: {PREFIX}/gpu-health belongs to the health guard; a pool may not set it" in message
 
 
+def test_settings_refuse_the_guards_switch_fault_fence_as_a_pool_taint() -> None:
+    """The node-pool agent must never own (and so never drop) the fence the guard puts on a faulty leaf."""
+    other = {"name": "h100-b", "nodes": ["gpu-b-01"],
+             "taints": [{"key": f"{PREFIX}/switch-fault", "effect": "NoSchedule"}]}
+    with pytest.raises(SettingsError) as err:
+        parse_settings({"label_prefix": PREFIX, "pools": [POOL.model_dump(), other]}, source="cm.json")
+    assert f"pool h100-b: {PREFIX}/switch-fault belongs to the health guard; a pool may not set it" in str(err.value)
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     ([], "cm.json: settings must be a JSON object, got list"),
     ({"label_prefix": PREFIX, "pools": [{"name": "p", "nodes": ["gpu-[9-1]"]}]},

@@ -17,7 +17,6 @@ from typing import Annotated, Any, Self, get_args, get_origin
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticCustomError
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -31,7 +30,7 @@ def _dns_label(value: str) -> str:
 def _not_a_bool(value: Any) -> Any:
     """YAML's ``true`` is an int to Python; as a count or a duration it is always a mistake."""
     if isinstance(value, bool):
-        raise PydanticCustomError("bool_as_number", "must be a number, got {value}", {"value": value})
+        raise ValueError(f"must be a number, got {value!r}")
     return value
 
 
@@ -112,7 +111,7 @@ def _number(value: Any) -> str:
 
 
 _TYPE_ERRORS = {"int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "string_type",
-                "dict_type", "tuple_type", "list_type", "bool_type", "bool_parsing", "bool_as_number"}
+                "dict_type", "tuple_type", "list_type", "bool_type", "bool_parsing"}
 _BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("at most", "le"),
            "less_than": ("below", "lt")}
 
@@ -140,7 +139,7 @@ def describe(model: type[BaseModel], error: Mapping[str, Any]) -> str:
     if kind == "extra_forbidden":
         allowed = ", ".join(sorted(model.model_fields))
         return f"unknown key {key!r}; allowed keys: {allowed}"
-    if kind in _TYPE_ERRORS:
+    if kind in _TYPE_ERRORS or (kind == "value_error" and isinstance(given, bool)):
         return f"key {key!r} must be {_kind(model, loc)}, got {given!r}"
     if kind == "enum":
         return f"key {key!r} must be {ctx.get('expected', '')}, got {given!r}"

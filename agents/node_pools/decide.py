@@ -60,7 +60,7 @@ def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str) -> d
     applied = read_applied(annotations.get(annotation))
     if pool is None and annotation not in annotations:
         return None
-    want_labels = dict(pool.labels) if pool else {}
+    want_labels = pool.labels_for(node) if pool else {}
     want_taints = [t.model_dump() for t in pool.taints] if pool else []
     want_keys = Applied(frozenset(want_labels), frozenset(t["key"] for t in want_taints))
 

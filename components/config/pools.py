@@ -1,4 +1,5 @@
-"""GPU pools and the system pool; their check: every node belongs to one pool only."""
+"""GPU pools and the system pool; their check: every node belongs to one pool only (and to one leaf switch of
+its pool's topology, components.config.topology)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from components.config.base import (
     Problem,
     unique_names,
 )
+from components.config.topology import PoolTopology, topology_problems
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -55,6 +57,10 @@ class GpuPool(ConfigModel):
     ib_hcas_per_node: NonNegativeInt = 8
     """InfiniBand HCAs per node, for the record: no component reads it (the InfiniBand exporter reports the
     HCAs a node has)."""
+    topology: PoolTopology | None = None
+    """The pool's InfiniBand fabric: which leaf switch each node hangs off and which spine each leaf is under.
+    Volcano then keeps a training gang inside one leaf, or one spine when no leaf holds it (docs/scheduling.md),
+    and each node carries `<labelPrefix>/leaf` and `<labelPrefix>/spine`. Unset: the pool is flat."""
 
     @property
     def node_names(self) -> list[str]:
@@ -87,7 +93,8 @@ class SystemPool(ConfigModel):
 
 
 def pools_problems(cfg: ClusterConfig) -> list[Problem]:
-    """Pool names are distinct and no node is claimed twice (by one pool, two pools or a GPU and the system pool)."""
+    """Pool names are distinct, no node is claimed twice (by one pool, two pools or a GPU and the system pool), and
+    each pool's topology covers its nodes and nests."""
     problems = unique_names(enumerate(p.name for p in cfg.pools), "pools", "pool")
     owner: dict[str, str] = {}
     for index, pool in enumerate(cfg.pools):
@@ -104,4 +111,4 @@ def pools_problems(cfg: ClusterConfig) -> list[Problem]:
     for node in expand_node_names(cfg.system_pool.nodes):
         if node in owner:
             problems.append(Problem("systemPool.nodes", f"node is already in GPU pool '{owner[node]}'", node))
-    return problems
+    return problems + topology_problems(cfg)

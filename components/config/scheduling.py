@@ -17,6 +17,7 @@ from components.config.base import (
     Problem,
     unique_names,
 )
+from components.config.topology import TopologyMode
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -156,6 +157,11 @@ class Scheduling(ConfigModel):
     nodes, at least 5 % (34 % at 2,048 nodes). A gang's placement costs pods × nodes checked: at 2,048 nodes the
     scheduler spent most of its time filtering and scoring nodes for each pod of a 1,024-pod gang that any of
     hundreds of empty nodes would take. Set 5 to 10 on clusters of a thousand nodes and more."""
+    topology_mode: TopologyMode = "soft"
+    """How a training gang in a pool with a `topology` is held to its switch (the Volcano Job's
+    `networkTopology.mode`): `soft` places it in as few switches as Volcano finds room for and never makes it wait
+    for that; `hard` keeps it pending until one leaf (or one spine, for a gang no leaf holds) has room for all of
+    it. Pools without a topology ignore it."""
 
     @model_validator(mode="after")
     def _queues(self) -> Self:

@@ -399,14 +399,14 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
     (lay.run / "ports.yaml").write_text(yaml.safe_dump(ports))
     lay.kubeconfig.write_text(pki.kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki))
     lay.kubeconfig.chmod(0o600)
-    lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(), sort_keys=False))
+    stack_cfg = load_stack_config(ROOT, stack)
+    lay.volcano_conf.write_text(yaml.safe_dump(volcano_conf(stack_cfg), sort_keys=False))
     lay.audit_policy.write_text(yaml.safe_dump(audit_policy(everyone=tuning is not None and tuning.audit_everyone),
                                                 sort_keys=False))
     lay.logs.mkdir(parents=True, exist_ok=True)
     from tools.localcluster.realnodes import APISERVER_IP
 
     cmds = component_commands(lay, ports, APISERVER_IP if real_nodes else None)
-    stack_cfg = load_stack_config(ROOT, stack)
     if stack_cfg is not None:
         cmds["vc-controller-manager"] += volcano_controller_flags(stack_cfg)
         cmds["vc-scheduler"] += volcano_scheduler_flags(stack_cfg)

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from components.pins import MOCK_VK_PROVIDER
+from tools.localcluster.realnodes import stack_overrides
 
 #: kwok manages only nodes carrying this annotation; real nodes (none here) are left alone.
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 VK_PROVIDER_TAINT = "virtual-kubelet.io/provider"
-DEFAULT_LABEL_PREFIX = "gpucluster.io"
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,6 @@ def load_stack_config(root: Path, stack: str = "local", real_nodes: bool = False
         return None
     overrides: dict[str, Any] = {}
     if real_nodes:
-        from tools.localcluster.realnodes import stack_overrides
 
         overrides = stack_overrides(plain_values(stack_file))
     return load_stack(stack_file, overrides)
@@ -391,14 +390,16 @@ def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "
     ]
 
 
-def volcano_conf() -> dict[str, Any]:
-    """The stack's Volcano scheduler configuration, so the local scheduler decides as production does.
+def volcano_conf(cfg: Any = None) -> dict[str, Any]:
+    """The stack's Volcano scheduler configuration, so the local scheduler decides as production does (with the
+    topology plugin where ``cfg`` has a pool with a fabric topology, as ``GangSchedulerArgs`` decides).
 
     No fallback: a local cluster running any other configuration would prove nothing about the stack.
     """
     from components.gang_scheduler import volcano_scheduler_conf
 
-    conf: dict[str, Any] = volcano_scheduler_conf()
+    topology = cfg is not None and any(p.topology is not None for p in cfg.pools)
+    conf: dict[str, Any] = volcano_scheduler_conf(cfg.gpu_resource if cfg is not None and topology else None)
     return conf
 
 

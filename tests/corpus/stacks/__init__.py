@@ -249,3 +249,68 @@ CASES += [
                                           "'--node-taints=virtual-node.liqo.io/not-allowed=true:NoExecute'"),
          edit=at("providers[1].extraArgs", ["--node-taints=virtual-node.liqo.io/not-allowed=true:NoExecute"])),
 ]
+
+# A pool's fabric topology (components/config/topology.py): every node under one leaf, the tiers nested, switch
+# names valid and unique.
+TOPO = "pools[0].topology"
+
+
+def _local_fabric(leaves: list[dict[str, Any]] | None = None, spines: list[dict[str, Any]] | None = None,
+                  **more: Any) -> dict[str, Any]:
+    return {"leaves": leaves or [{"name": "leaf-l1", "nodes": ["gpu-local-[01-02]"]},
+                                 {"name": "leaf-l2", "nodes": ["gpu-local-[03-04]"]}],
+            "spines": spines if spines is not None else [{"name": "spine-l1", "leaves": ["leaf-l1", "leaf-l2"]}],
+            **more}
+
+
+def _prod_fabric(pool: str = "a") -> dict[str, Any]:
+    return {"leaves": [{"name": f"leaf-{pool}1", "nodes": [f"gpu-{pool}-[001-064]"]},
+                       {"name": f"leaf-{pool}2", "nodes": [f"gpu-{pool}-[065-128]"]}],
+            "spines": [{"name": f"spine-{pool}1", "leaves": [f"leaf-{pool}1", f"leaf-{pool}2"]}]}
+
+
+def _both_prod_pools(config: Doc) -> None:
+    config[f"{K}pools"][0]["topology"] = _prod_fabric("a")
+    config[f"{K}pools"][1]["topology"] = _prod_fabric("a")  # the second pool reuses the first pool's switch names
+
+
+CASES += [
+    Case("topology-node-in-two-leaves", P, (f"{TOPO}.leaves[1].nodes", "nodes already under a leaf",
+                                            "gpu-a-060 (leaf 'leaf-a1')"),
+         edit=at(TOPO, _prod_fabric() | {"leaves": [{"name": "leaf-a1", "nodes": ["gpu-a-[001-064]"]},
+                                                    {"name": "leaf-a2", "nodes": ["gpu-a-[060-128]"]}]})),
+    Case("topology-node-not-in-pool", P, (f"{TOPO}.leaves[1].nodes", "not nodes of pool 'h100-a': gpu-b-001"),
+         edit=at(TOPO, _prod_fabric() | {"leaves": [{"name": "leaf-a1", "nodes": ["gpu-a-[001-064]"]},
+                                                    {"name": "leaf-a2", "nodes": ["gpu-a-[065-128]", "gpu-b-001"]}]})),
+    Case("topology-node-under-no-leaf", L, (f"{TOPO}.leaves", "1 node(s) of pool 'local-gpu' hang off no leaf",
+                                            "gpu-local-04"),
+         edit=at(TOPO, _local_fabric([{"name": "leaf-l1", "nodes": ["gpu-local-[01-02]"]},
+                                      {"name": "leaf-l2", "nodes": ["gpu-local-03"]}]))),
+    Case("topology-leaf-in-two-spines", L, (f"{TOPO}.spines[1].leaves", "leaf 'leaf-l2' is already under spine 'spine-l1'"),
+         edit=at(TOPO, _local_fabric(spines=[{"name": "spine-l1", "leaves": ["leaf-l1", "leaf-l2"]},
+                                             {"name": "spine-l2", "leaves": ["leaf-l2"]}]))),
+    Case("topology-leaf-under-no-spine", L, (f"{TOPO}.spines", "leaves under no spine: leaf-l2"),
+         edit=at(TOPO, _local_fabric(spines=[{"name": "spine-l1", "leaves": ["leaf-l1"]}]))),
+    Case("topology-spine-names-unknown-leaf", L, (f"{TOPO}.spines[0].leaves", "no leaf 'leaf-x'"),
+         edit=at(TOPO, _local_fabric(spines=[{"name": "spine-l1", "leaves": ["leaf-l1", "leaf-l2", "leaf-x"]}]))),
+    Case("topology-no-spines", L, (f"{TOPO}.spines",), edit=at(TOPO, _local_fabric(spines=[]))),
+    Case("topology-leaf-name-not-dns", L, (f"{TOPO}.leaves[0].name", "DNS-1123 label"),
+         edit=at(TOPO, _local_fabric([{"name": "Leaf_01", "nodes": ["gpu-local-[01-02]"]},
+                                      {"name": "leaf-l2", "nodes": ["gpu-local-[03-04]"]}]))),
+    Case("topology-leaf-range-backwards", L, (f"{TOPO}.leaves[1].nodes", "runs backwards"),
+         edit=at(TOPO, _local_fabric([{"name": "leaf-l1", "nodes": ["gpu-local-[01-02]"]},
+                                      {"name": "leaf-l2", "nodes": ["gpu-local-[04-03]"]}]))),
+    Case("topology-switch-names-twice-in-stack", P, ("pools[1].topology.leaves[0].name", "switch name already used by",
+                                                     "unique across the stack"),
+         edit=_both_prod_pools),
+    Case("topology-label-leaf-without-count", L, (f"{TOPO}.leaves[1].nodeCount", "is required with leafLabel"),
+         edit=at(TOPO, _local_fabric([{"name": "leaf-l1", "nodeCount": 2}, {"name": "leaf-l2"}],
+                                     leafLabel="example.com/ib-leaf"))),
+    Case("topology-label-counts-miss-nodes", L, (f"{TOPO}.leaves", "nodeCount add up to 3", "has 4 nodes"),
+         edit=at(TOPO, _local_fabric([{"name": "leaf-l1", "nodeCount": 2}, {"name": "leaf-l2", "nodeCount": 1}],
+                                     leafLabel="example.com/ib-leaf"))),
+    Case("topology-count-without-label", L, (f"{TOPO}.leaves[0].nodeCount", "applies only with topology.leafLabel"),
+         edit=at(TOPO, _local_fabric([{"name": "leaf-l1", "nodes": ["gpu-local-[01-02]"], "nodeCount": 2},
+                                      {"name": "leaf-l2", "nodes": ["gpu-local-[03-04]"]}]))),
+    Case("topology-mode-unknown", L, ("scheduling.topologyMode",), edit=at("scheduling.topologyMode", "strict")),
+]
