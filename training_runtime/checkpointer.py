@@ -5,21 +5,25 @@ training time; here the caller pays the snapshot (copying state into memory it w
 if the previous checkpoint is still being written, the wait for it to commit. One background thread
 writes this rank's shard; rank 0 then waits for every rank's shard and commits. A failed write is
 raised at the next checkpoint (or :meth:`AsyncCheckpointer.close`): a job that silently stopped
-checkpointing would lose days at its next crash.
+checkpointing would lose days at its next crash. It is raised as :class:`CheckpointWriteError`, naming the
+directory, the step and the earlier checkpoint that is kept, because a bare ``[Errno 28]`` at an emergency
+checkpoint tells the person paged neither what was lost nor what the restart will resume.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Protocol
 
 from training_runtime.collective import Collective, broadcast
 from training_runtime.metrics import TrainingMetrics
 from training_runtime.settings import CheckpointSettings, DistEnv
-from training_runtime.store import CheckpointStore
+from training_runtime.store import CheckpointStore, step_dir_name
 
 log = logging.getLogger("training_runtime.checkpoint")
 
@@ -46,6 +50,48 @@ class BytesSnapshot:
 
 
 Capture = Callable[[], Snapshot | Mapping[str, bytes]]
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written or committed; nothing older was touched.
+
+    An ``OSError`` (its ``errno`` is the cause's) so callers that caught the bare error still catch this one.
+    """
+
+    def __init__(self, message: str, *, directory: Path, step: int, cause: OSError) -> None:
+        super().__init__(message)
+        self.errno = cause.errno
+        self.directory, self.step = directory, step
+
+
+def write_failure(store: CheckpointStore, step: int, cause: OSError, *, commits: bool) -> CheckpointWriteError:
+    """The error for a failed write of ``step``: where, which step, why, and what the job still has.
+
+    ``commits``: this rank commits (rank 0), so it knows the step was not published unless it renamed it into
+    place; another rank may have handed its shard over before failing, so it promises only what is kept.
+    """
+    why = str(cause)
+    if cause.errno == errno.ENOSPC:
+        why += " (the checkpoint filesystem is full)"
+    name = step_dir_name(step)
+    try:
+        renamed = (store.root / name).is_dir()  # the failure came after the rename (the directory's fsync)
+        kept = store.newest_complete_below(step)
+    except OSError:
+        renamed, kept = False, None
+    if renamed:
+        state = f"{name} was renamed into place but may not be durable (a restart verifies it before use)"
+    else:
+        state = f"{name} is not published" if commits else \
+            f"{name} is published only if rank 0 received every rank's shard"
+    certain = commits and not renamed
+    if kept is not None:
+        keeps = f"the previous complete checkpoint, step {kept.step} ({kept.path}), is kept"
+        keeps += " and a restart resumes from it" if certain else ""
+    else:
+        keeps = "no earlier complete checkpoint exists" + (", so a restart starts from step 0" if certain else "")
+    return CheckpointWriteError(f"checkpoint step {step} could not be written to {store.root}: {why}. {state}; "
+                                f"{keeps}", directory=store.root, step=step, cause=cause)
 
 
 class AsyncCheckpointer:
@@ -91,17 +137,27 @@ class AsyncCheckpointer:
 
     def _write(self, step: int, snapshot: Snapshot, started: float) -> None:
         d = self.dist
-        entries = self.store.write_shard(d.attempt_key, step, d.rank, snapshot.files())
+        try:
+            entries = self.store.write_shard(d.attempt_key, step, d.rank, snapshot.files())
+            published = self.store.commit(d.attempt_key, step, d.world_size, self.timeout) if d.rank == 0 else None
+        except BaseException as exc:
+            # write_shard removed this rank's partial files; rank 0 drops the whole step, which can no longer be
+            # committed (its parts were consumed or never came). Older checkpoints are never touched here.
+            if d.rank == 0:
+                self.store.discard(d.attempt_key, step)
+            if isinstance(exc, OSError):
+                raise write_failure(self.store, step, exc, commits=d.rank == 0) from exc
+            raise
+        # Durable before retention runs: from here the graceful stop counts as made (see stopping.py).
+        self.last_durable_step = step
         written = sum(e.size for e in entries)
-        if d.rank == 0:
-            published = self.store.commit(d.attempt_key, step, d.world_size, self.timeout)
+        if published is not None:
             self.store.prune(self.settings.keep_last, current_attempt=d.attempt_key, newest=step)
             log.info("checkpoint step %d committed: %d files, %d bytes in %.3f s", step,
                      len(published.manifest.files), published.manifest.total_bytes, self.clock() - started)
         self.metrics.checkpoint_duration.set(self.clock() - started)
         self.metrics.checkpoint_bytes.set(written)
         self.metrics.checkpoint_last_step.set(step)
-        self.last_durable_step = step
 
     def wait(self) -> None:
         """Block until the in-flight write has committed; re-raise its failure."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +14,8 @@ from training_runtime.checkpointer import AsyncCheckpointer, Capture
 from training_runtime.collective import Collective, FileCollective, LocalCollective, broadcast
 from training_runtime.metrics import TrainingMetrics
 from training_runtime.settings import Settings, SettingsError
-from training_runtime.store import CheckpointStore, Published, step_dir_name
+from training_runtime.stopping import StopSignals
+from training_runtime.store import CheckpointStore, Published, check_world_size, step_dir_name
 
 log = logging.getLogger("training_runtime")
 
@@ -34,7 +34,7 @@ class TrainingRuntime:
         self.settings = settings
         self.dist = settings.dist
         self.metrics = TrainingMetrics(settings.heartbeat_metric, self.dist.rank)
-        self.metrics.restarts.set(self.dist.attempt + self.dist.elastic_restarts)
+        self.metrics.restarts.set(self.dist.attempt + self.dist.elastic_restarts + self.dist.inplace_restarts)
         ck = settings.checkpoint
         self.store = CheckpointStore(ck.directory) if ck else None
         if collective is None:
@@ -50,6 +50,7 @@ class TrainingRuntime:
         self.collective = collective
         self.checkpointer: AsyncCheckpointer | None = None
         self._stop = threading.Event()
+        self.signals = StopSignals(self._stop.set)
         if settings.metrics_port:
             self.metrics.serve(settings.metrics_port)
 
@@ -69,7 +70,9 @@ class TrainingRuntime:
         """Every rank gets the same step: rank 0 finds the newest complete checkpoint and shares its step.
 
         Rank 0 verifies every file's checksum (each skipped checkpoint is logged with its reason); the other
-        ranks check sizes and then the checksums of the files they read, their own shard.
+        ranks check sizes and then the checksums of the files they read, their own shard. A checkpoint written
+        by a gang of another size is refused on every rank (:class:`~training_runtime.store.WorldSizeMismatch`,
+        naming both sizes): its shards are opaque per rank, so no resharding is valid for it.
         """
         ck = self.settings.checkpoint
         found: Published | None = None
@@ -78,7 +81,13 @@ class TrainingRuntime:
             newer = [s for s in self.store.published_steps() if found is None or s > found.step]
             if newer:
                 self.metrics.skipped.inc(len(newer))
-        step: int | None = broadcast(self.collective, found.step if found else None)
+        # The world size travels with the step, so that every rank refuses the same checkpoint at once.
+        shared = broadcast(self.collective,
+                           {"step": found.step, "worldSize": found.manifest.world_size} if found else None)
+        step: int | None = None
+        if shared is not None and self.store is not None:
+            step = int(shared["step"])
+            self._check_world_size(self.store.root / step_dir_name(step), step, int(shared["worldSize"]))
         if self.rank == 0 and ck is not None:
             self._drop_old_rendezvous(ck.directory / RENDEZVOUS)
         start = step or 0
@@ -93,8 +102,16 @@ class TrainingRuntime:
         if found is None:
             path = self.store.root / step_dir_name(step)
             found = Published(step=step, path=path, manifest=self.store.verify(path, checksums=False))
+            self._check_world_size(path, step, found.manifest.world_size)
         log.info("rank %d: resuming from step %d (attempt %d)", self.rank, step, self.dist.attempt)
         return Resumed(step=step, files=self.store.read_shard(found, self.rank))
+
+    def _check_world_size(self, path: Path, step: int, saved: int) -> None:
+        try:
+            check_world_size(path, step, saved, self.world_size)
+        except Exception as exc:
+            log.error("rank %d: %s", self.rank, exc)
+            raise
 
     def _drop_old_rendezvous(self, root: Path) -> None:
         """Other attempts' rendezvous files: ``CHECKPOINT_DIR`` is this job's own, and only this attempt runs."""
@@ -112,13 +129,9 @@ class TrainingRuntime:
         """The first SIGTERM asks for a graceful stop: the gang stops at the next step boundary, checkpoints that
         step and exits 0, so an eviction, a queue reclaim or a preemption loses nothing. The second SIGTERM (or
         the kubelet's SIGKILL when the grace period ends) takes the crash path: the default action, at once,
-        and the next attempt resumes from the newest complete checkpoint."""
-
-        def first(signum: int, frame: object) -> None:
-            self._stop.set()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-        signal.signal(signal.SIGTERM, first)
+        and the next attempt resumes from the newest complete checkpoint. Once the stop checkpoint is committed,
+        SIGTERM and SIGINT are ignored until the process exits (``stopping.py``)."""
+        self.signals.install()
 
     def request_stop(self) -> None:
         """What the first SIGTERM does (for callers with their own signal handling)."""
@@ -131,10 +144,18 @@ class TrainingRuntime:
 
     def checkpoint_and_stop(self, step: int, capture: Capture) -> int:
         """Checkpoint ``step`` on every rank (unless it is the one already started), wait for the commit, and
-        return the exit code 0. Call it on every rank when :meth:`should_stop` says so."""
-        if self.checkpointer is not None and self.checkpointer.last_started_step != step:
-            self.checkpointer.save(step, capture)
+        return the exit code 0. Call it on every rank when :meth:`should_stop` says so.
+
+        From the moment this rank's part of that checkpoint is durable, SIGTERM and SIGINT are ignored: the stop
+        is clean, and a signal on the way out must not make the pod read as failed. Before that moment they act
+        as they did before the stop. A write that fails raises
+        :class:`~training_runtime.checkpointer.CheckpointWriteError` and the stop is not clean."""
+        checkpointer = self.checkpointer
+        self.signals.stopping(lambda: checkpointer is None or checkpointer.last_durable_step == step)
+        if checkpointer is not None and checkpointer.last_started_step != step:
+            checkpointer.save(step, capture)
         self.close()
+        self.signals.stopped()
         log.info("rank %d: stopped gracefully at step %d with its checkpoint committed", self.rank, step)
         return 0
 

@@ -32,6 +32,15 @@ VC_TASK_INDEX = "VC_TASK_INDEX"
 #: Set by torchrun for each process it starts; the restart count goes up each time its agents restart the workers.
 LOCAL_RANK = "LOCAL_RANK"
 ELASTIC_RESTARTS = "TORCHELASTIC_RESTART_COUNT"
+#: Set by the gang's supervisor (``training_runtime.supervisor``) for each worker it starts: the restart in place
+#: round, so every round meets under its own rendezvous key and resumes from the newest complete checkpoint.
+INPLACE_RESTARTS = "TRAINING_INPLACE_RESTARTS"
+#: Set by the training template where the stack restarts gangs in place (``training.restartInPlace``), read by the
+#: supervisor: worker deaths in one pod before the pod fails for real, and how long a restart waits for every rank.
+RESTARTS_BEFORE_REPLACE = "TRAINING_RESTARTS_BEFORE_REPLACE"
+REPLACE_TIMEOUT = "TRAINING_REPLACE_TIMEOUT_SECONDS"
+DEFAULT_RESTARTS_BEFORE_REPLACE = 3
+DEFAULT_REPLACE_TIMEOUT_SECONDS = 300.0
 # Set by the training template.
 RANK_SOURCE = "TRAINING_RANK_SOURCE"
 #: The gang's attempt: Volcano's ``volcano.sh/job-retry-count`` pod annotation through the downward API.
@@ -126,11 +135,14 @@ class DistEnv:
     elastic_restarts: int = 0
     #: Started by torchrun, which already runs a rendezvous store on ``MASTER_PORT``.
     under_torchrun: bool = False
+    #: Restarts in place by the gang's supervisor within this attempt (every rank's worker restarts together).
+    inplace_restarts: int = 0
 
     @property
     def attempt_key(self) -> str:
-        """Names this attempt's staging and rendezvous directories."""
-        return f"{self.run_id}-a{self.attempt}-r{self.elastic_restarts}"
+        """Names this attempt's staging and rendezvous directories (a restart in place gets its own)."""
+        key = f"{self.run_id}-a{self.attempt}-r{self.elastic_restarts}"
+        return f"{key}-i{self.inplace_restarts}" if self.inplace_restarts else key
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DistEnv:
@@ -153,6 +165,7 @@ class DistEnv:
             run_id=_run_id(env),
             elastic_restarts=_int(env, ELASTIC_RESTARTS, 0, 0) if under_torchrun else 0,
             under_torchrun=under_torchrun,
+            inplace_restarts=_int(env, INPLACE_RESTARTS, 0, 0),
         )
 
 
@@ -183,6 +196,21 @@ class CheckpointSettings:
 
 
 @dataclass(frozen=True)
+class InPlaceSettings:
+    """The supervisor's bounds (``training_runtime.supervisor``): past them the gang restarts through Volcano."""
+
+    restarts_before_replace: int = DEFAULT_RESTARTS_BEFORE_REPLACE
+    replace_timeout_seconds: float = DEFAULT_REPLACE_TIMEOUT_SECONDS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> InPlaceSettings:
+        timeout = _seconds(env, REPLACE_TIMEOUT, DEFAULT_REPLACE_TIMEOUT_SECONDS)
+        assert timeout is not None
+        return cls(restarts_before_replace=_int(env, RESTARTS_BEFORE_REPLACE, DEFAULT_RESTARTS_BEFORE_REPLACE, 0),
+                   replace_timeout_seconds=timeout)
+
+
+@dataclass(frozen=True)
 class Settings:
     dist: DistEnv
     checkpoint: CheckpointSettings | None
@@ -191,6 +219,7 @@ class Settings:
     metrics_port: int
     heartbeat_metric: str
     peer_dead_after_seconds: float = DEFAULT_PEER_DEAD_AFTER_SECONDS
+    in_place: InPlaceSettings = InPlaceSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -211,4 +240,5 @@ class Settings:
             metrics_port=port,
             heartbeat_metric=metric,
             peer_dead_after_seconds=dead_after,
+            in_place=InPlaceSettings.from_env(env),
         )

@@ -14,6 +14,7 @@ file, because a filesystem can lose or truncate data that was never fsynced by a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -48,6 +49,29 @@ class CheckpointCorrupt(Exception):
 
 class CommitTimeout(TimeoutError):
     """Not every rank delivered its shard in time: the checkpoint stays unpublished."""
+
+
+class WorldSizeMismatch(Exception):
+    """A checkpoint written by a gang of another size: its shards are per rank, so no rank may resume from it."""
+
+    def __init__(self, path: Path, step: int, saved: int, job: int) -> None:
+        self.path, self.step, self.saved, self.job = path, step, saved, job
+        super().__init__(
+            f"checkpoint {path} (step {step}) was written by {_ranks(saved)} (its manifest's worldSize), but this "
+            f"job runs {_ranks(job)} (WORLD_SIZE={job}): a checkpoint holds one opaque shard per rank, which the "
+            f"runtime cannot reshard, so it is not resumed. Run the job with {_ranks(saved)}, or start afresh with "
+            "CHECKPOINT_RESUME=none or another CHECKPOINT_DIR")
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def check_world_size(path: Path, step: int, saved: int, job: int) -> None:
+    """Refuse a resume across world sizes (:class:`WorldSizeMismatch`): under more ranks the extra ones would get
+    the step with no files, under fewer the missing ranks' state would be dropped, both without a word."""
+    if saved != job:
+        raise WorldSizeMismatch(path, step, saved, job)
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,11 @@ def write_durable(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
 def parse_step_dir(name: str) -> int | None:
     """The step of a checkpoint directory named exactly as :func:`step_dir_name` writes it, else ``None``.
 
@@ -118,21 +147,38 @@ class CheckpointStore:
         return self.root / STAGING / f"{attempt}-s{step:08d}"
 
     def write_shard(self, attempt: str, step: int, rank: int, files: Iterable[tuple[str, bytes]]) -> list[FileEntry]:
-        """Write this rank's files into the staging directory, fsync them, then its part list (last)."""
+        """Write this rank's files into the staging directory, fsync them, then its part list (last).
+
+        A failure before the part list is in place removes what this rank had written of the shard (where it can)
+        before it is raised: on a full disk the partial files would otherwise keep it full for the next attempt.
+        After that the shard is rank 0's to commit, so nothing of it is removed.
+        """
         staging = self.staging_dir(attempt, step)
         staging.mkdir(parents=True, exist_ok=True)
         entries: list[FileEntry] = []
-        for name, data in files:
-            entry = parse_file_entry({"name": shard_prefix(rank) + name, "size": len(data),
-                                      "sha256": sha256_hex(data)}, f"rank {rank} file {name!r}")
-            write_durable(staging / entry.name, data)
-            entries.append(entry)
-        part = json.dumps([e.to_json() for e in entries]).encode()
-        tmp = staging / f".part-{rank:05d}.tmp"
-        write_durable(tmp, part)
-        os.replace(tmp, staging / f".part-{rank:05d}.json")
+        written: list[Path] = []
+        try:
+            for name, data in files:
+                entry = parse_file_entry({"name": shard_prefix(rank) + name, "size": len(data),
+                                          "sha256": sha256_hex(data)}, f"rank {rank} file {name!r}")
+                written.append(staging / entry.name)
+                write_durable(staging / entry.name, data)
+                entries.append(entry)
+            part = json.dumps([e.to_json() for e in entries]).encode()
+            tmp = staging / f".part-{rank:05d}.tmp"
+            written.append(tmp)
+            write_durable(tmp, part)
+            os.replace(tmp, staging / f".part-{rank:05d}.json")
+        except BaseException:
+            for path in written:
+                _remove_quietly(path)
+            raise
         fsync_dir(staging)
         return entries
+
+    def discard(self, attempt: str, step: int) -> None:
+        """Remove a staging directory whose checkpoint will never be committed (rank 0, after a failure)."""
+        shutil.rmtree(self.staging_dir(attempt, step), ignore_errors=True)
 
     # ------------------------------------------------------------------ commit (rank 0)
 
@@ -158,12 +204,21 @@ class CheckpointStore:
         write_durable(staging / COMMIT_MARKER, (sha256_hex(body) + "\n").encode())
         fsync_dir(staging)
         target = self.root / step_dir_name(step)
+        moved: Path | None = None
         if target.exists():
-            # Only a checkpoint that failed verification can be in the way (a good one would have been resumed).
+            # Only a checkpoint that failed verification can be in the way (a good one would have been resumed),
+            # unless CHECKPOINT_RESUME=none: so it goes back if the rename fails.
             trash = self.root / TRASH
             trash.mkdir(exist_ok=True)
-            os.replace(target, trash / f"{target.name}-{time.time_ns()}")
-        os.replace(staging, target)
+            moved = trash / f"{target.name}-{time.time_ns()}"
+            os.replace(target, moved)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if moved is not None:
+                with contextlib.suppress(OSError):
+                    os.replace(moved, target)
+            raise
         fsync_dir(self.root)
         return Published(step=step, path=target, manifest=manifest)
 
@@ -254,11 +309,21 @@ class CheckpointStore:
         for path in foreign:
             log.warning("ignoring %s: not a checkpoint of this job (a symbolic link, or not named "
                         "step-<8 digits>)", path)
+        return self._newest(ours, checksums=checksums, quiet=False)
+
+    def newest_complete_below(self, step: int) -> Published | None:
+        """The newest checkpoint before ``step`` that is whole by its sizes, without logging: what a failed write
+        can promise the job still has (checksums are left to the resume that reads it)."""
+        ours = [(s, p) for s, p in self._listing()[0] if s < step]
+        return self._newest(ours, checksums=False, quiet=True)
+
+    def _newest(self, ours: list[tuple[int, Path]], *, checksums: bool, quiet: bool) -> Published | None:
         for step, path in sorted(ours, reverse=True):
             try:
                 manifest = self.verify(path, checksums=checksums)
             except CheckpointCorrupt as exc:
-                log.warning("skipping checkpoint %s: %s", path, exc)
+                if not quiet:
+                    log.warning("skipping checkpoint %s: %s", path, exc)
                 continue
             return Published(step=step, path=path, manifest=manifest)
         return None
