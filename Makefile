@@ -21,7 +21,7 @@ venv: .venv/.installed
 
 lint: venv
 	.venv/bin/ruff check .
-	.venv/bin/mypy components agents fakes policies tools bench gpucluster_cli __main__.py
+	.venv/bin/mypy components agents fakes policies tools bench gpucluster_cli training_runtime __main__.py
 	@# tools/localcluster is excluded as a tree (its Go modules live there); its typed modules are named here.
 	.venv/bin/mypy tools/localcluster/realnodes.py tools/localcluster/hostcheck.py tools/localcluster/nodehost.py \
 	  tools/localcluster/provisioner.py tools/localcluster/dcgm_standin.py tools/localcluster/prometheus_operator.py \

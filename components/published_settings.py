@@ -18,10 +18,19 @@ from typing import Annotated
 from pydantic import Field
 
 from components.checkpoint_sizing import termination_grace_seconds
-from components.config import ClusterConfig, GpuPool, Nccl, SchedulingEngine, Team, TopologyMode, TrainingJob
+from components.config import (
+    ClusterConfig,
+    GpuPool,
+    Nccl,
+    RestartInPlace,
+    SchedulingEngine,
+    Team,
+    TopologyMode,
+    TrainingJob,
+)
 from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
 from components.naming import Keys
-from components.training_spec import TrainingJobArgs, topology_mode
+from components.training_spec import TrainingJobArgs, restart_in_place, topology_mode
 
 #: Name and key of the published object; the CLI reads exactly these.
 SETTINGS_CONFIGMAP = "gpucluster-settings"
@@ -29,10 +38,12 @@ SETTINGS_KEY = "settings.json"
 #: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
 #: newer than it understands. 2: ``teams``. 3: each claim's ``writeGbps`` and the checkpoint size and client link
 #: (the workers' termination grace holds one emergency checkpoint). 4: a pool's ``topology`` and the stack's
-#: ``topologyMode``. A stack that uses none of a version's keys publishes the version before it, so a CLI that
-#: predates them still reads it.
-SETTINGS_VERSION = 4
-#: The version of settings without a topology (what a CLI of version 3 reads).
+#: ``topologyMode``. 5: ``restartInPlace`` (the template wraps the command in the supervisor). A stack that uses
+#: none of a version's keys publishes the newest version before it, so a CLI that predates them still reads it.
+SETTINGS_VERSION = 5
+#: The version of settings without restart in place (what a CLI of version 4 reads).
+TOPOLOGY_SETTINGS_VERSION = 4
+#: The version of settings without a topology either (what a CLI of version 3 reads).
 FLAT_SETTINGS_VERSION = 3
 
 
@@ -79,6 +90,8 @@ class ClusterSettings(ConfigModel):
     teams: list[Team] = Field(default_factory=list)
     #: ``scheduling.topologyMode``, published only where some pool has a topology.
     topology_mode: TopologyMode | None = None
+    #: ``training.restartInPlace``, published only where it is on.
+    restart_in_place: RestartInPlace | None = None
 
     def pool(self, name: str) -> PoolSettings | None:
         return next((p for p in self.pools if p.pool.name == name), None)
@@ -130,6 +143,7 @@ class ClusterSettings(ConfigModel):
             preemptable=team is not None and team.reclaimable,
             termination_grace_seconds=grace,
             topology_mode=topology_mode(pool.pool, self.engine, self.topology_mode or "soft"),
+            restart_in_place=restart_in_place(job, self.restart_in_place),
         )
 
 
@@ -137,8 +151,9 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
     """The published settings of a stack: the same sources ``TrainingJobArgs.from_config`` reads."""
     queues = cfg.scheduling.training_queue_names(p.name for p in cfg.pools)
     fabric = any(p.topology is not None for p in cfg.pools)
+    in_place = cfg.training.restart_in_place if cfg.training.restart_in_place.enabled else None
     return ClusterSettings(
-        version=SETTINGS_VERSION if fabric else FLAT_SETTINGS_VERSION,
+        version=SETTINGS_VERSION if in_place else TOPOLOGY_SETTINGS_VERSION if fabric else FLAT_SETTINGS_VERSION,
         label_prefix=cfg.label_prefix,
         gpu_resource=cfg.gpu_resource,
         training_namespace=cfg.training_namespace,
@@ -159,6 +174,7 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
         client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
         teams=list(cfg.scheduling.teams),
         topology_mode=cfg.scheduling.topology_mode if fabric else None,
+        restart_in_place=in_place,
     )
 
 
@@ -166,8 +182,9 @@ def settings_json(settings: ClusterSettings) -> str:
     """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap; an absent topology and
     topology mode are left out, so the settings of a flat stack read as they did before them."""
     data = settings.model_dump(mode="json", by_alias=True)
-    if data.get("topologyMode") is None:
-        data.pop("topologyMode", None)
+    for key in ("topologyMode", "restartInPlace"):
+        if data.get(key) is None:
+            data.pop(key, None)
     for entry in data.get("pools") or []:
         if entry["pool"].get("topology") is None:
             entry["pool"].pop("topology", None)

@@ -25,6 +25,7 @@ from components.config import (
     ClusterConfig,
     GpuPool,
     Nccl,
+    RestartInPlace,
     SchedulingEngine,
     TopologyMode,
     TrainingJob,
@@ -40,6 +41,7 @@ from components.naming import (
     common_labels,
 )
 from components.pod_spec import gpu_resources_manifest, onprem_required_affinity, pool_tolerations_manifest
+from training_runtime.settings import REPLACE_TIMEOUT, RESTARTS_BEFORE_REPLACE
 
 #: Default port of the training runtime's /metrics endpoint (config: training.metricsPort).
 DEFAULT_METRICS_PORT = 9318
@@ -82,6 +84,9 @@ class TrainingJobArgs:
     #: How the gang is held to its pool's fabric (``scheduling.topologyMode``); ``None`` when the pool has no
     #: topology or the engine is not Volcano.
     topology_mode: TopologyMode | None = None
+    #: The supervisor that restarts the gang in place (``training.restartInPlace``); ``None`` where it is off or
+    #: the job lacks a command or a checkpoint (see :func:`restart_in_place`).
+    restart_in_place: RestartInPlace | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, job: TrainingJob) -> TrainingJobArgs:
@@ -110,7 +115,35 @@ class TrainingJobArgs:
             preemptable=team is not None and team.reclaimable,
             termination_grace_seconds=job_grace_seconds(cfg, job),
             topology_mode=topology_mode(cfg.pool(job.pool), cfg.scheduling.engine, cfg.scheduling.topology_mode),
+            restart_in_place=restart_in_place(job, cfg.training.restart_in_place),
         )
+
+
+def restart_in_place(job: TrainingJob, settings: RestartInPlace | None) -> RestartInPlace | None:
+    """The stack's restart-in-place settings for ``job``, or ``None``: the supervisor runs the job's own command
+    and meets the other ranks on the job's checkpoint volume, from which the workers resume."""
+    if settings is None or not settings.enabled or not job.command or job.checkpoint is None:
+        return None
+    return settings
+
+
+#: What runs a worker's command under the training runtime's supervisor (the image carries the runtime); the policy
+#: pack checks training Jobs for this prefix.
+SUPERVISOR_COMMAND = ("python3", "-m", "training_runtime.supervisor", "--")
+
+
+def supervised_command(command: list[str]) -> list[str]:
+    """The worker's command under the training runtime's supervisor."""
+    return [*SUPERVISOR_COMMAND, *command]
+
+
+def supervisor_env(settings: RestartInPlace | None) -> list[dict[str, str]]:
+    if settings is None:
+        return []
+    return [
+        {"name": RESTARTS_BEFORE_REPLACE, "value": str(settings.restarts_before_replace)},
+        {"name": REPLACE_TIMEOUT, "value": str(settings.replace_timeout_seconds)},
+    ]
 
 
 def topology_mode(pool: GpuPool, engine: SchedulingEngine, mode: TopologyMode) -> TopologyMode | None:
@@ -200,7 +233,7 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
     # Rank, world size and the rendezvous address come from Volcano's pytorch plugin (MASTER_ADDR,
     # MASTER_PORT, WORLD_SIZE, RANK); setting them here too would give the pod two conflicting values.
-    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job)]
+    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job), *supervisor_env(args.restart_in_place)]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if job.checkpoint is not None:
@@ -236,7 +269,8 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "containers": [{
                 "name": "trainer",
                 "image": job.image,
-                "command": job.command or None,
+                "command": (supervised_command(job.command) if args.restart_in_place is not None
+                            else job.command or None),
                 "env": env,
                 # Volcano's pytorch plugin adds its own rendezvous port (VOLCANO_PYTORCH_PORT) next to this one.
                 "ports": [{"name": METRICS_PORT_NAME, "containerPort": args.metrics_port, "protocol": "TCP"}],

@@ -1203,3 +1203,24 @@ def test_volcano_roles_keep_only_their_excepted_writes() -> None:
     reads_all = res("ClusterRole", "rbac.authorization.k8s.io/v1", "volcano-controllers",
                     rules=[{**secrets[0], "verbs": ["get", "list"]}])
     assert len(messages("rbac-cluster-secrets", reads_all, ctx=ctx)) == 1
+
+
+def test_training_must_be_able_to_restart_in_place_where_the_stack_does() -> None:
+    from components.training_spec import SUPERVISOR_COMMAND
+
+    bare = training_job()
+    found = messages("training-restart-in-place", bare)
+    assert len(found) == 2, found
+    assert "its command (the image's own) does not run under the supervisor" in found[0]
+    assert "mounts no checkpoint volume (CHECKPOINT_DIR unset): the gang can neither restart in place nor resume" \
+        in found[1]
+    supervised = gpu_container("8")
+    supervised.update(command=[*SUPERVISOR_COMMAND, "python3", "train.py"],
+                      env=[{"name": "CHECKPOINT_DIR", "value": "/checkpoints"}])
+    assert messages("training-restart-in-place", training_job(containers=[supervised])) == []
+    unwrapped = {**supervised, "command": ["python3", "train.py"]}
+    (only,) = messages("training-restart-in-place", training_job(containers=[unwrapped]))
+    assert "its command python3 train.py does not run under the supervisor" in only
+    # A stack that does not restart in place asks nothing of its jobs.
+    off = replace(CTX, restart_in_place=False)
+    assert messages("training-restart-in-place", bare, ctx=off) == []

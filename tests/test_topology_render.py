@@ -246,8 +246,14 @@ def test_a_flat_stack_renders_the_agents_settings_as_before() -> None:
 
 
 def test_published_settings_carry_the_topology_only_where_there_is_one() -> None:
-    flat = json.loads(settings_json(cluster_settings(config("local", None))))
-    assert flat["version"] == FLAT_SETTINGS_VERSION and "topologyMode" not in flat
+    plain = config("local", None)
+    without_supervisor = plain.model_copy(update={"training": plain.training.model_copy(update={
+        "restart_in_place": plain.training.restart_in_place.model_copy(update={"enabled": False})})})
+    flat = json.loads(settings_json(cluster_settings(without_supervisor)))
+    assert flat["version"] == FLAT_SETTINGS_VERSION and "topologyMode" not in flat and "restartInPlace" not in flat
+    # With restart in place (the default) the settings carry it, at the version that introduced it.
+    supervised = json.loads(settings_json(cluster_settings(plain)))
+    assert supervised["version"] == SETTINGS_VERSION and supervised["restartInPlace"]["enabled"] is True
     assert all("topology" not in p["pool"] for p in flat["pools"])
     cfg = config("prod", PROD_FABRIC, "hard")
     published = parse_published(settings_json(cluster_settings(cfg)))

@@ -195,3 +195,33 @@ def test_the_prod_example_job_starts_torchrun_on_its_node_rank(stack: str) -> No
     command = " ".join(cfg.training.jobs[0].command)
     # torchrun inside each pod: node rank and rendezvous from Volcano's plugins, expanded by the kubelet.
     assert "--node-rank=$(VC_TASK_INDEX)" in command and "--master-addr=$(MASTER_ADDR)" in command
+
+
+def test_the_worker_runs_its_command_under_the_supervisor_with_the_stacks_bounds() -> None:
+    from components.config import RestartInPlace
+    from components.training_spec import SUPERVISOR_COMMAND
+
+    args = _args()
+    job = args.job
+    assert job.command and job.checkpoint is not None and args.restart_in_place is not None
+    container = _container(args)
+    assert container["command"] == [*SUPERVISOR_COMMAND, *job.command]
+    env = _resolved_env(container)
+    assert env["TRAINING_RESTARTS_BEFORE_REPLACE"] == str(args.restart_in_place.restarts_before_replace)
+    assert env["TRAINING_REPLACE_TIMEOUT_SECONDS"] == str(args.restart_in_place.replace_timeout_seconds)
+    assert Settings.from_env({**VOLCANO_ENV, **env}).in_place.restarts_before_replace == 3
+    # Off in the stack, or a job without its own command or a checkpoint: the command runs as given.
+    for changed in (replace(args, restart_in_place=None),
+                    TrainingJobArgs.from_config(_off(), job),
+                    TrainingJobArgs.from_config(_cfg(), job.model_copy(update={"command": []})),
+                    TrainingJobArgs.from_config(_cfg(), job.model_copy(update={"checkpoint": None}))):
+        plain = _container(changed)
+        assert plain.get("command") == (job.command if changed.job.command else None)
+        assert "TRAINING_RESTARTS_BEFORE_REPLACE" not in {e["name"] for e in plain["env"]}
+    assert RestartInPlace().enabled
+
+
+def _off() -> ClusterConfig:
+    cfg = _cfg()
+    return cfg.model_copy(update={"training": cfg.training.model_copy(update={
+        "restart_in_place": cfg.training.restart_in_place.model_copy(update={"enabled": False})})})

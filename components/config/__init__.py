@@ -116,6 +116,7 @@ from components.config.topology import (
 from components.config.training import (
     CheckpointMount,
     Nccl,
+    RestartInPlace,
     Training,
     TrainingJob,
 )
@@ -170,6 +171,7 @@ __all__ = [
     "Problem",
     "ProviderBase",
     "Queue",
+    "RestartInPlace",
     "Scaling",
     "ScalingMetric",
     "Scheduling",

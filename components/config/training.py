@@ -18,6 +18,7 @@ from components.config.base import (
     dns_1035,
     unique_names,
 )
+from training_runtime.settings import DEFAULT_REPLACE_TIMEOUT_SECONDS, DEFAULT_RESTARTS_BEFORE_REPLACE
 
 #: Room in a job name for Volcano's pod names (``<job>-worker-<index>``, also the pods' host names).
 JOB_NAME_ROOM = 16
@@ -88,6 +89,23 @@ class TrainingJob(ConfigModel):
     """The team (`scheduling.teams`) whose queue the gang goes to; the pool's training queue when unset."""
 
 
+class RestartInPlace(ConfigModel):
+    """Restart in place: a supervisor in every worker pod restarts the gang's processes inside their pods when a
+    rank dies for a reason that is not its node's (an application crash, an NCCL timeout, an OOM), so the pods,
+    their nodes and their bindings stay and Volcano sees no pod failure. Needs the job's `command` (the
+    supervisor runs it) and a `checkpoint` (the supervisors meet on it, the workers resume from it); a job
+    without either restarts as a whole gang through Volcano, as does a pod that gives up."""
+
+    enabled: bool = True
+    """Wrap every training job's command in the supervisor (`python3 -m training_runtime.supervisor --`)."""
+    restarts_before_replace: Annotated[int, Field(ge=0, le=100)] = DEFAULT_RESTARTS_BEFORE_REPLACE
+    """Worker deaths in one pod after which that pod fails for real (its node may be the cause after all) and
+    the gang restarts through Volcano; 0: never restart in place."""
+    replace_timeout_seconds: Annotated[int, Field(ge=10, le=3600)] = int(DEFAULT_REPLACE_TIMEOUT_SECONDS)
+    """How long the ranks of a restart wait for every rank (a pod that is gone and being replaced) before the
+    whole gang restarts through Volcano (seconds)."""
+
+
 class Training(ConfigModel):
     nccl: Nccl = Nccl()
     """NCCL watchdog settings every worker gets, so a silent hang becomes a crash the gang restarts from."""
@@ -96,6 +114,8 @@ class Training(ConfigModel):
     not Volcano's pytorch rendezvous port (23456)."""
     jobs: list[TrainingJob] = Field(default_factory=list)
     """Training jobs the stack runs, each a gang (a Volcano Job, or a PodGroup and Job with kube-batch)."""
+    restart_in_place: RestartInPlace = RestartInPlace()
+    """Restart a crashed gang inside its pods instead of recreating them (docs/training.md)."""
 
     @field_validator("metrics_port")
     @classmethod

@@ -15,7 +15,7 @@ from pulumi_policy import EnforcementLevel
 
 from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from agents.health_guard.thermal import THERMAL_LIMIT_CELSIUS
-from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling
+from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling, Training
 from components.guardrail_rules import Names
 from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys
 from policies.rules.allow_lists import PrivilegedAgent, RbacException, privileged_agents, rbac_exceptions
@@ -129,6 +129,8 @@ class RuleContext:
     checkpoint_write_gbps: Mapping[str, float] = field(default_factory=dict)
     checkpoint_size_tb: float = 1.0
     client_link_gbps: float = 50.0
+    #: Whether the stack restarts crashed gangs in place (``training.restartInPlace.enabled``).
+    restart_in_place: bool = False
 
     @property
     def keys(self) -> Keys:
@@ -176,6 +178,7 @@ class RuleContext:
             checkpoint_write_gbps={f.object_name: f.write_gbps for f in cfg.checkpoint.filesystems},
             checkpoint_size_tb=cfg.checkpoint.budget.size_tb,
             client_link_gbps=cfg.checkpoint.budget.client_link_gbps,
+            restart_in_place=cfg.training.restart_in_place.enabled,
         )
 
     @classmethod
@@ -193,6 +196,7 @@ class RuleContext:
             max_evictions_per_node=descheduler.max_pods_per_node,
             max_evictions_per_namespace=descheduler.max_pods_per_namespace,
             max_evictions_total=descheduler.max_pods_total,
+            restart_in_place=Training().restart_in_place.enabled,
         )
 
 

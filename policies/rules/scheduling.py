@@ -11,8 +11,10 @@ import yaml
 
 from components.guardrail_rules import guardrail
 from components.naming import VK_PROVIDER_TAINT
+from components.training_spec import SUPERVISOR_COMMAND
 from policies.rules.core import ADVISORY, MANDATORY, Resource, RuleContext, as_map, as_seq, quantity, rule
 from policies.rules.pods import gpu_counts, is_training, is_volcano_job, pod_templates, requests_gpus
+from training_runtime.settings import CHECKPOINT_DIR
 
 _BREAKS = "a violation breaks the scheduling design"
 
@@ -205,6 +207,36 @@ def check_training_handover_gate(res: Resource, ctx: RuleContext) -> list[str]:
         if ctx.handover_gate not in gates:
             out.append(f"{pod.where}: training starts without the handover gate (gates {gates}); "
                        f"{guardrail('handover-gate').fix_text(ctx.guardrail_names)}")
+    return out
+
+
+@rule(
+    "training-restart-in-place",
+    "Where the stack restarts gangs in place, every training Volcano Job runs its command under the training "
+         "runtime's supervisor and mounts a checkpoint volume (CHECKPOINT_DIR).",
+    MANDATORY,
+    "a gang that cannot restart in place is deleted and recreated pod by pod at every crash (an eviction, a "
+    "reschedule and a container start per pod, at 2,048 pods), and without a checkpoint it starts from step 0",
+)
+def check_training_restart_in_place(res: Resource, ctx: RuleContext) -> list[str]:
+    if not ctx.restart_in_place or not is_volcano_job(res):
+        return []
+    out = []
+    for pod in pod_templates(res):
+        if not is_training(res, pod, ctx):
+            continue
+        trainers = [(w, c) for w, c in pod.containers() if ".containers[" in w][:1]
+        for where, container in trainers:
+            command = [str(c) for c in as_seq(container.get("command"))]
+            if tuple(command[:len(SUPERVISOR_COMMAND)]) != SUPERVISOR_COMMAND:
+                shown = " ".join(command) if command else "(the image's own)"
+                out.append(f"{where}: its command {shown} does not run under the supervisor, so a crash restarts the "
+                           f"whole gang through Volcano; give the job a command (the template then runs it as "
+                           f"'{' '.join(SUPERVISOR_COMMAND)} <command>')")
+            env = {as_map(e).get("name") for e in as_seq(container.get("env"))}
+            if CHECKPOINT_DIR not in env:
+                out.append(f"{where}: mounts no checkpoint volume ({CHECKPOINT_DIR} unset): the gang can neither "
+                           "restart in place nor resume; give the job a checkpoint filesystem")
     return out
 
 

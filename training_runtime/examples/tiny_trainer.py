@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def emit(event: str, **fields: object) -> None:
         if events is not None:
-            events.write(json.dumps({"event": event, "attempt": rt.dist.attempt, "t": time.time(), **fields}) + "\n")
+            events.write(json.dumps({"event": event, "attempt": rt.dist.attempt, "inplace": rt.dist.inplace_restarts,
+                                     "t": time.time(), **fields}) + "\n")
 
     weights = [0.0] * DIM
     ballast = bytes(random.Random(rt.rank).getrandbits(8) for _ in range(args.payload_bytes))
