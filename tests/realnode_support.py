@@ -14,6 +14,7 @@ from tools.localcluster import control
 from tools.localcluster.plan import Layout
 from tools.localcluster.realcluster import (  # noqa: F401 - shared with the chaos soak, re-exported for the tests
     BUILT,
+    child_pids,
     container_pid,
     lease_holder,
     private_state,

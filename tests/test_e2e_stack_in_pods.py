@@ -42,6 +42,7 @@ from tests.burst_e2e import Cluster, Hooks, fencing_problems, restart_providers,
 from tests.polling import first_times, wait
 from tests.realnode_support import (
     BUILT,
+    child_pids,
     container_pid,
     delete_the_leader,
     deployed_settings,
@@ -381,8 +382,10 @@ def _steps(events: list[dict[str, Any]], attempt: int, kind: str = "step") -> li
     return [e for e in events if e["event"] == kind and e["attempt"] == attempt]
 
 
-def _training(stack: Layout, attempt: int, gang: str = GANG) -> bool:
-    return len({e["rank"] for e in _steps(_events(stack, gang), attempt)}) == WORKERS
+def _training(stack: Layout, attempt: int, gang: str = GANG, inplace: int | None = None) -> bool:
+    """Every rank stepped in ``attempt`` (Volcano's), and in restart-in-place round ``inplace`` when given."""
+    steps = _steps(_events(stack, gang), attempt)
+    return len({e["rank"] for e in steps if inplace is None or e.get("inplace", 0) == inplace}) == WORKERS
 
 
 def _restart(stack: Layout, attempt: int, cause: str, gang: str = GANG,
@@ -422,9 +425,29 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     for pod in pods:
         assert pod.spec.containers[0].resources.limits[cfg.gpu_resource] == str(REAL_GPUS_PER_NODE)
 
-    # A crash (what a fatal XID does to the process): SIGKILL rank 1; Volcano restarts the whole gang.
+    # A crash that is not the node's (an application error, an OOM): SIGKILL rank 1's worker process under its
+    # supervisor; every rank's supervisor restarts its worker in place: the same pods, Volcano's attempt unchanged.
     wait("a durable checkpoint", lambda: bool(_steps(_events(stack), 0, "durable")), 120)
     (victim,) = [p for p in pods if p.metadata.name.endswith("-1")]  # <job>-<task>-<index>: rank 1
+    supervisor = container_pid(stack, victim.spec.node_name, victim.status.container_statuses[0].container_id)
+    (worker,) = child_pids(supervisor)
+    uids = {p.metadata.uid for p in pods}
+    killed = time.monotonic()
+    os.kill(worker, signal.SIGKILL)
+    wait("every rank trains again, restarted in place", lambda: _training(stack, 0, inplace=1), 300)
+    events = _events(stack)
+    reached = max(e["step"] for e in events if e["event"] == "step" and not e.get("inplace"))
+    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and e.get("inplace") == 1}
+    gang["inplace_fault_to_first_step_s"] = round(time.monotonic() - killed, 1)
+    gang["inplace_lost_steps"] = reached - resumed
+    gang["pods_recreated_inplace"] = len(uids - {p.metadata.uid for p in _gang_pods(core, ns)})
+    assert gang["pods_recreated_inplace"] == 0, "a restart in place recreated pods"
+    assert {e["attempt"] for e in events} == {0}, "Volcano restarted the gang"
+    assert 0 <= gang["inplace_lost_steps"] <= 2 * INTERVAL, gang
+
+    # A crash that takes the pod (what a fatal XID does): SIGKILL rank 1's container; Volcano restarts the gang.
+    pods = _gang_pods(core, ns)
+    (victim,) = [p for p in pods if p.metadata.name.endswith("-1")]
     pid = container_pid(stack, victim.spec.node_name, victim.status.container_statuses[0].container_id)
     os.kill(pid, signal.SIGKILL)
     crashed = _restart(stack, 1, "crash")

@@ -56,6 +56,14 @@ def container_pid(lay: Layout, node: str, container_id: str) -> int:
     raise AssertionError(f"container {cid} has no task on {node}:\n{out}")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The host PIDs of ``pid``'s children (every thread's list), e.g. the worker a container's supervisor runs."""
+    out: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        out += [int(c) for c in children.read_text().split()]
+    return sorted(set(out))
+
+
 def ready_pods(lay: Layout, namespace: str, app: str) -> list[Any]:
     """The Ready, not terminating pods of ``app`` (its ``app.kubernetes.io/name`` label)."""
     from kubernetes import client
