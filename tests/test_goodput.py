@@ -22,6 +22,7 @@ from bench.sim.goodput import (
     plan,
     simulate,
 )
+from bench.sim.restart import IN_PLACE_TERMS, RestartModel
 from components.config import ClusterConfig, parse_config
 from components.goodput_model import (
     LLAMA3_DAYS,
@@ -38,7 +39,7 @@ from components.goodput_model import (
 from tools.mockrt import raw_from_stack
 
 BACKEND = Backend("weka-ckpt", size_tb=1.0, write_s=1000.0 / 60.0)
-KEEP, QUARANTINE, YOUNG_DALY, ASYNC = POLICIES
+KEEP, QUARANTINE, YOUNG_DALY, ASYNC, IN_PLACE = POLICIES
 
 
 @pytest.mark.parametrize(("cost_s", "mtbf_s", "expected"), [
@@ -153,6 +154,50 @@ def test_monte_carlo_matches_the_closed_form_without_recurrence(policy: Policy, 
     out = simulate(policy, gpus, BACKEND, env, 730.0, seed=11)
     assert out.recurrences == 0
     assert out.ettr == pytest.approx(expected_ettr(out.plan), abs=0.005)
+
+
+DECOMPOSED = Environment(restart=RestartModel())
+
+
+@pytest.mark.parametrize("gpus", [1_024, 4_096, 16_384])
+def test_restart_in_place_matches_its_closed_form_and_beats_the_whole_gang_restart(gpus: int) -> None:
+    env = replace(DECOMPOSED, recurrence_p=0.0)
+    whole = simulate(ASYNC, gpus, BACKEND, env, 730.0, seed=11)
+    in_place = simulate(IN_PLACE, gpus, BACKEND, env, 730.0, seed=11)
+    assert in_place.by_cause == whole.by_cause  # the same failures
+    assert in_place.ettr == pytest.approx(expected_ettr(in_place.plan), abs=0.005)
+    assert in_place.ettr > whole.ettr and in_place.restart_lost_s < whole.restart_lost_s
+    p = in_place.plan
+    assert p.in_place_restart_s is not None and p.in_place_restart_s < p.restart_s
+    assert p.in_place_restart_s < p.effective_restart_s < p.restart_s
+
+
+def test_only_crashes_that_do_not_follow_a_node_restart_in_place() -> None:
+    p = plan(IN_PLACE, 16_384, BACKEND, DECOMPOSED)
+    assert p.restart_for(node_bound=True) == p.restart_s
+    assert p.restart_for(node_bound=False) == p.in_place_restart_s
+    assert p.node_bound_share == pytest.approx(node_bound_share(LLAMA3_CAUSES))
+    assert plan(ASYNC, 16_384, BACKEND, DECOMPOSED).restart_for(node_bound=False) == p.restart_s
+    # Without the decomposed restart nothing tells an in-place restart's time: the whole-gang one.
+    assert plan(IN_PLACE, 16_384, BACKEND, Environment()).in_place_restart_s is None
+
+
+@given(share=st.floats(0.0, 1.0), full=st.floats(1.0, 3_600.0), fraction=st.floats(0.0, 1.0))
+def test_the_effective_restart_lies_between_the_two_paths(share: float, full: float, fraction: float) -> None:
+    p = replace(plan(IN_PLACE, 16_384, BACKEND, DECOMPOSED), restart_s=full, in_place_restart_s=full * fraction,
+                node_bound_share=share)
+    assert full * fraction - 1e-6 <= p.effective_restart_s <= full + 1e-6
+
+
+def test_an_in_place_restart_has_no_eviction_rescheduling_or_container_start() -> None:
+    model = RestartModel()
+    names = [t.name for t in model.in_place_terms(16_384)]
+    assert names == list(IN_PLACE_TERMS)
+    whole = {t.name: t.seconds for t in model.terms(16_384)}
+    assert model.in_place_total_s(16_384) == pytest.approx(
+        model.assumptions.inplace_detect_s + model.assumptions.worker_start_s
+        + whole["rendezvous + NCCL init"] + whole["checkpoint load"])
+    assert model.in_place_total_s(16_384) < model.total_s(16_384)
 
 
 def test_async_checkpoints_cut_stall_loss_and_raise_ettr() -> None:

@@ -154,19 +154,22 @@ def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     phases = _write(tmp_path, "e2e-phases.json", _phases(6.0, 9.5, 14.0, **{FIRST_STEP_KEY: 40.0, "other": "x"}))
     real = _write(tmp_path, "e2e-realnodes.json", {POD_START_KEY: 12.5, "host_restored": {}})
     pods = _write(tmp_path, "e2e-stack-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9},
-                                                       "guard_fatal_loop": {FIRST_STEP_KEY: 21.5}})
+                                                       "guard_fatal_loop": {FIRST_STEP_KEY: 21.5},
+                                                       "real_gang": {"inplace_fault_to_first_step_s": 6.2}})
     no_scale = tmp_path / "results.json"
     m = read_measurements(phases, real, pods, no_scale)
     # The real-process loop's figure wins over the phases file's.
     assert (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s) == (6.0, 3.5, 4.5,
                                                                                                 12.5, 14.9)
     assert m.fatal_fault_to_first_step_s == 21.5
+    assert m.inplace_fault_to_first_step_s == 6.2
     assert m.notes == ("results.json: absent (run `make bench-scale`)",)
     # A file from before the fatal loop: the degraded figure stands, and the note names the missing loop.
     older = _write(tmp_path, "old-in-pods.json", {"guard_fault_loop": {FIRST_STEP_KEY: 14.9}})
     m = read_measurements(phases, real, older, no_scale)
     assert (m.fault_to_first_step_s, m.fatal_fault_to_first_step_s) == (14.9, None)
     assert m.notes == ("old-in-pods.json: key guard_fatal_loop is not an object of phases",
+                       "old-in-pods.json: key real_gang is not an object of phases",
                        "results.json: absent (run `make bench-scale`)")
     assert read_measurements(phases, real, tmp_path / "absent.json", no_scale).fault_to_first_step_s == 40.0
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
@@ -215,13 +218,14 @@ def test_undecodable_file_is_a_fallback_not_a_crash(tmp_path: Path) -> None:
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                                   max_size=3), max_leaves=8)
-_KEYS = st.sampled_from([QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY, FIRST_STEP_KEY, POD_START_KEY, "x"])
+_KEYS = st.sampled_from([QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY, FIRST_STEP_KEY, POD_START_KEY,
+                        "inplace_fault_to_first_step_s", "x"])
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=150)
 @given(phases=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON, st.binary(max_size=20)),
        real=st.one_of(st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6)), _JSON),
-       pods=st.one_of(st.dictionaries(st.sampled_from(["guard_fault_loop", "guard_fatal_loop"]),
+       pods=st.one_of(st.dictionaries(st.sampled_from(["guard_fault_loop", "guard_fatal_loop", "real_gang"]),
                                       st.dictionaries(_KEYS, _JSON | st.floats(-10, 1e6))
                                       | _JSON), _JSON))
 def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases: Any, real: Any, pods: Any) -> None:
@@ -234,7 +238,7 @@ def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases:
     q.write_text(json.dumps(pods))
     m = read_measurements(p, r, q, tmp_path / "absent.json")
     for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s,
-                  m.fatal_fault_to_first_step_s):
+                  m.fatal_fault_to_first_step_s, m.inplace_fault_to_first_step_s):
         assert value is None or (math.isfinite(value) and 0 <= value <= restart.MAX_PHASE_S)
     if isinstance(phases, dict):
         q, e, s = (phases.get(k) for k in (QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY))

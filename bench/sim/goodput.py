@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bench.sim.failures import LLAMA3_CAUSES, Cause, arrivals
+from bench.sim.failures import LLAMA3_CAUSES, Cause, arrivals, node_bound_share
 from bench.sim.restart import READ_TO_WRITE, RestartModel
 from components.goodput_model import (
     DAY_S,
@@ -114,6 +114,9 @@ class Policy:
     quarantine: bool
     young_daly: bool
     asynchronous: bool
+    #: A crash that does not follow a node restarts the processes in their pods (``training.restartInPlace``);
+    #: a node-bound fault still restarts the whole gang (the guard evicts it off the quarantined node).
+    in_place: bool = False
 
 
 POLICIES: tuple[Policy, ...] = (
@@ -121,6 +124,7 @@ POLICIES: tuple[Policy, ...] = (
     Policy("let it crash + quarantine", quarantine=True, young_daly=False, asynchronous=False),
     Policy("+ Young–Daly interval", quarantine=True, young_daly=True, asynchronous=False),
     Policy("+ async checkpoints", quarantine=True, young_daly=True, asynchronous=True),
+    Policy("+ restart in place", quarantine=True, young_daly=True, asynchronous=True, in_place=True),
 )
 
 
@@ -134,6 +138,24 @@ class Plan:
     commit_lag_s: float
     restart_s: float
     failures_per_gpu_second: float
+    #: The restart of a crash that does not follow a node when the policy restarts in place; else ``restart_s``.
+    in_place_restart_s: float | None = None
+    #: Share of interruptions that follow a node (they restart the whole gang whatever the policy).
+    node_bound_share: float = 1.0
+
+    def restart_for(self, node_bound: bool) -> float:
+        """Seconds of the restart that follows an interruption of this kind."""
+        return self.restart_s if node_bound or self.in_place_restart_s is None else self.in_place_restart_s
+
+    @property
+    def effective_restart_s(self) -> float:
+        """The one restart with the same mean cost in the closed form: ``ln E[e^(λR)] / λ`` over the mix of
+        whole-gang and in-place restarts (a restart that starts over on every failure costs ``e^(λR)``)."""
+        if self.in_place_restart_s is None:
+            return self.restart_s
+        lam, share = self.rate, self.node_bound_share
+        mean = share * math.exp(lam * self.restart_s) + (1 - share) * math.exp(lam * self.in_place_restart_s)
+        return math.log(mean) / lam
 
     @property
     def rate(self) -> float:
@@ -148,7 +170,10 @@ def plan(policy: Policy, gpus: int, backend: Backend, env: Environment) -> Plan:
     else:
         interval = rec.blocking_s if policy.young_daly else env.baseline_interval_s
         stall, lag = backend.write_s, 0.0
-    return Plan(gpus, interval, stall, lag, env.restart_s(backend, gpus), env.failures_per_gpu_second)
+    # Without the decomposed restart there is nothing to tell an in-place restart's time by: the whole-gang one.
+    in_place = env.restart.in_place_total_s(gpus) if policy.in_place and env.restart is not None else None
+    return Plan(gpus, interval, stall, lag, env.restart_s(backend, gpus), env.failures_per_gpu_second, in_place,
+                node_bound_share(env.causes))
 
 
 def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
@@ -160,7 +185,7 @@ def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
     ``(e^(λR) − 1) / λ``; a run plus its restart thus lasts ``e^(λR) / λ`` on average.
     """
     lam = p.rate
-    r = p.restart_s if restart_s is None else restart_s
+    r = p.effective_restart_s if restart_s is None else restart_s
     q = math.exp(-lam * (p.interval_s + p.stall_s))
     return p.interval_s * math.exp(-lam * p.commit_lag_s) * q / (1.0 - q) * lam * math.exp(-lam * r)
 
@@ -173,7 +198,7 @@ def expected_ettr_graceful(p: Plan, emergency_s: float) -> float:
     ``(e^(λR) + λE) / λ`` on average (a failure during E is not modelled).
     """
     lam = p.rate
-    return p.interval_s / (p.interval_s + p.stall_s) / (math.exp(lam * p.restart_s) + lam * emergency_s)
+    return p.interval_s / (p.interval_s + p.stall_s) / (math.exp(lam * p.effective_restart_s) + lam * emergency_s)
 
 
 def break_even_restart_s(p: Plan, target: float) -> float | None:
@@ -274,14 +299,16 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
         if is_recurrence:
             out.recurrences += 1
             flagged = crashed(True)
+            bound = True
         else:
             cause = primary[i].cause
             out.by_cause[cause.name] = out.by_cause.get(cause.name, 0) + 1
             flagged = crashed(cause.node_bound)
+            bound = cause.node_bound
             i += 1
         t, restart_for_recurrence = end, is_recurrence
         while True:  # restart; a failure during it starts it over
-            done = t + p.restart_s
+            done = t + p.restart_for(bound)
             next_primary = primary[i].at_s if i < len(primary) else math.inf
             stop = min(done, next_primary, horizon)
             if restart_for_recurrence:
@@ -295,6 +322,7 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
             out.interruptions += 1
             out.by_cause[cause.name] = out.by_cause.get(cause.name, 0) + 1
             flagged = crashed(cause.node_bound)
+            bound = cause.node_bound
             restart_for_recurrence = False
             i += 1
     return out

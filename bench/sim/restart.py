@@ -92,6 +92,11 @@ READ_TO_WRITE = 1.0
 MAX_PHASE_S = 86_400.0
 
 TERMS = ("detection", "eviction", "rescheduling", "container start", "rendezvous + NCCL init", "checkpoint load")
+#: A restart in place (``training_runtime.supervisor``): no eviction, rescheduling or container start.
+IN_PLACE_TERMS = ("supervisors see the failure", "worker process start", "rendezvous + NCCL init", "checkpoint load")
+#: tests/test_e2e_stack_in_pods.py's researcher gang (``real_gang``): a worker killed under its supervisor.
+REAL_GANG_KEY = "real_gang"
+IN_PLACE_FIRST_STEP_KEY = "inplace_fault_to_first_step_s"
 MEASURED, MEASURED_SCALED, SCALED, ASSUMED = "measured", "measured + scaled", "scaled", "assumed"
 
 
@@ -117,6 +122,8 @@ class Measurements:
     fault_to_first_step_s: float | None = None
     #: Fault to first step when the fault is fatal (the crash path, ``guard_fatal_loop``).
     fatal_fault_to_first_step_s: float | None = None
+    #: A worker killed under its supervisor to the gang's first step after the restart in place (``real_gang``).
+    inplace_fault_to_first_step_s: float | None = None
     #: Eviction and rescheduling at scale (pods, evict_s, reschedule_s), medians, by pods; empty when not run.
     at_scale: tuple[tuple[int, float, float], ...] = ()
     #: Why each absent figure is absent, naming the file and the key.
@@ -158,13 +165,14 @@ def _seconds(data: dict[str, Any], key: str, file: str) -> tuple[float | None, s
     return seconds, ""
 
 
-def _loop_first_step(pods: dict[str, Any], key: str, file: str, notes: list[str]) -> float | None:
-    """A guard loop's fault to first step from the real-process file, or None with a note naming file and key."""
+def _loop_first_step(pods: dict[str, Any], key: str, file: str, notes: list[str],
+                     figure: str = FIRST_STEP_KEY) -> float | None:
+    """A loop's fault to first step from the real-process file, or None with a note naming file and key."""
     loop = pods.get(key)
     if not isinstance(loop, dict):
         notes.append(f"{file}: key {key} is not an object of phases")
         return None
-    seconds, why = _seconds(loop, FIRST_STEP_KEY, f"{file} {key}")
+    seconds, why = _seconds(loop, figure, f"{file} {key}")
     if why:
         notes.append(why)
     return seconds
@@ -273,16 +281,18 @@ def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FI
             notes.append(why)
     first_step = got[FIRST_STEP_KEY]
     pods, why = _load_object(in_pods)
-    fatal_first_step = None
+    fatal_first_step = inplace_first_step = None
     if pods is None:
         notes.append(why)
     else:
         measured = _loop_first_step(pods, GUARD_LOOP_KEY, in_pods.name, notes)
         first_step = measured if measured is not None else first_step
         fatal_first_step = _loop_first_step(pods, GUARD_FATAL_LOOP_KEY, in_pods.name, notes)
+        inplace_first_step = _loop_first_step(pods, REAL_GANG_KEY, in_pods.name, notes, IN_PLACE_FIRST_STEP_KEY)
     crashes = read_scale_crashes(scale, notes)
     return Measurements(detect_s=quarantine, evict_s=evict_s, reschedule_s=reschedule_s, pod_start_s=pod_start_s,
                         fault_to_first_step_s=first_step, fatal_fault_to_first_step_s=fatal_first_step,
+                        inplace_fault_to_first_step_s=inplace_first_step,
                         at_scale=crashes, notes=tuple(notes),
                         phases_file=phases.name, realnodes_file=realnodes.name, scale_file=scale.name)
 
@@ -313,6 +323,11 @@ class Assumptions:
     #: Rendezvous + NCCL init: ``base + per_rank · N`` (linear bootstrap; coefficients assumed).
     nccl_base_s: float = 5.0
     nccl_per_rank_s: float = 0.002
+    #: Restart in place: each supervisor polls its worker and its peers' files every 0.2 s (supervisor.py), so
+    #: the failure is seen within two polls; a worker process starts (Python, the framework, its CUDA context)
+    #: in ``worker_start_s`` (assumed: tens of seconds for PyTorch with CUDA on a loaded node).
+    inplace_detect_s: float = 0.4
+    worker_start_s: float = 20.0
     #: Checkpoint load: the budget's size, the backend's read rate (aggregate) and one client link (GB/s).
     size_tb: float = 1.0
     read_gbps: float = 60.0
@@ -453,6 +468,23 @@ class RestartModel:
 
     def total_s(self, ranks: int) -> float:
         return sum(t.seconds for t in self.terms(ranks))
+
+    def in_place_terms(self, ranks: int) -> tuple[Term, ...]:
+        """A restart in place at N ranks: the supervisors see the failure, every worker starts again in its pod,
+        the gang meets and loads its newest checkpoint; nothing is evicted, rescheduled or pulled."""
+        a = self.assumptions
+        whole = {t.name: t for t in self.terms(ranks)}
+        return (
+            Term(IN_PLACE_TERMS[0], a.inplace_detect_s, ASSUMED,
+                 "two supervisor polls (0.2 s each: training_runtime/supervisor.py)"),
+            Term(IN_PLACE_TERMS[1], a.worker_start_s, ASSUMED,
+                 "a worker process: interpreter, framework import, CUDA context (assumed)"),
+            whole[TERMS[4]],
+            whole[TERMS[5]],
+        )
+
+    def in_place_total_s(self, ranks: int) -> float:
+        return sum(t.seconds for t in self.in_place_terms(ranks))
 
     def without_scale(self) -> RestartModel:
         """The same model with eviction and rescheduling scaled from the local gang by Volcano's client rate, as
