@@ -43,16 +43,16 @@ import pulumi_random as random
 from agents.checkpoint_check.contract import APP as CHECK_APP
 from agents.checkpoint_check.contract import ReduceSettings
 from components import images
-from components.checkpoint_sizing import (
-    assess_filesystem,
-    sizing_problems,
-)
 from components.config import (
     CheckpointBudget,
     ClusterConfig,
     Filesystem,
     StaticFilesystem,
     ThroughputCheck,
+)
+from components.config.sizing import (
+    assess_filesystem,
+    sizing_problems,
 )
 from components.goodput_model import interval_warnings
 from components.naming import VOLCANO_PREEMPTABLE_ANNOTATION, VOLCANO_QUEUE_ANNOTATION, Keys, common_labels

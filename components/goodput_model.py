@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from components.checkpoint_sizing import GB_PER_TB, assess_filesystem
+from components.config.sizing import GB_PER_TB, assess_filesystem
 
 if TYPE_CHECKING:
     from components.config import ClusterConfig, TrainingJob

@@ -40,6 +40,7 @@ import pulumi_kubernetes as k8s
 
 from agents.node_pools.contract import APP as NODE_POOLS
 from components.config import ClusterConfig, TrafficShape
+from components.config.inference import DEFAULT_PORTS
 from components.metrics_adapter import MetricsAdapterArgs
 from components.naming import Keys, common_labels
 from components.providers import KUBELET_PORT
@@ -57,8 +58,6 @@ API_SERVER_PORTS = (443, 6443)
 CONTROLLERS = ("burst-controller", "health-guard", NODE_POOLS, "descheduler", "prometheus-adapter")
 ADAPTER = "prometheus-adapter"
 HEALTH_GUARD = "health-guard"
-DEFAULT_PORTS = {"amqps": 5671, "amqp": 5672, "https": 443, "http": 80, "nats": 4222, "redis": 6379,
-                 "rediss": 6379, "kafka": 9092}
 
 Peer = k8s.networking.v1.NetworkPolicyPeerArgs
 Port = k8s.networking.v1.NetworkPolicyPortArgs

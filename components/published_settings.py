@@ -17,7 +17,6 @@ from typing import Annotated
 
 from pydantic import Field
 
-from components.checkpoint_sizing import termination_grace_seconds
 from components.config import (
     ClusterConfig,
     GpuPool,
@@ -29,6 +28,7 @@ from components.config import (
     TrainingJob,
 )
 from components.config.base import ConfigModel, DnsLabel, LabelPrefix, NonEmptyStr, PositiveInt
+from components.config.sizing import termination_grace_seconds
 from components.naming import Keys
 from components.training_spec import TrainingJobArgs, restart_in_place, topology_mode
 

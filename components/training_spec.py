@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.checkpoint_sizing import termination_grace_seconds
 from components.config import (
     ClusterConfig,
     GpuPool,
@@ -32,6 +31,7 @@ from components.config import (
     gang_tier,
     nodes_for,
 )
+from components.config.sizing import termination_grace_seconds
 from components.config.training import VOLCANO_PYTORCH_PORT
 from components.naming import (
     TRAINING,

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.checkpoint_sizing import (
+from components.checkpoint_sizing import summary_rows
+from components.config import parse_config
+from components.config.sizing import (
     GRACE_FLOOR_SECONDS,
     assess,
     emergency_checkpoint_seconds,
     requirement,
     sizing_problems,
-    summary_rows,
     termination_grace_seconds,
 )
-from components.config import parse_config
 from tools.mockrt import raw_from_stack
 
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from components.checkpoint_sizing import GB_PER_TB, emergency_checkpoint_seconds, termination_grace_seconds
+from components.config.sizing import GB_PER_TB, emergency_checkpoint_seconds, termination_grace_seconds
 
 if TYPE_CHECKING:
     from components.config import ClusterConfig

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from components.checkpoint_sizing import requirement_from_budget, sizing_problems
 from components.config.base import (
     DNS_SUBDOMAIN,
     ConfigModel,
@@ -20,6 +19,7 @@ from components.config.base import (
     register_union,
     unique_names,
 )
+from components.config.sizing import requirement_from_budget, sizing_problems
 from components.naming import checkpoint_claim_name
 
 if TYPE_CHECKING:

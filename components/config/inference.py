@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
 
 
+#: A broker URL's port when it names none, by scheme: the queue URL's check and the broker's egress rule read it.
+DEFAULT_PORTS = {"amqps": 5671, "amqp": 5672, "https": 443, "http": 80, "nats": 4222, "redis": 6379,
+                 "rediss": 6379, "kafka": 9092}
+
+
 class TrafficShape(StrEnum):
     QUEUE_WORKER = "queue-worker"
     GATEWAY = "gateway"
@@ -63,10 +68,7 @@ class Traffic(ConfigModel):
             return url
         url_without_credentials(url, "the secret config key named by queueCredentialsSecret "
                                      "(`pulumi config set --secret <key> '<url with credentials>'`)")
-        # The broker's egress policy opens exactly this port: the URL's own, else its scheme's default (one table,
-        # in the network policy module, imported here lazily because that module builds on this package).
-        from components.network_policy import DEFAULT_PORTS
-
+        # The broker's egress policy opens exactly this port: the URL's own, else its scheme's default.
         parts = urlsplit(url)
         if not parts.scheme or not parts.hostname:
             raise ValueError("must be a URL with scheme and host such as 'amqps://queue.example:5671/jobs'")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from components.checkpoint_sizing import termination_grace_seconds
+from components.config.sizing import termination_grace_seconds
 from policies.rules.core import MANDATORY, Resource, RuleContext, as_map, as_seq, quantity, rule
 from policies.rules.pods import is_volcano_job, pod_templates
 

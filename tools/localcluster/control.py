@@ -8,20 +8,11 @@ are registered the same way with :func:`start_process` and stopped by ``down`` t
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import socket
-import ssl
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -39,9 +30,24 @@ from tools.localcluster.plan import (
     volcano_controller_flags,
     volcano_scheduler_flags,
 )
+from tools.localcluster.processes import ROOT as ROOT
+from tools.localcluster.processes import ClusterError as ClusterError
+from tools.localcluster.processes import Proc as Proc
+from tools.localcluster.processes import api_client as api_client
+from tools.localcluster.processes import api_get as api_get
+from tools.localcluster.processes import crds_established as crds_established
+from tools.localcluster.processes import free_ports as free_ports
+from tools.localcluster.processes import http_ok as http_ok
+from tools.localcluster.processes import load_ports as load_ports
+from tools.localcluster.processes import load_proc as load_proc
+from tools.localcluster.processes import log_tail
+from tools.localcluster.processes import recorded as recorded
+from tools.localcluster.processes import say as say
+from tools.localcluster.processes import start_process as start_process
+from tools.localcluster.processes import stop_process as stop_process
+from tools.localcluster.processes import wait_for as wait_for
 from tools.localcluster.scale import Tuning
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE = ROOT / ".state" / "localcluster"
 
 #: Components of the control plane proper, in start order (stopped in reverse).
@@ -52,170 +58,6 @@ REQUIRED = CONTROL_PLANE[:5]
 VOLCANO = CONTROL_PLANE[5:]
 
 
-class ClusterError(RuntimeError):
-    """A step of up/down failed; the message says which and where its log is."""
-
-
-def say(msg: str) -> None:
-    print(f"localcluster: {msg}", flush=True)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process start time (clock ticks since boot) from /proc: with the pid it names one process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-    if not fields or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-@dataclass(frozen=True)
-class Proc:
-    name: str
-    pid: int
-    argv: list[str]
-    log: str
-    start_ticks: int | None = None
-
-    def alive(self) -> bool:
-        """Still running and still the process we started (not a reused pid)."""
-        ticks = _start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks
-
-
-def _record(lay: Layout, name: str) -> Path:
-    return lay.run / f"{name}.json"
-
-
-def load_proc(lay: Layout, name: str) -> Proc | None:
-    path = _record(lay, name)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    return Proc(name=name, pid=int(data["pid"]), argv=list(data["argv"]), log=str(data["log"]),
-                start_ticks=data.get("start_ticks"))
-
-
-def recorded(lay: Layout) -> list[Proc]:
-    procs = [load_proc(lay, p.stem) for p in sorted(lay.run.glob("*.json"))] if lay.run.exists() else []
-    return [p for p in procs if p is not None]
-
-
-def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Proc:
-    """Start ``argv`` detached (own session), log to ``logs/<name>.log``, record it for ``down``."""
-    existing = load_proc(lay, name)
-    if existing and existing.alive():
-        return existing
-    lay.logs.mkdir(parents=True, exist_ok=True)
-    lay.run.mkdir(parents=True, exist_ok=True)
-    log = lay.logs / f"{name}.log"
-    with log.open("ab") as out:
-        child = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
-            start_new_session=True, env={**os.environ, **(env or {})},
-        )
-    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=_start_ticks(child.pid))
-    _record(lay, name).write_text(json.dumps(
-        {"pid": proc.pid, "argv": proc.argv, "log": proc.log, "start_ticks": proc.start_ticks}))
-    return proc
-
-
-def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
-    if proc.alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while proc.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if proc.alive():
-            os.kill(proc.pid, signal.SIGKILL)
-    _record(lay, proc.name).unlink(missing_ok=True)
-
-
-def _log_tail(path: str | Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout: float, proc: Proc | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise ClusterError(f"{proc.name} exited while waiting for {what}; log {proc.log}:\n"
-                               f"{_log_tail(proc.log)}")
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.5)
-    tail = f"; log {proc.log}:\n{_log_tail(proc.log)}" if proc else ""
-    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
-
-
-# --------------------------------------------------------------------------- ports and endpoints
-
-
-def free_ports(names: Sequence[str]) -> dict[str, int]:
-    socks: list[socket.socket] = []
-    ports: dict[str, int] = {}
-    try:
-        for name in names:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports[name] = s.getsockname()[1]
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def _ssl_context(lay: Layout) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(lay.pki / "ca.crt"))
-    ctx.load_cert_chain(str(lay.pki / "admin.crt"), str(lay.pki / "admin.key"))
-    return ctx
-
-
-def api_get(lay: Layout, port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
-    url = f"https://127.0.0.1:{port}{path}"
-    try:
-        with urllib.request.urlopen(url, context=_ssl_context(lay), timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
-
-
-def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=3) as resp:
-        return bool(resp.status == 200)
-
-
-def load_ports(lay: Layout) -> dict[str, int] | None:
-    path = lay.run / "ports.yaml"
-    if not path.exists():
-        return None
-    data = yaml.safe_load(path.read_text()) or {}
-    return {str(k): int(v) for k, v in data.items()}
-
-
-# --------------------------------------------------------------------------- the API
-
-
-def api_client(lay: Layout) -> Any:
-    from kubernetes import config
-
-    return config.new_client_from_config(config_file=str(lay.kubeconfig))  # type: ignore[no-untyped-call]
-
-
-#: Node creates in flight at once: a 2,048-node plan is created in seconds instead of one round trip at a time.
 NODE_CREATE_WORKERS = 16
 
 
@@ -292,18 +134,6 @@ def apply_kubelet_api_binding(lay: Layout) -> None:
     except client.ApiException as err:
         if err.status != 409:
             raise
-
-
-def crds_established(lay: Layout, names: Sequence[str]) -> bool:
-    from kubernetes import client
-
-    ext = client.ApiextensionsV1Api(api_client(lay))
-    for name in names:
-        crd = ext.read_custom_resource_definition(name)
-        conds = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
-        if conds.get("Established") != "True":
-            return False
-    return True
 
 
 def nodes_ready(lay: Layout, plan: NodePlan, real: Sequence[str] = ()) -> bool:
@@ -451,7 +281,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
         proc = load_proc(lay, name)
         if proc is None or not proc.alive():
             log = proc.log if proc else "?"
-            raise ClusterError(f"{name} is not running; log {log}:\n{_log_tail(log)}")
+            raise ClusterError(f"{name} is not running; log {log}:\n{log_tail(log)}")
     if real_nodes:
         nodehost.up(lay, real_nodes_for(plan))
         from tools.localcluster import prometheus_operator

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from tools import image_local
-from tools.localcluster import control, hostcheck, pki
+from tools.localcluster import hostcheck, pki, processes
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import (
     APISERVER_IP,
@@ -108,7 +108,7 @@ def read_host(lay: Layout) -> hostcheck.HostReadings:
 def check_host(lay: Layout) -> None:
     found = hostcheck.problems(read_host(lay))
     if found:
-        raise control.ClusterError("real nodes cannot run on this host: " + "; ".join(found))
+        raise processes.ClusterError("real nodes cannot run on this host: " + "; ".join(found))
 
 
 # --------------------------------------------------------------------------- host hygiene
@@ -192,7 +192,7 @@ def add_addresses(nodes: Sequence[RealNode]) -> None:
         if f" {addr}/32 " not in have:
             proc = _ip("addr", "add", f"{addr}/32", "dev", "lo")
             if proc.returncode != 0:
-                raise control.ClusterError(f"ip addr add {addr}/32 dev lo: {proc.stderr.strip()}")
+                raise processes.ClusterError(f"ip addr add {addr}/32 dev lo: {proc.stderr.strip()}")
 
 
 def remove_addresses(nodes: Sequence[RealNode]) -> None:
@@ -307,15 +307,15 @@ def import_images(socket: Path, directory: Path, names: Sequence[str]) -> list[s
             continue
         proc = _ctr(socket, "image", "import", "--all-platforms", str(tar))
         if proc.returncode != 0:
-            raise control.ClusterError(f"ctr image import {tar}: {proc.stderr.strip() or proc.stdout.strip()}")
+            raise processes.ClusterError(f"ctr image import {tar}: {proc.stderr.strip() or proc.stdout.strip()}")
         imported.append(tar.stem)
     return imported
 
 
 def _api_server_url(lay: Layout) -> str:
-    ports = control.load_ports(lay)
+    ports = processes.load_ports(lay)
     if ports is None:
-        raise control.ClusterError("the control plane is not up (no run/ports.yaml); run `localcluster up`")
+        raise processes.ClusterError("the control plane is not up (no run/ports.yaml); run `localcluster up`")
     return f"https://{APISERVER_IP}:{ports['apiserver']}"
 
 
@@ -333,15 +333,15 @@ def start_node(lay: Layout, node: RealNode) -> None:
                                                       cert, key), 0o600)
     make_cgroup_root(node)
 
-    containerd = control.start_process(lay, f"containerd-{node.name}", containerd_command(paths))
-    control.wait_for(f"containerd of {node.name}", lambda: _ctr(paths.containerd_socket, "version",
+    containerd = processes.start_process(lay, f"containerd-{node.name}", containerd_command(paths))
+    processes.wait_for(f"containerd of {node.name}", lambda: _ctr(paths.containerd_socket, "version",
                                                                  timeout=5).returncode == 0, 60, containerd)
     started = time.monotonic()
     imported = import_images(paths.containerd_socket, IMAGES_DIR, IMAGES_BY_KIND[node.kind])
-    control.say(f"{node.name}: imported {len(imported)} images in {time.monotonic() - started:.1f}s")
-    control.start_process(lay, f"kubelet-{node.name}", kubelet_command(lay.bin, node, paths))
+    processes.say(f"{node.name}: imported {len(imported)} images in {time.monotonic() - started:.1f}s")
+    processes.start_process(lay, f"kubelet-{node.name}", kubelet_command(lay.bin, node, paths))
     if node.gpus:
-        control.start_process(lay, f"fake-gpu-plugin-{node.name}", device_plugin_command(lay.bin, node, paths))
+        processes.start_process(lay, f"fake-gpu-plugin-{node.name}", device_plugin_command(lay.bin, node, paths))
 
 
 def start_kube_proxy(lay: Layout, node: str) -> None:
@@ -351,16 +351,16 @@ def start_kube_proxy(lay: Layout, node: str) -> None:
            0o600)
     config = lay.state / "nodes" / "kube-proxy.yaml"
     _write(config, yaml.safe_dump(kube_proxy_config(kubeconfig), sort_keys=False))
-    control.start_process(lay, "kube-proxy", [str(lay.bin / "kube-proxy"), f"--config={config}",
+    processes.start_process(lay, "kube-proxy", [str(lay.bin / "kube-proxy"), f"--config={config}",
                                               f"--hostname-override={node}", "--v=1"])
 
 
 def start_kube_router(lay: Layout, node: str) -> bool:
     """The NetworkPolicy engine for the system node's pods, when built (False: policies are not enforced)."""
     if not os.access(lay.bin / "kube-router", os.X_OK):
-        control.say("warning: kube-router not built; NetworkPolicies are not enforced")
+        processes.say("warning: kube-router not built; NetworkPolicies are not enforced")
         return False
-    control.start_process(lay, "kube-router", kube_router_command(lay.bin, lay.kubeconfig, node))
+    processes.start_process(lay, "kube-router", kube_router_command(lay.bin, lay.kubeconfig, node))
     return True
 
 
@@ -368,11 +368,11 @@ def start_coredns(lay: Layout) -> bool:
     """Cluster DNS for the real nodes' pods, when built (False: names do not resolve in pods). It reads Services
     as a user of its own, allowed exactly :data:`COREDNS_RULES`."""
     if not os.access(lay.bin / "coredns", os.X_OK):
-        control.say("warning: coredns not built; cluster names do not resolve in the real nodes' pods")
+        processes.say("warning: coredns not built; cluster names do not resolve in the real nodes' pods")
         return False
     from kubernetes import client
 
-    rbac = client.RbacAuthorizationV1Api(control.api_client(lay))
+    rbac = client.RbacAuthorizationV1Api(processes.api_client(lay))
     name = "gpucluster-local:coredns"
     role: Any = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
                  "rules": [dict(r) for r in COREDNS_RULES]}
@@ -391,14 +391,14 @@ def start_coredns(lay: Layout) -> bool:
     _write(kubeconfig, pki.user_kubeconfig_text(_api_server_url(lay), lay.pki, COREDNS_USER, cert, key), 0o600)
     config = lay.state / "nodes" / "Corefile"
     _write(config, corefile(kubeconfig), 0o644)
-    control.start_process(lay, "coredns", coredns_command(lay.bin, config))
+    processes.start_process(lay, "coredns", coredns_command(lay.bin, config))
     return True
 
 
 def node_ready(lay: Layout, node: RealNode) -> bool:
     from kubernetes import client
 
-    api: Any = client.CoreV1Api(control.api_client(lay))
+    api: Any = client.CoreV1Api(processes.api_client(lay))
     obj = api.read_node(node.name)
     if not node_ready_condition(api.api_client.sanitize_for_serialization(obj.status)):
         return False
@@ -440,25 +440,25 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
     start_kube_router(lay, policy_node(nodes))
     start_coredns(lay)
     for node in nodes:
-        kubelet = control.load_proc(lay, f"kubelet-{node.name}")
+        kubelet = processes.load_proc(lay, f"kubelet-{node.name}")
         what = f"real node {node.name} Ready" + (f" with {node.gpus} GPUs" if node.gpus else "")
-        control.wait_for(what, lambda n=node: node_ready(lay, n), timeout, kubelet)  # type: ignore[misc]
-    control.say(f"real nodes Ready in {time.monotonic() - started:.1f}s: {', '.join(n.name for n in nodes)}")
+        processes.wait_for(what, lambda n=node: node_ready(lay, n), timeout, kubelet)  # type: ignore[misc]
+    processes.say(f"real nodes Ready in {time.monotonic() - started:.1f}s: {', '.join(n.name for n in nodes)}")
 
 
 def down(lay: Layout, nodes: Sequence[RealNode]) -> list[str]:
     """Stop the real nodes and put the host back as it was; returns what was restored (for the log)."""
     names = ["kube-router", "kube-proxy"] + [f"{p}-{n.name}" for n in nodes for p in ("fake-gpu-plugin", "kubelet")]
     for name in names:
-        proc = control.load_proc(lay, name)
+        proc = processes.load_proc(lay, name)
         if proc is not None:
-            control.stop_process(lay, proc)
+            processes.stop_process(lay, proc)
     for node in nodes:
         paths = node_paths(lay.state, node)
         _kill(cgroup_pids(node) | shim_pids(paths.containerd_socket))
-        proc = control.load_proc(lay, f"containerd-{node.name}")
+        proc = processes.load_proc(lay, f"containerd-{node.name}")
         if proc is not None:
-            control.stop_process(lay, proc)
+            processes.stop_process(lay, proc)
     time.sleep(0.5)
     bases = [node_paths(lay.state, n).base for n in nodes]
     unmount(mounts_under(bases))

@@ -242,18 +242,18 @@ def _apply(api: Any, doc: dict[str, Any]) -> None:
 def start(lay: Any, selector: Mapping[str, str], namespace: str, node: str) -> None:
     """The operator's CRDs now; the process that installs the operator and the Prometheus resource once the stack has
     made the monitoring namespace, as a process ``down`` stops."""
-    from tools.localcluster import control
+    from tools.localcluster import processes
 
     names = apply_crds(lay)
     if not names:
-        raise control.ClusterError(f"no prometheus-operator CRDs in {lay.crd / CRD_DIR}; run `make localcluster`")
-    control.wait_for("prometheus-operator CRDs established", lambda: control.crds_established(lay, names), 60)
-    control.start_process(lay, "prometheus-install", [
+        raise processes.ClusterError(f"no prometheus-operator CRDs in {lay.crd / CRD_DIR}; run `make localcluster`")
+    processes.wait_for("prometheus-operator CRDs established", lambda: processes.crds_established(lay, names), 60)
+    processes.start_process(lay, "prometheus-install", [
         sys.executable, "-m", "tools.localcluster.prometheus_operator", f"--kubeconfig={lay.kubeconfig}",
         f"--namespace={namespace}", f"--node={node}",
         "--selector=" + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))],
-        env={"PYTHONPATH": str(control.ROOT)})
-    control.say(f"prometheus-operator {PROMETHEUS_OPERATOR.version} and Prometheus {PROMETHEUS_VERSION} on {node} "
+        env={"PYTHONPATH": str(processes.ROOT)})
+    processes.say(f"prometheus-operator {PROMETHEUS_OPERATOR.version} and Prometheus {PROMETHEUS_VERSION} on {node} "
                 f"once {namespace} exists: {SERVICE}.{namespace}:{PORT}")
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from agents.node_taints import health_taint_key
 from tools.localcluster import control, scalestorm
 from tools.localcluster.plan import Layout
+from tools.localcluster.scalejobs import cancel, published_settings, submit, wait
 from tools.localcluster.scalemeasure import Generations
 from tools.localcluster.watching import following
 
@@ -43,9 +44,8 @@ def crash_run(lay: Layout, stack: str, label_prefix: str, standin: str, promethe
     from kubernetes import client
 
     from gpucluster_cli.render import worker_selector
-    from tools.localcluster.scalerun import _settings, cancel, submit, wait
 
-    settings = _settings(lay, namespace)
+    settings = published_settings(lay, namespace)
     name = f"crash-{pods}-{run}"
     gens = Generations()
     core = client.CoreV1Api(control.api_client(lay))

@@ -22,6 +22,7 @@ from components.config.base import PROJECT
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, stack_config_values
 from tools.localcluster.scale import Shape, shape_plan, tuning_for
+from tools.localcluster.scalejobs import SCALE_STATE, layout
 
 ROOT = control.ROOT
 
@@ -75,7 +76,6 @@ def _state(backend: Path) -> tuple[int, int]:
 def run(sh: Shape, state: Path | None = None, keep: bool = False) -> dict[str, Any]:
     """Up the control plane at the shape's size, then time the three engine runs."""
     from tools import engine_runner
-    from tools.localcluster.scalerun import SCALE_STATE, layout
     from tools.localcluster.stackup import pulumi_up
 
     env = local_env_shape(sh)

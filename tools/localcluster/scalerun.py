@@ -17,15 +17,12 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
@@ -38,6 +35,7 @@ from tools.localcluster.scale import (
     shape_values,
     tuning_for,
 )
+from tools.localcluster.scalejobs import SCALE_STATE, cancel, layout, published_settings, submit, wait
 from tools.localcluster.scalemeasure import (
     GangTimes,
     agent_of,
@@ -49,9 +47,7 @@ from tools.localcluster.scalemeasure import (
 from tools.localcluster.watching import following
 
 ROOT = control.ROOT
-SCALE_STATE = ROOT / ".state" / "scale"
 RESULTS = SCALE_STATE / "results.json"
-GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 #: Kinds of the rendered stack that are not applied, and why (reported with their counts).
 LEFT_OUT = {
     "Deployment": "workload: its pods would take the nodes the gangs are measured on",
@@ -71,19 +67,6 @@ FIELD_MANAGER = "pulumi-kubernetes"
 
 def say(msg: str) -> None:
     print(f"scale: {msg}", flush=True)
-
-
-def layout(sh: Shape, state: Path | None = None) -> Layout:
-    """The shape's own state folder (``state``, by default under ``.state/scale``), sharing the local cluster's
-    binaries and CRDs (built once)."""
-    base = control.DEFAULT_STATE
-    lay = Layout(state or SCALE_STATE / sh.name)
-    lay.state.mkdir(parents=True, exist_ok=True)
-    for link, target in ((lay.bin, base / "bin"), (lay.crd, base / "crd")):
-        if link.is_symlink() or link.exists():
-            continue
-        link.symlink_to(target, target_is_directory=True)
-    return lay
 
 
 # --------------------------------------------------------------------------- the stack's objects
@@ -237,13 +220,6 @@ def pools_converged(lay: Layout, plan: Any, timeout: float) -> float:
 # --------------------------------------------------------------------------- gangs
 
 
-def _settings(lay: Layout, namespace: str) -> Any:
-    """The training settings the stack published in the cluster (what the CLI reads)."""
-    from gpucluster_cli.kube import Cluster
-
-    return Cluster(control.api_client(lay), namespace).settings()
-
-
 @contextlib.contextmanager
 def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
     """Record when each pod of ``selector`` appears, is bound and runs, from a watch (not polling)."""
@@ -260,42 +236,13 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
         yield times
 
 
-def submit(lay: Layout, namespace: str, name: str, pods: int, pool: str, spec_dir: Path, team: str | None,
-           max_retries: int = 0) -> None:
-    spec: dict[str, Any] = {"name": name, "image": "registry.gpucluster.io/train/bench:1.0",
-                            "command": ["python", "train.py"], "gpus": {"nodes": pods, "gpusPerNode": 8},
-                            "pool": pool, "maxRetries": max_retries}
-    if team:
-        spec["team"] = team
-    path = spec_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    proc = subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "submit",
-                           str(path)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise control.ClusterError(f"gpucluster train submit {path} failed: {proc.stdout}{proc.stderr}")
-
-
-def cancel(lay: Layout, namespace: str, name: str) -> None:
-    subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "cancel", name],
-                   capture_output=True, text=True, check=False)
-
-
-def wait(what: str, check: Any, timeout: float) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if check():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_dir: Path, timeout: float,
              team: str | None = None) -> dict[str, float]:
     """Submit one gang of ``pods`` x 8 GPUs through the CLI; seconds to all bound and all Running, then to
     all gone after the cancel."""
     from gpucluster_cli.render import worker_selector
 
-    settings = _settings(lay, namespace)
+    settings = published_settings(lay, namespace)
     name = f"scale-{pods}-{run}"
     with watching(lay, settings.training_namespace, worker_selector(settings, name)) as times:
         submit(lay, namespace, name, pods, pool, spec_dir, team)

@@ -1,0 +1,68 @@
+"""What the scale runs share: a shape's own state folder, and a researcher's gang submitted, cancelled and waited
+for through ``gpucluster`` (the orchestrator ``scalerun`` and the fault runs ``scalecrash``/``scalepulumi`` all use
+these; none of them imports another's orchestration)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.localcluster import control
+from tools.localcluster.plan import Layout
+from tools.localcluster.scale import Shape
+
+SCALE_STATE = control.ROOT / ".state" / "scale"
+GPUCLUSTER = control.ROOT / ".venv" / "bin" / "gpucluster"
+
+
+def layout(sh: Shape, state: Path | None = None) -> Layout:
+    """The shape's own state folder (``state``, by default under ``.state/scale``), sharing the local cluster's
+    binaries and CRDs (built once)."""
+    base = control.DEFAULT_STATE
+    lay = Layout(state or SCALE_STATE / sh.name)
+    lay.state.mkdir(parents=True, exist_ok=True)
+    for link, target in ((lay.bin, base / "bin"), (lay.crd, base / "crd")):
+        if link.is_symlink() or link.exists():
+            continue
+        link.symlink_to(target, target_is_directory=True)
+    return lay
+
+
+def published_settings(lay: Layout, namespace: str) -> Any:
+    """The training settings the stack published in the cluster (what the CLI reads)."""
+    from gpucluster_cli.kube import Cluster
+
+    return Cluster(control.api_client(lay), namespace).settings()
+
+
+def submit(lay: Layout, namespace: str, name: str, pods: int, pool: str, spec_dir: Path, team: str | None,
+           max_retries: int = 0) -> None:
+    spec: dict[str, Any] = {"name": name, "image": "registry.gpucluster.io/train/bench:1.0",
+                            "command": ["python", "train.py"], "gpus": {"nodes": pods, "gpusPerNode": 8},
+                            "pool": pool, "maxRetries": max_retries}
+    if team:
+        spec["team"] = team
+    path = spec_dir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    proc = subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "submit",
+                           str(path)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise control.ClusterError(f"gpucluster train submit {path} failed: {proc.stdout}{proc.stderr}")
+
+
+def cancel(lay: Layout, namespace: str, name: str) -> None:
+    subprocess.run([str(GPUCLUSTER), "--kubeconfig", str(lay.kubeconfig), "-n", namespace, "train", "cancel", name],
+                   capture_output=True, text=True, check=False)
+
+
+def wait(what: str, check: Any, timeout: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
