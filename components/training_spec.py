@@ -300,9 +300,12 @@ def volcano_job_spec(args: TrainingJobArgs) -> dict[str, Any]:
         "plugins": {"pytorch": ["--master=worker", "--worker=worker", f"--port={VOLCANO_PYTORCH_PORT}"],
                     "svc": [], "env": []},
         # Any member failing or being evicted restarts the whole gang from the last checkpoint.
+        # A pod that fails restarts the gang (under the supervisor: only once it gave up restarting in place). An
+        # evicted pod (its node quarantined, a reclaim) is replaced alone where the gang restarts in place: the
+        # others wait for it in their pods (training_runtime.supervisor), bounded by replaceTimeoutSeconds.
         "policies": [
             {"event": "PodFailed", "action": "RestartJob"},
-            {"event": "PodEvicted", "action": "RestartJob"},
+            {"event": "PodEvicted", "action": "RestartPod" if args.restart_in_place is not None else "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},
         ],
         "tasks": [{"name": "worker", "replicas": job.workers, "minAvailable": job.workers, "template": template}],

@@ -16,14 +16,17 @@ replica takes the Lease and carries on, and no action is done twice (the audit l
 
 The real GPU nodes are the stack's pool ``real-gpu`` there (``realnodes.stack_overrides``): a researcher's
 ``gpucluster train submit`` puts the reference trainer (the ``training-runtime`` image) on both as one Volcano gang,
-checkpointing to the stack's own checkpoint claim. Its ranks are crashed (SIGKILL, a fault's path) and evicted (the
-graceful path); each time Volcano restarts the whole gang, which resumes from its newest complete checkpoint.
+checkpointing to the stack's own checkpoint claim, each rank under the training runtime's supervisor. A rank's worker
+is killed (restarted in place: same pods), a rank's container is killed (Volcano restarts the whole gang) and a pod is
+evicted (Volcano replaces that pod alone, the others wait in theirs); each time the gang resumes from its newest
+complete checkpoint.
 
 Figures go to ``.state/localcluster/e2e-stack-in-pods.json`` for ``bench_e2e``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -378,26 +381,40 @@ def _gang_pods(core: Any, ns: str, gang: str = GANG) -> list[Any]:
     return [p for p in items if p.metadata.deletion_timestamp is None]
 
 
-def _steps(events: list[dict[str, Any]], attempt: int, kind: str = "step") -> list[dict[str, Any]]:
-    return [e for e in events if e["event"] == kind and e["attempt"] == attempt]
+def _round(event: dict[str, Any]) -> int:
+    """The supervisor's round of an event: one per start of the gang, in place or through Volcano, never reused
+    in a run (a replaced pod carries Volcano's next attempt but joins the others' round)."""
+    return int(event.get("inplace", 0))
 
 
-def _training(stack: Layout, attempt: int, gang: str = GANG, inplace: int | None = None) -> bool:
-    """Every rank stepped in ``attempt`` (Volcano's), and in restart-in-place round ``inplace`` when given."""
-    steps = _steps(_events(stack, gang), attempt)
-    return len({e["rank"] for e in steps if inplace is None or e.get("inplace", 0) == inplace}) == WORKERS
+def _steps(events: list[dict[str, Any]], round_: int, kind: str = "step") -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == kind and _round(e) == round_]
 
 
-def _restart(stack: Layout, attempt: int, cause: str, gang: str = GANG,
+def _training(stack: Layout, round_: int, gang: str = GANG) -> bool:
+    """Every rank stepped in ``round_``."""
+    return len({e["rank"] for e in _steps(_events(stack, gang), round_)}) == WORKERS
+
+
+def _first_training_after(stack: Layout, after: int, gang: str = GANG) -> int | None:
+    """The first round past ``after`` in which every rank stepped, if any."""
+    rounds = sorted({_round(e) for e in _events(stack, gang)} - set(range(after + 1)))
+    return next((r for r in rounds if _training(stack, r, gang)), None)
+
+
+def _restart(stack: Layout, after: int, cause: str, gang: str = GANG,
              started: float | None = None) -> dict[str, float | int]:
-    """Wait for attempt ``attempt`` of the gang to train (every rank stepped); what the restart cost since
-    ``started`` (now by default)."""
+    """Wait for the gang to train in a round past ``after`` (every rank stepped); what the restart cost since
+    ``started`` (now by default): the steps between the furthest any rank reached and the resume, and the round."""
     started = time.monotonic() if started is None else started
-    wait(f"the gang's attempt {attempt} trains again after the {cause}", lambda: _training(stack, attempt, gang), 300)
+    wait(f"the gang trains again after the {cause}", lambda: _first_training_after(stack, after, gang) is not None,
+         300)
+    new = _first_training_after(stack, after, gang)
+    assert new is not None
     events = _events(stack, gang)
-    before = max(e["step"] for e in _steps(events, attempt - 1))
-    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and e["attempt"] == attempt}
-    return {"lost_steps": before - resumed, "resumed_at_step": resumed,
+    before = max(e["step"] for e in events if e["event"] == "step" and _round(e) <= after)
+    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and _round(e) == new}
+    return {"lost_steps": before - resumed, "resumed_at_step": resumed, "round": new,
             "waited_s": round(time.monotonic() - started, 1)}
 
 
@@ -432,40 +449,41 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
     supervisor = container_pid(stack, victim.spec.node_name, victim.status.container_statuses[0].container_id)
     (worker,) = child_pids(supervisor)
     uids = {p.metadata.uid for p in pods}
-    killed = time.monotonic()
     os.kill(worker, signal.SIGKILL)
-    wait("every rank trains again, restarted in place", lambda: _training(stack, 0, inplace=1), 300)
-    events = _events(stack)
-    reached = max(e["step"] for e in events if e["event"] == "step" and not e.get("inplace"))
-    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and e.get("inplace") == 1}
-    gang["inplace_fault_to_first_step_s"] = round(time.monotonic() - killed, 1)
-    gang["inplace_lost_steps"] = reached - resumed
+    in_place = _restart(stack, 0, "worker crash (in place)")
+    gang["inplace_fault_to_first_step_s"] = in_place["waited_s"]
+    gang["inplace_lost_steps"] = in_place["lost_steps"]
     gang["pods_recreated_inplace"] = len(uids - {p.metadata.uid for p in _gang_pods(core, ns)})
     assert gang["pods_recreated_inplace"] == 0, "a restart in place recreated pods"
-    assert {e["attempt"] for e in events} == {0}, "Volcano restarted the gang"
-    assert 0 <= gang["inplace_lost_steps"] <= 2 * INTERVAL, gang
+    assert {e["attempt"] for e in _events(stack)} == {0}, "Volcano restarted the gang"
+    assert 0 <= in_place["lost_steps"] <= 2 * INTERVAL, in_place
 
     # A crash that takes the pod (what a fatal XID does): SIGKILL rank 1's container; Volcano restarts the gang.
     pods = _gang_pods(core, ns)
     (victim,) = [p for p in pods if p.metadata.name.endswith("-1")]
     pid = container_pid(stack, victim.spec.node_name, victim.status.container_statuses[0].container_id)
     os.kill(pid, signal.SIGKILL)
-    crashed = _restart(stack, 1, "crash")
+    crashed = _restart(stack, int(in_place["round"]), "crash")
     gang["fault_to_first_step_s"] = crashed["waited_s"]
     gang["lost_steps_fatal"] = crashed["lost_steps"]
     # The newest complete checkpoint at the crash is at most one interval behind, plus the one being written.
     assert 0 <= crashed["lost_steps"] <= 2 * INTERVAL, crashed
 
-    # A graceful eviction (a degraded node, a reclaim): SIGTERM, an emergency checkpoint, nothing lost.
-    (victim,) = [p for p in _gang_pods(core, ns) if p.metadata.name.endswith("-0")]
+    # A graceful eviction (a degraded node, a reclaim): SIGTERM, an emergency checkpoint, nothing lost; Volcano
+    # replaces the evicted pod alone (PodEvicted → RestartPod) and the others wait for it in their pods.
+    pods = _gang_pods(core, ns)
+    uids = {p.metadata.uid for p in pods}
+    (victim,) = [p for p in pods if p.metadata.name.endswith("-0")]
     core.create_namespaced_pod_eviction(victim.metadata.name, ns, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace=ns)))
-    evicted = _restart(stack, 2, "eviction")
-    gang["eviction_to_first_step_s"] = evicted["waited_s"]
-    gang["lost_steps_graceful"] = evicted["lost_steps"]
-    graceful = _steps(_events(stack), 1, "graceful")
+    evicted = _restart(stack, int(crashed["round"]), "eviction")
+    gang["replace_one_fault_to_first_step_s"] = evicted["waited_s"]
+    gang["replace_one_lost_steps"] = evicted["lost_steps"]
+    gang["pods_recreated_replace_one"] = len(uids - {p.metadata.uid for p in _gang_pods(core, ns)})
+    graceful = _steps(_events(stack), int(crashed["round"]), "graceful")
     assert graceful, "the evicted rank took no emergency checkpoint"
     assert evicted["lost_steps"] == 0, evicted
+    assert gang["pods_recreated_replace_one"] == 1, "more than the evicted pod was recreated"
 
     # The gang finishes: every rank reaches the last step and the model fits (the averaged gradients were right).
     wait("the gang completes", lambda: len([e for e in _events(stack) if e["event"] == "done"]) == WORKERS,
@@ -477,20 +495,20 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
 
 
 def _training_from(stack: Layout, first: int, gang: str) -> int | None:
-    """The newest attempt from ``first`` on in which every rank stepped, if any."""
-    events = _events(stack, gang)
-    ready = [a for a in {e["attempt"] for e in events} if a >= first and _training(stack, a, gang)]
+    """The newest round from ``first`` on in which every rank stepped, if any."""
+    ready = [r for r in {_round(e) for e in _events(stack, gang)} if r >= first and _training(stack, r, gang)]
     return max(ready, default=None)
 
 
 def _steps_redone(stack: Layout, gang: str, before: int, upto: int) -> int:
-    """Steps trained again from attempt ``before`` to ``upto``: at every restart, the last step an attempt reached
-    less the step the next one resumed at (an attempt that never stepped redoes nothing)."""
+    """Steps trained again from round ``before`` to ``upto``: at every restart, the last step a round reached less
+    the step the next round that resumed resumed at (a round that never stepped redoes nothing)."""
     events = _events(stack, gang)
+    rounds = sorted(r for r in {_round(e) for e in events} if before <= r <= upto)
     redone = 0
-    for attempt in range(before, upto):
-        reached = [e["step"] for e in _steps(events, attempt)]
-        resumed = [e["step"] for e in events if e["event"] == "resume" and e["attempt"] == attempt + 1]
+    for this, following in itertools.pairwise(rounds):
+        reached = [e["step"] for e in _steps(events, this)]
+        resumed = [e["step"] for e in events if e["event"] == "resume" and _round(e) == following]
         if reached and resumed:
             redone += max(reached) - min(resumed)
     return redone
@@ -503,7 +521,8 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     Degraded: the dcgm-exporter stand-in on one node the gang runs on serves XID 94 (contained ECC error), scraped
     by the operator's Prometheus and seen by the guard in its pod; the guard taints the node (and the stack's
     GpuNodeQuarantined alert fires) and evicts the gang's pod
-    there (gracefully); Volcano restarts the gang on the other two nodes from the checkpoint the eviction took.
+    there (gracefully); Volcano replaces that pod alone on the third node (PodEvicted → RestartPod) and the others,
+    still in their pods, resume with it from the checkpoint the eviction took.
     The fault clears and the guard releases the node after its probation.
 
     Fatal: another node of the gang serves XID 79 (fallen off the bus) and its rank dies with it (SIGKILL, what the
@@ -540,21 +559,22 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
         return (len(pods) == WORKERS and all(p.spec.node_name != node for p in pods)
                 and all(p.status.phase == "Running" for p in pods))
 
-    def loop(node: str, health_class: HealthClass, started: float, attempt: int) -> dict[str, float | int]:
+    def loop(node: str, health_class: HealthClass, started: float, first: int) -> dict[str, float | int]:
         """Time each step from the fault on ``node`` to the gang's first step elsewhere, each on its own: on the
         fatal path Volcano restarts the gang for the crash, which may come before the guard's quarantine."""
         figures_: dict[str, float | int] = dict(first_times({
             "fault_to_quarantine_s": lambda: quarantine(node) == health_class,
             "fault_to_pods_gone_s": lambda: all(p.spec.node_name != node for p in _gang_pods(core, ns, name)),
             "fault_to_gang_running_s": lambda: running_off(node),
-            "fault_to_first_step_s": lambda: running_off(node) and _training_from(stack, attempt, name),
+            "fault_to_first_step_s": lambda: running_off(node) and _training_from(stack, first, name),
         }, 300, started))
         # Whatever came first, the node ends quarantined and the gang trains elsewhere.
         assert quarantine(node) == health_class and running_off(node), (node, quarantine(node))
-        final = _training_from(stack, attempt, name)
+        final = _training_from(stack, first, name)
         assert final is not None
-        figures_["lost_steps"] = _steps_redone(stack, name, attempt - 1, final)
-        figures_["restarts"] = final - attempt + 1
+        figures_["lost_steps"] = _steps_redone(stack, name, first - 1, final)
+        figures_["restarts"] = len({_round(e) for e in _events(stack, name)
+                                    if e["event"] == "resume" and first <= _round(e) <= final})
         return figures_
 
     # Degraded: the pod of rank 1 is evicted gracefully and nothing is lost.
@@ -603,7 +623,7 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     assert fencing_problems(stack.audit_log, "health-guard", ns_guard) == []
 
     # Fatal, on another node of the gang: the GPU is gone and the rank's process with it (the crash path).
-    attempt = max(e["attempt"] for e in _events(stack, name))
+    last_round = max(_round(e) for e in _events(stack, name))
     pods = _gang_pods(core, ns, name)
     victim = next(p for p in pods if p.spec.node_name != degraded_node)
     fatal_node = victim.spec.node_name
@@ -611,7 +631,7 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     started = time.monotonic()
     inject(fatal_node, {"0": {"DCGM_FI_DEV_XID_ERRORS": 79}})
     os.kill(pid, signal.SIGKILL)
-    fatal = loop(fatal_node, HealthClass.FATAL, started, attempt + 1)
+    fatal = loop(fatal_node, HealthClass.FATAL, started, last_round + 1)
     # The newest complete checkpoint at the crash is at most one interval behind, plus the one being written.
     assert 0 <= fatal["lost_steps"] <= 2 * INTERVAL, fatal
     nodes = {p.spec.node_name for p in _gang_pods(core, ns, name)}

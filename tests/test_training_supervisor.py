@@ -87,11 +87,23 @@ def test_a_round_that_never_fills_falls_back_after_the_replace_timeout() -> None
     assert run(waiting, {1: Peer(2, R), 2: None}, now=TIMEOUT + 1)[::3] == (Act.EXIT, FALLBACK_EXIT)
 
 
-def test_a_replacement_joins_the_round_under_way() -> None:
+def test_a_replacement_joins_the_round_under_way_and_a_new_gang_starts_past_the_last() -> None:
     assert first_round({}) == 0
     assert first_round({1: Peer(3, RUN), 2: Peer(3, R)}) == 3
     assert first_round({1: Peer(3, F), 2: Peer(3, RUN)}) == 4
     assert first_round({1: Peer(9, R, alive=False), 2: Peer(2, R)}) == 2
+    # Nobody alive: the files of a gang that is gone; the new one never reuses their rounds' rendezvous.
+    assert first_round({1: Peer(4, RUN, alive=False), 2: Peer(5, F, alive=False)}) == 6
+
+
+def test_a_clean_stop_for_another_ranks_eviction_waits_for_the_replacement() -> None:
+    from training_runtime.settings import PEER_STOP_EXIT
+
+    stopped = me(RUN, 2, worker_exit=PEER_STOP_EXIT, failures=LIMIT)  # not a failure, however many before
+    assert run(stopped, {1: Peer(2, Phase.STOPPING), 2: Peer(2, RUN)}) == (Act.NEXT_ROUND, R, 3, 0)
+    # Asked to stop itself meanwhile: the pod goes, cleanly.
+    assert run(me(Phase.STOPPING, 2, worker_exit=PEER_STOP_EXIT), {1: Peer(2, Phase.STOPPING)}) == (
+        Act.EXIT, Phase.STOPPING, 2, 0)
 
 
 PEER = st.one_of(st.none(), st.builds(Peer, st.integers(0, 4), st.sampled_from(list(Phase)), st.booleans()))
@@ -124,13 +136,14 @@ WORLD, STEPS, INTERVAL = 2, 60, 10
 
 
 def start_gang(workdir: Path, *, steps: int = STEPS, crash_every: bool = False,
-               extra: dict[str, str] | None = None) -> list[subprocess.Popen[str]]:
+               extra: dict[str, str] | None = None, ranks: tuple[int, ...] = tuple(range(WORLD))
+               ) -> list[subprocess.Popen[str]]:
     env = {**trainer_env(workdir, INTERVAL), "WORLD_SIZE": str(WORLD), "TRAINING_RUN_ID": "drill",
            "TRAINING_PEER_DEAD_AFTER_SECONDS": "3", "TRAINING_REPLACE_TIMEOUT_SECONDS": "20", **(extra or {})}
     trainer = [sys.executable, "-m", "training_runtime.examples.tiny_trainer", "--steps", str(steps),
                "--step-seconds", "0.05", "--payload-bytes", "4096", "--events", str(workdir / "events")]
     procs = []
-    for rank in range(WORLD):
+    for rank in ranks:
         cmd = [sys.executable, "-m", "training_runtime.supervisor", "--", *trainer]
         if crash_every and rank == 1:
             cmd = [sys.executable, "-m", "training_runtime.supervisor", "--", sys.executable, "-c",
@@ -141,7 +154,7 @@ def start_gang(workdir: Path, *, steps: int = STEPS, crash_every: bool = False,
 
 
 def mark(workdir: Path, rank: int) -> dict[str, object]:
-    path = workdir / "checkpoints" / SUPERVISE_DIR / "drill-a0" / f"r{rank}.json"
+    path = workdir / "checkpoints" / SUPERVISE_DIR / "drill" / f"r{rank}.json"
     try:
         return dict(json.loads(path.read_text()))
     except (FileNotFoundError, json.JSONDecodeError):
@@ -188,6 +201,28 @@ def test_a_killed_worker_restarts_in_place_and_the_gang_resumes_from_its_newest_
     assert "restart in place" in results[1][1] and "restart round 1" in results[0][1]
 
 
+def test_an_evicted_pod_is_replaced_alone_and_the_gang_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """What PodEvicted → RestartPod gives: rank 1's pod is evicted (SIGTERM to its supervisor), every worker stops
+    at one step with its checkpoint, rank 0 stays in its pod, a replacement pod of rank 1 (Volcano's attempt one
+    higher) starts and joins; nothing is lost."""
+    procs = start_gang(tmp_path, steps=200)
+    wait_for(lambda: any(e["event"] == "step" and e["step"] >= 15 for e in read_events(tmp_path / "events", WORLD)))
+    procs[1].send_signal(signal.SIGTERM)
+    assert procs[1].wait(timeout=60) == 0  # the evicted pod ends cleanly
+    wait_for(lambda: mark(tmp_path, 0).get("round") == 1 and mark(tmp_path, 0).get("phase") == "ready")
+    replacement = start_gang(tmp_path, steps=200, ranks=(1,), extra={"TRAINING_ATTEMPT": "1"})[0]
+    results = finish([procs[0], replacement], timeout=180)
+    assert [rc for rc, _ in results] == [0, 0], results
+    events = read_events(tmp_path / "events", WORLD)
+    stopped = {e["step"] for e in events if e["event"] == "graceful"}
+    assert len(stopped) == 1, events  # both ranks stopped at the same step
+    resumes = [e for e in events if e["event"] == "resume" and e["inplace"] == 1]
+    assert sorted(e["rank"] for e in resumes) == [0, 1] and {e["step"] for e in resumes} == stopped  # nothing lost
+    assert {e["attempt"] for e in resumes} == {0, 1}  # the replacement came from Volcano's next attempt
+    assert sorted(e["step"] for e in events if e["event"] == "done") == [200, 200]
+    assert "waiting for its replacement" in results[0][1]
+
+
 def test_a_worker_that_keeps_dying_makes_its_pod_fail_and_the_gang_falls_back(tmp_path: Path) -> None:
     procs = start_gang(tmp_path, crash_every=True, extra={"TRAINING_RESTARTS_BEFORE_REPLACE": "2"})
     results = finish(procs)
@@ -212,5 +247,8 @@ def test_the_inplace_round_names_its_own_rendezvous() -> None:
     base = DistEnv.from_env({"WORLD_SIZE": "2", "RANK": "1", "TRAINING_RUN_ID": "job-uid"})
     again = DistEnv.from_env({"WORLD_SIZE": "2", "RANK": "1", "TRAINING_RUN_ID": "job-uid",
                               "TRAINING_INPLACE_RESTARTS": "2"})
-    assert base.attempt_key == "job-uid-a0-r0"  # unchanged for a gang that never restarted in place
-    assert again.attempt_key == "job-uid-a0-r0-i2"
+    assert base.attempt_key == "job-uid-a0-r0"  # without the supervisor: Volcano's attempt names it
+    assert again.attempt_key == "job-uid-s2-r0"  # under it: the run's round, whatever the pod's attempt
+    replaced = DistEnv.from_env({"WORLD_SIZE": "2", "RANK": "1", "TRAINING_RUN_ID": "job-uid", "TRAINING_ATTEMPT": "3",
+                                 "TRAINING_INPLACE_RESTARTS": "2"})
+    assert replaced.attempt_key == again.attempt_key

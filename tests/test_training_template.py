@@ -218,6 +218,11 @@ def test_the_worker_runs_its_command_under_the_supervisor_with_the_stacks_bounds
         plain = _container(changed)
         assert plain.get("command") == (job.command if changed.job.command else None)
         assert "TRAINING_RESTARTS_BEFORE_REPLACE" not in {e["name"] for e in plain["env"]}
+        # Without the supervisor nobody would wait for a replaced pod: an eviction restarts the gang.
+        policies = {p["event"]: p["action"] for p in volcano_job_spec(changed)["policies"]}
+        assert policies == {"PodFailed": "RestartJob", "PodEvicted": "RestartJob", "TaskCompleted": "CompleteJob"}
+    policies = {p["event"]: p["action"] for p in volcano_job_spec(args)["policies"]}
+    assert policies == {"PodFailed": "RestartJob", "PodEvicted": "RestartPod", "TaskCompleted": "CompleteJob"}
     assert RestartInPlace().enabled
 
 

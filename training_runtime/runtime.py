@@ -13,7 +13,7 @@ from pathlib import Path
 from training_runtime.checkpointer import AsyncCheckpointer, Capture
 from training_runtime.collective import Collective, FileCollective, LocalCollective, broadcast
 from training_runtime.metrics import TrainingMetrics
-from training_runtime.settings import Settings, SettingsError
+from training_runtime.settings import PEER_STOP_EXIT, Settings, SettingsError
 from training_runtime.stopping import StopSignals
 from training_runtime.store import CheckpointStore, Published, check_world_size, step_dir_name
 
@@ -144,7 +144,9 @@ class TrainingRuntime:
 
     def checkpoint_and_stop(self, step: int, capture: Capture) -> int:
         """Checkpoint ``step`` on every rank (unless it is the one already started), wait for the commit, and
-        return the exit code 0. Call it on every rank when :meth:`should_stop` says so.
+        return the exit code: 0, or :data:`~training_runtime.settings.PEER_STOP_EXIT` for a rank under the
+        supervisor that was not asked to stop itself (another rank's pod is being evicted: this one stays and
+        restarts in place with the replacement). Call it on every rank when :meth:`should_stop` says so.
 
         From the moment this rank's part of that checkpoint is durable, SIGTERM and SIGINT are ignored: the stop
         is clean, and a signal on the way out must not make the pod read as failed. Before that moment they act
@@ -156,6 +158,10 @@ class TrainingRuntime:
             checkpointer.save(step, capture)
         self.close()
         self.signals.stopped()
+        if self.dist.supervised and not self._stop.is_set():
+            log.info("rank %d: stopped at step %d with its checkpoint committed, for another rank's stop; its "
+                     "supervisor restarts it in place", self.rank, step)
+            return PEER_STOP_EXIT
         log.info("rank %d: stopped gracefully at step %d with its checkpoint committed", self.rank, step)
         return 0
 

@@ -35,6 +35,9 @@ ELASTIC_RESTARTS = "TORCHELASTIC_RESTART_COUNT"
 #: Set by the gang's supervisor (``training_runtime.supervisor``) for each worker it starts: the restart in place
 #: round, so every round meets under its own rendezvous key and resumes from the newest complete checkpoint.
 INPLACE_RESTARTS = "TRAINING_INPLACE_RESTARTS"
+#: Exit code of a rank that stopped gracefully because another rank was asked to (an eviction of that rank's pod):
+#: its own pod stays, and under the supervisor it restarts in place with the replacement (0 without a supervisor).
+PEER_STOP_EXIT = 76
 #: Set by the training template where the stack restarts gangs in place (``training.restartInPlace``), read by the
 #: supervisor: worker deaths in one pod before the pod fails for real, and how long a restart waits for every rank.
 RESTARTS_BEFORE_REPLACE = "TRAINING_RESTARTS_BEFORE_REPLACE"
@@ -135,14 +138,20 @@ class DistEnv:
     elastic_restarts: int = 0
     #: Started by torchrun, which already runs a rendezvous store on ``MASTER_PORT``.
     under_torchrun: bool = False
-    #: Restarts in place by the gang's supervisor within this attempt (every rank's worker restarts together).
+    #: The supervisor's round (``training_runtime.supervisor``): every rank's worker of one round, whatever Volcano
+    #: attempt its pod belongs to (a replaced pod's is one higher), meets under it.
     inplace_restarts: int = 0
+    #: Started by the supervisor (it sets the round, 0 included).
+    supervised: bool = False
 
     @property
     def attempt_key(self) -> str:
-        """Names this attempt's staging and rendezvous directories (a restart in place gets its own)."""
-        key = f"{self.run_id}-a{self.attempt}-r{self.elastic_restarts}"
-        return f"{key}-i{self.inplace_restarts}" if self.inplace_restarts else key
+        """Names this attempt's staging and rendezvous directories. Under the supervisor its round names them: the
+        rounds of one run never repeat (a new gang starts past the last one), and a pod that replaced one of the
+        gang's carries a higher Volcano attempt than the ranks it meets."""
+        if self.supervised:
+            return f"{self.run_id}-s{self.inplace_restarts}-r{self.elastic_restarts}"
+        return f"{self.run_id}-a{self.attempt}-r{self.elastic_restarts}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> DistEnv:
@@ -166,6 +175,7 @@ class DistEnv:
             elastic_restarts=_int(env, ELASTIC_RESTARTS, 0, 0) if under_torchrun else 0,
             under_torchrun=under_torchrun,
             inplace_restarts=_int(env, INPLACE_RESTARTS, 0, 0),
+            supervised=_get(env, INPLACE_RESTARTS) is not None,
         )
 
 

@@ -7,11 +7,18 @@ NCCL timeout or an OOM, the same nodes running the same code usually run on for 
 need to start again (torchrun's elastic agent does this inside one pod; this does it across the gang).
 
 How: supervisors agree through small files on the shared checkpoint filesystem
-(``<CHECKPOINT_DIR>/.supervise/<run>-a<attempt>/r<rank>.json``), each rewritten every second with the
-supervisor's restart round, its phase and a beat counter. Round *n* starts when every rank is ready for it; a
+(``<CHECKPOINT_DIR>/.supervise/<run>/r<rank>.json``), each rewritten every second with the supervisor's restart
+round, its phase, a beat counter and the time. Round *n* starts when every rank is ready for it; a
 worker that exits non-zero marks round *n* failed; every other supervisor sees that, kills its worker (a graceful
 stop needs the lost rank) and gets ready for round *n*+1; the workers resume from the newest complete
 checkpoint under a new rendezvous key (``TRAINING_INPLACE_RESTARTS``). Volcano sees no pod failure.
+
+Replace one node: when a pod is evicted (the health guard quarantined its node), Volcano recreates that pod only
+(the template's ``PodEvicted → RestartPod``); the others' workers stop with it at a step boundary (their exit code
+:data:`~training_runtime.settings.PEER_STOP_EXIT`), their supervisors wait for the next round, and the
+replacement's supervisor, started on another node, joins it. Rounds are the run's, not Volcano's attempt's: the
+replaced pod carries a higher attempt than the ranks it meets, and a gang Volcano restarts whole starts past the
+last round, so no two rounds share a rendezvous.
 
 Bounds: a worker that dies ``restartsBeforeReplace`` times in this pod makes the pod fail for real (its node
 may be the cause after all), and the gang falls back to Volcano's restart; a round whose ranks do not all
@@ -45,6 +52,7 @@ from training_runtime.settings import (
     DEFAULT_REPLACE_TIMEOUT_SECONDS,
     DEFAULT_RESTARTS_BEFORE_REPLACE,
     INPLACE_RESTARTS,
+    PEER_STOP_EXIT,
     DistEnv,
     InPlaceSettings,
     SettingsError,
@@ -119,7 +127,8 @@ def decide(me: Me, peers: Mapping[int, Peer | None], now: float, *, restarts_bef
     if me.phase is Phase.STOPPING:
         if me.worker_running:
             return stay
-        return Decision(Act.EXIT, Phase.STOPPING, n, me.worker_exit or 0, "stopped gracefully on request")
+        code = 0 if me.worker_exit in (None, PEER_STOP_EXIT) else me.worker_exit
+        return Decision(Act.EXIT, Phase.STOPPING, n, code or 0, "stopped gracefully on request")
     if me.worker_running and me.phase is not Phase.RUNNING:  # only a round's worker runs; never leave one behind
         return Decision(Act.STOP_WORKER, me.phase, n, reason=f"{me.phase.value}: the worker must go first")
     if me.phase in (Phase.DONE, Phase.GAVE_UP):
@@ -142,6 +151,9 @@ def decide(me: Me, peers: Mapping[int, Peer | None], now: float, *, restarts_bef
         code = me.worker_exit
         if code == 0:
             return Decision(Act.EXIT, Phase.DONE, n, 0, "the worker finished")
+        if code == PEER_STOP_EXIT:  # a clean stop for another rank's eviction: this pod stays for the next round
+            return Decision(Act.NEXT_ROUND, Phase.READY, n + 1,
+                            reason=f"round {n} stopped for another rank's pod; waiting for its replacement")
         # Not this pod's failure when another rank failed first or died (its worker then fails ours: the
         # collective's peer-lost error), nor when we stopped it.
         dead = any(p is not None and not p.alive for p in others.values())
@@ -173,9 +185,13 @@ def decide(me: Me, peers: Mapping[int, Peer | None], now: float, *, restarts_bef
 
 def first_round(peers: Mapping[int, Peer | None]) -> int:
     """The round a supervisor that starts now joins: the one the live gang is in (a replacement pod joins the
-    restart under way), or 0 for a fresh gang."""
-    rounds = [p.round + (1 if p.phase is Phase.FAILED else 0) for p in peers.values() if p is not None and p.alive]
-    return max(rounds, default=0)
+    restart under way); with nobody alive, one past every round the run's files remember (a gang Volcano restarted
+    whole never meets a rendezvous of the one before), or 0 for a new run."""
+    live = [p.round + (1 if p.phase is Phase.FAILED else 0) for p in peers.values() if p is not None and p.alive]
+    if live:
+        return max(live)
+    known = [p.round for p in peers.values() if p is not None]
+    return max(known) + 1 if known else 0
 
 
 class Supervisor:
@@ -187,7 +203,7 @@ class Supervisor:
                  beat_seconds: float = 1.0, dead_after_seconds: float = 10.0) -> None:
         self.command = list(command)
         self.dist = dist
-        self.dir = Path(root) / SUPERVISE_DIR / f"{dist.run_id}-a{dist.attempt}"
+        self.dir = Path(root) / SUPERVISE_DIR / dist.run_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ if env is None else env)
         self.restarts_before_replace = restarts_before_replace
@@ -205,7 +221,8 @@ class Supervisor:
 
     def _write(self, me: Me) -> None:
         self._beat += 1
-        record = {"round": me.round, "phase": me.phase.value, "beat": self._beat,
+        record = {"round": me.round, "phase": me.phase.value, "beat": self._beat, "at": time.time(),
+                  "attempt": self.dist.attempt,
                   "worker_pid": self.worker.pid if self.worker and self.worker.poll() is None else None}
         tmp = self.dir / f".r{self.dist.rank}.tmp"
         tmp.write_text(json.dumps(record))
@@ -213,7 +230,8 @@ class Supervisor:
         self._last_write = time.monotonic()
 
     def read_peers(self, now: float) -> dict[int, Peer | None]:
-        """Every rank's file; a rank whose beat has not moved for ``dead_after`` seconds of our clock is dead."""
+        """Every rank's file. A rank whose beat has not moved for ``dead_after`` seconds of our clock is dead; at first
+        sight, one whose file is that old by the wall clock (a pod of a gang that is gone) is dead already."""
         out: dict[int, Peer | None] = {}
         for rank in range(self.dist.world_size):
             if rank == self.dist.rank:
@@ -222,11 +240,15 @@ class Supervisor:
                 record = json.loads(self.path(rank).read_text())
                 peer = Peer(round=int(record["round"]), phase=Phase(record["phase"]))
                 beat = int(record["beat"])
+                written = float(record.get("at", 0.0))
             except (FileNotFoundError, ValueError, KeyError, TypeError):
                 out[rank] = None
                 continue
             seen = self._seen.get(rank)
-            if seen is None or seen[0] != beat:
+            if seen is None:
+                age = max(0.0, time.time() - written)
+                self._seen[rank] = (beat, now - age)
+            elif seen[0] != beat:
                 self._seen[rank] = (beat, now)
             alive = now - self._seen[rank][1] <= self.dead_after
             out[rank] = replace(peer, alive=alive)
