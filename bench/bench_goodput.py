@@ -40,7 +40,7 @@ from bench.sim.goodput import (
     plan,
     simulate,
 )
-from bench.sim.restart import Assumptions, Graceful, RestartModel, read_measurements
+from bench.sim.restart import Assumptions, Graceful, RestartModel, Term, read_measurements
 from components.config import load_stack, stack_path
 from components.goodput_model import recommend
 
@@ -127,20 +127,27 @@ def restart_paths(backend: Backend, model: RestartModel) -> dict[str, Any]:
     """Per size: each restart path's seconds and terms, the share of interruptions it takes, and the ETTR of the
     whole-gang policy beside the one that restarts in place (same seeded failures)."""
     whole_policy = next(p for p in POLICIES if p.asynchronous and not p.in_place)
-    in_place_policy = next(p for p in POLICIES if p.in_place)
+    in_place_policy = next(p for p in POLICIES if p.in_place and not p.replace_one)
+    one_policy = next(p for p in POLICIES if p.replace_one)
     env = Environment(restart=model)
     share = node_bound_share(env.causes)
+    caught = share * env.quarantine_catches
+
+    def terms(found: tuple[Term, ...]) -> dict[str, Any]:
+        return {t.name: {"seconds": round(t.seconds, 1), "basis": t.basis, "source": t.source} for t in found}
+
     rows: dict[str, Any] = {}
     for gpus in SIZES:
         whole = simulate(whole_policy, gpus, backend, env, DAYS, SEED)
         in_place = simulate(in_place_policy, gpus, backend, env, DAYS, SEED)
+        one = simulate(one_policy, gpus, backend, env, DAYS, SEED)
         rows[str(gpus)] = {
             "whole_gang": {"restart_s": round(model.total_s(gpus), 1), "share_pct": _pct(share),
                            "ettr_pct": _pct(whole.ettr)},
             "in_place": {"restart_s": round(model.in_place_total_s(gpus), 1), "share_pct": _pct(1 - share),
-                         "ettr_pct": _pct(in_place.ettr),
-                         "terms": {t.name: {"seconds": round(t.seconds, 1), "basis": t.basis, "source": t.source}
-                                   for t in model.in_place_terms(gpus)}},
+                         "ettr_pct": _pct(in_place.ettr), "terms": terms(model.in_place_terms(gpus))},
+            "replace_one": {"restart_s": round(model.replace_one_total_s(gpus), 1), "share_pct": _pct(caught),
+                            "ettr_pct": _pct(one.ettr), "terms": terms(model.replace_one_terms(gpus))},
         }
     return rows
 
@@ -244,12 +251,14 @@ def restart_markdown(result: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Restart paths (the crash that does not follow a node restarts in place; a node-bound fault restarts "
               "the whole gang; Llama 3's cause mix), restart s / share of interruptions / ETTR %:", "",
-              "| GPUs | whole gang | in place | in-place terms (s, basis) |", "|---|---|---|---|"]
+              "| GPUs | whole gang (every node-bound fault) | in place (the rest) | + replace one node (node-bound, "
+              "caught) | in-place terms (s, basis) | replace-one terms (s, basis) |", "|---|---|---|---|---|---|"]
     for g, r in result["restart_paths"].items():
-        w, i = r["whole_gang"], r["in_place"]
-        terms = "; ".join(f"{name} {t['seconds']:g} ({t['basis']})" for name, t in i["terms"].items())
-        lines.append(f"| {int(g):,} | {w['restart_s']:g} s / {w['share_pct']:g} % / {w['ettr_pct']:.2f} % "
-                     f"| {i['restart_s']:g} s / {i['share_pct']:g} % / {i['ettr_pct']:.2f} % | {terms} |")
+        w, i, o = r["whole_gang"], r["in_place"], r["replace_one"]
+        cells = [f"{x['restart_s']:g} s / {x['share_pct']:g} % / {x['ettr_pct']:.2f} %" for x in (w, i, o)]
+        terms = ["; ".join(f"{name} {t['seconds']:g} ({t['basis']})" for name, t in x["terms"].items())
+                 for x in (i, o)]
+        lines.append(f"| {int(g):,} | " + " | ".join(cells + terms) + " |")
     if result.get("inplace_fault_to_first_step_s_local") is not None:
         lines.append(f"\nLocal restart in place (a worker killed under its supervisor → the gang's first step): "
                      f"{result['inplace_fault_to_first_step_s_local']:g} s.")

@@ -39,7 +39,7 @@ from components.goodput_model import (
 from tools.mockrt import raw_from_stack
 
 BACKEND = Backend("weka-ckpt", size_tb=1.0, write_s=1000.0 / 60.0)
-KEEP, QUARANTINE, YOUNG_DALY, ASYNC, IN_PLACE = POLICIES
+KEEP, QUARANTINE, YOUNG_DALY, ASYNC, IN_PLACE, REPLACE_ONE = POLICIES
 
 
 @pytest.mark.parametrize(("cost_s", "mtbf_s", "expected"), [
@@ -170,6 +170,22 @@ def test_restart_in_place_matches_its_closed_form_and_beats_the_whole_gang_resta
     p = in_place.plan
     assert p.in_place_restart_s is not None and p.in_place_restart_s < p.restart_s
     assert p.in_place_restart_s < p.effective_restart_s < p.restart_s
+
+
+@pytest.mark.parametrize("gpus", [1_024, 16_384])
+def test_replacing_one_node_matches_its_closed_form_and_beats_restarting_the_gang(gpus: int) -> None:
+    env = replace(DECOMPOSED, recurrence_p=0.0)
+    in_place = simulate(IN_PLACE, gpus, BACKEND, env, 730.0, seed=11)
+    one = simulate(REPLACE_ONE, gpus, BACKEND, env, 730.0, seed=11)
+    assert one.ettr == pytest.approx(expected_ettr(one.plan), abs=0.005)
+    assert one.ettr > in_place.ettr and one.restart_lost_s < in_place.restart_lost_s
+    p = one.plan
+    assert p.replace_one_restart_s is not None and p.replace_one_restart_s < p.restart_s
+    assert p.restart_for(node_bound=True, caught=True) == p.replace_one_restart_s
+    assert p.restart_for(node_bound=True, caught=False) == p.in_place_restart_s  # the node stays: in place there
+    names = [t.name for t in RestartModel().replace_one_terms(gpus)]
+    assert names == ["detection", "eviction", "rescheduling", "container start", "rendezvous + NCCL init",
+                     "checkpoint load"]
 
 
 def test_only_crashes_that_do_not_follow_a_node_restart_in_place() -> None:

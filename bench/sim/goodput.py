@@ -117,6 +117,9 @@ class Policy:
     #: A crash that does not follow a node restarts the processes in their pods (``training.restartInPlace``);
     #: a node-bound fault still restarts the whole gang (the guard evicts it off the quarantined node).
     in_place: bool = False
+    #: A node-bound fault the guard catches replaces that node's pod alone (PodEvicted → RestartPod); one it
+    #: misses restarts in place on the same node.
+    replace_one: bool = False
 
 
 POLICIES: tuple[Policy, ...] = (
@@ -125,6 +128,8 @@ POLICIES: tuple[Policy, ...] = (
     Policy("+ Young–Daly interval", quarantine=True, young_daly=True, asynchronous=False),
     Policy("+ async checkpoints", quarantine=True, young_daly=True, asynchronous=True),
     Policy("+ restart in place", quarantine=True, young_daly=True, asynchronous=True, in_place=True),
+    Policy("+ replace one node", quarantine=True, young_daly=True, asynchronous=True, in_place=True,
+           replace_one=True),
 )
 
 
@@ -140,12 +145,20 @@ class Plan:
     failures_per_gpu_second: float
     #: The restart of a crash that does not follow a node when the policy restarts in place; else ``restart_s``.
     in_place_restart_s: float | None = None
-    #: Share of interruptions that follow a node (they restart the whole gang whatever the policy).
+    #: Share of interruptions that follow a node.
     node_bound_share: float = 1.0
+    #: The restart of a node-bound fault the guard caught when the policy replaces one node; else ``restart_s``.
+    replace_one_restart_s: float | None = None
+    #: Share of node-bound faults the guard catches (``Environment.quarantine_catches`` under quarantine).
+    caught_share: float = 0.0
 
-    def restart_for(self, node_bound: bool) -> float:
-        """Seconds of the restart that follows an interruption of this kind."""
-        return self.restart_s if node_bound or self.in_place_restart_s is None else self.in_place_restart_s
+    def restart_for(self, node_bound: bool, caught: bool = True) -> float:
+        """Seconds of the restart that follows an interruption of this kind (``caught``: the guard took the node)."""
+        if node_bound and caught and self.replace_one_restart_s is not None:
+            return self.replace_one_restart_s
+        if node_bound and (caught or self.in_place_restart_s is None):
+            return self.restart_s
+        return self.restart_s if self.in_place_restart_s is None else self.in_place_restart_s
 
     @property
     def effective_restart_s(self) -> float:
@@ -153,8 +166,10 @@ class Plan:
         whole-gang and in-place restarts (a restart that starts over on every failure costs ``e^(λR)``)."""
         if self.in_place_restart_s is None:
             return self.restart_s
-        lam, share = self.rate, self.node_bound_share
-        mean = share * math.exp(lam * self.restart_s) + (1 - share) * math.exp(lam * self.in_place_restart_s)
+        lam, share, caught = self.rate, self.node_bound_share, self.caught_share
+        bound = (caught * math.exp(lam * self.restart_for(True, True))
+                 + (1 - caught) * math.exp(lam * self.restart_for(True, False)))
+        mean = share * bound + (1 - share) * math.exp(lam * self.in_place_restart_s)
         return math.log(mean) / lam
 
     @property
@@ -172,8 +187,10 @@ def plan(policy: Policy, gpus: int, backend: Backend, env: Environment) -> Plan:
         stall, lag = backend.write_s, 0.0
     # Without the decomposed restart there is nothing to tell an in-place restart's time by: the whole-gang one.
     in_place = env.restart.in_place_total_s(gpus) if policy.in_place and env.restart is not None else None
+    replace_one = (env.restart.replace_one_total_s(gpus) if policy.replace_one and env.restart is not None
+                   else None)
     return Plan(gpus, interval, stall, lag, env.restart_s(backend, gpus), env.failures_per_gpu_second, in_place,
-                node_bound_share(env.causes))
+                node_bound_share(env.causes), replace_one, env.quarantine_catches if policy.quarantine else 0.0)
 
 
 def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
@@ -306,9 +323,10 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
             flagged = crashed(cause.node_bound)
             bound = cause.node_bound
             i += 1
+        caught = bound and not flagged
         t, restart_for_recurrence = end, is_recurrence
         while True:  # restart; a failure during it starts it over
-            done = t + p.restart_for(bound)
+            done = t + p.restart_for(bound, caught)
             next_primary = primary[i].at_s if i < len(primary) else math.inf
             stop = min(done, next_primary, horizon)
             if restart_for_recurrence:
@@ -323,6 +341,7 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
             out.by_cause[cause.name] = out.by_cause.get(cause.name, 0) + 1
             flagged = crashed(cause.node_bound)
             bound = cause.node_bound
+            caught = bound and not flagged
             restart_for_recurrence = False
             i += 1
     return out

@@ -486,6 +486,29 @@ class RestartModel:
     def in_place_total_s(self, ranks: int) -> float:
         return sum(t.seconds for t in self.in_place_terms(ranks))
 
+    def replace_one_terms(self, ranks: int) -> tuple[Term, ...]:
+        """One node replaced at N ranks (PodEvicted → RestartPod): the guard's detection, one pod evicted and one
+        recreated and bound, its container started (on a node that may lack the image: see the cold-pull row), and
+        the whole gang's rendezvous and checkpoint load; the other pods stay."""
+        a, m = self.assumptions, self.measured
+        whole = {t.name: t for t in self.terms(ranks)}
+        phases = m.phases_file or PHASES_FILE.name
+        if m.evict_s is not None:
+            evict = Term(TERMS[1], m.evict_s, MEASURED, f"{phases}: {EVICTED_KEY} − {QUARANTINE_KEY} at "
+                         f"{LOCAL_GANG_PODS} pods (an upper bound for one)")
+        else:
+            evict = Term(TERMS[1], delete_seconds(1, a), SCALED, "one delete, inside the client's burst")
+        if m.reschedule_s is not None:
+            bind = Term(TERMS[2], m.reschedule_s, MEASURED, f"{phases}: {RESTARTED_KEY} − {EVICTED_KEY} at "
+                        f"{LOCAL_GANG_PODS} pods (an upper bound for one)")
+        else:
+            bind = Term(TERMS[2], recreate_seconds(1, a), SCALED,
+                        f"one create and bind + schedulePeriodSeconds {a.schedule_period_s:g}")
+        return (whole[TERMS[0]], evict, bind, whole[TERMS[3]], whole[TERMS[4]], whole[TERMS[5]])
+
+    def replace_one_total_s(self, ranks: int) -> float:
+        return sum(t.seconds for t in self.replace_one_terms(ranks))
+
     def without_scale(self) -> RestartModel:
         """The same model with eviction and rescheduling scaled from the local gang by Volcano's client rate, as
         before the scale runs: the side-by-side row."""
