@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import math
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+import urllib3
 
 from agents.health_guard.contract import HealthSettings
 from agents.health_guard.decide import Observations
@@ -59,18 +60,27 @@ def parse_vector(payload: Any, node_label: str) -> dict[str, float]:
 
 
 class PrometheusMetrics:
-    """``GET /api/v1/query``; one node label per query."""
+    """``GET /api/v1/query``; one node label per query, over kept-alive connections.
 
-    def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
+    A cycle sends a dozen queries every few seconds; a connection per query also meant a name lookup per query, so
+    a flaky cluster DNS (the local real-node network after a guard pod moved) left most signals unknown. Pooled
+    connections look the name up when they open, and a failed connection is dropped and opened afresh.
+    """
+
+    def __init__(self, url: str, timeout_seconds: float = 10.0, pool: urllib3.PoolManager | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
+        self.pool = pool or urllib3.PoolManager(num_pools=1, maxsize=2, retries=False)
 
     def query_raw(self, promql: str) -> Any:
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_seconds) as response:
-                return json.load(response)
-        except (OSError, ValueError) as exc:
+            response = self.pool.request("GET", url, timeout=urllib3.Timeout(total=self.timeout_seconds),
+                                         preload_content=True)
+            if response.status >= 500:  # Prometheus answers a bad query with 4xx and its own error JSON
+                raise QueryError(f"query {promql!r} failed: HTTP {response.status}")
+            return json.loads(response.data)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
             raise QueryError(f"query {promql!r} failed: {exc}") from exc
 
 
