@@ -2,7 +2,7 @@
 
 The health guard writes the health taint and the burst controller reads it; the node-pool agent writes the fabric
 labels (leaf and spine switch of a node) and the guard reads them to see a switch fault as one. Their images share
-no other module (the guard's carries no burst controller or node-pool agent, the controller's no pydantic), so the
+no other module (the guard's carries no burst controller or node-pool agent), so the
 keys live here.
 """
 

@@ -41,7 +41,7 @@ from components.naming import (
     common_labels,
 )
 from components.pod_spec import gpu_resources_manifest, onprem_required_affinity, pool_tolerations_manifest
-from training_runtime.settings import REPLACE_TIMEOUT, RESTARTS_BEFORE_REPLACE
+from training_runtime.settings import CHECKPOINT_LOCAL_CACHE, REPLACE_TIMEOUT, RESTARTS_BEFORE_REPLACE
 
 #: Default port of the training runtime's /metrics endpoint (config: training.metricsPort).
 DEFAULT_METRICS_PORT = 9318
@@ -146,6 +146,19 @@ def supervisor_env(settings: RestartInPlace | None) -> list[dict[str, str]]:
     ]
 
 
+#: The pod's memory-backed ``/dev/shm`` (the ``dshm`` emptyDir): it outlives a worker process, not the pod.
+SHM_MOUNT = "/dev/shm"
+#: Where each rank keeps a copy of its newest shard for a restart in place (``training_runtime.local_cache``).
+LOCAL_CACHE_PATH = f"{SHM_MOUNT}/checkpoint-cache"
+
+
+def local_cache_env(settings: RestartInPlace | None) -> list[dict[str, str]]:
+    """The local shard copy, only where the gang restarts in place: there the pod, and so its ``/dev/shm``, survives
+    the restart; elsewhere every restart starts new pods, whose copy would be empty. The copy counts against the
+    pod's memory limit (one shard per rank, two while a checkpoint is written; see docs/training.md)."""
+    return [] if settings is None else [{"name": CHECKPOINT_LOCAL_CACHE, "value": LOCAL_CACHE_PATH}]
+
+
 def topology_mode(pool: GpuPool, engine: SchedulingEngine, mode: TopologyMode) -> TopologyMode | None:
     """The stack's mode where the gang's pool has a topology Volcano places by; ``None`` otherwise."""
     return mode if pool.topology is not None and engine is SchedulingEngine.VOLCANO else None
@@ -233,8 +246,9 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
     labels = {**common_labels(job.name, "training-worker"), keys.workload: TRAINING, keys.job: job.name}
     # Rank, world size and the rendezvous address come from Volcano's pytorch plugin (MASTER_ADDR,
     # MASTER_PORT, WORLD_SIZE, RANK); setting them here too would give the pod two conflicting values.
-    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job), *supervisor_env(args.restart_in_place)]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    env = [*nccl_env(args.nccl), *runtime_env(args), *checkpoint_env(job), *supervisor_env(args.restart_in_place),
+           *local_cache_env(args.restart_in_place)]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if job.checkpoint is not None:
         mounts.append({"name": "checkpoints", "mountPath": job.checkpoint.mount_path, "subPath": job.name})

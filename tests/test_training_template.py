@@ -148,7 +148,8 @@ def test_every_metric_the_training_alerts_watch_is_produced(tmp_path: Path) -> N
     assert cfg.observability.step_heartbeat_metric in watched and "gpucluster_checkpoint_duration_seconds" in watched
 
     env = {**_resolved_env(_container()), "CHECKPOINT_DIR": str(tmp_path), "TRAINING_METRICS_PORT": "0",
-           "WORLD_SIZE": "1", "TRAINING_RANK_SOURCE": "RANK", "CHECKPOINT_INTERVAL_STEPS": "1"}
+           "WORLD_SIZE": "1", "TRAINING_RANK_SOURCE": "RANK", "CHECKPOINT_INTERVAL_STEPS": "1",
+           "CHECKPOINT_LOCAL_CACHE": str(tmp_path / "shm")}  # the template's is the pod's /dev/shm, not the host's
     rt = TrainingRuntime.from_env(env)
     rt.resume()
     rt.step_done(1)
@@ -224,6 +225,23 @@ def test_the_worker_runs_its_command_under_the_supervisor_with_the_stacks_bounds
     policies = {p["event"]: p["action"] for p in volcano_job_spec(args)["policies"]}
     assert policies == {"PodFailed": "RestartJob", "PodEvicted": "RestartPod", "TaskCompleted": "CompleteJob"}
     assert RestartInPlace().enabled
+
+
+def test_the_local_shard_copy_lives_in_the_pods_memory_only_where_the_gang_restarts_in_place() -> None:
+    from components.training_spec import LOCAL_CACHE_PATH
+
+    args = _args()
+    container = _container(args)
+    env = _resolved_env(container)
+    assert env["CHECKPOINT_LOCAL_CACHE"] == LOCAL_CACHE_PATH and LOCAL_CACHE_PATH.startswith("/dev/shm/")
+    # Under the memory-backed emptyDir the pod keeps across a worker's restart.
+    shm = next(m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    volumes = volcano_job_spec(args)["tasks"][0]["template"]["spec"]["volumes"]
+    assert next(v for v in volumes if v["name"] == shm["name"])["emptyDir"] == {"medium": "Memory"}
+    ck = Settings.from_env({**VOLCANO_ENV, **env}).checkpoint
+    assert ck is not None and ck.local_cache == Path(LOCAL_CACHE_PATH)
+    # Every restart starts new pods where the gang does not restart in place: a copy there would be empty.
+    assert "CHECKPOINT_LOCAL_CACHE" not in _resolved_env(_container(replace(args, restart_in_place=None)))
 
 
 def _off() -> ClusterConfig:

@@ -5,6 +5,7 @@ No framework in the core; ``training_runtime.torch_adapter`` brings PyTorch in w
 
 from training_runtime.checkpointer import AsyncCheckpointer, BytesSnapshot, CheckpointWriteError, Snapshot
 from training_runtime.collective import Collective, CollectiveTimeout, FileCollective, LocalCollective
+from training_runtime.local_cache import LocalShardCache
 from training_runtime.manifest import Manifest, ManifestError, parse_manifest
 from training_runtime.runtime import Resumed, TrainingRuntime
 from training_runtime.settings import DistEnv, Settings, SettingsError
@@ -21,6 +22,7 @@ __all__ = [
     "DistEnv",
     "FileCollective",
     "LocalCollective",
+    "LocalShardCache",
     "Manifest",
     "ManifestError",
     "Published",

@@ -7,7 +7,9 @@ writes this rank's shard; rank 0 then waits for every rank's shard and commits. 
 raised at the next checkpoint (or :meth:`AsyncCheckpointer.close`): a job that silently stopped
 checkpointing would lose days at its next crash. It is raised as :class:`CheckpointWriteError`, naming the
 directory, the step and the earlier checkpoint that is kept, because a bare ``[Errno 28]`` at an emergency
-checkpoint tells the person paged neither what was lost nor what the restart will resume.
+checkpoint tells the person paged neither what was lost nor what the restart will resume. Where a local copy is
+configured, the same thread keeps this rank's shard in the pod's memory too (``training_runtime.local_cache``), so a
+restart in place reads it back without the shared filesystem; that copy is best effort and never fails the write.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from training_runtime.collective import Collective, broadcast
+from training_runtime.local_cache import LocalShardCache
 from training_runtime.metrics import TrainingMetrics
 from training_runtime.settings import CheckpointSettings, DistEnv
 from training_runtime.store import CheckpointStore, step_dir_name
@@ -97,8 +100,10 @@ def write_failure(store: CheckpointStore, step: int, cause: OSError, *, commits:
 class AsyncCheckpointer:
     def __init__(self, store: CheckpointStore, settings: CheckpointSettings, dist: DistEnv, collective: Collective,
                  metrics: TrainingMetrics, *, timeout_seconds: float, start_step: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, cache: LocalShardCache | None = None) -> None:
         self.store, self.settings, self.dist = store, settings, dist
+        #: Where this rank also keeps its newest shard for a restart in place (``None``: nowhere).
+        self.cache = cache
         self.collective, self.metrics, self.timeout = collective, metrics, timeout_seconds
         self.clock = clock
         self.last_started_step = start_step
@@ -137,10 +142,16 @@ class AsyncCheckpointer:
 
     def _write(self, step: int, snapshot: Snapshot, started: float) -> None:
         d = self.dist
+        copy = self.cache.copy(step) if self.cache is not None else None
         try:
-            entries = self.store.write_shard(d.attempt_key, step, d.rank, snapshot.files())
+            files = snapshot.files() if copy is None else copy.tee(snapshot.files())
+            entries = self.store.write_shard(d.attempt_key, step, d.rank, files)
+            if copy is not None:
+                copy.finish()  # never raises: the copy is best effort, the shared shard is the checkpoint
             published = self.store.commit(d.attempt_key, step, d.world_size, self.timeout) if d.rank == 0 else None
         except BaseException as exc:
+            if copy is not None:
+                copy.abandon()
             # write_shard removed this rank's partial files; rank 0 drops the whole step, which can no longer be
             # committed (its parts were consumed or never came). Older checkpoints are never touched here.
             if d.rank == 0:

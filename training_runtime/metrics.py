@@ -18,6 +18,7 @@ CHECKPOINT_STALL = "gpucluster_checkpoint_stall_seconds"
 CHECKPOINT_BYTES = "gpucluster_checkpoint_bytes"
 CHECKPOINT_LAST_STEP = "gpucluster_checkpoint_last_step"
 CHECKPOINTS_SKIPPED = "gpucluster_checkpoints_skipped"
+CHECKPOINT_LOAD = "gpucluster_checkpoint_load_seconds"
 STEP = "training_step"
 STEPS_PER_SECOND = "training_steps_per_second"
 RESTARTS = "training_restarts"
@@ -58,7 +59,16 @@ class TrainingMetrics:
                               "count plus torchrun's worker restarts)").labels(rank_label)
         self.resumed_from = gauge(RESUMED_FROM, "Step this process resumed from (0: from scratch)"
                                   ).labels(rank_label)
+        #: Labelled by where the shard came from (``local``: this pod's copy, ``shared``: the filesystem), so a
+        #: restart in place that read the shared copy after all shows up beside the ones that did not.
+        self.checkpoint_load = Gauge(
+            CHECKPOINT_LOAD, "Seconds this process took to read and verify its shard of the checkpoint it resumed",
+            ["rank", "source"], registry=r)
+        self._rank_label = rank_label
         self._window_start: tuple[float, int] | None = None
+
+    def loaded(self, source: str, seconds: float) -> None:
+        self.checkpoint_load.labels(self._rank_label, source).set(seconds)
 
     def step_done(self, step: int) -> None:
         now = self.clock()

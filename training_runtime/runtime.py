@@ -6,12 +6,14 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from training_runtime.checkpointer import AsyncCheckpointer, Capture
 from training_runtime.collective import Collective, FileCollective, LocalCollective, broadcast
+from training_runtime.local_cache import LOCAL, SHARED, LocalShardCache
 from training_runtime.metrics import TrainingMetrics
 from training_runtime.settings import PEER_STOP_EXIT, Settings, SettingsError
 from training_runtime.stopping import StopSignals
@@ -27,6 +29,10 @@ class Resumed:
     step: int
     #: This rank's files of that checkpoint, as the snapshot named them.
     files: dict[str, bytes]
+    #: Where they were read: ``"local"`` (this pod's copy, after a restart in place) or ``"shared"`` (the filesystem).
+    source: str = SHARED
+    #: Seconds reading and verifying them took.
+    load_seconds: float = 0.0
 
 
 class TrainingRuntime:
@@ -37,6 +43,8 @@ class TrainingRuntime:
         self.metrics.restarts.set(self.dist.attempt + self.dist.elastic_restarts + self.dist.inplace_restarts)
         ck = settings.checkpoint
         self.store = CheckpointStore(ck.directory) if ck else None
+        self.cache = LocalShardCache(ck.local_cache, self.dist.run_id, self.dist.rank, ck.local_cache_max_bytes) \
+            if ck is not None and ck.local_cache is not None else None
         if collective is None:
             if self.dist.world_size == 1:
                 collective = LocalCollective()
@@ -70,7 +78,9 @@ class TrainingRuntime:
         """Every rank gets the same step: rank 0 finds the newest complete checkpoint and shares its step.
 
         Rank 0 verifies every file's checksum (each skipped checkpoint is logged with its reason); the other
-        ranks check sizes and then the checksums of the files they read, their own shard. A checkpoint written
+        ranks check sizes and then the checksums of the files they read, their own shard. Each rank reads its shard
+        from its local copy when that holds exactly the agreed step and matches the manifest (after a restart in
+        place, see ``training_runtime.local_cache``), else from the shared filesystem. A checkpoint written
         by a gang of another size is refused on every rank (:class:`~training_runtime.store.WorldSizeMismatch`,
         naming both sizes): its shards are opaque per rank, so no resharding is valid for it.
         """
@@ -94,7 +104,7 @@ class TrainingRuntime:
         if self.store is not None and ck is not None:
             self.checkpointer = AsyncCheckpointer(
                 self.store, ck, self.dist, self.collective, self.metrics,
-                timeout_seconds=self.settings.collective_timeout_seconds, start_step=start)
+                timeout_seconds=self.settings.collective_timeout_seconds, start_step=start, cache=self.cache)
         self.metrics.resumed_from.set(start)
         if step is None or self.store is None:
             log.info("rank %d: starting from scratch (attempt %d)", self.rank, self.dist.attempt)
@@ -104,7 +114,29 @@ class TrainingRuntime:
             found = Published(step=step, path=path, manifest=self.store.verify(path, checksums=False))
             self._check_world_size(path, step, found.manifest.world_size)
         log.info("rank %d: resuming from step %d (attempt %d)", self.rank, step, self.dist.attempt)
-        return Resumed(step=step, files=self.store.read_shard(found, self.rank))
+        return self._load(found)
+
+    def _load(self, found: Published) -> Resumed:
+        """This rank's shard of ``found``: the local copy when it matches the shared manifest, else the shared one."""
+        assert self.store is not None
+        started = time.perf_counter()
+        files, source = None, SHARED
+        if self.cache is not None:
+            local = self.cache.read(found)
+            files, source = local.files, LOCAL
+            if files is None:
+                source = SHARED
+                (log.warning if local.mismatch else log.info)(
+                    "rank %d: not using its local copy: %s; reading step %d from the shared filesystem", self.rank,
+                    local.reason, found.step)
+        if files is None:
+            files = self.store.read_shard(found, self.rank)
+        seconds = time.perf_counter() - started
+        self.metrics.loaded(source, seconds)
+        where = self.cache.step_dir(found.step) if source == LOCAL and self.cache is not None else found.path
+        log.info("rank %d: loaded its shard of step %d from the %s copy (%s): %d bytes in %.3f s", self.rank,
+                 found.step, source, where, sum(len(v) for v in files.values()), seconds)
+        return Resumed(step=found.step, files=files, source=source, load_seconds=seconds)
 
     def _check_world_size(self, path: Path, step: int, saved: int) -> None:
         try:

@@ -65,6 +65,12 @@ CHECKPOINT_INTERVAL_STEPS = "CHECKPOINT_INTERVAL_STEPS"
 CHECKPOINT_INTERVAL_SECONDS = "CHECKPOINT_INTERVAL_SECONDS"
 CHECKPOINT_KEEP_LAST = "CHECKPOINT_KEEP_LAST"
 CHECKPOINT_RESUME = "CHECKPOINT_RESUME"
+#: Where each rank keeps a copy of its newest shard for a restart in place (``training_runtime.local_cache``): set by
+#: the template, under the pod's memory-backed ``/dev/shm``, where the gang restarts in place; unset, no copy.
+CHECKPOINT_LOCAL_CACHE = "CHECKPOINT_LOCAL_CACHE"
+#: The largest shard (GB, 10^9 bytes) a rank keeps a copy of: the copy is memory the pod's limit counts.
+CHECKPOINT_LOCAL_CACHE_MAX_GB = "CHECKPOINT_LOCAL_CACHE_MAX_GB"
+DEFAULT_LOCAL_CACHE_MAX_GB = 8.0
 
 #: Read by PyTorch's ProcessGroupNCCL watchdog and by NCCL itself, not by this runtime.
 FRAMEWORK_ENV = frozenset({
@@ -104,16 +110,17 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int) -
     return value
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+def _positive(env: Mapping[str, str], name: str, default: float | None, *, unit: str = "seconds") -> float | None:
+    """A positive finite number (of ``unit``)."""
     raw = _get(env, name)
     if raw is None:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected seconds") from None
+        raise SettingsError(f"{name}={raw!r}: expected {unit}") from None
     if not math.isfinite(value) or value <= 0:
-        raise SettingsError(f"{name}={raw!r}: expected a positive number of seconds")
+        raise SettingsError(f"{name}={raw!r}: expected a positive number of {unit}")
     return value
 
 
@@ -187,6 +194,9 @@ class CheckpointSettings:
     interval_seconds: float | None
     keep_last: int
     resume: bool
+    #: This rank's copy of its newest shard (``None``: none kept), and the largest shard it keeps a copy of.
+    local_cache: Path | None = None
+    local_cache_max_bytes: int = int(DEFAULT_LOCAL_CACHE_MAX_GB * 1e9)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> CheckpointSettings | None:
@@ -196,12 +206,19 @@ class CheckpointSettings:
         resume = _get(env, CHECKPOINT_RESUME) or "latest"
         if resume not in ("latest", "none"):
             raise SettingsError(f"{CHECKPOINT_RESUME}={resume!r}: expected 'latest' or 'none'")
+        cache = _get(env, CHECKPOINT_LOCAL_CACHE)
+        if cache is not None and not Path(cache).is_absolute():
+            raise SettingsError(f"{CHECKPOINT_LOCAL_CACHE}={cache!r}: expected an absolute path")
+        max_gb = _positive(env, CHECKPOINT_LOCAL_CACHE_MAX_GB, DEFAULT_LOCAL_CACHE_MAX_GB, unit="gigabytes")
+        assert max_gb is not None
         return cls(
             directory=Path(directory),
             interval_steps=_int(env, CHECKPOINT_INTERVAL_STEPS, 500, 1),
-            interval_seconds=_seconds(env, CHECKPOINT_INTERVAL_SECONDS, None),
+            interval_seconds=_positive(env, CHECKPOINT_INTERVAL_SECONDS, None),
             keep_last=_int(env, CHECKPOINT_KEEP_LAST, 3, 1),
             resume=resume == "latest",
+            local_cache=Path(cache) if cache is not None else None,
+            local_cache_max_bytes=int(max_gb * 1e9),
         )
 
 
@@ -214,7 +231,7 @@ class InPlaceSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> InPlaceSettings:
-        timeout = _seconds(env, REPLACE_TIMEOUT, DEFAULT_REPLACE_TIMEOUT_SECONDS)
+        timeout = _positive(env, REPLACE_TIMEOUT, DEFAULT_REPLACE_TIMEOUT_SECONDS)
         assert timeout is not None
         return cls(restarts_before_replace=_int(env, RESTARTS_BEFORE_REPLACE, DEFAULT_RESTARTS_BEFORE_REPLACE, 0),
                    replace_timeout_seconds=timeout)
@@ -239,9 +256,9 @@ class Settings:
         port = _int(env, METRICS_PORT, 0, 0)
         if port > 65535:
             raise SettingsError(f"{METRICS_PORT}={port}: expected a TCP port")
-        timeout = _seconds(env, COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_SECONDS)
+        timeout = _positive(env, COLLECTIVE_TIMEOUT, DEFAULT_COLLECTIVE_TIMEOUT_SECONDS)
         assert timeout is not None
-        dead_after = _seconds(env, PEER_DEAD_AFTER, DEFAULT_PEER_DEAD_AFTER_SECONDS)
+        dead_after = _positive(env, PEER_DEAD_AFTER, DEFAULT_PEER_DEAD_AFTER_SECONDS)
         assert dead_after is not None
         return cls(
             dist=DistEnv.from_env(env),

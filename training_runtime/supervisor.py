@@ -127,8 +127,8 @@ def decide(me: Me, peers: Mapping[int, Peer | None], now: float, *, restarts_bef
     if me.phase is Phase.STOPPING:
         if me.worker_running:
             return stay
-        code = 0 if me.worker_exit in (None, PEER_STOP_EXIT) else me.worker_exit
-        return Decision(Act.EXIT, Phase.STOPPING, n, code or 0, "stopped gracefully on request")
+        stop_code = 0 if me.worker_exit in (None, PEER_STOP_EXIT) else me.worker_exit
+        return Decision(Act.EXIT, Phase.STOPPING, n, stop_code or 0, "stopped gracefully on request")
     if me.worker_running and me.phase is not Phase.RUNNING:  # only a round's worker runs; never leave one behind
         return Decision(Act.STOP_WORKER, me.phase, n, reason=f"{me.phase.value}: the worker must go first")
     if me.phase in (Phase.DONE, Phase.GAVE_UP):

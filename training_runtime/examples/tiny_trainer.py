@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         weights = json.loads(resumed.files["weights.json"])
         if resumed.files["ballast.bin"] != ballast:
             raise SystemExit(f"rank {rt.rank}: ballast of step {step} does not round-trip")
-    emit("resume", step=step)
+    emit("resume", step=step, source=resumed.source if resumed else None,
+         load_seconds=resumed.load_seconds if resumed else None)
     durable = rt.checkpointer.last_durable_step if rt.checkpointer else None
     while step < args.steps:
         local = gradient(weights, batch(rt.rank, step))
