@@ -9,9 +9,10 @@ simplicity and for the tie-break order (time, then push order) that makes runs e
 
 This module is the event loop and the measurements; the models it drives share one `cluster.ClusterState`:
 
-- `scheduler`: Volcano's enqueue and allocate for training gangs (whole nodes, preempting inference) and best
-  fit for inference pods, on-prem first, then the first open virtual node, cheapest provider first;
-  `replicasets` keep each service's pod count, placing new pods at once.
+- `scheduler`: Volcano's enqueue and allocate for training gangs (whole nodes, preempting inference; by the
+  pool's InfiniBand fabric where it has one, `topology`) and best fit for inference pods, on-prem first, then
+  the first open virtual node, cheapest provider first; `replicasets` keep each service's pod count, placing
+  new pods at once.
 - `hpa`: per service every period, desired = ceil(demand × headroom) clamped to [min, max], with the upstream
   stabilisation windows.
 - The burst controller's real core (through `controller_adapter`, over `port.ControllerPort`) every
@@ -280,6 +281,8 @@ class Simulator:
             elif kind == SAMPLE:
                 self.samples.append(Sample(t, cluster.train_gpus, cluster.onprem_inf_gpus, cluster.ext_gpus,
                                            int(any(x is None for x in cluster.vn_taint))))
+                if scheduler.fabrics:
+                    self.counters.stranded.append(scheduler.stranded_gpus())
                 push(t + self.sample_s, SAMPLE)
             scheduler.run_pass()
             if self.check_each:

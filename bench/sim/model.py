@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from components.config import ClusterConfig, Forecast
+from bench.sim.topology import Fabric
+from components.config import ClusterConfig, Forecast, SchedulingEngine, TopologyMode
 from components.forecast import ForecastRule
 
 
@@ -20,6 +21,8 @@ class PoolModel:
     name: str
     nodes: int
     gpus_per_node: int
+    # The pool's InfiniBand fabric (`pools[].topology`); None: a flat pool.
+    fabric: Fabric | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,9 @@ class ClusterModel:
     # One training queue per pool (`scheduling.trainingQueuePerPool`): the enqueue gate then counts room per
     # pool (allocated + Inqueue GPUs of that pool's queue within the pool's GPUs) instead of cluster-wide.
     queue_per_pool: bool = False
+    # How gangs of pools with a fabric are held to it (`scheduling.topologyMode`, the Volcano Job's
+    # `networkTopology.mode`); None places them as in a flat pool (the fabric is then only measured).
+    topology_mode: TopologyMode | None = None
 
     @property
     def onprem_gpus(self) -> int:
@@ -99,7 +105,8 @@ class ClusterModel:
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, latencies: Latencies | None = None) -> ClusterModel:
-        pools = tuple(PoolModel(p.name, len(p.node_names), p.gpus_per_node) for p in cfg.pools)
+        pools = tuple(PoolModel(p.name, len(p.node_names), p.gpus_per_node,
+                                None if p.topology is None else Fabric.of(p.topology)) for p in cfg.pools)
         providers = tuple(ProviderModel(p.name, p.node_name, p.gpus, p.pods, p.price_per_gpu_hour)
                           for p in cfg.providers)
         services = tuple(
@@ -124,8 +131,11 @@ class ClusterModel:
             min_pod_age_s=float(d.min_pod_age_seconds),
             prefer_onprem=d.prefer_onprem_affinity,
         )
+        # The template's rule (components/training_spec.py topology_mode): Volcano and a pool with a topology.
+        placed = cfg.scheduling.engine is SchedulingEngine.VOLCANO and any(p.topology is not None for p in cfg.pools)
         return cls(pools, providers, services, limits, latencies or Latencies(),
-                   queue_per_pool=cfg.scheduling.queue_per_pool(len(cfg.pools)))
+                   queue_per_pool=cfg.scheduling.queue_per_pool(len(cfg.pools)),
+                   topology_mode=cfg.scheduling.topology_mode if placed else None)
 
     def with_forecast(self, forecast: Forecast) -> ClusterModel:
         """Every service with `forecast` as its HPA's second metric (none when it is off), as if each service of
@@ -135,9 +145,11 @@ class ClusterModel:
         return replace(self, services=services)
 
     def scaled_to(self, gpus: int) -> ClusterModel:
-        """The same shape at another size: node counts, provider GPUs and replica bounds scale together."""
+        """The same shape at another size: node counts (and a fabric's leaves), provider GPUs and replica bounds
+        scale together."""
         factor = gpus / self.onprem_gpus
-        pools = tuple(replace(p, nodes=max(1, round(p.nodes * factor))) for p in self.pools)
+        pools = tuple(replace(p, nodes=n, fabric=None if p.fabric is None else p.fabric.scaled(n))
+                      for p in self.pools for n in [max(1, round(p.nodes * factor))])
         providers = tuple(replace(p, gpus=max(1, round(p.gpus * factor)), pods=max(1, round(p.pods * factor)))
                           for p in self.providers)
         services = tuple(

@@ -7,7 +7,10 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from bench.sim.topology import GangPlacement
 
 # Event kinds (ints keep heap tuples cheap and comparable).
 ARRIVAL, JOB_END, POD_READY, HPA, CTRL, DESCHED, SAMPLE, WARM_READY = range(8)
@@ -46,6 +49,9 @@ class Counters:
     gangs_rejected: int = 0
     returns: list[float] = field(default_factory=list)  # seconds from a surge's close to no external GPU in use
     gang_waits: list[float] = field(default_factory=list)
+    # Pools with a fabric only: where each gang started, and at each sample (stranded free GPUs, free GPUs).
+    gang_placements: list[GangPlacement] = field(default_factory=list)
+    stranded: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Job(NamedTuple):

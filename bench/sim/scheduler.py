@@ -7,6 +7,9 @@ the default scheduler's best fit for inference pods (on-prem first, then the fir
   queue has room for them) and allocate (in arrival order, smaller gangs backfilling past larger ones). The
   enqueue room is cluster-wide with one training queue, per pool with one queue per pool
   (`ClusterModel.queue_per_pool`).
+- In a pool with a fabric (`ClusterModel.topology_mode` set), a gang takes the nodes `topology.place_gang` picks:
+  one leaf when it fits one, else the fewest leaves under one spine; in hard mode it stays pending until such
+  room exists (smaller gangs backfill past it).
 - Inference pods are bin-packed (best fit) onto nodes without training; when none fits they go to the first
   virtual node, cheapest provider first (`components.provider_rank`: the pods' preferred affinity), that is
   open (our taint absent) and has GPU and pod room, else they stay pending
@@ -18,6 +21,7 @@ from __future__ import annotations
 from bench.sim.cluster import ClusterState
 from bench.sim.objects import ARRIVAL, JOB_END, Job, Pod
 from bench.sim.replicasets import ReplicaSets
+from bench.sim.topology import GangPlacement, leaves_spanned, zone_fabrics
 from bench.sim.workload import Gang
 
 
@@ -33,6 +37,8 @@ class Scheduler:
         self.external_lat = external_latency_s
         self.warm_lat = external_latency_s if warm_latency_s is None else warm_latency_s
         self.replicasets = ReplicaSets(cluster, self.place)
+        self.fabrics = zone_fabrics(cluster)
+        self.topology_mode = cluster.model.topology_mode
 
     def run_pass(self) -> None:
         """Gangs first (training outranks inference), then unplaced inference pods."""
@@ -107,34 +113,47 @@ class Scheduler:
                         c.gated[index] = None  # the pods are created behind the handover gate
                         c.handover_seq += 1
         gated = c.gated
+        mode = self.topology_mode
         for z, queue in c.queue.items():
             if not queue or c.zone_avail[z] == 0:
                 continue
+            fabric = self.fabrics.get(z) if mode is not None else None
             for index in list(queue):
                 gang = c.gangs[index]
                 if gang.nodes > c.zone_avail[z] or index in gated:
                     continue
+                placed = None
+                if fabric is not None and mode is not None:
+                    placed = fabric.place(c.buckets[z], gang.nodes, mode)
+                    if placed is None:
+                        continue  # hard: pending until one switch of its tier has room
                 arrived = queue.pop(index)
-                self.start_gang(index, gang, z, arrived)
+                self.start_gang(index, gang, z, arrived, placed)
                 if c.zone_avail[z] == 0:
                     break
 
-    def start_gang(self, index: int, gang: Gang, z: int, arrived: float) -> None:
+    def start_gang(self, index: int, gang: Gang, z: int, arrived: float, placed: list[int] | None = None) -> None:
+        """Start a gang on `placed` (the fabric's choice) or, in a flat pool, on the emptiest nodes."""
         c = self.cluster
         assert index not in c.gated
         gpn = c.zone_gpn[z]
         buckets = c.buckets[z]
         chosen: list[int] = []
-        need = gang.nodes
-        for f in range(gpn, -1, -1):
-            b = buckets[f]
-            while b and need:
-                node = next(iter(b))
-                del b[node]
-                chosen.append(node)
-                need -= 1
-            if not need:
-                break
+        if placed is None:
+            need = gang.nodes
+            for f in range(gpn, -1, -1):
+                b = buckets[f]
+                while b and need:
+                    node = next(iter(b))
+                    del b[node]
+                    chosen.append(node)
+                    need -= 1
+                if not need:
+                    break
+        else:
+            for node in placed:
+                del buckets[c.node_free[node]][node]
+            chosen = placed
         c.zone_avail[z] -= gang.nodes
         now = self.events.now
         measuring = now >= self.events.warmup
@@ -155,6 +174,10 @@ class Scheduler:
         c.jobs[index] = Job(z, chosen)
         if measuring:
             c.counters.gang_waits.append(now - arrived)
+            fabric = self.fabrics.get(z)
+            if fabric is not None:
+                c.counters.gang_placements.append(GangPlacement(
+                    gang.nodes, leaves_spanned(chosen, fabric.leaf_of), fabric.fewest(gang.nodes), now - arrived))
         self.events.push(now + gang.duration_s, JOB_END, index)
         for s in sorted(hit):
             self.replicasets.reconcile(s, replacement=True)  # the ReplicaSets replace what the gang deleted
@@ -174,6 +197,15 @@ class Scheduler:
         c.zone_train[z] -= len(nodes) * gpn
         c.capacity_changed = True
         c.admit_dirty = True
+
+    def stranded_gpus(self) -> tuple[int, int]:
+        """(free GPUs on partly used leaves, free GPUs) over the training zones of pools with a fabric."""
+        stranded = free = 0
+        for fabric in self.fabrics.values():
+            s, f = fabric.stranded(self.cluster.node_free)
+            stranded += s
+            free += f
+        return stranded, free
 
     # ------------------------------------------------------------------ inference pods
 
