@@ -176,10 +176,29 @@ def agents(cluster: Layout, manifests: Path) -> dict[str, dict[str, Any]]:
     started = time.monotonic()
     for app, d in deployed.items():
         replicas = d["deployment"]["spec"]["replicas"]
-        _wait(f"{replicas} {app} pods Ready on the real system node",
-              lambda a=app, n=replicas: len(ready_pods(cluster, NS, a)) == n, 240)  # type: ignore[misc]
+        try:
+            _wait(f"{replicas} {app} pods Ready on the real system node",
+                  lambda a=app, n=replicas: len(ready_pods(cluster, NS, a)) == n, 240)  # type: ignore[misc]
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}\n{_pod_logs(cluster, app)}") from None
     figures["agents_ready_s"] = round(time.monotonic() - started, 1)
     return deployed
+
+
+def _pod_logs(lay: Layout, app: str) -> str:
+    """The last lines each of ``app``'s containers wrote, this run and the one before: why a pod is not Ready."""
+    from kubernetes.client import ApiException
+
+    core = _core(lay)
+    out = []
+    for pod in core.list_namespaced_pod(NS, label_selector=f"app.kubernetes.io/name={app}").items:
+        for previous in (True, False):
+            try:
+                text = core.read_namespaced_pod_log(pod.metadata.name, NS, previous=previous, tail_lines=30)
+            except ApiException as exc:
+                text = f"(no log: {exc.reason})"
+            out.append(f"--- {pod.metadata.name} {'previous' if previous else 'current'}:\n{text}")
+    return "\n".join(out)
 
 
 @pytest.fixture(scope="module")

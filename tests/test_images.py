@@ -168,3 +168,62 @@ def test_a_stack_pulls_agent_images_from_its_own_registry() -> None:
     local = images.agent_image("health-guard", "docker.io/local")
     assert local == f"docker.io/local/health-guard:{images.AGENT_VERSION}"
     assert images.agent_image("health-guard").startswith(f"{images.AGENT_REGISTRY}/health-guard:")
+
+
+def _copied(dockerfile: Path) -> list[Path]:
+    """The repository paths a Dockerfile's COPY lines bring into the image (sources only; --from copies skipped)."""
+    out: list[Path] = []
+    for line in dockerfile.read_text().splitlines():
+        words = line.split()
+        if not words or words[0].upper() != "COPY" or any(w.startswith("--from") for w in words):
+            continue
+        out += [ROOT / w for w in words[1:-1] if not w.startswith("--")]
+    return out
+
+
+def _closure(entries: list[str], packages: tuple[str, ...]) -> set[Path]:
+    """The files of every first-party module the entry modules import at run time, transitively."""
+    from tests.test_import_rules import runtime_imports
+
+    def file_of(module: str) -> Path | None:
+        base = ROOT.joinpath(*module.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    seen: set[Path] = set()
+    todo = list(entries)
+    while todo:
+        module = todo.pop()
+        path = file_of(module)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages' __init__ run too
+        for imported, name in runtime_imports(path):
+            if imported.split(".")[0] in packages:
+                todo.append(imported)
+                if name:
+                    todo.append(f"{imported}.{name}")
+    return seen
+
+
+@pytest.mark.parametrize(("dockerfile", "entries"), [
+    ("agents/burst_controller/Dockerfile", ["agents.burst_controller.cli", "agents.serving_cert"]),
+    ("agents/health_guard/Dockerfile", ["agents.health_guard.cli"]),
+    ("agents/node_pools/Dockerfile", ["agents.node_pools.cli"]),
+    ("agents/ib_exporter/Dockerfile", ["agents.ib_exporter.cli"]),
+    ("agents/checkpoint_check/Dockerfile", ["agents.checkpoint_check.cli"]),
+    ("training_runtime/Dockerfile", ["training_runtime.supervisor", "training_runtime.examples.tiny_trainer",
+                                     "training_runtime.gang"]),
+])
+def test_every_image_carries_what_its_entry_points_import(dockerfile: str, entries: list[str]) -> None:
+    """An image that copies its modules one by one must copy every module its entry points import: a module left
+    out crash-loops the agent's pods with ModuleNotFoundError, which no test outside a real node would see."""
+    copied = _copied(ROOT / dockerfile)
+    needed = _closure(entries, ("agents", "training_runtime"))
+    missing = sorted(str(p.relative_to(ROOT)) for p in needed
+                     if not any(p == c or c in p.parents for c in copied))
+    assert missing == [], f"{dockerfile} does not copy {missing}"
