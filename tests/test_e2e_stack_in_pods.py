@@ -402,13 +402,40 @@ def _first_training_after(stack: Layout, after: int, gang: str = GANG) -> int | 
     return next((r for r in rounds if _training(stack, r, gang)), None)
 
 
+def _gang_diagnosis(stack: Layout, gang: str) -> str:
+    """What a gang that does not train again looks like: its supervisors' files, its events' tail, its pods and
+    the Volcano Job's status, and each pod's log tail."""
+    from kubernetes import client
+
+    out = [f"supervisor {path.name}: {path.read_text()}"
+           for path in sorted(stack.volumes.glob(f"*/{gang}/.supervise/*/r*.json"))]
+    out += [f"event {json.dumps(e)}" for e in _events(stack, gang)[-12:]]
+    core, _, _ = _apis(stack)
+    ns = "training"
+    for pod in core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={gang}").items:
+        out.append(f"pod {pod.metadata.name} {pod.status.phase} node={pod.spec.node_name} "
+                   f"deleting={pod.metadata.deletion_timestamp is not None} "
+                   f"attempt={(pod.metadata.annotations or {}).get('volcano.sh/job-retry-count')}")
+        try:
+            out.append(core.read_namespaced_pod_log(pod.metadata.name, ns, tail_lines=15))
+        except client.ApiException as exc:
+            out.append(f"(no log: {exc.reason})")
+    job = client.CustomObjectsApi(control.api_client(stack)).get_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", ns, "jobs", gang)
+    out.append(f"job status: {json.dumps(job.get('status'))}")
+    return "\n".join(out)
+
+
 def _restart(stack: Layout, after: int, cause: str, gang: str = GANG,
              started: float | None = None) -> dict[str, float | int]:
     """Wait for the gang to train in a round past ``after`` (every rank stepped); what the restart cost since
     ``started`` (now by default): the steps between the furthest any rank reached and the resume, and the round."""
     started = time.monotonic() if started is None else started
-    wait(f"the gang trains again after the {cause}", lambda: _first_training_after(stack, after, gang) is not None,
-         300)
+    try:
+        wait(f"the gang trains again after the {cause}",
+             lambda: _first_training_after(stack, after, gang) is not None, 300)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}\n{_gang_diagnosis(stack, gang)}") from None
     new = _first_training_after(stack, after, gang)
     assert new is not None
     events = _events(stack, gang)
