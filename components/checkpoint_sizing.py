@@ -1,11 +1,7 @@
 """Checkpoint sizing: can each declared filesystem absorb one checkpoint inside the time budget?
 
-Pure arithmetic, no Pulumi: config validation (strict mode), the component's warnings and the preview
-summary all call it. Units are decimal, as storage vendors quote them: 1 TB = 1000 GB, GB/s = 1e9 B/s.
-The default budget is the lesson from large clusters: 1 TB in 30 s, i.e. 33.3 GB/s aggregate. Spread
-over 256 writers that is only 130 MB/s each; the filesystem's aggregate (and its metadata service,
-with that many files created at once) is the limit, not a node's link. With few writers the
-per-writer rate can exceed what one client link carries, which no filesystem can fix.
+The preview's rows; the arithmetic (and the rationale behind the budget) is :mod:`components.config.sizing`,
+which the config's checks use too.
 """
 
 from __future__ import annotations

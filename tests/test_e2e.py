@@ -37,7 +37,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -279,7 +279,9 @@ def test_fault_scenario(stack, prometheus):
 
     # A 4-node gang beside inference: 5 GPUs per worker, so no two workers share a node (5 + 5 > 8).
     job = job_cfg.model_copy(update={"name": "e2e-fault-gang", "workers": 4, "gpus_per_worker": 5})
-    spec = volcano_job_spec(TrainingJobArgs.from_config(cfg, job))
+    # kwok runs no processes, so nothing restarts in place: the gang takes Volcano's whole-gang path (RestartJob on an
+    # eviction), whose phases bench/sim/restart.py decomposes.
+    spec = volcano_job_spec(replace(TrainingJobArgs.from_config(cfg, job), restart_in_place=None))
     c.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs", {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
         "metadata": {"name": "e2e-fault-gang", "namespace": cfg.training_namespace}, "spec": spec})

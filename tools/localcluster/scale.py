@@ -76,7 +76,8 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
 
     A resized stack keeps its proportions: each team's guaranteed and capability GPUs scale with the on-prem
     GPUs, except that the first team may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
-    is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs).
+    is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs). Restart in
+    place is off: kwok runs no processes.
     """
     values = copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml"))  # secrets stay with the engine
     if sh.pools is not None:
@@ -96,6 +97,11 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
         training = dict(values.get("training") or {})
         training["jobs"] = []
         values["training"] = training
+    # kwok nodes run no processes, so nothing could restart in place: the bench's gangs take Volcano's paths
+    # (an evicted pod restarts the whole gang), which is what the crash runs time (the whole-gang restart terms).
+    training = dict(values.get("training") or {})
+    training["restartInPlace"] = {**dict(training.get("restartInPlace") or {}), "enabled": False}
+    values["training"] = training
     if sh.system_nodes is not None:
         system = dict(values.get("systemPool") or {"name": "system"})
         system["nodes"] = [f"cpu-sys-[01-{sh.system_nodes:02d}]"]
