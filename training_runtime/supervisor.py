@@ -214,7 +214,6 @@ class Supervisor:
         self._last_write = 0.0
         self._seen: dict[int, tuple[int, float]] = {}
         self._stop_requested = False
-        self.restarts = 0  # rounds this supervisor started after its first
 
     def path(self, rank: int) -> Path:
         return self.dir / f"r{rank}.json"
@@ -309,8 +308,6 @@ class Supervisor:
                 self._stop_worker()
                 continue
             if decision.act is Act.START:
-                if decision.round > start_round:
-                    self.restarts += 1
                 self._start(decision.round)
                 me = replace(me, phase=Phase.RUNNING, worker_running=True, worker_exit=None)
             elif decision.act is Act.NEXT_ROUND:
