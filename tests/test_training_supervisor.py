@@ -94,6 +94,8 @@ def test_a_replacement_joins_the_round_under_way_and_a_new_gang_starts_past_the_
     assert first_round({1: Peer(9, R, alive=False), 2: Peer(2, R)}) == 2
     # Nobody alive: the files of a gang that is gone; the new one never reuses their rounds' rendezvous.
     assert first_round({1: Peer(4, RUN, alive=False), 2: Peer(5, F, alive=False)}) == 6
+    # The gang before a whole restart, still terminating: its pods are no round to join.
+    assert first_round({1: Peer(1, Phase.STOPPING), 2: Peer(1, Phase.GAVE_UP)}) == 2
 
 
 def test_a_clean_stop_for_another_ranks_eviction_waits_for_the_replacement() -> None:
@@ -128,6 +130,18 @@ def test_the_decision_never_starts_a_round_alone_and_never_hides_a_failure(
     if d.phase is Phase.GAVE_UP and d.act is Act.EXIT:
         assert d.exit_code == FALLBACK_EXIT
     assert not (running and d.act is Act.EXIT)  # never leaves a worker behind
+
+
+@given(peers=st.dictionaries(st.integers(1, 3), PEER, max_size=3))
+def test_a_starting_supervisor_joins_only_a_live_round_and_otherwise_starts_past_every_known_one(
+        peers: dict[int, Peer | None]) -> None:
+    start = first_round(peers)
+    known = [p for p in peers.values() if p is not None]
+    joinable = [p for p in known if p.alive and p.phase in (R, RUN, F)]
+    if joinable:  # the newest round a live rank is in, or is about to start (after its failure)
+        assert start == max(p.round + (p.phase is F) for p in joinable)
+    else:  # never a round a gone gang used: its rendezvous may still be on disk
+        assert all(start > p.round for p in known)
 
 
 # ------------------------------------------------------------------ real processes
@@ -221,6 +235,27 @@ def test_an_evicted_pod_is_replaced_alone_and_the_gang_resumes_where_it_stopped(
     assert {e["attempt"] for e in resumes} == {0, 1}  # the replacement came from Volcano's next attempt
     assert sorted(e["step"] for e in events if e["event"] == "done") == [200, 200]
     assert "waiting for its replacement" in results[0][1]
+
+
+def test_a_gang_restarted_whole_at_once_starts_past_every_round_its_killed_pods_were_in(tmp_path: Path) -> None:
+    """Volcano's RestartJob after a container was killed: the new pods can start within a second of the old ones'
+    last beat. Their fresh-looking files must not pass for live supervisors, or the new gang would reuse the
+    round, and the rendezvous, of the gang that is gone."""
+    procs = start_gang(tmp_path, steps=400)
+    wait_for(lambda: any(e["event"] == "step" and e["step"] >= 5 for e in read_events(tmp_path / "events", WORLD)))
+    workers = [mark(tmp_path, rank)["worker_pid"] for rank in range(WORLD)]
+    for proc, worker in zip(procs, workers, strict=True):  # the containers die with everything in them
+        proc.kill()
+        assert isinstance(worker, int)
+        os.killpg(worker, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert all(mark(tmp_path, rank)["round"] == 0 for rank in range(WORLD))
+    again = start_gang(tmp_path, steps=30, extra={"TRAINING_ATTEMPT": "1"})
+    results = finish(again)
+    assert [rc for rc, _ in results] == [0, 0], results
+    events = read_events(tmp_path / "events", WORLD)
+    assert {e["inplace"] for e in events if e["attempt"] == 1} == {1}, events  # one round, past the last
+    assert not [e for e in events if e["attempt"] == 1 and e["inplace"] == 0]
 
 
 def test_a_worker_that_keeps_dying_makes_its_pod_fail_and_the_gang_falls_back(tmp_path: Path) -> None:

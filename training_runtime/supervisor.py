@@ -183,11 +183,17 @@ def decide(me: Me, peers: Mapping[int, Peer | None], now: float, *, restarts_bef
     return stay
 
 
+#: The phases of a peer whose round a starting supervisor joins. A pod that is stopping (the previous gang, still
+#: terminating while Volcano restarts it whole), finished or gave up is no round to join.
+JOINABLE = frozenset({Phase.READY, Phase.RUNNING, Phase.FAILED})
+
+
 def first_round(peers: Mapping[int, Peer | None]) -> int:
     """The round a supervisor that starts now joins: the one the live gang is in (a replacement pod joins the
     restart under way); with nobody alive, one past every round the run's files remember (a gang Volcano restarted
     whole never meets a rendezvous of the one before), or 0 for a new run."""
-    live = [p.round + (1 if p.phase is Phase.FAILED else 0) for p in peers.values() if p is not None and p.alive]
+    live = [p.round + (1 if p.phase is Phase.FAILED else 0) for p in peers.values()
+            if p is not None and p.alive and p.phase in JOINABLE]
     if live:
         return max(live)
     known = [p.round for p in peers.values() if p is not None]
@@ -212,7 +218,9 @@ class Supervisor:
         self.worker: subprocess.Popen[bytes] | None = None
         self._beat = 0
         self._last_write = 0.0
-        self._seen: dict[int, tuple[int, float]] = {}
+        #: Each peer's last beat and when (our clock) we saw it move; None until it has moved while we watched.
+        self._seen: dict[int, tuple[int, float | None]] = {}
+        self._fresh_at_first_sight: dict[int, bool] = {}
         self._stop_requested = False
 
     def path(self, rank: int) -> Path:
@@ -229,8 +237,9 @@ class Supervisor:
         self._last_write = time.monotonic()
 
     def read_peers(self, now: float) -> dict[int, Peer | None]:
-        """Every rank's file. A rank whose beat has not moved for ``dead_after`` seconds of our clock is dead; at first
-        sight, one whose file is that old by the wall clock (a pod of a gang that is gone) is dead already."""
+        """Every rank's file. A peer is alive while its beat has moved within ``dead_after`` seconds of our clock;
+        at first sight nobody is: a file written a second before its pod was killed looks as fresh as a live one,
+        and only a beat that moves while we watch proves a supervisor behind it."""
         out: dict[int, Peer | None] = {}
         for rank in range(self.dist.world_size):
             if rank == self.dist.rank:
@@ -245,13 +254,28 @@ class Supervisor:
                 continue
             seen = self._seen.get(rank)
             if seen is None:
-                age = max(0.0, time.time() - written)
-                self._seen[rank] = (beat, now - age)
+                self._seen[rank] = (beat, None)
+                self._fresh_at_first_sight[rank] = time.time() - written <= self.dead_after
             elif seen[0] != beat:
                 self._seen[rank] = (beat, now)
-            alive = now - self._seen[rank][1] <= self.dead_after
-            out[rank] = replace(peer, alive=alive)
+            moved_at = self._seen[rank][1]
+            out[rank] = replace(peer, alive=moved_at is not None and now - moved_at <= self.dead_after)
         return out
+
+    def settle(self) -> dict[int, Peer | None]:
+        """The peers as a supervisor that starts now must see them to pick its round: any whose file is fresh by
+        the wall clock is watched for one beat (and a poll) so a live one shows its beat move; a file of a pod that
+        is gone never does. With no fresh file (a new run, a gang restarted whole after its files went stale) there
+        is nothing to wait for."""
+        peers = self.read_peers(time.monotonic())
+        deadline = time.monotonic() + self.beat_every + 2 * self.poll
+        while time.monotonic() < deadline:
+            watched = {r for r, fresh in self._fresh_at_first_sight.items() if fresh}
+            if all((peer := peers.get(r)) is not None and peer.alive for r in watched):
+                break
+            time.sleep(self.poll)
+            peers = self.read_peers(time.monotonic())
+        return peers
 
     def _start(self, round_: int) -> None:
         env = {**self.env, INPLACE_RESTARTS: str(round_)}
@@ -281,10 +305,7 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until the worker finishes, the pod is asked to stop, or the gang falls back to Volcano."""
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        now = time.monotonic()
-        self.read_peers(now)  # first sight of every beat
-        time.sleep(min(self.poll, 0.05))
-        start_round = first_round(self.read_peers(time.monotonic()))
+        start_round = first_round(self.settle())
         me = Me(rank=self.dist.rank, world_size=self.dist.world_size, round=start_round, phase=Phase.READY,
                 ready_since=time.monotonic())
         self._write(me)
