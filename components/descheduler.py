@@ -166,7 +166,7 @@ class GradualReturn(pulumi.ComponentResource):
                                 image=args.image,
                                 command=["/bin/descheduler"],
                                 args=[f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}", "--v=3"],
-                                resources=resources("500m", "256Mi"),
+                                resources=resources(d.resources.cpu, d.resources.memory),
                                 security_context=container_security_context(),
                                 volume_mounts=[mount],
                             )],

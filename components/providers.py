@@ -474,7 +474,7 @@ class ExternalGpuProvider(pulumi.ComponentResource):
                     k8s.core.v1.ContainerPortArgs(name="kubelet", container_port=KUBELET_PORT),
                     k8s.core.v1.ContainerPortArgs(name="metrics", container_port=METRICS_PORT),
                 ],
-                resources=resources("500m", "512Mi"),
+                resources=resources(p.kubelet_resources.cpu, p.kubelet_resources.memory),
                 security_context=container_security_context(),
                 volume_mounts=mounts,
             )],

@@ -634,14 +634,8 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
                                                                                           "health-guard"))
     figures.setdefault("leader_failover_s", {})["health-guard"] = failover
     probation = cfg.observability.health.probation_seconds
-    try:
-        wait(f"the guard releases {degraded_node} after {probation}s clear",
-             lambda: quarantine(degraded_node) is None, probation + 180)
-    except AssertionError as timed_out:
-        # A known defect of the local real-node network, diagnosed and open (docs/real-nodes.md): after the leading
-        # guard pod is deleted, the guard pod that leads next fails most name lookups of the Prometheus Service, so
-        # it never sees the fault clear. Everything before this point held; what follows needs the release.
-        pytest.xfail(f"{timed_out}: the new guard leader cannot resolve Prometheus (known, open)")
+    wait(f"the guard releases {degraded_node} after {probation}s clear",
+         lambda: quarantine(degraded_node) is None, probation + 180)
     release_s = round(time.monotonic() - cleared, 1)
     assert release_s >= probation, f"released {release_s}s after the fault cleared, before the {probation}s probation"
     time.sleep(5)  # a few passes of the new leader's loop: a second release would show now

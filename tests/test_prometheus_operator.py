@@ -29,6 +29,9 @@ def _cfg() -> ClusterConfig:
     return cfg
 
 
+SYSTEM_CLASS = _cfg().priorities.system.name
+
+
 def _by_kind(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
@@ -37,18 +40,73 @@ def test_the_operators_service_is_what_the_stacks_guard_asks() -> None:
     cfg = _cfg()
     # The operator names the governing Service of every Prometheus prometheus-operated, in the resource's namespace.
     assert f"http://{po.SERVICE}.{cfg.monitoring_namespace}.svc:{po.PORT}" == cfg.observability.prometheus_url
-    prom = po.prometheus_resource(cfg.monitoring_namespace, "cpu-local-01", {})
+    prom = po.prometheus_resource(cfg.monitoring_namespace, "cpu-local-01", {}, SYSTEM_CLASS)
     assert prom["metadata"]["namespace"] == cfg.monitoring_namespace
 
 
+def _pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    template = spec.get("template")
+    return template["spec"] if template else None
+
+
+def test_no_pod_of_the_stack_outranks_the_prometheus_the_guard_reads() -> None:
+    """The descheduler's CronJob pod (the system class) preempted a Prometheus at the default priority every minute
+    on a full system node: the guard saw its Service without a ready pod and every series start again."""
+    from tools.render import manifests
+
+    config, secrets = stack_config("local")
+    docs = list(manifests(run_program("local", config, secrets)).values())
+    classes = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
+    prom = po.prometheus_resource("monitoring", "cpu-local-01", {}, SYSTEM_CLASS)["spec"]
+    operator = po.operator_deployment("monitoring", "cpu-local-01", SYSTEM_CLASS)["spec"]["template"]["spec"]
+    assert prom["priorityClassName"] == operator["priorityClassName"] == SYSTEM_CLASS
+    ranks = {f"{d['kind']}/{d['metadata']['name']}": classes.get(pod.get("priorityClassName", ""), 0)
+             for d in docs if (pod := _pod_spec(d)) is not None}
+    assert "CronJob/descheduler" in ranks and ranks["CronJob/descheduler"] == classes[SYSTEM_CLASS], ranks
+    assert max(ranks.values()) <= classes[SYSTEM_CLASS], ranks
+
+
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def test_every_platform_pod_of_the_local_stack_fits_its_two_core_system_node_at_once() -> None:
+    """Everything the local stack and the monitoring install place on the real system node, with the descheduler's
+    run beside them: one core short and the run preempts the lowest pod there at every schedule."""
+    from tools.render import manifests
+
+    cfg = _cfg()
+    config, secrets = stack_config("local")
+    docs = [d for d in manifests(run_program("local", config, secrets)).values()
+            if d["metadata"].get("namespace") == cfg.system_namespace]
+    docs += po.manifests(cfg.monitoring_namespace, "cpu-local-01", {}, SYSTEM_CLASS)
+    total, seen = 0, {}
+    for doc in docs:
+        pod = _pod_spec(doc) if doc["kind"] in ("Deployment", "StatefulSet", "CronJob") else None
+        if doc["kind"] == "Prometheus":
+            pod, replicas = {"containers": [doc["spec"]]}, doc["spec"]["replicas"]
+        elif pod is not None:
+            replicas = doc["spec"].get("replicas", 1) if doc["kind"] != "CronJob" else 1
+        else:
+            continue
+        cpu = sum(_millicores(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in pod["containers"])
+        seen[f"{doc['kind']}/{doc['metadata']['name']}"] = cpu * replicas
+        total += cpu * replicas
+    assert {"CronJob/descheduler", "Prometheus/local", "Deployment/health-guard"} <= set(seen), seen
+    assert total <= 2000, f"{total}m of CPU requests on a 2-core node: {seen}"
+
+
 def test_prometheus_selects_the_stacks_monitors_and_rules_by_its_monitor_labels_in_every_namespace() -> None:
-    spec = po.prometheus_resource("monitoring", "cpu-local-01", {"release": "platform"})["spec"]
+    spec = po.prometheus_resource("monitoring", "cpu-local-01", {"release": "platform"}, SYSTEM_CLASS)["spec"]
     for kind in ("serviceMonitor", "podMonitor", "rule"):
         assert spec[f"{kind}Selector"] == {"matchLabels": {"release": "platform"}}
         assert spec[f"{kind}NamespaceSelector"] == {}
     # No monitorLabels (the local stack): every monitor and rule, as `{}` selects all (a missing selector would
     # select none).
-    spec = po.prometheus_resource("monitoring", "cpu-local-01", {})["spec"]
+    spec = po.prometheus_resource("monitoring", "cpu-local-01", {}, SYSTEM_CLASS)["spec"]
     assert spec["serviceMonitorSelector"] == spec["podMonitorSelector"] == spec["ruleSelector"] == {}
     assert "probeSelector" not in spec and "scrapeConfigSelector" not in spec
 
@@ -65,7 +123,7 @@ def test_the_stacks_monitors_and_rules_carry_the_labels_prometheus_selects() -> 
 
 
 def test_prometheus_is_the_local_build_at_the_release_the_operator_is_built_on() -> None:
-    spec = po.prometheus_resource("monitoring", "cpu-local-01", {})["spec"]
+    spec = po.prometheus_resource("monitoring", "cpu-local-01", {}, SYSTEM_CLASS)["spec"]
     assert spec["image"] == image_local.PROMETHEUS_IMAGE and spec["imagePullPolicy"] == "Never"
     # Upstream tags Prometheus 3.5.0 as module v0.305.0; the operator's default version, and what it generates for.
     assert prometheus_release(PROMETHEUS.version) == "v3.5.0" == spec["version"]
@@ -90,7 +148,7 @@ def test_the_built_prometheus_reports_the_release_its_image_is_tagged_with() -> 
 
 
 def test_the_operator_runs_the_pinned_build_with_the_pinned_reloader() -> None:
-    dep = po.operator_deployment("monitoring", "cpu-local-01")
+    dep = po.operator_deployment("monitoring", "cpu-local-01", SYSTEM_CLASS)
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image_local.PROMETHEUS_OPERATOR_IMAGE
     assert container["image"].endswith(f":{PROMETHEUS_OPERATOR.version}") and container["imagePullPolicy"] == "Never"
@@ -105,10 +163,10 @@ def test_the_operator_runs_the_pinned_build_with_the_pinned_reloader() -> None:
 
 
 def test_every_pod_passes_the_restricted_level_of_the_monitoring_namespace() -> None:
-    pod = po.operator_deployment("monitoring", "cpu-local-01")["spec"]["template"]["spec"]
+    pod = po.operator_deployment("monitoring", "cpu-local-01", SYSTEM_CLASS)["spec"]["template"]["spec"]
     assert restricted_problems(pod) == []
     # The operator's containers drop everything and run read-only; the pod's context is the resource's.
-    prom = po.prometheus_resource("monitoring", "cpu-local-01", {})["spec"]["securityContext"]
+    prom = po.prometheus_resource("monitoring", "cpu-local-01", {}, SYSTEM_CLASS)["spec"]["securityContext"]
     generated = {"securityContext": prom, "containers": [
         {"name": n, "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                         "capabilities": {"drop": ["ALL"]}}}
@@ -117,7 +175,7 @@ def test_every_pod_passes_the_restricted_level_of_the_monitoring_namespace() -> 
 
 
 def test_grants_are_least_privilege_no_wildcards_and_writes_only_in_the_monitoring_namespace() -> None:
-    docs = _by_kind(po.manifests("monitoring", "cpu-local-01", {}))
+    docs = _by_kind(po.manifests("monitoring", "cpu-local-01", {}, SYSTEM_CLASS))
     rules = [(d["kind"], r) for d in docs.values() if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
     for _, rule in rules:
         assert "*" not in [*rule["apiGroups"], *rule["resources"], *rule["verbs"]], rule
@@ -141,5 +199,5 @@ def test_grants_are_least_privilege_no_wildcards_and_writes_only_in_the_monitori
 
 
 def test_objects_come_in_dependency_order() -> None:
-    kinds = [d["kind"] for d in po.manifests("monitoring", "cpu-local-01", {})]
+    kinds = [d["kind"] for d in po.manifests("monitoring", "cpu-local-01", {}, SYSTEM_CLASS)]
     assert kinds.index("ServiceAccount") < kinds.index("Deployment") and kinds[-1] == "Prometheus"

@@ -392,3 +392,13 @@ def refuse_value(cls: type[BaseModel], key: Any, value: Any) -> Any:
                 for item in value]
     why = number_problem(value, snake, allowed, numeric)
     return Refused(why, value) if why else value
+
+
+class ContainerRequests(ConfigModel):
+    """What the scheduler reserves for one container on its node; the memory is its limit too (no OOM surprises).
+    A system node's room is the sum of these: a pod that does not fit preempts the lowest class there."""
+
+    cpu: Quantity
+    """CPU request (`500m`, `2`)."""
+    memory: Quantity
+    """Memory request and limit (`256Mi`, `1Gi`)."""

@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import field_validator, model_validator
 
 from components import images
-from components.config.base import ConfigModel, NonNegativeInt, PinnedImage, PositiveInt, check_cron
+from components.config.base import ConfigModel, ContainerRequests, NonNegativeInt, PinnedImage, PositiveInt, check_cron
 
 
 class Descheduler(ConfigModel):
@@ -27,6 +27,9 @@ class Descheduler(ConfigModel):
     min_pod_age_seconds: NonNegativeInt = 300
     """Only pods older than this are evicted (the evictor's `minPodAge`, seconds), so a replica that has just
     started is not moved again at once."""
+    resources: ContainerRequests = ContainerRequests(cpu="500m", memory="256Mi")
+    """Each run's pod: it lists every pod and node, so it grows with the fleet; a run takes seconds, yet its request
+    must fit on the system node beside the agents at every schedule (a pod that does not fit preempts one there)."""
     prefer_onprem_affinity: bool = False
     """Also evict external pods whose preferred on-prem affinity could now be met (nodeFit checks room). With
     priced providers it also moves pods from a dearer provider to a cheaper one with room, each an external

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.config.base import (
+    ContainerRequests,
     ConfigModel,
     DnsLabel,
     DnsSubdomain,
@@ -62,6 +63,9 @@ class ProviderBase(ConfigModel):
     """Memory the virtual node reports (GiB; the node-cli capacity file)."""
     pods: PositiveInt = 500
     """Pods the virtual node admits (the node-cli capacity file)."""
+    kubelet_resources: ContainerRequests = ContainerRequests(cpu="500m", memory="512Mi")
+    """The virtual kubelet's own container, on a system node (not the capacity its node reports): it keeps every
+    external pod's status and the node's lease."""
     ephemeral_storage_gi: PositiveInt = 2048
     """Ephemeral storage the virtual node reports (GiB; the node-cli capacity file): every pod of ours
     requests some, and a node that reports none is refused by the scheduler for all of them."""

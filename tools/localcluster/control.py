@@ -290,7 +290,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
         cfg = load_stack_config(ROOT, stack)
         if cfg is not None:
             prometheus_operator.start(lay, dict(cfg.observability.monitor_labels), cfg.monitoring_namespace,
-                                      policy_node(real_nodes_for(plan)))
+                                      policy_node(real_nodes_for(plan)), cfg.priorities.system.name)
     say(f"up in {time.monotonic() - started:.1f}s: {kwok_count} kwok nodes from {plan.source}, "
         f"kubeconfig {lay.kubeconfig}")
     return plan

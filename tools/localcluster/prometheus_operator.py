@@ -14,8 +14,15 @@ ConfigMaps, the Service), in the monitoring namespace only (a Role there); clust
 and namespaces it selects, and writes events about them. Prometheus reads what its service discovery needs. No rule
 has a wildcard. Every pod passes the ``restricted`` Pod Security level the stack gives that namespace.
 
-The monitoring namespace is the stack's (``pulumi up`` creates it), so ``up`` starts a process that waits for it,
-applies these objects once and exits (its log says what it did). kwok's pods have no real address: their targets
+Both run at the stack's system priority (``priorities.system``), as the agents that read them do: a pod of a lower
+class on a full system node is what the scheduler preempts to place a platform pod. At the pod's default priority,
+Prometheus was preempted by the descheduler's CronJob pod every minute (the local system node has two cores), came
+back with an empty TSDB, and the health guard, seeing every query fail or every series stale, never let a node's
+probation run out: the "new guard leader cannot resolve Prometheus" of earlier rounds, a headless Service with no
+ready pod answering NXDOMAIN.
+
+The monitoring namespace and the priority class are the stack's (``pulumi up`` creates them), so ``up`` starts a
+process that waits for both, applies these objects once and exits (its log says what it did). kwok's pods have no real address: their targets
 are down, as an unreachable target is in production.
 """
 
@@ -111,7 +118,7 @@ def _selector(labels: Mapping[str, str]) -> dict[str, Any]:
     return {"matchLabels": dict(labels)} if labels else {}
 
 
-def prometheus_resource(namespace: str, node: str, selector: Mapping[str, str],
+def prometheus_resource(namespace: str, node: str, selector: Mapping[str, str], priority_class: str,
                         evaluation_interval: str = "5s") -> dict[str, Any]:
     """The Prometheus resource: the stack's monitors and rules (by ``selector``) in every namespace, on ``node``, with
     the local image and the version it holds; restricted Pod Security (the operator's containers drop everything and
@@ -126,14 +133,14 @@ def prometheus_resource(namespace: str, node: str, selector: Mapping[str, str],
             "podMonitorSelector": _selector(selector), "podMonitorNamespaceSelector": {},
             "ruleSelector": _selector(selector), "ruleNamespaceSelector": {},
             "evaluationInterval": evaluation_interval, "retention": "1d",
-            "nodeSelector": {"kubernetes.io/hostname": node},
+            "nodeSelector": {"kubernetes.io/hostname": node}, "priorityClassName": priority_class,
             "securityContext": _pod_security(),
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         },
     }
 
 
-def operator_deployment(namespace: str, node: str) -> dict[str, Any]:
+def operator_deployment(namespace: str, node: str, priority_class: str) -> dict[str, Any]:
     args = [f"--prometheus-config-reloader={PROMETHEUS_CONFIG_RELOADER_IMAGE}",
             # Prometheus resources, and what the operator makes for them, only in the monitoring namespace (its Role);
             # the monitors and rules they select anywhere.
@@ -146,6 +153,7 @@ def operator_deployment(namespace: str, node: str) -> dict[str, Any]:
             "metadata": {"labels": OPERATOR_LABELS},
             "spec": {
                 "serviceAccountName": OPERATOR, "nodeSelector": {"kubernetes.io/hostname": node},
+                "priorityClassName": priority_class,
                 "securityContext": _pod_security(),
                 "containers": [{
                     "name": OPERATOR, "image": PROMETHEUS_OPERATOR_IMAGE, "imagePullPolicy": "Never", "args": args,
@@ -158,7 +166,7 @@ def operator_deployment(namespace: str, node: str) -> dict[str, Any]:
     }
 
 
-def manifests(namespace: str, node: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+def manifests(namespace: str, node: str, selector: Mapping[str, str], priority_class: str) -> list[dict[str, Any]]:
     """Everything in dependency order (pure): the operator's identity and grants, its Deployment, Prometheus's
     identity and grants, the Prometheus resource."""
     cluster_role = f"localcluster:{OPERATOR}"
@@ -183,12 +191,12 @@ def manifests(namespace: str, node: str, selector: Mapping[str, str]) -> list[di
         {"apiVersion": rbac, "kind": "Role", "metadata": {"name": OPERATOR, "namespace": namespace},
          "rules": operator_namespace_rules()},
         binding("RoleBinding", OPERATOR, "Role", OPERATOR, OPERATOR),
-        operator_deployment(namespace, node),
+        operator_deployment(namespace, node, priority_class),
         account(PROMETHEUS_ACCOUNT),
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": prom_role},
          "rules": prometheus_cluster_rules()},
         binding("ClusterRoleBinding", prom_role, "ClusterRole", prom_role, PROMETHEUS_ACCOUNT),
-        prometheus_resource(namespace, node, selector),
+        prometheus_resource(namespace, node, selector, priority_class),
     ]
 
 
@@ -239,7 +247,7 @@ def _apply(api: Any, doc: dict[str, Any]) -> None:
             raise
 
 
-def start(lay: Any, selector: Mapping[str, str], namespace: str, node: str) -> None:
+def start(lay: Any, selector: Mapping[str, str], namespace: str, node: str, priority_class: str) -> None:
     """The operator's CRDs now; the process that installs the operator and the Prometheus resource once the stack has
     made the monitoring namespace, as a process ``down`` stops."""
     from tools.localcluster import processes
@@ -250,7 +258,7 @@ def start(lay: Any, selector: Mapping[str, str], namespace: str, node: str) -> N
     processes.wait_for("prometheus-operator CRDs established", lambda: processes.crds_established(lay, names), 60)
     processes.start_process(lay, "prometheus-install", [
         sys.executable, "-m", "tools.localcluster.prometheus_operator", f"--kubeconfig={lay.kubeconfig}",
-        f"--namespace={namespace}", f"--node={node}",
+        f"--namespace={namespace}", f"--node={node}", f"--priority-class={priority_class}",
         "--selector=" + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))],
         env={"PYTHONPATH": str(processes.ROOT)})
     processes.say(f"prometheus-operator {PROMETHEUS_OPERATOR.version} and Prometheus {PROMETHEUS_VERSION} on {node} "
@@ -262,6 +270,18 @@ def _exists(api: Any, namespace: str) -> bool:
 
     try:
         client.CoreV1Api(api).read_namespace(namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def _class_exists(api: Any, name: str) -> bool:
+    from kubernetes import client
+
+    try:
+        client.SchedulingV1Api(api).read_priority_class(name)
     except client.ApiException as err:
         if err.status == 404:
             return False
@@ -283,9 +303,10 @@ def _ready(api: Any, namespace: str, kind: str, name: str) -> bool:
     return bool(obj.status and (obj.status.ready_replicas or 0) >= 1)
 
 
-def install(api: Any, namespace: str, node: str, selector: Mapping[str, str], timeout: float = 1800.0,
-            poll: float = 1.0) -> None:
-    """Wait for the namespace, create every object, wait until the operator and the Prometheus it made are Ready."""
+def install(api: Any, namespace: str, node: str, selector: Mapping[str, str], priority_class: str,
+            timeout: float = 1800.0, poll: float = 1.0) -> None:
+    """Wait for the namespace and the priority class, create every object, wait until the operator and the
+    Prometheus it made are Ready."""
     deadline = time.monotonic() + timeout
 
     def until(what: str, check: Any) -> None:
@@ -301,7 +322,9 @@ def install(api: Any, namespace: str, node: str, selector: Mapping[str, str], ti
             time.sleep(poll)
 
     until(f"namespace {namespace} exists", lambda: _exists(api, namespace))
-    for doc in manifests(namespace, node, selector):
+    # A pod naming a class that does not exist yet is refused at admission.
+    until(f"priority class {priority_class} exists", lambda: _class_exists(api, priority_class))
+    for doc in manifests(namespace, node, selector, priority_class):
         _apply(api, doc)
         print(f"prometheus-install: {doc['kind']} {doc['metadata']['name']}", flush=True)
     until(f"{OPERATOR} Ready", lambda: _ready(api, namespace, "Deployment", OPERATOR))
@@ -315,10 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--namespace", required=True, help="the stack's monitoring namespace")
     p.add_argument("--node", required=True, help="the real node the operator and Prometheus run on")
     p.add_argument("--selector", default="", help="the stack's monitorLabels, k=v[,k=v]")
+    p.add_argument("--priority-class", required=True, help="the stack's system priority class")
     args = p.parse_args(argv)
     selector = dict(kv.split("=", 1) for kv in args.selector.split(",") if kv)
     try:
-        install(_api(args.kubeconfig), args.namespace, args.node, selector)
+        install(_api(args.kubeconfig), args.namespace, args.node, selector, args.priority_class)
     except Exception as err:
         print(f"prometheus-install: {err!r}", file=sys.stderr, flush=True)
         return 1
