@@ -120,3 +120,21 @@ def test_per_node_limit_cannot_exceed_the_total() -> None:
 def test_unpinned_image_is_refused() -> None:
     message = config_error(lambda raw: raw["descheduler"].update(image="registry.k8s.io/descheduler/descheduler"))
     assert "descheduler.image: must be pinned by tag or digest" in message
+
+
+def test_the_runs_requests_are_the_stacks(prod: RunResult, local: RunResult) -> None:
+    def requests(result: RunResult) -> dict[str, str]:
+        pod = result.one("CronJob", "descheduler").inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        res = pod["containers"][0]["resources"]
+        assert res["limits"]["memory"] == res["requests"]["memory"]  # memory's request is its limit
+        return {k: res["requests"][k] for k in ("cpu", "memory")}
+
+    assert requests(prod) == {"cpu": "500m", "memory": "256Mi"}  # the default
+    assert requests(local) == {"cpu": "100m", "memory": "256Mi"}  # Pulumi.local.yaml's, for its 2-core node
+
+
+def test_a_bad_request_is_refused_with_its_key() -> None:
+    message = config_error(lambda raw: raw["descheduler"].update(resources={"cpu": "half", "memory": "256Mi"}))
+    assert "descheduler.resources.cpu: must be a Kubernetes quantity" in message
+    message = config_error(lambda raw: raw["descheduler"].update(resources={"cpu": "1"}))
+    assert "descheduler.resources.memory" in message

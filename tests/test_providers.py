@@ -348,3 +348,12 @@ def test_the_kubelet_client_ca_can_be_another_than_the_cluster_ca(run_stack: Sta
         {"key": "ca.crt", "path": "ca.crt"}]}} in pod["volumes"]
     message = config_error(lambda raw: raw["providers"][1].update(kubeletClientCaConfigMap="kubelet-client-ca"))
     assert "providers[1].kubeletClientCaConfigMap: applies only to kind 'virtual-kubelet', not 'liqo'" in message
+
+
+def test_the_virtual_kubelets_requests_are_the_providers(prod: RunResult, local: RunResult) -> None:
+    """Its own container's requests, apart from the capacity its node reports (`cpu`, `memoryGi`)."""
+    res = container(prod, "vk-lambda-east")["resources"]
+    assert (res["requests"]["cpu"], res["requests"]["memory"], res["limits"]["memory"]) == ("500m", "512Mi", "512Mi")
+    assert container(local, "vk-local-cloud")["resources"]["requests"]["cpu"] == "100m"  # Pulumi.local.yaml
+    message = config_error(lambda raw: raw["providers"][0].update(kubeletResources={"cpu": "-1", "memory": "1Gi"}))
+    assert "providers[0].kubeletResources.cpu: must be a Kubernetes quantity" in message
