@@ -28,17 +28,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from components.config.sizing import GB_PER_TB, assess_filesystem
+from components.failure_rate import FAILURES_PER_GPU_SECOND
 
 if TYPE_CHECKING:
     from components.config import ClusterConfig, TrainingJob
 
-#: Llama 3 405B (Meta, 2024): unexpected interruptions, days and GPUs of the run they were counted on.
-LLAMA3_INTERRUPTIONS = 419
-LLAMA3_DAYS = 54.0
-LLAMA3_GPUS = 16_384
-DAY_S = 86_400.0
-#: Interruptions per GPU-second: the calibration every job size is scaled from.
-FAILURES_PER_GPU_SECOND = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * DAY_S * LLAMA3_GPUS)
 
 #: Asynchronous snapshot: coordination (every rank agrees, tensors are staged) before the copy starts.
 SNAPSHOT_FIXED_S = 1.0

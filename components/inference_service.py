@@ -136,9 +136,14 @@ class InferenceServiceArgs:
 
 
 def tolerations(args: InferenceServiceArgs) -> list[k8s.core.v1.TolerationArgs]:
-    """Its GPU pool(s) and the eligible providers' own taints; the burst taint is deliberately absent."""
+    """Its GPU pool(s), their warm spares and the eligible providers' own taints; the burst taint is deliberately
+    absent."""
     keys = Keys(args.label_prefix)
     out = [pool_toleration(keys, pool) for pool in args.pools if pool.taint]
+    if any(pool.spares for pool in args.pools):
+        # A warm spare's GPUs are idle GPUs: inference may use them and yields them to a gang's replacement pod
+        # (training's class preempts inference's), as it yields any GPU a gang needs.
+        out.append(k8s.core.v1.TolerationArgs(key=keys.spare_taint, operator="Exists", effect="NoSchedule"))
     out += [provider_toleration(p) for p in args.providers]
     if args.tolerates_thermal:
         # The health guard's degraded class (a hot GPU, an NVLink or InfiniBand error burst): inference runs

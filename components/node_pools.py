@@ -35,6 +35,7 @@ Rule = rbac.Rule
 
 #: Exactly what the agent calls: a watch of nodes and a patch of their labels, annotations and taints.
 CLUSTER_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),)
+POD_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods"], verbs=["list", "watch"]),)
 
 
 def pool_taint(keys: Keys, pool: GpuPool) -> dict[str, str]:
@@ -84,10 +85,13 @@ def settings_from_config(cfg: ClusterConfig, **overrides: Any) -> NodePoolSettin
                                 "taints": [pool_taint(keys, p)] if p.taint else []}
         if p.topology is not None:
             pool["fabric"] = fabric_settings(cfg.label_prefix, p.topology)
+        if p.spares:
+            pool["spares"] = p.spares
         pools.append(pool)
     values: dict[str, Any] = {
         "label_prefix": cfg.label_prefix,
         "namespace": cfg.system_namespace,
+        "training_namespace": cfg.training_namespace,
         "pools": pools,
         **overrides,
     }
@@ -132,6 +136,9 @@ class GpuNodePools(pulumi.ComponentResource):
         self.agent = agent
         self.config_map = agent.settings("settings", {SETTINGS_KEY: settings_document(args.settings)})
         agent.grant_cluster(CLUSTER_RULES)
+        if any(pool.spares for pool in args.settings.pools):
+            # Only an idle node becomes a warm spare: it reads which nodes the training pods are bound to.
+            agent.grant_namespace("pods", POD_RULES, name=f"{APP}-pods", namespace=args.settings.training_namespace)
         agent.grant_namespace("lease", rbac.lease_rules(args.settings.lease_name), name=f"{APP}-lease")
         pod_name = k8s.core.v1.EnvVarArgs(name="POD_NAME", value_from=k8s.core.v1.EnvVarSourceArgs(
             field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="metadata.name")))

@@ -75,13 +75,16 @@ def matches(labels: dict[str, Any], selector: str | None) -> bool:
 
 
 def field_matches(obj: dict[str, Any], selector: str | None) -> bool:
-    """Whether `obj` matches a field selector of `path=value` terms, as the API server reads one."""
+    """Whether `obj` matches a field selector of `path=value`, `path==value` and `path!=value` terms, as the API
+    server reads one."""
     for term in (t.strip() for t in (selector or "").split(",") if t.strip()):
-        path, _, want = term.partition("=")
+        negate = "!=" in term
+        path, _, want = term.partition("!=") if negate else term.partition("=")
+        want = want.removeprefix("=")
         value: Any = obj
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if str(value or "") != want:
+        if (str(value or "") == want) == negate:
             return False
     return True
 

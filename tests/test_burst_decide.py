@@ -563,6 +563,20 @@ def test_view_counts_no_headroom_under_a_fenced_leaf_switch() -> None:
     assert view.snapshot().onprem_free_gpus == 16
 
 
+def test_view_counts_no_training_headroom_on_a_warm_spare() -> None:
+    """A spare's GPUs are no place for a gang (training does not tolerate its taint, the key the node-pool agent
+    writes); released, they count again."""
+    from agents.node_taints import spare_taint_key
+
+    assert S.spare_taint_key == spare_taint_key(S.label_prefix)
+    spare = onprem_node("spare", 8, pool="a")
+    spare["spec"]["taints"].append({"key": S.spare_taint_key, "value": "true", "effect": "NoSchedule"})
+    view = ClusterView.from_lists([onprem_node("ok", 8, pool="a"), spare], [], S, NOW)
+    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (8, 8)
+    view.apply_node("MODIFIED", onprem_node("spare", 8, pool="a"))
+    assert view.snapshot().onprem_free_gpus == 16
+
+
 def test_view_nets_pending_training_per_pool() -> None:
     nodes = [onprem_node("a1", 8, pool="a"), onprem_node("a2", 8, pool="a"), onprem_node("b1", 8, pool="b"),
              onprem_node("b2", 8, pool="b"), virtual_node("vk-a")]

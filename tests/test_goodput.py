@@ -24,9 +24,8 @@ from bench.sim.goodput import (
 )
 from bench.sim.restart import IN_PLACE_TERMS, RestartModel
 from components.config import ClusterConfig, parse_config
+from components.failure_rate import LLAMA3_DAYS, LLAMA3_INTERRUPTIONS
 from components.goodput_model import (
-    LLAMA3_DAYS,
-    LLAMA3_INTERRUPTIONS,
     interval_findings,
     job_mtbf_seconds,
     off_factor,

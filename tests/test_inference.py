@@ -92,6 +92,8 @@ def test_queue_workers_tolerate_pools_and_every_provider_but_not_the_burst_taint
     assert pod_spec(prod, "sdxl-turbo")["tolerations"] == [
         {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h100-a", "effect": "NoSchedule"},
         {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
+        # The prod pools keep a warm spare each (sized from their GPUs): idle GPUs inference may use.
+        {"key": "gpucluster.io/spare", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "virtual-kubelet.io/provider", "operator": "Equal", "value": "lambda-east", "effect": "NoSchedule"},
         {"key": "virtual-node.liqo.io/not-allowed", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
         {"key": "gpucluster.io/gpu-health", "operator": "Equal", "value": "degraded", "effect": "NoSchedule"},
@@ -116,8 +118,8 @@ def test_no_inference_pod_tolerates_the_burst_taint(prod: RunResult, local: RunR
 
 def test_gateway_service_bursts_only_where_pods_are_routable(prod: RunResult) -> None:
     keys = [t["key"] for t in pod_spec(prod, "llama-70b-chat")["tolerations"]]
-    assert keys == ["gpucluster.io/pool", "gpucluster.io/pool", "virtual-node.liqo.io/not-allowed",
-                    "gpucluster.io/gpu-health"]
+    assert keys == ["gpucluster.io/pool", "gpucluster.io/pool", "gpucluster.io/spare",
+                    "virtual-node.liqo.io/not-allowed", "gpucluster.io/gpu-health"]
 
 
 def test_gpu_limits_equal_requests_and_readiness(prod: RunResult) -> None:

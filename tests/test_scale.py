@@ -44,9 +44,11 @@ def test_each_shape_has_its_size(name: str, gpu_nodes: int, system_nodes: int, g
 
 
 def test_the_prod_shape_is_the_prod_stack_as_declared() -> None:
-    """The stack as declared, but for restart in place, which kwok's process-less pods cannot do."""
+    """The stack as declared, but for restart in place, which kwok's process-less pods cannot do, and warm spares
+    (the gangs measured take whole pools)."""
     values = scale.shape_values(scale.shape("prod"), ROOT)
     assert values["training"].pop("restartInPlace") == {"enabled": False}
+    assert [p.pop("spareNodes") for p in values["pools"]] == [0, 0]
     assert values == raw_from_stack("prod")
 
 

@@ -110,6 +110,11 @@ class BurstKeys:
         return node_taints.switch_fault_taint_key(self.prefix)
 
     @property
+    def spare_taint(self) -> str:
+        """A pool's warm spare (the node-pool agent's taint): inference tolerates it, training does not."""
+        return node_taints.spare_taint_key(self.prefix)
+
+    @property
     def changed_at_annotation(self) -> str:
         return f"{self.prefix}/burst-changed-at"
 
@@ -390,6 +395,10 @@ class BurstSettings(BurstTunables):
     @cached_property
     def switch_fault_taint_key(self) -> str:
         return self.keys.switch_fault_taint
+
+    @cached_property
+    def spare_taint_key(self) -> str:
+        return self.keys.spare_taint
 
     @cached_property
     def changed_at_annotation(self) -> str:

@@ -198,10 +198,10 @@ class ClusterView:
             rec.kind = OTHER
         rec.allocatable = allocatable
         rec.pool = str(labels.get(s.pool_label, "")) if rec.kind == ONPREM else ""
-        # The health guard's quarantine (fatal or degraded) and its switch-fault fence keep training off the
-        # node, so its GPUs are no on-prem headroom; inference may still run on a degraded node, but needs no
-        # count for it: inference that fits there schedules there and never shows as pending.
-        blocking_keys = (s.thermal_taint_key, s.health_taint_key, s.switch_fault_taint_key)
+        # The health guard's quarantine (fatal or degraded), its switch-fault fence and a warm spare's taint keep
+        # training off the node, so its GPUs are no on-prem headroom; inference may still run on a degraded node or
+        # a spare, but needs no count for it: inference that fits there schedules there and never shows as pending.
+        blocking_keys = (s.thermal_taint_key, s.health_taint_key, s.switch_fault_taint_key, s.spare_taint_key)
         blocked = any(
             t.get("effect") in BLOCKING_EFFECTS
             and (t.get("key") in blocking_keys or t.get("key") in UNSCHEDULABLE_TAINTS)

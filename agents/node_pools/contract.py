@@ -16,7 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agents.kit.timing import lease_timing_problem
 from agents.node_names import expand_node_names
-from agents.node_taints import health_taint_key, leaf_label_key, spine_label_key, switch_fault_taint_key
+from agents.node_taints import (
+    health_taint_key,
+    leaf_label_key,
+    spare_taint_key,
+    spine_label_key,
+    switch_fault_taint_key,
+)
 
 APP = "node-pools"
 METRICS_PORT = 9317
@@ -84,6 +90,8 @@ class Pool(_Model):
     taints: list[Taint] = Field(default_factory=list)
     fabric: Fabric | None = None
     """The pool's leaf and spine switches; each node also carries the labels of its own."""
+    spares: Annotated[int, Field(ge=0)] = 0
+    """Warm spares the pool keeps out of training (agents/node_pools/spares.py); each quarantined node uses one."""
 
     def labels_for(self, node: Mapping[str, Any]) -> dict[str, str]:
         """What ``node`` (its JSON) carries: the pool's labels and, with a fabric, its leaf and spine."""
@@ -100,6 +108,8 @@ class NodePoolSettings(_Model):
     pools: list[Pool] = Field(default_factory=list)
     namespace: str = "gpu-system"
     """Where its Lease lives (the system namespace)."""
+    training_namespace: str = "training"
+    """Whose pods make a node busy: an idle node only is taken as a spare."""
     lease_name: str = APP
     lease_duration_seconds: Annotated[int, Field(gt=0)] = 30
     renew_deadline_seconds: Annotated[float, Field(gt=0)] = 20.0
@@ -119,7 +129,8 @@ class NodePoolSettings(_Model):
         if dupes:
             problems.append(f"pool names must be unique, repeated: {', '.join(dupes)}")
         owner: dict[str, str] = {}
-        guarded_keys = (health_taint_key(self.label_prefix), switch_fault_taint_key(self.label_prefix))
+        guarded_keys = (health_taint_key(self.label_prefix), switch_fault_taint_key(self.label_prefix),
+                        spare_taint_key(self.label_prefix))
         for pool in self.pools:
             try:
                 members = expand_node_names(pool.nodes)
@@ -135,9 +146,14 @@ class NodePoolSettings(_Model):
                 problems.append(f"pool {pool.name}: taint keys must be unique, got {keys}")
             for guarded in guarded_keys:
                 if guarded in keys or guarded in pool.labels:
-                    problems.append(f"pool {pool.name}: {guarded} belongs to the health guard; a pool may not set it")
+                    spare = guarded == spare_taint_key(self.label_prefix)
+                    owner_of = "the pool's spares" if spare else "the health guard"
+                    problems.append(f"pool {pool.name}: {guarded} belongs to {owner_of}; a pool may not set it")
             if pool.fabric is not None:
                 problems += _fabric_problems(pool, self.label_prefix)
+            if pool.spares >= len(members):
+                problems.append(f"pool {pool.name}: spares ({pool.spares}) must be fewer than its nodes "
+                                f"({len(members)})")
         problem = lease_timing_problem(self.request_timeout_seconds, self.renew_deadline_seconds,
                                        self.lease_duration_seconds)
         if problem:

@@ -51,9 +51,11 @@ def _taint_set(taints: list[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
     return {(str(t.get("key")), str(t.get("value") or ""), str(t.get("effect"))) for t in taints}
 
 
-def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str) -> dict[str, Any] | None:
-    """The strategic-merge patch that brings ``node`` to ``pool`` (``None``: the node is in no pool), or ``None``
-    when it already is. A node in no pool that the agent never labelled is never touched."""
+def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str,
+               spare_taint: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The strategic-merge patch that brings ``node`` to ``pool`` (``None``: the node is in no pool), with the spare
+    taint when ``spare_taint`` is given (the node is one of its pool's warm spares), or ``None`` when it already is.
+    A node in no pool that the agent never labelled is never touched."""
     metadata = node.get("metadata") or {}
     labels: Mapping[str, Any] = metadata.get("labels") or {}
     annotations: Mapping[str, Any] = metadata.get("annotations") or {}
@@ -62,6 +64,8 @@ def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str) -> d
         return None
     want_labels = pool.labels_for(node) if pool else {}
     want_taints = [t.model_dump() for t in pool.taints] if pool else []
+    if pool and spare_taint is not None:
+        want_taints.append(dict(spare_taint))
     want_keys = Applied(frozenset(want_labels), frozenset(t["key"] for t in want_taints))
 
     label_patch: dict[str, str | None] = {k: v for k, v in want_labels.items() if labels.get(k) != v}

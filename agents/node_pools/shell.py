@@ -1,5 +1,8 @@
 """I/O shell of the node-pool agent: a watch of nodes in, one patch per node that needs one out.
 
+With warm spares (a pool's ``spares``), a watch of the training namespace's bound pods too: only an idle node is
+taken as a spare (agents/node_pools/spares.py decides which; the patch carries the taint).
+
 It stands on the agent kit: one informer (list, then watch) keeps every node in memory, one Lease elector
 makes one replica the writer, and every patch goes through the fence. A node is looked at when an event
 about it arrives (a node that joins is labelled within one round trip) and on the periodic resync; a patch
@@ -21,9 +24,11 @@ from agents.kit.errors import classify
 from agents.kit.informer import Informer, Store
 from agents.kit.lease import LeaseElector
 from agents.kit.loop import lease_loop
-from agents.kit.port import NODES, STRATEGIC_MERGE_PATCH, Fenced, KubePort
+from agents.kit.port import NODES, PODS, STRATEGIC_MERGE_PATCH, Fenced, KubePort
 from agents.node_pools.contract import APP, NodePoolSettings, Pool
 from agents.node_pools.decide import node_patch
+from agents.node_pools.spares import SpareView, choose_spares
+from agents.node_taints import health_taint_key, leaf_label_key, spare_taint_key, switch_fault_taint_key
 
 log = logging.getLogger(APP)
 
@@ -44,6 +49,8 @@ class Metrics:
                              ["pool"], registry=r)
         self.errors = Counter(f"{p}errors", "Failed steps.", ["stage"], registry=r)
         self.synced = Gauge(f"{p}synced", "1 while the node watch is current.", registry=r)
+        self.spares = Gauge(f"{p}spares", "Nodes of the pool kept as warm spares.", ["pool"], registry=r)
+        self.spares_wanted = Gauge(f"{p}spares_wanted", "The pool's spareNodes.", ["pool"], registry=r)
 
 
 class NodePools:
@@ -69,6 +76,16 @@ class NodePools:
         self.nodes = Store(on_change=self._touched)
         self.informer = Informer(self.api, NODES, self.nodes, watch_timeout_seconds=s.watch_timeout_seconds,
                                  on_error=self._watch_error)
+        #: Training pods bound to a node (only with spares): an idle node only becomes a spare.
+        self.spare_pools = [pool for pool in settings.pools if pool.spares > 0]
+        self.members = {pool.name: [n for n, p in self.pools.items() if p is pool] for pool in self.spare_pools}
+        self.pods = Store(on_change=lambda key: self.wake.set())
+        self.pod_informer = Informer(self.api, PODS, self.pods, watch_timeout_seconds=s.watch_timeout_seconds,
+                                     on_error=self._watch_error, namespace=s.training_namespace,
+                                     field_selector="spec.nodeName!=") if self.spare_pools else None
+        self.spare_taint = {"key": spare_taint_key(s.label_prefix), "value": "true", "effect": "NoSchedule"}
+        #: Each spare pool's spares as last chosen.
+        self.spares: dict[str, frozenset[str]] = {}
         self._last_pass: float | None = None
         self._was_leading = False
 
@@ -103,11 +120,16 @@ class NodePools:
             self.dirty.clear()
         seen = set(snapshot)
         self._publish(seen)
+        changed = self._choose_spares(snapshot)
         if not self.elector.is_leader:
             self._last_pass = self.monotonic()
             return 0
+        queued = {name for name, _ in todo}
+        todo += [(name, snapshot[name]) for name in sorted(changed - queued) if name in snapshot]
+        spares = frozenset().union(*self.spares.values()) if self.spares else frozenset()
         patches = [(name, self.pools.get(name), patch) for name, node in todo
-                   if (patch := node_patch(node, self.pools.get(name), self.settings.applied_annotation)) is not None]
+                   if (patch := node_patch(node, self.pools.get(name), self.settings.applied_annotation,
+                                           self.spare_taint if name in spares else None)) is not None]
         if len(patches) > 1:
             with ThreadPoolExecutor(max_workers=PATCH_CONCURRENCY, thread_name_prefix="patch") as workers:
                 sent = sum(workers.map(lambda p: self._send(*p), patches))
@@ -115,6 +137,36 @@ class NodePools:
             sent = sum(self._send(*p) for p in patches)
         self._last_pass = self.monotonic()
         return sent
+
+    def _choose_spares(self, snapshot: dict[str, dict[str, Any]]) -> set[str]:
+        """Each spare pool's spares from the nodes and the training pods; the nodes whose part changed. Nothing
+        changes while the pod watch is not current (a busy node could pass for idle)."""
+        pods = self.pods.snapshot() if self.pod_informer is not None else None
+        if not self.spare_pools or pods is None:
+            return set()
+        busy = {str((pod.get("spec") or {}).get("nodeName")) for pod in pods.values()
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+        prefix = self.settings.label_prefix
+        quarantine, fence = health_taint_key(prefix), switch_fault_taint_key(prefix)
+        leaf_key, spare_key = leaf_label_key(prefix), spare_taint_key(prefix)
+        changed: set[str] = set()
+        for pool in self.spare_pools:
+            views = []
+            for name in self.members[pool.name]:
+                node = snapshot.get(name)
+                if node is None:
+                    continue
+                taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                views.append(SpareView(name=name, leaf=labels.get(leaf_key), quarantined=quarantine in taints,
+                                       fenced=fence in taints, spare=spare_key in taints, training=name in busy))
+            chosen = choose_spares(views, pool.spares)
+            before = self.spares.get(pool.name, frozenset(v.name for v in views if v.spare))
+            changed |= chosen ^ before
+            self.spares[pool.name] = chosen
+            self.metrics.spares.labels(pool.name).set(len(chosen))
+            self.metrics.spares_wanted.labels(pool.name).set(pool.spares)
+        return changed
 
     def _send(self, name: str, pool: Pool | None, patch: dict[str, Any]) -> bool:
         """One node's patch; whether it was applied. A refused one is retried from the newer node (a conflict:
@@ -158,6 +210,10 @@ class NodePools:
             target=self.elector.follower(s.watch_timeout_seconds, self._watch_error).run,
             args=(stop, s.backoff_base_seconds, s.backoff_max_seconds), name="watch-lease", daemon=True)
         watcher.start()
+        if self.pod_informer is not None:
+            threading.Thread(target=self.pod_informer.run, args=(stop, s.backoff_base_seconds,
+                                                                  s.backoff_max_seconds),
+                             name="watch-pods", daemon=True).start()
         renewer.start()
         follower.start()
         last_resync = self.monotonic()

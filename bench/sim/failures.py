@@ -1,6 +1,6 @@
 """Failure model: job interruptions as a seeded Poisson process with Llama 3's cause mix.
 
-The rate is per GPU (``components.goodput_model.FAILURES_PER_GPU_SECOND``: 419 interruptions in 54 days on
+The rate is per GPU (``components.failure_rate.FAILURES_PER_GPU_SECOND``: 419 interruptions in 54 days on
 16,384 GPUs), so a job spanning N GPUs is interrupted N times as often as one GPU. Causes keep Llama 3's
 shares: 58.7 % GPU-related (faulty GPU 30.1 %, HBM3 17.2 %, the other GPU faults 11.4 %), network switches
 and cables 8.4 %, the rest (host, software, storage, maintenance) 32.9 %.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from components.goodput_model import FAILURES_PER_GPU_SECOND
+from components.failure_rate import FAILURES_PER_GPU_SECOND
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING
 
 from bench.sim.failures import LLAMA3_CAUSES, Cause, arrivals, node_bound_share
 from bench.sim.restart import READ_TO_WRITE, RestartModel
+from components.failure_rate import DAY_S, FAILURES_PER_GPU_SECOND
 from components.goodput_model import (
-    DAY_S,
-    FAILURES_PER_GPU_SECOND,
     job_mtbf_seconds,
     recommend,
     write_seconds,

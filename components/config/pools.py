@@ -3,7 +3,9 @@ its pool's topology, components.config.topology)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 from agents.node_names import expand_node_names
 from components.config.base import (
@@ -17,6 +19,7 @@ from components.config.base import (
     unique_names,
 )
 from components.config.topology import PoolTopology, topology_problems
+from components.failure_rate import nodes_in_repair
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -62,9 +65,24 @@ class GpuPool(ConfigModel):
     Volcano then keeps a training gang inside one leaf, or one spine when no leaf holds it (docs/scheduling.md),
     and each node carries `<labelPrefix>/leaf` and `<labelPrefix>/spine`. Unset: the pool is flat."""
 
+    spare_nodes: NonNegativeInt | None = None
+    """Warm spares: idle nodes kept out of training by the `<labelPrefix>/spare` taint (inference may use them), so a
+    gang that loses a node to a quarantine finds another at once; each quarantined node uses one up, and the repaired
+    node becomes a spare again (docs/training.md). Unset: the nodes the pool expects in repair at any time, from
+    the Llama 3 failure rate and `repairHours`, rounded (0 for a pool of fewer than 66 nodes of 8 GPUs at 48 h)."""
+    repair_hours: Annotated[float, Field(gt=0, le=8760)] = 48.0
+    """How long a quarantined node is out (diagnosis, repair, probation), for sizing `spareNodes` when unset."""
+
     @property
     def node_names(self) -> list[str]:
         return expand_node_names(self.nodes)
+
+    @property
+    def spares(self) -> int:
+        """The warm spares the pool keeps: `spareNodes`, or sized from its GPUs and `repairHours`."""
+        if self.spare_nodes is not None:
+            return self.spare_nodes
+        return round(nodes_in_repair(self.gpu_count, self.repair_hours * 3600.0))
 
     @property
     def gpu_count(self) -> int:
@@ -108,6 +126,9 @@ def pools_problems(cfg: ClusterConfig) -> list[Problem]:
                 )
             seen_here.add(node)
             owner.setdefault(node, pool.name)
+        if pool.spares >= len(pool.node_names):
+            problems.append(Problem(f"pools[{index}].spareNodes", "must leave the pool at least one node for "
+                                    f"training: it has {len(pool.node_names)}", pool.spares))
     for node in expand_node_names(cfg.system_pool.nodes):
         if node in owner:
             problems.append(Problem("systemPool.nodes", f"node is already in GPU pool '{owner[node]}'", node))

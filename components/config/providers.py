@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from components.config.base import (
-    ContainerRequests,
     ConfigModel,
+    ContainerRequests,
     DnsLabel,
     DnsSubdomain,
     Ipv4Cidr,

@@ -22,8 +22,8 @@ probation run out: the "new guard leader cannot resolve Prometheus" of earlier r
 ready pod answering NXDOMAIN.
 
 The monitoring namespace and the priority class are the stack's (``pulumi up`` creates them), so ``up`` starts a
-process that waits for both, applies these objects once and exits (its log says what it did). kwok's pods have no real address: their targets
-are down, as an unreachable target is in production.
+process that waits for both, applies these objects once and exits (its log says what it did). kwok's pods have
+no real address: their targets are down, as an unreachable target is in production.
 """
 
 from __future__ import annotations

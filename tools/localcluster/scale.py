@@ -77,7 +77,7 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     A resized stack keeps its proportions: each team's guaranteed and capability GPUs scale with the on-prem
     GPUs, except that the first team may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
     is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs). Restart in
-    place is off: kwok runs no processes.
+    place is off (kwok runs no processes) and the pools keep no warm spares (the gangs take whole pools).
     """
     values = copy.deepcopy(stack_config_values(root / f"Pulumi.{sh.stack}.yaml"))  # secrets stay with the engine
     if sh.pools is not None:
@@ -102,6 +102,8 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     training = dict(values.get("training") or {})
     training["restartInPlace"] = {**dict(training.get("restartInPlace") or {}), "enabled": False}
     values["training"] = training
+    # The gangs measured here take whole pools (bind time against gang size): no node is held back as a warm spare.
+    values["pools"] = [{**dict(p), "spareNodes": 0} for p in values.get("pools") or ()]
     if sh.system_nodes is not None:
         system = dict(values.get("systemPool") or {"name": "system"})
         system["nodes"] = [f"cpu-sys-[01-{sh.system_nodes:02d}]"]

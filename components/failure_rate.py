@@ -1,0 +1,24 @@
+"""The published failure rate every size is scaled from, and what it implies for a pool of nodes.
+
+Llama 3 405B (Meta, 2024) saw 419 unexpected interruptions in 54 days on 16,384 H100 GPUs. Taken as a per-GPU
+rate it sizes a job's MTBF (``components.goodput_model``), the simulator's failures (``bench/sim``) and a pool's
+warm spares (``components.config.pools``). Standard library only, so the stack's config can read it.
+"""
+
+from __future__ import annotations
+
+#: Llama 3 405B: unexpected interruptions, days and GPUs of the run they were counted on.
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_DAYS = 54.0
+LLAMA3_GPUS = 16_384
+DAY_S = 86_400.0
+#: Interruptions per GPU-second: the calibration every size is scaled from.
+FAILURES_PER_GPU_SECOND = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * DAY_S * LLAMA3_GPUS)
+
+
+def nodes_in_repair(gpus: int, repair_seconds: float,
+                    failures_per_gpu_second: float = FAILURES_PER_GPU_SECOND) -> float:
+    """Nodes of a pool of ``gpus`` GPUs out at any time, each failure holding its node ``repair_seconds``
+    (Little's law: arrival rate × time in the system). Every interruption is counted as a node's, an upper bound:
+    Llama 3 traced 78 % of them to hardware."""
+    return gpus * failures_per_gpu_second * repair_seconds
