@@ -429,7 +429,8 @@ def _gang_diagnosis(stack: Layout, gang: str) -> str:
 def _restart(stack: Layout, after: int, cause: str, gang: str = GANG,
              started: float | None = None) -> dict[str, float | int]:
     """Wait for the gang to train in a round past ``after`` (every rank stepped); what the restart cost since
-    ``started`` (now by default): the steps between the furthest any rank reached and the resume, and the round."""
+    ``started`` (now by default): the steps between the furthest any rank reached since ``after`` began and the
+    resume, and the round."""
     started = time.monotonic() if started is None else started
     try:
         wait(f"the gang trains again after the {cause}",
@@ -439,7 +440,11 @@ def _restart(stack: Layout, after: int, cause: str, gang: str = GANG,
     new = _first_training_after(stack, after, gang)
     assert new is not None
     events = _events(stack, gang)
-    before = max(e["step"] for e in events if e["event"] == "step" and _round(e) <= after)
+    # The work this fault undid: from the furthest step of the round it broke (and of any round that started but
+    # never trained whole) back to the resume. A round before it may have reached further, but that work was
+    # already lost to the restart that ended it, and counted there.
+    reached = [e["step"] for e in events if e["event"] == "step" and after <= _round(e) < new]
+    before = max(reached or [e["step"] for e in events if e["event"] == "step" and _round(e) <= after])
     (resumed,) = {e["step"] for e in events if e["event"] == "resume" and _round(e) == new}
     return {"lost_steps": before - resumed, "resumed_at_step": resumed, "round": new,
             "waited_s": round(time.monotonic() - started, 1)}
