@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from agents.node_taints import spare_taint_key
 from components import images
 from tests.burst_e2e import Cluster, Hooks, fencing_problems, restart_providers, run_burst_scenario, writes_by
 from tests.polling import first_times, wait
@@ -69,6 +70,7 @@ from tools.localcluster.realnodes import (
     POD_SUPERNET,
     REAL_GPU_NODES,
     REAL_GPU_POOL,
+    REAL_GPU_SPARES,
     REAL_GPUS_PER_NODE,
     real_nodes_for,
 )
@@ -347,8 +349,8 @@ GANG = "real-gang"
 STEPS, STEP_S, INTERVAL = 240, 0.25, 10
 
 
-#: Workers of the gang: one node less than the pool, so it restarts on the others when the guard takes one out.
-WORKERS = len(REAL_GPU_NODES) - 1
+#: Workers of the gang: the pool but its warm spare, which replaces the node the guard takes out.
+WORKERS = len(REAL_GPU_NODES) - REAL_GPU_SPARES
 
 
 def _gang_spec(path: Path, name: str = GANG, steps: int = STEPS) -> Path:
@@ -572,6 +574,16 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     assert out.returncode == 0, out.stderr
     wait("the guarded gang trains", lambda: _training(stack, 0, name), 300)
     taint = Names(cfg.label_prefix).taint
+    spare_key = spare_taint_key(cfg.label_prefix)
+
+    def spares() -> set[str]:
+        """The real pool's nodes that carry the node-pool agent's warm-spare taint."""
+        return {n for n in REAL_GPU_NODES if any(t.key == spare_key for t in core.read_node(n).spec.taints or [])}
+
+    # The pool keeps its one warm spare beside the gang: the node the gang does not use.
+    wait("the real pool keeps one warm spare", lambda: len(spares()) == REAL_GPU_SPARES, 60)
+    (spare_node,) = spares()
+    assert spare_node not in {p.spec.node_name for p in _gang_pods(core, ns, name)}
 
     def quarantine(node: str) -> str | None:
         return next((t.value for t in core.read_node(node).spec.taints or [] if t.key == taint), None)
@@ -615,6 +627,9 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     started = time.monotonic()
     inject(degraded_node, {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}})
     degraded = loop(degraded_node, HealthClass.DEGRADED, started, 1)
+    # The quarantine used the spare up: the agent released it and the replacement pod runs there.
+    assert spares() == set(), spares()
+    assert spare_node in {p.spec.node_name for p in _gang_pods(core, ns, name)}, spare_node
 
     # The stack's alert on it fires in the operator's Prometheus, from the guard's own metrics.
     def quarantine_alert() -> bool:
@@ -642,6 +657,8 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     wait(f"the guard releases {degraded_node} after {probation}s clear",
          lambda: quarantine(degraded_node) is None, probation + 180)
     release_s = round(time.monotonic() - cleared, 1)
+    # Repaired and through probation, the released node is the pool's idle one: it becomes the spare.
+    wait(f"{degraded_node} becomes the pool's spare", lambda: spares() == {degraded_node}, 60)
     assert release_s >= probation, f"released {release_s}s after the fault cleared, before the {probation}s probation"
     time.sleep(5)  # a few passes of the new leader's loop: a second release would show now
     released = writes_by(stack.audit_log, "health-guard", "", cleared_at).count(f"patch nodes {degraded_node}")
@@ -661,7 +678,9 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     # The newest complete checkpoint at the crash is at most one interval behind, plus the one being written.
     assert 0 <= fatal["lost_steps"] <= 2 * INTERVAL, fatal
     nodes = {p.spec.node_name for p in _gang_pods(core, ns, name)}
-    assert degraded_node in nodes and fatal_node not in nodes, nodes  # the released node is used again
+    # The released node, the spare since, is used again: the fatal quarantine released it.
+    assert degraded_node in nodes and fatal_node not in nodes, nodes
+    assert spares() == set(), spares()
     figures["guard_fatal_loop"] = {**{k: v for k, v in fatal.items() if k != "lost_steps"},
                                    "lost_steps_fatal": fatal["lost_steps"], "clear_to_release_s": release_s}
 

@@ -87,7 +87,7 @@ def test_with_real_nodes_the_stack_declares_their_pool_and_they_register_as_it_s
     # The stack's own pools first and untouched, the real GPU nodes' pool after them.
     assert changed["pools"][:-1] == values["pools"]
     assert changed["pools"][-1] == {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
-                                    "gpusPerNode": REAL_GPUS_PER_NODE}
+                                    "gpusPerNode": REAL_GPUS_PER_NODE, "spareNodes": 1}
     # Inference that could use any pool stays on the stack's own: its image cannot be pulled on a real node.
     assert [s["pool"] for s in changed["inference"]["services"]] == ["local-gpu"]
     # The pods resolve through CoreDNS on the host: the stack's DNS egress rule admits it.

@@ -56,6 +56,8 @@ REAL_GPU_POOL = "real-gpu"
 REAL_GPU_NODES = ("real-gpu-01", "real-gpu-02", "real-gpu-03")
 REAL_GPUS_PER_NODE = 2
 REAL_GPU_MODEL = "H100-SXM5-80GB"
+#: The real pool's warm spares: the gangs take the other two nodes, and a quarantine under one releases it.
+REAL_GPU_SPARES = 1
 #: Distinct real GPU nodes the health guard may take out within an hour: one turns degraded and, once it is back,
 #: another turns fatal (the let-it-crash loop of ``tests/test_e2e_stack_in_pods.py``). One at a time still: the
 #: stack's own share of a pool quarantined at once is left as it is.
@@ -224,7 +226,8 @@ def real_nodes_for(plan: Any, gpus: int = 8) -> tuple[RealNode, ...]:
 
 def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
     """The stack config values (keys without the project) that put the real GPU nodes in the stack: their pool,
-    :data:`REAL_GPU_POOL`, after the stack's own, so a researcher's ``gpucluster train submit`` can name it.
+    :data:`REAL_GPU_POOL` with :data:`REAL_GPU_SPARES` warm spare, after the stack's own, so a researcher's
+    ``gpucluster train submit`` can name it.
 
     Inference services that may use every pool are kept to the stack's first pool: their images come from a
     registry this machine cannot reach, and a replica on a real node would wait for a pull for ever. The health
@@ -239,8 +242,10 @@ def stack_overrides(values: Mapping[str, Any]) -> dict[str, Any]:
                          "take; rename it")
     if not pools:
         raise ValueError("pools: the stack declares no GPU pool; the real GPU nodes join beside one")
+    # One warm spare: the gangs of the real-node scenarios take one node less than the pool, and the node a
+    # quarantine takes from them is replaced by the spare the node-pool agent releases (docs/training.md).
     real = {"name": REAL_GPU_POOL, "nodes": list(REAL_GPU_NODES), "gpuModel": REAL_GPU_MODEL,
-            "gpusPerNode": REAL_GPUS_PER_NODE}
+            "gpusPerNode": REAL_GPUS_PER_NODE, "spareNodes": REAL_GPU_SPARES}
     # The real nodes' pods resolve through CoreDNS on the host (CLUSTER_DNS_IP), not a kube-dns pod.
     out: dict[str, Any] = {"pools": [*pools, real], "dnsCidrs": [f"{CLUSTER_DNS_IP}/32"]}
     inference = values.get("inference")
