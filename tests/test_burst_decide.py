@@ -549,32 +549,24 @@ def test_view_reads_the_health_taint_key_the_guard_writes() -> None:
     assert ClusterView.from_lists(nodes, [], settings, NOW).snapshot().onprem_free_gpus == 8
 
 
-def test_view_counts_no_headroom_under_a_fenced_leaf_switch() -> None:
-    """The guard's switch-fault fence takes a whole leaf out of new placement: its free GPUs are no headroom
-    (the key is the one the guard writes), and they count again once the fence is lifted."""
+@pytest.mark.parametrize(("what", "taint"), [
+    ("the guard's fence on a leaf whose switch is at fault", {"key": S.switch_fault_taint_key, "value": "leaf-07"}),
+    ("a pool's warm spare (the node-pool agent's)", {"key": S.spare_taint_key, "value": "true"}),
+])
+def test_view_counts_no_headroom_where_training_cannot_land(what: str, taint: dict[str, str]) -> None:
+    """Its free GPUs are no headroom (the key is the one its writer writes), and they count again once the taint
+    is lifted."""
     from agents.health_guard.contract import Names
-
-    assert S.switch_fault_taint_key == Names(S.label_prefix).switch_fault
-    fenced = onprem_node("leaf-node", 8, pool="a")
-    fenced["spec"]["taints"].append({"key": S.switch_fault_taint_key, "value": "leaf-07", "effect": "NoSchedule"})
-    view = ClusterView.from_lists([onprem_node("ok", 8, pool="a"), fenced], [], S, NOW)
-    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (8, 8)
-    view.apply_node("MODIFIED", onprem_node("leaf-node", 8, pool="a"))
-    assert view.snapshot().onprem_free_gpus == 16
-
-
-def test_view_counts_no_training_headroom_on_a_warm_spare() -> None:
-    """A spare's GPUs are no place for a gang (training does not tolerate its taint, the key the node-pool agent
-    writes); released, they count again."""
     from agents.node_taints import spare_taint_key
 
+    assert S.switch_fault_taint_key == Names(S.label_prefix).switch_fault
     assert S.spare_taint_key == spare_taint_key(S.label_prefix)
-    spare = onprem_node("spare", 8, pool="a")
-    spare["spec"]["taints"].append({"key": S.spare_taint_key, "value": "true", "effect": "NoSchedule"})
-    view = ClusterView.from_lists([onprem_node("ok", 8, pool="a"), spare], [], S, NOW)
-    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (8, 8)
-    view.apply_node("MODIFIED", onprem_node("spare", 8, pool="a"))
-    assert view.snapshot().onprem_free_gpus == 16
+    held = onprem_node("held", 8, pool="a")
+    held["spec"]["taints"].append({**taint, "effect": "NoSchedule"})
+    view = ClusterView.from_lists([onprem_node("ok", 8, pool="a"), held], [], S, NOW)
+    assert (view.snapshot().onprem_free_gpus, view.snapshot().pools["a"].free) == (8, 8), what
+    view.apply_node("MODIFIED", onprem_node("held", 8, pool="a"))
+    assert view.snapshot().onprem_free_gpus == 16, what
 
 
 def test_view_nets_pending_training_per_pool() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,28 +265,29 @@ def start(lay: Any, selector: Mapping[str, str], namespace: str, node: str, prio
                 f"once {namespace} exists: {SERVICE}.{namespace}:{PORT}")
 
 
-def _exists(api: Any, namespace: str) -> bool:
+def _found(read: Callable[[], Any]) -> bool:
+    """Whether ``read`` finds its object (404: not yet); any other error is raised for the caller's retry."""
     from kubernetes import client
 
     try:
-        client.CoreV1Api(api).read_namespace(namespace)
+        read()
     except client.ApiException as err:
         if err.status == 404:
             return False
         raise
     return True
+
+
+def _exists(api: Any, namespace: str) -> bool:
+    from kubernetes import client
+
+    return _found(lambda: client.CoreV1Api(api).read_namespace(namespace))
 
 
 def _class_exists(api: Any, name: str) -> bool:
     from kubernetes import client
 
-    try:
-        client.SchedulingV1Api(api).read_priority_class(name)
-    except client.ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    return _found(lambda: client.SchedulingV1Api(api).read_priority_class(name))
 
 
 def _ready(api: Any, namespace: str, kind: str, name: str) -> bool:
