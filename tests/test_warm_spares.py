@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from agents.kit.port import NODES, PODS
 from agents.node_pools.contract import NodePoolSettings, Pool, Taint, parse_settings
+from agents.node_pools.decide import Applied
 from agents.node_pools.shell import NodePools
 from agents.node_pools.spares import SpareView, choose_spares, target
 from fakes.kube_api import MemoryApi
-from tests.test_node_pools import HEALTH, PREFIX, node
+from tests.test_node_pools import ANNOTATION, HEALTH, PREFIX, node
 from tools.mockrt import config_error
 
 SPARE = {"key": f"{PREFIX}/spare", "value": "true", "effect": "NoSchedule"}
@@ -128,6 +129,25 @@ def test_a_quarantine_releases_the_spare_at_once_and_the_repaired_node_becomes_t
     api.put(NODES, repaired)
     settle(agent, api)
     assert spares(api) == {"gpu-a-002"}
+
+
+def test_while_the_pod_watch_is_not_current_the_spares_stay_as_the_nodes_carry_them() -> None:
+    """A restarted agent lists nodes before pods: until it knows which nodes are busy it neither takes a new spare
+    nor drops one (a spare dropped for a moment is a node a gang may take)."""
+    api = MemoryApi()
+    # As the agent before the restart left them: gpu-a-004 its spare, the record saying the agent set the taint.
+    record = Applied(frozenset({f"{PREFIX}/pool"}), frozenset({f"{PREFIX}/pool", SPARE["key"]})).document()
+    for i in range(1, 5):
+        api.put(NODES, node(f"gpu-a-00{i}", taints=[SPARE] if i == 4 else [], annotations={ANNOTATION: record}))
+    agent = NodePools(NodePoolSettings(label_prefix=PREFIX, pools=[POOL], namespace="gpu-system"), api,
+                      identity="a")
+    assert agent.elector.step()
+    agent.informer.relist()
+    agent.reconcile()  # the pod watch has not listed yet
+    assert spares(api) == {"gpu-a-004"}
+    assert all(f"{PREFIX}/pool" in api.get(NODES, f"gpu-a-00{i}")["metadata"]["labels"] for i in range(1, 5))
+    settle(agent, api)  # once it has, the spare the node carries is kept: it is idle and the pool wants one
+    assert spares(api) == {"gpu-a-004"}
 
 
 def test_without_spares_the_agent_watches_no_pods() -> None:

@@ -139,12 +139,13 @@ class NodePools:
         return sent
 
     def _choose_spares(self, snapshot: dict[str, dict[str, Any]]) -> set[str]:
-        """Each spare pool's spares from the nodes and the training pods; the nodes whose part changed. Nothing
-        changes while the pod watch is not current (a busy node could pass for idle)."""
-        pods = self.pods.snapshot() if self.pod_informer is not None else None
-        if not self.spare_pools or pods is None:
+        """Each spare pool's spares from the nodes and the training pods; the nodes whose part changed. While the
+        pod watch is not current the spares stay what the nodes carry (a busy node could pass for idle, and a spare
+        dropped for a moment is a node a gang may take)."""
+        if not self.spare_pools:
             return set()
-        busy = {str((pod.get("spec") or {}).get("nodeName")) for pod in pods.values()
+        pods = self.pods.snapshot()
+        busy = {str((pod.get("spec") or {}).get("nodeName")) for pod in (pods or {}).values()
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
         prefix = self.settings.label_prefix
         quarantine, fence = health_taint_key(prefix), switch_fault_taint_key(prefix)
@@ -160,8 +161,9 @@ class NodePools:
                 labels = (node.get("metadata") or {}).get("labels") or {}
                 views.append(SpareView(name=name, leaf=labels.get(leaf_key), quarantined=quarantine in taints,
                                        fenced=fence in taints, spare=spare_key in taints, training=name in busy))
-            chosen = choose_spares(views, pool.spares)
-            before = self.spares.get(pool.name, frozenset(v.name for v in views if v.spare))
+            carried = frozenset(v.name for v in views if v.spare)
+            chosen = choose_spares(views, pool.spares) if pods is not None else carried
+            before = self.spares.get(pool.name, carried)
             changed |= chosen ^ before
             self.spares[pool.name] = chosen
             self.metrics.spares.labels(pool.name).set(len(chosen))
