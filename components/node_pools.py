@@ -7,6 +7,11 @@ and a no-change preview diff 2,048 objects (docs/scale.md). The agent writes the
 ``resourceVersion`` it read and copies every taint that is not its pool's, as the health guard does, so
 neither can drop the other's taint: a quarantined node stays quarantined.
 
+A pool that keeps warm spares (``spareNodes``) gets an image pre-pull DaemonSet on them: the images of the jobs
+declared on the pool and ``training.prepullImages``, each pulled by an init container that exits at once, then an
+idle container; it selects the spare label the agent sets with the taint, so a node pulls the images as it becomes
+a spare and the replacement that lands there starts without a pull.
+
 The system pool keeps its ``NodePatch`` per node: a dozen nodes, and the agents themselves (the node-pool
 agent first) are scheduled onto them by that label, so it must be there before any agent runs.
 """
@@ -23,8 +28,14 @@ from agents.node_pools.contract import APP, METRICS_PORT, NodePoolSettings, pars
 from agents.node_taints import leaf_label_key, spine_label_key
 from components import images, rbac
 from components.config import ClusterConfig, GpuPool, PoolTopology, SystemPool, expand_node_names
-from components.naming import ONPREM, Keys, common_labels
-from components.security import API_CLIENT, checkov_skips, container_security_context, resources
+from components.naming import ONPREM, Keys, common_labels, selector_labels
+from components.security import (
+    API_CLIENT,
+    checkov_skips,
+    container_security_context,
+    pod_security_context,
+    resources,
+)
 from components.system_agent import SETTINGS_KEY, Placement, SystemAgent
 from components.workloads import metrics_liveness_probe, metrics_readiness_probe
 
@@ -36,6 +47,23 @@ Rule = rbac.Rule
 #: Exactly what the agent calls: a watch of nodes and a patch of their labels, annotations and taints.
 CLUSTER_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch", "patch"]),)
 POD_RULES: tuple[Rule, ...] = (Rule(api_groups=[""], resources=["pods"], verbs=["list", "watch"]),)
+#: The pre-pull pods serve nothing and hold nothing: checks that ask for probes and an image digest of a
+#: researcher's image do not apply.
+PREPULL_CHECKOV_SKIPS = {
+    "CKV_K8S_8": "an idle container that serves nothing has no liveness to probe",
+    "CKV_K8S_9": "an idle container that serves nothing has no readiness to probe",
+}
+
+
+def prepull_images(cfg: ClusterConfig) -> dict[str, list[str]]:
+    """Pool → the images its warm spares pull ahead (the jobs declared on it, enabled or not, and
+    ``training.prepullImages``); only pools that keep spares, only those with an image to pull."""
+    out: dict[str, list[str]] = {}
+    for pool in cfg.pools:
+        wanted = {job.image for job in cfg.training.jobs if job.pool == pool.name} | set(cfg.training.prepull_images)
+        if pool.spares and wanted:
+            out[pool.name] = sorted(wanted)
+    return out
 
 
 def pool_taint(keys: Keys, pool: GpuPool) -> dict[str, str]:
@@ -107,13 +135,19 @@ class NodePoolsArgs:
     placement: Placement
     image: str
     port: int
+    #: Pool → the images its spares pull ahead (:func:`prepull_images`).
+    prepull: dict[str, list[str]]
+    #: The class of the pre-pull pods: the lowest, so pulling ahead never preempts what runs on a spare.
+    prepull_priority_class: str
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, priority_class: str) -> NodePoolsArgs:
         return cls(pools=cfg.pools, system_pool=cfg.system_pool, label_prefix=cfg.label_prefix,
                    settings=settings_from_config(cfg),
                    placement=Placement(cfg.system_namespace, priority_class, cfg.system_pool_selector),
-                   image=images.agent_image(APP, cfg.agent_registry), port=METRICS_PORT)
+                   image=images.agent_image(APP, cfg.agent_registry), port=METRICS_PORT,
+                   prepull=prepull_images(cfg),
+                   prepull_priority_class=min(cfg.priorities.tiers().values(), key=lambda t: t.value).name)
 
 
 class GpuNodePools(pulumi.ComponentResource):
@@ -162,6 +196,50 @@ class GpuNodePools(pulumi.ComponentResource):
             volumes=[volume],
         )
         self.pod_disruption_budget = agent.disruption_budget()
+        self.prepull = {pool: self._prepull(args, keys, pool, wanted) for pool, wanted in args.prepull.items()}
         self.node_count = pulumi.Output.from_input(sum(len(p.node_names) for p in args.pools))
         self.gpu_count = pulumi.Output.from_input(sum(p.gpu_count for p in args.pools))
         self.register_outputs({"node_count": self.node_count, "gpu_count": self.gpu_count})
+
+    def _prepull(self, args: NodePoolsArgs, keys: Keys, pool: str, wanted: list[str]) -> k8s.apps.v1.DaemonSet:
+        """On each warm spare of ``pool`` (the agent's label): every image pulled by an init container that exits at
+        once (a shell, as a trainer's image has), then an idle container from the agent's own image. No token, no
+        network, restricted; at the lowest class, so it never preempts the inference a spare may run."""
+        app = f"image-prepull-{pool}"
+        ns = args.placement.namespace
+        labels = common_labels(app, "image-prepull", images.AGENT_VERSION)
+        meta = k8s.meta.v1.ObjectMetaArgs
+        account = rbac.service_account(app, ns, labels, self, automount_token=False).service_account
+        small = resources("10m", "32Mi")
+        pulls = [k8s.core.v1.ContainerArgs(name=f"pull-{index}", image=image, command=["/bin/sh", "-c", "exit 0"],
+                                           resources=small, security_context=container_security_context())
+                 for index, image in enumerate(wanted)]
+        idle = k8s.core.v1.ContainerArgs(name="idle", image=args.image,
+                                         command=["python3", "-c", "import signal; signal.pause()"],
+                                         resources=small, security_context=container_security_context())
+        spare = keys.spare_taint
+        return k8s.apps.v1.DaemonSet(
+            app,
+            metadata=meta(name=app, namespace=ns, labels=labels, annotations=checkov_skips(PREPULL_CHECKOV_SKIPS)),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels(labels)),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=meta(labels=labels),
+                    spec=k8s.core.v1.PodSpecArgs(
+                        service_account_name=app,
+                        automount_service_account_token=False,
+                        priority_class_name=args.prepull_priority_class,
+                        node_selector={keys.pool: pool, spare: "true"},
+                        tolerations=[
+                            k8s.core.v1.TolerationArgs(key=keys.pool, operator="Equal", value=pool,
+                                                       effect="NoSchedule"),
+                            k8s.core.v1.TolerationArgs(key=spare, operator="Exists", effect="NoSchedule"),
+                        ],
+                        security_context=pod_security_context(),
+                        init_containers=pulls,
+                        containers=[idle],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[account]),
+        )

@@ -18,6 +18,7 @@ from agents.node_pools.shell import NodePools
 from agents.node_pools.spares import SpareView, choose_spares, target
 from fakes.kube_api import MemoryApi
 from tests.test_node_pools import ANNOTATION, HEALTH, PREFIX, node
+from tests.test_node_pools import applied as applied_patch
 from tools.mockrt import config_error
 
 SPARE = {"key": f"{PREFIX}/spare", "value": "true", "effect": "NoSchedule"}
@@ -193,3 +194,36 @@ def test_an_explicit_spare_count_wins_and_one_that_leaves_no_node_is_refused(run
     assert "pools[0].spareNodes: must leave the pool at least one node for training: it has 128" in message
     message = config_error(lambda raw: raw["pools"][0].update(repairHours=0))
     assert "pools[0].repairHours" in message
+
+
+def test_the_spares_pull_the_pools_training_images_ahead(prod: Any, run_stack: Any) -> None:
+    """One DaemonSet per pool that keeps spares and has images to pull: on the spares only (the agent's label),
+    every image by an init container, never preempting (the lowest class), restricted and tokenless."""
+    prepull = {d.metadata["name"]: d for d in prod.by_kind("DaemonSet") if d.metadata["name"].startswith("image-")}
+    assert set(prepull) == {"image-prepull-h100-a"}  # h200-b declares no job: nothing to pull
+    spec = prepull["image-prepull-h100-a"].inputs["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpucluster.io/pool": "h100-a", "gpucluster.io/spare": "true"}
+    assert [c["image"] for c in spec["initContainers"]] == ["registry.gpucluster.io/training/megatron-llm:24.11-py3"]
+    assert spec["initContainers"][0]["command"] == ["/bin/sh", "-c", "exit 0"]
+    assert spec["priorityClassName"] == "standard" and spec["automountServiceAccountToken"] is False
+    assert {t["key"] for t in spec["tolerations"]} == {"gpucluster.io/pool", "gpucluster.io/spare"}
+    assert all(c["securityContext"]["runAsNonRoot"] for c in (*spec["initContainers"], *spec["containers"]))
+    extra = "registry.gpucluster.io/training/research:2026.12"
+    more = run_stack("prod", lambda cfg: cfg["gpu-cluster:training"].update(prepullImages=[extra]))
+    images = {d.metadata["name"]: [c["image"] for c in d.inputs["spec"]["template"]["spec"]["initContainers"]]
+              for d in more.by_kind("DaemonSet") if d.metadata["name"].startswith("image-prepull-")}
+    assert images == {"image-prepull-h100-a": ["registry.gpucluster.io/training/megatron-llm:24.11-py3", extra],
+                      "image-prepull-h200-b": [extra]}
+    assert "must be pinned" in config_error(
+        lambda raw: raw["training"].update(prepullImages=["registry.gpucluster.io/training/research"]))
+
+
+def test_a_spare_carries_the_label_the_prepull_selects_and_loses_both_when_released() -> None:
+    from agents.node_pools.decide import node_patch
+
+    label_key = SPARE["key"]
+    n = node("gpu-a-001")
+    spare = applied_patch(n, node_patch(n, POOL, ANNOTATION, SPARE))
+    assert spare["metadata"]["labels"][label_key] == "true" and SPARE in spare["spec"]["taints"]
+    released = applied_patch(spare, node_patch(spare, POOL, ANNOTATION, None))
+    assert label_key not in released["metadata"]["labels"] and SPARE not in released["spec"]["taints"]

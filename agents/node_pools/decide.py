@@ -54,7 +54,8 @@ def _taint_set(taints: list[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
 def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str,
                spare_taint: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The strategic-merge patch that brings ``node`` to ``pool`` (``None``: the node is in no pool), with the spare
-    taint when ``spare_taint`` is given (the node is one of its pool's warm spares), or ``None`` when it already is.
+    taint and its label when ``spare_taint`` is given (the node is one of its pool's warm spares), or ``None`` when
+    it already is.
     A node in no pool that the agent never labelled is never touched."""
     metadata = node.get("metadata") or {}
     labels: Mapping[str, Any] = metadata.get("labels") or {}
@@ -65,7 +66,10 @@ def node_patch(node: Mapping[str, Any], pool: Pool | None, annotation: str,
     want_labels = pool.labels_for(node) if pool else {}
     want_taints = [t.model_dump() for t in pool.taints] if pool else []
     if pool and spare_taint is not None:
+        # The taint keeps training off; a label of the same key and value lets a DaemonSet (the image pre-pull)
+        # and a person select the spares.
         want_taints.append(dict(spare_taint))
+        want_labels[spare_taint["key"]] = spare_taint["value"]
     want_keys = Applied(frozenset(want_labels), frozenset(t["key"] for t in want_taints))
 
     label_patch: dict[str, str | None] = {k: v for k, v in want_labels.items() if labels.get(k) != v}

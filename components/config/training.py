@@ -116,6 +116,9 @@ class Training(ConfigModel):
     """Training jobs the stack runs, each a gang (a Volcano Job, or a PodGroup and Job with kube-batch)."""
     restart_in_place: RestartInPlace = RestartInPlace()
     """Restart a crashed gang inside its pods instead of recreating them (docs/training.md)."""
+    prepull_images: list[PinnedImage] = Field(default_factory=list)
+    """Images pulled ahead onto every warm spare (`pools[].spareNodes`), beside the images of the jobs declared on
+    its pool: those of the gangs researchers submit, so a replacement on a spare starts without a pull."""
 
     @field_validator("metrics_port")
     @classmethod
