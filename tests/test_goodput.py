@@ -308,7 +308,7 @@ def test_warning_beyond_twice_the_optimum(factor: float, direction: str) -> None
 
 
 def test_optimum_follows_the_jobs_size() -> None:
-    small, large = _optimum(_prod()), _optimum(_prod(workers=128))
+    small, large = _optimum(_prod()), _optimum(_prod(workers=124))  # the pool but its warm spares
     assert large < small  # twice the GPUs: shorter MTBF, shorter interval
 
 

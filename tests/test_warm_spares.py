@@ -173,23 +173,24 @@ def test_settings_refuse_spares_that_leave_no_node_and_the_spare_taint_as_a_pool
 
 def test_each_pool_keeps_the_spares_its_size_and_repair_time_call_for(prod: Any, local: Any) -> None:
     settings = parse_settings(json.loads(prod.one("ConfigMap", "node-pools-settings").inputs["data"]["settings.json"]))
-    # 128 nodes × 8 GPUs at the Llama 3 rate, out 48 h each: 0.97 nodes in repair at any time.
-    assert {p.name: p.spares for p in settings.pools} == {"h100-a": 1, "h200-b": 1}
+    # 128 nodes × 8 GPUs at the Llama 3 rate, out 48 h each: 0.97 nodes in repair on average; with four spares a
+    # failure finds one 98 % of the time (three: 92.5 %, under the 95 % default coverage).
+    assert {p.name: p.spares for p in settings.pools} == {"h100-a": 4, "h200-b": 4}
     assert settings.training_namespace == "training"
     # Only then does the agent read pods, and only the training namespace's, to tell an idle node.
     role = prod.one("Role", "node-pools-pods")
     assert role.metadata["namespace"] == "training"
     assert role.inputs["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
-    # Four nodes a pool: none (0.03 expected in repair), so the local stack renders neither.
+    # Four nodes a pool: none (a sized count holds back at most one node in 16), so the local stack renders neither.
     local_settings = json.loads(local.one("ConfigMap", "node-pools-settings").inputs["data"]["settings.json"])
     assert all(p.get("spares", 0) == 0 for p in local_settings["pools"])
     assert not [r for r in local.by_kind("Role") if r.metadata["name"] == "node-pools-pods"]
 
 
 def test_an_explicit_spare_count_wins_and_one_that_leaves_no_node_is_refused(run_stack: Any) -> None:
-    result = run_stack("local", lambda cfg: cfg["gpu-cluster:pools"][0].update(spareNodes=1))
+    result = run_stack("prod", lambda cfg: cfg["gpu-cluster:pools"][1].update(spareNodes=2))
     pools = json.loads(result.one("ConfigMap", "node-pools-settings").inputs["data"]["settings.json"])["pools"]
-    assert pools[0]["spares"] == 1
+    assert [p["spares"] for p in pools] == [4, 2]
     message = config_error(lambda raw: raw["pools"][0].update(spareNodes=128))
     assert "pools[0].spareNodes: must leave the pool at least one node for training: it has 128" in message
     message = config_error(lambda raw: raw["pools"][0].update(repairHours=0))
@@ -227,3 +228,39 @@ def test_a_spare_carries_the_label_the_prepull_selects_and_loses_both_when_relea
     assert spare["metadata"]["labels"][label_key] == "true" and SPARE in spare["spec"]["taints"]
     released = applied_patch(spare, node_patch(spare, POOL, ANNOTATION, None))
     assert label_key not in released["metadata"]["labels"] and SPARE not in released["spec"]["taints"]
+
+
+
+@given(mean=st.floats(0, 60), coverage=st.floats(0.01, 0.999))
+def test_the_sized_spares_are_the_fewest_that_cover_the_share_of_failures_asked(mean: float, coverage: float) -> None:
+    import math
+
+    from components.failure_rate import spares_for
+
+    def at_least(k: int) -> float:  # P(N >= k), N ~ Poisson(mean): a failure finds no spare
+        return 1.0 - sum(math.exp(-mean) * mean ** i / math.factorial(i) for i in range(k))
+
+    k = spares_for(mean, coverage)
+    if mean == 0:  # nothing fails: nothing to cover
+        assert k == 0
+        return
+    assert at_least(k) <= 1 - coverage + 1e-9
+    assert k == 0 or at_least(k - 1) > 1 - coverage - 1e-9  # one fewer would not do
+    assert spares_for(mean, min(0.999, coverage + 0.1)) >= k and spares_for(mean + 1, coverage) >= k
+
+
+def test_sizing_holds_back_at_most_one_node_in_sixteen_and_refuses_a_bad_coverage() -> None:
+    from components.config.pools import GpuPool
+
+    sized = {n: GpuPool(name="p", nodes=[f"g-[1-{n}]"]).spares for n in (4, 15, 16, 128, 2048)}
+    assert sized == {4: 0, 15: 0, 16: 1, 128: 4, 2048: 23}
+    assert GpuPool(name="p", nodes=["g-[1-128]"], spare_coverage=0.5).spares == 2
+    message = config_error(lambda raw: raw["pools"][0].update(spareCoverage=1))
+    assert "pools[0].spareCoverage" in message
+
+
+
+def test_a_declared_job_must_fit_beside_its_pools_spares() -> None:
+    message = config_error(lambda raw: raw["training"]["jobs"][0].update(workers=125))
+    assert ("training.jobs[0].workers: pool 'h100-a' has only 128 nodes, 4 of them warm spares training never uses "
+            "(got 125)") in message

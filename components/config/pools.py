@@ -19,7 +19,7 @@ from components.config.base import (
     unique_names,
 )
 from components.config.topology import PoolTopology, topology_problems
-from components.failure_rate import nodes_in_repair
+from components.failure_rate import nodes_in_repair, spares_for
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -35,6 +35,9 @@ GPU_HARDWARE_LIMITS_CELSIUS: dict[str, int] = {
     "L40S-48GB": 88,
     "L4-24GB": 85,
 }
+#: A sized spare count never holds back more than one node in this many: a small pool's gangs need its nodes more
+#: than a spare (4 nodes: none; 128: up to 8).
+SIZED_SPARE_SHARE = 16
 
 
 class GpuPool(ConfigModel):
@@ -68,10 +71,14 @@ class GpuPool(ConfigModel):
     spare_nodes: NonNegativeInt | None = None
     """Warm spares: idle nodes kept out of training by the `<labelPrefix>/spare` taint (inference may use them), so a
     gang that loses a node to a quarantine finds another at once; each quarantined node uses one up, and the repaired
-    node becomes a spare again (docs/training.md). Unset: the nodes the pool expects in repair at any time, from
-    the Llama 3 failure rate and `repairHours`, rounded (0 for a pool of fewer than 66 nodes of 8 GPUs at 48 h)."""
+    node becomes a spare again (docs/training.md). Unset: the fewest spares with which a node failure finds one with
+    probability `spareCoverage` (nodes go into repair at the Llama 3 rate and stay out `repairHours`), at most one
+    node in 16 of the pool (none under 16 nodes)."""
     repair_hours: Annotated[float, Field(gt=0, le=8760)] = 48.0
     """How long a quarantined node is out (diagnosis, repair, probation), for sizing `spareNodes` when unset."""
+    spare_coverage: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    """The share of node failures that should find a spare, for sizing `spareNodes` when unset. Sizing at the mean
+    number out instead would leave a 128-node pool without its one spare at most of its failures."""
 
     @property
     def node_names(self) -> list[str]:
@@ -79,10 +86,11 @@ class GpuPool(ConfigModel):
 
     @property
     def spares(self) -> int:
-        """The warm spares the pool keeps: `spareNodes`, or sized from its GPUs and `repairHours`."""
+        """The warm spares the pool keeps: `spareNodes`, or sized from its GPUs, `repairHours` and `spareCoverage`."""
         if self.spare_nodes is not None:
             return self.spare_nodes
-        return round(nodes_in_repair(self.gpu_count, self.repair_hours * 3600.0))
+        out = nodes_in_repair(self.gpu_count, self.repair_hours * 3600.0)
+        return min(spares_for(out, self.spare_coverage), len(self.node_names) // SIZED_SPARE_SHARE)
 
     @property
     def gpu_count(self) -> int:

@@ -140,10 +140,12 @@ def training_problems(cfg: ClusterConfig) -> list[Problem]:
                 Problem(f"training.jobs[{index}].pool", f"unknown pool; expected one of {sorted(pool_names)}",
                         job.pool)
             )
-        elif job.workers > len(cfg.pool(job.pool).node_names):
+        elif job.workers > len(cfg.pool(job.pool).node_names) - cfg.pool(job.pool).spares:
+            pool = cfg.pool(job.pool)
+            held = f", {pool.spares} of them warm spares training never uses" if pool.spares else ""
             problems.append(
                 Problem(f"training.jobs[{index}].workers",
-                        f"pool '{job.pool}' has only {len(cfg.pool(job.pool).node_names)} nodes", job.workers)
+                        f"pool '{job.pool}' has only {len(pool.node_names)} nodes{held}", job.workers)
             )
         elif job.gpus_per_worker > cfg.pool(job.pool).gpus_per_node:
             problems.append(
