@@ -38,9 +38,13 @@ SETTINGS_KEY = "settings.json"
 #: Bumped when a key changes meaning or is added (the CLI refuses unknown keys); the CLI refuses settings
 #: newer than it understands. 2: ``teams``. 3: each claim's ``writeGbps`` and the checkpoint size and client link
 #: (the workers' termination grace holds one emergency checkpoint). 4: a pool's ``topology`` and the stack's
-#: ``topologyMode``. 5: ``restartInPlace`` (the template wraps the command in the supervisor). A stack that uses
-#: none of a version's keys publishes the newest version before it, so a CLI that predates them still reads it.
-SETTINGS_VERSION = 5
+#: ``topologyMode``. 5: ``restartInPlace`` (the template wraps the command in the supervisor). 6: a pool's warm-spare
+#: keys (``spareNodes``, ``repairHours``, ``spareCoverage``), published only where a stack sets one (their defaults
+#: size the same spares in every reader). A stack that uses none of a version's keys publishes the newest version
+#: before it, so a CLI that predates them still reads it.
+SETTINGS_VERSION = 6
+#: The version of settings whose pools set no warm-spare key (what a CLI of version 5 reads).
+IN_PLACE_SETTINGS_VERSION = 5
 #: The version of settings without restart in place (what a CLI of version 4 reads).
 TOPOLOGY_SETTINGS_VERSION = 4
 #: The version of settings without a topology either (what a CLI of version 3 reads).
@@ -152,8 +156,11 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
     queues = cfg.scheduling.training_queue_names(p.name for p in cfg.pools)
     fabric = any(p.topology is not None for p in cfg.pools)
     in_place = cfg.training.restart_in_place if cfg.training.restart_in_place.enabled else None
+    spares = any(_spare_keys(p) for p in cfg.pools)
+    version = (SETTINGS_VERSION if spares else IN_PLACE_SETTINGS_VERSION if in_place
+               else TOPOLOGY_SETTINGS_VERSION if fabric else FLAT_SETTINGS_VERSION)
     return ClusterSettings(
-        version=SETTINGS_VERSION if in_place else TOPOLOGY_SETTINGS_VERSION if fabric else FLAT_SETTINGS_VERSION,
+        version=version,
         label_prefix=cfg.label_prefix,
         gpu_resource=cfg.gpu_resource,
         training_namespace=cfg.training_namespace,
@@ -178,16 +185,31 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
     )
 
 
+#: A pool's warm-spare keys: published only when set to something other than their defaults.
+_SPARE_FIELDS = ("spare_nodes", "repair_hours", "spare_coverage")
+
+
+def _spare_keys(pool: GpuPool) -> dict[str, object]:
+    """The warm-spare keys (their stack spelling) ``pool`` sets to something other than their defaults."""
+    fields = GpuPool.model_fields
+    return {fields[f].alias or f: value for f in _SPARE_FIELDS if (value := getattr(pool, f)) != fields[f].default}
+
+
 def settings_json(settings: ClusterSettings) -> str:
     """Stable JSON (sorted keys) so an unchanged stack gives an unchanged ConfigMap; an absent topology and
-    topology mode are left out, so the settings of a flat stack read as they did before them."""
+    topology mode, and warm-spare keys left at their defaults, are left out, so the settings of a stack without
+    them read as they did before them."""
     data = settings.model_dump(mode="json", by_alias=True)
     for key in ("topologyMode", "restartInPlace"):
         if data.get(key) is None:
             data.pop(key, None)
-    for entry in data.get("pools") or []:
+    for entry, published in zip(data.get("pools") or [], settings.pools, strict=True):
         if entry["pool"].get("topology") is None:
             entry["pool"].pop("topology", None)
+        for field in _SPARE_FIELDS:
+            key = GpuPool.model_fields[field].alias or field
+            if key not in _spare_keys(published.pool):
+                entry["pool"].pop(key, None)
     return json.dumps(data, sort_keys=True, indent=1)
 
 

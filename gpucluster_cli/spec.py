@@ -158,6 +158,11 @@ def resolve(spec: JobSpec, settings: ClusterSettings, source: str) -> TrainingJo
     if nodes > nodes_in_pool:
         raise SpecError(f"{source}: gpus: {nodes} nodes is larger than pool '{pool.name}' ({nodes_in_pool} nodes × "
                         f"{pool.gpus_per_node} GPUs = {pool.gpu_count}); ask for at most {pool.gpu_count} GPUs")
+    if nodes > nodes_in_pool - pool.spares:
+        usable = (nodes_in_pool - pool.spares) * pool.gpus_per_node
+        raise SpecError(f"{source}: gpus: {nodes} nodes would never start: pool '{pool.name}' keeps {pool.spares} of "
+                        f"its {nodes_in_pool} nodes as warm spares training does not use; ask for at most {usable} "
+                        "GPUs")
     team = _team(spec, settings, source, nodes * per_node)
     checkpoint = None
     if settings.checkpoint_claims or spec.checkpoint_filesystem is not None:

@@ -56,6 +56,24 @@ def test_newer_settings_are_refused_with_an_upgrade_hint(prod: RunResult) -> Non
         parse_settings(json.dumps(data))
 
 
+def test_warm_spare_keys_are_published_only_where_a_stack_sets_them(prod: RunResult,
+                                                                    run_stack: StackRunner) -> None:
+    """Prod sizes its spares from the defaults, which every reader shares: nothing new is published and a CLI of
+    the version before still reads it. A stack that sets a spare key publishes it, as version 6."""
+    from components.published_settings import IN_PLACE_SETTINGS_VERSION, SETTINGS_VERSION
+
+    data = json.loads(prod.one("ConfigMap", SETTINGS_CONFIGMAP).inputs["data"][SETTINGS_KEY])
+    assert data["version"] == IN_PLACE_SETTINGS_VERSION
+    assert not {"spareNodes", "repairHours", "spareCoverage"} & {k for p in data["pools"] for k in p["pool"]}
+    assert [p.pool.spares for p in published(prod).pools] == [4, 4]  # the same sizing as the stack's
+    edited = run_stack("prod", lambda cfg: cfg["gpu-cluster:pools"][1].update(spareNodes=2, repairHours=24))
+    data = json.loads(edited.one("ConfigMap", SETTINGS_CONFIGMAP).inputs["data"][SETTINGS_KEY])
+    assert data["version"] == SETTINGS_VERSION == 6
+    assert [{k: p["pool"][k] for k in ("spareNodes", "repairHours") if k in p["pool"]} for p in data["pools"]] == [
+        {}, {"spareNodes": 2, "repairHours": 24.0}]
+    assert [p.pool.spares for p in published(edited).pools] == [4, 2]
+
+
 SPEC = """
 name: cli-twin
 image: registry.local/training/trainer:1.0.0

@@ -186,3 +186,15 @@ def test_a_job_over_its_teams_quota_is_refused_naming_the_quota(nodes: int, per_
         return
     assert nodes * per_node <= quota and job.team == team
     assert TEAMS.training_args(job).queue == f"team-{team}"
+
+
+def test_a_gang_that_needs_a_pools_warm_spares_is_refused_before_it_waits_for_ever() -> None:
+    """Training never tolerates the spare taint: a gang of the whole pool would never bind."""
+    cfg = load_stack_config(ROOT, "local")
+    assert isinstance(cfg, ClusterConfig)
+    pool = cfg.pools[0].model_copy(update={"spare_nodes": 1})
+    settings = LOCAL.model_copy(update={"pools": [PoolSettings(pool=pool, queue=LOCAL.pools[0].queue)]})
+    with pytest.raises(SpecError, match=r"j\.yaml: gpus: 4 nodes would never start: pool 'local-gpu' keeps 1 of its 4 "
+                                        r"nodes as warm spares training does not use; ask for at most 24 GPUs"):
+        resolve(_spec("gpus: 32\n"), settings, "j.yaml")
+    assert resolve(_spec("gpus: 24\n"), settings, "j.yaml").workers == 3

@@ -23,7 +23,7 @@ from components.config import ClusterConfig, parse_config
 from components.fabric import TOPOLOGY_PLUGIN, hypernodes
 from components.gang_scheduler import volcano_scheduler_conf
 from components.node_pools import settings_from_config
-from components.published_settings import FLAT_SETTINGS_VERSION, SETTINGS_VERSION
+from components.published_settings import FLAT_SETTINGS_VERSION, IN_PLACE_SETTINGS_VERSION
 from components.training_job import TrainingJobArgs
 from gpucluster_cli import cli
 from gpucluster_cli.kube import Cluster
@@ -253,11 +253,11 @@ def test_published_settings_carry_the_topology_only_where_there_is_one() -> None
     assert flat["version"] == FLAT_SETTINGS_VERSION and "topologyMode" not in flat and "restartInPlace" not in flat
     # With restart in place (the default) the settings carry it, at the version that introduced it.
     supervised = json.loads(settings_json(cluster_settings(plain)))
-    assert supervised["version"] == SETTINGS_VERSION and supervised["restartInPlace"]["enabled"] is True
+    assert supervised["version"] == IN_PLACE_SETTINGS_VERSION and supervised["restartInPlace"]["enabled"] is True
     assert all("topology" not in p["pool"] for p in flat["pools"])
     cfg = config("prod", PROD_FABRIC, "hard")
     published = parse_published(settings_json(cluster_settings(cfg)))
-    assert published.version == SETTINGS_VERSION and published.topology_mode == "hard"
+    assert published.version == IN_PLACE_SETTINGS_VERSION and published.topology_mode == "hard"
     for job in cfg.training.jobs:
         assert published.training_args(job) == TrainingJobArgs.from_config(cfg, job)
 
