@@ -11,6 +11,7 @@ import statistics
 import time
 from typing import Any
 
+from components.config.pools import SIZED_SPARE_SHARE
 from tools.mockrt import run_program, stack_config
 
 SIZES = (64, 256, 1024)
@@ -35,7 +36,8 @@ def synthetic(nodes: int) -> tuple[dict[str, Any], set[str]]:
             service["pool"] = "pool-a"
     for job in config.get("gpu-cluster:training", {}).get("jobs", []):
         job["pool"] = "pool-a"
-        job["workers"] = min(job["workers"], half)
+        # Beside the pool's warm spares, sized at most one node in 16 (components.config.pools).
+        job["workers"] = min(job["workers"], half - half // SIZED_SPARE_SHARE)
     # Team shares are sized for prod's GPUs: scale them to this cluster so they still fit (a share of 0 stays 0).
     teams = config.get("gpu-cluster:scheduling", {}).get("teams", [])
     total = sum(team.get("guaranteeGpus", 0) for team in teams)
