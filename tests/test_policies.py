@@ -266,6 +266,17 @@ def test_training_onprem_only() -> None:
     assert messages("training-onprem-only", training_job(affinity=two_terms)) == expected
 
 
+
+def test_training_no_spare_toleration() -> None:
+    assert messages("training-no-spare-toleration", training_job()) == []
+    spare = {"key": f"{PREFIX}/spare", "operator": "Exists", "effect": "NoSchedule"}
+    assert messages("training-no-spare-toleration", training_job(tolerations=[spare])) == [
+        f"spec.tasks[worker].template.spec: training tolerates the warm spares' taint {PREFIX}/spare, so a gang may "
+        "take a pool's spares and a quarantine under another gang would find none; remove that toleration"]
+    # Inference may use a spare's idle GPUs: the rule is training's only.
+    assert messages("training-no-spare-toleration", inference(tolerations=[spare])) == []
+
+
 # --------------------------------------------------------------------------- taints
 
 

@@ -267,6 +267,12 @@ def volcano_job_without_onprem_affinity(stack: Stack) -> None:
     live_pod_spec(stack.props("Job", "llm-pretrain-70b")).pop("affinity")
 
 
+@mutation("training-no-spare-toleration", "Job training/llm-pretrain-70b", with_job=True)
+def volcano_job_tolerating_the_warm_spares(stack: Stack) -> None:
+    live_pod_spec(stack.props("Job", "llm-pretrain-70b")).setdefault("tolerations", []).append(
+        {"key": f"{PREFIX}/spare", "operator": "Exists", "effect": "NoSchedule"})
+
+
 @mutation("training-outranks-inference", "Job training/llm-pretrain-70b", with_job=True)
 def volcano_job_at_inference_priority(stack: Stack) -> None:
     job = stack.props("Job", "llm-pretrain-70b")

@@ -190,6 +190,21 @@ def check_training_onprem(res: Resource, ctx: RuleContext) -> list[str]:
 
 
 @rule(
+    "training-no-spare-toleration",
+    "Training pods do not tolerate the warm spares' taint (a toleration of every taint is refused by "
+         "training-onprem-only).",
+    MANDATORY,
+    "a gang on a pool's warm spares leaves the next quarantine no node to replace with",
+)
+def check_training_no_spare_toleration(res: Resource, ctx: RuleContext) -> list[str]:
+    spare = ctx.keys.spare_taint
+    return [f"{pod.where}: training tolerates the warm spares' taint {spare}, so a gang may take a pool's spares "
+            "and a quarantine under another gang would find none; remove that toleration"
+            for pod in pod_templates(res) if is_training(res, pod, ctx)
+            for tol in (as_map(t) for t in as_seq(pod.spec.get("tolerations"))) if tol.get("key") == spare]
+
+
+@rule(
     "training-handover-gate",
     "Where the stack runs the make-before-break handover, training pods (by PriorityClass, label or Volcano "
          "Job) start behind its scheduling gate.",
