@@ -37,7 +37,6 @@ def spares_for(mean_in_repair: float, coverage: float) -> int:
         return 0  # nothing ever fails: nothing to cover
     k, below = 0, 0.0  # P(N < k)
     while 1.0 - below > 1.0 - coverage:
-        below += math.exp(-mean_in_repair + k * math.log(mean_in_repair) - math.lgamma(k + 1)) if mean_in_repair \
-            else 1.0
+        below += math.exp(-mean_in_repair + k * math.log(mean_in_repair) - math.lgamma(k + 1))
         k += 1
     return k

@@ -130,7 +130,7 @@ class InferenceServiceArgs:
             # provider (the config refuses it otherwise), so the standby's provider list is never empty.
             standby=cfg.handover_active,
             warm=cfg.handover_active and (cfg.burst.warm_pool_share > 0 or cfg.burst.warm_pool_ramp_seconds > 0),
-            warm_priority_class=min(cfg.priorities.tiers().values(), key=lambda t: t.value).name,
+            warm_priority_class=cfg.priorities.lowest.name,
             home=cfg.handover_active and cfg.burst.return_surge_share > 0,
         )
 

@@ -58,6 +58,7 @@ class Keys(BurstKeys):
         """The spine switch above a GPU node's leaf."""
         return spine_label_key(self.prefix)
 
+
 ONPREM = "onprem"
 EXTERNAL = "external"
 TRAINING = "training"

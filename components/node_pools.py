@@ -147,7 +147,7 @@ class NodePoolsArgs:
                    placement=Placement(cfg.system_namespace, priority_class, cfg.system_pool_selector),
                    image=images.agent_image(APP, cfg.agent_registry), port=METRICS_PORT,
                    prepull=prepull_images(cfg),
-                   prepull_priority_class=min(cfg.priorities.tiers().values(), key=lambda t: t.value).name)
+                   prepull_priority_class=cfg.priorities.lowest.name)
 
 
 class GpuNodePools(pulumi.ComponentResource):
@@ -196,16 +196,17 @@ class GpuNodePools(pulumi.ComponentResource):
             volumes=[volume],
         )
         self.pod_disruption_budget = agent.disruption_budget()
-        self.prepull = {pool: self._prepull(args, keys, pool, wanted) for pool, wanted in args.prepull.items()}
+        self.prepull = {pool.name: self._prepull(args, keys, pool, wanted) for pool in args.pools
+                        if (wanted := args.prepull.get(pool.name))}
         self.node_count = pulumi.Output.from_input(sum(len(p.node_names) for p in args.pools))
         self.gpu_count = pulumi.Output.from_input(sum(p.gpu_count for p in args.pools))
         self.register_outputs({"node_count": self.node_count, "gpu_count": self.gpu_count})
 
-    def _prepull(self, args: NodePoolsArgs, keys: Keys, pool: str, wanted: list[str]) -> k8s.apps.v1.DaemonSet:
+    def _prepull(self, args: NodePoolsArgs, keys: Keys, pool: GpuPool, wanted: list[str]) -> k8s.apps.v1.DaemonSet:
         """On each warm spare of ``pool`` (the agent's label): every image pulled by an init container that exits at
         once (a shell, as a trainer's image has), then an idle container from the agent's own image. No token, no
         network, restricted; at the lowest class, so it never preempts the inference a spare may run."""
-        app = f"image-prepull-{pool}"
+        app = f"image-prepull-{pool.name}"
         ns = args.placement.namespace
         labels = common_labels(app, "image-prepull", images.AGENT_VERSION)
         meta = k8s.meta.v1.ObjectMetaArgs
@@ -229,12 +230,9 @@ class GpuNodePools(pulumi.ComponentResource):
                         service_account_name=app,
                         automount_service_account_token=False,
                         priority_class_name=args.prepull_priority_class,
-                        node_selector={keys.pool: pool, spare: "true"},
-                        tolerations=[
-                            k8s.core.v1.TolerationArgs(key=keys.pool, operator="Equal", value=pool,
-                                                       effect="NoSchedule"),
-                            k8s.core.v1.TolerationArgs(key=spare, operator="Exists", effect="NoSchedule"),
-                        ],
+                        node_selector={keys.pool: pool.name, spare: "true"},
+                        tolerations=[*([pool_toleration(keys, pool)] if pool.taint else []),
+                                     k8s.core.v1.TolerationArgs(key=spare, operator="Exists", effect="NoSchedule")],
                         security_context=pod_security_context(),
                         init_containers=pulls,
                         containers=[idle],

@@ -185,14 +185,14 @@ def cluster_settings(cfg: ClusterConfig) -> ClusterSettings:
     )
 
 
-#: A pool's warm-spare keys: published only when set to something other than their defaults.
-_SPARE_FIELDS = ("spare_nodes", "repair_hours", "spare_coverage")
+#: A pool's warm-spare keys (field, stack spelling): published only when set to something other than their defaults.
+_SPARE_KEYS = {f: GpuPool.model_fields[f].alias or f for f in ("spare_nodes", "repair_hours", "spare_coverage")}
 
 
 def _spare_keys(pool: GpuPool) -> dict[str, object]:
     """The warm-spare keys (their stack spelling) ``pool`` sets to something other than their defaults."""
-    fields = GpuPool.model_fields
-    return {fields[f].alias or f: value for f in _SPARE_FIELDS if (value := getattr(pool, f)) != fields[f].default}
+    return {key: value for field, key in _SPARE_KEYS.items()
+            if (value := getattr(pool, field)) != GpuPool.model_fields[field].default}
 
 
 def settings_json(settings: ClusterSettings) -> str:
@@ -206,10 +206,8 @@ def settings_json(settings: ClusterSettings) -> str:
     for entry, published in zip(data.get("pools") or [], settings.pools, strict=True):
         if entry["pool"].get("topology") is None:
             entry["pool"].pop("topology", None)
-        for field in _SPARE_FIELDS:
-            key = GpuPool.model_fields[field].alias or field
-            if key not in _spare_keys(published.pool):
-                entry["pool"].pop(key, None)
+        for key in set(_SPARE_KEYS.values()) - set(_spare_keys(published.pool)):
+            entry["pool"].pop(key, None)
     return json.dumps(data, sort_keys=True, indent=1)
 
 

@@ -49,12 +49,10 @@ def choose_spares(nodes: Sequence[SpareView], spare_nodes: int) -> frozenset[str
     with the fewest spares first)."""
     want = target(spare_nodes, nodes)
     usable = [n for n in nodes if not n.quarantined and not n.fenced]
-    keep = sorted((n for n in usable if n.spare), key=lambda n: n.name)
     lost = Counter(n.leaf for n in nodes if n.quarantined)
-    if len(keep) > want:
-        # Release where a leaf lost the most nodes first, then the last by name (deterministic).
-        keep.sort(key=lambda n: (lost.get(n.leaf, 0), n.name), reverse=True)
-        keep = keep[len(keep) - want:] if want else []
+    # Keep those in the leaves that lost the fewest nodes (then by name): the others are released first where a
+    # leaf lost the most, so the replacement lands there.
+    keep = sorted((n for n in usable if n.spare), key=lambda n: (lost.get(n.leaf, 0), n.name))[:want]
     chosen = {n.name for n in keep}
     per_leaf = Counter(n.leaf for n in keep)
     candidates = [n for n in usable if not n.spare and not n.training]

@@ -83,3 +83,8 @@ class Priorities(ConfigModel):
             TierName.DEFAULT: self.default,
         }
 
+    @property
+    def lowest(self) -> PriorityTier:
+        """The tier of the smallest value: for pods that must never preempt anything (placeholders, pre-pulls)."""
+        return min(self.tiers().values(), key=lambda t: t.value)
+
