@@ -15,6 +15,10 @@ figures and scaled or assumed with its source otherwise. The policy table uses t
 policy's ETTR is shown under today's assumed restart (detect 30 s + reschedule 120 s + load), the decomposed
 assumed terms and the measured terms side by side, with a cold image pull as a sensitivity, and what the
 graceful path (SIGTERM → emergency checkpoint within the grace) adds to or saves from a restart.
+
+A gang whose pods stay (restart in place, one node replaced) reads its shards back from the pods' memory: the rate
+is measured here, through ``training_runtime.local_cache`` as ``bench_training`` measures it. Replacing one node
+takes a warm spare when one is left (the pool's default sizing) and a cold image pull when none is.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from bench.bench_training import local_vs_shared_load
 from bench.sim.failures import node_bound_share
 from bench.sim.goodput import (
     CAUSE_KEYS,
@@ -41,7 +46,7 @@ from bench.sim.goodput import (
     plan,
     simulate,
 )
-from bench.sim.restart import Assumptions, Graceful, RestartModel, Term, read_measurements
+from bench.sim.restart import MEASURED, Assumptions, Graceful, RestartModel, Term, read_measurements
 from components.config import load_stack, stack_path
 from components.goodput_model import recommend
 
@@ -54,6 +59,18 @@ RESTART_TARGET = 0.98
 TARGET_GPUS = 16_384
 #: Restart-time sensitivity of the best policy at the target size (detection + rescheduling, seconds).
 RESCHEDULE_SWEEP_S = (60.0, 120.0, 300.0, 600.0)
+#: The shard the memory read rate is measured on (MiB) and the repeats (the median is taken).
+MEMORY_READ_MIB = 64
+MEMORY_READ_REPEATS = 3
+
+
+def memory_read(assumptions: Assumptions) -> Assumptions:
+    """The rate a rank reads its shard back from its pod's memory, measured on this machine: a shard written
+    through the store with its copy kept in ``/dev/shm``, read and checked as a resume does."""
+    load = local_vs_shared_load(MEMORY_READ_MIB * 2**20, MEMORY_READ_REPEATS)
+    return replace(assumptions, memory_read_gbps=load["local_mb_per_s"] / 1000.0, memory_read_basis=MEASURED,
+                   memory_read_source=f"measured here: a {load['shard_mib']} MiB shard read back from "
+                                      f"{load['local_dir']} and checked, median of {MEMORY_READ_REPEATS}")
 
 
 def _pct(x: float) -> float:
@@ -142,6 +159,7 @@ def restart_paths(model: RestartModel, outcomes: list[Outcome]) -> dict[str, Any
     rows: dict[str, Any] = {}
     for gpus in SIZES:
         whole, in_place, one = (ran[gpus, p.name] for p in (whole_policy, in_place_policy, one_policy))
+        spares, found = env.spares(gpus, model.assumptions.gpus_per_pod)
         rows[str(gpus)] = {
             "whole_gang": {"restart_s": round(model.total_s(gpus), 1), "share_pct": _pct(share),
                            "ettr_pct": _pct(whole.ettr)},
@@ -149,6 +167,8 @@ def restart_paths(model: RestartModel, outcomes: list[Outcome]) -> dict[str, Any
                          "ettr_pct": _pct(in_place.ettr), "terms": terms(model.in_place_terms(gpus))},
             "replace_one": {"restart_s": round(model.replace_one_total_s(gpus), 1), "share_pct": _pct(caught),
                             "ettr_pct": _pct(one.ettr), "terms": terms(model.replace_one_terms(gpus))},
+            "spares": {"count": spares, "found_pct": _pct(found),
+                       "no_spare_restart_s": round(model.no_spare_total_s(gpus), 1)},
         }
     return rows
 
@@ -156,7 +176,7 @@ def restart_paths(model: RestartModel, outcomes: list[Outcome]) -> dict[str, Any
 def run() -> dict[str, Any]:
     cfg = load_stack(stack_path(STACK))
     backend = Backend.from_config(cfg)
-    model = RestartModel(Assumptions.from_config(cfg, backend.name), read_measurements())
+    model = RestartModel(memory_read(Assumptions.from_config(cfg, backend.name)), read_measurements())
     legacy = Environment()
     env = Environment(restart=model)
     started = time.process_time()
@@ -260,6 +280,13 @@ def restart_markdown(result: dict[str, Any]) -> list[str]:
         terms = ["; ".join(f"{name} {t['seconds']:g} ({t['basis']})" for name, t in x["terms"].items())
                  for x in (i, o)]
         lines.append(f"| {int(g):,} | " + " | ".join(cells + terms) + " |")
+    lines += ["", "Warm spares of the job's pool (sized as the stack sizes them by default) for replacing one node: a "
+              "replacement that finds none left takes a node from inference without the image pulled ahead:", "",
+              "| GPUs | spares | replacements that find one % | restart without one s |", "|---|---|---|---|"]
+    for g, r in result["restart_paths"].items():
+        if "spares" in r:  # absent from a report written before the spares were modelled
+            sp = r["spares"]
+            lines.append(f"| {int(g):,} | {sp['count']} | {sp['found_pct']:g} | {sp['no_spare_restart_s']:g} |")
     if result.get("inplace_fault_to_first_step_s_local") is not None:
         lines.append(f"\nLocal restart in place (a worker killed under its supervisor → the gang's first step): "
                      f"{result['inplace_fault_to_first_step_s_local']:g} s.")

@@ -11,7 +11,7 @@ import statistics
 import time
 from typing import Any
 
-from components.config.pools import SIZED_SPARE_SHARE
+from components.failure_rate import SIZED_SPARE_SHARE
 from tools.mockrt import run_program, stack_config
 
 SIZES = (64, 256, 1024)

@@ -18,6 +18,15 @@ DAY_S = 86_400.0
 FAILURES_PER_GPU_SECOND = LLAMA3_INTERRUPTIONS / (LLAMA3_DAYS * DAY_S * LLAMA3_GPUS)
 
 
+#: How long a quarantined node is out (diagnosis, repair, probation), and the share of node failures that should
+#: find a warm spare: the defaults a pool's spares are sized by (``pools[].repairHours``, ``spareCoverage``).
+DEFAULT_REPAIR_HOURS = 48.0
+DEFAULT_SPARE_COVERAGE = 0.95
+#: A sized spare count never holds back more than one node in this many: a small pool's gangs need its nodes more
+#: than a spare (4 nodes: none; 128: up to 8).
+SIZED_SPARE_SHARE = 16
+
+
 def nodes_in_repair(gpus: int, repair_seconds: float,
                     failures_per_gpu_second: float = FAILURES_PER_GPU_SECOND) -> float:
     """Nodes of a pool of ``gpus`` GPUs out at any time, each failure holding its node ``repair_seconds``
@@ -40,3 +49,20 @@ def spares_for(mean_in_repair: float, coverage: float) -> int:
         below += math.exp(-mean_in_repair + k * math.log(mean_in_repair) - math.lgamma(k + 1))
         k += 1
     return k
+
+
+def spare_found_share(mean_in_repair: float, spares: int) -> float:
+    """The share of node failures that find a spare: ``P(N < spares)`` for ``N`` Poisson with the mean in repair
+    (the coverage ``spares_for`` sizes to, for any spare count)."""
+    if mean_in_repair < 0 or spares < 0:
+        raise ValueError("the mean and the spares must be >= 0")
+    if mean_in_repair == 0:
+        return 1.0
+    return sum(math.exp(-mean_in_repair + k * math.log(mean_in_repair) - math.lgamma(k + 1)) for k in range(spares))
+
+
+def sized_spares(gpus: int, nodes: int, repair_hours: float = DEFAULT_REPAIR_HOURS,
+                 coverage: float = DEFAULT_SPARE_COVERAGE) -> int:
+    """A pool's warm spares when the stack does not name a count: sized for ``coverage`` at the published rate,
+    capped at one node in ``SIZED_SPARE_SHARE``."""
+    return min(spares_for(nodes_in_repair(gpus, repair_hours * 3600.0), coverage), nodes // SIZED_SPARE_SHARE)

@@ -209,10 +209,46 @@ def test_an_in_place_restart_has_no_eviction_rescheduling_or_container_start() -
     names = [t.name for t in model.in_place_terms(16_384)]
     assert names == list(IN_PLACE_TERMS)
     whole = {t.name: t.seconds for t in model.terms(16_384)}
+    a = model.assumptions
+    shard_gb = a.size_tb * 1000 / 16_384
     assert model.in_place_total_s(16_384) == pytest.approx(
-        model.assumptions.inplace_detect_s + model.assumptions.worker_start_s
-        + whole["rendezvous + NCCL init"] + whole["checkpoint load"])
+        a.inplace_detect_s + a.worker_start_s + whole["rendezvous + NCCL init"] + shard_gb / a.memory_read_gbps)
     assert model.in_place_total_s(16_384) < model.total_s(16_384)
+
+
+def test_a_gang_whose_pods_stay_reads_its_shards_from_their_memory_and_a_replaced_pod_from_the_shared_copy() -> None:
+    model = RestartModel().with_assumptions(memory_read_gbps=0.7, memory_read_basis="measured")
+    a = model.assumptions
+    shared = {t.name: t for t in model.terms(16_384)}["checkpoint load"]
+    kept = {t.name: t for t in model.in_place_terms(16_384)}["checkpoint load"]
+    assert kept.seconds == pytest.approx(a.size_tb * 1000 / 16_384 / 0.7) and kept.seconds < shared.seconds
+    assert kept.basis == "measured" and "pod's memory" in kept.source
+    one = {t.name: t for t in model.replace_one_terms(16_384)}["checkpoint load"]
+    new_pod = a.size_tb * 1000 / 16_384 / min(a.read_gbps / a.gpus_per_pod, a.client_link_gbps)
+    assert one.seconds == pytest.approx(max(kept.seconds, new_pod)) and one.basis == "measured + scaled"
+    # 10 TB over 1,024 ranks is a 9.8 GB shard, over the 8 GB cache: no copy is kept, every rank reads shared.
+    big = model.with_assumptions(size_tb=10.0)
+    over = {t.name: t for t in big.in_place_terms(1_024)}["checkpoint load"]
+    assert over.seconds == {t.name: t for t in big.terms(1_024)}["checkpoint load"].seconds
+    assert "over the pod's 8 GB cache" in over.source
+
+
+def test_a_replacement_that_finds_no_warm_spare_waits_for_a_cold_pull() -> None:
+    p = plan(REPLACE_ONE, 16_384, BACKEND, DECOMPOSED)
+    assert p.no_spare_restart_s is not None and p.replace_one_restart_s is not None
+    assert p.no_spare_restart_s > p.replace_one_restart_s + 400  # a 15 GB image at 30 MB/s
+    assert p.restart_for(node_bound=True, caught=True, spare=False) == p.no_spare_restart_s
+    assert p.restart_for(node_bound=True, caught=True, spare=True) == p.replace_one_restart_s
+    assert p.restart_for(node_bound=False, spare=False) == p.in_place_restart_s  # no node to replace
+    count, share = DECOMPOSED.spares(16_384, 8)
+    assert (count, round(share, 3)) == (23, 0.955) and p.spare_share == share
+    env = replace(DECOMPOSED, recurrence_p=0.0)
+    sized = simulate(REPLACE_ONE, 16_384, BACKEND, env, 730.0, seed=3)
+    no_spares = simulate(REPLACE_ONE, 16_384, BACKEND, replace(env, spare_coverage=0.01), 730.0, seed=3)
+    assert no_spares.plan.spare_share < sized.plan.spare_share
+    assert no_spares.ettr < sized.ettr and no_spares.restart_lost_s > sized.restart_lost_s
+    for out in (sized, no_spares):
+        assert out.ettr == pytest.approx(expected_ettr(out.plan), abs=0.005)
 
 
 def test_async_checkpoints_cut_stall_loss_and_raise_ettr() -> None:

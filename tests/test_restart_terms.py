@@ -361,6 +361,20 @@ def test_report_puts_the_measured_terms_beside_todays_assumed(report: tuple[dict
     assert "Graceful path" in text and "| policy |" in text  # the policy table is still there
 
 
+def test_report_reads_the_kept_shards_at_the_rate_measured_here_and_prices_a_replacement_without_a_spare(
+        report: tuple[dict[str, Any], str]) -> None:
+    result, text = report
+    for gpus, paths in result["restart_paths"].items():
+        load = paths["in_place"]["terms"]["checkpoint load"]
+        assert load["basis"] == MEASURED and "measured here: a 64 MiB shard read back from" in load["source"]
+        assert load["seconds"] < result["restart_decomposition"]["terms"]["checkpoint load"]["seconds"][gpus]
+        assert paths["replace_one"]["terms"]["checkpoint load"]["basis"] == MEASURED_SCALED
+        spares = paths["spares"]
+        assert spares["no_spare_restart_s"] > paths["replace_one"]["restart_s"] and 95 <= spares["found_pct"] <= 100
+    assert result["restart_paths"]["16384"]["spares"]["count"] == 23
+    assert "| 16,384 | 23 | " in text and "replacements that find one %" in text
+
+
 # --------------------------------------------------------------------------- the scale runs' crashes
 
 

@@ -249,6 +249,16 @@ def test_the_sized_spares_are_the_fewest_that_cover_the_share_of_failures_asked(
     assert spares_for(mean, min(0.999, coverage + 0.1)) >= k and spares_for(mean + 1, coverage) >= k
 
 
+@given(mean=st.floats(0, 60), spares=st.integers(0, 200), coverage=st.floats(0.01, 0.999))
+def test_the_share_that_finds_a_spare_grows_with_the_spares_and_meets_the_sized_coverage(
+        mean: float, spares: int, coverage: float) -> None:
+    from components.failure_rate import spare_found_share, spares_for
+
+    share = spare_found_share(mean, spares)
+    assert 0.0 <= share <= 1.0 + 1e-12 and spare_found_share(mean, spares + 1) >= share - 1e-12
+    assert spare_found_share(mean, spares_for(mean, coverage)) >= coverage - 1e-9  # the goodput model's share
+
+
 def test_sizing_holds_back_at_most_one_node_in_sixteen_and_refuses_a_bad_coverage() -> None:
     from components.config.pools import GpuPool
 

@@ -17,6 +17,9 @@ interruption during a restart starts it over.
 * **Bad-node recurrence.** When a node-bound fault crashed the job, the restarted job runs on that node
   again unless quarantine caught it; with probability ``recurrence_p`` it crashes again after an
   exponential delay. Only the most recent crash's node is tracked (a node that did not recur is cleared).
+* **Warm spares.** Replacing one node needs a free node: the job's pool keeps spares sized as the stack sizes them
+  by default, and a replacement finds one with the Poisson share of ``components.failure_rate``; one that finds
+  none takes a node from inference, whose image was not pulled ahead, and the gang waits for that pull.
 
 Wall time splits exactly into useful compute, lost work, restart, checkpoint stalls and the lost work plus
 restart of recurrences; ETTR is useful compute over wall time. ``expected_ettr`` is the closed form of the
@@ -34,7 +37,15 @@ from typing import TYPE_CHECKING
 
 from bench.sim.failures import LLAMA3_CAUSES, Cause, arrivals, node_bound_share
 from bench.sim.restart import READ_TO_WRITE, RestartModel
-from components.failure_rate import DAY_S, FAILURES_PER_GPU_SECOND
+from components.failure_rate import (
+    DAY_S,
+    DEFAULT_REPAIR_HOURS,
+    DEFAULT_SPARE_COVERAGE,
+    FAILURES_PER_GPU_SECOND,
+    nodes_in_repair,
+    sized_spares,
+    spare_found_share,
+)
 from components.goodput_model import (
     job_mtbf_seconds,
     recommend,
@@ -97,6 +108,18 @@ class Environment:
     baseline_interval_s: float = 3600.0
     causes: tuple[Cause, ...] = LLAMA3_CAUSES
     failures_per_gpu_second: float = FAILURES_PER_GPU_SECOND
+    #: The job's pool keeps warm spares sized as a pool's are by default (``pools[].repairHours``,
+    #: ``spareCoverage``): a caught node-bound fault that finds none left replaces its node on one taken from
+    #: inference, without the image pulled ahead.
+    repair_hours: float = DEFAULT_REPAIR_HOURS
+    spare_coverage: float = DEFAULT_SPARE_COVERAGE
+
+    def spares(self, gpus: int, gpus_per_node: int) -> tuple[int, float]:
+        """The warm spares of a pool that holds a job of ``gpus`` GPUs, and the share of failures that find one."""
+        nodes = max(1, gpus // gpus_per_node)
+        count = sized_spares(gpus, nodes, self.repair_hours, self.spare_coverage)
+        mean = nodes_in_repair(gpus, self.repair_hours * 3600.0, self.failures_per_gpu_second)
+        return count, spare_found_share(mean, count)
 
     def restart_s(self, backend: Backend, gpus: int | None = None) -> float:
         """Seconds from an interruption to training again; the decomposition needs the job's ranks."""
@@ -150,10 +173,16 @@ class Plan:
     replace_one_restart_s: float | None = None
     #: Share of node-bound faults the guard catches (``Environment.quarantine_catches`` under quarantine).
     caught_share: float = 0.0
+    #: Share of replaced nodes that find a warm spare, and the restart of one that does not (a cold pull).
+    spare_share: float = 1.0
+    no_spare_restart_s: float | None = None
 
-    def restart_for(self, node_bound: bool, caught: bool = True) -> float:
-        """Seconds of the restart that follows an interruption of this kind (``caught``: the guard took the node)."""
+    def restart_for(self, node_bound: bool, caught: bool = True, spare: bool = True) -> float:
+        """Seconds of the restart that follows an interruption of this kind (``caught``: the guard took the node;
+        ``spare``: a warm spare was left for its replacement)."""
         if node_bound and caught and self.replace_one_restart_s is not None:
+            if not spare and self.no_spare_restart_s is not None:
+                return self.no_spare_restart_s
             return self.replace_one_restart_s
         if node_bound and (caught or self.in_place_restart_s is None):
             return self.restart_s
@@ -166,7 +195,9 @@ class Plan:
         if self.in_place_restart_s is None:
             return self.restart_s
         lam, share, caught = self.rate, self.node_bound_share, self.caught_share
-        bound = (caught * math.exp(lam * self.restart_for(True, True))
+        spare = self.spare_share
+        bound = (caught * spare * math.exp(lam * self.restart_for(True, True))
+                 + caught * (1 - spare) * math.exp(lam * self.restart_for(True, True, spare=False))
                  + (1 - caught) * math.exp(lam * self.restart_for(True, False)))
         mean = share * bound + (1 - share) * math.exp(lam * self.in_place_restart_s)
         return math.log(mean) / lam
@@ -186,10 +217,14 @@ def plan(policy: Policy, gpus: int, backend: Backend, env: Environment) -> Plan:
         stall, lag = backend.write_s, 0.0
     # Without the decomposed restart there is nothing to tell an in-place restart's time by: the whole-gang one.
     in_place = env.restart.in_place_total_s(gpus) if policy.in_place and env.restart is not None else None
-    replace_one = (env.restart.replace_one_total_s(gpus) if policy.replace_one and env.restart is not None
-                   else None)
+    replace_one = no_spare = None
+    spare_share = 1.0
+    if policy.replace_one and env.restart is not None:
+        replace_one, no_spare = env.restart.replace_one_total_s(gpus), env.restart.no_spare_total_s(gpus)
+        spare_share = env.spares(gpus, env.restart.assumptions.gpus_per_pod)[1]
     return Plan(gpus, interval, stall, lag, env.restart_s(backend, gpus), env.failures_per_gpu_second, in_place,
-                node_bound_share(env.causes), replace_one, env.quarantine_catches if policy.quarantine else 0.0)
+                node_bound_share(env.causes), replace_one, env.quarantine_catches if policy.quarantine else 0.0,
+                spare_share, no_spare)
 
 
 def expected_ettr(p: Plan, restart_s: float | None = None) -> float:
@@ -291,6 +326,10 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
     horizon = days * DAY_S
     primary = arrivals(gpus, horizon, seed, env.causes, env.failures_per_gpu_second)
     rng = random.Random(seed * 1_000_003 + 7)  # recurrence and quarantine draws, apart from the arrivals
+    spare_rng = random.Random(seed * 1_000_003 + 11)  # whether a replacement finds a spare: the draws above stay
+
+    def found_spare(caught: bool) -> bool:
+        return not (caught and p.replace_one_restart_s is not None) or spare_rng.random() < p.spare_share
     out = Outcome(policy.name, gpus, days, p)
     i, t, flagged = 0, 0.0, False
 
@@ -323,9 +362,10 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
             bound = cause.node_bound
             i += 1
         caught = bound and not flagged
+        spare = found_spare(caught)
         t, restart_for_recurrence = end, is_recurrence
         while True:  # restart; a failure during it starts it over
-            done = t + p.restart_for(bound, caught)
+            done = t + p.restart_for(bound, caught, spare)
             next_primary = primary[i].at_s if i < len(primary) else math.inf
             stop = min(done, next_primary, horizon)
             if restart_for_recurrence:
@@ -341,6 +381,7 @@ def simulate(policy: Policy, gpus: int, backend: Backend, env: Environment, days
             flagged = crashed(cause.node_bound)
             bound = cause.node_bound
             caught = bound and not flagged
+            spare = found_spare(caught)
             restart_for_recurrence = False
             i += 1
     return out

@@ -36,6 +36,11 @@ Where a term comes from:
     code's emergency write, read the other way: ``components/checkpoint_sizing.py``). The stack declares only
     ``writeGbps``; reads are taken at the write rate (:data:`READ_TO_WRITE`), conservative for WEKA and VAST,
     whose reads are not slower than their writes.
+  - checkpoint load on a restart in place or one node replaced: a rank whose pod stays reads its shard back from
+    the pod's memory (``training_runtime.local_cache``: read, then SHA-256 against the manifest) when the shard fits
+    the cache (``CHECKPOINT_LOCAL_CACHE_MAX_GB``), at a rate ``bench/bench_goodput.py`` measures on this machine
+    the way ``bench_training`` does; the replaced pod's ranks read the shared copy alone, at
+    ``min(read / ranks per pod, client link)``; the gang waits for the slower of the two.
   - image pull: image size over a per-node pull throughput, both stated (:class:`Assumptions`); a gang restart
     waits for its slowest pod, so one node without the image makes the whole gang wait for the pull.
 * **Assumed**, documented, when neither a file nor a formula applies: detection falls back to the guard's
@@ -56,6 +61,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from components.config.sizing import GB_PER_TB, emergency_checkpoint_seconds, termination_grace_seconds
+from training_runtime.settings import DEFAULT_LOCAL_CACHE_MAX_GB
 
 if TYPE_CHECKING:
     from components.config import ClusterConfig
@@ -334,6 +340,12 @@ class Assumptions:
     client_link_gbps: float = 50.0
     backend: str = "weka-ckpt"
     write_gbps: float = 60.0
+    #: A rank whose pod stays reads its shard from the pod's memory (``training_runtime.local_cache``) at this rate
+    #: (GB/s: read, then SHA-256 on one core) when the shard fits the cache; ``bench_goodput`` measures it.
+    memory_read_gbps: float = 0.5
+    memory_read_basis: str = ASSUMED
+    memory_read_source: str = "read + SHA-256 on one core (assumed)"
+    local_cache_max_gb: float = DEFAULT_LOCAL_CACHE_MAX_GB
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, filesystem: str) -> Assumptions:
@@ -380,6 +392,27 @@ def load_seconds(ranks: int, a: Assumptions) -> float:
         raise ValueError("ranks, size and bandwidths must be positive")
     shard_gb = a.size_tb * GB_PER_TB / ranks
     return shard_gb / min(a.read_gbps / ranks, a.client_link_gbps)
+
+
+def shard_gb(ranks: int, a: Assumptions) -> float:
+    if ranks <= 0:
+        raise ValueError("ranks must be positive")
+    return a.size_tb * GB_PER_TB / ranks
+
+
+def memory_load_seconds(ranks: int, a: Assumptions) -> float | None:
+    """A rank's shard read back from its pod's memory; None when the shard is over the cache's limit (no copy is
+    kept, the shared copy is read)."""
+    if a.memory_read_gbps <= 0:
+        raise ValueError("the memory read rate must be positive")
+    shard = shard_gb(ranks, a)
+    return None if shard > a.local_cache_max_gb else shard / a.memory_read_gbps
+
+
+def replaced_load_seconds(ranks: int, a: Assumptions) -> float:
+    """The replaced pod's ranks read their shards from the shared copy, the only readers of it."""
+    readers = min(ranks, a.gpus_per_pod)
+    return shard_gb(ranks, a) / min(a.read_gbps / readers, a.client_link_gbps)
 
 
 def pull_seconds(a: Assumptions) -> float:
@@ -480,8 +513,27 @@ class RestartModel:
             Term(IN_PLACE_TERMS[1], a.worker_start_s, ASSUMED,
                  "a worker process: interpreter, framework import, CUDA context (assumed)"),
             whole[TERMS[4]],
-            whole[TERMS[5]],
+            self._kept_load(ranks, whole[TERMS[5]], replaced=False),
         )
+
+    def _kept_load(self, ranks: int, shared: Term, replaced: bool) -> Term:
+        """The checkpoint load of a gang whose pods stay: each rank from its pod's memory when its shard fits the
+        cache, the replaced pod's ranks from the shared copy; the slower one is the gang's."""
+        a = self.assumptions
+        shard, memory = shard_gb(ranks, a), memory_load_seconds(ranks, a)
+        if memory is None:
+            return replace(shared, source=f"{shard:.3g} GB shard over the pod's {a.local_cache_max_gb:g} GB cache "
+                                          f"(CHECKPOINT_LOCAL_CACHE_MAX_GB): the shared copy; {shared.source}")
+        source = (f"{shard:.3g} GB shard from the pod's memory at {a.memory_read_gbps:.3g} GB/s "
+                  f"({a.memory_read_source}; training_runtime/local_cache.py)")
+        if not replaced:
+            return Term(TERMS[5], memory, a.memory_read_basis, source)
+        new = replaced_load_seconds(ranks, a)
+        readers = min(ranks, a.gpus_per_pod)
+        source += (f"; the new pod's {readers} ranks from the shared copy at min({a.read_gbps:g} GB/s / {readers}, "
+                   f"{a.client_link_gbps:g} GB/s link): {new:.2g} s; the slower of the two")
+        basis = MEASURED_SCALED if a.memory_read_basis == MEASURED else SCALED
+        return Term(TERMS[5], max(memory, new), basis, source)
 
     def in_place_total_s(self, ranks: int) -> float:
         return sum(t.seconds for t in self.in_place_terms(ranks))
@@ -504,10 +556,20 @@ class RestartModel:
         else:
             bind = Term(TERMS[2], recreate_seconds(1, a), SCALED,
                         f"one create and bind + schedulePeriodSeconds {a.schedule_period_s:g}")
-        return (whole[TERMS[0]], evict, bind, whole[TERMS[3]], whole[TERMS[4]], whole[TERMS[5]])
+        return (whole[TERMS[0]], evict, bind, whole[TERMS[3]], whole[TERMS[4]],
+                self._kept_load(ranks, whole[TERMS[5]], replaced=True))
 
     def replace_one_total_s(self, ranks: int) -> float:
         return sum(t.seconds for t in self.replace_one_terms(ranks))
+
+    def no_spare_terms(self, ranks: int) -> tuple[Term, ...]:
+        """One node replaced when no warm spare is left: the replacement lands on a node training takes from
+        inference, whose image was not pulled ahead (the pre-pull runs on the spares only), so the gang waits for
+        one cold pull."""
+        return self.with_assumptions(cold_pull=True).replace_one_terms(ranks)
+
+    def no_spare_total_s(self, ranks: int) -> float:
+        return sum(t.seconds for t in self.no_spare_terms(ranks))
 
     def without_scale(self) -> RestartModel:
         """The same model with eviction and rescheduling scaled from the local gang by Volcano's client rate, as

@@ -19,7 +19,7 @@ from components.config.base import (
     unique_names,
 )
 from components.config.topology import PoolTopology, topology_problems
-from components.failure_rate import nodes_in_repair, spares_for
+from components.failure_rate import DEFAULT_REPAIR_HOURS, DEFAULT_SPARE_COVERAGE, sized_spares
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -35,11 +35,6 @@ GPU_HARDWARE_LIMITS_CELSIUS: dict[str, int] = {
     "L40S-48GB": 88,
     "L4-24GB": 85,
 }
-#: A sized spare count never holds back more than one node in this many: a small pool's gangs need its nodes more
-#: than a spare (4 nodes: none; 128: up to 8).
-SIZED_SPARE_SHARE = 16
-
-
 class GpuPool(ConfigModel):
     """A set of on-prem GPU nodes that share a model and a taint."""
 
@@ -74,9 +69,9 @@ class GpuPool(ConfigModel):
     node becomes a spare again (docs/training.md). Unset: the fewest spares with which a node failure finds one with
     probability `spareCoverage` (nodes go into repair at the Llama 3 rate and stay out `repairHours`), at most one
     node in 16 of the pool (none under 16 nodes)."""
-    repair_hours: Annotated[float, Field(gt=0, le=8760)] = 48.0
+    repair_hours: Annotated[float, Field(gt=0, le=8760)] = DEFAULT_REPAIR_HOURS
     """How long a quarantined node is out (diagnosis, repair, probation), for sizing `spareNodes` when unset."""
-    spare_coverage: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    spare_coverage: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_SPARE_COVERAGE
     """The share of node failures that should find a spare, for sizing `spareNodes` when unset. Sizing at the mean
     number out instead would leave a 128-node pool without its one spare at most of its failures."""
 
@@ -89,8 +84,7 @@ class GpuPool(ConfigModel):
         """The warm spares the pool keeps: `spareNodes`, or sized from its GPUs, `repairHours` and `spareCoverage`."""
         if self.spare_nodes is not None:
             return self.spare_nodes
-        out = nodes_in_repair(self.gpu_count, self.repair_hours * 3600.0)
-        return min(spares_for(out, self.spare_coverage), len(self.node_names) // SIZED_SPARE_SHARE)
+        return sized_spares(self.gpu_count, len(self.node_names), self.repair_hours, self.spare_coverage)
 
     @property
     def gpu_count(self) -> int:
