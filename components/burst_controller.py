@@ -29,6 +29,8 @@ import pulumi_kubernetes as k8s
 from agents.burst_controller.contract import BurstSettings, return_deployment, standby_deployment, warm_deployment
 from components import images, rbac
 from components.config import Burst, ClusterConfig
+from components.config.base import ContainerRequests
+from components.config.footprint import BURST_CONTROLLER, agent_requests
 from components.naming import Keys, common_labels
 from components.provider_rank import deletion_costs
 from components.providers import provider_taint
@@ -113,6 +115,8 @@ class BurstControllerArgs:
     training_namespace: str = "training"
     #: The stack's scrape interval and monitor labels (without them the operator would not select the monitor).
     scrape: Scrape = field(default_factory=Scrape)
+    #: The container's requests: the stack's, or sized from its nodes (``components.config.footprint``).
+    resources: ContainerRequests = BURST_CONTROLLER.floor
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> BurstControllerArgs:
@@ -123,6 +127,7 @@ class BurstControllerArgs:
             placement=Placement(cfg.system_namespace, cfg.priorities.system.name, cfg.system_pool_selector),
             training_namespace=cfg.training_namespace,
             scrape=Scrape.of(cfg.observability),
+            resources=agent_requests(cfg, BURST_CONTROLLER),
         )
 
 
@@ -163,7 +168,7 @@ class BurstController(pulumi.ComponentResource):
                 ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=port)],
                 readiness_probe=metrics_readiness_probe(),
                 liveness_probe=metrics_liveness_probe(),
-                resources=resources("100m", "256Mi"),
+                resources=resources(args.resources.cpu, args.resources.memory),
                 security_context=container_security_context(),
                 volume_mounts=[mount],
             )],

@@ -35,6 +35,8 @@ from agents.health_guard.contract import (
 )
 from components import images, rbac
 from components.config import ClusterConfig
+from components.config.base import ContainerRequests
+from components.config.footprint import HEALTH_GUARD, agent_requests
 from components.naming import common_labels
 from components.security import API_CLIENT, checkov_skips, container_security_context, resources
 from components.system_agent import SETTINGS_KEY, Placement, SystemAgent
@@ -67,6 +69,8 @@ class HealthGuardArgs:
     #: Where it evicts, by workload (the key names the Role's logical name, so a renamed namespace keeps its
     #: URN): training always, inference when a fatal node evicts inference too.
     eviction_namespaces: tuple[tuple[str, str], ...] = (("training", "training"),)
+    #: The container's requests: the stack's, or sized from its nodes (``components.config.footprint``).
+    resources: ContainerRequests = HEALTH_GUARD.floor
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> HealthGuardArgs:
@@ -81,6 +85,7 @@ class HealthGuardArgs:
             eviction_namespaces=(("training", cfg.training_namespace),
                                  *((("inference", cfg.inference_namespace),) if settings.evict_inference_on_fatal
                                    else ())),
+            resources=agent_requests(cfg, HEALTH_GUARD),
         )
 
 
@@ -117,7 +122,7 @@ class HealthGuard(pulumi.ComponentResource):
                 ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=args.port)],
                 readiness_probe=metrics_readiness_probe(),
                 liveness_probe=metrics_liveness_probe(),
-                resources=resources("50m", "128Mi"),
+                resources=resources(args.resources.cpu, args.resources.memory),
                 security_context=container_security_context(),
                 volume_mounts=[mount],
             )],

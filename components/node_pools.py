@@ -28,6 +28,8 @@ from agents.node_pools.contract import APP, METRICS_PORT, NodePoolSettings, pars
 from agents.node_taints import leaf_label_key, spine_label_key
 from components import images, rbac
 from components.config import ClusterConfig, GpuPool, PoolTopology, SystemPool, expand_node_names
+from components.config.base import ContainerRequests
+from components.config.footprint import NODE_POOL_AGENT, agent_requests
 from components.naming import ONPREM, Keys, common_labels, selector_labels
 from components.security import (
     API_CLIENT,
@@ -139,6 +141,8 @@ class NodePoolsArgs:
     prepull: dict[str, list[str]]
     #: The class of the pre-pull pods: the lowest, so pulling ahead never preempts what runs on a spare.
     prepull_priority_class: str
+    #: The agent container's requests: the stack's, or sized from its nodes (``components.config.footprint``).
+    resources: ContainerRequests = NODE_POOL_AGENT.floor
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, priority_class: str) -> NodePoolsArgs:
@@ -147,7 +151,8 @@ class NodePoolsArgs:
                    placement=Placement(cfg.system_namespace, priority_class, cfg.system_pool_selector),
                    image=images.agent_image(APP, cfg.agent_registry), port=METRICS_PORT,
                    prepull=prepull_images(cfg),
-                   prepull_priority_class=cfg.priorities.lowest.name)
+                   prepull_priority_class=cfg.priorities.lowest.name,
+                   resources=agent_requests(cfg, NODE_POOL_AGENT))
 
 
 class GpuNodePools(pulumi.ComponentResource):
@@ -186,7 +191,7 @@ class GpuNodePools(pulumi.ComponentResource):
                 ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=args.port)],
                 readiness_probe=metrics_readiness_probe(),
                 liveness_probe=metrics_liveness_probe(),
-                resources=resources("50m", "128Mi"),
+                resources=resources(args.resources.cpu, args.resources.memory),
                 security_context=container_security_context(),
                 volume_mounts=[mount],
             )],

@@ -208,6 +208,20 @@ def check_quantity(value: str) -> str:
     return value
 
 
+_SUFFIX_FACTOR = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+                  "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+
+
+def quantity_value(value: str) -> float:
+    """A Kubernetes quantity as a number: bytes for memory, cores for CPU ('128Mi' → 134217728, '500m' → 0.5)."""
+    match = _QUANTITY.match(check_quantity(value))
+    assert match is not None  # check_quantity refused anything else
+    suffix = match["suffix"] or ""
+    if suffix[:1] in ("e", "E") and suffix[1:].isdigit():
+        return float(match["num"]) * 10.0 ** int(suffix[1:])
+    return float(match["num"]) * _SUFFIX_FACTOR[suffix]
+
+
 def check_absolute_path(value: str) -> str:
     """A container mount path: absolute, not '/', without '..' or ':' (the kubelet refuses those)."""
     if not value.startswith("/") or value.rstrip("/") == "":

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field
 
 from agents.burst_controller.contract import BurstSettings, BurstTunables
-from components.config.base import ConfigModel, NonNegativeInt, Problem
+from components.config.base import ConfigModel, ContainerRequests, NonNegativeInt, Problem
 from components.config.inference import TrafficShape
 
 if TYPE_CHECKING:
@@ -56,6 +56,11 @@ class Burst(ConfigModel, BurstTunables):
     """Port of the controller's /metrics endpoint, which Prometheus scrapes."""
     handover: Handover = Handover()
     """Make before break: the inference a gang (or the return home) takes away is replaced first."""
+    resources: ContainerRequests | None = None
+    """Requests of the burst controller's container (`cpu`, `memory`; the memory is its limit too).
+    Unset: 100m and 256Mi, or more where the stack's nodes need it: the agent keeps every node it watches
+    in memory, so the memory is sized from the nodes (docs/scale.md); a memory set below what the agent holds at this
+    size is refused."""
 
 
 def burst_problems(cfg: ClusterConfig) -> list[Problem]:

@@ -22,9 +22,10 @@ from components.config.base import (
 from components.config.burst import Burst, burst_problems
 from components.config.checkpoint import Checkpoint, Filesystem, checkpoint_problems
 from components.config.descheduler import Descheduler
+from components.config.footprint import footprint_problems
 from components.config.inference import Inference, inference_problems
 from components.config.observability import Observability, observability_problems
-from components.config.pools import GpuPool, SystemPool, pools_problems
+from components.config.pools import GpuPool, NodePoolAgent, SystemPool, pools_problems
 from components.config.priorities import Priorities
 from components.config.providers import ExternalProvider, providers_problems
 from components.config.scheduling import Scheduling, scheduling_problems
@@ -83,6 +84,8 @@ class ClusterConfig(ConfigModel):
     inference and the burst thresholds count."""
     system_pool: SystemPool
     """CPU nodes the platform's own components run on."""
+    node_pool_agent: NodePoolAgent = NodePoolAgent()
+    """The agent that keeps the GPU pools' nodes labelled and tainted."""
     priorities: Priorities = Priorities()
     """PriorityClasses of the four tiers: system, training, inference and default."""
     scheduling: Scheduling = Scheduling()
@@ -200,6 +203,7 @@ CROSS_CHECKS: list[Callable[[ClusterConfig], list[Problem]]] = [
     checkpoint_problems,
     training_problems,
     admission_problems,
+    footprint_problems,
 ]
 
 

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from agents.health_guard import contract as health_contract
 from agents.health_guard.thermal import Thermal
 from agents.ib_exporter import contract as ib_contract
-from components.config.base import ConfigModel, DnsLabel, Labels, PlainUrl, PositiveInt, Problem
+from components.config.base import ConfigModel, ContainerRequests, DnsLabel, Labels, PlainUrl, PositiveInt, Problem
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
@@ -72,6 +72,11 @@ class HealthGuardConfig(ConfigModel):
     count it. Fewer are judged node by node."""
     switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = _GUARD.switch_fault_leaf_percent
     """Or this share of the leaf's nodes (percent), when that is fewer nodes; never fewer than two."""
+    resources: ContainerRequests | None = None
+    """Requests of the health guard's container (`cpu`, `memory`; the memory is its limit too).
+    Unset: 50m and 128Mi, or more where the stack's nodes need it: the agent keeps every node it watches
+    in memory, so the memory is sized from the nodes (docs/scale.md); a memory set below what the agent holds at this
+    size is refused."""
 
     @field_validator("signal_classes")
     @classmethod

@@ -10,6 +10,7 @@ from pydantic import Field
 from agents.node_names import expand_node_names
 from components.config.base import (
     ConfigModel,
+    ContainerRequests,
     DnsLabel,
     LabelValue,
     NodePatterns,
@@ -110,6 +111,16 @@ class SystemPool(ConfigModel):
     def node_names(self) -> list[str]:
         return expand_node_names(self.nodes)
 
+
+
+class NodePoolAgent(ConfigModel):
+    """The agent that keeps every GPU pool's nodes labelled and tainted and chooses the warm spares."""
+
+    resources: ContainerRequests | None = None
+    """Requests of the node-pool agent's container (`cpu`, `memory`; the memory is its limit too).
+    Unset: 50m and 128Mi, or more where the stack's nodes need it: the agent keeps every node it watches
+    in memory, so the memory is sized from the nodes (docs/scale.md); a memory set below what the agent holds at this
+    size is refused."""
 
 
 def pools_problems(cfg: ClusterConfig) -> list[Problem]:
