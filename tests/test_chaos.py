@@ -14,12 +14,13 @@ from tools.chaos.__main__ import seconds
 from tools.chaos.schedule import AGENT_FAULTS, PROCESS_OF, Fault, schedule
 
 AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), ("sys-0", "gpu-01")
+MONITORING = ("prometheus", "prometheus-operator")
 
 
 @given(st.integers(0, 2**32), st.floats(1.0, 7200.0), st.floats(1.0, 600.0))
 def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_the_same_seed(
         seed: int, duration: float, every: float) -> None:
-    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS)
+    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
     assert [i.at for i in plan] == [every * (n + 1) for n in range(len(plan))]
     assert all(i.at < duration for i in plan) and (not plan or plan[-1].at + every >= duration)
     for i in plan:
@@ -29,9 +30,11 @@ def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_th
             assert i.target in PROVIDERS
         elif i.fault is Fault.KUBELET_RESTARTED:
             assert i.target in KUBELETS
+        elif i.fault is Fault.PROMETHEUS_KILLED:
+            assert i.target in MONITORING
         else:
             assert i.target == PROCESS_OF[i.fault]
-    assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS)
+    assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
 
 
 def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
@@ -44,7 +47,12 @@ def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() ->
 
 
 def test_every_kind_is_drawn_over_a_long_soak() -> None:
-    assert {i.fault for i in schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS)} == set(Fault)
+    plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
+    assert {i.fault for i in plan} == set(Fault)
+    assert {i.target for i in plan if i.fault is Fault.PROMETHEUS_KILLED} == set(MONITORING)
+    assert {i.target for i in plan if i.fault is Fault.KUBE_ROUTER_KILLED} == {"kube-router"}
+    # Without a monitoring install there is no Prometheus to kill: never drawn.
+    assert Fault.PROMETHEUS_KILLED not in {i.fault for i in schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS)}
 
 
 @pytest.mark.parametrize(("text", "value"), [("90", 90.0), ("150s", 150.0), ("10m", 600.0), ("2h", 7200.0),

@@ -21,6 +21,8 @@ class Fault(enum.StrEnum):
     VOLCANO_SCHEDULER_RESTARTED = "volcano-scheduler-restarted"
     VOLCANO_CONTROLLERS_RESTARTED = "volcano-controllers-restarted"
     KUBELET_RESTARTED = "kubelet-restarted"
+    PROMETHEUS_KILLED = "prometheus-killed"  # Prometheus or its operator SIGKILLed in its container
+    KUBE_ROUTER_KILLED = "kube-router-killed"  # SIGKILL, then started again: its NetworkPolicy chains rebuilt
 
 
 #: Faults aimed at one HA agent (the target is its app name).
@@ -32,7 +34,10 @@ PROCESS_OF = {
     Fault.CONTROLLER_MANAGER_RESTARTED: "kube-controller-manager",
     Fault.VOLCANO_SCHEDULER_RESTARTED: "vc-scheduler",
     Fault.VOLCANO_CONTROLLERS_RESTARTED: "vc-controller-manager",
+    Fault.KUBE_ROUTER_KILLED: "kube-router",
 }
+#: Process faults that SIGKILL before the restart (the others stop it as an operator would).
+KILLED = frozenset({Fault.ETCD_KILLED, Fault.KUBE_ROUTER_KILLED})
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,17 @@ class Injection:
 
 
 def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str], providers: Sequence[str],
-             kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault)) -> list[Injection]:
+             kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault),
+             monitoring: Sequence[str] = ()) -> list[Injection]:
     """One fault every ``every_s`` from ``every_s`` on, while the soak lasts; kind and target drawn with ``seed``
-    among those that have a target here (no agent: no agent faults)."""
+    among those that have a target here (no agent: no agent faults; ``monitoring``: the apps of the Prometheus
+    install the guard reads)."""
     if every_s <= 0:
         raise ValueError(f"every_s must be positive, got {every_s}")
     targets: dict[Fault, Sequence[str]] = {f: agents for f in AGENT_FAULTS}
     targets[Fault.PROVIDER_KILLED] = providers
     targets[Fault.KUBELET_RESTARTED] = kubelets
+    targets[Fault.PROMETHEUS_KILLED] = monitoring
     targets.update({f: (process,) for f, process in PROCESS_OF.items()})
     usable = [k for k in kinds if targets.get(k)]
     if not usable:

@@ -2,10 +2,11 @@
 history check (tools/localcluster/history.py) over what the API server recorded.
 
 After each fault the soak waits until the cluster is whole again — the API server ready, every control-plane process
-alive, every node Ready, every Deployment of the stack's system namespace fully Ready, every HA agent led by a Ready
-replica — and records how long that took, per kind; a fault not recovered within the bound is a violation. Beside
-the faults a sampler reads, every second, each inference PodDisruptionBudget's Ready pods against its floor and
-the virtual nodes' burst taint (never NoExecute).
+alive (and the nodes' kube-router and kube-proxy), every node Ready, every Deployment and StatefulSet of the stack's
+system and monitoring namespaces fully Ready, every HA agent led by a Ready replica — and records how long that took,
+per kind; a fault not recovered within the bound is a violation. Beside the faults a sampler reads, every second,
+each inference PodDisruptionBudget's Ready pods against its floor and the virtual nodes' burst taint (never
+NoExecute).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.chaos.schedule import AGENT_FAULTS, PROCESS_OF, Fault, Injection, schedule
-from tools.localcluster import control, virtual_kubelet
+from tools.chaos.schedule import AGENT_FAULTS, KILLED, PROCESS_OF, Fault, Injection, schedule
+from tools.localcluster import control, prometheus_operator, virtual_kubelet
 from tools.localcluster.history import fencing_violations, repeated_evictions
 from tools.localcluster.plan import Layout
 from tools.localcluster.rbac_usage import parse_audit
@@ -30,6 +31,10 @@ from tools.localcluster.realcluster import container_pid, lease_holder, ready_po
 
 #: How long the cluster may take to be whole again after one fault, before the soak calls it a violation.
 RECOVERY_BOUND_S = 240.0
+#: The nodes' own network processes: the NetworkPolicy firewall and the Service proxy.
+NODE_PROCESSES = ("kube-router", "kube-proxy")
+#: The monitoring install's apps (their ``app.kubernetes.io/name``) and the container of each that is killed.
+MONITORING = {"prometheus": "prometheus", prometheus_operator.OPERATOR: prometheus_operator.OPERATOR}
 
 
 def say(msg: str) -> None:
@@ -106,17 +111,28 @@ class Soak:
         self.agents = {a.app: a for a in ha_agents(lay, self.namespace)}
         self.providers = {t.app: t for t in virtual_kubelet.targets(cfg)}
         self.kubelets = kubelets
-        self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets)
+        self.monitoring = cfg.monitoring_namespace
+        self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets,
+                             monitoring=sorted(MONITORING))
         self.record = Record()
 
     # ------------------------------------------------------------------ faults
 
-    def _container(self, namespace: str, pod_name: str) -> tuple[str, str]:
+    def _container(self, namespace: str, pod_name: str, container: str | None = None) -> tuple[str, str]:
+        """The node and container id of the pod's first container, or of the one named."""
         pod = self.core.read_namespaced_pod(pod_name, namespace)
-        statuses = pod.status.container_statuses or []
+        statuses = [c for c in pod.status.container_statuses or [] if container is None or c.name == container]
         if not statuses or not statuses[0].container_id:
-            raise RuntimeError(f"{namespace}/{pod_name} has no running container")
+            raise RuntimeError(f"{namespace}/{pod_name} has no running container {container or ''}".rstrip())
         return pod.spec.node_name, statuses[0].container_id
+
+    def _kill_ready(self, namespace: str, app: str, container: str | None = None) -> None:
+        """SIGKILL the container of one Ready pod of ``app``: the kubelet restarts it in place."""
+        pods = ready_pods(self.lay, namespace, app)
+        if not pods:
+            raise RuntimeError(f"{app}: no Ready pod to kill")
+        os.kill(container_pid(self.lay, *self._container(namespace, pods[0].metadata.name, container)),
+                signal.SIGKILL)
 
     def _leader_pid(self, agent: Agent) -> int:
         holder = lease_holder(self.lay, agent.namespace, agent.lease)
@@ -142,15 +158,13 @@ class Soak:
                     os.kill(pid, signal.SIGCONT)
         elif fault is Fault.PROVIDER_KILLED:
             provider = self.providers[target]
-            pods = ready_pods(self.lay, provider.namespace, provider.app)
-            if not pods:
-                raise RuntimeError(f"{target}: no Ready pod to kill")
-            os.kill(container_pid(self.lay, *self._container(provider.namespace, pods[0].metadata.name)),
-                    signal.SIGKILL)
+            self._kill_ready(provider.namespace, provider.app)
+        elif fault is Fault.PROMETHEUS_KILLED:
+            self._kill_ready(self.monitoring, target, MONITORING[target])
         elif fault is Fault.KUBELET_RESTARTED:
             self._restart(f"kubelet-{target}", kill=False)
         else:
-            self._restart(PROCESS_OF[fault], kill=fault is Fault.ETCD_KILLED)
+            self._restart(PROCESS_OF[fault], kill=fault in KILLED)
 
     def _restart(self, name: str, kill: bool) -> None:
         proc = control.load_proc(self.lay, name)
@@ -174,17 +188,20 @@ class Soak:
         except OSError as exc:
             return [f"the API server does not answer: {exc}"]
         found += [f"{p.name} is not running" for p in control.recorded(self.lay)
-                  if p.name in control.CONTROL_PLANE or p.name.startswith("kubelet-")
+                  if p.name in control.CONTROL_PLANE or p.name in NODE_PROCESSES or p.name.startswith("kubelet-")
                   if not p.alive()]
         try:
             for node in self.core.list_node().items:
                 ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
                 if not ready:
                     found.append(f"node {node.metadata.name} is not Ready")
-            for dep in self.apps.list_namespaced_deployment(self.namespace).items:
-                want, have = dep.spec.replicas or 0, dep.status.ready_replicas or 0
-                if have < want:
-                    found.append(f"{dep.metadata.name}: {have}/{want} Ready")
+            for namespace in (self.namespace, self.monitoring):
+                workloads = [*self.apps.list_namespaced_deployment(namespace).items,
+                             *self.apps.list_namespaced_stateful_set(namespace).items]
+                for dep in workloads:
+                    want, have = dep.spec.replicas or 0, dep.status.ready_replicas or 0
+                    if have < want:
+                        found.append(f"{namespace}/{dep.metadata.name}: {have}/{want} Ready")
             for agent in self.agents.values():
                 holder = lease_holder(self.lay, agent.namespace, agent.lease)
                 if holder not in {p.metadata.name for p in ready_pods(self.lay, self.namespace, agent.app)}:
