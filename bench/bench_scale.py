@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent.parent / ".state" / "scale" / "results.json"
+#: Where the figures' plot is drawn; ``bench/run.py`` copies it beside the report as ``scale.png``.
+PLOT = RESULTS.parent / "scale.png"
 #: The published anchors the figures stand beside (DESIGN.md, fourth round; NVSentinel's tests/scale-tests).
 ANCHORS: dict[str, Any] = {
     "gang_bind_goal_s": 30.0,
@@ -33,7 +35,54 @@ def run(path: Path = RESULTS) -> dict[str, Any]:
     shapes = data.get("shapes", {})
     for shape in shapes.values():
         shape["cpu_cores_during_runs"] = cpu_cores(shape)
-    return {"anchors": ANCHORS, "shapes": shapes}
+    result: dict[str, Any] = {"anchors": ANCHORS, "shapes": shapes}
+    if plot(result, path.parent / PLOT.name):
+        result["plot"] = str(path.parent / PLOT.name)
+    return result
+
+
+def plot(result: dict[str, Any], out: Path) -> bool:
+    """Bind time against gang size (p50, with p99 above it) beside the goal, and each open-rails storm's latency
+    percentiles beside NVSentinel's published ones; False when there is nothing to draw."""
+    shapes, anchors = result["shapes"], result["anchors"]
+    gangs = [(name, sorted((int(size), g["bound"]) for size, g in (sh.get("gangs") or {}).items()))
+             for name, sh in shapes.items()]
+    storms = [(name, run) for name, sh in shapes.items() for run in (sh.get("storm_taint_s") or {}).values()
+              if run.get("rails") == "open" and run.get("p50") is not None]
+    if not any(points for _, points in gangs) and not storms:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, points in gangs:
+        if points:
+            sizes = [size for size, _ in points]
+            (line,) = left.plot(sizes, [b["p50"] for _, b in points], marker="o", label=f"{name}: p50")
+            left.scatter(sizes, [b.get("p99", b["p50"]) for _, b in points], marker="^", s=20,
+                         color=line.get_color(), label=f"{name}: p99")
+    left.axhline(anchors["gang_bind_goal_s"], color="grey", linestyle="--", label="goal (p99)")
+    left.set(xscale="log", yscale="log", xlabel="gang size (pods, 8 GPUs each)",
+             ylabel="seconds until every pod is bound", title="Gang bind time")
+    left.legend(fontsize=7)
+    order = ("min", "p50", "p90", "p99")
+    for name, run in storms:
+        right.plot(order, [run.get(k) for k in order], marker="o", label=f"{name}: {run['faults']} faults")
+    for faults, ref in anchors["nvsentinel_taint_s"].items():
+        keys = [k for k in order if k in ref]
+        right.plot(keys, [ref[k] for k in keys], marker="x", linestyle=":", label=f"NVSentinel: {faults} faults")
+    right.axhline(anchors["storm_goal_s"]["p50"], color="grey", linestyle="--", linewidth=0.8, label="goal p50")
+    right.axhline(anchors["storm_goal_s"]["p90"], color="grey", linestyle="-.", linewidth=0.8, label="goal p90")
+    right.set(yscale="log", xlabel="percentile", ylabel="seconds from the served fault to the taint",
+              title="Fault storm: fault to quarantine")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def cpu_cores(shape: dict[str, Any]) -> dict[str, float]:
@@ -111,6 +160,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         f"Goal: a 2,048-pod gang bound in under {anchors['gang_bind_goal_s']:.0f} s p99.",
         "",
+        *([f"![Gang bind time against gang size; fault-storm latency beside NVSentinel's]({result['plot']})", ""]
+          if result.get("plot") else []),
         "**Fault storms** (seconds from the first scrape that served a node's fault to the guard's taint, and from the",
         "fault itself, which adds the wait for the next scrape; NVSentinel's own test: 1,503 nodes, faults over",
         "0–30 s). Goal: p50 under "

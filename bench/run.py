@@ -2,8 +2,8 @@
 
 Writes bench/report.json (every result, plus status and duration per module) and bench/report.md (a section
 per module: its own `to_markdown(result)` when it has one, generic tables otherwise). A module that fails to
-import or raises is reported as failed with its error — never silently left out. The simulator's plot is
-copied to bench/sim.png, which report.md references.
+import or raises is reported as failed with its error — never silently left out. The plots a module draws are
+copied beside the report (``PLOTS``), which report.md references.
 
 ``--only a,b --merge`` reruns only those modules and keeps every other entry of the report already there, each with
 the time it was measured: the end-to-end figures (``bench_e2e``, ``bench_sim_vs_e2e``) can follow a later
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
+#: The plot each module draws, copied beside the report under this name (report.md references it there).
+PLOTS = {"bench_sim": "sim.png", "bench_scale": "scale.png"}
 
 
 def discover(bench_dir: Path = BENCH_DIR) -> list[str]:
@@ -124,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {name} {entry['status']} in {entry['seconds']} s", flush=True)
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    sim = report["benchmarks"].get("bench_sim", {}).get("result", {})
-    if sim.get("plot") and Path(sim["plot"]).is_file():
-        shutil.copyfile(sim["plot"], out / "sim.png")
-        sim["plot"] = "sim.png"
+    for short, name in PLOTS.items():
+        result = report["benchmarks"].get(short, {}).get("result", {})
+        if result.get("plot") and Path(result["plot"]).is_file():
+            shutil.copyfile(result["plot"], out / name)
+            result["plot"] = name
     (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     failed = [n for n, e in report["benchmarks"].items() if e["status"] != "ok"]
     md = ["# Benchmarks", "", f"Generated {report['generated']} by `make bench` (Python {report['python']}, "

@@ -69,6 +69,8 @@ def test_the_report_section_renders_the_shape(result: dict, tmp_path: Path) -> N
     text = bench_scale.to_markdown(bench_scale.run(path))
     assert "| small | 66 | 512 |" in text
     assert "vc-scheduler" in text
+    plot = tmp_path / "scale.png"  # drawn beside the results, referenced by the section
+    assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({plot})" in text
 
 
 def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rails_trip_the_breaker(

@@ -1,0 +1,42 @@
+"""The scale section from a results file: its tables and its plot, without a control plane."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import bench_scale
+
+
+def _stats(p50: float, p99: float) -> dict[str, float]:
+    return {"n": 1, "min": p50, "p50": p50, "p90": p99, "p99": p99}
+
+
+def _shape(nodes: int, gangs: dict[str, float], storm: dict[str, float] | None) -> dict[str, Any]:
+    return {"nodes": nodes, "gpus": nodes * 8, "up_s": 1.0,
+            "gangs": {size: {"bound": _stats(s, s * 1.1), "running": _stats(s + 1, s + 2)}
+                      for size, s in gangs.items()},
+            "storm_taint_s": {} if storm is None else {"150": {"faults": 150, "rails": "open", "tainted": 150,
+                                                               "healthy_nodes_tainted": 0, **storm}}}
+
+
+def test_the_plot_draws_bind_time_against_gang_size_and_the_storm_beside_nvsentinel(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"shapes": {
+        "llama3": _shape(2060, {"256": 36.0, "2048": 252.0}, {"min": 4.1, "p50": 8.2, "p90": 9.0, "p99": 9.7})}}))
+    result = bench_scale.run(results)
+    assert result["plot"] == str(tmp_path / "scale.png") and (tmp_path / "scale.png").stat().st_size > 10_000
+    text = bench_scale.to_markdown(result)
+    assert "| llama3 | 2,060 | 16,480 | 1.0 | 2,048 | 1 |" in text
+    assert f"![Gang bind time against gang size; fault-storm latency beside NVSentinel's]({tmp_path / 'scale.png'})" \
+        in text
+
+
+def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"shapes": {"empty": _shape(10, {}, None)}}))
+    result = bench_scale.run(results)
+    assert "plot" not in result and not (tmp_path / "scale.png").exists()
+    assert "![" not in bench_scale.to_markdown(result)
+    assert bench_scale.run(tmp_path / "absent.json") == {"status": "not run here: run `make bench-scale` first"}
