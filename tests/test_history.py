@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools.localcluster.history import fencing_violations, repeated_evictions
+from tools.localcluster.history import (
+    TaintFlip,
+    burst_flip_violations,
+    fencing_violations,
+    repeated_evictions,
+    taint_flips,
+)
 from tools.localcluster.rbac_usage import Request, parse_audit
 
 NS, LEASE, AGENT = "gpu-system", "health-guard", "health-guard"
@@ -154,3 +160,58 @@ def test_a_torn_line_mid_file_is_an_error_or_skipped_when_asked() -> None:
     skipped: list[str] = []
     assert [r.received for r in parse_audit(text, "audit.log", skipped=skipped)] == [1.0, 2.0]
     assert len(skipped) == 1 and skipped[0].startswith("audit.log:2: not JSON")
+
+
+# --------------------------------------------------------------------------- the burst taint's hysteresis
+
+OPEN, CLOSE = 5.0, 20.0  # the local stack: min(openHoldSeconds, pendingGraceSeconds), closeHoldSeconds
+
+
+def test_flips_are_read_per_node_between_the_samples_around_them() -> None:
+    samples = [(0.0, "vk-a", True), (0.0, "vk-b", True), (1.0, "vk-a", True), (2.0, "vk-a", False),
+               (2.0, "vk-b", True), (5.0, "vk-b", False), (30.0, "vk-a", True)]
+    assert taint_flips(samples) == [TaintFlip("vk-a", 1.0, 2.0, False), TaintFlip("vk-b", 2.0, 5.0, False),
+                                    TaintFlip("vk-a", 2.0, 30.0, True)]
+
+
+def test_a_close_inside_the_close_hold_is_named_and_a_gap_in_the_samples_never_is() -> None:
+    early = [TaintFlip("vk-a", 99.0, 100.0, False), TaintFlip("vk-a", 110.0, 111.0, True)]
+    (v,) = burst_flip_violations(early, open_after_close_s=OPEN, close_after_open_s=CLOSE)
+    assert v.invariant == "burst-taint-hysteresis" and v.at == 111.0
+    assert v.detail == "vk-a: the burst closed at most 12.0s after it opened (hold 20s)"
+    # The same flips seen across a 15 s sampling gap (an API server restarting) may have been 20 s apart.
+    gap = [TaintFlip("vk-a", 99.0, 100.0, False), TaintFlip("vk-a", 110.0, 119.5, True)]
+    assert burst_flip_violations(gap, open_after_close_s=OPEN, close_after_open_s=CLOSE) == []
+    reopen = [TaintFlip("vk-a", 0.0, 1.0, True), TaintFlip("vk-a", 2.0, 3.0, False)]
+    assert [v.detail for v in burst_flip_violations(reopen, open_after_close_s=OPEN, close_after_open_s=CLOSE)] == [
+        "vk-a: the burst opened at most 3.0s after it closed (hold 5s)"]
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 60.0), st.booleans()), min_size=1, max_size=12),
+       st.lists(st.floats(0.2, 15.0), min_size=200, max_size=200))
+def test_a_controller_that_keeps_its_holds_is_never_named_however_it_is_sampled(
+        waits: list[tuple[float, bool]], gaps: list[float]) -> None:
+    # A timeline of flips each at least its hold after the one before, sampled at irregular instants.
+    t, tainted, changes = 0.0, True, []
+    for extra, _ in waits:
+        t += (OPEN if tainted else CLOSE) + extra
+        tainted = not tainted
+        changes.append((t, tainted))
+    state, at, samples, i = True, 0.0, [], 0
+    for gap in gaps:
+        while i < len(changes) and changes[i][0] <= at:
+            state = changes[i][1]
+            i += 1
+        samples.append((at, "vk-a", state))
+        at += gap
+    assert burst_flip_violations(taint_flips(samples), open_after_close_s=OPEN, close_after_open_s=CLOSE) == []
+
+
+@given(st.floats(0.6, CLOSE - 2.5), st.floats(0.1, 0.5))
+def test_a_close_sampled_closely_inside_its_hold_is_always_named(early: float, step: float) -> None:
+    # Open at 1 s, closed again ``early`` seconds later: sampled every ``step``, the widest the interval can read is
+    # early + 2 steps, still short of the hold less its slack.
+    times = [k * step for k in range(int((early + 5) / step) + 2)]
+    samples = [(at, "vk-a", not (1.0 <= at < 1.0 + early)) for at in times]
+    found = burst_flip_violations(taint_flips(samples), open_after_close_s=OPEN, close_after_open_s=CLOSE)
+    assert [v.invariant for v in found] == ["burst-taint-hysteresis"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from tools.chaos.schedule import AGENT_FAULTS, KILLED, PROCESS_OF, Fault, Injection, schedule
 from tools.localcluster import control, prometheus_operator, virtual_kubelet
-from tools.localcluster.history import fencing_violations, repeated_evictions
+from tools.localcluster.history import burst_flip_violations, fencing_violations, repeated_evictions, taint_flips
 from tools.localcluster.plan import Layout
 from tools.localcluster.rbac_usage import parse_audit
 from tools.localcluster.realcluster import container_pid, lease_holder, ready_pods
@@ -65,6 +65,8 @@ class Record:
     below_floor_seen: Counter[str] = field(default_factory=Counter)
     no_execute: int = 0
     sampler_errors: int = 0
+    #: Every node's burst taint at each sample: (epoch seconds, node, tainted).
+    burst_taint: list[tuple[float, str, bool]] = field(default_factory=list)
 
 
 def _settings(core: Any, namespace: str, app: str) -> dict[str, Any] | None:
@@ -238,9 +240,12 @@ class Soak:
                 self.record.below_floor += 1
                 self.record.below_floor_seen[pdb.metadata.name] += 1
         burst = f"{self.cfg.label_prefix}/burst"
+        at = time.time()
         for node in self.core.list_node().items:
-            if any(t.key == burst and t.effect == "NoExecute" for t in node.spec.taints or []):
+            ours = [t for t in node.spec.taints or [] if t.key == burst]
+            if any(t.effect == "NoExecute" for t in ours):
                 self.record.no_execute += 1
+            self.record.burst_taint.append((at, node.metadata.name, bool(ours)))
         self.record.samples += 1
 
     def _sampler(self, stop: threading.Event) -> None:
@@ -299,6 +304,13 @@ class Soak:
             for v in repeated_evictions(requests, agent=app, since=began_wall):
                 violations[v.invariant] += 1
                 details.append(v.detail)
+        b = self.cfg.burst
+        flips = taint_flips(self.record.burst_taint)
+        hysteresis = burst_flip_violations(
+            flips, open_after_close_s=min(b.open_hold_seconds, b.pending_grace_seconds),
+            close_after_open_s=b.close_hold_seconds)
+        violations["burst-taint-hysteresis"] = len(hysteresis)
+        details += [v.detail for v in hysteresis]
         not_recovered = [i for i, r in self.record.recoveries if r is None]
         violations["not-whole-within-bound"] = len(not_recovered)
         violations["inference-below-pdb-floor"] = self.record.below_floor
@@ -319,6 +331,7 @@ class Soak:
                                                  for i in not_recovered],
             "inference_availability": round(1 - self.record.below_floor / samples, 5) if samples else None,
             "inference_samples": samples,
+            "burst_taint_flips": len(flips),
             "pdbs_below_floor": dict(self.record.below_floor_seen),
             "sampler_errors": self.record.sampler_errors,
             "audit_lines_unreadable": torn[:10],

@@ -86,3 +86,51 @@ def repeated_evictions(requests: Iterable[Request], *, agent: str, since: float 
                       and r.user_agent.startswith(f"{agent}/") and _succeeded(r))
     return [Violation("one-eviction-per-pod", since, f"{agent} evicted {ns}/{name} {count} times")
             for (ns, name), count in sorted(evicted.items()) if count > 1]
+
+
+@dataclass(frozen=True)
+class TaintFlip:
+    """A node's burst taint seen changing between two samples: absent at ``before`` and present at ``after``
+    (``tainted``: the burst closed there) or the other way round (it opened); the flip happened in between."""
+
+    node: str
+    before: float
+    after: float
+    tainted: bool
+
+
+def taint_flips(samples: Iterable[tuple[float, str, bool]]) -> list[TaintFlip]:
+    """Each node's flips from ``(at, node, tainted)`` samples in time order (a node's first sample is no flip)."""
+    last: dict[str, tuple[float, bool]] = {}
+    flips: list[TaintFlip] = []
+    for at, node, tainted in samples:
+        seen = last.get(node)
+        if seen is not None and seen[1] != tainted:
+            flips.append(TaintFlip(node, seen[0], at, tainted))
+        last[node] = (at, tainted)
+    return flips
+
+
+def burst_flip_violations(flips: Iterable[TaintFlip], *, open_after_close_s: float, close_after_open_s: float,
+                          slack_s: float = 1.0) -> list[Violation]:
+    """Flips closer together than the controller's hysteresis allows. The burst opens (its taint leaves a node)
+    only after a shortage that began after the last close has lasted ``open_after_close_s`` (the open hold, or the
+    shorter pending grace), and closes only after plenty has lasted ``close_after_open_s`` since it opened; a new
+    leader starts its holds over, which only lengthens them. Between two flips the longest the interval can have
+    been runs from the sample before the first to the sample after the second, so a gap in the samples (an API
+    server restarting) never makes a violation; ``slack_s`` covers the clocks' resolution."""
+    by_node: dict[str, TaintFlip] = {}
+    out: list[Violation] = []
+    for flip in sorted(flips, key=lambda f: (f.after, f.node)):
+        prev = by_node.get(flip.node)
+        by_node[flip.node] = flip
+        if prev is None or prev.tainted == flip.tainted:
+            continue
+        longest = flip.after - prev.before
+        hold = close_after_open_s if flip.tainted else open_after_close_s
+        if longest < hold - slack_s:
+            what = "closed" if flip.tainted else "opened"
+            out.append(Violation("burst-taint-hysteresis", flip.after,
+                                 f"{flip.node}: the burst {what} at most {longest:.1f}s after it "
+                                 f"{'opened' if flip.tainted else 'closed'} (hold {hold:g}s)"))
+    return out
