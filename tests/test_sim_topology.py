@@ -198,11 +198,15 @@ def test_a_fabric_from_the_stack_sizes_tiers_with_the_stacks_helpers() -> None:
     assert ClusterModel.from_config(fabric_stack()).pools[0].fabric == pool.fabric
 
 
-def test_a_stack_without_topology_has_no_fabric() -> None:
+def test_a_stack_without_topology_has_no_fabric_and_prod_has_its_leaves() -> None:
     from bench.sim.run import load_stack
 
-    model = load_stack("prod").model
+    model = load_stack("local").model
     assert model.topology_mode is None and all(p.fabric is None for p in model.pools)
+    prod = load_stack("prod").model
+    assert prod.topology_mode == "soft"
+    assert [[(leaf.name, leaf.nodes, leaf.spine) for leaf in p.fabric.leaves] for p in prod.pools if p.fabric] == [
+        [(f"leaf-{x}{i}", 32, f"spine-{x}{(i + 1) // 2}") for i in range(1, 5)] for x in "ab"]
 
 
 def test_scaling_a_fabric_keeps_its_switches_and_its_total() -> None:

@@ -36,7 +36,8 @@ from tools.mockrt import RunResult, raw_from_stack
 P = "gpu-cluster:"
 PREFIX = "gpucluster.io"
 LEAF, SPINE = leaf_label_key(PREFIX), spine_label_key(PREFIX)
-#: The prod pool h100-a (128 nodes) as four leaves of 32 under two spines.
+#: The prod pool h100-a (128 nodes) as four leaves of 32 under two spines (as Pulumi.prod.yaml declares it; the
+#: tests start from a flat prod and put it on one pool).
 PROD_FABRIC = {
     "leaves": [{"name": f"leaf-a{i}", "nodes": [f"gpu-a-[{i * 32 - 31:03d}-{i * 32:03d}]"]} for i in range(1, 5)],
     "spines": [{"name": "spine-a1", "leaves": ["leaf-a1", "leaf-a2"]},
@@ -55,8 +56,15 @@ LABEL_FABRIC = {
 }
 
 
+def flat(cfg: dict[str, Any]) -> None:
+    """The stack with every pool flat (prod declares its fabric): the baseline each test puts one fabric on."""
+    for p in cfg[f"{P}pools"]:
+        p.pop("topology", None)
+
+
 def with_fabric(fabric: dict[str, Any], pool: int = 0, mode: str | None = None) -> Callable[[dict[str, Any]], None]:
     def edit(cfg: dict[str, Any]) -> None:
+        flat(cfg)
         cfg[f"{P}pools"][pool]["topology"] = copy.deepcopy(fabric)
         if mode is not None:
             cfg.setdefault(f"{P}scheduling", {})["topologyMode"] = mode
@@ -65,6 +73,8 @@ def with_fabric(fabric: dict[str, Any], pool: int = 0, mode: str | None = None) 
 
 def config(stack: str, fabric: dict[str, Any] | None, mode: str | None = None) -> ClusterConfig:
     raw = raw_from_stack(stack)
+    for p in raw["pools"]:
+        p.pop("topology", None)
     if fabric is not None:
         raw["pools"][0]["topology"] = copy.deepcopy(fabric)
     if mode is not None:
@@ -76,6 +86,12 @@ def scheduler_conf(run: RunResult) -> dict[str, Any]:
     (chart,) = run.by_type("kubernetes:helm.sh/v4:Chart")
     conf: dict[str, Any] = yaml.safe_load(chart.inputs["values"]["custom"]["scheduler_config_override"])
     return conf
+
+
+@pytest.fixture
+def prod_flat(run_stack: StackRunner) -> RunResult:
+    """Prod with every pool flat."""
+    return run_stack("prod", flat)
 
 
 @pytest.fixture
@@ -117,7 +133,8 @@ def test_a_labelled_leaf_takes_its_nodes_by_the_sites_label() -> None:
         "example.com/ib-leaf": "leaf-l2"}
 
 
-def test_the_plugin_joins_the_scheduler_only_with_a_topology(prod: RunResult, prod_fabric: RunResult) -> None:
+def test_the_plugin_joins_the_scheduler_only_with_a_topology(prod_flat: RunResult, prod_fabric: RunResult) -> None:
+    prod = prod_flat
     assert scheduler_conf(prod) == volcano_scheduler_conf()
     assert TOPOLOGY_PLUGIN not in json.dumps(scheduler_conf(prod))
     assert prod.by_kind("HyperNode") == []
