@@ -132,6 +132,19 @@ def _storm_table(shapes: dict[str, Any], anchors: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _switch_table(shapes: dict[str, Any]) -> list[str]:
+    lines = ["| shape | leaf | nodes | fenced as one switch fault | quarantined on their own | fenced outside the leaf "
+             "| breaker | served to fenced p50 | p90 | max |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, shape in shapes.items():
+        sw = shape.get("switch_fault")
+        if sw:
+            lines.append(f"| {name} | {sw['leaf']} | {sw['nodes']} | {sw['fenced_naming_the_leaf']} | "
+                         f"{sw['quarantined']} | {sw['fenced_outside_the_leaf']} | "
+                         f"{'tripped' if sw.get('breaker_tripped') else 'held'} | {_cell(sw, 'p50')} | "
+                         f"{_cell(sw, 'p90')} | {_cell(sw, 'max')} |")
+    return lines if len(lines) > 2 else []
+
+
 def _crash_table(shapes: dict[str, Any]) -> list[str]:
     lines = ["| shape | gang pods | runs | detect p50 | evict p50 | evict p99 | old pods gone p50 | reschedule p50 | "
              "fault to Running again p50 | p99 |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -170,6 +183,12 @@ def to_markdown(result: dict[str, Any]) -> str:
         *_storm_table(shapes, anchors),
         "",
     ]
+    switches = _switch_table(shapes)
+    if switches:
+        lines += ["**A leaf switch down** (every node under one leaf loses its InfiniBand ports within seconds, the",
+                  "guard on the stack's own rails: one switch fault fences the leaf, no node is quarantined on its own",
+                  "and the breaker does not count it; seconds from the first scrape that served a node's ports down",
+                  "to its fence, the port signal's hold included).", "", *switches, ""]
     crashes = _crash_table(shapes)
     if crashes:
         lines += ["**Let it crash** (a fatal fault on one node under a running gang: the guard's taint, every pod of",

@@ -31,6 +31,11 @@ def test_every_node_has_every_guard_field_per_gpu_and_every_port() -> None:
             (n, str(g)) for n in NODES for g in range(8)}
     ib = [s for s in samples if s[0] == "infiniband_state_id"]
     assert len(ib) == len(NODES) * IB_PORTS and {s[2] for s in ib} == {4.0}
+    # Each port is an InfiniBand rail, by the labels the guard's port signals join on.
+    info = [s for s in samples if s[0] == "infiniband_port_info"]
+    assert {(s[1]["node"], s[1]["device"], s[1]["port"]) for s in info} == {
+        (s[1]["node"], s[1]["device"], s[1]["port"]) for s in ib}
+    assert {s[1]["link_layer"] for s in info} == {"InfiniBand"}
     assert not [s for s in samples if s[0] == "DCGM_EXP_XID_ERRORS_COUNT"]
 
 

@@ -73,6 +73,17 @@ def test_the_report_section_renders_the_shape(result: dict, tmp_path: Path) -> N
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({plot})" in text
 
 
+def test_a_leaf_switch_down_is_one_switch_fault_and_no_node_is_quarantined_for_it(result: dict) -> None:
+    cfg = scale.shape_config(scale.shape("small"), Path(__file__).resolve().parents[1])
+    leaf = cfg.pool("h100-a").topology.leaves[0]
+    sw = result["switch_fault"]
+    assert (sw["leaf"], sw["nodes"]) == (leaf.name, 32)
+    assert sw["fenced"] == sw["fenced_naming_the_leaf"] == 32  # the whole leaf, each fence naming its switch
+    assert sw["quarantined"] == 0 and sw["fenced_outside_the_leaf"] == 0
+    assert sw["breaker_tripped"] == 0.0  # the stack's rails never count a switch fault
+    assert 0 < sw["min"] <= sw["p50"] <= sw["max"]
+
+
 def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rails_trip_the_breaker(
         result: dict) -> None:
     storm = result["storm_taint_s"]["8"]

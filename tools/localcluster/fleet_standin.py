@@ -66,6 +66,11 @@ def fleet_exposition(nodes: Sequence[str], gpus: int, faults: Mapping[str, Mappi
         state = faults.get(node, {}).get("ib_state", IB_STATE_ACTIVE)
         lines += [f'infiniband_state_id{{node="{node}",device="mlx5_{port}",port="1"}} {int(state)}'
                   for port in range(IB_PORTS)]
+    # Which ports are InfiniBand (the guard's port signals read only those: an Ethernet port's state is not a rail).
+    lines += ["# HELP infiniband_port_info stand-in", "# TYPE infiniband_port_info gauge"]
+    for node in nodes:
+        lines += [f'infiniband_port_info{{node="{node}",device="mlx5_{port}",port="1",link_layer="InfiniBand"}} 1'
+                  for port in range(IB_PORTS)]
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,9 +155,18 @@ def plan_from_config(cfg: Any, source: str) -> NodePlan:
     """The plan for a validated ``components.config.ClusterConfig`` (duck-typed to keep this module pure)."""
     prefix: str = cfg.label_prefix
     nodes: list[NodeSpec] = []
+    from agents.node_taints import leaf_label_key, spine_label_key
+
     for pool in cfg.pools:
+        # A pool's fabric by name: each node carries its leaf and spine, as the node-pool agent labels it.
+        leaf_of = pool.topology.leaf_of() if pool.topology is not None else {}
+        spine_of = pool.topology.spine_of() if pool.topology is not None else {}
         for name in pool.node_names:
-            nodes.append(_gpu_node(name, pool.name, pool.gpus_per_node, pool.gpu_model, prefix, pool.taint))
+            node = _gpu_node(name, pool.name, pool.gpus_per_node, pool.gpu_model, prefix, pool.taint)
+            if name in leaf_of:
+                node = replace(node, labels={**node.labels, leaf_label_key(prefix): leaf_of[name],
+                                             spine_label_key(prefix): spine_of[leaf_of[name]]})
+            nodes.append(node)
     from components.config import expand_node_names
 
     for name in expand_node_names(cfg.system_pool.nodes):

@@ -5,9 +5,13 @@ the kwok nodes carry exactly the names, labels, capacity and taints the stack's 
 agent adds only its record), and the objects applied onto it are the stack's own
 (``tools.localcluster.scalerun``). Three shapes:
 
-- ``small``: the prod stack's two pools cut to 32 nodes each; the same code path ``make test`` runs;
+- ``small``: the prod stack's two pools cut to 32 nodes each (one leaf switch each); the same code path
+  ``make test`` runs;
 - ``prod``: ``Pulumi.prod.yaml`` as it is (256 GPU nodes, 12 system nodes);
 - ``llama3``: 2,048 nodes x 8 GPUs in one pool (16,384 GPUs, Llama 3's training size).
+
+Every pool has a fabric as the prod stack declares its own (:func:`fabric`): gangs are placed by it, and the
+switch storm fails one leaf.
 
 The tuning is what an operator of a cluster that size sets on the control plane; each entry says why.
 The settings the production stack must carry too (Volcano's client rates) are stack keys
@@ -42,10 +46,27 @@ class Shape:
     crash_sizes: tuple[int, ...] = ()
 
 
+#: The shapes' fabric, as the prod stack declares its own: leaves of 32 nodes, two leaves under each spine.
+LEAF_NODES = 32
+LEAVES_PER_SPINE = 2
+
+
+def fabric(prefix: str, count: int, width: int) -> dict[str, Any]:
+    """A pool's ``topology``: its nodes in leaves of :data:`LEAF_NODES` (the last may be short), leaves paired under
+    spines; switch names carry the pool's prefix (HyperNodes are cluster-wide)."""
+    leaves = [{"name": f"{prefix}-leaf-{i + 1:02d}",
+               "nodes": [f"{prefix}-[{first:0{width}d}-{min(first + LEAF_NODES - 1, count):0{width}d}]"]}
+              for i, first in enumerate(range(1, count + 1, LEAF_NODES))]
+    spines = [{"name": f"{prefix}-spine-{j // LEAVES_PER_SPINE + 1:02d}",
+               "leaves": [leaf["name"] for leaf in leaves[j:j + LEAVES_PER_SPINE]]}
+              for j in range(0, len(leaves), LEAVES_PER_SPINE)]
+    return {"leaves": leaves, "spines": spines}
+
+
 def _pool(name: str, prefix: str, count: int, model: str) -> dict[str, Any]:
     width = max(3, len(str(count)))
     return {"name": name, "nodes": [f"{prefix}-[{1:0{width}d}-{count:0{width}d}]"], "gpuModel": model,
-            "gpusPerNode": 8}
+            "gpusPerNode": 8, "topology": fabric(prefix, count, width)}
 
 
 SHAPES: dict[str, Shape] = {

@@ -315,7 +315,8 @@ STACK_RAILS_SEED = 4747
 def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], crash_sizes: Sequence[int] = (),
                crash_runs: int = 1, spec_dir: Path | None = None, timeout: float = 900) -> dict[str, Any]:
     """NVSentinel's storm at each fault count with rails that allow it; then, for each of ``crash_sizes``, a fatal
-    fault under a running gang of that size (:mod:`tools.localcluster.scalecrash`); then once more the largest
+    fault under a running gang of that size (:mod:`tools.localcluster.scalecrash`); then, where the gang pool has a
+    fabric, its first leaf switch down (one switch fault, nothing quarantined); then once more the largest
     storm with the stack's own rails, where the breaker must trip at its limit and hold (last: a tripped breaker
     stays tripped until a person resets it)."""
     from tools.localcluster import scalecrash, scalestorm
@@ -345,6 +346,14 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
         out["crash"] = crashes
         out["gang_evict_s"] = {k: v["evict_s"] for k, v in crashes.items()}
         out["gang_running_again_s"] = {k: v["running_again_s"] for k, v in crashes.items()}
+    gang_pool = cfg.pool(max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"])
+    if gang_pool.topology is not None and gang_pool.topology.leaves[0].nodes:
+        # One leaf switch down: one fault, not a leaf of bad nodes (before the stack-rails storm trips the breaker).
+        leaf = gang_pool.topology.leaves[0]
+        scalestorm.clear(lay, cfg.label_prefix)
+        out["switch_fault"] = scalestorm.switch_storm(lay, sh.stack, cfg.label_prefix, standin, prom, leaf.name,
+                                                      leaf.node_names)
+        say(f"switch storm: cleared the fence from {scalestorm.clear_switch_faults(lay, cfg.label_prefix)} nodes")
     if fault_counts:
         # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
         stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),

@@ -233,6 +233,80 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     return out
 
 
+def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prometheus_url: str, leaf: str,
+                 leaf_nodes: Sequence[str], spread_s: float = 5.0, timeout: float = 300.0) -> dict[str, Any]:
+    """A leaf switch fails: every node under ``leaf`` loses its InfiniBand ports within ``spread_s``. Read as it
+    must be, that is one fault: every node of the leaf fenced with the switch-fault taint naming the leaf, none of
+    them quarantined on its own, nothing outside the leaf touched, and the stack's own rails (the guard runs with
+    them) not counting it, so the breaker stays closed. Latencies run from the first scrape that served a node's
+    port down to its fence; the port signal's hold is part of them."""
+    from kubernetes import client
+
+    from agents.health_guard.contract import Names
+
+    names = Names(label_prefix)
+    restart_guard(lay, stack, prometheus_url, "stack", len(leaf_nodes))
+    time.sleep(5)  # the guard's first poll sees a healthy fleet
+    wanted = set(leaf_nodes)
+    with taint_watch(lay, names.switch_fault) as fenced, taint_watch(lay, names.taint) as quarantined:
+        time.sleep(2)
+        before = set(fenced) | set(quarantined)
+        started = time.monotonic()
+        for i, node in enumerate(leaf_nodes):
+            delay = spread_s * i / max(1, len(leaf_nodes)) - (time.monotonic() - started)
+            if delay > 0:
+                time.sleep(delay)
+            post_faults(standin, {node: {"ib_state": 1}})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not wanted <= set(fenced):
+            time.sleep(0.5)
+        time.sleep(5)  # a quarantine or a fence outside the leaf would show by now
+        first_served = {k: float(v) for k, v in served(standin).items()}
+        breaker, phases = guard_readings(_guard_metrics(lay))
+        seen_fenced, seen_quarantined = set(fenced) - before, set(quarantined) - before
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    values = {n.metadata.name: t.value for n in api.list_node().items for t in n.spec.taints or []
+              if t.key == names.switch_fault and n.metadata.name in wanted}
+    latencies = [fenced[n] - first_served[n] for n in wanted if n in fenced and n in first_served]
+    post_faults(standin, {n: {} for n in leaf_nodes})
+    out: dict[str, Any] = {
+        "leaf": leaf, "nodes": len(wanted), "fenced": len(seen_fenced & wanted),
+        "fenced_naming_the_leaf": sum(1 for v in values.values() if v == leaf),
+        "fenced_outside_the_leaf": len(seen_fenced - wanted), "quarantined": len(seen_quarantined),
+        "breaker_tripped": breaker, "spread_s": spread_s, "guard_cycle_phase_mean_s": phases}
+    if latencies:
+        out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
+    say(f"switch {leaf} down ({len(wanted)} nodes): {out}")
+    return out
+
+
+def clear_switch_faults(lay: Layout, label_prefix: str) -> int:
+    """After a switch storm: stop the guard and take the switch-fault marks off every node, as the switch's repair
+    and release would, so the storms after it start from a fabric with no fence."""
+    from kubernetes import client
+
+    from agents.health_guard.contract import Names
+
+    proc = control.load_proc(lay, GUARD)
+    if proc is not None:
+        control.stop_process(lay, proc)
+    names = Names(label_prefix)
+    api: Any = client.CoreV1Api(control.api_client(lay))
+    cleared = 0
+    for node in api.list_node().items:
+        taints = node.spec.taints or []
+        annotations = node.metadata.annotations or {}
+        marks = [k for k in (names.switch_reasons, names.switch_since, names.switch_repaired) if k in annotations]
+        if not marks and not any(t.key == names.switch_fault for t in taints):
+            continue
+        body = {"metadata": {"labels": {names.switch_fault: None, names.switch_repaired: None},
+                             "annotations": dict.fromkeys(marks), "resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": [t.to_dict() for t in taints if t.key != names.switch_fault]}}
+        api.patch_node(node.metadata.name, body)
+        cleared += 1
+    return cleared
+
+
 def clear(lay: Layout, label_prefix: str) -> int:
     """Between storms: stop the guard, then take its marks off every node (taint, label, reasons, history), as a
     bulk repair would, so the next storm starts from a fleet with no quarantine in its last hour."""
