@@ -353,7 +353,7 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
         scalestorm.clear(lay, cfg.label_prefix)
         out["switch_fault"] = scalestorm.switch_storm(lay, sh.stack, cfg.label_prefix, standin, prom, leaf.name,
                                                       leaf.node_names)
-        say(f"switch storm: cleared the fence from {scalestorm.clear_switch_faults(lay, cfg.label_prefix)} nodes")
+        say(f"switch storm: cleared the fence from {scalestorm.clear(lay, cfg.label_prefix)} nodes")
     if fault_counts:
         # Other nodes than the open storms' and other times: the stack's rails count the fleet's last hour.
         stack_rails = scalestorm.storm(lay, sh.stack, plan, cfg.label_prefix, standin, prom, max(fault_counts),

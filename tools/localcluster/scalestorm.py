@@ -110,6 +110,13 @@ def start_scrape_path(lay: Layout, plan: NodePlan, interval_s: float) -> tuple[s
     return standin, prom
 
 
+def wait_no_xid(prometheus_url: str) -> None:
+    """A guard started while Prometheus still holds an earlier run's XIDs (its last scrape before the fault was
+    cleared) would quarantine on them: wait until none is left."""
+    control.wait_for("no XID left in Prometheus", lambda: not _get(
+        f"{prometheus_url}/api/v1/query?query=DCGM_FI_DEV_XID_ERRORS%20%3E%200")["data"]["result"], 120)
+
+
 def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faults: int) -> None:
     """The guard again, pointed at the scale Prometheus; ``open`` rails let it take every faulted node, of this
     storm and the ones before it (the per-hour rail counts the node history the guard keeps on the nodes)."""
@@ -184,9 +191,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     gpu_nodes = [n.name for n in plan.by_kind("gpu")]
     gpu_nodes = gpu_nodes[rotate:] + gpu_nodes[:rotate]
     schedule = fault_schedule(gpu_nodes, faults, spread_s, seed)
-    # A guard started while Prometheus still holds an earlier storm's XIDs would quarantine on them.
-    control.wait_for("no XID left in Prometheus", lambda: not _get(
-        f"{prometheus_url}/api/v1/query?query=DCGM_FI_DEV_XID_ERRORS%20%3E%200")["data"]["result"], 120)
+    wait_no_xid(prometheus_url)
     restart_guard(lay, stack, prometheus_url, rails, faults)
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     key = health_taint_key(label_prefix)
@@ -245,6 +250,7 @@ def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prome
     from agents.health_guard.contract import Names
 
     names = Names(label_prefix)
+    wait_no_xid(prometheus_url)
     restart_guard(lay, stack, prometheus_url, "stack", len(leaf_nodes))
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     wanted = set(leaf_nodes)
@@ -274,42 +280,18 @@ def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prome
         "fenced_naming_the_leaf": sum(1 for v in values.values() if v == leaf),
         "fenced_outside_the_leaf": len(seen_fenced - wanted), "quarantined": len(seen_quarantined),
         "breaker_tripped": breaker, "spread_s": spread_s, "guard_cycle_phase_mean_s": phases}
+    if seen_quarantined:
+        out["quarantined_names"] = sorted(seen_quarantined)[:20]
     if latencies:
         out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
     say(f"switch {leaf} down ({len(wanted)} nodes): {out}")
     return out
 
 
-def clear_switch_faults(lay: Layout, label_prefix: str) -> int:
-    """After a switch storm: stop the guard and take the switch-fault marks off every node, as the switch's repair
-    and release would, so the storms after it start from a fabric with no fence."""
-    from kubernetes import client
-
-    from agents.health_guard.contract import Names
-
-    proc = control.load_proc(lay, GUARD)
-    if proc is not None:
-        control.stop_process(lay, proc)
-    names = Names(label_prefix)
-    api: Any = client.CoreV1Api(control.api_client(lay))
-    cleared = 0
-    for node in api.list_node().items:
-        taints = node.spec.taints or []
-        annotations = node.metadata.annotations or {}
-        marks = [k for k in (names.switch_reasons, names.switch_since, names.switch_repaired) if k in annotations]
-        if not marks and not any(t.key == names.switch_fault for t in taints):
-            continue
-        body = {"metadata": {"labels": {names.switch_fault: None, names.switch_repaired: None},
-                             "annotations": dict.fromkeys(marks), "resourceVersion": node.metadata.resource_version},
-                "spec": {"taints": [t.to_dict() for t in taints if t.key != names.switch_fault]}}
-        api.patch_node(node.metadata.name, body)
-        cleared += 1
-    return cleared
-
-
 def clear(lay: Layout, label_prefix: str) -> int:
-    """Between storms: stop the guard, then take its marks off every node (taint, label, reasons, history), as a
-    bulk repair would, so the next storm starts from a fleet with no quarantine in its last hour."""
+    """Between storms: stop the guard, then take its marks off every node (the quarantine's taint, label, reasons
+    and history, and a switch fault's fence), as a bulk repair would, so the next storm starts from a fleet with no
+    quarantine in its last hour and no fenced leaf."""
     from kubernetes import client
 
     from agents.health_guard.contract import Names
@@ -323,13 +305,14 @@ def clear(lay: Layout, label_prefix: str) -> int:
     for node in api.list_node().items:
         taints = node.spec.taints or []
         annotations = node.metadata.annotations or {}
-        marks = [k for k in (names.since, names.reasons, names.detail, names.history, names.overridden)
-                 if k in annotations]
-        if not marks and not any(t.key == names.taint for t in taints):
+        marks = [k for k in (names.since, names.reasons, names.detail, names.history, names.overridden,
+                             names.switch_reasons, names.switch_since, names.switch_repaired) if k in annotations]
+        ours = (names.taint, names.switch_fault)
+        if not marks and not any(t.key in ours for t in taints):
             continue
-        body = {"metadata": {"labels": {names.taint: None}, "annotations": dict.fromkeys(marks),
-                             "resourceVersion": node.metadata.resource_version},
-                "spec": {"taints": [t.to_dict() for t in taints if t.key != names.taint]}}
+        body = {"metadata": {"labels": dict.fromkeys((*ours, names.switch_repaired)),
+                             "annotations": dict.fromkeys(marks), "resourceVersion": node.metadata.resource_version},
+                "spec": {"taints": [t.to_dict() for t in taints if t.key not in ours]}}
         api.patch_node(node.metadata.name, body)
         cleared += 1
     return cleared
