@@ -101,15 +101,17 @@ def _cell(stats: dict[str, Any] | None, key: str) -> str:
 
 def _gang_table(shapes: dict[str, Any]) -> list[str]:
     lines = ["| shape | nodes | GPUs | up (s) | gang pods | runs | all created | all ungated | all bound p50 | "
-             "bound p99 | all Running p50 | Running p99 | gone after cancel p50 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "bound p99 | all Running p50 | Running p99 | gone after cancel p50 | leaves spanned (fewest) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, shape in shapes.items():
         for size, gang in shape.get("gangs", {}).items():
+            spanned = gang.get("leaves_spanned")
+            leaves = f"{spanned['max']:g} ({gang['fewest_leaves']})" if spanned else "–"
             lines.append(
                 f"| {name} | {shape['nodes']:,} | {shape['gpus']:,} | {shape['up_s']} | {int(size):,} | "
                 f"{gang['bound']['n']} | {_cell(gang.get('created'), 'p50')} | {_cell(gang.get('ungated'), 'p50')} | "
                 f"{_cell(gang['bound'], 'p50')} | {_cell(gang['bound'], 'p99')} | {_cell(gang['running'], 'p50')} | "
-                f"{_cell(gang['running'], 'p99')} | {_cell(gang.get('deleted'), 'p50')} |")
+                f"{_cell(gang['running'], 'p99')} | {_cell(gang.get('deleted'), 'p50')} | {leaves} |")
     return lines
 
 

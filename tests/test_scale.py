@@ -179,14 +179,16 @@ def test_gang_times_report_when_the_last_pod_reached_each_stage() -> None:
     for i in range(3):
         times.see(f"p{i}", bound=False, phase="Pending", now=103.0 + i / 10)
     for i in range(3):
-        times.see(f"p{i}", bound=True, phase="Pending", now=104.0 + i)
-        times.see(f"p{i}", bound=True, phase="Running", now=104.5 + i)
+        times.see(f"p{i}", bound=True, phase="Pending", now=104.0 + i, node=f"gpu-a-{i:03d}")
+        times.see(f"p{i}", bound=True, phase="Running", now=104.5 + i, node=f"gpu-a-{i:03d}")
     times.see("p0", bound=True, phase="Running", now=200.0)  # a later event changes no first time
+    assert sorted(times.nodes()) == ["gpu-a-000", "gpu-a-001", "gpu-a-002"]
     assert times.summary(3) == {"all_created_s": 2.5, "all_ungated_s": 3.2, "first_bound_s": 4.0,
                                 "all_bound_s": 6.0, "all_running_s": 6.5}
     assert times.running() == 3
     times.see("p1", bound=True, phase="Running", now=210.0, deleted=True)
     assert times.running() == 2 and times.alive() == 2
+    assert sorted(times.nodes()) == ["gpu-a-000", "gpu-a-002"]  # the gang's live pods only
 
 
 def test_a_partial_gang_is_an_error_naming_the_stage_never_a_figure() -> None:

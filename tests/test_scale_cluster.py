@@ -39,6 +39,8 @@ def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(res
             assert run["first_bound_s"] <= run["all_bound_s"]
             assert run["deleted_s"] >= 0
         assert result["gang_bind_s"][size]["n"] == 2
+        # Placed by the fabric: a gang that fits the pool's one 32-node leaf stays in it.
+        assert gang["fewest_leaves"] == 1 and gang["leaves_spanned"]["max"] == 1
 
 
 def test_the_node_pool_agent_records_every_gpu_node(result: dict) -> None:

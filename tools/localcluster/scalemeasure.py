@@ -28,6 +28,8 @@ class PodTimes:
     bound: float | None = None
     running: float | None = None
     deleted: float | None = None
+    #: The node it was bound to.
+    node: str | None = None
 
 
 #: The stages a gang's pods go through, in order, and the summary key of each (when the last pod reached it).
@@ -43,9 +45,11 @@ class GangTimes:
     pods: dict[str, PodTimes] = field(default_factory=dict)
 
     def see(self, name: str, bound: bool, phase: str | None, now: float, deleted: bool = False,
-            gated: bool = False) -> None:
+            gated: bool = False, node: str | None = None) -> None:
         t = now - self.start
         pod = self.pods.setdefault(name, PodTimes(seen=t))
+        if node:
+            pod.node = node
         if not gated and pod.ungated is None:
             pod.ungated = t
         if bound and pod.bound is None:
@@ -57,6 +61,10 @@ class GangTimes:
 
     def running(self) -> int:
         return sum(p.running is not None and p.deleted is None for p in self.pods.values())
+
+    def nodes(self) -> list[str]:
+        """The nodes the gang's live pods are bound to."""
+        return [p.node for p in self.pods.values() if p.node and p.deleted is None]
 
     def alive(self) -> int:
         return sum(p.deleted is None for p in self.pods.values())

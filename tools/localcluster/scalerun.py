@@ -230,16 +230,17 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
 
     def seen(kind: str, pod: Any) -> None:
         times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
-                  deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates))
+                  deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates), node=pod.spec.node_name)
 
     with following(api.list_namespaced_pod, seen, namespace=namespace, label_selector=selector):
         yield times
 
 
 def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_dir: Path, timeout: float,
-             team: str | None = None) -> dict[str, float]:
+             team: str | None = None, topology: Any = None) -> dict[str, float]:
     """Submit one gang of ``pods`` x 8 GPUs through the CLI; seconds to all bound and all Running, then to
-    all gone after the cancel."""
+    all gone after the cancel. In a pool with a ``topology`` (its ``PoolTopology``), also the leaf switches the
+    gang's nodes span and the fewest its nodes could fill."""
     from gpucluster_cli.render import worker_selector
 
     settings = published_settings(lay, namespace)
@@ -250,6 +251,13 @@ def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_d
         wait(f"{pods} pods of {name} Running", lambda: times.running() >= pods, timeout)
         result = times.summary(pods)
         result["submit_s"] = round(submitted, 2)
+        if topology is not None and not topology.by_label:
+            from components.config import fewest_leaves
+
+            leaf_of = topology.leaf_of()
+            nodes = set(times.nodes())
+            result["leaves_spanned"] = len({leaf_of.get(n, "?") for n in nodes})
+            result["fewest_leaves"] = fewest_leaves(topology, len(nodes))
         cancel(lay, namespace, name)
         gone_from = time.monotonic()
         wait(f"the pods of {name} deleted", lambda: times.alive() == 0, timeout)
@@ -386,10 +394,13 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         for pods in sizes if runs else ():
             if pods > pool_nodes:
                 raise ValueError(f"a gang of {pods} pods does not fit pool {pool} ({pool_nodes} nodes)")
-            per_run = [gang_run(lay, namespace, pods, pool, i, spec_dir, timeout, gang_team(sh, ROOT))
+            topology = shape_config(sh, ROOT).pool(pool).topology
+            per_run = [gang_run(lay, namespace, pods, pool, i, spec_dir, timeout, gang_team(sh, ROOT), topology)
                        for i in range(runs)]
             gangs[str(pods)] = {
                 "runs": per_run,
+                **({"leaves_spanned": percentiles([r["leaves_spanned"] for r in per_run]),
+                    "fewest_leaves": per_run[0]["fewest_leaves"]} if "leaves_spanned" in per_run[0] else {}),
                 "bound": percentiles([r["all_bound_s"] for r in per_run]),
                 "running": percentiles([r["all_running_s"] for r in per_run]),
                 "created": percentiles([r["all_created_s"] for r in per_run]),
