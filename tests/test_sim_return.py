@@ -85,9 +85,6 @@ def test_the_invariants_catch_a_misfiled_bridge_pod() -> None:
 
 def test_the_controller_brings_replicas_home_without_a_dip_and_quiet_ticks_change_nothing() -> None:
     model, settings, workload = small_stack()
-    # The return alone, on a flat cluster: placed by leaf, a gang may take the very nodes replicas came home to
-    # (a leaf's room counts the inference it would preempt), which costs availability the return does not.
-    model = replace(model, topology_mode=None)
     home = Policy("controller", CONTROLLER, settings.replace(return_surge_share=0.25), model.descheduler)
     sims, quiet, _ = quiet_and_exact(model, workload, home, check=True)
     assert sims[0].counters.return_evictions > 0

@@ -21,6 +21,7 @@ from bench.sim.topology import (
     GangPlacement,
     leaves_spanned,
     place_gang,
+    place_gang_idle_first,
     stranded_gpus,
 )
 from bench.sim.workload import Gang, Workload, WorkloadSpec
@@ -174,6 +175,35 @@ def test_place_gang_properties(case: tuple[dict[int, int], dict[int, str], dict[
         assert spanned == min(under_spine)
     else:
         assert spanned == _fewest(list(rooms.values()), need)
+
+
+def test_idle_nodes_are_placed_on_before_any_inference_is_preempted() -> None:
+    # Leaves a and b of 4 nodes; b idle, a with inference on one node (6 of 8 GPUs free). Best fit over every
+    # node ties on room (4 each) and takes a, preempting; Volcano binds on the idle leaf b first.
+    capacity = dict.fromkeys(LEAF_OF, GPN)
+    busy = {**free(LEAF_OF, tuple(range(8, 16))), 0: GPN - 2}
+    assert leaves(place_gang(busy, LEAF_OF, SPINE_OF, 4, "hard", LEAF_TIER) or [], LEAF_OF) == ["a"]
+    placed = place_gang_idle_first(busy, capacity, LEAF_OF, SPINE_OF, 4, "hard", LEAF_TIER)
+    assert placed is not None and leaves(placed, LEAF_OF) == ["b"]
+    # No idle leaf holds it: hard mode preempts inside one leaf rather than wait.
+    scattered = {**busy, 4: GPN - 1}
+    placed = place_gang_idle_first(scattered, capacity, LEAF_OF, SPINE_OF, 4, "hard", LEAF_TIER)
+    assert placed is not None and len(placed) == 4 and leaves_spanned(placed, LEAF_OF) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(situations())
+def test_a_gang_the_idle_nodes_hold_never_preempts(case: tuple[dict[int, int], dict[int, str], dict[str, str], int,
+                                                                TopologyMode, int | None]) -> None:
+    candidates, leaf_of, spine_of, need, mode, tier = case
+    capacity = dict.fromkeys(leaf_of, GPN)
+    idle = {n: f for n, f in candidates.items() if f >= GPN}
+    placed = place_gang_idle_first(candidates, capacity, leaf_of, spine_of, need, mode, tier)
+    on_idle = place_gang(idle, leaf_of, spine_of, need, mode, tier) if len(idle) >= need else None
+    if on_idle is not None:
+        assert placed == on_idle and set(placed) <= set(idle)
+    else:  # the rule over every node, as before
+        assert placed == place_gang(candidates, leaf_of, spine_of, need, mode, tier)
 
 
 # --- Measures and the model's fabric ---------------------------------------------------------------------------

@@ -8,7 +8,9 @@ and properties test it; ``ZoneFabric`` applies it to the simulator's nodes, and 
 the simulated cluster's model.
 
 The rule. A leaf's *room* is its nodes a gang may take (no training on them; inference there is preempted, as
-on any node). Nodes are taken most free first, as the flat placement takes them.
+on any node). Nodes are taken most free first, as the flat placement takes them. The rule runs over the idle nodes
+first and over every node only when they cannot hold the gang (``place_gang_idle_first``): Volcano binds on idle
+nodes and preempts only for a gang that idle nodes cannot place.
 
 1. Tier 1: the leaf with the least room that holds the whole gang (best fit, so the big holes stay whole for the
    big gangs; ties: the leaf under the spine with less room, then the first listed).
@@ -89,6 +91,22 @@ def place_gang(free_by_node: Mapping[N, int], leaf_of: Mapping[N, str], spine_of
     if sum(rooms.values()) < nodes_needed:
         return None
     return _take(groups, _tightest(list(rooms), rooms, nodes_needed, order), nodes_needed)
+
+
+def place_gang_idle_first(free_by_node: Mapping[N, int], capacity_by_node: Mapping[N, int],
+                          leaf_of: Mapping[N, str], spine_of: Mapping[str, str], nodes_needed: int,
+                          mode: TopologyMode, tier: int | None) -> list[N] | None:
+    """``place_gang`` as Volcano runs it: its allocate action binds on idle nodes, and only a gang that idle nodes
+    cannot hold (its tier's switches considered) goes to the preempt and reclaim actions, which evict what runs on
+    the nodes it needs. So the rule runs over the idle nodes first; only when it finds no placement there does it
+    run over every node the gang may take, inference included. Without that order a gang placed by leaf would
+    preempt inference in a leaf with just enough room while a whole idle leaf waited."""
+    idle = {n: f for n, f in free_by_node.items() if f >= capacity_by_node[n]}
+    if len(idle) >= nodes_needed:
+        placed = place_gang(idle, leaf_of, spine_of, nodes_needed, mode, tier)
+        if placed is not None:
+            return placed
+    return place_gang(free_by_node, leaf_of, spine_of, nodes_needed, mode, tier)
 
 
 def _tightest(leaves: list[str], rooms: Mapping[str, int], need: int, order: Mapping[str, int]) -> list[str]:
@@ -247,9 +265,10 @@ class ZoneFabric:
         return self._fewest[nodes]
 
     def place(self, buckets: list[dict[int, None]], nodes: int, mode: TopologyMode) -> list[int] | None:
-        """``place_gang`` over the zone's nodes without training (``buckets``: the zone's nodes by free GPUs)."""
+        """``place_gang_idle_first`` over the zone's nodes without training (``buckets``: the zone's nodes by free
+        GPUs)."""
         free = {node: f for f in range(len(buckets) - 1, -1, -1) for node in buckets[f]}
-        return place_gang(free, self.leaf_of, self.spine_of, nodes, mode, self.tier(nodes))
+        return place_gang_idle_first(free, self.capacity, self.leaf_of, self.spine_of, nodes, mode, self.tier(nodes))
 
     def stranded(self, node_free: list[int]) -> tuple[int, int]:
         return stranded_gpus({n: node_free[n] for n in self.capacity}, self.capacity, self.leaf_of)
