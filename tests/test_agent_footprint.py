@@ -24,6 +24,7 @@ from components.config.footprint import (
     Footprint,
     agent_requests,
     cluster_nodes,
+    cluster_pods,
     footprint_problems,
 )
 from tools.localcluster import scale
@@ -35,24 +36,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PROCESS = {BURST_CONTROLLER: "burst-controller", HEALTH_GUARD: "health-guard", NODE_POOL_AGENT: "node-pools"}
 
 
-def _measured() -> list[tuple[Footprint, str, int, float]]:
+def _measured() -> list[tuple[Footprint, str, int, int, float]]:
+    """Every agent's resident set on every shape: at rest (no pods) and after the runs (its largest gang alive)."""
     shapes = json.loads((ROOT / "bench" / "report.json").read_text())["benchmarks"]["bench_scale"]["result"]["shapes"]
     points = []
     for name, sh in shapes.items():
-        for phase in ("process_usage_at_rest", "process_usage_after"):
+        largest = max((int(size) for size in sh.get("gangs") or {}), default=0)
+        for phase, pods in (("process_usage_at_rest", 0), ("process_usage_after", largest)):
             for fp, process in PROCESS.items():
                 usage = (sh.get(phase) or {}).get(process)
                 if usage is not None:
-                    points.append((fp, name, int(sh["nodes"]), float(usage["rss_mib"])))
+                    points.append((fp, name, int(sh["nodes"]), pods, float(usage["rss_mib"])))
     return points
 
 
 def test_every_resident_set_the_scale_runs_measured_lies_under_its_agents_line() -> None:
     points = _measured()
     assert {fp for fp, *_ in points} == set(FOOTPRINTS)  # each line rests on a measurement
-    assert max(nodes for _, _, nodes, _ in points) >= 2_000
-    for fp, shape, nodes, rss in points:
-        assert rss <= fp.need_mib(nodes) + 0.5, (fp.agent, shape, nodes, rss, fp.need_mib(nodes))
+    assert max(nodes for _, _, nodes, _, _ in points) >= 2_000
+    for fp, shape, nodes, pods, rss in points:
+        assert rss <= fp.need_mib(nodes, pods) + 0.5, (fp.agent, shape, nodes, pods, rss, fp.need_mib(nodes, pods))
 
 
 def _container_memory(docs: dict[str, dict[str, Any]], name: str) -> str:
@@ -72,12 +75,12 @@ def test_the_declared_stacks_keep_their_floors_and_the_llama3_shape_sizes_every_
         assert _container_memory(prod, name) == fp.floor.memory  # 268 nodes: the floor covers them
     values = scale.shape_values(scale.shape("llama3"), ROOT)
     cfg = parse_config(values, "scale shape llama3")
-    nodes = cluster_nodes(cfg)
-    assert nodes == 2_060
+    nodes, pods = cluster_nodes(cfg), cluster_pods(cfg)
+    assert nodes == 2_060 and pods == 2_048 + 2 * (256 + 48 + 64)  # a training pod a node, services twice over
     big = manifests(run_program("prod", {**config, **values}, secrets))
     for fp, name in DEPLOYMENTS.items():
         memory = quantity_value(_container_memory(big, name))
-        assert memory >= fp.need_mib(nodes) * HEADROOM * MIB > quantity_value(fp.floor.memory), fp.agent
+        assert memory >= fp.need_mib(nodes, pods) * HEADROOM * MIB > quantity_value(fp.floor.memory), fp.agent
         assert agent_requests(cfg, fp).cpu == fp.floor.cpu
 
 
@@ -111,19 +114,22 @@ def test_the_local_stack_keeps_its_agents_small() -> None:
 def test_refused_exactly_when_the_memory_is_below_the_line_and_a_sized_request_never_is(
         nodes: int, memory_mib: int) -> None:
     for fp in FOOTPRINTS:
-        sized = fp.sized(nodes)
-        assert quantity_value(sized.memory) >= fp.need_mib(nodes) * MIB  # a sized request is never refused
+        sized = fp.sized(nodes, 2 * nodes)
+        assert quantity_value(sized.memory) >= fp.need_mib(nodes, 2 * nodes) * MIB  # a sized request is never refused
         assert quantity_value(sized.memory) >= quantity_value(fp.floor.memory)
-        assert fp.sized(nodes + 100).memory == sized.memory or (
-            quantity_value(fp.sized(nodes + 100).memory) > quantity_value(sized.memory))  # monotone in nodes
+        assert quantity_value(fp.sized(nodes + 100, 2 * nodes).memory) >= quantity_value(sized.memory)  # monotone
+        assert quantity_value(fp.sized(nodes, 2 * nodes + 1000).memory) >= quantity_value(sized.memory)
     set_ = ContainerRequests(cpu="100m", memory=f"{memory_mib}Mi")
     nodes_of = SimpleNamespace(node_names=[f"n{i}" for i in range(nodes)])
+    services = [SimpleNamespace(max_replicas=nodes // 2)]
     cfg: Any = SimpleNamespace(pools=[nodes_of], system_pool=SimpleNamespace(node_names=[]),
+                               inference=SimpleNamespace(services=services),
                                burst=SimpleNamespace(resources=set_),
                                observability=SimpleNamespace(health=SimpleNamespace(resources=set_)),
                                node_pool_agent=SimpleNamespace(resources=set_))
     refused = {p.path for p in footprint_problems(cfg)}
-    assert refused == {f"{fp.key}.memory" for fp in FOOTPRINTS if memory_mib < fp.need_mib(nodes)}
+    pods = nodes + 2 * (nodes // 2)
+    assert refused == {f"{fp.key}.memory" for fp in FOOTPRINTS if memory_mib < fp.need_mib(nodes, pods)}
     assert all(agent_requests(cfg, fp) == set_ for fp in FOOTPRINTS)  # a set request is taken as set
 
 
