@@ -212,6 +212,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                       f"{shape.get('pulumi_up_nochange_s')} s.", ""]
         p99 = shape.get("apiserver_mutating_p99_s")
         storm_p99 = shape.get("storm_apiserver_mutating_p99_s")
+        if shape.get("conditions"):
+            lines += [f"Measured {shape['conditions']}: its timings are upper bounds of upper bounds.", ""]
         lines += [f"Measured {shape.get('measured_bench', shape.get('measured', '?'))}. Mutating API calls p99 "
                   f"{'–' if p99 is None else f'{p99:.3f} s'} over the gang runs, "
                   f"{'–' if storm_p99 is None else f'{storm_p99:.3f} s'} over the storms (SLO ≤ "

@@ -29,12 +29,14 @@ def test_the_plot_draws_bind_time_against_gang_size_and_the_storm_beside_nvsenti
     llama3["switch_fault"] = {"leaf": "gpu-a-leaf-01", "nodes": 32, "fenced": 32, "fenced_naming_the_leaf": 32,
                               "quarantined": 0, "fenced_outside_the_leaf": 0, "breaker_tripped": 0.0,
                               "min": 61.0, "p50": 63.5, "p90": 66.0, "p99": 66.0, "max": 66.2}
+    llama3["conditions"] = "beside a two-hour chaos soak"
     results.write_text(json.dumps({"shapes": {"llama3": llama3}}))
     result = bench_scale.run(results)
     assert result["plot"] == str(tmp_path / "scale.png") and (tmp_path / "scale.png").stat().st_size > 10_000
     text = bench_scale.to_markdown(result)
     assert "| llama3 | 2,060 | 16,480 | 1.0 | 2,048 | 1 |" in text and text.count("| – |\n") >= 1  # 2,048: none
     assert "| 9 (8) |" in text  # the 256-pod gang spanned 9 leaves where 8 would do
+    assert "Measured beside a two-hour chaos soak: its timings are upper bounds of upper bounds." in text
     assert "| llama3 | gpu-a-leaf-01 | 32 | 32 | 0 | 0 | held | 63.5 | 66.0 | 66.2 |" in text
     assert f"![Gang bind time against gang size; fault-storm latency beside NVSentinel's]({tmp_path / 'scale.png'})" \
         in text

@@ -463,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                            "'none' for none")
             p.add_argument("--crashes", default="", help="comma-separated gang sizes to crash under a fault; the "
                            "shape's by default, 'none' for none")
+            p.add_argument("--conditions", default="", help="what else held the machine meanwhile, for the report "
+                           "(e.g. 'beside a chaos soak'); empty: nothing")
     args = parser.parse_args(argv)
     try:
         sh = shape(args.shape)
@@ -481,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                 [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults))
             crashes = [] if args.crashes == "none" else (
                 [int(s) for s in args.crashes.split(",") if s.strip()] or list(sh.crash_sizes))
-            merge_results(bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes))
+            entry = bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes)
+            merge_results({**entry, "conditions": args.conditions.strip() or None})
             say(f"results in {RESULTS}")
     except (control.ClusterError, ValueError) as exc:
         print(f"scale: {exc}", file=sys.stderr)
