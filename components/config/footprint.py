@@ -9,10 +9,9 @@ stack's nodes (and pods), and one set below what the agent holds there is refuse
 
 The footprints are lines through the largest resident set each agent reached on the scale shapes (``bench_scale``
 in ``bench/report.json``: ``process_usage_at_rest`` and ``process_usage_after``, gangs and fault storms included;
-``make bench-scale``), through the ``small`` shape (66 nodes) and the ``llama3`` shape (2,060 nodes);
+``make bench-scale``), on the ``small`` (66 nodes), ``prod`` (268) and ``llama3`` (2,060) shapes;
 ``tests/test_agent_footprint.py`` holds every measured point under its line, so a scale run that finds more
-fails until the line moves. The node-pool agent ran on ``llama3`` only: its base is the burst controller's at
-rest on ``small`` (the same kit and interpreter). The pods the burst controller keeps are estimated from the stack
+fails until the line moves. The pods the burst controller keeps are estimated from the stack
 (:func:`cluster_pods`): with thousands of one-GPU inference replicas its line grows with them.
 """
 
@@ -66,11 +65,12 @@ class Footprint:
 #: at 2,060 nodes after a 2,048-pod gang (the pods' part).
 BURST_CONTROLLER = Footprint("burst controller", "burst.resources", base_mib=52.4, per_node_kib=34.5,
                              floor=ContainerRequests(cpu="100m", memory="256Mi"), per_pod_kib=26.0)
-#: bench_scale, 2026-12-06: health guard 53.1 MiB at 66 nodes, 117.0 MiB at 2,060 (after the fault storms).
-HEALTH_GUARD = Footprint("health guard", "observability.health.resources", base_mib=51.0, per_node_kib=32.8,
+#: bench_scale, 2026-12-06: health guard after the fault storms 53.1 MiB at 66 nodes, 61.4 MiB at 268, 117.0 MiB at
+#: 2,060 (the line through the last two).
+HEALTH_GUARD = Footprint("health guard", "observability.health.resources", base_mib=53.2, per_node_kib=31.8,
                          floor=ContainerRequests(cpu="50m", memory="128Mi"))
-#: bench_scale, 2026-12-06: node-pool agent 155.6 MiB at 2,060 nodes; base: the burst controller at rest, 23.9 MiB.
-NODE_POOL_AGENT = Footprint("node-pool agent", "nodePoolAgent.resources", base_mib=23.9, per_node_kib=65.5,
+#: bench_scale, 2026-12-06: node-pool agent 65.1 MiB at 268 nodes, 155.6 MiB at 2,060.
+NODE_POOL_AGENT = Footprint("node-pool agent", "nodePoolAgent.resources", base_mib=51.7, per_node_kib=51.8,
                             floor=ContainerRequests(cpu="50m", memory="128Mi"))
 FOOTPRINTS = (BURST_CONTROLLER, HEALTH_GUARD, NODE_POOL_AGENT)
 
