@@ -75,15 +75,19 @@ NODE_POOL_AGENT = Footprint("node-pool agent", "nodePoolAgent.resources", base_m
 FOOTPRINTS = (BURST_CONTROLLER, HEALTH_GUARD, NODE_POOL_AGENT)
 
 
+def _gpu_nodes(cfg: ClusterConfig) -> int:
+    return sum(len(p.node_names) for p in cfg.pools)
+
+
 def cluster_nodes(cfg: ClusterConfig) -> int:
     """The nodes every agent watches: the GPU pools' and the system pool's (virtual nodes are a handful)."""
-    return sum(len(p.node_names) for p in cfg.pools) + len(cfg.system_pool.node_names)
+    return _gpu_nodes(cfg) + len(cfg.system_pool.node_names)
 
 
 def cluster_pods(cfg: ClusterConfig) -> int:
     """The pods the burst controller keeps at the stack's size: a training pod per GPU node (a gang's worker takes a
     node's GPUs) and each inference service at its max replicas twice over (its standby on external capacity)."""
-    return sum(len(p.node_names) for p in cfg.pools) + 2 * sum(s.max_replicas for s in cfg.inference.services)
+    return _gpu_nodes(cfg) + 2 * sum(s.max_replicas for s in cfg.inference.services)
 
 
 def explicit_requests(cfg: ClusterConfig, footprint: Footprint) -> ContainerRequests | None:
