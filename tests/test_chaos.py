@@ -82,3 +82,14 @@ def test_bench_chaos_reports_the_last_soak_or_says_none_ran(tmp_path: Path) -> N
     got = bench_chaos.run(tmp_path / "r.json")
     assert got["faults_by_kind"] == {"etcd-killed": 20} and got["violations"] == {"not-whole-within-bound": 0}
     assert got["training_steps_lost"].startswith("not measured") and "violation_details" not in got
+
+
+def test_the_soak_stops_when_faults_in_a_row_leave_the_cluster_not_whole() -> None:
+    from tools.chaos.soak import STOP_AFTER_NOT_WHOLE, not_coming_back
+
+    assert STOP_AFTER_NOT_WHOLE == 3
+    assert not not_coming_back([])
+    assert not not_coming_back([None, None])  # two: it may yet come back
+    assert not not_coming_back([None, None, 4.2, None, None])
+    assert not_coming_back([1.0, None, None, None])
+    assert not_coming_back([None], in_a_row=1)

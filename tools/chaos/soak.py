@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,19 @@ from tools.localcluster.realcluster import container_pid, lease_holder, ready_po
 
 #: How long the cluster may take to be whole again after one fault, before the soak calls it a violation.
 RECOVERY_BOUND_S = 240.0
+#: This many faults in a row not recovered within the bound end the soak: the cluster is not coming back, and every
+#: later fault would only wait out the bound.
+STOP_AFTER_NOT_WHOLE = 3
 #: The nodes' own network processes: the NetworkPolicy firewall and the Service proxy.
 NODE_PROCESSES = ("kube-router", "kube-proxy")
 #: The monitoring install's apps (their ``app.kubernetes.io/name``) and the container of each that is killed.
 MONITORING = {"prometheus": "prometheus", prometheus_operator.OPERATOR: prometheus_operator.OPERATOR}
+
+
+def not_coming_back(recoveries: Sequence[float | None], in_a_row: int = STOP_AFTER_NOT_WHOLE) -> bool:
+    """The last ``in_a_row`` faults all left the cluster not whole (``None``): it is not coming back."""
+    last = recoveries[-in_a_row:]
+    return len(last) == in_a_row and all(r is None for r in last)
 
 
 def say(msg: str) -> None:
@@ -65,6 +74,8 @@ class Record:
     below_floor_seen: Counter[str] = field(default_factory=Counter)
     no_execute: int = 0
     sampler_errors: int = 0
+    #: Why the soak ended before its duration, if it did.
+    stopped_early: str | None = None
     #: Every node's burst taint at each sample: (epoch seconds, node, tainted).
     burst_taint: list[tuple[float, str, bool]] = field(default_factory=list)
 
@@ -283,7 +294,13 @@ class Soak:
                 self.record.recoveries.append((injection, recovered))
                 if on_fault is not None:
                     on_fault(injection, recovered)
-            time.sleep(max(0.0, began + self.duration_s - time.monotonic()))
+                if not_coming_back([r for _, r in self.record.recoveries]):
+                    self.record.stopped_early = (f"stopped at t={injection.at:g}s: {STOP_AFTER_NOT_WHOLE} faults in a "
+                                                 f"row left the cluster not whole; {'; '.join(self.problems()[:3])}")
+                    say(self.record.stopped_early)
+                    break
+            else:
+                time.sleep(max(0.0, began + self.duration_s - time.monotonic()))
         finally:
             stop.set()
             sampler.join(timeout=10)
@@ -332,6 +349,7 @@ class Soak:
             "inference_availability": round(1 - self.record.below_floor / samples, 5) if samples else None,
             "inference_samples": samples,
             "burst_taint_flips": len(flips),
+            "stopped_early": self.record.stopped_early,
             "pdbs_below_floor": dict(self.record.below_floor_seen),
             "sampler_errors": self.record.sampler_errors,
             "audit_lines_unreadable": torn[:10],

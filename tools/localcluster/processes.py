@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -139,15 +140,63 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, proc: Proc | 
 # --------------------------------------------------------------------------- ports and endpoints
 
 
-def free_ports(names: Sequence[str]) -> dict[str, int]:
+#: Where the kernel takes the source ports of outgoing connections (``ip_local_port_range``).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Linux's default ephemeral range, when the file cannot be read.
+DEFAULT_EPHEMERAL = (32768, 60999)
+#: The lowest port our processes listen on, and the fewest candidates a range must offer to be used.
+LISTEN_FLOOR = 20000
+MIN_CANDIDATES = 1000
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral port range (its default when the file is missing or not two port numbers)."""
+    try:
+        lo, hi = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    if not 1 <= lo <= hi <= 65535:
+        return DEFAULT_EPHEMERAL
+    return lo, hi
+
+
+def listen_candidates(ephemeral: tuple[int, int], floor: int = LISTEN_FLOOR) -> range:
+    """Ports to listen on outside the ephemeral range: below it from ``floor``, else above it, else (a range that
+    leaves neither side room) every unprivileged port."""
+    lo, hi = ephemeral
+    below, above = range(floor, lo), range(max(hi + 1, 1024), 65536)
+    for pool in (below, above):
+        if len(pool) >= MIN_CANDIDATES:
+            return pool
+    return range(1024, 65536)
+
+
+def free_ports(names: Sequence[str], rng: random.Random | None = None,
+               candidates: range | None = None) -> dict[str, int]:
+    """A free port for each name, outside the kernel's ephemeral range. A port the kernel hands out as the source
+    of an outgoing connection cannot be listened on while that connection lives: a process restarted after a kill
+    (etcd, in the chaos soak) found its port taken by one and never came back."""
+    pool = candidates if candidates is not None else listen_candidates(ephemeral_range())
+    pick = rng or random.SystemRandom()
     socks: list[socket.socket] = []
     ports: dict[str, int] = {}
     try:
         for name in names:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports[name] = s.getsockname()[1]
+            for _ in range(200):
+                port = pick.choice(pool)
+                if port in ports.values():
+                    continue
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                socks.append(s)
+                ports[name] = port
+                break
+            else:
+                raise ClusterError(f"no free port for {name} in {pool.start}-{pool.stop - 1}")
     finally:
         for s in socks:
             s.close()
