@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.burst_controller.contract import BurstSettings
 from agents.defaults import DEFAULT_LABEL_PREFIX
 from agents.health_guard.contract import FATAL_XIDS, REPEATED_XIDS
 from agents.health_guard.thermal import Thermal
@@ -88,8 +89,9 @@ class AlertThresholds:
     """``<labelPrefix>/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""
     extra_labels: dict[str, str] = field(default_factory=dict)
     """Added to every alert (e.g. ``cluster``) for routing."""
-    handover_timeout_seconds: int = 300
-    """The burst controller releases gated training after this long; held longer means it cannot act."""
+    handover_timeout_seconds: int = int(BurstSettings.model_fields["handover_timeout_seconds"].default)
+    """The burst controller releases gated training after this long; held longer means it cannot act (its default
+    is the controller's own)."""
     controller_absent_seconds: int = 120
     gang_restart_rate_per_hour: float = 3.0
     """Gang restarts per pool and hour (the guard's and application crashes') above which the pool fails faster
