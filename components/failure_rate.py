@@ -62,7 +62,9 @@ def spare_found_share(mean_in_repair: float, spares: int) -> float:
 
 
 def sized_spares(gpus: int, nodes: int, repair_hours: float = DEFAULT_REPAIR_HOURS,
-                 coverage: float = DEFAULT_SPARE_COVERAGE) -> int:
-    """A pool's warm spares when the stack does not name a count: sized for ``coverage`` at the published rate,
-    capped at one node in ``SIZED_SPARE_SHARE``."""
-    return min(spares_for(nodes_in_repair(gpus, repair_hours * 3600.0), coverage), nodes // SIZED_SPARE_SHARE)
+                 coverage: float = DEFAULT_SPARE_COVERAGE,
+                 failures_per_gpu_second: float = FAILURES_PER_GPU_SECOND) -> int:
+    """A pool's warm spares when the stack does not name a count: sized for ``coverage`` at the failure rate (the
+    published one by default), capped at one node in ``SIZED_SPARE_SHARE``."""
+    mean = nodes_in_repair(gpus, repair_hours * 3600.0, failures_per_gpu_second)
+    return min(spares_for(mean, coverage), nodes // SIZED_SPARE_SHARE)

@@ -422,3 +422,11 @@ def test_percentage_of_nodes_to_find_reaches_the_charts_scheduler_and_the_local_
     with pytest.raises(ConfigError, match="percentageOfNodesToFind"):
         parse_config({**values, "scheduling": {**values.get("scheduling", {}), "percentageOfNodesToFind": 0}},
                      "Pulumi.prod.yaml")
+
+
+def test_the_gangs_go_to_the_shapes_largest_pool() -> None:
+    assert {name: scale.gang_pool(scale.shape(name), ROOT) for name in ("small", "prod", "llama3")} == {
+        "small": "h100-a", "prod": "h100-a", "llama3": "h100-a"}  # equal pools: the first
+    bigger_second = scale.Shape("x", "b larger", pools=(
+        {"name": "a", "nodes": ["n-[1-4]"], "gpusPerNode": 8}, {"name": "b", "nodes": ["m-[1-9]"], "gpusPerNode": 8}))
+    assert scale.gang_pool(bigger_second, ROOT) == "b"

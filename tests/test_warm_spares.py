@@ -249,6 +249,14 @@ def test_the_sized_spares_are_the_fewest_that_cover_the_share_of_failures_asked(
     assert spares_for(mean, min(0.999, coverage + 0.1)) >= k and spares_for(mean + 1, coverage) >= k
 
 
+def test_the_sizing_follows_the_failure_rate_it_is_given() -> None:
+    from components.failure_rate import FAILURES_PER_GPU_SECOND, sized_spares
+
+    assert sized_spares(16_384, 2_048) == 23
+    assert sized_spares(16_384, 2_048, failures_per_gpu_second=2 * FAILURES_PER_GPU_SECOND) > 23
+    assert sized_spares(16_384, 2_048, failures_per_gpu_second=0.0) == 0
+
+
 @given(mean=st.floats(0, 60), spares=st.integers(0, 200), coverage=st.floats(0.01, 0.999))
 def test_the_share_that_finds_a_spare_grows_with_the_spares_and_meets_the_sized_coverage(
         mean: float, spares: int, coverage: float) -> None:

@@ -117,9 +117,9 @@ class Environment:
     def spares(self, gpus: int, gpus_per_node: int) -> tuple[int, float]:
         """The warm spares of a pool that holds a job of ``gpus`` GPUs, and the share of failures that find one."""
         nodes = max(1, gpus // gpus_per_node)
-        count = sized_spares(gpus, nodes, self.repair_hours, self.spare_coverage)
-        mean = nodes_in_repair(gpus, self.repair_hours * 3600.0, self.failures_per_gpu_second)
-        return count, spare_found_share(mean, count)
+        rate = self.failures_per_gpu_second
+        count = sized_spares(gpus, nodes, self.repair_hours, self.spare_coverage, rate)
+        return count, spare_found_share(nodes_in_repair(gpus, self.repair_hours * 3600.0, rate), count)
 
     def restart_s(self, backend: Backend, gpus: int | None = None) -> float:
         """Seconds from an interruption to training again; the decomposition needs the job's ranks."""

@@ -386,18 +386,17 @@ def nccl_init_seconds(ranks: int, a: Assumptions) -> float:
     return a.nccl_base_s + a.nccl_per_rank_s * ranks
 
 
-def load_seconds(ranks: int, a: Assumptions) -> float:
-    """Each rank reads its shard at its share of the aggregate read bandwidth, capped by one client link."""
-    if ranks <= 0 or a.size_tb <= 0 or a.read_gbps <= 0 or a.client_link_gbps <= 0:
-        raise ValueError("ranks, size and bandwidths must be positive")
-    shard_gb = a.size_tb * GB_PER_TB / ranks
-    return shard_gb / min(a.read_gbps / ranks, a.client_link_gbps)
-
-
 def shard_gb(ranks: int, a: Assumptions) -> float:
     if ranks <= 0:
         raise ValueError("ranks must be positive")
     return a.size_tb * GB_PER_TB / ranks
+
+
+def load_seconds(ranks: int, a: Assumptions) -> float:
+    """Each rank reads its shard at its share of the aggregate read bandwidth, capped by one client link."""
+    if ranks <= 0 or a.size_tb <= 0 or a.read_gbps <= 0 or a.client_link_gbps <= 0:
+        raise ValueError("ranks, size and bandwidths must be positive")
+    return shard_gb(ranks, a) / min(a.read_gbps / ranks, a.client_link_gbps)
 
 
 def memory_load_seconds(ranks: int, a: Assumptions) -> float | None:

@@ -144,6 +144,14 @@ def gang_team(sh: Shape, root: Path) -> str | None:
     return str(teams[0]["name"]) if teams else None
 
 
+def gang_pool(sh: Shape, root: Path) -> str:
+    """The pool the bench's gangs, crashes and switch storm use: the shape's largest (the first of equals)."""
+    pools = shape_values(sh, root)["pools"]
+    from components.config import expand_node_names
+
+    return str(max(pools, key=lambda p: len(expand_node_names(p.get("nodes") or ())))["name"])
+
+
 def shape_config(sh: Shape, root: Path) -> Any:
     """The shape's validated ``ClusterConfig`` (cluster-shape keys only, as ``plan.load_stack_config`` reads)."""
     from components.config import ClusterConfig

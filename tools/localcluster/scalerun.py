@@ -28,6 +28,7 @@ from tools.localcluster import control
 from tools.localcluster.plan import Layout
 from tools.localcluster.scale import (
     Shape,
+    gang_pool,
     gang_team,
     shape,
     shape_config,
@@ -343,7 +344,7 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
                                                              faults, rails="open")
         say(f"storm of {faults}: cleared the guard's marks from {scalestorm.clear(lay, cfg.label_prefix)} nodes")
     if crash_sizes:
-        pool = max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"]
+        pool = gang_pool(sh, ROOT)
         crashes: dict[str, Any] = {}
         for pods in crash_sizes:
             per_run = [scalecrash.crash_run(lay, sh.stack, cfg.label_prefix, standin, prom, cfg.training_namespace,
@@ -354,10 +355,10 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
         out["crash"] = crashes
         out["gang_evict_s"] = {k: v["evict_s"] for k, v in crashes.items()}
         out["gang_running_again_s"] = {k: v["running_again_s"] for k, v in crashes.items()}
-    gang_pool = cfg.pool(max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"])
-    if gang_pool.topology is not None and gang_pool.topology.leaves[0].nodes:
+    topology = cfg.pool(gang_pool(sh, ROOT)).topology
+    if topology is not None and topology.leaves[0].nodes:
         # One leaf switch down: one fault, not a leaf of bad nodes (before the stack-rails storm trips the breaker).
-        leaf = gang_pool.topology.leaves[0]
+        leaf = topology.leaves[0]
         scalestorm.clear(lay, cfg.label_prefix)
         out["switch_fault"] = scalestorm.switch_storm(lay, sh.stack, cfg.label_prefix, standin, prom, leaf.name,
                                                       leaf.node_names)
@@ -381,7 +382,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
     lay, probe = up(sh, state)
     try:
         plan = shape_plan(sh, ROOT)
-        pool = max(shape_values(sh, ROOT)["pools"], key=lambda p: len(plan.by_kind("gpu")))["name"]
+        pool = gang_pool(sh, ROOT)
         pool_nodes = sum(1 for n in plan.by_kind("gpu") if n.pool == pool)
         namespace = shape_config(sh, ROOT).training_namespace
         spec_dir = lay.state / "specs"
