@@ -207,7 +207,7 @@ def serve(fake: FakeApi) -> Iterator[str]:
         server.server_close()
 
 
-def http_port(url: str, request_timeout_seconds: float = 5.0) -> Any:
+def http_port(url: str, request_timeout_seconds: float = 5.0, connections: int = 16) -> Any:
     """The real port (`HttpPort`) on a fake served at `url`."""
     from kubernetes import client
 
@@ -215,5 +215,4 @@ def http_port(url: str, request_timeout_seconds: float = 5.0) -> Any:
 
     conf = client.Configuration()
     conf.host = url
-    conf.retries = False
-    return HttpPort(client.ApiClient(conf), request_timeout_seconds)
+    return HttpPort.on(conf, request_timeout_seconds, connections=connections)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.burst_controller.contract import BurstSettings, SettingsError
-from agents.burst_controller.shell import BurstShell
+from agents.burst_controller.shell import BurstShell, connections
 from agents.kit.loop import AgentSpec, load_settings
 from agents.kit.loop import main as run_agent
 
@@ -18,6 +18,7 @@ SPEC: AgentSpec[BurstSettings] = AgentSpec(
     dump_settings=lambda s: s.model_dump_json(indent=2),
     build=lambda settings, port, identity: BurstShell(settings, port, identity=identity),
     request_timeout=lambda s: s.request_timeout_seconds,
+    connections=connections,
     # /livez fails once no reconcile has started for six ticks (at least a minute): a wedged loop restarts.
     liveness_seconds=lambda s: max(60.0, 6 * s.tick_seconds),
 )

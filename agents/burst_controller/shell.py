@@ -60,6 +60,7 @@ from agents.kit.informer import Informer, WatchEnd
 from agents.kit.lease import LeaseElector, rfc3339_micro
 from agents.kit.loop import lease_loop
 from agents.kit.port import (
+    BASE_CONNECTIONS,
     DEPLOYMENTS,
     EVENTS,
     MERGE_PATCH,
@@ -77,6 +78,13 @@ log = logging.getLogger("burst_controller")
 #: 2,048-pod gang in about 50 s on the scale control plane (docs/scale.md); the API server's priority and fairness
 #: bounds what it serves, and every lift is still fenced by the port.
 UNGATE_CONCURRENCY = 16
+#: What the controller watches (each watch holds a connection while it runs).
+WATCHED = (NODES, PODS)
+
+
+def connections(settings: BurstSettings) -> int:
+    """Calls in flight at once: each watch, the Lease's watch and its renewal, the loop, and a gang's gate lifts."""
+    return len(WATCHED) + BASE_CONNECTIONS + UNGATE_CONCURRENCY
 
 
 def _batches(actions: tuple[Action, ...] | list[Action]) -> list[list[Action]]:
@@ -185,7 +193,7 @@ class BurstShell:
         self.dirty = threading.Event()
         self.informers = {resource: Informer(self.api, resource, _ViewSink(self, resource.plural),
                                              watch_timeout_seconds=s.watch_timeout_seconds, on_error=self._error)
-                          for resource in (NODES, PODS)}
+                          for resource in WATCHED}
         self.last_decision: Decision | None = None
         self.last_reconcile: float | None = None  # monotonic
         self._backoff: dict[Action, _Backoff] = {}

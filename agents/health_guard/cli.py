@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from agents.health_guard.contract import METRICS_PORT, HealthSettings, parse_settings
 from agents.health_guard.prometheus import PrometheusMetrics
-from agents.health_guard.shell import Guard
+from agents.health_guard.shell import Guard, connections
 from agents.kit.loop import AgentSpec
 from agents.kit.loop import main as run_agent
 
@@ -20,6 +20,7 @@ SPEC: AgentSpec[HealthSettings] = AgentSpec(
     build=lambda settings, port, identity: Guard(settings, PrometheusMetrics(settings.prometheus_url), port,
                                                  identity=identity),
     request_timeout=lambda s: s.request_timeout_seconds,
+    connections=connections,
     # /livez fails once no cycle has completed for four polls (at least two minutes): a wedged loop restarts.
     liveness_seconds=lambda s: max(120.0, 4.0 * s.poll_seconds),
     config_required=False,

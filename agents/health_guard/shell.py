@@ -70,12 +70,27 @@ from agents.kit.errors import classify
 from agents.kit.informer import Informer, Store
 from agents.kit.lease import LeaseElector, rfc3339
 from agents.kit.loop import lease_loop
-from agents.kit.port import EVENTS, NODES, PODS, STRATEGIC_MERGE_PATCH, VOLCANO_JOBS, Fenced, KubePort
+from agents.kit.port import (
+    BASE_CONNECTIONS,
+    EVENTS,
+    NODES,
+    PODS,
+    STRATEGIC_MERGE_PATCH,
+    VOLCANO_JOBS,
+    Fenced,
+    KubePort,
+)
 
 log = logging.getLogger(APP)
 
 #: Nodes whose actions a cycle applies at once (each node's in order).
 ACTION_CONCURRENCY = 8
+
+
+def connections(settings: HealthSettings) -> int:
+    """Calls in flight at once: the node watch, a gang-job watch per training namespace, the Lease's watch and its
+    renewal, the loop, and one node's actions per worker."""
+    return 1 + len(settings.training_namespaces) + BASE_CONNECTIONS + ACTION_CONCURRENCY
 
 #: Eviction answers that are outcomes, not errors: a PodDisruptionBudget's "not now", a pod already gone,
 #: a pod replaced under the same name (the UID precondition failed), and a write the fence refused.

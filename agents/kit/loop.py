@@ -26,7 +26,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from agents import liveness
-from agents.kit.port import HttpPort, KubePort
+from agents.kit.port import DEFAULT_CONNECTIONS, HttpPort, KubePort
 
 S = TypeVar("S")
 
@@ -58,6 +58,9 @@ class AgentSpec(Generic[S]):
     liveness_seconds: Callable[[S], float]
     #: Whether ``--config`` must be given (else the settings' defaults).
     config_required: bool = True
+    #: The most API calls the agent has in flight at once (its watches, its Lease renewal, its loop and its
+    #: side-by-side writes): the size of its connection pool.
+    connections: Callable[[S], int] = lambda s: DEFAULT_CONNECTIONS
 
 
 def load_settings(path: str | Path | None, parse: Callable[[Mapping[str, Any], str], S]) -> S:
@@ -104,7 +107,7 @@ def main(spec: AgentSpec[S], argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         port = HttpPort.connect(args.kubeconfig, spec.request_timeout(settings),
-                                user_agent=f"{spec.prog}/{args.identity}")
+                                user_agent=f"{spec.prog}/{args.identity}", connections=spec.connections(settings))
     except Exception as exc:  # the kubernetes config loader raises its own exception types
         print(f"{spec.prog}: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2

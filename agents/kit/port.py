@@ -158,6 +158,15 @@ class Fenced:
                        lambda: self.inner.replace(resource, name, body, namespace), self.call_timeout)
 
 
+#: Calls every agent has in flight besides its own watches and writes: its loop, its Lease's renewal and the
+#: Lease's watch.
+BASE_CONNECTIONS = 3
+#: Connections an agent that declares none gets: the base and one watch.
+DEFAULT_CONNECTIONS = BASE_CONNECTIONS + 1
+#: Above what an agent declares: calls given up by :func:`bounded` whose threads still hold a connection.
+SPARE_CONNECTIONS = 4
+
+
 def _object(data: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(data) if data else {}
@@ -180,11 +189,9 @@ class HttpPort:
         self.timeout = request_timeout_seconds
 
     @classmethod
-    def connect(cls, kubeconfig: str | None, request_timeout_seconds: float, user_agent: str | None = None
-                ) -> HttpPort:
-        """From a kubeconfig file, else the pod's in-cluster service account; urllib3 retries off (the agent's
-        own backoff is the one retry policy). ``user_agent`` (``<agent>/<identity>``) tells replicas that share
-        a ServiceAccount apart in the API server's audit log."""
+    def connect(cls, kubeconfig: str | None, request_timeout_seconds: float, user_agent: str | None = None,
+                connections: int = DEFAULT_CONNECTIONS) -> HttpPort:
+        """From a kubeconfig file, else the pod's in-cluster service account (see :meth:`on`)."""
         from kubernetes import client, config
 
         cfg = client.Configuration()
@@ -193,7 +200,22 @@ class HttpPort:
             loader.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         else:
             loader.load_incluster_config(client_configuration=cfg)
+        return cls.on(cfg, request_timeout_seconds, user_agent, connections)
+
+    @classmethod
+    def on(cls, cfg: Any, request_timeout_seconds: float, user_agent: str | None = None,
+           connections: int = DEFAULT_CONNECTIONS) -> HttpPort:
+        """The port on a client ``Configuration``; urllib3 retries off (the agent's own backoff is the one retry
+        policy). ``user_agent`` (``<agent>/<identity>``) tells replicas that share a ServiceAccount apart in the
+        API server's audit log. ``connections`` sizes the connection pool to the calls the agent has in flight at
+        once (its watches, its Lease, its side-by-side writes): the client's default is five per CPU of the *host*,
+        and each call past the pool opens a TLS connection of its own and throws it away afterwards."""
+        from kubernetes import client
+
+        if connections < 1:
+            raise ValueError(f"connections: must be at least 1 (got {connections})")
         cfg.retries = False
+        cfg.connection_pool_maxsize = connections + SPARE_CONNECTIONS
         api_client = client.ApiClient(cfg)
         if user_agent:
             api_client.user_agent = user_agent

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from agents.kit.loop import AgentSpec
 from agents.kit.loop import main as run_agent
 from agents.node_pools.contract import METRICS_PORT, NodePoolSettings, parse_settings, settings_document
-from agents.node_pools.shell import NodePools
+from agents.node_pools.shell import NodePools, connections
 
 SPEC: AgentSpec[NodePoolSettings] = AgentSpec(
     prog="node-pools",
@@ -18,6 +18,7 @@ SPEC: AgentSpec[NodePoolSettings] = AgentSpec(
     dump_settings=settings_document,
     build=lambda settings, port, identity: NodePools(settings, port, identity=identity),
     request_timeout=lambda s: s.request_timeout_seconds,
+    connections=connections,
     # /livez fails once no pass has completed for four lease periods (at least two minutes): a wedged loop restarts.
     liveness_seconds=lambda s: max(120.0, 4.0 * s.retry_period_seconds),
 )

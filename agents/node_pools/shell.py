@@ -24,7 +24,7 @@ from agents.kit.errors import classify
 from agents.kit.informer import Informer, Store
 from agents.kit.lease import LeaseElector
 from agents.kit.loop import lease_loop
-from agents.kit.port import NODES, PODS, STRATEGIC_MERGE_PATCH, Fenced, KubePort
+from agents.kit.port import BASE_CONNECTIONS, NODES, PODS, STRATEGIC_MERGE_PATCH, Fenced, KubePort
 from agents.node_pools.contract import APP, NodePoolSettings, Pool
 from agents.node_pools.decide import node_patch
 from agents.node_pools.spares import SpareView, choose_spares
@@ -34,6 +34,12 @@ log = logging.getLogger(APP)
 
 #: Nodes patched at once: the first pass over a fleet of 2,048 nodes, one after the other, took 80 s here.
 PATCH_CONCURRENCY = 8
+
+
+def connections(settings: NodePoolSettings) -> int:
+    """Calls in flight at once: the node and pod watches, the Lease's watch and its renewal, the loop, and the
+    side-by-side node patches."""
+    return 2 + BASE_CONNECTIONS + PATCH_CONCURRENCY
 
 
 class Metrics:
