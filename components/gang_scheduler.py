@@ -32,10 +32,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from agents.defaults import DEFAULT_LABEL_PREFIX
+from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from components import charts, images
 from components.config import ClusterConfig, GpuPool, Queue, Scheduling, SchedulingEngine
-from components.fabric import HYPERNODE_API, HYPERNODE_KIND, hypernodes, topology_plugin
+from components.fabric import GPU_BINPACK_WEIGHT, HYPERNODE_API, HYPERNODE_KIND, hypernodes, topology_plugin
 from components.naming import common_labels, selector_labels
 from components.security import (
     API_CLIENT,
@@ -79,11 +79,6 @@ class GangSchedulerArgs:
             topology_pools=[p for p in cfg.pools if p.topology is not None],
             label_prefix=cfg.label_prefix,
         )
-
-    @property
-    def topology_gpu_resource(self) -> str | None:
-        """The GPU resource the topology plugin packs by, or None when no pool has a topology (no plugin)."""
-        return self.gpu_resource if self.topology_pools else None
 
     def queues(self) -> list[Queue]:
         """Every queue to create: the training queue(s), then the inference queue.
@@ -140,24 +135,51 @@ KUBE_BATCH_CONF = {
 }
 
 
-def volcano_scheduler_conf(topology_gpu_resource: str | None = None) -> dict[str, Any]:
+#: Node scoring (Volcano's ``nodeorder`` plugin) with two of its default scorers off. ``leastrequested`` spreads pods
+#: by CPU and memory, the opposite of ``binpack`` at the same weight, so the two cancelled and nothing packed GPUs.
+#: ``podtopologyspread`` with no constraint declared applies the system default (spread a Service's pods over
+#: hosts, ScheduleAnyway), the same fight again; on the 2,048-node scale shape its pre-score pass over every node
+#: was the largest single part of the scheduler's time placing a 1,024-pod gang (docs/scale.md). Hard spread
+#: constraints (DoNotSchedule) are still honoured: they are the ``predicates`` plugin's filter, not a score.
+NODE_ORDER_ARGUMENTS: dict[str, int] = {"leastrequested.weight": 0, "podtopologyspread.weight": 0}
+
+
+def binpack_plugin(gpu_resource: str) -> dict[str, Any]:
+    """Pack by GPUs first (CPU and memory at Volcano's weight of 1 each): a node's free GPUs stay together, so a
+    gang's 8-GPU pods find whole nodes and inference replicas fill the nodes already started, as the simulator
+    places them. ``binpack.weight`` stays 1, under ``nodeorder``'s node-affinity weight of 2, so the on-prem and
+    provider preferences of inference pods still come first and packing breaks the ties."""
+    return {
+        "name": "binpack",
+        "arguments": {
+            "binpack.weight": 1,
+            "binpack.cpu": 1,
+            "binpack.memory": 1,
+            "binpack.resources": gpu_resource,
+            f"binpack.resources.{gpu_resource}": GPU_BINPACK_WEIGHT,
+        },
+    }
+
+
+def volcano_scheduler_conf(gpu_resource: str = DEFAULT_GPU_RESOURCE, topology: bool = False) -> dict[str, Any]:
     """The scheduler configuration: gang first, priority orders jobs, queues share by explicit deserved GPUs.
 
     ``capacity`` (not ``proportion``): reclaim between queues follows each queue's ``deserved`` amount, so
     the training queue, which deserves every on-prem GPU, can take all of them back from inference. The
-    two plugins must not be enabled together (both answer the same queue questions). With
-    ``topology_gpu_resource`` (some pool has a fabric topology) the ``network-topology-aware`` plugin joins the
-    node-ordering tier: it holds a gang with a ``networkTopology`` to its HyperNode tier and packs by GPUs.
+    two plugins must not be enabled together (both answer the same queue questions). Nodes are scored to pack
+    ``gpu_resource`` (:data:`NODE_ORDER_ARGUMENTS`, :func:`binpack_plugin`). With ``topology`` (some pool has a
+    fabric topology) the ``network-topology-aware`` plugin joins the node-ordering tier: it holds a gang with a
+    ``networkTopology`` to its HyperNode tier and packs HyperNodes by GPUs.
     """
     ordering: list[dict[str, Any]] = [
         {"name": "drf"},
         {"name": "predicates"},
         {"name": "capacity"},
-        {"name": "nodeorder"},
-        {"name": "binpack"},
+        {"name": "nodeorder", "arguments": dict(NODE_ORDER_ARGUMENTS)},
+        binpack_plugin(gpu_resource),
     ]
-    if topology_gpu_resource is not None:
-        ordering.append(topology_plugin(topology_gpu_resource))
+    if topology:
+        ordering.append(topology_plugin(gpu_resource))
     return {
         "actions": ", ".join(VOLCANO_ACTIONS),
         "tiers": [
@@ -219,8 +241,8 @@ def volcano_values(args: GangSchedulerArgs) -> dict[str, Any]:
     return {
         "basic": {"image_tag_version": images.VOLCANO_VERSION, "image_pull_policy": "IfNotPresent"},
         "custom": {
-            "scheduler_config_override": yaml.safe_dump(volcano_scheduler_conf(args.topology_gpu_resource),
-                                                        sort_keys=False),
+            "scheduler_config_override": yaml.safe_dump(
+                volcano_scheduler_conf(args.gpu_resource, topology=bool(args.topology_pools)), sort_keys=False),
             "scheduler_schedule_period": f"{args.scheduling.schedule_period_seconds}s",
             "admission_enable": False,
             "default_ns": args.system_pool_selector,

@@ -160,7 +160,7 @@ def test_the_local_scheduler_runs_the_stacks_conf_with_its_topology() -> None:
     from tools.localcluster.plan import volcano_conf
 
     assert volcano_conf(config("local", None)) == volcano_scheduler_conf()
-    assert volcano_conf(config("local", LOCAL_FABRIC)) == volcano_scheduler_conf("nvidia.com/gpu")
+    assert volcano_conf(config("local", LOCAL_FABRIC)) == volcano_scheduler_conf("nvidia.com/gpu", topology=True)
 
 
 # ------------------------------------------------------------------ a gang's networkTopology

@@ -407,9 +407,9 @@ def volcano_conf(cfg: Any = None) -> dict[str, Any]:
     """
     from components.gang_scheduler import volcano_scheduler_conf
 
-    topology = cfg is not None and any(p.topology is not None for p in cfg.pools)
-    conf: dict[str, Any] = volcano_scheduler_conf(cfg.gpu_resource if cfg is not None and topology else None)
-    return conf
+    if cfg is None:
+        return volcano_scheduler_conf()
+    return volcano_scheduler_conf(cfg.gpu_resource, topology=any(p.topology is not None for p in cfg.pools))
 
 
 def audit_policy(everyone: bool = False) -> dict[str, Any]:
