@@ -24,6 +24,7 @@ from tools.localcluster.scalemeasure import (
     parse_histogram,
     percentiles,
     requests_by_agent,
+    writes_of,
 )
 from tools.mockrt import raw_from_stack
 
@@ -275,6 +276,53 @@ def test_requests_per_agent_in_a_window() -> None:
                                                           "requests": 1}}
     with pytest.raises(ValueError, match="empty window"):
         requests_by_agent(events, start, start)
+
+
+VC = "vc-controller-manager/v1.14.1 (linux/amd64) kubernetes/abc"
+T0 = 1796533200.0  # 2026-12-06T05:00:00Z
+
+
+def _write(start: float, seconds: float, verb: str = "delete", resource: str = "pods", ua: str = VC,
+           subresource: str | None = None) -> dict[str, object]:
+    def stamp(t: float) -> str:
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(T0 + t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    ref = {"resource": resource, **({"subresource": subresource} if subresource else {})}
+    return {"stage": "ResponseComplete", "verb": verb, "userAgent": ua, "objectRef": ref,
+            "requestReceivedTimestamp": stamp(start), "stageTimestamp": stamp(start + seconds)}
+
+
+def test_a_writer_one_call_after_another_is_told_from_one_in_parallel() -> None:
+    serial = [_write(i * 0.1, 0.08, "patch" if i % 2 == 0 else "delete") for i in range(10)]
+    noise = [
+        _write(0.05, 0.5, ua="kwok/v0.8.0"),  # another agent
+        _write(0.05, 0.5, resource="nodes"),  # another resource
+        _write(0.05, 0.5, subresource="status"),  # a status write is not the pod's
+        _write(0.05, 0.5, verb="get"),  # not a write
+        _write(50.0, 0.5),  # outside the window
+        {**_write(0.05, 0.5), "stage": "ResponseStarted"},
+        {**_write(0.05, 0.5), "stageTimestamp": "not a time"},
+    ]
+    assert writes_of(serial + noise, "vc-controller-manager", "pods", T0, T0 + 5) == {
+        "calls": 10, "p50_s": 0.08, "most_in_flight": 1}
+    parallel = [_write(0.01 * i, 0.5) for i in range(16)]
+    assert writes_of(parallel, "vc-controller-manager", "pods", T0, T0 + 5)["most_in_flight"] == 16
+    with pytest.raises(ValueError, match="no pods write by vc-controller-manager"):
+        writes_of(noise, "vc-controller-manager", "pods", T0, T0 + 5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 300)), min_size=1, max_size=40))
+def test_the_most_in_flight_is_the_largest_overlap(spans: list[tuple[int, int]]) -> None:
+    events = [_write(start / 100, length / 100) for start, length in spans]
+    got = writes_of(events, "vc-controller-manager", "pods", T0, T0 + 20)
+    ms = [(round(a / 100, 6), round((a + n) / 100, 6)) for a, n in spans]
+    # at each start, the calls already begun and not yet ended (one ending as another begins does not overlap)
+    brute = max(sum(1 for a, b in ms if a <= t and (b > t or a == b == t)) for t, _ in ms)
+    assert got["calls"] == len(spans)
+    assert 1 <= got["most_in_flight"] <= len(spans)
+    assert got["most_in_flight"] == brute
 
 
 @pytest.mark.parametrize(("ua", "user", "agent"), [

@@ -8,7 +8,10 @@ generation on the other nodes. Each term is taken from watches (pods by UID, the
 
 - ``detect_s``: from the first scrape that served the fault to the taint (``from_fault_s`` from the fault itself);
 - ``evict_s``: from the taint until every pod of the first generation was marked for deletion (the guard's
-  eviction and Volcano's restart of the whole gang carried out);
+  eviction and Volcano's restart of the whole gang carried out); ``evict_writes_by_volcano``: the job
+  controller's pod writes meanwhile, from the audit log (how many, their p50 latency, the most in flight at once):
+  Volcano 1.14.1 kills a gang one pod after another (an out-of-sync patch, then a delete, each), so the term is
+  their count times the API server's write latency;
 - ``gone_s``: from the taint until every one of them was gone (kwok, standing in for each kubelet, removes
   deleted pods a few at a time on this machine: a real kubelet ends its own pod within the grace period);
 - ``reschedule_s``: from the old pods gone until the whole new generation was bound (Volcano's controller creates
@@ -29,9 +32,12 @@ from typing import Any
 from agents.node_taints import health_taint_key
 from tools.localcluster import control, scalestorm
 from tools.localcluster.plan import Layout
-from tools.localcluster.scalejobs import cancel, published_settings, submit, wait
-from tools.localcluster.scalemeasure import Generations
+from tools.localcluster.scalejobs import audit_events, cancel, published_settings, submit, wait
+from tools.localcluster.scalemeasure import Generations, writes_of
 from tools.localcluster.watching import following
+
+#: Volcano's controllers' user agent: its job controller kills a restarting gang's pods.
+VOLCANO_CONTROLLER = "vc-controller-manager"
 
 
 def say(msg: str) -> None:
@@ -90,5 +96,10 @@ def crash_run(lay: Layout, stack: str, label_prefix: str, standin: str, promethe
            "from_fault_s": round(tainted[node] - fault_at, 2), "evict_s": round(leaving_at - tainted[node], 2),
            "gone_s": round(gone_at - tainted[node], 2), "reschedule_s": round(bound_at - gone_at, 2),
            "running_again_s": round(again_at - fault_at, 2)}
+    try:  # what bounds the eviction: Volcano's job controller writes to the pods one after another
+        out["evict_writes_by_volcano"] = writes_of(audit_events(lay), VOLCANO_CONTROLLER, "pods", tainted[node],
+                                                   leaving_at + 1.0)
+    except ValueError as exc:
+        say(f"no eviction writes by {VOLCANO_CONTROLLER} in the audit log: {exc}")
     say(f"gang of {pods}: {out}")
     return out

@@ -4,6 +4,8 @@ these; none of them imports another's orchestration)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -66,3 +68,14 @@ def wait(what: str, check: Any, timeout: float) -> float:
             return time.monotonic() - started
         time.sleep(0.05)
     raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def audit_events(lay: Layout) -> list[dict[str, Any]]:
+    """Every event of the API server's audit log (the scale shapes log every request but the node leases')."""
+    events: list[dict[str, Any]] = []
+    for path in sorted(lay.logs.glob("audit*.log")):
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for line in f:
+                with contextlib.suppress(ValueError):
+                    events.append(json.loads(line))
+    return events

@@ -36,7 +36,7 @@ from tools.localcluster.scale import (
     shape_values,
     tuning_for,
 )
-from tools.localcluster.scalejobs import SCALE_STATE, cancel, layout, published_settings, submit, wait
+from tools.localcluster.scalejobs import SCALE_STATE, audit_events, cancel, layout, published_settings, submit, wait
 from tools.localcluster.scalemeasure import (
     GangTimes,
     agent_of,
@@ -290,13 +290,7 @@ def mutating_p99(before: str, after: str) -> float | None:
 
 def audit_window(lay: Layout, since: float, until: float) -> dict[str, dict[str, float]]:
     """Requests per second per agent (user agent) between two wall-clock times, from the audit log."""
-    events: list[dict[str, Any]] = []
-    for path in sorted(lay.logs.glob("audit*.log")):
-        with path.open(encoding="utf-8", errors="replace") as f:
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    events.append(json.loads(line))
-    return requests_by_agent(events, since, until)
+    return requests_by_agent(audit_events(lay), since, until)
 
 
 def process_usage(lay: Layout) -> dict[str, dict[str, float]]:
@@ -351,7 +345,9 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
                                             pods, pool, i, spec_dir or lay.state, timeout, gang_team(sh, ROOT))
                        for i in range(crash_runs)]
             crashes[str(pods)] = {"runs": per_run, **{term: percentiles([r[term] for r in per_run]) for term in (
-                "detect_s", "evict_s", "gone_s", "reschedule_s", "running_again_s")}}
+                "detect_s", "evict_s", "gone_s", "reschedule_s", "running_again_s")},
+                **({"evict_writes_by_volcano": per_run[0]["evict_writes_by_volcano"]}
+                   if "evict_writes_by_volcano" in per_run[0] else {})}
         out["crash"] = crashes
         out["gang_evict_s"] = {k: v["evict_s"] for k, v in crashes.items()}
         out["gang_running_again_s"] = {k: v["running_again_s"] for k, v in crashes.items()}
