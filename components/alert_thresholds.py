@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.burst_controller.contract import BurstSettings
+from agents.burst_controller.contract import HandoverTunables
 from agents.defaults import DEFAULT_LABEL_PREFIX
 from agents.health_guard.contract import FATAL_XIDS, REPEATED_XIDS
 from agents.health_guard.thermal import Thermal
@@ -89,7 +89,7 @@ class AlertThresholds:
     """``<labelPrefix>/workload`` as kube-state-metrics spells it in ``kube_pod_labels``."""
     extra_labels: dict[str, str] = field(default_factory=dict)
     """Added to every alert (e.g. ``cluster``) for routing."""
-    handover_timeout_seconds: int = int(BurstSettings.model_fields["handover_timeout_seconds"].default)
+    handover_timeout_seconds: int = int(HandoverTunables().timeout_seconds)
     """The burst controller releases gated training after this long; held longer means it cannot act (its default
     is the controller's own)."""
     controller_absent_seconds: int = 120

@@ -155,7 +155,7 @@ def test_stack_defaults_are_the_agent_defaults() -> None:
     deployed, agent = settings_from_config(cfg), BurstSettings()
     same = ("open_below_free_gpus", "close_at_free_gpus", "open_hold_seconds", "close_hold_seconds",
             "pending_grace_seconds", "external_deletion_cost", "resync_seconds", "stale_after_seconds",
-            "tick_seconds", "taint_value", "handover_timeout_seconds", "handover_cover", "taint_key")
+            "tick_seconds", "taint_value", "handover", "taint_key")
     assert {k: getattr(deployed, k) for k in same} == {k: getattr(agent, k) for k in same}
     assert (deployed.open_below_free_gpus, deployed.close_at_free_gpus, deployed.resync_seconds) == (8, 32, 30.0)
 
@@ -170,7 +170,7 @@ def test_handover_settings_name_every_service_with_its_minimum(prod: RunResult, 
     assert settings(prod).handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4, "whisper-large": 2}
     assert settings(local).handover_services == {"sdxl-turbo": 4}
     assert settings(local).inference_namespace == "inference"
-    assert settings(prod).handover_timeout_seconds == 300.0
+    assert settings(prod).handover.timeout_seconds == 300.0
 
 
 def test_the_deployed_settings_name_the_pools_inference_is_confined_to(prod: RunResult, run_stack: Any) -> None:
@@ -211,6 +211,24 @@ def test_handover_off_leaves_no_grant_and_no_services(run_stack: Any) -> None:
 def test_handover_timeout_is_bounded() -> None:
     message = _error(lambda raw: raw["burst"].update(handover={"timeoutSeconds": 0}))
     assert "burst.handover.timeoutSeconds" in message
+
+
+def test_the_handover_section_is_the_controllers_own_model_spelled_once(run_stack: Any) -> None:
+    """`burst.handover` is the agent's ``HandoverTunables`` plus `enabled`: what the stack sets reaches the
+    controller's file as the same nested keys, and no flat second spelling of them is left in it."""
+    from agents.burst_controller.contract import HandoverTunables
+    from components.config.burst import Handover
+
+    assert issubclass(Handover, HandoverTunables)
+    chosen = {"timeoutSeconds": 120, "cover": "minimum", "sizing": "displaced", "returnBatch": 8,
+              "rampSeconds": 90, "rampWindowSeconds": 240}
+    result = run_stack("local", lambda c: c["gpu-cluster:burst"].update({"handover": chosen}))
+    deployed = settings(result)
+    assert deployed.handover == HandoverTunables(timeout_seconds=120, cover="minimum", sizing="displaced",
+                                                 return_batch=8, ramp_seconds=90, ramp_window_seconds=240)
+    document = yaml.safe_load(result.one("ConfigMap", "burst-controller-settings").inputs["data"]["settings.yaml"])
+    assert set(document["handover"]) == set(HandoverTunables.model_fields)
+    assert [k for k in document if k.startswith("handover_")] == ["handover_services"]
 
 
 def test_the_deployed_settings_name_every_providers_own_taint(prod: RunResult) -> None:

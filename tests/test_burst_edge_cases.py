@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.burst_controller.contract import GANG_ANNOTATION, BurstSettings, Cover, SettingsError
+from agents.burst_controller.contract import GANG_ANNOTATION, BurstSettings, Cover, HandoverTunables, SettingsError
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -36,7 +36,7 @@ S = BurstSettings(
     open_hold_seconds=60,
     close_hold_seconds=20,
     pending_grace_seconds=30,
-    handover_timeout_seconds=60,
+    handover=HandoverTunables(timeout_seconds=60),
     handover_services={"svc": 2},
 )
 NOW = 100_000.0
@@ -83,7 +83,7 @@ def first(decisions: list[tuple[float, Decision]], kind: ActionKind) -> float | 
 
 
 def test_cover_minimum_close_waits_for_the_minimum_not_the_current_count() -> None:
-    minimum = S.replace(handover_cover=Cover.MINIMUM)
+    minimum = S.replace(handover=S.handover.replace(cover=Cover.MINIMUM))
     # Open, the close condition held: 4 external replicas (minReplicas 2) go home when the burst closes.
     snapshot = Snapshot(
         synced=True, observed_at=NOW, onprem_allocatable_gpus=64, onprem_free_gpus=32,
@@ -205,7 +205,7 @@ def gated_waiting(gated_at: float | None) -> Snapshot:
 @pytest.mark.parametrize("created", [NOW + 3600, NOW + 86_400])
 def test_gated_training_is_released_at_its_timeout_despite_a_future_creation_stamp(created: float) -> None:
     released = first(run(gated_waiting(created), OPEN, NOW, NOW + 180), ActionKind.UNGATE)
-    assert released is not None and NOW + S.handover_timeout_seconds <= released <= NOW + 60 + TICK
+    assert released is not None and NOW + S.handover.timeout_seconds <= released <= NOW + 60 + TICK
 
 
 def test_gated_training_is_released_at_its_timeout_across_a_clock_step_back() -> None:

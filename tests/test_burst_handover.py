@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError
+from agents.burst_controller.contract import BurstSettings, Cover, HandoverTunables, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -38,7 +38,7 @@ S = BurstSettings(
     open_hold_seconds=5,
     close_hold_seconds=20,
     pending_grace_seconds=5,
-    handover_timeout_seconds=60,
+    handover=HandoverTunables(timeout_seconds=60),
     handover_services={"svc": 4},
 )
 NOW = 10_000.0
@@ -237,7 +237,7 @@ def test_return_home_shrinks_the_standby_as_replicas_arrive() -> None:
 
 def test_cover_minimum_caps_the_standby_at_min_replicas() -> None:
     decision = decide(snap(svc(live=10), unplaced={"a": 32}, gated=GANG), CLOSED, NOW,
-                      S.replace(handover_cover=Cover.MINIMUM))
+                      S.replace(handover=S.handover.replace(cover=Cover.MINIMUM)))
     assert standby_of(decision) == 4
 
 
@@ -356,7 +356,7 @@ def test_view_incremental_service_counts_match_full_list() -> None:
         ({"handover_services": {"svc": 0}}, "'svc' must map to a minReplicas >= 1"),
         ({"handover_services": ["svc"]}, "must be a mapping of names to integers"),
         ({"handover_services": {"svc": "four"}}, "key 'handover_services.svc' must be an integer"),
-        ({"handover_timeout_seconds": -1}, "handover_timeout_seconds: must be >= 0"),
+        ({"handover": {"timeout_seconds": -1}}, "handover.timeout_seconds: must be >= 0"),
         ({"inference_namespace": ""}, "inference_namespace: must not be empty"),
     ],
 )
@@ -367,7 +367,7 @@ def test_handover_settings_errors_name_the_key(data: dict[str, object], message:
 
 def test_handover_settings_round_trip() -> None:
     again = BurstSettings.from_mapping(__import__("json").loads(S.to_json()))
-    assert again.handover_services == {"svc": 4} and again.handover_timeout_seconds == 60
+    assert again.handover_services == {"svc": 4} and again.handover.timeout_seconds == 60
     assert (again.handover_gate, again.role_label) == ("gpucluster.io/handover", "gpucluster.io/role")
 
 

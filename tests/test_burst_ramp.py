@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
+from agents.burst_controller.contract import BurstSettings, Cover, HandoverTunables, SettingsError, Sizing
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -171,19 +171,19 @@ def test_cover_holds_what_the_gang_takes_and_grows_with_the_ramp(
 
 
 def test_settings_carry_the_ramp_and_refuse_negative_seconds() -> None:
-    assert BurstSettings().handover_ramp_seconds == 0.0  # off by default: see the setting's comment
-    s = BurstSettings.from_mapping({"handover_ramp_seconds": 180, "handover_ramp_window_seconds": 120})
-    assert (s.handover_ramp_seconds, s.handover_ramp_window_seconds) == (180.0, 120.0)
+    assert BurstSettings().handover.ramp_seconds == 0.0  # off by default: see the setting's comment
+    s = BurstSettings.from_mapping({"handover": {"ramp_seconds": 180, "ramp_window_seconds": 120}})
+    assert (s.handover.ramp_seconds, s.handover.ramp_window_seconds) == (180.0, 120.0)
     assert BurstSettings.from_mapping(s.to_mapping()) == s
-    with pytest.raises(SettingsError, match=r"handover_ramp_seconds: must be >= 0, got -1"):
-        BurstSettings(handover_ramp_seconds=-1)
-    with pytest.raises(SettingsError, match=r"handover_ramp_window_seconds: must be >= 0"):
-        BurstSettings(handover_ramp_window_seconds=-5)
+    with pytest.raises(SettingsError, match=r"handover.ramp_seconds: must be >= 0, got -1"):
+        BurstSettings.parse({"handover": {"ramp_seconds": -1}})
+    with pytest.raises(SettingsError, match=r"handover.ramp_window_seconds: must be >= 0"):
+        BurstSettings.parse({"handover": {"ramp_window_seconds": -5}})
 
 
 RAMPING = BurstSettings(open_below_free_gpus=1, close_at_free_gpus=4, handover_services={"web": 2},
-                        handover_timeout_seconds=300.0, handover_ramp_seconds=AHEAD,
-                        handover_ramp_window_seconds=WINDOW)
+                        handover=HandoverTunables(timeout_seconds=300.0, ramp_seconds=AHEAD,
+                                                  ramp_window_seconds=WINDOW))
 
 
 def _standby(decision_actions: tuple[object, ...]) -> list[int]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.burst_controller.contract import BurstSettings, Cover, SettingsError, Sizing
+from agents.burst_controller.contract import BurstSettings, Cover, HandoverTunables, SettingsError, Sizing
 from agents.burst_controller.decide import (
     ActionKind,
     BurstState,
@@ -148,8 +148,8 @@ def test_return_batch_caps_the_returning_standby(external: int, batch: int, targ
 
 def test_decide_scales_the_displaced_standby_and_releases_the_gang_when_it_is_ready() -> None:
     settings = BurstSettings(open_below_free_gpus=1, close_at_free_gpus=4, handover_services={"web": 2},
-                             handover_sizing=Sizing.DISPLACED)
-    assert BurstSettings().handover_sizing is Sizing.POOL  # the default: the whole pool is covered
+                             handover=HandoverTunables(sizing=Sizing.DISPLACED))
+    assert BurstSettings().handover.sizing is Sizing.POOL  # the default: the whole pool is covered
     closed = BurstState(Mode.CLOSED, changed_at=1000.0, last_now=NOW - 1)
     waiting = decide(snapshot({"web": service({"a": 20})}, A_SHORT_BY_2, {"a": 16}), closed, NOW, settings)
     assert [(a.kind, a.replicas) for a in waiting.actions if a.kind is ActionKind.SET_STANDBY] == [
@@ -161,13 +161,13 @@ def test_decide_scales_the_displaced_standby_and_releases_the_gang_when_it_is_re
 
 
 def test_settings_carry_sizing_and_return_batch() -> None:
-    s = BurstSettings.from_mapping({"handover_sizing": "pool", "handover_return_batch": 8})
-    assert s.handover_sizing is Sizing.POOL and s.handover_return_batch == 8
+    s = BurstSettings.from_mapping({"handover": {"sizing": "pool", "return_batch": 8}})
+    assert s.handover.sizing is Sizing.POOL and s.handover.return_batch == 8
     assert BurstSettings.from_mapping(s.to_mapping()) == s
-    with pytest.raises(SettingsError, match=r"key 'handover_sizing' must be 'pool' or 'displaced', got 'all'"):
-        BurstSettings.from_mapping({"handover_sizing": "all"}, source="cm.yaml")
-    with pytest.raises(SettingsError, match=r"handover_return_batch: must be >= 0, got -1"):
-        BurstSettings(handover_return_batch=-1)
+    with pytest.raises(SettingsError, match=r"key 'handover.sizing' must be 'pool' or 'displaced', got 'all'"):
+        BurstSettings.from_mapping({"handover": {"sizing": "all"}}, source="cm.yaml")
+    with pytest.raises(SettingsError, match=r"handover.return_batch: must be >= 0, got -1"):
+        BurstSettings.parse({"handover": {"return_batch": -1}})
 
 
 def stack_settings(handover: dict[str, object]) -> BurstSettings:
@@ -179,10 +179,10 @@ def stack_settings(handover: dict[str, object]) -> BurstSettings:
 
 def test_stack_config_deploys_the_agent_defaults_and_the_chosen_sizing() -> None:
     deployed = stack_settings({})
-    assert (deployed.handover_sizing, deployed.handover_return_batch) == (
-        BurstSettings().handover_sizing, BurstSettings().handover_return_batch)
+    assert (deployed.handover.sizing, deployed.handover.return_batch) == (
+        BurstSettings().handover.sizing, BurstSettings().handover.return_batch)
     chosen = stack_settings({"sizing": "displaced", "returnBatch": 16})
-    assert chosen.handover_sizing is Sizing.DISPLACED and chosen.handover_return_batch == 16
+    assert chosen.handover.sizing is Sizing.DISPLACED and chosen.handover.return_batch == 16
 
 
 def test_stack_config_refuses_an_unknown_sizing() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.burst_controller.contract import BurstSettings, SettingsError
+from agents.burst_controller.contract import BurstSettings, HandoverTunables, SettingsError
 from agents.burst_controller.decide import (
     Action,
     ActionKind,
@@ -58,7 +58,8 @@ PLAN_TABLE: list[tuple[str, bool, Mapping[str, ServiceReplicas], Mapping[str, tu
 def test_plan_warm_table(open_: bool, services: Mapping[str, ServiceReplicas],
                          seen: Mapping[str, tuple[tuple[float, int], ...]], share: float, ramp: float,
                          want: dict[str, int]) -> None:
-    settings = BurstSettings(warm_pool_share=share, warm_pool_ramp_seconds=ramp, handover_ramp_window_seconds=WINDOW)
+    settings = BurstSettings(warm_pool_share=share, warm_pool_ramp_seconds=ramp,
+                             handover=HandoverTunables(ramp_window_seconds=WINDOW))
     assert plan_warm(services, open_, seen, NOW, settings) == want
 
 

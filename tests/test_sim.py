@@ -288,7 +288,7 @@ def test_quiet_ticks_change_nothing_with_the_ramp_cover_on() -> None:
     """The ramp moves with the clock while a replica count changed within its window: the adapter then runs
     every tick, so skipping the others still gives the exact outcome, and the ramp's standby is exercised."""
     model, settings, workload = small_stack()
-    ramping = settings.replace(handover_ramp_seconds=180.0)
+    ramping = settings.replace(handover=settings.handover.replace(ramp_seconds=180.0))
     policy = Policy("controller", CONTROLLER, ramping, model.descheduler)
     _, quiet, _ = quiet_and_exact(model, workload, policy)
     base = simulate(model, workload, Policy("controller", CONTROLLER, settings, model.descheduler), 0.5 * 86400,
@@ -476,7 +476,8 @@ def test_warm_up_is_not_measured() -> None:
 
 
 # The handover on the one-node cluster: the service (minReplicas 2) is protected, the gate times out after 300 s.
-HANDOVER = SETTINGS.replace(handover_services={"svc": 2}, handover_timeout_seconds=300.0)
+HANDOVER = SETTINGS.replace(handover_services={"svc": 2},
+                            handover=SETTINGS.handover.replace(timeout_seconds=300.0))
 WITH_HANDOVER = replace(OURS, settings=HANDOVER)
 
 
@@ -565,9 +566,9 @@ def test_handover_timeout_releases_the_gang_when_the_standby_cannot_start(
     seen = _spied(sim, monkeypatch)
     out = sim.run()
     released = [(now, d.reasons) for now, _, d in seen if any(a.kind is core.ActionKind.UNGATE for a in d.actions)]
-    assert [now for now, _ in released] == [1000 + HANDOVER.handover_timeout_seconds]
+    assert [now for now, _ in released] == [1000 + HANDOVER.handover.timeout_seconds]
     assert any("training outranks inference" in r for r in released[0][1])
-    assert out.gang_wait_hours_mean * 3600 == pytest.approx(HANDOVER.handover_timeout_seconds)
+    assert out.gang_wait_hours_mean * 3600 == pytest.approx(HANDOVER.handover.timeout_seconds)
     assert out.standby_gpu_hours == 0.0 and out.external_gpu_hours == 0.0
     # The replacements wait for the node too (Ready at 4960 s); then the standby is no longer wanted.
     assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (4960.0, 0)]
@@ -597,7 +598,7 @@ def test_prod_stack_handover_reaches_the_simulation() -> None:
     s = setup.settings
     assert s.handover_services == deployed.handover_services == {"sdxl-turbo": 8, "llama-70b-chat": 4,
                                                                   "whisper-large": 2}
-    assert s.handover_timeout_seconds == deployed.handover_timeout_seconds == 300.0
+    assert s.handover.timeout_seconds == deployed.handover.timeout_seconds == 300.0
     policies = {p.name: p for p in all_policies(setup.model, s, WorkloadSpec())}
     assert list(policies) == ["static partition", "no burst", "naive burst", "controller without handover",
                               "controller", "oracle"]

@@ -159,6 +159,41 @@ def _external_cost(value: int) -> int:
     return value
 
 
+class HandoverTunables(SettingsModel):
+    """Make before break, as the stack's `burst.handover` sets it (that section is this model plus `enabled`):
+    training pods wait behind a scheduling gate until a standby on virtual nodes covers the inference replicas
+    they are about to take away."""
+
+    timeout_seconds: Seconds = 300.0
+    """Longest a gang waits at the gate, and a close waits for the standby, before going ahead without it
+    (seconds): training outranks inference."""
+    cover: Cover = Cover.CURRENT
+    """`current`: the standby replaces every replica at risk, up to the service's current count (capacity
+    survives the handover); `minimum`: only up to minReplicas (the floor survives, on fewer external GPUs)."""
+    sizing: Sizing = Sizing.POOL
+    """`pool`: a waiting gang puts at risk every ready replica of its pool; `displaced`: only the replicas on
+    the GPUs it lacks (node by node, at most that many per service). Measured at 4,096 GPUs × 30 days (bench/sim,
+    synthetic and GenTD26): `displaced` saves 0.6-2.0 % of external GPU·h but loses 0.002 points of availability
+    (the whole-pool standby also serves traffic while it waits), so `pool` stays the default."""
+    return_batch: Count = 0
+    """External replicas per service the standby covers while they return home (those the descheduler moves
+    at once, e.g. its `maxPodsPerNamespace`); 0: every external replica. A cap of 8 saves 0.2-1.2 % of external
+    GPU·h and loses up to 0.003 points of availability (measured as above), so 0 stays the default."""
+    ramp_seconds: Seconds = 0.0
+    """The standby also covers the demand ramp expected while it starts: the rise of each service's replica
+    count over the last `rampWindowSeconds`, carried this far ahead (the external start, 180 s in the simulator),
+    at most the current count. 0 (default): the standby replaces what the gang takes and no more. On the demand
+    families (bench/bench_families.py, 4,096 GPUs × 7 days) 180 s narrows steep ramps' gap by 0.014 points but
+    widens decays' by 0.035 (the standby takes external room the HPA's own scale-ups need) for 3-18 % more
+    standby GPU·h, so it stays off."""
+    ramp_window_seconds: Seconds = 300.0
+    """How far back the demand ramp is read (seconds)."""
+
+    def tunables(self) -> dict[str, Any]:
+        """The values of this class's own keys (the stack's section holds `enabled` too)."""
+        return {name: getattr(self, name) for name in HandoverTunables.model_fields}
+
+
 class BurstTunables(SettingsModel):
     """What the stack's `burst` section sets for the controller: thresholds are GPU counts, durations seconds.
 
@@ -291,30 +326,11 @@ class BurstSettings(BurstTunables):
     # or closes the burst. Empty: no standby is managed and gated pods are released at once.
     handover_services: Annotated[dict[str, Annotated[int, Number]], AfterValidator(_handover_services)] = Field(
         default_factory=dict)
-    # Training outranks inference: a gate is lifted after this long even if the standby is not ready.
-    handover_timeout_seconds: Seconds = 300.0
     # Provider name -> its own taint as "key=value". A virtual kubelet taints its node only when it creates
     # it; a node that something else created first (the stack's label patch can) would be open to every pod.
     # The controller adds a missing provider taint (NoSchedule) and never removes or changes one.
     provider_taints: dict[str, str] = Field(default_factory=dict)
-    handover_cover: Cover = Cover.CURRENT
-    # POOL sizes the standby to every ready replica in the pool a waiting gang does not fit, DISPLACED to the
-    # replicas on the GPUs it lacks (node by node, at most that many per service). Measured at 4,096 GPUs × 30
-    # days (bench/sim, synthetic and GenTD26): DISPLACED saves 0.6-2.0 % of external GPU·h but loses 0.002
-    # points of availability (the whole-pool standby also serves traffic while it waits): POOL stays default.
-    handover_sizing: Sizing = Sizing.POOL
-    # While returning home, at most this many external replicas per service count as at risk (the ones the
-    # descheduler moves at once); 0 = all of them. A cap of 8 saves 0.2-1.2 % of external GPU·h and loses up to
-    # 0.003 points of availability (measured as above), so 0 stays the default.
-    handover_return_batch: Count = 0
-    # The standby also covers the demand ramp expected while it starts: the rise of each service's replica
-    # count over the last `handover_ramp_window_seconds`, carried `handover_ramp_seconds` ahead (the external
-    # start, 180 s in the simulator), at most the current count. 0 (default): the standby replaces what the
-    # gang takes and no more. Measured on the demand families (bench/bench_families.py, 4,096 GPUs × 7 days)
-    # 180 s narrows steep ramps' gap by 0.014 points but widens decays' by 0.035 (the standby takes external
-    # room the HPA's own scale-ups need) for 3-18 % more standby GPU·h, so it stays off.
-    handover_ramp_seconds: Seconds = 0.0
-    handover_ramp_window_seconds: Seconds = 300.0
+    handover: HandoverTunables = Field(default_factory=lambda: HandoverTunables())
     inference_namespace: NonEmpty = "inference"
     # The on-prem pools inference may run in (the pools its services are confined to); empty = every pool, and
     # GPUs on nodes of no pool. Free GPUs elsewhere are no room for inference, so they cannot keep the burst shut.

@@ -124,16 +124,16 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         # We were not looking in between; a condition is only "sustained" if we saw it sustained.
         state = _without_holds(state)
         reasons.append(f"no decision for {gap:.0f}s: holds restart")
-    window = settings.handover_ramp_window_seconds
+    window = settings.handover.ramp_window_seconds
     seen = (track_replicas(state.replicas_seen, snapshot.services, now, window)
-            if settings.handover_ramp_seconds > 0 or settings.warm_pool_ramp_seconds > 0 else {})
+            if settings.handover.ramp_seconds > 0 or settings.warm_pool_ramp_seconds > 0 else {})
     ramp = {name: r for name, points in seen.items()
-            if (r := expected_ramp(points, now, window, settings.handover_ramp_seconds))}
+            if (r := expected_ramp(points, now, window, settings.handover.ramp_seconds))}
     step = next_mode(snapshot, state, now, settings, may_flip, ramp)
     reasons.extend(step.reasons)
     closing = step.close_since is not None and now - step.close_since >= settings.close_hold_seconds
-    plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover_cover,
-                        sizing=settings.handover_sizing, return_batch=settings.handover_return_batch, ramp=ramp)
+    plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover.cover,
+                        sizing=settings.handover.sizing, return_batch=settings.handover.return_batch, ramp=ramp)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
     warm = plan_warm(snapshot.services, step.mode is Mode.OPEN, seen, now, settings)
@@ -288,11 +288,11 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
         if close_since is not None and now - close_since >= settings.close_hold_seconds:
             # Closing sends external replicas home: the standby covers them first (make before break), with the
             # same cover the standby was scaled with.
-            home = plan_standby(snapshot, returning=True, cover=settings.handover_cover,
-                                sizing=settings.handover_sizing, return_batch=settings.handover_return_batch,
+            home = plan_standby(snapshot, returning=True, cover=settings.handover.cover,
+                                sizing=settings.handover.sizing, return_batch=settings.handover.return_batch,
                                 ramp=ramp)
             waited = now - close_since - settings.close_hold_seconds
-            if home.covered or waited >= settings.handover_timeout_seconds:
+            if home.covered or waited >= settings.handover.timeout_seconds:
                 flipped = Mode.CLOSED
                 reasons.append(
                     f"close: {effective_free} effective free on-prem GPUs >= {settings.close_at_free_gpus} "
@@ -332,7 +332,7 @@ def gate_release(
     """
     if not snapshot.gated_pods:
         return _NOTHING_GATED
-    timeout = settings.handover_timeout_seconds
+    timeout = settings.handover.timeout_seconds
     hopeless = {ref for gang in snapshot.infeasible for ref in gang.pods}
     covered_pools: dict[str | None, bool] = {}
     released: list[PodRef] = []

@@ -74,7 +74,7 @@ def plan_warm(services: Mapping[str, ServiceReplicas], open_: bool,
             base = max(svc.min_replicas, svc.main_live)
             want = math.ceil(share * base - 1e-9)
             if ahead > 0:
-                want += expected_ramp(seen.get(name, ()), now, settings.handover_ramp_window_seconds, ahead)
+                want += expected_ramp(seen.get(name, ()), now, settings.handover.ramp_window_seconds, ahead)
             want = min(want, base)
         if want or svc.warm_live:
             out[name] = want

@@ -3,47 +3,34 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from agents.burst_controller.contract import BurstSettings, BurstTunables
-from components.config.base import ConfigModel, ContainerRequests, NonNegativeInt, Problem
+from agents.burst_controller.contract import BurstTunables, HandoverTunables
+from components.config.base import ConfigModel, ContainerRequests, Problem
 from components.config.inference import TrafficShape
 
 if TYPE_CHECKING:
     from components.config.cluster import ClusterConfig
 
 
-#: The agent's own defaults (its contract): the stack's defaults are the same numbers, not a copy of them.
-_AGENT = BurstSettings()
-
-
-class Handover(ConfigModel):
+class Handover(ConfigModel, HandoverTunables):
     """Make before break: inference a gang (or the return home) takes away is replaced first.
 
     Training pods start behind a scheduling gate; the burst controller scales each inference service's
     standby Deployment on virtual nodes to cover the replicas at risk, then lifts the gate (or closes the
     burst). Ready replicas stay at or above minReplicas throughout; `timeoutSeconds` bounds how long
-    training waits for the standby, because training outranks inference.
+    training waits for the standby, because training outranks inference. The keys are the controller's own
+    (its contract's ``HandoverTunables``), plus `enabled`.
     """
 
     enabled: bool = True
     """Gate training behind the standby (make before break). In effect only where the stack has both providers
     and inference services; off, a gang takes inference GPUs at once."""
-    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = int(_AGENT.handover_timeout_seconds)
+    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = int(HandoverTunables().timeout_seconds)
     """Longest a gang waits at the gate, and a close waits for the standby, before going ahead without it
-    (seconds): training outranks inference."""
-    cover: Literal["current", "minimum"] = _AGENT.handover_cover.value
-    """`current`: the standby replaces every replica at risk, up to the service's current count (capacity
-    survives the handover); `minimum`: only up to minReplicas (the floor survives, on fewer external GPUs)."""
-    sizing: Literal["pool", "displaced"] = _AGENT.handover_sizing.value
-    """`pool`: a waiting gang puts at risk every ready replica of its pool; `displaced`: only the replicas on
-    the GPUs it lacks (node by node, at most that many per service), for fewer external GPU·h and a little
-    less availability (see the simulator)."""
-    return_batch: NonNegativeInt = _AGENT.handover_return_batch
-    """External replicas per service the standby covers while they return home (those the descheduler moves
-    at once, e.g. its `maxPodsPerNamespace`); 0: every external replica."""
+    (whole seconds, at most an hour): training outranks inference."""
 
 
 class Burst(ConfigModel, BurstTunables):
