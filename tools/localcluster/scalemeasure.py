@@ -62,6 +62,9 @@ class GangTimes:
     def running(self) -> int:
         return sum(p.running is not None and p.deleted is None for p in self.pods.values())
 
+    def bound(self) -> int:
+        return sum(p.bound is not None and p.deleted is None for p in self.pods.values())
+
     def nodes(self) -> list[str]:
         """The nodes the gang's live pods are bound to."""
         return [p.node for p in self.pods.values() if p.node and p.deleted is None]
