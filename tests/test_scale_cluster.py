@@ -38,6 +38,8 @@ def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(res
             assert 0 < run["all_created_s"] <= run["all_bound_s"] <= run["all_running_s"]
             assert run["first_bound_s"] <= run["all_bound_s"]
             assert run["deleted_s"] >= 0
+            assert run["scheduler_cpu_s"] >= 0  # Volcano's own CPU until the last bind, read from /proc
+        assert gang["scheduler_cpu_s"]["n"] == 2
         assert result["gang_bind_s"][size]["n"] == 2
         # Placed by the fabric: a gang that fits the pool's one 32-node leaf stays in it.
         assert gang["fewest_leaves"] == 1 and gang["leaves_spanned"]["max"] == 1
@@ -111,4 +113,8 @@ def test_a_fatal_fault_under_a_running_gang_restarts_it_whole_on_other_nodes(res
         assert run["detect_s"] >= 0 and run["from_fault_s"] >= run["detect_s"]
         assert 0 <= run["evict_s"] <= run["gone_s"] and run["reschedule_s"] > 0
         assert run["running_again_s"] >= run["from_fault_s"] + run["gone_s"] + run["reschedule_s"] - 0.05
+        # What bounds the eviction, from the audit log: Volcano's job controller writes each of the gang's other
+        # pods (an out-of-sync patch, then a delete) one after another.
+        writes = run["evict_writes_by_volcano"]
+        assert writes["calls"] >= 15 and writes["most_in_flight"] == 1 and writes["p50_s"] > 0
     assert result["gang_evict_s"]["16"]["n"] == 2 and result["gang_running_again_s"]["16"]["p50"] > 0

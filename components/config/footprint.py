@@ -60,17 +60,17 @@ class Footprint:
         return ContainerRequests(cpu=self.floor.cpu, memory=f"{mib}Mi")
 
 
-#: bench_scale, 2026-12-06: burst controller at rest 23.9 MiB at 66 nodes and 91.1 MiB at 2,060 (the nodes' line);
-#: after the runs 54.6 MiB at 66 nodes (30 MiB of threads and buffers the runs grow, whatever the size) and 173.6 MiB
-#: at 2,060 nodes after a 2,048-pod gang (the pods' part).
+#: bench_scale, 2026-12-06/07: burst controller at rest 23.9 MiB at 66 nodes, 56.8 at 268 and up to 100.6 at 2,060
+#: (the nodes' line); after the runs 54.6 MiB at 66 nodes (threads and buffers the runs grow, whatever the size) and,
+#: over four runs of gangs up to 2,048 pods at 2,060 nodes, 141.7 to 230.6 MiB (the pods' part, through the largest).
 BURST_CONTROLLER = Footprint("burst controller", "burst.resources", base_mib=52.4, per_node_kib=34.5,
-                             floor=ContainerRequests(cpu="100m", memory="256Mi"), per_pod_kib=26.0)
-#: bench_scale, 2026-12-06: health guard after the fault storms 53.1 MiB at 66 nodes, 61.4 MiB at 268, 117.0 MiB at
-#: 2,060 (the line through the last two).
-HEALTH_GUARD = Footprint("health guard", "observability.health.resources", base_mib=53.2, per_node_kib=31.8,
+                             floor=ContainerRequests(cpu="100m", memory="256Mi"), per_pod_kib=54.5)
+#: bench_scale, 2026-12-06/07: health guard after the fault storms 53.1 MiB at 66 nodes, 61.4 MiB at 268, and 116.1
+#: to 126.6 MiB at 2,060 over four runs (the line through 268 and the largest at 2,060).
+HEALTH_GUARD = Footprint("health guard", "observability.health.resources", base_mib=51.7, per_node_kib=37.3,
                          floor=ContainerRequests(cpu="50m", memory="128Mi"))
-#: bench_scale, 2026-12-06: node-pool agent 65.1 MiB at 268 nodes, 155.6 MiB at 2,060.
-NODE_POOL_AGENT = Footprint("node-pool agent", "nodePoolAgent.resources", base_mib=51.7, per_node_kib=51.8,
+#: bench_scale, 2026-12-06/07: node-pool agent 65.1 MiB at 268 nodes, 153.0 to 163.6 MiB at 2,060 over four runs.
+NODE_POOL_AGENT = Footprint("node-pool agent", "nodePoolAgent.resources", base_mib=50.4, per_node_kib=56.3,
                             floor=ContainerRequests(cpu="50m", memory="128Mi"))
 FOOTPRINTS = (BURST_CONTROLLER, HEALTH_GUARD, NODE_POOL_AGENT)
 
