@@ -35,7 +35,7 @@ import yaml
 from agents.defaults import DEFAULT_GPU_RESOURCE, DEFAULT_LABEL_PREFIX
 from components import charts, images
 from components.config import ClusterConfig, GpuPool, Queue, Scheduling, SchedulingEngine
-from components.fabric import GPU_BINPACK_WEIGHT, HYPERNODE_API, HYPERNODE_KIND, hypernodes, topology_plugin
+from components.fabric import HYPERNODE_API, HYPERNODE_KIND, hypernodes, topology_plugin
 from components.naming import common_labels, selector_labels
 from components.security import (
     API_CLIENT,
@@ -135,48 +135,26 @@ KUBE_BATCH_CONF = {
 }
 
 
-#: Node scoring (Volcano's ``nodeorder`` plugin) with two of its default scorers off. ``leastrequested`` spreads pods
-#: by CPU and memory, the opposite of ``binpack`` at the same weight, so the two cancelled and nothing packed GPUs.
-#: ``podtopologyspread`` with no constraint declared applies the system default (spread a Service's pods over
-#: hosts, ScheduleAnyway), the same fight again; on the 2,048-node scale shape its pre-score pass over every node
-#: was the largest single part of the scheduler's time placing a 1,024-pod gang (docs/scale.md). Hard spread
-#: constraints (DoNotSchedule) are still honoured: they are the ``predicates`` plugin's filter, not a score.
-NODE_ORDER_ARGUMENTS: dict[str, int] = {"leastrequested.weight": 0, "podtopologyspread.weight": 0}
-
-
-def binpack_plugin(gpu_resource: str) -> dict[str, Any]:
-    """Pack by GPUs first (CPU and memory at Volcano's weight of 1 each): a node's free GPUs stay together, so a
-    gang's 8-GPU pods find whole nodes and inference replicas fill the nodes already started, as the simulator
-    places them. ``binpack.weight`` stays 1, under ``nodeorder``'s node-affinity weight of 2, so the on-prem and
-    provider preferences of inference pods still come first and packing breaks the ties."""
-    return {
-        "name": "binpack",
-        "arguments": {
-            "binpack.weight": 1,
-            "binpack.cpu": 1,
-            "binpack.memory": 1,
-            "binpack.resources": gpu_resource,
-            f"binpack.resources.{gpu_resource}": GPU_BINPACK_WEIGHT,
-        },
-    }
-
-
 def volcano_scheduler_conf(gpu_resource: str = DEFAULT_GPU_RESOURCE, topology: bool = False) -> dict[str, Any]:
     """The scheduler configuration: gang first, priority orders jobs, queues share by explicit deserved GPUs.
 
     ``capacity`` (not ``proportion``): reclaim between queues follows each queue's ``deserved`` amount, so
     the training queue, which deserves every on-prem GPU, can take all of them back from inference. The
-    two plugins must not be enabled together (both answer the same queue questions). Nodes are scored to pack
-    ``gpu_resource`` (:data:`NODE_ORDER_ARGUMENTS`, :func:`binpack_plugin`). With ``topology`` (some pool has a
-    fabric topology) the ``network-topology-aware`` plugin joins the node-ordering tier: it holds a gang with a
-    ``networkTopology`` to its HyperNode tier and packs HyperNodes by GPUs.
+    two plugins must not be enabled together (both answer the same queue questions). With ``topology`` (some
+    pool has a fabric topology) the ``network-topology-aware`` plugin joins the node-ordering tier: it holds a gang
+    with a ``networkTopology`` to its HyperNode tier and packs HyperNodes by ``gpu_resource``.
+
+    Node scoring stays Volcano's default (``nodeorder`` spreads, ``binpack`` packs CPU and memory). Packing GPUs
+    instead (``binpack.resources`` on the GPU, ``nodeorder``'s ``leastrequested`` and ``podtopologyspread`` off)
+    cut the scheduler's time on the scale shapes, but on the local cluster Volcano then never reclaimed the
+    inference replicas a whole-pool gang needed (docs/scale.md); it waits for that to be understood.
     """
     ordering: list[dict[str, Any]] = [
         {"name": "drf"},
         {"name": "predicates"},
         {"name": "capacity"},
-        {"name": "nodeorder", "arguments": dict(NODE_ORDER_ARGUMENTS)},
-        binpack_plugin(gpu_resource),
+        {"name": "nodeorder"},
+        {"name": "binpack"},
     ]
     if topology:
         ordering.append(topology_plugin(gpu_resource))

@@ -309,6 +309,10 @@ def test_a_writer_one_call_after_another_is_told_from_one_in_parallel() -> None:
         "calls": 10, "p50_s": 0.08, "most_in_flight": 1}
     parallel = [_write(0.01 * i, 0.5) for i in range(16)]
     assert writes_of(parallel, "vc-controller-manager", "pods", T0, T0 + 5)["most_in_flight"] == 16
+    # the next generation's creates go side by side, and are not the kill's writes
+    creates = [_write(0.5 + 0.01 * i, 0.5, "create") for i in range(16)]
+    assert writes_of(serial + creates, "vc-controller-manager", "pods", T0, T0 + 5)["most_in_flight"] == 1
+    assert writes_of(creates, "vc-controller-manager", "pods", T0, T0 + 5, verbs=("create",))["calls"] == 16
     with pytest.raises(ValueError, match="no pods write by vc-controller-manager"):
         writes_of(noise, "vc-controller-manager", "pods", T0, T0 + 5)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -249,18 +249,19 @@ def requests_by_agent(events: Iterable[Mapping[str, Any]], since: float, until: 
             for agent, (n, m) in sorted(counts.items(), key=lambda kv: -kv[1][0])}
 
 
-def writes_of(events: Iterable[Mapping[str, Any]], agent: str, resource: str, since: float, until: float
-              ) -> dict[str, float]:
+def writes_of(events: Iterable[Mapping[str, Any]], agent: str, resource: str, since: float, until: float,
+              verbs: Collection[str] = ("patch", "delete")) -> dict[str, float]:
     """One agent's writes to ``resource`` received in ``[since, until)``: how many, the p50 of their latency (from
     receipt to the response's end) and the most in flight at once, from audit events at ``ResponseComplete``.
 
     A writer whose most-in-flight is 1 made them one after another, so its time is their count times their
     latency: what bounds, for example, Volcano's job controller killing a gang (an out-of-sync patch, then a
-    delete, pod after pod). No write in the window is an error, not a zero.
+    delete, pod after pod: ``verbs``; its creates of the next generation go side by side and are not the kill's).
+    No write in the window is an error, not a zero.
     """
     spans: list[tuple[float, float]] = []
     for event in events:
-        if event.get("stage") != "ResponseComplete" or event.get("verb") not in MUTATING:
+        if event.get("stage") != "ResponseComplete" or event.get("verb") not in verbs:
             continue
         ref = event.get("objectRef") if isinstance(event.get("objectRef"), Mapping) else {}
         if (ref or {}).get("resource") != resource or (ref or {}).get("subresource"):
