@@ -42,9 +42,10 @@ def api() -> Iterator[tuple[FakeApi, str]]:
 
 
 def side_by_side(port: Any, fake: FakeApi, calls: int) -> None:
-    """``calls`` patches at once, each held by the server long enough that all are in flight together."""
+    """``calls`` patches at once, each held by the server long enough that all are in flight together (two seconds:
+    the threads start well within that even on a loaded machine)."""
     for _ in range(calls):
-        fake.fault("PATCH", r"/nodes/", ("delay", 0.3))
+        fake.fault("PATCH", r"/nodes/", ("delay", 2.0))
     with ThreadPoolExecutor(calls) as pool:
         list(pool.map(lambda i: port.patch(NODES, f"gpu-{i:02d}", {"metadata": {"labels": {"x": "y"}}}),
                       range(calls)))
