@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,11 @@ def wait(what: str, check: Any, timeout: float) -> float:
     raise control.ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def audit_events(lay: Layout) -> list[dict[str, Any]]:
-    """Every event of the API server's audit log (the scale shapes log every request but the node leases')."""
-    events: list[dict[str, Any]] = []
+def audit_events(lay: Layout) -> Iterator[dict[str, Any]]:
+    """Every event of the API server's audit log, one at a time (the scale shapes log every request but the node
+    leases': hundreds of megabytes on the ``llama3`` shape, never held whole)."""
     for path in sorted(lay.logs.glob("audit*.log")):
         with path.open(encoding="utf-8", errors="replace") as f:
             for line in f:
                 with contextlib.suppress(ValueError):
-                    events.append(json.loads(line))
-    return events
+                    yield json.loads(line)

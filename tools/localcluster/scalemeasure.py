@@ -263,11 +263,11 @@ def writes_of(events: Iterable[Mapping[str, Any]], agent: str, resource: str, si
     for event in events:
         if event.get("stage") != "ResponseComplete" or event.get("verb") not in verbs:
             continue
-        ref = event.get("objectRef") if isinstance(event.get("objectRef"), Mapping) else {}
-        if (ref or {}).get("resource") != resource or (ref or {}).get("subresource"):
+        ref, user = event.get("objectRef"), event.get("user")
+        ref, user = (ref if isinstance(ref, Mapping) else {}), (user if isinstance(user, Mapping) else {})
+        if ref.get("resource") != resource or ref.get("subresource"):
             continue
-        user = event.get("user") if isinstance(event.get("user"), Mapping) else {}
-        if agent_of(event.get("userAgent"), (user or {}).get("username")) != agent:
+        if agent_of(event.get("userAgent"), user.get("username")) != agent:
             continue
         try:
             start, end = _epoch(str(event["requestReceivedTimestamp"])), _epoch(str(event["stageTimestamp"]))

@@ -237,6 +237,10 @@ def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
         yield times
 
 
+#: Volcano's scheduler as the local control plane records its process.
+VOLCANO_SCHEDULER = "vc-scheduler"
+
+
 def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_dir: Path, timeout: float,
              team: str | None = None, topology: Any = None) -> dict[str, float]:
     """Submit one gang of ``pods`` x 8 GPUs through the CLI; seconds to all bound and all Running, then to
@@ -271,10 +275,6 @@ def gang_run(lay: Layout, namespace: str, pods: int, pool: str, run: int, spec_d
         wait(f"the pods of {name} deleted", lambda: times.alive() == 0, timeout)
         result["deleted_s"] = round(time.monotonic() - gone_from, 2)
     return result
-
-
-#: Volcano's scheduler as the local control plane records its process.
-VOLCANO_SCHEDULER = "vc-scheduler"
 
 
 # --------------------------------------------------------------------------- the API server's cost
