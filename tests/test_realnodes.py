@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import os
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.decide import pool_allowance
-from tools.localcluster import hostcheck
+from tools.localcluster import hostcheck, nodehost, processes
 from tools.localcluster.plan import (
     Layout,
     component_commands,
@@ -307,10 +308,51 @@ def _readings(**over: Any) -> hostcheck.HostReadings:
     ({"cni_plugins": {"bridge": True}}, "CNI plugins: host-local, portmap, loopback missing from /usr/lib/cni"),
     ({"binaries": {"kubelet": False, "pause": True}}, "binaries: kubelet not built in .state/localcluster/bin"),
     ({"other_real_nodes": True}, "real nodes: another local cluster's real nodes run on this host"),
+    ({"other_real_nodes": True, "other_owner": "/tmp/gpucl-e2e-7"},
+     "needs `localcluster --state /tmp/gpucl-e2e-7 down` first"),
 ])
 def test_each_failed_host_check_is_one_line_naming_what_and_why(over: dict[str, Any], message: str) -> None:
     found = hostcheck.problems(_readings(**over))
     assert len(found) == 1 and message in found[0], found
+
+
+@pytest.mark.parametrize(("owner", "alive", "reclaim"), [
+    ("/tmp/gpucl-e2e-7", False, True),  # a killed session's nodes: reclaimed
+    ("/tmp/gpucl-e2e-7", True, False),  # another cluster still running: never touched
+    ("/s", False, False),  # our own record: our own up and down handle it
+    (None, False, False),  # no record: nothing known to reclaim
+    ("", False, False),
+])
+def test_only_a_dead_sessions_real_nodes_are_reclaimed(owner: str | None, alive: bool, reclaim: bool) -> None:
+    assert hostcheck.stale_owner(owner, "/s", alive) is reclaim
+
+
+def test_the_next_up_reclaims_the_host_from_a_killed_sessions_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner record names a state folder whose recorded processes are gone: its own ``down`` runs and the record
+    goes; with a live process in that folder, nothing happens."""
+    owner_file, other = tmp_path / "owner", tmp_path / "killed"
+    monkeypatch.setattr(nodehost, "HOST_OWNER", owner_file)
+    downs: list[Path] = []
+
+    def down_recorded(lay: Layout) -> list[str]:
+        downs.append(lay.state)
+        return ["iptables rules"]
+
+    monkeypatch.setattr(nodehost, "down_recorded", down_recorded)
+    (other / "run").mkdir(parents=True)
+    dead = processes.Proc("kubelet-real-gpu-01", pid=2**22 - 1, argv=["kubelet"], log="k.log", start_ticks=1)
+    (other / "run" / "kubelet-real-gpu-01.json").write_text(json.dumps(dataclasses.asdict(dead)))
+    owner_file.write_text(str(other))
+    assert nodehost.reclaim_stale_owner(Layout(tmp_path / "mine")) == [
+        f"reclaimed the host from {other}, whose processes are gone", "iptables rules"]
+    assert downs == [other] and not owner_file.exists()
+    me = processes.Proc("kubelet-real-gpu-01", pid=os.getpid(), argv=["python"], log="k.log",
+                        start_ticks=processes._start_ticks(os.getpid()))
+    (other / "run" / "kubelet-real-gpu-01.json").write_text(json.dumps(dataclasses.asdict(me)))
+    owner_file.write_text(str(other))
+    assert nodehost.reclaim_stale_owner(Layout(tmp_path / "mine")) == []
+    assert downs == [other] and owner_file.exists()
 
 
 def test_a_host_that_has_everything_passes() -> None:

@@ -54,6 +54,9 @@ BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 #: buildah's storage: vfs works on every filesystem (overlay-on-overlay does not), chroot needs no daemon.
 BUILDAH = ("buildah", "--storage-driver", "vfs")
+#: Free space a build needs where buildah stores: vfs keeps every layer whole, so the base, one image's working copy
+#: and its commit at once (each image is dropped once archived, :func:`drop_stored`).
+BUILD_SPACE_BYTES = 3 * 1024**3
 #: What a local build needs on PATH, and the Debian package that has it.
 TOOLS = {"debootstrap": "debootstrap", "umoci": "umoci", "buildah": "buildah"}
 
@@ -76,6 +79,35 @@ class DockerfileImage:
     #: exact reference of the upstream image the stack names, so a node finds it without a pull.
     ref: str | None = None
     build_args: Mapping[str, str] = field(default_factory=dict)
+
+
+def drop_stored(*refs: str, strict: bool = False) -> Step:
+    """Remove images from buildah's storage. The nodes import the archive, not the store; an image kept there after its
+    archive (or left by a rebuild, which only moves the tag) costs its whole rootfs again under vfs, on every build
+    until the disk is full. ``strict``: after a push, where the image must be there; otherwise a leftover's sweep."""
+    names = " ".join(refs)
+    if strict:
+        return Step(f"drop {names} from buildah's storage (the archive is what the nodes import)",
+                    (*BUILDAH, "rmi", *refs))
+    return Step(f"drop a stored {names} left by an earlier build",
+                ("sh", "-c", f"{' '.join(BUILDAH)} rmi -f {names} >/dev/null 2>&1 || true"))
+
+
+def space_problem(free_bytes: int, where: Path, needed: int = BUILD_SPACE_BYTES) -> str | None:
+    """The line that says a build would fill the disk, or None when ``where`` has room."""
+    if free_bytes >= needed:
+        return None
+    gib = 1024**3
+    return (f"{free_bytes / gib:.1f} GiB free under {where}; a local build needs {needed / gib:.1f} GiB there "
+            "(buildah's vfs storage keeps each layer whole): free space first, e.g. `buildah --storage-driver vfs rmi "
+            "--prune` for images no tag names")
+
+
+def storage_root() -> Path:
+    """Where buildah stores images (its ``GraphRoot``); the default when ``buildah info`` cannot say."""
+    proc = subprocess.run([*BUILDAH, "info", "--format", "{{.store.GraphRoot}}"], capture_output=True, text=True,
+                          check=False)
+    return Path(proc.stdout.strip() or "/var/lib/containers/storage")
 
 
 def local_ref(name: str, version: str) -> str:
@@ -116,6 +148,8 @@ def base_plan(state: Path, rootfs_ready: bool) -> list[Step]:
                               "--config.env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "--config.cmd", "python3")),
         Step("archive", ("tar", "-C", str(layout), "-cf", str(archive), ".")),
+        # The pull names the image after the layout's tag too: both names go, or the old base stays stored.
+        drop_stored(BASE_REF, f"localhost/{SUITE}:latest"),
         Step(f"buildah pull the base as {BASE_REF}", ("sh", "-c", f'id=$({" ".join(BUILDAH)} pull -q '
              f'oci-archive:{archive}) && {" ".join(BUILDAH)} tag "$id" {BASE_REF}')),
         Step("drop the bundle", ("rm", "-rf", str(bundle))),
@@ -132,10 +166,12 @@ def agent_plan(state: Path, name: str, dockerfile: Path, version: str, root: Pat
     rel = dockerfile.relative_to(root) if dockerfile.is_relative_to(root) else dockerfile
     extra = [w for k, v in sorted((build_args or {}).items()) for w in ("--build-arg", f"{k}={v}")]
     return [
+        drop_stored(ref),
         Step(f"build {ref}", (*BUILDAH, "bud", "--isolation", "chroot", "--pull=false", "--layers=false",
                               "--build-arg", f"BASE={BASE_REF}", *extra, "-f", str(rel), "-t", ref, str(root))),
         Step(f"archive {ref}", ("rm", "-f", str(archive))),
         Step(f"push {ref} to {archive.name}", (*BUILDAH, "push", "-q", ref, f"oci-archive:{archive}:{ref}")),
+        drop_stored(ref, strict=True),
     ]
 
 
@@ -181,6 +217,7 @@ def binary_plan(state: Path, image: BinaryImage) -> list[Step]:
     archive, work = state / "oci" / f"{image.name}.tar", f"gpucl-build-{image.name}"
     return [
         Step("drop a stale working container", ("sh", "-c", f"{' '.join(BUILDAH)} rm {work} >/dev/null 2>&1 || true")),
+        drop_stored(image.ref),
         Step(f"working container from {BASE_REF}", (*BUILDAH, "from", "--pull=false", "--name", work, BASE_REF)),
         Step(f"copy {image.binary.name} to {image.path}",
              (*BUILDAH, "copy", "--chmod", "0755", work, str(image.binary), image.path)),
@@ -190,6 +227,7 @@ def binary_plan(state: Path, image: BinaryImage) -> list[Step]:
         Step(f"archive {image.ref}", ("rm", "-f", str(archive))),
         Step(f"push {image.ref} to {archive.name}", (*BUILDAH, "push", "-q", image.ref,
                                                      f"oci-archive:{archive}:{image.ref}")),
+        drop_stored(image.ref, strict=True),
     ]
 
 
@@ -330,6 +368,12 @@ def main(agents: Sequence[DockerfileImage], version: str, pause_binary: Path, pa
     if unbuilt:
         print(f"images: {', '.join(unbuilt)} not there; run `make localcluster` (the Go builds)", file=sys.stderr)
         return 3
+    root = storage_root()
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    short = space_problem(shutil.disk_usage(existing).free, root)
+    if short:
+        print(f"images: {short}", file=sys.stderr)
+        return 1
     try:
         seconds = build_all(agents, version, pause_binary, pause_ref, binaries=binaries)
     except RuntimeError as err:

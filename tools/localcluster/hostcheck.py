@@ -54,13 +54,24 @@ class HostReadings:
     binaries: Mapping[str, bool]
     #: Real nodes of another state folder run here (they own the addresses, ports and bridges).
     other_real_nodes: bool = False
+    #: That state folder, where the host's owner record names one.
+    other_owner: str = ""
+
+
+def stale_owner(owner: str | None, own: str, owner_alive: bool) -> bool:
+    """Whether the real nodes holding the host were left behind: another state folder's, none of whose processes
+    runs (the session that started them was killed before its ``down``). Their leftovers (addresses, bridges,
+    network namespaces, mounts, iptables rules) would refuse every later cluster, so the next ``up`` reclaims them
+    with that folder's own ``down``; a live owner is never touched."""
+    return bool(owner) and owner != own and not owner_alive
 
 
 def problems(r: HostReadings) -> list[str]:
     """One line per failed check: ``<check>: <what is wrong>; needs <what>``. Empty when the host can run them."""
     out: list[str] = []
     if r.other_real_nodes:
-        out.append("real nodes: another local cluster's real nodes run on this host; needs its `localcluster down` "
+        down = f"`localcluster --state {r.other_owner} down`" if r.other_owner else "its `localcluster down`"
+        out.append(f"real nodes: another local cluster's real nodes run on this host; needs {down} "
                    "first (one set per host: they own fixed addresses, ports and bridges)")
     if r.euid != 0:
         out.append(f"root: running as uid {r.euid}; needs root (the kubelet mounts volumes and creates cgroups)")

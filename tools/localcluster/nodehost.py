@@ -102,6 +102,7 @@ def read_host(lay: Layout) -> hostcheck.HostReadings:
         binaries={b: os.access(lay.bin / b, os.X_OK) for b in NODE_BINARIES},
         other_real_nodes=f" {APISERVER_IP}/32 " in _ip("-o", "addr", "show", "dev", "lo").stdout
         and not _nodes_file(lay).exists(),
+        other_owner=str(host_owner() or ""),
     )
 
 
@@ -422,12 +423,39 @@ def host_lock() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+#: The state folder whose real nodes hold the host: written by ``up``, removed by ``down``; in /run, so a reboot,
+#: which clears what the nodes left, clears it too.
+HOST_OWNER = Path("/run/gpucluster-realnodes.owner")
+
+
+def host_owner() -> Path | None:
+    return Path(HOST_OWNER.read_text().strip()) if HOST_OWNER.exists() else None
+
+
+def reclaim_stale_owner(lay: Layout) -> list[str]:
+    """``down`` of the real nodes a killed session left on the host (:func:`hostcheck.stale_owner`); what it did."""
+    owner = host_owner()
+    if owner is None:
+        return []
+    other = Layout(owner)
+    alive = any(p.alive() for p in processes.recorded(other))
+    if not hostcheck.stale_owner(str(owner), str(lay.state), alive):
+        return []
+    restored = down_recorded(other) if owner.exists() else []
+    HOST_OWNER.unlink(missing_ok=True)
+    return [f"reclaimed the host from {owner}, whose processes are gone", *restored]
+
+
 def _nodes_file(lay: Layout) -> Path:
     return lay.state / "real-nodes.json"  # not in run/: that holds one record per process
 
 
 def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
+    reclaimed = reclaim_stale_owner(lay)
+    if reclaimed:
+        processes.say("; ".join(reclaimed))
     check_host(lay)
+    HOST_OWNER.write_text(str(lay.state))
     snapshot(lay)
     lay.run.mkdir(parents=True, exist_ok=True)
     _nodes_file(lay).write_text(json.dumps(to_record(nodes)))
@@ -483,6 +511,8 @@ def down(lay: Layout, nodes: Sequence[RealNode]) -> list[str]:
                     link.unlink()
     remove_addresses(nodes)
     _nodes_file(lay).unlink(missing_ok=True)
+    if host_owner() == lay.state:
+        HOST_OWNER.unlink(missing_ok=True)
     return restore(lay)
 
 
