@@ -461,3 +461,21 @@ def test_render_with_real_nodes_writes_the_stack_as_make_up_real_nodes_deploys_i
     assert f"{APISERVER_IP}/32" in dns  # the host's CoreDNS is admitted
     pools = [p for p in manifests.glob("*.yaml") if REAL_GPU_POOL in p.read_text()]
     assert pools, "the real GPU pool is not in the rendered stack"
+
+
+def test_a_killed_sessions_private_state_is_swept_and_a_live_one_kept(tmp_path: Path) -> None:
+    from tools.localcluster.realcluster import sweep_stale
+
+    exited = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    dead = int(exited.stdout)
+    killed, mine, odd = tmp_path / f"gpucl-e2e-{dead}", tmp_path / f"gpucl-e2e-{os.getpid()}", tmp_path / "gpucl-e2e-x"
+    running = tmp_path / f"gpucl-pods-{dead}"
+    for folder in (killed, mine, odd, running / "run"):
+        (folder / "etcd").mkdir(parents=True)
+    # A process the folder recorded still runs (its starter died, the cluster did not): kept.
+    me = processes.Proc("etcd", pid=os.getpid(), argv=["etcd"], log="e.log",
+                        start_ticks=processes._start_ticks(os.getpid()))
+    (running / "run" / "etcd.json").write_text(json.dumps(dataclasses.asdict(me)))
+    assert sweep_stale(tmp_path, "gpucl-e2e") == [killed]
+    assert sweep_stale(tmp_path, "gpucl-pods") == []
+    assert not killed.exists() and mine.exists() and odd.exists() and running.exists()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.localcluster import control, hostcheck, nodehost
+from tools.localcluster import control, hostcheck, nodehost, processes
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import node_paths
 
@@ -32,9 +32,38 @@ def why_not(images: Sequence[str]) -> str | None:
     return None
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(parent: Path, prefix: str) -> list[Path]:
+    """Remove ``<prefix>-<pid>`` folders of sessions killed before their teardown (gigabytes each: etcd, the nodes'
+    containerd stores): the pid gone, no process of the folder running, nothing mounted under it (a killed session's
+    real nodes are reclaimed first, by the next ``up``). Returns what went."""
+    import shutil
+
+    gone: list[Path] = []
+    for folder in sorted(parent.glob(f"{prefix}-*")):
+        pid = folder.name.rsplit("-", 1)[1]
+        if not (pid.isdigit() and folder.is_dir()) or _pid_alive(int(pid)):
+            continue
+        if any(p.alive() for p in processes.recorded(Layout(folder))) or nodehost.mounts_under([folder]):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        gone.append(folder)
+    return gone
+
+
 def private_state(prefix: str) -> Path:
     """A fresh state folder sharing the built binaries and CRDs. Short, under /tmp: unix sockets (containerd, the
-    device plugins) must stay under 108 bytes."""
+    device plugins) must stay under 108 bytes. Folders that killed sessions left under the same prefix go first."""
+    sweep_stale(Path("/tmp"), prefix)
     state = Path(f"/tmp/{prefix}-{os.getpid()}")
     state.mkdir()
     (state / "bin").symlink_to(BUILT / "bin")
