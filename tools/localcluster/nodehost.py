@@ -70,6 +70,11 @@ POD_RESOURCES = Path("/var/lib/kubelet/pod-resources")
 HOST_PATHS = (Path("/var/lib/kubelet"), POD_RESOURCES, Path("/run/containerd"), Path("/var/lib/cni"), POD_LOG_LINKS,
               NETNS_DIR)
 IPTABLES_TABLES = ("filter", "nat", "mangle", "raw")
+#: The kubelet's device manager keeps its checkpoint beside its socket, a fixed host path whatever ``--root-dir``
+#: says: every kubelet of the host reads it at start and takes its resources as its own (capacity, zero healthy), so
+#: the system node would list the GPU nodes' ``nvidia.com/gpu`` (at 0). Dropped before the nodes start and after
+#: they stop, so one set's devices never reach the next.
+DEVICE_MANAGER_CHECKPOINT = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
 
 
 #: Where ``make images`` leaves OCI archives for the nodes to import.
@@ -457,6 +462,7 @@ def up(lay: Layout, nodes: Sequence[RealNode], timeout: float = 180.0) -> None:
     check_host(lay)
     HOST_OWNER.write_text(str(lay.state))
     snapshot(lay)
+    DEVICE_MANAGER_CHECKPOINT.unlink(missing_ok=True)
     lay.run.mkdir(parents=True, exist_ok=True)
     _nodes_file(lay).write_text(json.dumps(to_record(nodes)))
     POD_RESOURCES.mkdir(parents=True, exist_ok=True)
@@ -488,6 +494,7 @@ def down(lay: Layout, nodes: Sequence[RealNode]) -> list[str]:
         if proc is not None:
             processes.stop_process(lay, proc)
     time.sleep(0.5)
+    DEVICE_MANAGER_CHECKPOINT.unlink(missing_ok=True)
     bases = [node_paths(lay.state, n).base for n in nodes]
     unmount(mounts_under(bases))
     snap = _snapshot_file(lay)
