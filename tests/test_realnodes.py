@@ -348,7 +348,7 @@ def test_the_next_up_reclaims_the_host_from_a_killed_sessions_state(
         f"reclaimed the host from {other}, whose processes are gone", "iptables rules"]
     assert downs == [other] and not owner_file.exists()
     me = processes.Proc("kubelet-real-gpu-01", pid=os.getpid(), argv=["python"], log="k.log",
-                        start_ticks=processes._start_ticks(os.getpid()))
+                        start_ticks=processes.start_ticks(os.getpid()))
     (other / "run" / "kubelet-real-gpu-01.json").write_text(json.dumps(dataclasses.asdict(me)))
     owner_file.write_text(str(other))
     assert nodehost.reclaim_stale_owner(Layout(tmp_path / "mine")) == []
@@ -474,7 +474,7 @@ def test_a_killed_sessions_private_state_is_swept_and_a_live_one_kept(tmp_path: 
         (folder / "etcd").mkdir(parents=True)
     # A process the folder recorded still runs (its starter died, the cluster did not): kept.
     me = processes.Proc("etcd", pid=os.getpid(), argv=["etcd"], log="e.log",
-                        start_ticks=processes._start_ticks(os.getpid()))
+                        start_ticks=processes.start_ticks(os.getpid()))
     (running / "run" / "etcd.json").write_text(json.dumps(dataclasses.asdict(me)))
     assert sweep_stale(tmp_path, "gpucl-e2e") == [killed]
     assert sweep_stale(tmp_path, "gpucl-pods") == []

@@ -40,7 +40,7 @@ def say(msg: str) -> None:
 # --------------------------------------------------------------------------- processes
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The process start time (clock ticks since boot) from /proc: with the pid it names one process."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
@@ -61,7 +61,7 @@ class Proc:
 
     def alive(self) -> bool:
         """Still running and still the process we started (not a reused pid)."""
-        ticks = _start_ticks(self.pid)
+        ticks = start_ticks(self.pid)
         return ticks is not None and ticks == self.start_ticks
 
 
@@ -96,7 +96,7 @@ def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str,
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
             start_new_session=True, env={**os.environ, **(env or {})},
         )
-    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=_start_ticks(child.pid))
+    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=start_ticks(child.pid))
     _record(lay, name).write_text(json.dumps(
         {"pid": proc.pid, "argv": proc.argv, "log": proc.log, "start_ticks": proc.start_ticks}))
     return proc

@@ -4,6 +4,7 @@ run one, a private state folder, a container's host PID, an app's Ready pods and
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,26 +33,14 @@ def why_not(images: Sequence[str]) -> str | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(parent: Path, prefix: str) -> list[Path]:
     """Remove ``<prefix>-<pid>`` folders of sessions killed before their teardown (gigabytes each: etcd, the nodes'
     containerd stores): the pid gone, no process of the folder running, nothing mounted under it (a killed session's
     real nodes are reclaimed first, by the next ``up``). Returns what went."""
-    import shutil
-
     gone: list[Path] = []
     for folder in sorted(parent.glob(f"{prefix}-*")):
         pid = folder.name.rsplit("-", 1)[1]
-        if not (pid.isdigit() and folder.is_dir()) or _pid_alive(int(pid)):
+        if not (pid.isdigit() and folder.is_dir()) or processes.start_ticks(int(pid)) is not None:
             continue
         if any(p.alive() for p in processes.recorded(Layout(folder))) or nodehost.mounts_under([folder]):
             continue
