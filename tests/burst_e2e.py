@@ -213,6 +213,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.c, self.service, self.job, self.workers = cluster, service, job, workers
         self.stop = threading.Event()
+        self.began = time.monotonic()
         self.min_ready = 10**9
         #: The scenario's current phase (set by the test) and the fewest ready replicas sampled in each.
         self.phase = "preempt"
@@ -228,6 +229,8 @@ class Sampler(threading.Thread):
         self.gang_bound_at: float | None = None
         #: Every virtual node an inference replica (main or standby) was bound to.
         self.external_nodes: set[str] = set()
+        #: Each virtual node's first inference replica: (phase, pod, seconds since the sampler began).
+        self.first_on: dict[str, tuple[str, str, float]] = {}
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -235,7 +238,10 @@ class Sampler(threading.Thread):
                 now = time.monotonic()
                 pods = self.c.inference_pods(self.service)
                 ready = sum(1 for p in pods if self.c.ready(p))
-                self.external_nodes |= {p.spec.node_name for p in pods if p.spec.node_name in self.c.virtual_names}
+                for p in pods:
+                    if p.spec.node_name in self.c.virtual_names and p.spec.node_name not in self.first_on:
+                        self.first_on[p.spec.node_name] = (self.phase, p.metadata.name, round(now - self.began, 1))
+                self.external_nodes |= set(self.first_on)
                 standby = sum(self.c.ready_by_location(self.service, "standby").values())
                 if self.standby_ready_at is None and standby >= self.c.cfg.handover_services.get(self.service, 0) > 0:
                     self.standby_ready_at = now
@@ -397,7 +403,8 @@ def run_burst_scenario(c: Cluster, hooks: Hooks, phases: dict[str, float],
     # replicas' preferred terms): with room there for every replica, no replica was ever bound to a dearer one.
     cheapest = cfg.providers[fill_order(cfg.providers)[0]].node_name
     assert sampler.external_nodes == {cheapest}, (
-        f"external replicas bound to {sorted(sampler.external_nodes)}; the cheapest provider's node is {cheapest}")
+        f"external replicas bound to {sorted(sampler.external_nodes)}; the cheapest provider's node is {cheapest}; "
+        f"first replica on each (phase, pod, s): {sampler.first_on}")
     cycles = evictions_per_cycle(hooks.descheduler_log())
     limit = min(cfg.descheduler.max_pods_total, cfg.descheduler.max_pods_per_node)
     assert cycles and max(cycles) <= limit, f"evictions per descheduler cycle {cycles}, limit {limit}"

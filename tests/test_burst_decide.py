@@ -766,3 +766,41 @@ def test_any_settings_file_is_read_or_refused_naming_the_file_and_a_key(data: di
         assert any(name in message for name in names), message
     else:
         assert BurstSettings.parse(json.loads(parsed.to_json()), source="round trip") == parsed
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(costs=st.dictionaries(st.sampled_from(["dear", "cheap", "mid", "unpriced"]), st.integers(-10**6, 10**6)),
+       providers=st.lists(st.sampled_from(["dear", "cheap", "mid", "unpriced"]), min_size=1, max_size=6))
+def test_the_burst_opens_the_cheapest_provider_first_and_closes_the_dearest_first(
+        costs: dict[str, int], providers: list[str]) -> None:
+    """The taints come off one write after another: a replica placed between two writes lands on whichever node
+    is already open, so the open order is the fill order (the highest pod-deletion-cost, i.e. the cheapest
+    provider, first) and the close order its reverse. Names sort the other way round from prices on purpose."""
+    settings = S.model_copy(update={"provider_deletion_costs": costs})
+    names = [f"vk-{i}-{p}" for i, p in enumerate(providers)]
+
+    def snapshot(effect: str | None, free: int) -> Snapshot:
+        return replace(snap(free), virtual_nodes={
+            n: VirtualNode(n, p, effect, 0) for n, p in zip(names, providers, strict=True)})
+
+    def cost(node: str) -> int:
+        return settings.deletion_cost_for(providers[names.index(node)])
+
+    opened = [a.node for a in decide(snapshot("NoSchedule", 0), replace(CLOSED, low_since=NOW - 60), NOW,
+                                     settings).actions if a.kind is ActionKind.OPEN_NODE]
+    assert sorted(opened) == sorted(names)
+    assert [cost(n) for n in opened] == sorted((cost(n) for n in opened), reverse=True), opened
+    closed = [a.node for a in decide(snapshot(None, 20), replace(OPEN, close_since=NOW - 600), NOW,
+                                     settings).actions if a.kind is ActionKind.CLOSE_NODE]
+    assert sorted(closed) == sorted(names)
+    assert [cost(n) for n in closed] == sorted(cost(n) for n in closed), closed
+
+
+def test_a_burst_over_two_priced_providers_opens_the_cheaper_before_the_dearer() -> None:
+    """The local stack's pair: backup-cloud sorts first by name and is dearer (a lower deletion cost)."""
+    settings = S.model_copy(update={"provider_deletion_costs": {"local-cloud": 100_000, "backup-cloud": 99_950}})
+    nodes = {"vk-backup-cloud": VirtualNode("vk-backup-cloud", "backup-cloud", "NoSchedule", 0),
+             "vk-local-cloud": VirtualNode("vk-local-cloud", "local-cloud", "NoSchedule", 0)}
+    decision = decide(replace(snap(0), virtual_nodes=nodes), replace(CLOSED, low_since=NOW - 60), NOW, settings)
+    assert [a.node for a in decision.actions if a.kind is ActionKind.OPEN_NODE] == ["vk-local-cloud",
+                                                                                   "vk-backup-cloud"]

@@ -59,8 +59,10 @@ def provider_node(name: str, provider: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
+            # kubernetes.io/hostname as every kubelet and virtual kubelet registers it: the scheduler's default
+            # spreading scores only nodes that carry the topology key.
             "labels": {"gpucluster.io/location": "external", "gpucluster.io/provider": provider,
-                       "type": "virtual-kubelet", ONLY: "true"},
+                       "type": "virtual-kubelet", "kubernetes.io/hostname": name, ONLY: "true"},
             "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
         "spec": {"taints": [{"key": ONLY, "value": "true", "effect": "NoSchedule"}]},
@@ -121,3 +123,37 @@ def test_volcano_fills_the_cheaper_provider_first(cluster: Any, prod: RunResult,
     for name in dear_first:
         cluster.create_namespaced_pod(NAMESPACE, replica_pod(name, swapped))
     assert set(placed(cluster, dear_first).values()) == {"vk-a-lambda-east"}
+
+
+def test_the_cheaper_provider_wins_over_spreading_a_services_replicas(cluster: Any, prod: RunResult) -> None:
+    """A Deployment's replicas, not bare pods: the scheduler's default spreading (``podtopologyspread`` scores the
+    hostname and zone spread of pods one ReplicaSet selects, at twice a term's weight) must not outweigh the price
+    rank, or a burst's second replica onwards goes to the dearer provider while the cheaper one has room."""
+    from kubernetes import client
+
+    cluster.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+    deadline = time.monotonic() + 60
+    while cluster.list_namespaced_pod(NAMESPACE).items:
+        assert time.monotonic() < deadline, "the earlier test's pods are not gone"
+        time.sleep(0.5)
+    labels = {"app": "spread-replicas"}
+    template = replica_pod("unused", rendered_affinity(prod))
+    template["metadata"] = {"labels": labels}
+    replicas = 6
+    apps: Any = client.AppsV1Api(cluster.api_client)
+    apps.create_namespaced_replica_set(NAMESPACE, {
+        "metadata": {"name": "spread-replicas"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}})
+    # One replica more at a time, each placed before the next exists, as a burst's replicas arrive: every
+    # session then scores a node that already holds the service's replicas against one that holds none.
+    for want in range(1, replicas + 1):
+        apps.patch_namespaced_replica_set_scale("spread-replicas", NAMESPACE, {"spec": {"replicas": want}})
+        deadline = time.monotonic() + 120
+        while True:
+            pods = cluster.list_namespaced_pod(NAMESPACE, label_selector="app=spread-replicas").items
+            nodes = [p.spec.node_name for p in pods]
+            if len(nodes) == want and all(nodes):
+                break
+            assert time.monotonic() < deadline, f"{want} replicas not bound after 120s: {nodes}"
+            time.sleep(0.5)
+    assert set(nodes) == {"vk-z-dr-cluster"}, f"replicas spread over {sorted(nodes)}"

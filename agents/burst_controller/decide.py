@@ -23,7 +23,7 @@ start), so a gang admitted in a quiet minute and released in a ramp still leaves
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from agents.burst_controller.contract import BurstSettings
@@ -363,6 +363,18 @@ def gate_release(
     return GateStep(tuple(released), seen, tuple(reasons))
 
 
+def nodes_by_price(nodes: Sequence[VirtualNode], settings: BurstSettings, dearest: bool = False) -> list[VirtualNode]:
+    """The virtual nodes in the order a burst fills their providers (components/provider_rank.py): the cheapest
+    provider's replicas carry the highest pod-deletion-cost, so the costs rank the providers (``dearest``: the
+    dearest first); equal ones by name.
+
+    Opening in this order matters: the taints come off one write after another, and a replica the scheduler
+    places between two writes goes to whichever node is open (the burst e2e caught replicas on the dearer
+    provider when the leader changed between the two)."""
+    sign = 1 if dearest else -1
+    return sorted(nodes, key=lambda v: (sign * settings.deletion_cost_for(v.provider), v.name))
+
+
 def actions(
     snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings,
     warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None,
@@ -371,11 +383,13 @@ def actions(
     nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
     # First: a virtual node without its provider's taint takes any pod, training included.
     out = [Action(ActionKind.TAINT_PROVIDER, node=node.name) for node in nodes if node.provider_taint_missing]
-    for node in nodes:
-        if step.mode is Mode.OPEN and node.closed:
-            out.append(Action(ActionKind.OPEN_NODE, node=node.name))
-        elif step.mode is Mode.CLOSED and node.taint_effect != "NoSchedule" and not step.close_blocked:
-            out.append(Action(ActionKind.CLOSE_NODE, node=node.name))
+    if step.mode is Mode.OPEN:
+        # Cheapest provider first: while the others are still closed every replica scheduled meanwhile goes there.
+        out += [Action(ActionKind.OPEN_NODE, node=node.name) for node in nodes_by_price(nodes, settings) if node.closed]
+    elif not step.close_blocked:
+        # Dearest first: no replica lands on a dearer provider while a cheaper one is still open.
+        out += [Action(ActionKind.CLOSE_NODE, node=node.name) for node in nodes_by_price(nodes, settings, dearest=True)
+                if node.taint_effect != "NoSchedule"]
     for service, replicas in sorted(plan.targets.items()):
         if replicas != snapshot.services[service].standby_live:
             out.append(Action(ActionKind.SET_STANDBY, service=service, replicas=replicas))
