@@ -11,16 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.chaos.__main__ import seconds
-from tools.chaos.schedule import AGENT_FAULTS, PROCESS_OF, Fault, schedule
+from tools.chaos.schedule import AGENT_FAULTS, NETWORK_FAULTS, PROCESS_OF, Fault, schedule
 
 AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), ("sys-0", "gpu-01")
 MONITORING = ("prometheus", "prometheus-operator")
+NETWORK = ("apiproxy",)
 
 
 @given(st.integers(0, 2**32), st.floats(1.0, 7200.0), st.floats(1.0, 600.0))
 def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_the_same_seed(
         seed: int, duration: float, every: float) -> None:
-    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
+    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK)
     assert [i.at for i in plan] == [every * (n + 1) for n in range(len(plan))]
     assert all(i.at < duration for i in plan) and (not plan or plan[-1].at + every >= duration)
     for i in plan:
@@ -32,9 +33,12 @@ def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_th
             assert i.target in KUBELETS
         elif i.fault is Fault.PROMETHEUS_KILLED:
             assert i.target in MONITORING
+        elif i.fault in NETWORK_FAULTS:
+            assert i.target in NETWORK
         else:
             assert i.target == PROCESS_OF[i.fault]
-    assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
+    assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING,
+                            network=NETWORK)
 
 
 def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
@@ -47,12 +51,14 @@ def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() ->
 
 
 def test_every_kind_is_drawn_over_a_long_soak() -> None:
-    plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING)
+    plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK)
     assert {i.fault for i in plan} == set(Fault)
     assert {i.target for i in plan if i.fault is Fault.PROMETHEUS_KILLED} == set(MONITORING)
     assert {i.target for i in plan if i.fault is Fault.KUBE_ROUTER_KILLED} == {"kube-router"}
     # Without a monitoring install there is no Prometheus to kill: never drawn.
     assert Fault.PROMETHEUS_KILLED not in {i.fault for i in schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS)}
+    # Without the proxy in front of the API server (a cluster without real nodes) no network fault is drawn.
+    assert not set(NETWORK_FAULTS) & {i.fault for i in schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS)}
 
 
 @pytest.mark.parametrize(("text", "value"), [("90", 90.0), ("150s", 150.0), ("10m", 600.0), ("2h", 7200.0),

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.decide import pool_allowance
-from tools.localcluster import hostcheck, nodehost, processes
+from tools.localcluster import apiproxy, hostcheck, nodehost, processes
 from tools.localcluster.plan import (
     Layout,
     component_commands,
@@ -262,7 +262,22 @@ def test_api_server_is_reachable_from_pods_only_with_real_nodes() -> None:
     kwok_only = component_commands(lay, ports)["kube-apiserver"]
     assert "--bind-address=127.0.0.1" in kwok_only and "--endpoint-reconciler-type=none" in kwok_only
     real = component_commands(lay, ports, APISERVER_IP)["kube-apiserver"]
-    assert f"--advertise-address={APISERVER_IP}" in real and "--endpoint-reconciler-type=none" not in real
+    # With real nodes the pods reach it through the proxy, which the kubernetes Service's endpoints name: the API
+    # server must not write them back to itself.
+    assert f"--advertise-address={APISERVER_IP}" in real and "--endpoint-reconciler-type=none" in real
+    assert "--bind-address=0.0.0.0" in real
+    proxy = apiproxy.command(lay, {**ports, "apiproxy_control": 7}, APISERVER_IP)
+    assert f"--listen={APISERVER_IP}:443" in proxy and "--control=127.0.0.1:7" in proxy
+    assert f"--upstream=https://127.0.0.1:{ports['apiserver']}" in proxy
+    endpoints, endpoint_slice = apiproxy.kubernetes_endpoints(APISERVER_IP)
+    assert endpoints["subsets"] == [{"addresses": [{"ip": APISERVER_IP}],
+                                     "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]}]
+    assert endpoint_slice["endpoints"][0]["addresses"] == [APISERVER_IP]
+    assert endpoint_slice["metadata"]["labels"]["kubernetes.io/service-name"] == "kubernetes"
+    # 443 is a port the stack's NetworkPolicies let controllers reach the API server on.
+    from components.network_policy import API_SERVER_PORTS
+
+    assert apiproxy.PORT in API_SERVER_PORTS
     for argv in (kwok_only, real):
         assert "--authorization-mode=Node,RBAC" in argv
         assert "--enable-admission-plugins=NodeRestriction" in argv
@@ -443,11 +458,13 @@ def _snapshot_change_restore(lay: Layout, panic: Path, before_sysctls: dict[str,
     assert not (tmp_path / "host-before.json").exists()
 
 
-def test_fake_gpu_plugin_go_tests_pass() -> None:
-    """The device plugin's own tests (device names, health, allocation), once its module is in the Go cache."""
-    if not (STATE / "bin" / "fake-gpu-plugin").exists() or not shutil.which("go"):
+@pytest.mark.parametrize("command", ["fake-gpu-plugin", "apiproxy"])
+def test_our_go_commands_own_tests_pass(command: str) -> None:
+    """The device plugin's own tests (device names, health, allocation) and the API server proxy's (each fault,
+    a watch streaming through), once the module is in the Go cache."""
+    if not (STATE / "bin" / command).exists() or not shutil.which("go"):
         pytest.skip("the local cluster's Go build has not run here (make localcluster)")
-    proc = subprocess.run(["go", "-C", str(ROOT / "tools" / "localcluster"), "test", "./cmd/fake-gpu-plugin/"],
+    proc = subprocess.run(["go", "-C", str(ROOT / "tools" / "localcluster"), "test", f"./cmd/{command}/"],
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -23,6 +23,12 @@ class Fault(enum.StrEnum):
     KUBELET_RESTARTED = "kubelet-restarted"
     PROMETHEUS_KILLED = "prometheus-killed"  # Prometheus or its operator SIGKILLed in its container
     KUBE_ROUTER_KILLED = "kube-router-killed"  # SIGKILL, then started again: its NetworkPolicy chains rebuilt
+    # On our agents' path to the API server (tools/localcluster/apiproxy.py), for a window:
+    API_LATENCY = "api-latency"  # every call answered late
+    API_THROTTLED = "api-429"  # a share of calls answered 429 Too Many Requests
+    API_ERRORS = "api-5xx"  # a share answered 503
+    API_RESET = "api-reset"  # a share of connections reset, no answer
+    API_HANG = "api-hang"  # a share of calls never answered
 
 
 #: Faults aimed at one HA agent (the target is its app name).
@@ -38,6 +44,8 @@ PROCESS_OF = {
 }
 #: Process faults that SIGKILL before the restart (the others stop it as an operator would).
 KILLED = frozenset({Fault.ETCD_KILLED, Fault.KUBE_ROUTER_KILLED})
+#: Faults on the agents' path to the API server (the target is the proxy).
+NETWORK_FAULTS = (Fault.API_LATENCY, Fault.API_THROTTLED, Fault.API_ERRORS, Fault.API_RESET, Fault.API_HANG)
 
 
 @dataclass(frozen=True)
@@ -51,16 +59,17 @@ class Injection:
 
 def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str], providers: Sequence[str],
              kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault),
-             monitoring: Sequence[str] = ()) -> list[Injection]:
+             monitoring: Sequence[str] = (), network: Sequence[str] = ()) -> list[Injection]:
     """One fault every ``every_s`` from ``every_s`` on, while the soak lasts; kind and target drawn with ``seed``
     among those that have a target here (no agent: no agent faults; ``monitoring``: the apps of the Prometheus
-    install the guard reads)."""
+    install the guard reads; ``network``: the proxy in front of the API server, where the cluster has one)."""
     if every_s <= 0:
         raise ValueError(f"every_s must be positive, got {every_s}")
     targets: dict[Fault, Sequence[str]] = {f: agents for f in AGENT_FAULTS}
     targets[Fault.PROVIDER_KILLED] = providers
     targets[Fault.KUBELET_RESTARTED] = kubelets
     targets[Fault.PROMETHEUS_KILLED] = monitoring
+    targets.update({f: network for f in NETWORK_FAULTS})
     targets.update({f: (process,) for f, process in PROCESS_OF.items()})
     usable = [k for k in kinds if targets.get(k)]
     if not usable:

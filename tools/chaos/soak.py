@@ -18,14 +18,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.chaos.schedule import AGENT_FAULTS, KILLED, PROCESS_OF, Fault, Injection, schedule
-from tools.localcluster import control, prometheus_operator, virtual_kubelet
+from tools.chaos.schedule import AGENT_FAULTS, KILLED, NETWORK_FAULTS, PROCESS_OF, Fault, Injection, schedule
+from tools.localcluster import apiproxy, control, prometheus_operator, virtual_kubelet
+from tools.localcluster.apiproxy import NetFault
 from tools.localcluster.history import burst_flip_violations, fencing_violations, repeated_evictions, taint_flips
 from tools.localcluster.plan import Layout
+from tools.localcluster.processes import ClusterError
 from tools.localcluster.rbac_usage import parse_audit
 from tools.localcluster.realcluster import container_pid, lease_holder, ready_pods
 
@@ -38,6 +40,17 @@ STOP_AFTER_NOT_WHOLE = 3
 NODE_PROCESSES = ("kube-router", "kube-proxy")
 #: The monitoring install's apps (their ``app.kubernetes.io/name``) and the container of each that is killed.
 MONITORING = {"prometheus": "prometheus", prometheus_operator.OPERATOR: prometheus_operator.OPERATOR}
+#: How long a network fault lasts: most of a 30 s period, and longer than the agents' Lease renewal deadline, so
+#: a leader whose renewals fail or hang loses its Lease inside the window.
+NETWORK_WINDOW_S = 20.0
+#: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
+NETWORK = {
+    Fault.API_LATENCY: NetFault("latency", latency_ms=1500),
+    Fault.API_THROTTLED: NetFault("status", status=429, share=0.5),
+    Fault.API_ERRORS: NetFault("status", status=503, share=0.5),
+    Fault.API_RESET: NetFault("reset", share=0.3),
+    Fault.API_HANG: NetFault("hang", share=0.2),
+}
 
 
 def not_coming_back(recoveries: Sequence[float | None], in_a_row: int = STOP_AFTER_NOT_WHOLE) -> bool:
@@ -125,8 +138,9 @@ class Soak:
         self.providers = {t.app: t for t in virtual_kubelet.targets(cfg)}
         self.kubelets = kubelets
         self.monitoring = cfg.monitoring_namespace
+        self.proxied = control.load_proc(lay, apiproxy.NAME) is not None
         self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets,
-                             monitoring=sorted(MONITORING))
+                             monitoring=sorted(MONITORING), network=(apiproxy.NAME,) if self.proxied else ())
         self.record = Record()
 
     # ------------------------------------------------------------------ faults
@@ -176,6 +190,10 @@ class Soak:
             self._kill_ready(self.monitoring, target, MONITORING[target])
         elif fault is Fault.KUBELET_RESTARTED:
             self._restart(f"kubelet-{target}", kill=False)
+        elif fault in NETWORK_FAULTS:
+            apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
+                                                 user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
+            time.sleep(NETWORK_WINDOW_S)  # it ends by itself; recovery counts from its end
         else:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
 
@@ -201,7 +219,8 @@ class Soak:
         except OSError as exc:
             return [f"the API server does not answer: {exc}"]
         found += [f"{p.name} is not running" for p in control.recorded(self.lay)
-                  if p.name in control.CONTROL_PLANE or p.name in NODE_PROCESSES or p.name.startswith("kubelet-")
+                  if p.name in control.CONTROL_PLANE or p.name in NODE_PROCESSES or p.name == apiproxy.NAME
+                  or p.name.startswith("kubelet-")
                   if not p.alive()]
         try:
             for node in self.core.list_node().items:
@@ -306,6 +325,16 @@ class Soak:
             sampler.join(timeout=10)
         return self.report(began_wall, time.monotonic() - began)
 
+    def _faulted(self) -> dict[str, int] | None:
+        """The agents' calls each kind of network fault took (the proxy's count), or None without the proxy."""
+        if not self.proxied:
+            return None
+        try:
+            return {str(k): int(v) for k, v in apiproxy.state(self.lay).get("applied", {}).items()}
+        except ClusterError as exc:  # the proxy stopped answering: the report says so
+            say(f"network faults' counts not read: {exc}")
+            return None
+
     def report(self, began_wall: float, elapsed_s: float) -> dict[str, Any]:
         torn: list[str] = []
         requests = parse_audit(self.lay.audit_log.read_text(), str(self.lay.audit_log), skipped=torn)
@@ -353,6 +382,7 @@ class Soak:
             "pdbs_below_floor": dict(self.record.below_floor_seen),
             "sampler_errors": self.record.sampler_errors,
             "audit_lines_unreadable": torn[:10],
+            "api_calls_faulted": self._faulted(),
             "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"
                                     for i, why in self.record.not_injected],
         }

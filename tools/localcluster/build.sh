@@ -24,7 +24,8 @@ addons=(kwok descheduler)
 volcano=(vc-scheduler vc-controller-manager)
 # The real nodes' components (kubelet, kube-proxy, our fake GPU device plugin) from the core module, built
 # after the control plane with a stamp of their own: a run that ends inside them leaves the control plane usable.
-node=(kubelet kube-proxy fake-gpu-plugin pause kube-router coredns)
+# apiproxy (ours, standard library only) stands between the pods and the API server for the chaos soak's network faults.
+node=(kubelet kube-proxy fake-gpu-plugin pause kube-router coredns apiproxy)
 # kube-router's firewall (the NetworkPolicy engine of the real nodes), from the module kuberouter/go.mod pins.
 router_pkg="github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"
 # The real nodes' cluster DNS (CoreDNS with its kubernetes plugin), from the module coredns/go.mod pins.
@@ -125,6 +126,7 @@ build "$here" kubelet "$version_flags"
 build "$here" kube-proxy "$version_flags"
 build "$here" fake-gpu-plugin ""
 CGO_ENABLED=0 build "$here" pause ""
+build "$here" apiproxy ""
 build "$here/kuberouter" kube-router "" "$router_pkg"
 build "$here/coredns" coredns "" "$dns_pkg"
 echo "$want" > "$bin/.node-stamp"

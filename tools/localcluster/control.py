@@ -284,6 +284,9 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             raise ClusterError(f"{name} is not running; log {log}:\n{log_tail(log)}")
     if real_nodes:
         nodehost.up(lay, real_nodes_for(plan))
+        from tools.localcluster import apiproxy
+
+        apiproxy.start(lay, ports, APISERVER_IP)
         from tools.localcluster import prometheus_operator
         from tools.localcluster.realnodes import policy_node
 

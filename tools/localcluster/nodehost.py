@@ -53,7 +53,7 @@ from tools.localcluster.realnodes import (
     to_record,
 )
 
-NODE_BINARIES = ("kubelet", "kube-proxy", "fake-gpu-plugin", "pause")
+NODE_BINARIES = ("kubelet", "kube-proxy", "fake-gpu-plugin", "pause", "apiproxy")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NETNS_DIR = Path("/run/netns")
 CNI_CACHE = Path("/var/lib/cni/results")

@@ -282,7 +282,7 @@ class Layout:
 
 
 PORT_NAMES = ("etcd", "etcd_peer", "apiserver", "kwok", "vc_scheduler_metrics", "vc_scheduler_healthz",
-              "vc_controller_metrics", "vc_controller_healthz", "descheduler")
+              "vc_controller_metrics", "vc_controller_healthz", "descheduler", "apiproxy_control")
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -293,14 +293,15 @@ def component_commands(lay: Layout, ports: Mapping[str, int], pod_reachable_ip: 
     """Command lines in start order. Everything binds to 127.0.0.1 or serves nothing (port 0).
 
     With real nodes (``pod_reachable_ip``, tools/localcluster/realnodes.APISERVER_IP) the API server listens on
-    every address and advertises that one, so the ``kubernetes`` Service gets an endpoint pods can reach.
+    every address; pods reach it through the proxy (tools/localcluster/apiproxy.py), which the ``kubernetes``
+    Service's endpoints name, so the API server leaves them alone.
     """
     b, pki, kc = lay.bin, lay.pki, str(lay.kubeconfig)
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
     if pod_reachable_ip:
         # Kubelets are reached at their InternalIP (the node names resolve nowhere).
         addresses = ["--bind-address=0.0.0.0", f"--advertise-address={pod_reachable_ip}",
-                     "--kubelet-preferred-address-types=InternalIP,Hostname"]
+                     "--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP,Hostname"]
     else:
         # The 'kubernetes' Service endpoint would be 127.0.0.1, which endpoints reject.
         addresses = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
