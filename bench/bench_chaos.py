@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 REPORT = Path(__file__).resolve().parent.parent / ".state" / "chaos" / "report.json"
-#: Figures the soak does not measure yet; named, not left out.
-NOT_MEASURED = {"training_steps_lost": "not measured: the soak runs no training gang yet",
-                "checkpoints_lost": "not measured: the soak runs no training gang yet"}
+#: Figures a soak without its training gang (`--no-training`, or a report from before the gang) cannot give.
+NOT_MEASURED = {"training_steps_lost": "not measured: that soak ran no training gang",
+                "checkpoints_lost": "not measured: that soak ran no training gang"}
 
 
 def run(path: Path = REPORT) -> dict[str, Any]:
@@ -24,6 +24,7 @@ def run(path: Path = REPORT) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(path.read_text())
     when = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")
     keep = ("duration_s", "seed", "every_s", "faults_by_kind", "worst_recovery_s_by_kind", "violations",
-            "inference_availability")
-    return {"name": "chaos soak (last `make chaos`)", "measured_at": when,
-            **{k: report[k] for k in keep if k in report}, **NOT_MEASURED}
+            "inference_availability", "training_steps_lost", "checkpoints_lost", "training_restarts_by_fault",
+            "training_step_reached", "api_calls_faulted")
+    return {"name": "chaos soak (last `make chaos`)", "measured_at": when, **NOT_MEASURED,
+            **{k: report[k] for k in keep if report.get(k) is not None}}

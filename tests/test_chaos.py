@@ -11,17 +11,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.chaos.__main__ import seconds
-from tools.chaos.schedule import AGENT_FAULTS, NETWORK_FAULTS, PROCESS_OF, Fault, schedule
+from tools.chaos.schedule import AGENT_FAULTS, NETWORK_FAULTS, PROCESS_OF, TRAINING_FAULTS, Fault, schedule
 
 AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), ("sys-0", "gpu-01")
 MONITORING = ("prometheus", "prometheus-operator")
 NETWORK = ("apiproxy",)
+RANKS = ("0", "1")
 
 
 @given(st.integers(0, 2**32), st.floats(1.0, 7200.0), st.floats(1.0, 600.0))
 def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_the_same_seed(
         seed: int, duration: float, every: float) -> None:
-    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK)
+    plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK,
+                    ranks=RANKS)
     assert [i.at for i in plan] == [every * (n + 1) for n in range(len(plan))]
     assert all(i.at < duration for i in plan) and (not plan or plan[-1].at + every >= duration)
     for i in plan:
@@ -35,10 +37,12 @@ def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_th
             assert i.target in MONITORING
         elif i.fault in NETWORK_FAULTS:
             assert i.target in NETWORK
+        elif i.fault in TRAINING_FAULTS:
+            assert i.target in RANKS
         else:
             assert i.target == PROCESS_OF[i.fault]
     assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING,
-                            network=NETWORK)
+                            network=NETWORK, ranks=RANKS)
 
 
 def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
@@ -51,7 +55,8 @@ def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() ->
 
 
 def test_every_kind_is_drawn_over_a_long_soak() -> None:
-    plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK)
+    plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK,
+                    ranks=RANKS)
     assert {i.fault for i in plan} == set(Fault)
     assert {i.target for i in plan if i.fault is Fault.PROMETHEUS_KILLED} == set(MONITORING)
     assert {i.target for i in plan if i.fault is Fault.KUBE_ROUTER_KILLED} == {"kube-router"}
@@ -88,6 +93,12 @@ def test_bench_chaos_reports_the_last_soak_or_says_none_ran(tmp_path: Path) -> N
     got = bench_chaos.run(tmp_path / "r.json")
     assert got["faults_by_kind"] == {"etcd-killed": 20} and got["violations"] == {"not-whole-within-bound": 0}
     assert got["training_steps_lost"].startswith("not measured") and "violation_details" not in got
+    # A soak with its gang reports what the gang lost, a zero included.
+    (tmp_path / "g.json").write_text(json.dumps({**report, "training_steps_lost": 0, "checkpoints_lost": 0,
+                                                 "training_restarts_by_fault": {"trainer-killed": 3}}))
+    got = bench_chaos.run(tmp_path / "g.json")
+    assert got["training_steps_lost"] == 0 and got["checkpoints_lost"] == 0
+    assert got["training_restarts_by_fault"] == {"trainer-killed": 3}
 
 
 def test_the_soak_stops_when_faults_in_a_row_leave_the_cluster_not_whole() -> None:

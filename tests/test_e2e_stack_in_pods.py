@@ -56,6 +56,7 @@ from tests.realnode_support import (
     why_not,
 )
 from tests.test_controller_isolation import restricted_problems
+from tools.chaos.training import INTERVAL, STEP_S, gang_spec, read_events, round_of
 from tools.engine_runner import engine_available
 from tools.image_local import (
     LOCAL_REGISTRY,
@@ -345,8 +346,8 @@ def test_the_burst_scenario_with_every_agent_in_its_pod_and_the_burst_controller
 
 GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 GANG = "real-gang"
-#: The reference trainer: long enough to be crashed and evicted mid-run, a checkpoint every INTERVAL steps.
-STEPS, STEP_S, INTERVAL = 240, 0.25, 10
+#: The reference trainer: long enough to be crashed and evicted mid-run (a checkpoint every INTERVAL steps).
+STEPS = 240
 
 
 #: Workers of the gang: the pool but its warm spare, which replaces the node the guard takes out.
@@ -354,28 +355,13 @@ WORKERS = len(REAL_GPU_NODES) - REAL_GPU_SPARES
 
 
 def _gang_spec(path: Path, name: str = GANG, steps: int = STEPS) -> Path:
-    trainer = ["python3", "-m", "training_runtime.examples.tiny_trainer", "--steps", str(steps),
-               "--step-seconds", str(STEP_S), "--events", "$(CHECKPOINT_DIR)/events"]
-    path.write_text(json.dumps({
-        "name": name, "image": f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", "command": trainer,
-        # A whole node per worker: the gang spans several kubelets.
-        "gpus": {"nodes": WORKERS, "gpusPerNode": REAL_GPUS_PER_NODE},
-        "pool": REAL_GPU_POOL, "checkpointInterval": INTERVAL, "maxRetries": 5,
-        # What a 2-core build machine's kubelet can hold beside the node's daemons.
-        "cpuPerWorker": "250m", "memoryPerWorker": "512Mi",
-    }))
+    path.write_text(json.dumps(gang_spec(name, f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", steps,
+                                         WORKERS, REAL_GPUS_PER_NODE, REAL_GPU_POOL, max_retries=5)))
     return path
 
 
 def _events(stack: Layout, gang: str = GANG) -> list[dict[str, Any]]:
-    """Every rank's event lines, from the checkpoint volume's host directory (``provisioner --hostpath-root``)."""
-    out: list[dict[str, Any]] = []
-    for path in sorted(stack.volumes.glob(f"*/{gang}/events.rank-*")):
-        rank = int(path.name.rsplit("-", 1)[1])
-        for line in path.read_text().splitlines():
-            if line.strip():
-                out.append({**json.loads(line), "rank": rank})
-    return out
+    return read_events(stack.volumes, gang)
 
 
 def _gang_pods(core: Any, ns: str, gang: str = GANG) -> list[Any]:
@@ -383,14 +369,8 @@ def _gang_pods(core: Any, ns: str, gang: str = GANG) -> list[Any]:
     return [p for p in items if p.metadata.deletion_timestamp is None]
 
 
-def _round(event: dict[str, Any]) -> int:
-    """The supervisor's round of an event: one per start of the gang, in place or through Volcano, never reused
-    in a run (a replaced pod carries Volcano's next attempt but joins the others' round)."""
-    return int(event.get("inplace", 0))
-
-
 def _steps(events: list[dict[str, Any]], round_: int, kind: str = "step") -> list[dict[str, Any]]:
-    return [e for e in events if e["event"] == kind and _round(e) == round_]
+    return [e for e in events if e["event"] == kind and round_of(e) == round_]
 
 
 def _training(stack: Layout, round_: int, gang: str = GANG) -> bool:
@@ -400,7 +380,7 @@ def _training(stack: Layout, round_: int, gang: str = GANG) -> bool:
 
 def _first_training_after(stack: Layout, after: int, gang: str = GANG) -> int | None:
     """The first round past ``after`` in which every rank stepped, if any."""
-    rounds = sorted({_round(e) for e in _events(stack, gang)} - set(range(after + 1)))
+    rounds = sorted({round_of(e) for e in _events(stack, gang)} - set(range(after + 1)))
     return next((r for r in rounds if _training(stack, r, gang)), None)
 
 
@@ -445,9 +425,9 @@ def _restart(stack: Layout, after: int, cause: str, gang: str = GANG,
     # The work this fault undid: from the furthest step of the round it broke (and of any round that started but
     # never trained whole) back to the resume. A round before it may have reached further, but that work was
     # already lost to the restart that ended it, and counted there.
-    reached = [e["step"] for e in events if e["event"] == "step" and after <= _round(e) < new]
-    before = max(reached or [e["step"] for e in events if e["event"] == "step" and _round(e) <= after])
-    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and _round(e) == new}
+    reached = [e["step"] for e in events if e["event"] == "step" and after <= round_of(e) < new]
+    before = max(reached or [e["step"] for e in events if e["event"] == "step" and round_of(e) <= after])
+    (resumed,) = {e["step"] for e in events if e["event"] == "resume" and round_of(e) == new}
     return {"lost_steps": before - resumed, "resumed_at_step": resumed, "round": new,
             "waited_s": round(time.monotonic() - started, 1)}
 
@@ -530,7 +510,7 @@ def test_a_researchers_gang_trains_on_both_real_gpu_nodes_and_resumes_after_a_cr
 
 def _training_from(stack: Layout, first: int, gang: str) -> int | None:
     """The newest round from ``first`` on in which every rank stepped, if any."""
-    ready = [r for r in {_round(e) for e in _events(stack, gang)} if r >= first and _training(stack, r, gang)]
+    ready = [r for r in {round_of(e) for e in _events(stack, gang)} if r >= first and _training(stack, r, gang)]
     return max(ready, default=None)
 
 
@@ -538,11 +518,11 @@ def _steps_redone(stack: Layout, gang: str, before: int, upto: int) -> int:
     """Steps trained again from round ``before`` to ``upto``: at every restart, the last step a round reached less
     the step the next round that resumed resumed at (a round that never stepped redoes nothing)."""
     events = _events(stack, gang)
-    rounds = sorted(r for r in {_round(e) for e in events} if before <= r <= upto)
+    rounds = sorted(r for r in {round_of(e) for e in events} if before <= r <= upto)
     redone = 0
     for this, following in itertools.pairwise(rounds):
         reached = [e["step"] for e in _steps(events, this)]
-        resumed = [e["step"] for e in events if e["event"] == "resume" and _round(e) == following]
+        resumed = [e["step"] for e in events if e["event"] == "resume" and round_of(e) == following]
         if reached and resumed:
             redone += max(reached) - min(resumed)
     return redone
@@ -617,8 +597,8 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
         final = _training_from(stack, first, name)
         assert final is not None
         figures_["lost_steps"] = _steps_redone(stack, name, first - 1, final)
-        figures_["restarts"] = len({_round(e) for e in _events(stack, name)
-                                    if e["event"] == "resume" and first <= _round(e) <= final})
+        figures_["restarts"] = len({round_of(e) for e in _events(stack, name)
+                                    if e["event"] == "resume" and first <= round_of(e) <= final})
         return figures_
 
     # Degraded: the pod of rank 1 is evicted gracefully and nothing is lost.
@@ -666,7 +646,7 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
     assert fencing_problems(stack.audit_log, "health-guard", ns_guard) == []
 
     # Fatal, on another node of the gang: the GPU is gone and the rank's process with it (the crash path).
-    last_round = max(_round(e) for e in _events(stack, name))
+    last_round = max(round_of(e) for e in _events(stack, name))
     pods = _gang_pods(core, ns, name)
     victim = next(p for p in pods if p.spec.node_name != degraded_node)
     fatal_node = victim.spec.node_name
@@ -773,20 +753,35 @@ SOAK_SEED, SOAK_S, SOAK_EVERY_S = 2, 150.0, 30.0
 def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> None:
     """``make chaos`` in short, the same code on this module's stack (last, since it restarts what the others use):
     a fault every 30 s drawn from leaders deleted, killed and frozen past their Lease, a virtual kubelet killed, the
-    API server, etcd, the controller manager, Volcano's scheduler and controllers and the real kubelets restarted;
-    after each the cluster is whole again within the bound, and the history check over the whole audit log (every
-    test of this module included) finds no write out of turn, no pod evicted twice, no PDB floor broken and no
-    NoExecute burst taint."""
-    from tools.chaos.soak import Soak, write_report
+    API server, etcd, the controller manager, Volcano's scheduler and controllers and the real kubelets restarted,
+    network faults on the agents' path to the API server, the gang's ranks killed or evicted, while a researcher's
+    gang trains; after each the cluster (and the gang) is whole again within the bound, and the history check over
+    the whole audit log (every test of this module included) finds no write out of turn, no pod evicted twice, no
+    PDB floor broken, no NoExecute burst taint, and no training step lost past a fault's bound."""
+    from tools.chaos.soak import GANG, Soak, write_report
 
     cfg = load_stack_config(ROOT, "local", real_nodes=True)
+    assert cfg is not None
     kubelets = tuple(n.name for n in real_nodes_for(load_plan(ROOT, "local", real_nodes=True)))
-    soak = Soak(stack, cfg, SOAK_SEED, SOAK_S, SOAK_EVERY_S, kubelets)
+    # The soak's gang takes the real pool, as `make chaos` submits it: the module's gangs leave it first.
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "NO_COLOR": "1"}
+    core, _, _ = _apis(stack)
+    for job in ("guarded-gang", GANG):
+        subprocess.run([str(GPUCLUSTER), "train", "cancel", job], env=env, capture_output=True, timeout=60)
+    wait("the module's gangs gone", lambda: not core.list_namespaced_pod(
+        cfg.training_namespace, label_selector="volcano.sh/job-name").items, 180)
+    soak = Soak(stack, cfg, SOAK_SEED, SOAK_S, SOAK_EVERY_S, kubelets, training=GPUCLUSTER)
     assert {"burst-controller", "health-guard"} <= set(soak.agents), soak.agents
-    report = soak.run()
+    try:
+        report = soak.run()
+    finally:
+        soak.cancel_gang()
     write_report(report, BUILT / "chaos-short.json")
     figures["chaos_short"] = {k: report[k] for k in ("faults_by_kind", "worst_recovery_s_by_kind",
-                                                     "inference_availability")}
+                                                     "inference_availability", "training_steps_lost",
+                                                     "api_calls_faulted")}
     assert sum(report["faults_by_kind"].values()) == len(soak.plan) == 4, report["faults_not_injected"]
     assert not any(report["violations"].values()), (report["violations"], report["violation_details"])
     assert report["inference_samples"] > 0, report
+    # The gang trained through the soak, and what it lost is measured, not assumed.
+    assert report["training_step_reached"] > 0 and report["training_steps_lost"] is not None, report

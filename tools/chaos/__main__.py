@@ -14,6 +14,8 @@ from tools.chaos.soak import say, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / ".state" / "chaos" / "report.json"
+#: The researchers' CLI, installed in the project's venv.
+GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=seconds, default=30.0, help="one fault every this long (30s)")
     parser.add_argument("--seed", type=int, default=1, help="the draw of faults and targets")
     parser.add_argument("--report", type=Path, default=REPORT, help=f"where the report goes ({REPORT})")
+    parser.add_argument("--no-training", action="store_true",
+                        help="run no training gang (by default a researcher submits one with the CLI first)")
     args = parser.parse_args(argv)
 
     from tools.chaos.soak import Soak
@@ -52,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             stackup.pulumi_up(lay, "local", backend_url=f"file://{backend}", in_pods=True)
             cfg = load_stack_config(ROOT, "local", real_nodes=True)
             kubelets = tuple(n.name for n in real_nodes_for(load_plan(ROOT, "local", real_nodes=True)))
-            report = Soak(lay, cfg, args.seed, args.duration, args.every, kubelets).run()
+            soak = Soak(lay, cfg, args.seed, args.duration, args.every, kubelets,
+                        training=None if args.no_training else GPUCLUSTER)
+            report = soak.run()
+            soak.cancel_gang()
             write_report(report, args.report)
             say(f"report: {args.report}")
             say(f"violations: {report['violations']}")

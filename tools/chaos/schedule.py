@@ -29,6 +29,10 @@ class Fault(enum.StrEnum):
     API_ERRORS = "api-5xx"  # a share answered 503
     API_RESET = "api-reset"  # a share of connections reset, no answer
     API_HANG = "api-hang"  # a share of calls never answered
+    # On the soak's training gang (the target is a rank):
+    TRAINER_KILLED = "trainer-killed"  # the rank's worker SIGKILLed under its supervisor: a restart in place
+    TRAINER_POD_KILLED = "trainer-pod-killed"  # the rank's container SIGKILLed: Volcano restarts the gang
+    TRAINER_EVICTED = "trainer-evicted"  # the rank's pod evicted: an emergency checkpoint, the pod replaced alone
 
 
 #: Faults aimed at one HA agent (the target is its app name).
@@ -46,6 +50,8 @@ PROCESS_OF = {
 KILLED = frozenset({Fault.ETCD_KILLED, Fault.KUBE_ROUTER_KILLED})
 #: Faults on the agents' path to the API server (the target is the proxy).
 NETWORK_FAULTS = (Fault.API_LATENCY, Fault.API_THROTTLED, Fault.API_ERRORS, Fault.API_RESET, Fault.API_HANG)
+#: Faults on the training gang (the target is a rank).
+TRAINING_FAULTS = (Fault.TRAINER_KILLED, Fault.TRAINER_POD_KILLED, Fault.TRAINER_EVICTED)
 
 
 @dataclass(frozen=True)
@@ -59,10 +65,12 @@ class Injection:
 
 def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str], providers: Sequence[str],
              kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault),
-             monitoring: Sequence[str] = (), network: Sequence[str] = ()) -> list[Injection]:
+             monitoring: Sequence[str] = (), network: Sequence[str] = (), ranks: Sequence[str] = ()
+             ) -> list[Injection]:
     """One fault every ``every_s`` from ``every_s`` on, while the soak lasts; kind and target drawn with ``seed``
     among those that have a target here (no agent: no agent faults; ``monitoring``: the apps of the Prometheus
-    install the guard reads; ``network``: the proxy in front of the API server, where the cluster has one)."""
+    install the guard reads; ``network``: the proxy in front of the API server, where the cluster has one;
+    ``ranks``: the training gang's, where one trains)."""
     if every_s <= 0:
         raise ValueError(f"every_s must be positive, got {every_s}")
     targets: dict[Fault, Sequence[str]] = {f: agents for f in AGENT_FAULTS}
@@ -70,6 +78,7 @@ def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str]
     targets[Fault.KUBELET_RESTARTED] = kubelets
     targets[Fault.PROMETHEUS_KILLED] = monitoring
     targets.update({f: network for f in NETWORK_FAULTS})
+    targets.update({f: ranks for f in TRAINING_FAULTS})
     targets.update({f: (process,) for f, process in PROCESS_OF.items()})
     usable = [k for k in kinds if targets.get(k)]
     if not usable:

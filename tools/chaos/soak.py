@@ -22,14 +22,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tools.chaos.schedule import AGENT_FAULTS, KILLED, NETWORK_FAULTS, PROCESS_OF, Fault, Injection, schedule
+from tools.chaos.schedule import (
+    AGENT_FAULTS,
+    KILLED,
+    NETWORK_FAULTS,
+    PROCESS_OF,
+    TRAINING_FAULTS,
+    Fault,
+    Injection,
+    schedule,
+)
+from tools.chaos.training import STEP_S, EventTail, GangHistory, gang_spec, judge
 from tools.localcluster import apiproxy, control, prometheus_operator, virtual_kubelet
 from tools.localcluster.apiproxy import NetFault
 from tools.localcluster.history import burst_flip_violations, fencing_violations, repeated_evictions, taint_flips
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError
 from tools.localcluster.rbac_usage import parse_audit
-from tools.localcluster.realcluster import container_pid, lease_holder, ready_pods
+from tools.localcluster.realcluster import child_pids, container_pid, lease_holder, ready_pods
 
 #: How long the cluster may take to be whole again after one fault, before the soak calls it a violation.
 RECOVERY_BOUND_S = 240.0
@@ -43,6 +53,12 @@ MONITORING = {"prometheus": "prometheus", prometheus_operator.OPERATOR: promethe
 #: How long a network fault lasts: most of a 30 s period, and longer than the agents' Lease renewal deadline, so
 #: a leader whose renewals fail or hang loses its Lease inside the window.
 NETWORK_WINDOW_S = 20.0
+#: The soak's training gang, submitted with the CLI as a researcher does.
+GANG = "soak-gang"
+#: The gang counts as training again once every rank of its newest round stepped and a step came this recently.
+GANG_STALLED_S = 30.0
+#: How long the gang may take to train after its submission.
+GANG_START_S = 300.0
 #: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
 NETWORK = {
     Fault.API_LATENCY: NetFault("latency", latency_ms=1500),
@@ -91,6 +107,8 @@ class Record:
     stopped_early: str | None = None
     #: Every node's burst taint at each sample: (epoch seconds, node, tainted).
     burst_taint: list[tuple[float, str, bool]] = field(default_factory=list)
+    #: Every fault put in place: (epoch seconds it began, kind, target).
+    injected: list[tuple[float, Fault, str]] = field(default_factory=list)
 
 
 def _settings(core: Any, namespace: str, app: str) -> dict[str, Any] | None:
@@ -124,8 +142,12 @@ def ha_agents(lay: Layout, namespace: str) -> list[Agent]:
 
 class Soak:
     def __init__(self, lay: Layout, cfg: Any, seed: int, duration_s: float, every_s: float,
-                 kubelets: tuple[str, ...], recovery_bound_s: float = RECOVERY_BOUND_S) -> None:
+                 kubelets: tuple[str, ...], recovery_bound_s: float = RECOVERY_BOUND_S,
+                 training: Path | None = None) -> None:
+        """``training``: the ``gpucluster`` CLI a researcher submits the soak's gang with (None: no gang)."""
         from kubernetes import client
+
+        from tools.localcluster.realnodes import REAL_GPU_NODES, REAL_GPU_SPARES
 
         self.lay, self.cfg, self.seed = lay, cfg, seed
         self.duration_s, self.every_s, self.bound = duration_s, every_s, recovery_bound_s
@@ -139,8 +161,16 @@ class Soak:
         self.kubelets = kubelets
         self.monitoring = cfg.monitoring_namespace
         self.proxied = control.load_proc(lay, apiproxy.NAME) is not None
+        self.cli = training
+        self.gang_submitted = False
+        #: The gang's workers: the real pool but its warm spare, which replaces a node the guard takes out.
+        self.workers = len(REAL_GPU_NODES) - REAL_GPU_SPARES
+        self.gang = GangHistory()
+        self.tail = EventTail(lay.volumes, GANG)
+        ranks = tuple(str(r) for r in range(self.workers)) if training else ()
         self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets,
-                             monitoring=sorted(MONITORING), network=(apiproxy.NAME,) if self.proxied else ())
+                             monitoring=sorted(MONITORING), network=(apiproxy.NAME,) if self.proxied else (),
+                             ranks=ranks)
         self.record = Record()
 
     # ------------------------------------------------------------------ faults
@@ -190,12 +220,79 @@ class Soak:
             self._kill_ready(self.monitoring, target, MONITORING[target])
         elif fault is Fault.KUBELET_RESTARTED:
             self._restart(f"kubelet-{target}", kill=False)
+        elif fault in TRAINING_FAULTS:
+            self._hit_rank(fault, target)
         elif fault in NETWORK_FAULTS:
             apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
                                                  user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
             time.sleep(NETWORK_WINDOW_S)  # it ends by itself; recovery counts from its end
         else:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
+
+    def _hit_rank(self, fault: Fault, rank: str) -> None:
+        """Kill the rank's worker under its supervisor or its whole container, or evict its pod."""
+        from kubernetes import client
+
+        ns = self.cfg.training_namespace
+        pods = [p for p in self.core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={GANG}").items
+                if p.metadata.deletion_timestamp is None and p.metadata.name.endswith(f"-{rank}")
+                and p.status.phase == "Running" and p.status.container_statuses
+                and p.status.container_statuses[0].container_id]
+        if not pods:
+            raise RuntimeError(f"rank {rank} of {GANG} has no running pod")
+        pod = pods[0]
+        if fault is Fault.TRAINER_EVICTED:
+            self.core.create_namespaced_pod_eviction(pod.metadata.name, ns, client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=ns)))
+            return
+        supervisor = container_pid(self.lay, pod.spec.node_name, pod.status.container_statuses[0].container_id)
+        if fault is Fault.TRAINER_POD_KILLED:
+            os.kill(supervisor, signal.SIGKILL)
+            return
+        workers = child_pids(supervisor)
+        if not workers:
+            raise RuntimeError(f"rank {rank}'s supervisor (pid {supervisor}) runs no worker")
+        os.kill(workers[0], signal.SIGKILL)
+
+    def submit_gang(self) -> None:
+        """Submit the gang with the CLI, as a researcher does, and wait until every rank trains."""
+        import subprocess
+        import tempfile
+
+        from components import images
+        from tools.image_local import LOCAL_REGISTRY
+        from tools.localcluster.realnodes import REAL_GPU_POOL, REAL_GPUS_PER_NODE
+
+        assert self.cli is not None
+        # Never done within the soak: a step takes at least STEP_S, and restarts only add steps.
+        steps = int(self.duration_s / STEP_S) + 1000
+        spec = gang_spec(GANG, f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", steps, self.workers,
+                         REAL_GPUS_PER_NODE, REAL_GPU_POOL)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="soak-gang-") as f:
+            json.dump(spec, f)
+            f.flush()
+            out = subprocess.run([str(self.cli), "train", "submit", f.name], capture_output=True, text=True,
+                                 timeout=120, check=False,
+                                 env={**os.environ, "KUBECONFIG": str(self.lay.kubeconfig), "NO_COLOR": "1"})
+        if out.returncode != 0:
+            raise RuntimeError(f"gpucluster train submit: {out.stderr.strip() or out.stdout.strip()}")
+        deadline = time.monotonic() + GANG_START_S
+        while not self._gang_training():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{GANG} did not train within {GANG_START_S:g}s of its submission")
+            time.sleep(2.0)
+        say(f"{GANG}: {self.workers} ranks training, {steps} steps to go")
+
+    def _gang_training(self) -> bool:
+        self.gang.add(self.tail.read())
+        return self.gang.training(self.workers, time.time(), GANG_STALLED_S)
+
+    def cancel_gang(self) -> None:
+        import subprocess
+
+        if self.cli is not None:
+            subprocess.run([str(self.cli), "train", "cancel", GANG], capture_output=True, text=True, timeout=120,
+                           check=False, env={**os.environ, "KUBECONFIG": str(self.lay.kubeconfig), "NO_COLOR": "1"})
 
     def _restart(self, name: str, kill: bool) -> None:
         proc = control.load_proc(self.lay, name)
@@ -218,6 +315,9 @@ class Soak:
                 return ["the API server is not ready"]
         except OSError as exc:
             return [f"the API server does not answer: {exc}"]
+        if self.gang_submitted and not self._gang_training():
+            found.append(f"{GANG} is not training (no step from every rank of its newest round in the last "
+                         f"{GANG_STALLED_S:g}s)")
         found += [f"{p.name} is not running" for p in control.recorded(self.lay)
                   if p.name in control.CONTROL_PLANE or p.name in NODE_PROCESSES or p.name == apiproxy.NAME
                   or p.name.startswith("kubelet-")
@@ -294,20 +394,29 @@ class Soak:
         first = self.wait_whole(time.monotonic())
         if first is None:
             raise RuntimeError("the cluster is not whole before the first fault")
-        began_wall, began = time.time(), time.monotonic()
+        began_wall = time.time()
         stop = threading.Event()
         sampler = threading.Thread(target=self._sampler, args=(stop,), name="sampler", daemon=True)
         sampler.start()
         try:
+            if self.cli is not None:
+                # The gang takes the real pool: inference hands over to the virtual nodes under the sampler's eye.
+                self.submit_gang()
+                self.gang_submitted = True
+                if self.wait_whole(time.monotonic()) is None:
+                    raise RuntimeError(f"the cluster is not whole with {GANG} training")
+            began = time.monotonic()
             for injection in self.plan:
                 time.sleep(max(0.0, began + injection.at - time.monotonic()))
                 say(f"t={injection.at:g}s {injection.fault} {injection.target}")
+                at_wall = time.time()
                 try:
                     self.inject(injection)
                 except Exception as exc:
                     say(f"could not inject {injection.fault} on {injection.target}: {exc}")
                     self.record.not_injected.append((injection, f"{type(exc).__name__}: {exc}"[:300]))
                     continue
+                self.record.injected.append((at_wall, injection.fault, injection.target))
                 injected = time.monotonic()
                 recovered = self.wait_whole(injected)
                 self.record.recoveries.append((injection, recovered))
@@ -361,6 +470,12 @@ class Soak:
         violations["not-whole-within-bound"] = len(not_recovered)
         violations["inference-below-pdb-floor"] = self.record.below_floor
         violations["burst-taint-no-execute"] = self.record.no_execute
+        training: dict[str, Any] = {"training_steps_lost": None, "checkpoints_lost": None}
+        if self.gang_submitted:
+            self.gang.add(self.tail.read())
+            training = judge(self.gang, self.record.injected)
+            violations.update(training.pop("violations"))
+            details += training.pop("details")
         worst: dict[str, float] = {}
         for injection, recovered in self.record.recoveries:
             if recovered is not None:
@@ -383,6 +498,7 @@ class Soak:
             "sampler_errors": self.record.sampler_errors,
             "audit_lines_unreadable": torn[:10],
             "api_calls_faulted": self._faulted(),
+            **training,
             "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"
                                     for i, why in self.record.not_injected],
         }
