@@ -109,10 +109,34 @@ def test_stack_config_maps_signals_to_classes(run_stack: StackRunner) -> None:
     assert (s.max_nodes_quarantined, s.probation_seconds) == (2, 60)
 
 
+def test_the_health_section_is_the_guards_own_model_spelled_once(run_stack: StackRunner) -> None:
+    """`observability.health` is the guard's ``GuardTunables`` plus the XID lists and `signalClasses`: every one of
+    its keys set in the stack reaches the guard's file with the value set, and neither side restates a bound."""
+    from agents.health_guard.contract import GuardTunables
+    from components.config.observability import HealthGuardConfig
+
+    assert issubclass(HealthGuardConfig, GuardTunables)
+    chosen = GuardTunables(stale_after_seconds=45, probation_seconds=90, max_nodes_per_hour=5,
+                           max_nodes_quarantined=7, max_pool_percent_per_hour=12.5, max_pool_percent_quarantined=30.0,
+                           flap_limit=4, flap_window_seconds=3600, evict_inference_on_fatal=False,
+                           switch_fault_min_nodes=5, switch_fault_leaf_percent=25.0)
+    assert chosen.tunables() != GuardTunables().tunables()
+    stack_keys = HealthGuardConfig.model_validate(chosen.tunables()).model_dump(by_alias=True)
+    result = run_stack("local", lambda c: c.update({P + "observability": {"health": {
+        k: stack_keys[k] for k in (HealthGuardConfig.model_fields[f].alias or f for f in GuardTunables.model_fields)
+    }}}))
+    deployed = parse_settings(settings_of(result))
+    assert GuardTunables.model_validate(deployed.tunables()) == chosen
+    # The file's keys are sorted: moving a key between the two models never changes what is deployed.
+    raw = result.one("ConfigMap", "health-guard-settings").inputs["data"]["settings.json"]
+    assert list(json.loads(raw)) == sorted(json.loads(raw))
+
+
 @pytest.mark.parametrize(("health", "message"), [
     ({"fatalXids": [79], "degradedXids": [79]}, "XIDs [79] are in both fatalXids and degradedXids"),
     ({"signalClasses": {"gpu-temprature": "fatal"}}, "unknown signal(s) gpu-temprature"),
     ({"maxPoolPercentPerHour": 150}, "maxPoolPercentPerHour"),
+    ({"staleAfterSeconds": 5}, "staleAfterSeconds"),
 ])
 def test_bad_health_config_is_refused_naming_the_key(health: dict[str, Any], message: str) -> None:
     config, secrets = raw_stack("local")

@@ -25,6 +25,7 @@ leaf going bad together is the switch's fault, not theirs (:mod:`agents.health_g
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Self
@@ -292,7 +293,52 @@ def default_signals(
     return tuple(signals)
 
 
-class HealthSettings(_Model):
+class GuardTunables(BaseModel):
+    """The guard's judgement and rails, as the stack's `observability.health` sets them (that section is this model
+    plus the XID lists and `signalClasses`, which become the guard's signals)."""
+
+    # The docstrings below are the stack reference's descriptions too (docs/configuration.md).
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    stale_after_seconds: Annotated[int, Field(ge=15)] = 120
+    """A node whose exporter has been silent this long (seconds) is not judged: never unhealthy, never released.
+    At least 15: a few of Prometheus' scrapes."""
+    probation_seconds: Annotated[int, Field(ge=0)] = 1800
+    """Healthy this long without a break (seconds; every quarantining signal reporting and clear) before a node is
+    released; a fatal one also needs the repair mark."""
+    max_nodes_per_hour: Annotated[int, Field(ge=0)] = 2
+    """Guard rail: most nodes quarantined within an hour. One more trips the breaker, and the guard stops
+    quarantining until a person resets it."""
+    max_nodes_quarantined: Annotated[int, Field(ge=0)] = 4
+    """Guard rail: most nodes quarantined at once, fleet-wide; one more trips the breaker."""
+    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = 10.0
+    """Guard rail: most of one pool quarantined within an hour (percent of its nodes, rounded down but at least
+    one node unless 0); one more trips the breaker."""
+    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = 20.0
+    """Guard rail: most of one pool quarantined at once (percent of its nodes, rounded down but at least one
+    node unless 0); one more trips the breaker."""
+    flap_limit: Annotated[int, Field(ge=2)] = 3
+    """Quarantined this often within `flapWindowSeconds`, even a degraded node waits for the repair mark."""
+    flap_window_seconds: Annotated[int, Field(gt=0)] = 86400
+    """Window over which quarantines count towards `flapLimit` (seconds)."""
+    evict_inference_on_fatal: bool = True
+    """Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold)."""
+    switch_fault_min_nodes: Annotated[int, Field(ge=2)] = 3
+    """Nodes under one leaf switch (`<labelPrefix>/leaf`) whose InfiniBand signals go bad together that make it the
+    switch's fault: the leaf is kept out of new placement as one unit, nothing is drained, and the guard rails do not
+    count it. Fewer are judged node by node. Three: two nodes losing a port in the same minute happen (a reseated
+    cable bundle), three independent ones under one leaf do not, and three is the first count the default rails
+    (two an hour) would refuse node by node."""
+    switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
+    """Or this share of the leaf's nodes (percent), when that is fewer nodes (a small leaf: half of a four-node leaf
+    is two); never fewer than two: one node's bad port is that node's fault."""
+
+    def tunables(self) -> dict[str, Any]:
+        """These keys and their values, as the guard's settings take them."""
+        return {name: getattr(self, name) for name in GuardTunables.model_fields}
+
+
+class HealthSettings(_Model, GuardTunables):
     """Everything the guard needs; the defaults are the platform's (see the module docstring)."""
 
     label_prefix: Annotated[str, Field(pattern=_DNS_SUBDOMAIN)] = DEFAULT_LABEL_PREFIX
@@ -301,18 +347,6 @@ class HealthSettings(_Model):
     poll_seconds: Annotated[int, Field(gt=0)] = 2
     """How often the signals are queried. A cycle costs Prometheus instant queries only (nodes come from a watch),
     and it bounds the time from a fault in Prometheus to its taint (docs/scale.md: the fault storms)."""
-    stale_after_seconds: Annotated[int, Field(gt=0)] = 120
-    """A node whose exporter has not reported for this long is not judged (never unhealthy, never healthy)."""
-    probation_seconds: Annotated[int, Field(ge=0)] = 1800
-    """Healthy this long (every quarantining signal reporting and clear) before a node is released."""
-    max_nodes_per_hour: Annotated[int, Field(ge=0)] = 2
-    max_nodes_quarantined: Annotated[int, Field(ge=0)] = 4
-    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = 10.0
-    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = 20.0
-    flap_limit: Annotated[int, Field(ge=2)] = 3
-    """This many quarantines within ``flap_window_seconds`` make even a degraded node wait for a repair mark."""
-    flap_window_seconds: Annotated[int, Field(gt=0)] = 86400
-    evict_inference_on_fatal: bool = True
     eviction_namespaces: list[str] = Field(default_factory=lambda: ["training", "inference"])
     """Namespaces whose pods the guard evicts: where its RBAC has a Role. A pod labelled as training or
     inference anywhere else is not the guard's to move, and is left alone."""
@@ -334,13 +368,6 @@ class HealthSettings(_Model):
     """Nodes and gang jobs come from a watch, restarted this often (a list only when the watch broke)."""
     backoff_base_seconds: Annotated[float, Field(gt=0)] = 1.0
     backoff_max_seconds: Annotated[float, Field(gt=0)] = 60.0
-    switch_fault_min_nodes: Annotated[int, Field(ge=2)] = 3
-    """Nodes under one leaf whose InfiniBand signals go bad together that make it the switch's fault. Three: two
-    nodes losing a port in the same minute happen (a reseated cable bundle), three independent ones under one
-    leaf do not, and three is the first count the default rails (two an hour) would refuse node by node."""
-    switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = 50.0
-    """Or this share of the leaf's nodes, when that is fewer (a small leaf): half of a four-node leaf is two.
-    Never fewer than two nodes: one node's bad port is that node's fault."""
     exporters: dict[str, Exporter] = Field(default_factory=default_exporters)
     signals: tuple[Signal, ...] = Field(default_factory=default_signals)
 
@@ -399,5 +426,6 @@ def parse_settings(raw: Any, source: str = "settings") -> HealthSettings:
 
 
 def settings_document(settings: HealthSettings) -> str:
-    """The ConfigMap file: every key spelled out, sorted for stable diffs."""
-    return settings.model_dump_json(indent=2) + "\n"
+    """The ConfigMap file: every key spelled out, sorted for stable diffs (moving a key between models, as the
+    stack's section and this contract share ``GuardTunables``, changes nothing deployed)."""
+    return json.dumps(settings.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"

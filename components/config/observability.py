@@ -20,19 +20,18 @@ if TYPE_CHECKING:
 XidNumber = Annotated[int, Field(ge=1, le=999)]
 
 
-#: The guard's own defaults (its contract): the stack's defaults are the same numbers, not a copy of them.
-_GUARD = health_contract.HealthSettings()
 #: The signals the guard judges (its contract's defaults); `signalClasses` may name only these.
 SIGNAL_NAMES = tuple(sorted(s.name for s in health_contract.default_signals()))
 
 
-class HealthGuardConfig(ConfigModel):
+class HealthGuardConfig(ConfigModel, health_contract.GuardTunables):
     """``observability.health``: the health guard's signal → class mapping and guard rails.
 
-    The signals and their default classes (with sources) are documented in
-    :mod:`agents.health_guard.contract`; the thermal signal takes the limit, band and hold above. Deploy
-    switch, poll interval and metrics port are ``healthGuard``, ``healthGuardPollSeconds`` and
-    ``healthGuardPort``.
+    The rails and the judgement's timings are the guard's own keys (its contract's ``GuardTunables``), plus the XID
+    lists and ``signalClasses``, from which the guard's signals are built. The signals and their default classes
+    (with sources) are documented in :mod:`agents.health_guard.contract`; the thermal signal takes the limit, band
+    and hold above. Deploy switch, poll interval and metrics port are ``healthGuard``, ``healthGuardPollSeconds``
+    and ``healthGuardPort``.
     """
 
     fatal_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.FATAL_XIDS))
@@ -43,35 +42,6 @@ class HealthGuardConfig(ConfigModel):
     signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
     """Per-signal override of its class, or `off`: e.g. `{nvlink-errors: fatal, ib-link-errors: off}`. Keys are the
     guard's signal names (`agents/health_guard/contract.py`); an unknown one is refused."""
-    stale_after_seconds: Annotated[int, Field(ge=15)] = _GUARD.stale_after_seconds
-    """A node whose exporter has been silent this long (seconds) is not judged: never unhealthy, never
-    released."""
-    probation_seconds: Annotated[int, Field(ge=0)] = _GUARD.probation_seconds
-    """Healthy this long without a break (seconds) before a node is released; a fatal one also needs the
-    repair mark."""
-    max_nodes_per_hour: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_per_hour
-    """Guard rail: most nodes quarantined within an hour. One more trips the breaker, and the guard stops
-    quarantining until a person resets it."""
-    max_nodes_quarantined: Annotated[int, Field(ge=0)] = _GUARD.max_nodes_quarantined
-    """Guard rail: most nodes quarantined at once, fleet-wide; one more trips the breaker."""
-    max_pool_percent_per_hour: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_per_hour
-    """Guard rail: most of one pool quarantined within an hour (percent of its nodes, rounded down but at least
-    one node unless 0); one more trips the breaker."""
-    max_pool_percent_quarantined: Annotated[float, Field(ge=0, le=100)] = _GUARD.max_pool_percent_quarantined
-    """Guard rail: most of one pool quarantined at once (percent of its nodes, rounded down but at least one
-    node unless 0); one more trips the breaker."""
-    flap_limit: Annotated[int, Field(ge=2)] = _GUARD.flap_limit
-    """Quarantined this often within `flapWindowSeconds`, even a degraded node waits for the repair mark."""
-    flap_window_seconds: PositiveInt = _GUARD.flap_window_seconds
-    """Window over which quarantines count towards `flapLimit` (seconds)."""
-    evict_inference_on_fatal: bool = _GUARD.evict_inference_on_fatal
-    """Evict inference from fatal nodes too (through the Eviction API: PodDisruptionBudgets hold)."""
-    switch_fault_min_nodes: Annotated[int, Field(ge=2)] = _GUARD.switch_fault_min_nodes
-    """Nodes under one leaf switch (`<labelPrefix>/leaf`) whose InfiniBand signals go bad together that make it the
-    switch's fault: the leaf is kept out of new placement as one unit, nothing is drained, and the guard rails do not
-    count it. Fewer are judged node by node."""
-    switch_fault_leaf_percent: Annotated[float, Field(gt=0, le=100)] = _GUARD.switch_fault_leaf_percent
-    """Or this share of the leaf's nodes (percent), when that is fewer nodes; never fewer than two."""
     resources: ContainerRequests | None = None
     """Requests of the health guard's container (`cpu`, `memory`; the memory is its limit too).
     Unset: 50m and 128Mi, or more where the stack's nodes need it: the agent keeps every node it watches
@@ -161,7 +131,7 @@ class Observability(ConfigModel, Thermal):
     """The rate an InfiniBand port must train at (Gb/s; NDR: 400); lower raises InfinibandRateBelowNominal."""
     health_guard: bool = True
     """Deploy the health guard (quarantines faulty and hot nodes); off leaves only the alerts."""
-    health_guard_poll_seconds: PositiveInt = _GUARD.poll_seconds
+    health_guard_poll_seconds: PositiveInt = health_contract.HealthSettings.model_fields["poll_seconds"].default
     """How often the health guard queries Prometheus and decides (seconds); at most `thermalHoldSeconds`."""
     health_guard_port: Annotated[int, Field(ge=1024, le=65535)] = health_contract.METRICS_PORT
     """Port of the health guard's /metrics endpoint."""
