@@ -86,7 +86,9 @@ def test_the_gang_trains_only_when_every_rank_of_its_newest_round_stepped_lately
     assert h.training(workers=2, now=12, stalled_after_s=30)
     assert not h.training(workers=2, now=100, stalled_after_s=30)  # stalled
     assert not h.training(workers=3, now=12, stalled_after_s=30)  # a rank never stepped
-    h.add([ev("resume", 0, 13, 5, 1), ev("step", 0, 14, 6, 1)])  # a new round, one rank so far
+    h.add([ev("resume", 0, 13, 5, 1)])  # a new round that has only resumed: the old one is over
+    assert not h.training(workers=2, now=13.5, stalled_after_s=30)
+    h.add([ev("step", 0, 14, 6, 1)])  # one rank of the new round stepped so far
     assert not h.training(workers=2, now=15, stalled_after_s=30)
 
 

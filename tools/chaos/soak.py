@@ -46,6 +46,8 @@ RECOVERY_BOUND_S = 240.0
 #: This many faults in a row not recovered within the bound end the soak: the cluster is not coming back, and every
 #: later fault would only wait out the bound.
 STOP_AFTER_NOT_WHOLE = 3
+#: How long a fault the cluster notices later (a container killed) may take to show, before its recovery is timed.
+OBSERVE_S = 30.0
 #: The nodes' own network processes: the NetworkPolicy firewall and the Service proxy.
 NODE_PROCESSES = ("kube-router", "kube-proxy")
 #: The monitoring install's apps (their ``app.kubernetes.io/name``) and the container of each that is killed.
@@ -109,6 +111,8 @@ class Record:
     burst_taint: list[tuple[float, str, bool]] = field(default_factory=list)
     #: Every fault put in place: (epoch seconds it began, kind, target).
     injected: list[tuple[float, Fault, str]] = field(default_factory=list)
+    #: Faults the cluster never showed within OBSERVE_S (a kill the kubelet never noticed): named in the report.
+    unseen: list[Injection] = field(default_factory=list)
 
 
 def _settings(core: Any, namespace: str, app: str) -> dict[str, Any] | None:
@@ -183,13 +187,28 @@ class Soak:
             raise RuntimeError(f"{namespace}/{pod_name} has no running container {container or ''}".rstrip())
         return pod.spec.node_name, statuses[0].container_id
 
-    def _kill_ready(self, namespace: str, app: str, container: str | None = None) -> None:
-        """SIGKILL the container of one Ready pod of ``app``: the kubelet restarts it in place."""
+    def _kill_ready(self, namespace: str, app: str, container: str | None = None) -> Callable[[], bool]:
+        """SIGKILL the container of one Ready pod of ``app``: the kubelet restarts it in place. Returns whether the
+        kill is seen yet (the pod not Ready, or its container restarted)."""
         pods = ready_pods(self.lay, namespace, app)
         if not pods:
             raise RuntimeError(f"{app}: no Ready pod to kill")
-        os.kill(container_pid(self.lay, *self._container(namespace, pods[0].metadata.name, container)),
-                signal.SIGKILL)
+        return self._kill_container(namespace, pods[0].metadata.name, container)
+
+    def _kill_container(self, namespace: str, pod: str, container: str | None = None) -> Callable[[], bool]:
+        before = self._restarts(namespace, pod)
+        os.kill(container_pid(self.lay, *self._container(namespace, pod, container)), signal.SIGKILL)
+
+        def seen() -> bool:
+            p = self.core.read_namespaced_pod(pod, namespace)
+            ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            return not ready or self._restarts(namespace, pod) > before
+
+        return seen
+
+    def _restarts(self, namespace: str, pod: str) -> int:
+        p = self.core.read_namespaced_pod(pod, namespace)
+        return sum(c.restart_count or 0 for c in p.status.container_statuses or [])
 
     def _leader_pid(self, agent: Agent) -> int:
         holder = lease_holder(self.lay, agent.namespace, agent.lease)
@@ -197,15 +216,21 @@ class Soak:
             raise RuntimeError(f"{agent.app}: nobody holds {agent.lease}")
         return container_pid(self.lay, *self._container(self.namespace, holder))
 
-    def inject(self, injection: Injection) -> None:
-        """Do ``injection``; returns once the fault is in place (a freeze: once the process is woken again)."""
+    def inject(self, injection: Injection) -> Callable[[], bool] | None:
+        """Do ``injection``; returns once the fault is in place (a freeze: once the process is woken again), with,
+        for a fault the cluster notices only later (a process killed in its container), whether it has yet: the
+        recovery is not measured before the fault is seen, or a kill would count as whole before the kubelet
+        noticed it."""
         fault, target = injection.fault, injection.target
         if fault in AGENT_FAULTS:
             agent = self.agents[target]
             if fault is Fault.LEADER_DELETED:
                 self.core.delete_namespaced_pod(lease_holder(self.lay, agent.namespace, agent.lease), self.namespace)
             elif fault is Fault.LEADER_KILLED:
-                os.kill(self._leader_pid(agent), signal.SIGKILL)
+                holder = lease_holder(self.lay, agent.namespace, agent.lease)
+                if not holder:
+                    raise RuntimeError(f"{agent.app}: nobody holds {agent.lease}")
+                return self._kill_container(self.namespace, holder)
             else:
                 pid = self._leader_pid(agent)
                 os.kill(pid, signal.SIGSTOP)
@@ -215,22 +240,24 @@ class Soak:
                     os.kill(pid, signal.SIGCONT)
         elif fault is Fault.PROVIDER_KILLED:
             provider = self.providers[target]
-            self._kill_ready(provider.namespace, provider.app)
+            return self._kill_ready(provider.namespace, provider.app)
         elif fault is Fault.PROMETHEUS_KILLED:
-            self._kill_ready(self.monitoring, target, MONITORING[target])
+            return self._kill_ready(self.monitoring, target, MONITORING[target])
         elif fault is Fault.KUBELET_RESTARTED:
             self._restart(f"kubelet-{target}", kill=False)
         elif fault in TRAINING_FAULTS:
-            self._hit_rank(fault, target)
+            return self._hit_rank(fault, target)
         elif fault in NETWORK_FAULTS:
             apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
                                                  user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
             time.sleep(NETWORK_WINDOW_S)  # it ends by itself; recovery counts from its end
         else:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
+        return None
 
-    def _hit_rank(self, fault: Fault, rank: str) -> None:
-        """Kill the rank's worker under its supervisor or its whole container, or evict its pod."""
+    def _hit_rank(self, fault: Fault, rank: str) -> Callable[[], bool]:
+        """Kill the rank's worker under its supervisor or its whole container, or evict its pod; seen once the
+        gang is no longer training (a new round, or no step for a while) or, for an eviction, the pod is gone."""
         from kubernetes import client
 
         ns = self.cfg.training_namespace
@@ -244,15 +271,18 @@ class Soak:
         if fault is Fault.TRAINER_EVICTED:
             self.core.create_namespaced_pod_eviction(pod.metadata.name, ns, client.V1Eviction(
                 metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=ns)))
-            return
+            uid = pod.metadata.uid
+            return lambda: all(p.metadata.uid != uid for p in self.core.list_namespaced_pod(
+                ns, label_selector=f"volcano.sh/job-name={GANG}").items)
         supervisor = container_pid(self.lay, pod.spec.node_name, pod.status.container_statuses[0].container_id)
         if fault is Fault.TRAINER_POD_KILLED:
             os.kill(supervisor, signal.SIGKILL)
-            return
-        workers = child_pids(supervisor)
-        if not workers:
-            raise RuntimeError(f"rank {rank}'s supervisor (pid {supervisor}) runs no worker")
-        os.kill(workers[0], signal.SIGKILL)
+        else:
+            workers = child_pids(supervisor)
+            if not workers:
+                raise RuntimeError(f"rank {rank}'s supervisor (pid {supervisor}) runs no worker")
+            os.kill(workers[0], signal.SIGKILL)
+        return lambda: not self._gang_training()
 
     def submit_gang(self) -> None:
         """Submit the gang with the CLI, as a researcher does, and wait until every rank trains."""
@@ -342,6 +372,18 @@ class Soak:
             found.append(f"the API refused a read: {type(exc).__name__}: {str(exc)[:200]}")
         return found
 
+    def _seen(self, seen: Callable[[], bool]) -> bool:
+        """Wait until the cluster shows the fault (``seen``), at most :data:`OBSERVE_S`."""
+        deadline = time.monotonic() + OBSERVE_S
+        while time.monotonic() < deadline:
+            try:
+                if seen():
+                    return True
+            except Exception:  # the API refusing a read while it restarts: look again
+                pass
+            time.sleep(0.2)
+        return False
+
     def wait_whole(self, since: float) -> float | None:
         """Seconds from ``since`` until :meth:`problems` is empty; None past the bound."""
         last: list[str] = []
@@ -411,13 +453,16 @@ class Soak:
                 say(f"t={injection.at:g}s {injection.fault} {injection.target}")
                 at_wall = time.time()
                 try:
-                    self.inject(injection)
+                    seen = self.inject(injection)
                 except Exception as exc:
                     say(f"could not inject {injection.fault} on {injection.target}: {exc}")
                     self.record.not_injected.append((injection, f"{type(exc).__name__}: {exc}"[:300]))
                     continue
                 self.record.injected.append((at_wall, injection.fault, injection.target))
                 injected = time.monotonic()
+                if seen is not None and not self._seen(seen):
+                    say(f"{injection.fault} on {injection.target} not seen within {OBSERVE_S:g}s")
+                    self.record.unseen.append(injection)
                 recovered = self.wait_whole(injected)
                 self.record.recoveries.append((injection, recovered))
                 if on_fault is not None:
@@ -499,6 +544,7 @@ class Soak:
             "audit_lines_unreadable": torn[:10],
             "api_calls_faulted": self._faulted(),
             **training,
+            "faults_not_seen": [f"{i.fault} on {i.target} at t={i.at:g}s" for i in self.record.unseen],
             "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"
                                     for i, why in self.record.not_injected],
         }

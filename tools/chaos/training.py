@@ -146,11 +146,13 @@ class GangHistory:
                 self.done.add(int(e["rank"]))
 
     def training(self, workers: int, now: float, stalled_after_s: float) -> bool:
-        """Every rank stepped in the newest round, and a step came within ``stalled_after_s`` of ``now``."""
+        """Every rank stepped in the newest round (one that has only resumed so far is the newest), and a step came
+        within ``stalled_after_s`` of ``now``."""
         if not self.ranks_stepped or self.last_step_at is None:
             return False
-        newest = max(self.ranks_stepped)
-        return len(self.ranks_stepped[newest]) == workers and now - self.last_step_at <= stalled_after_s
+        newest = max(set(self.ranks_stepped) | set(self.resumes))
+        return (len(self.ranks_stepped.get(newest, ())) == workers
+                and now - self.last_step_at <= stalled_after_s)
 
     def restarts(self) -> list[Restart]:
         """Each round that resumed after another had stepped, with what the rounds since the last such resume
