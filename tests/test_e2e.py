@@ -56,9 +56,9 @@ from tests.polling import wait
 from tools.engine_runner import engine_available
 from tools.localcluster import control, stackup, virtual_kubelet
 from tools.localcluster.plan import VIRTUAL_KUBELET, Layout, load_stack_config, stack_config_values
+from tools.localcluster.realcluster import BUILT, linked_state
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 PHASES_FILE = BUILT / "e2e-phases.json"
 #: Phase timings of both scenarios, written together to PHASES_FILE.
 PHASES: dict[str, float] = {}
@@ -186,11 +186,8 @@ def guard_overrides(cfg: Any, prometheus_url: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, prometheus):
     rig = prometheus  # the prerequisites were checked there
-    state = tmp_path_factory.mktemp("e2e-cluster")
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
+    lay = linked_state(tmp_path_factory.mktemp("e2e-cluster"))
     backend = tmp_path_factory.mktemp("e2e-backend")
-    lay = Layout(state)
     # The scenario submits its own gang (from the stack's job config); the stack's declared jobs stay off, or
     # one could take every GPU before inference exists and `pulumi up` would wait on the Deployment.
     raw = stack_config_values(ROOT / "Pulumi.local.yaml")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +18,8 @@ from tools.localcluster import apiproxy, control
 from tools.localcluster.apiproxy import NetFault
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError, start_process, wait_for
+from tools.localcluster.realcluster import BUILT, linked_state
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 NAMESPACE = "default"
 AGENT = "burst-controller"
 
@@ -41,10 +39,7 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, 
         pytest.skip(f"local control plane or its proxy not built ({', '.join(missing)}); run `make localcluster`")
     from kubernetes import client
 
-    state = tmp_path_factory.mktemp("apiproxy-cluster")
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
-    lay = Layout(state)
+    lay = linked_state(tmp_path_factory.mktemp("apiproxy-cluster"))
     try:
         control.up(lay, timeout=300)
         ports = control.load_ports(lay) or {}

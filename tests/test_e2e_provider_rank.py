@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
+from tools.localcluster.realcluster import BUILT, linked_state
 from tools.mockrt import RunResult
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 NAMESPACE = "provider-rank"
 ONLY = "e2e.gpucluster.io/provider-rank"  # the label and taint that keep every other pod off these nodes
 #: Node name -> the provider it stands for. The dear one sorts first and is created first.
@@ -38,10 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         pytest.skip(f"local control plane or Volcano not built ({', '.join(missing)}); run `make localcluster`")
     from kubernetes import client
 
-    state = tmp_path_factory.mktemp("rank-cluster")
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
-    lay = Layout(state)
+    lay = linked_state(tmp_path_factory.mktemp("rank-cluster"))
     try:
         control.up(lay, timeout=300)
         core: Any = client.CoreV1Api(control.api_client(lay))

@@ -38,9 +38,9 @@ from tests.polling import wait
 from tools.engine_runner import engine_available
 from tools.localcluster import control, pki, stackup
 from tools.localcluster.plan import Layout, load_stack_config, stack_config_values
+from tools.localcluster.realcluster import BUILT, linked_state
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 RESULTS = BUILT / "e2e-researcher.json"
 GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 USER, GROUP, TEAM = "alice", "research-nlp", "nlp"
@@ -67,11 +67,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, 
     reason = _prerequisites()
     if reason:
         pytest.skip(reason)
-    state = tmp_path_factory.mktemp("e2e-researcher")
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
+    lay = linked_state(tmp_path_factory.mktemp("e2e-researcher"))
     backend = tmp_path_factory.mktemp("e2e-researcher-backend")
-    lay = Layout(state)
     raw = stack_config_values(ROOT / "Pulumi.local.yaml")
     training = dict(raw.get("training") or {})
     training["jobs"] = [{**job, "enabled": False} for job in training.get("jobs", [])]
@@ -90,7 +87,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Layout, 
         ports = control.load_ports(lay)
         assert ports is not None
         cert, key = pki.user_certificate(lay.pki, USER, [GROUP])
-        kubeconfig = state / f"{USER}.kubeconfig"
+        kubeconfig = lay.state / f"{USER}.kubeconfig"
         kubeconfig.write_text(pki.user_kubeconfig_text(f"https://127.0.0.1:{ports['apiserver']}", lay.pki, USER,
                                                        cert, key))
         kubeconfig.chmod(0o600)

@@ -25,9 +25,9 @@ from tools.localcluster.plan import (
     load_plan,
     load_stack_config,
 )
+from tools.localcluster.realcluster import BUILT, linked_state
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / ".state" / "localcluster"
 
 
 # --------------------------------------------------------------------------- the plan (no processes)
@@ -134,10 +134,7 @@ def cluster(tmp_path_factory):
     reason = _built()
     if reason:
         pytest.skip(reason)
-    state = tmp_path_factory.mktemp("localcluster")
-    (state / "bin").symlink_to(BUILT / "bin")
-    (state / "crd").symlink_to(BUILT / "crd")
-    lay = Layout(state)
+    lay = linked_state(tmp_path_factory.mktemp("localcluster"))
     try:
         plan = control.up(lay, timeout=300)
         yield lay, plan

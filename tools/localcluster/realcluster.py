@@ -55,9 +55,15 @@ def private_state(prefix: str) -> Path:
     sweep_stale(Path("/tmp"), prefix)
     state = Path(f"/tmp/{prefix}-{os.getpid()}")
     state.mkdir()
+    return linked_state(state).state
+
+
+def linked_state(state: Path) -> Layout:
+    """``state`` (an empty folder) as a local cluster's state that shares the built binaries and CRDs: a cluster of
+    its own without building again."""
     (state / "bin").symlink_to(BUILT / "bin")
     (state / "crd").symlink_to(BUILT / "crd")
-    return state
+    return Layout(state)
 
 
 def container_pid(lay: Layout, node: str, container_id: str) -> int:
