@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +16,12 @@ from tools.localcluster.realcluster import (  # noqa: F401 - shared with the cha
     container_pid,
     lease_holder,
     private_state,
+    prometheus_get,
     ready_pods,
     why_not,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def prometheus_get(lay: Layout, namespace: str, path: str, **params: str) -> Any:
-    """``data`` of a Prometheus API answer from the operator's Prometheus pod (tools/localcluster/prometheus_operator):
-    the host reaches the real pods' addresses."""
-    from kubernetes import client
-
-    from tools.localcluster import prometheus_operator
-
-    core: Any = client.CoreV1Api(control.api_client(lay))
-    pod = core.read_namespaced_pod(f"prometheus-{prometheus_operator.NAME}-0", namespace)
-    query = f"?{urllib.parse.urlencode(params)}" if params else ""
-    url = f"http://{pod.status.pod_ip}:{prometheus_operator.PORT}{path}{query}"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.load(resp)["data"]
 
 
 def delete_the_leader(lay: Layout, namespace: str, app: str, settings: dict[str, Any]) -> tuple[str, str, float]:

@@ -17,13 +17,14 @@ AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), (
 MONITORING = ("prometheus", "prometheus-operator")
 NETWORK = ("apiproxy",)
 RANKS = ("0", "1")
+GPUS = ("real-gpu-01", "real-gpu-02")
 
 
 @given(st.integers(0, 2**32), st.floats(1.0, 7200.0), st.floats(1.0, 600.0))
 def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_the_same_seed(
         seed: int, duration: float, every: float) -> None:
     plan = schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK,
-                    ranks=RANKS)
+                    ranks=RANKS, gpus=GPUS)
     assert [i.at for i in plan] == [every * (n + 1) for n in range(len(plan))]
     assert all(i.at < duration for i in plan) and (not plan or plan[-1].at + every >= duration)
     for i in plan:
@@ -39,10 +40,12 @@ def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_th
             assert i.target in NETWORK
         elif i.fault in TRAINING_FAULTS:
             assert i.target in RANKS
+        elif i.fault is Fault.GPU_DEGRADED:
+            assert i.target in GPUS
         else:
             assert i.target == PROCESS_OF[i.fault]
     assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING,
-                            network=NETWORK, ranks=RANKS)
+                            network=NETWORK, ranks=RANKS, gpus=GPUS)
 
 
 def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
@@ -56,8 +59,9 @@ def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() ->
 
 def test_every_kind_is_drawn_over_a_long_soak() -> None:
     plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK,
-                    ranks=RANKS)
+                    ranks=RANKS, gpus=GPUS)
     assert {i.fault for i in plan} == set(Fault)
+    assert {i.target for i in plan if i.fault is Fault.GPU_DEGRADED} == set(GPUS)
     assert {i.target for i in plan if i.fault is Fault.PROMETHEUS_KILLED} == set(MONITORING)
     assert {i.target for i in plan if i.fault is Fault.KUBE_ROUTER_KILLED} == {"kube-router"}
     # Without a monitoring install there is no Prometheus to kill: never drawn.

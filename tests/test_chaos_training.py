@@ -162,7 +162,7 @@ def test_the_training_faults_hit_ranks_only_when_a_gang_trains() -> None:
     hits = [i for i in plan if i.fault in TRAINING_FAULTS]
     assert hits and {i.target for i in hits} == {"0", "1"}
     assert not [i for i in schedule(3, 7200, 30, ("a",), ("vk",), ("n",)) if i.fault in TRAINING_FAULTS]
-    assert set(STEP_BOUND) == set(TRAINING_FAULTS)
+    assert set(TRAINING_FAULTS) <= set(STEP_BOUND)
 
 
 def test_the_gang_spec_is_what_the_cli_takes() -> None:

@@ -66,6 +66,7 @@ from tools.image_local import (
 )
 from tools.localcluster import control, nodehost, prometheus_operator, stackup, virtual_kubelet
 from tools.localcluster.plan import Layout, load_plan, load_stack_config
+from tools.localcluster.realcluster import serve_gpu_readings
 from tools.localcluster.realnodes import (
     IMAGES_BY_KIND,
     POD_SUPERNET,
@@ -570,13 +571,7 @@ def test_the_health_guard_takes_a_degraded_then_a_fatal_real_node_out_and_the_ga
 
     def inject(node: str, fault: dict[str, dict[str, int]]) -> None:
         """Serve ``fault`` from the dcgm-exporter stand-in on ``node`` (``{}`` clears it)."""
-        (exporter,) = [p for p in core.list_namespaced_pod(
-            cfg.telemetry_namespace, label_selector="app.kubernetes.io/name=dcgm-exporter").items
-            if p.spec.node_name == node and p.metadata.deletion_timestamp is None]
-        subprocess.run(["kubectl", "--kubeconfig", str(stack.kubeconfig), "exec", "-n", cfg.telemetry_namespace,
-                        exporter.metadata.name, "--", "python3", "-c",
-                        f"open('/tmp/dcgm-standin-faults.json', 'w').write({json.dumps(fault)!r})"],
-                       check=True, timeout=60)
+        serve_gpu_readings(stack, cfg.telemetry_namespace, node, fault)
 
     def running_off(node: str) -> bool:
         pods = _gang_pods(core, ns, name)

@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.localcluster.history import (
+    GpuFault,
     TaintFlip,
     burst_flip_violations,
     fencing_violations,
+    quarantine_violations,
     repeated_evictions,
     taint_flips,
 )
@@ -215,3 +217,59 @@ def test_a_close_sampled_closely_inside_its_hold_is_always_named(early: float, s
     samples = [(at, "vk-a", not (1.0 <= at < 1.0 + early)) for at in times]
     found = burst_flip_violations(taint_flips(samples), open_after_close_s=OPEN, close_after_open_s=CLOSE)
     assert [v.invariant for v in found] == ["burst-taint-hysteresis"]
+
+
+# --------------------------------------------------------------------------- the guard's quarantines
+
+PROBATION = 60.0
+
+
+def readings(node: str, tainted_between: list[tuple[float, float]], until: float) -> list[tuple[float, str, bool]]:
+    """One sample a second of ``node``'s quarantine taint, present within each (start, end) span."""
+    return [(float(t), node, any(a <= t < b for a, b in tainted_between)) for t in range(int(until))]
+
+
+def judged(samples: list[tuple[float, str, bool]], faults: list[GpuFault]) -> list[str]:
+    return [v.invariant for v in quarantine_violations(taint_flips(samples), faults, probation_s=PROBATION)]
+
+
+def test_one_fault_one_quarantine_released_after_its_clear_and_probation_is_clean() -> None:
+    fault = GpuFault("gpu-1", start=10, clear=40)
+    assert judged(readings("gpu-1", [(25, 110)], 200), [fault]) == []
+
+
+def test_a_release_before_the_clear_plus_probation_is_named() -> None:
+    fault = GpuFault("gpu-1", start=10, clear=40)
+    found = quarantine_violations(taint_flips(readings("gpu-1", [(25, 80)], 200)), [fault], probation_s=PROBATION)
+    assert [v.invariant for v in found] == ["released-before-clear-and-probation"]
+    assert found[0].detail == ("gpu-1 released by 80, 20s before its fault's clear (40) plus the 60s probation")
+
+
+def test_a_second_quarantine_for_one_fault_and_one_without_a_fault_are_named() -> None:
+    fault = GpuFault("gpu-1", start=10, clear=40)
+    assert judged(readings("gpu-1", [(25, 110), (120, 130)], 200), [fault]) == [
+        "more-than-one-quarantine-per-fault"]
+    assert judged(readings("gpu-2", [(25, 110)], 200), [fault]) == ["quarantine-without-a-fault"]
+    # Two faults on the node, one quarantine each: clean.
+    second = GpuFault("gpu-1", start=150, clear=170)
+    assert judged(readings("gpu-1", [(25, 110), (160, 240)], 300), [fault, second]) == []
+
+
+@given(start=st.floats(0, 100), window=st.floats(1, 60), detect=st.floats(0, 30),
+       extra=st.floats(0, 100), gap=st.integers(1, 5))
+def test_a_guard_that_keeps_its_probation_is_never_named_however_it_is_sampled(
+        start: float, window: float, detect: float, extra: float, gap: int) -> None:
+    """Quarantined after the fault began, released no sooner than its clear plus the probation: never a violation,
+    whatever the sampling interval (an API server restarting leaves gaps)."""
+    fault = GpuFault("gpu-1", start=start, clear=start + window)
+    on, off = start + detect, start + window + PROBATION + extra
+    samples = [(float(t), "gpu-1", on <= t < off) for t in range(0, int(off) + 50, gap)]
+    assert judged(samples, [fault]) == []
+
+
+@given(early=st.floats(2, 59), gap=st.integers(1, 3))
+def test_a_release_sampled_inside_the_probation_is_always_named(early: float, gap: int) -> None:
+    fault = GpuFault("gpu-1", start=10, clear=40)
+    off = fault.clear + PROBATION - early - gap  # seen off at the latest one sample later, still early
+    samples = [(float(t), "gpu-1", 20 <= t < off) for t in range(0, 200, gap)]
+    assert "released-before-clear-and-probation" in judged(samples, [fault])

@@ -33,6 +33,8 @@ class Fault(enum.StrEnum):
     TRAINER_KILLED = "trainer-killed"  # the rank's worker SIGKILLed under its supervisor: a restart in place
     TRAINER_POD_KILLED = "trainer-pod-killed"  # the rank's container SIGKILLed: Volcano restarts the gang
     TRAINER_EVICTED = "trainer-evicted"  # the rank's pod evicted: an emergency checkpoint, the pod replaced alone
+    # On a real GPU node (the target), through its dcgm-exporter stand-in, for a window:
+    GPU_DEGRADED = "gpu-xid-degraded"  # XID 94 (contained ECC error): the guard quarantines the node, then releases it
 
 
 #: Faults aimed at one HA agent (the target is its app name).
@@ -65,12 +67,13 @@ class Injection:
 
 def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str], providers: Sequence[str],
              kubelets: Sequence[str], kinds: Sequence[Fault] = tuple(Fault),
-             monitoring: Sequence[str] = (), network: Sequence[str] = (), ranks: Sequence[str] = ()
-             ) -> list[Injection]:
+             monitoring: Sequence[str] = (), network: Sequence[str] = (), ranks: Sequence[str] = (),
+             gpus: Sequence[str] = ()) -> list[Injection]:
     """One fault every ``every_s`` from ``every_s`` on, while the soak lasts; kind and target drawn with ``seed``
     among those that have a target here (no agent: no agent faults; ``monitoring``: the apps of the Prometheus
     install the guard reads; ``network``: the proxy in front of the API server, where the cluster has one;
-    ``ranks``: the training gang's, where one trains)."""
+    ``ranks``: the training gang's, where one trains; ``gpus``: the GPU nodes whose dcgm-exporter can be told to
+    serve a fault)."""
     if every_s <= 0:
         raise ValueError(f"every_s must be positive, got {every_s}")
     targets: dict[Fault, Sequence[str]] = {f: agents for f in AGENT_FAULTS}
@@ -79,6 +82,7 @@ def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str]
     targets[Fault.PROMETHEUS_KILLED] = monitoring
     targets.update({f: network for f in NETWORK_FAULTS})
     targets.update({f: ranks for f in TRAINING_FAULTS})
+    targets[Fault.GPU_DEGRADED] = gpus
     targets.update({f: (process,) for f, process in PROCESS_OF.items()})
     usable = [k for k in kinds if targets.get(k)]
     if not usable:

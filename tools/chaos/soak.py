@@ -35,11 +35,25 @@ from tools.chaos.schedule import (
 from tools.chaos.training import STEP_S, EventTail, GangHistory, gang_spec, judge
 from tools.localcluster import apiproxy, control, prometheus_operator, virtual_kubelet
 from tools.localcluster.apiproxy import NetFault
-from tools.localcluster.history import burst_flip_violations, fencing_violations, repeated_evictions, taint_flips
+from tools.localcluster.history import (
+    GpuFault,
+    burst_flip_violations,
+    fencing_violations,
+    quarantine_violations,
+    repeated_evictions,
+    taint_flips,
+)
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError
 from tools.localcluster.rbac_usage import parse_audit
-from tools.localcluster.realcluster import child_pids, container_pid, lease_holder, ready_pods
+from tools.localcluster.realcluster import (
+    child_pids,
+    container_pid,
+    lease_holder,
+    prometheus_get,
+    ready_pods,
+    serve_gpu_readings,
+)
 
 #: How long the cluster may take to be whole again after one fault, before the soak calls it a violation.
 RECOVERY_BOUND_S = 240.0
@@ -55,6 +69,11 @@ MONITORING = {"prometheus": "prometheus", prometheus_operator.OPERATOR: promethe
 #: How long a network fault lasts: most of a 30 s period, and longer than the agents' Lease renewal deadline, so
 #: a leader whose renewals fail or hang loses its Lease inside the window.
 NETWORK_WINDOW_S = 20.0
+#: How long a GPU fault is served (a few scrapes and guard polls: the guard sees it), and what it serves.
+GPU_FAULT_S = 30.0
+GPU_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}}
+#: How long the soak, as the operator, waits for Prometheus to show a cleared GPU before marking it repaired.
+CLEAR_SCRAPED_S = 90.0
 #: The soak's training gang, submitted with the CLI as a researcher does.
 GANG = "soak-gang"
 #: The gang counts as training again once every rank of its newest round stepped and a step came this recently.
@@ -113,6 +132,12 @@ class Record:
     injected: list[tuple[float, Fault, str]] = field(default_factory=list)
     #: Faults the cluster never showed within OBSERVE_S (a kill the kubelet never noticed): named in the report.
     unseen: list[Injection] = field(default_factory=list)
+    #: Every node's quarantine taint (the health guard's) at each sample: (epoch seconds, node, tainted).
+    quarantine: list[tuple[float, str, bool]] = field(default_factory=list)
+    #: The GPU faults served, each from its start to its clear.
+    gpu_faults: list[GpuFault] = field(default_factory=list)
+    #: What the soak did as the operator after a GPU fault (a repair mark, a breaker reset).
+    operator_actions: Counter[str] = field(default_factory=Counter)
 
 
 def _settings(core: Any, namespace: str, app: str) -> dict[str, Any] | None:
@@ -172,9 +197,12 @@ class Soak:
         self.gang = GangHistory()
         self.tail = EventTail(lay.volumes, GANG)
         ranks = tuple(str(r) for r in range(self.workers)) if training else ()
+        from agents.health_guard.contract import Names
+
+        self.guard_names = Names(cfg.label_prefix)
         self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets,
                              monitoring=sorted(MONITORING), network=(apiproxy.NAME,) if self.proxied else (),
-                             ranks=ranks)
+                             ranks=ranks, gpus=REAL_GPU_NODES if "health-guard" in self.agents else ())
         self.record = Record()
 
     # ------------------------------------------------------------------ faults
@@ -247,6 +275,8 @@ class Soak:
             self._restart(f"kubelet-{target}", kill=False)
         elif fault in TRAINING_FAULTS:
             return self._hit_rank(fault, target)
+        elif fault is Fault.GPU_DEGRADED:
+            self._gpu_fault(target)
         elif fault in NETWORK_FAULTS:
             apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
                                                  user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
@@ -254,6 +284,42 @@ class Soak:
         else:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
         return None
+
+    def _gpu_fault(self, node: str) -> None:
+        """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and then do what the
+        operator does once the GPU is fixed: mark the node repaired if it is quarantined, and reset the guard's
+        breaker if a quarantine past the hourly rails tripped it (docs/health.md)."""
+        ns = self.cfg.telemetry_namespace
+        start = time.time()
+        serve_gpu_readings(self.lay, ns, node, GPU_FAULT)
+        try:
+            time.sleep(GPU_FAULT_S)
+        finally:
+            serve_gpu_readings(self.lay, ns, node, {})
+        self.record.gpu_faults.append(GpuFault(node, start, time.time()))
+        query = f'max(DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}})'
+        deadline = time.monotonic() + CLEAR_SCRAPED_S
+        while time.monotonic() < deadline:
+            try:
+                result = prometheus_get(self.lay, self.monitoring, "/api/v1/query", query=query)["result"]
+                if result and float(result[0]["value"][1]) == 0.0:
+                    break
+            except Exception:  # Prometheus restarting (a fault of its own): ask again
+                pass
+            time.sleep(2.0)
+        names = self.guard_names
+        if any(t.key == names.taint for t in self.core.read_node(node).spec.taints or []):
+            self.core.patch_node(node, {"metadata": {"labels": {names.repaired: "chaos"}}})
+            self.record.operator_actions["repair-mark"] += 1
+        guard = self.agents["health-guard"]
+        from kubernetes import client
+
+        leases: Any = client.CoordinationV1Api(control.api_client(self.lay))
+        lease = leases.read_namespaced_lease(guard.lease, guard.namespace)
+        if (lease.metadata.annotations or {}).get(names.breaker):
+            leases.patch_namespaced_lease(guard.lease, guard.namespace,
+                                          {"metadata": {"annotations": {names.breaker: None}}})
+            self.record.operator_actions["breaker-reset"] += 1
 
     def _hit_rank(self, fault: Fault, rank: str) -> Callable[[], bool]:
         """Kill the rank's worker under its supervisor or its whole container, or evict its pod; seen once the
@@ -357,6 +423,8 @@ class Soak:
                 ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
                 if not ready:
                     found.append(f"node {node.metadata.name} is not Ready")
+                if any(t.key == self.guard_names.taint for t in node.spec.taints or []):
+                    found.append(f"node {node.metadata.name} is quarantined")
             for namespace in (self.namespace, self.monitoring):
                 workloads = [*self.apps.list_namespaced_deployment(namespace).items,
                              *self.apps.list_namespaced_stateful_set(namespace).items]
@@ -398,7 +466,8 @@ class Soak:
     # ------------------------------------------------------------------ the sampler
 
     def sample(self) -> None:
-        """Each inference PDB's Ready pods against its floor; the burst taint's effect on every node."""
+        """Each inference PDB's Ready pods against its floor; the burst taint's effect and the guard's quarantine on
+        every node."""
         ns = self.cfg.inference_namespace
         for pdb in self.policy.list_namespaced_pod_disruption_budget(ns).items:
             floor = pdb.spec.min_available
@@ -418,6 +487,8 @@ class Soak:
             if any(t.effect == "NoExecute" for t in ours):
                 self.record.no_execute += 1
             self.record.burst_taint.append((at, node.metadata.name, bool(ours)))
+            quarantined = any(t.key == self.guard_names.taint for t in node.spec.taints or [])
+            self.record.quarantine.append((at, node.metadata.name, quarantined))
         self.record.samples += 1
 
     def _sampler(self, stop: threading.Event) -> None:
@@ -511,6 +582,13 @@ class Soak:
             close_after_open_s=b.close_hold_seconds)
         violations["burst-taint-hysteresis"] = len(hysteresis)
         details += [v.detail for v in hysteresis]
+        for invariant in ("more-than-one-quarantine-per-fault", "quarantine-without-a-fault",
+                          "released-before-clear-and-probation"):
+            violations[invariant] += 0
+        for v in quarantine_violations(taint_flips(self.record.quarantine), self.record.gpu_faults,
+                                       probation_s=self.cfg.observability.health.probation_seconds):
+            violations[v.invariant] += 1
+            details.append(v.detail)
         not_recovered = [i for i, r in self.record.recoveries if r is None]
         violations["not-whole-within-bound"] = len(not_recovered)
         violations["inference-below-pdb-floor"] = self.record.below_floor
@@ -543,6 +621,8 @@ class Soak:
             "sampler_errors": self.record.sampler_errors,
             "audit_lines_unreadable": torn[:10],
             "api_calls_faulted": self._faulted(),
+            "quarantines": sum(f.tainted for f in taint_flips(self.record.quarantine)),
+            "operator_actions": dict(self.record.operator_actions),
             **training,
             "faults_not_seen": [f"{i.fault} on {i.target} at t={i.at:g}s" for i in self.record.unseen],
             "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"

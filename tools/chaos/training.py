@@ -9,8 +9,8 @@ The history it is judged by (pure, :class:`GangHistory` and the functions below)
   durable before it began;
 - a fault costs at most its bound (:data:`STEP_BOUND`): a worker or pod killed loses at most two checkpoint
   intervals (the newest complete checkpoint is at most one behind, plus the one being written), a graceful
-  eviction nothing (it checkpoints on SIGTERM); any other fault (a control-plane restart, a leader change, a
-  network fault) must not restart the gang at all.
+  eviction nothing (it checkpoints on SIGTERM), nor does the guard's eviction from a degraded node; any other
+  fault (a control-plane restart, a leader change, a network fault) must not restart the gang at all.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ STEP_BOUND: Mapping[Fault, int] = {
     Fault.TRAINER_KILLED: 2 * INTERVAL,
     Fault.TRAINER_POD_KILLED: 2 * INTERVAL,
     Fault.TRAINER_EVICTED: 0,
+    # The guard evicts the gang's pod from a degraded node gracefully: an emergency checkpoint, nothing lost.
+    Fault.GPU_DEGRADED: 0,
 }
 
 

@@ -10,12 +10,15 @@ writes its Lease only naming itself (an acquisition or a renewal) or nobody (its
 last successful write of the Lease before a request names who held it. A write of the Lease by anyone else (a
 person, a replica with a skewed clock outside the agent) hands it to someone who is not a replica; a delete to
 nobody.
+
+The health guard's quarantines are judged from samples of every node's taint against the GPU faults served
+(:func:`quarantine_violations`): one fault, one quarantine; never released while the fault persists.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tools.localcluster.rbac_usage import Request
@@ -133,4 +136,54 @@ def burst_flip_violations(flips: Iterable[TaintFlip], *, open_after_close_s: flo
             out.append(Violation("burst-taint-hysteresis", flip.after,
                                  f"{flip.node}: the burst {what} at most {longest:.1f}s after it "
                                  f"{'opened' if flip.tainted else 'closed'} (hold {hold:g}s)"))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuFault:
+    """A fault a node's GPU exporter served from ``start`` until ``clear`` (epoch seconds)."""
+
+    node: str
+    start: float
+    clear: float
+
+
+def quarantine_violations(flips: Iterable[TaintFlip], faults: Sequence[GpuFault], *, probation_s: float,
+                          slack_s: float = 1.0) -> list[Violation]:
+    """The health guard's quarantine taint, judged from its flips on every node against the faults served:
+
+    - one fault, one quarantine: each quarantine (the taint appearing) answers a fault on its node that began
+      before it was seen and that no earlier quarantine answered — a second one for the same fault is
+      ``more-than-one-quarantine-per-fault``, one on a node no fault was served on ``quarantine-without-a-fault``;
+    - never released while its fault persists: a release seen (``after``) before the answered fault's clear plus
+      the probation is ``released-before-clear-and-probation`` (the release happened at or before it was seen, so
+      a gap in the samples never makes a violation; ``slack_s`` covers the clocks' resolution).
+    """
+    answered: set[GpuFault] = set()
+    current: dict[str, GpuFault] = {}  # node -> the fault its quarantine answered
+    out: list[Violation] = []
+    for flip in sorted(flips, key=lambda f: (f.after, f.node)):
+        mine = [f for f in faults if f.node == flip.node and f.start <= flip.after]
+        if flip.tainted:
+            fresh = [f for f in mine if f not in answered]
+            if fresh:
+                fault = max(fresh, key=lambda f: f.start)
+                answered.add(fault)
+                current[flip.node] = fault
+            elif mine:
+                out.append(Violation("more-than-one-quarantine-per-fault", flip.after,
+                                     f"{flip.node} quarantined again by {flip.after:.0f} for the fault served from "
+                                     f"{max(f.start for f in mine):.0f}"))
+            else:
+                out.append(Violation("quarantine-without-a-fault", flip.after,
+                                     f"{flip.node} quarantined by {flip.after:.0f} with no fault served there"))
+        else:
+            released = current.pop(flip.node, None)
+            if released is None:
+                continue
+            due = released.clear + probation_s
+            if flip.after < due - slack_s:
+                out.append(Violation("released-before-clear-and-probation", flip.after,
+                                     f"{flip.node} released by {flip.after:.0f}, {due - flip.after:.0f}s before its "
+                                     f"fault's clear ({released.clear:.0f}) plus the {probation_s:g}s probation"))
     return out

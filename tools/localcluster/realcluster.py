@@ -3,14 +3,16 @@ run one, a private state folder, a container's host PID, an app's Ready pods and
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tools.localcluster import control, hostcheck, nodehost, processes
+from tools.localcluster.dcgm_standin import FAULTS
 from tools.localcluster.plan import Layout
 from tools.localcluster.realnodes import node_paths
 
@@ -104,3 +106,36 @@ def lease_holder(lay: Layout, namespace: str, lease: str) -> str:
 
     spec = client.CoordinationV1Api(control.api_client(lay)).read_namespaced_lease(lease, namespace).spec
     return str(spec.holder_identity or "") if spec is not None else ""
+
+
+def serve_gpu_readings(lay: Layout, namespace: str, node: str, readings: Mapping[str, Mapping[str, float]]) -> None:
+    """Have the dcgm-exporter stand-in on ``node`` serve ``readings`` (per GPU index, DCGM field → value; ``{}``
+    clears them) at its next scrape (tools/localcluster/dcgm_standin.py), through ``kubectl exec``."""
+    from kubernetes import client
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    pods = [p for p in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=dcgm-exporter").items
+            if p.spec.node_name == node and p.metadata.deletion_timestamp is None]
+    if not pods:
+        raise RuntimeError(f"no dcgm-exporter pod on {node}")
+    subprocess.run(["kubectl", "--kubeconfig", str(lay.kubeconfig), "exec", "-n", namespace, pods[0].metadata.name,
+                    "--", "python3", "-c", f"open({str(FAULTS)!r}, 'w').write({json.dumps(dict(readings))!r})"],
+                   check=True, timeout=60, capture_output=True)
+
+
+def prometheus_get(lay: Layout, namespace: str, path: str, **params: str) -> Any:
+    """``data`` of a Prometheus API answer from the operator's Prometheus pod (tools/localcluster/prometheus_operator):
+    the host reaches the real pods' addresses."""
+    import urllib.parse
+    import urllib.request
+
+    from kubernetes import client
+
+    from tools.localcluster import prometheus_operator
+
+    core: Any = client.CoreV1Api(control.api_client(lay))
+    pod = core.read_namespaced_pod(f"prometheus-{prometheus_operator.NAME}-0", namespace)
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    url = f"http://{pod.status.pod_ip}:{prometheus_operator.PORT}{path}{query}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)["data"]
