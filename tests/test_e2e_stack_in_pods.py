@@ -761,10 +761,11 @@ def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> No
     # The soak's gang takes the real pool, as `make chaos` submits it: the module's gangs leave it first.
     env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "NO_COLOR": "1"}
     core, _, _ = _apis(stack)
-    for job in ("guarded-gang", GANG):
+    gangs = ("guarded-gang", GANG)
+    for job in gangs:
         subprocess.run([str(GPUCLUSTER), "train", "cancel", job], env=env, capture_output=True, timeout=60)
     wait("the module's gangs gone", lambda: not core.list_namespaced_pod(
-        cfg.training_namespace, label_selector="volcano.sh/job-name").items, 180)
+        cfg.training_namespace, label_selector=f"volcano.sh/job-name in ({','.join(gangs)})").items, 180)
     soak = Soak(stack, cfg, SOAK_SEED, SOAK_S, SOAK_EVERY_S, kubelets, training=GPUCLUSTER)
     assert {"burst-controller", "health-guard"} <= set(soak.agents), soak.agents
     try:
