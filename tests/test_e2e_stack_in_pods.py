@@ -741,8 +741,10 @@ def _guard_rail_and_repair(stack: Layout, cfg: Any, inject: Any, quarantine: Any
 # --------------------------------------------------------------------------- last: the chaos soak, short
 
 #: The short soak's faults: four, one every 30 s, drawn with this seed (``make chaos`` draws as many as its
-#: duration holds, with any seed).
-SOAK_SEED, SOAK_S, SOAK_EVERY_S = 2, 150.0, 30.0
+#: duration holds, with any seed): a rank's worker killed, the guard's leader deleted, XID 94 on a real GPU node,
+#: the agents' calls to the API server left unanswered — one of each family the long soak adds to the
+#: control-plane faults (those run in `make chaos`).
+SOAK_SEED, SOAK_S, SOAK_EVERY_S = 2018, 150.0, 30.0
 
 
 def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> None:
@@ -777,6 +779,7 @@ def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> No
                                                      "inference_availability", "training_steps_lost",
                                                      "api_calls_faulted")}
     assert sum(report["faults_by_kind"].values()) == len(soak.plan) == 4, report["faults_not_injected"]
+    assert set(report["faults_by_kind"]) == {"trainer-killed", "leader-deleted", "gpu-xid-degraded", "api-hang"}
     assert not any(report["violations"].values()), (report["violations"], report["violation_details"])
     assert report["inference_samples"] > 0, report
     # The gang trained through the soak, and what it lost is measured, not assumed.
