@@ -170,3 +170,12 @@ def test_the_gang_spec_is_what_the_cli_takes() -> None:
     assert spec["gpus"] == {"nodes": 2, "gpusPerNode": 2} and spec["checkpointInterval"] == INTERVAL
     assert "$(CHECKPOINT_DIR)/events" in spec["command"]
     assert isinstance(Restart(1, 0.0, 10, 12).lost, int) and Restart(1, 0.0, 10, 12).lost == 0
+
+
+def test_the_soaks_gang_spec_is_one_the_cli_accepts() -> None:
+    """The spec goes through `gpucluster train submit`: the CLI's own model must take it as it is."""
+    from gpucluster_cli.spec import parse_spec
+
+    spec = gang_spec("soak-gang", "docker.io/local/training-runtime:0.1.0", 30000, 2, 2, "real-gpu")
+    parsed = parse_spec(json.dumps(spec), "soak-gang.json")
+    assert parsed.max_retries == spec["maxRetries"] == 100

@@ -37,10 +37,11 @@ STEP_BOUND: Mapping[Fault, int] = {
 
 
 def gang_spec(name: str, image: str, steps: int, workers: int, gpus_per_node: int, pool: str,
-              max_retries: int = 1000) -> dict[str, Any]:
+              max_retries: int = 100) -> dict[str, Any]:
     """The job a researcher submits with ``gpucluster train submit``: the reference trainer, one whole node per
     worker (the gang spans several kubelets), a checkpoint every :data:`INTERVAL` steps, its events on the
-    checkpoint volume; ``max_retries`` Volcano restarts (a soak kills its pods again and again)."""
+    checkpoint volume; ``max_retries`` Volcano restarts (a soak kills its pods again and again: the most the CLI
+    takes)."""
     trainer = ["python3", "-m", "training_runtime.examples.tiny_trainer", "--steps", str(steps),
                "--step-seconds", str(STEP_S), "--events", "$(CHECKPOINT_DIR)/events"]
     return {
