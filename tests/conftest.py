@@ -29,6 +29,7 @@ REAL_HOST_TESTS = (
 #: once and its tests run in file order (a watch kept over every scenario is read by the last test).
 CLUSTER_MODULES = (
     "tests/test_e2e.py::",
+    "tests/test_e2e_apiproxy.py::",
     "tests/test_e2e_provider_rank.py::",
     "tests/test_e2e_researcher.py::",
     "tests/test_localcluster.py::",
