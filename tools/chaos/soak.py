@@ -192,6 +192,8 @@ class Soak:
         self.proxied = control.load_proc(lay, apiproxy.NAME) is not None
         self.cli = training
         self.gang_submitted = False
+        #: Nodes whose served GPU fault is cleared: the operator marks them repaired if the guard holds them.
+        self.repaired: set[str] = set()
         #: The gang's workers: the real pool but its warm spare, which replaces a node the guard takes out.
         self.workers = len(REAL_GPU_NODES) - REAL_GPU_SPARES
         self.gang = GangHistory()
@@ -286,9 +288,9 @@ class Soak:
         return None
 
     def _gpu_fault(self, node: str) -> None:
-        """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and then do what the
-        operator does once the GPU is fixed: mark the node repaired if it is quarantined, and reset the guard's
-        breaker if a quarantine past the hourly rails tripped it (docs/health.md)."""
+        """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and wait (at most
+        :data:`CLEAR_SCRAPED_S`) until Prometheus shows it cleared: from then on the soak acts as the operator
+        who fixed the GPU (:meth:`_operate`)."""
         ns = self.cfg.telemetry_namespace
         start = time.time()
         serve_gpu_readings(self.lay, ns, node, GPU_FAULT)
@@ -307,13 +309,25 @@ class Soak:
             except Exception:  # Prometheus restarting (a fault of its own): ask again
                 pass
             time.sleep(2.0)
-        names = self.guard_names
-        if any(t.key == names.taint for t in self.core.read_node(node).spec.taints or []):
-            self.core.patch_node(node, {"metadata": {"labels": {names.repaired: "chaos"}}})
-            self.record.operator_actions["repair-mark"] += 1
-        guard = self.agents["health-guard"]
+        self.repaired.add(node)
+
+    def _operate(self) -> None:
+        """What the operator does once a GPU fault is fixed (docs/observability.md), whenever the guard asks for it
+        while the cluster is being made whole: mark a quarantined node repaired (a node quarantined often enough to
+        count as flapping waits for that mark), and reset the guard's breaker if a quarantine past the hourly rails
+        tripped it. Only for nodes the soak served a fault on, and only after the fault was cleared."""
+        if not self.repaired:
+            return
         from kubernetes import client
 
+        names = self.guard_names
+        for node in sorted(self.repaired):
+            n = self.core.read_node(node)
+            if (any(t.key == names.taint for t in n.spec.taints or [])
+                    and names.repaired not in (n.metadata.labels or {})):
+                self.core.patch_node(node, {"metadata": {"labels": {names.repaired: "chaos"}}})
+                self.record.operator_actions["repair-mark"] += 1
+        guard = self.agents["health-guard"]
         leases: Any = client.CoordinationV1Api(control.api_client(self.lay))
         lease = leases.read_namespaced_lease(guard.lease, guard.namespace)
         if (lease.metadata.annotations or {}).get(names.breaker):
@@ -456,6 +470,10 @@ class Soak:
         """Seconds from ``since`` until :meth:`problems` is empty; None past the bound."""
         last: list[str] = []
         while time.monotonic() - since < self.bound:
+            try:
+                self._operate()
+            except Exception as exc:  # the API refusing a write while it restarts: the next pass tries again
+                say(f"operator: {type(exc).__name__}: {str(exc)[:200]}")
             last = self.problems()
             if not last:
                 return round(time.monotonic() - since, 1)
