@@ -755,7 +755,8 @@ def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> No
     gang trains; after each the cluster (and the gang) is whole again within the bound, and the history check over
     the whole audit log (every test of this module included) finds no write out of turn, no pod evicted twice, no
     PDB floor broken, no NoExecute burst taint, and no training step lost past a fault's bound."""
-    from tools.chaos.soak import GANG, Soak, write_report
+    from tools.chaos.gang import GANG
+    from tools.chaos.soak import Soak, write_report
 
     cfg = load_stack_config(ROOT, "local", real_nodes=True)
     assert cfg is not None
@@ -770,10 +771,11 @@ def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> No
         cfg.training_namespace, label_selector=f"volcano.sh/job-name in ({','.join(gangs)})").items, 180)
     soak = Soak(stack, cfg, SOAK_SEED, SOAK_S, SOAK_EVERY_S, kubelets, training=GPUCLUSTER)
     assert {"burst-controller", "health-guard"} <= set(soak.agents), soak.agents
+    assert soak.gang is not None
     try:
         report = soak.run()
     finally:
-        soak.cancel_gang()
+        soak.gang.cancel()
     write_report(report, BUILT / "chaos-short.json")
     figures["chaos_short"] = {k: report[k] for k in ("faults_by_kind", "worst_recovery_s_by_kind",
                                                      "inference_availability", "training_steps_lost",

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(lay, cfg, args.seed, args.duration, args.every, kubelets,
                         training=None if args.no_training else GPUCLUSTER)
             report = soak.run()
-            soak.cancel_gang()
+            if soak.gang is not None:
+                soak.gang.cancel()
             write_report(report, args.report)
             say(f"report: {args.report}")
             say(f"violations: {report['violations']}")

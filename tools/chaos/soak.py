@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agents.health_guard.contract import Names
+from tools.chaos.gang import GANG, GANG_STALLED_S, SoakGang
 from tools.chaos.schedule import (
     AGENT_FAULTS,
     KILLED,
@@ -32,7 +34,7 @@ from tools.chaos.schedule import (
     Injection,
     schedule,
 )
-from tools.chaos.training import STEP_S, EventTail, GangHistory, gang_spec, judge
+from tools.chaos.training import judge
 from tools.localcluster import apiproxy, control, prometheus_operator, virtual_kubelet
 from tools.localcluster.apiproxy import NetFault
 from tools.localcluster.history import (
@@ -47,7 +49,6 @@ from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError
 from tools.localcluster.rbac_usage import parse_audit
 from tools.localcluster.realcluster import (
-    child_pids,
     container_pid,
     lease_holder,
     prometheus_get,
@@ -74,12 +75,6 @@ GPU_FAULT_S = 30.0
 GPU_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}}
 #: How long the soak, as the operator, waits for Prometheus to show a cleared GPU before marking it repaired.
 CLEAR_SCRAPED_S = 90.0
-#: The soak's training gang, submitted with the CLI as a researcher does.
-GANG = "soak-gang"
-#: The gang counts as training again once every rank of its newest round stepped and a step came this recently.
-GANG_STALLED_S = 30.0
-#: How long the gang may take to train after its submission.
-GANG_START_S = 300.0
 #: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
 NETWORK = {
     Fault.API_LATENCY: NetFault("latency", latency_ms=1500),
@@ -176,7 +171,7 @@ class Soak:
         """``training``: the ``gpucluster`` CLI a researcher submits the soak's gang with (None: no gang)."""
         from kubernetes import client
 
-        from tools.localcluster.realnodes import REAL_GPU_NODES, REAL_GPU_SPARES
+        from tools.localcluster.realnodes import REAL_GPU_NODES
 
         self.lay, self.cfg, self.seed = lay, cfg, seed
         self.duration_s, self.every_s, self.bound = duration_s, every_s, recovery_bound_s
@@ -190,17 +185,11 @@ class Soak:
         self.kubelets = kubelets
         self.monitoring = cfg.monitoring_namespace
         self.proxied = control.load_proc(lay, apiproxy.NAME) is not None
-        self.cli = training
-        self.gang_submitted = False
+        #: The researcher's gang that trains through the soak, if any.
+        self.gang = SoakGang(lay, self.core, cfg.training_namespace, training) if training else None
         #: Nodes whose served GPU fault is cleared: the operator marks them repaired if the guard holds them.
         self.repaired: set[str] = set()
-        #: The gang's workers: the real pool but its warm spare, which replaces a node the guard takes out.
-        self.workers = len(REAL_GPU_NODES) - REAL_GPU_SPARES
-        self.gang = GangHistory()
-        self.tail = EventTail(lay.volumes, GANG)
-        ranks = tuple(str(r) for r in range(self.workers)) if training else ()
-        from agents.health_guard.contract import Names
-
+        ranks = self.gang.ranks if self.gang else ()
         self.guard_names = Names(cfg.label_prefix)
         self.plan = schedule(seed, duration_s, every_s, sorted(self.agents), sorted(self.providers), kubelets,
                              monitoring=sorted(MONITORING), network=(apiproxy.NAME,) if self.proxied else (),
@@ -276,7 +265,8 @@ class Soak:
         elif fault is Fault.KUBELET_RESTARTED:
             self._restart(f"kubelet-{target}", kill=False)
         elif fault in TRAINING_FAULTS:
-            return self._hit_rank(fault, target)
+            assert self.gang is not None  # drawn only with a gang's ranks
+            return self.gang.hit(fault, target)
         elif fault is Fault.GPU_DEGRADED:
             self._gpu_fault(target)
         elif fault in NETWORK_FAULTS:
@@ -335,75 +325,6 @@ class Soak:
                                           {"metadata": {"annotations": {names.breaker: None}}})
             self.record.operator_actions["breaker-reset"] += 1
 
-    def _hit_rank(self, fault: Fault, rank: str) -> Callable[[], bool]:
-        """Kill the rank's worker under its supervisor or its whole container, or evict its pod; seen once the
-        gang is no longer training (a new round, or no step for a while) or, for an eviction, the pod is gone."""
-        from kubernetes import client
-
-        ns = self.cfg.training_namespace
-        pods = [p for p in self.core.list_namespaced_pod(ns, label_selector=f"volcano.sh/job-name={GANG}").items
-                if p.metadata.deletion_timestamp is None and p.metadata.name.endswith(f"-{rank}")
-                and p.status.phase == "Running" and p.status.container_statuses
-                and p.status.container_statuses[0].container_id]
-        if not pods:
-            raise RuntimeError(f"rank {rank} of {GANG} has no running pod")
-        pod = pods[0]
-        if fault is Fault.TRAINER_EVICTED:
-            self.core.create_namespaced_pod_eviction(pod.metadata.name, ns, client.V1Eviction(
-                metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=ns)))
-            uid = pod.metadata.uid
-            return lambda: all(p.metadata.uid != uid for p in self.core.list_namespaced_pod(
-                ns, label_selector=f"volcano.sh/job-name={GANG}").items)
-        supervisor = container_pid(self.lay, pod.spec.node_name, pod.status.container_statuses[0].container_id)
-        if fault is Fault.TRAINER_POD_KILLED:
-            os.kill(supervisor, signal.SIGKILL)
-        else:
-            workers = child_pids(supervisor)
-            if not workers:
-                raise RuntimeError(f"rank {rank}'s supervisor (pid {supervisor}) runs no worker")
-            os.kill(workers[0], signal.SIGKILL)
-        return lambda: not self._gang_training()
-
-    def submit_gang(self) -> None:
-        """Submit the gang with the CLI, as a researcher does, and wait until every rank trains."""
-        import subprocess
-        import tempfile
-
-        from components import images
-        from tools.image_local import LOCAL_REGISTRY
-        from tools.localcluster.realnodes import REAL_GPU_POOL, REAL_GPUS_PER_NODE
-
-        assert self.cli is not None
-        # Never done within the soak: a step takes at least STEP_S, and restarts only add steps.
-        steps = int(self.duration_s / STEP_S) + 1000
-        spec = gang_spec(GANG, f"{LOCAL_REGISTRY}/training-runtime:{images.AGENT_VERSION}", steps, self.workers,
-                         REAL_GPUS_PER_NODE, REAL_GPU_POOL)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="soak-gang-") as f:
-            json.dump(spec, f)
-            f.flush()
-            out = subprocess.run([str(self.cli), "train", "submit", f.name], capture_output=True, text=True,
-                                 timeout=120, check=False,
-                                 env={**os.environ, "KUBECONFIG": str(self.lay.kubeconfig), "NO_COLOR": "1"})
-        if out.returncode != 0:
-            raise RuntimeError(f"gpucluster train submit: {out.stderr.strip() or out.stdout.strip()}")
-        deadline = time.monotonic() + GANG_START_S
-        while not self._gang_training():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{GANG} did not train within {GANG_START_S:g}s of its submission")
-            time.sleep(2.0)
-        say(f"{GANG}: {self.workers} ranks training, {steps} steps to go")
-
-    def _gang_training(self) -> bool:
-        self.gang.add(self.tail.read())
-        return self.gang.training(self.workers, time.time(), GANG_STALLED_S)
-
-    def cancel_gang(self) -> None:
-        import subprocess
-
-        if self.cli is not None:
-            subprocess.run([str(self.cli), "train", "cancel", GANG], capture_output=True, text=True, timeout=120,
-                           check=False, env={**os.environ, "KUBECONFIG": str(self.lay.kubeconfig), "NO_COLOR": "1"})
-
     def _restart(self, name: str, kill: bool) -> None:
         proc = control.load_proc(self.lay, name)
         if proc is None:
@@ -425,7 +346,7 @@ class Soak:
                 return ["the API server is not ready"]
         except OSError as exc:
             return [f"the API server does not answer: {exc}"]
-        if self.gang_submitted and not self._gang_training():
+        if self.gang is not None and self.gang.submitted and not self.gang.training():
             found.append(f"{GANG} is not training (no step from every rank of its newest round in the last "
                          f"{GANG_STALLED_S:g}s)")
         found += [f"{p.name} is not running" for p in control.recorded(self.lay)
@@ -530,10 +451,9 @@ class Soak:
         sampler = threading.Thread(target=self._sampler, args=(stop,), name="sampler", daemon=True)
         sampler.start()
         try:
-            if self.cli is not None:
+            if self.gang is not None:
                 # The gang takes the real pool: inference hands over to the virtual nodes under the sampler's eye.
-                self.submit_gang()
-                self.gang_submitted = True
+                self.gang.submit(self.duration_s, say)
                 if self.wait_whole(time.monotonic()) is None:
                     raise RuntimeError(f"the cluster is not whole with {GANG} training")
             began = time.monotonic()
@@ -612,9 +532,9 @@ class Soak:
         violations["inference-below-pdb-floor"] = self.record.below_floor
         violations["burst-taint-no-execute"] = self.record.no_execute
         training: dict[str, Any] = {"training_steps_lost": None, "checkpoints_lost": None}
-        if self.gang_submitted:
-            self.gang.add(self.tail.read())
-            training = judge(self.gang, self.record.injected)
+        if self.gang is not None and self.gang.submitted:
+            self.gang.training()  # the events appended since the last read
+            training = judge(self.gang.history, self.record.injected)
             violations.update(training.pop("violations"))
             details += training.pop("details")
         worst: dict[str, float] = {}
