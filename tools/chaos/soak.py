@@ -331,7 +331,7 @@ class Soak:
             raise RuntimeError(f"{name} is not a process of this cluster")
         if kill:
             os.kill(proc.pid, signal.SIGKILL)
-            control.wait_for(f"{name} gone", lambda: not proc.alive(), 30)
+            control.wait_for(f"{name} gone", proc.exited, 30)
         control.stop_process(self.lay, proc)
         control.start_process(self.lay, name, proc.argv)
 

@@ -40,15 +40,35 @@ def say(msg: str) -> None:
 # --------------------------------------------------------------------------- processes
 
 
+def _stat(path: Path) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command name (state first); empty if it is gone."""
+    try:
+        return path.read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return []
+
+
 def start_ticks(pid: int) -> int | None:
     """The process start time (clock ticks since boot) from /proc: with the pid it names one process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
+    fields = _stat(Path(f"/proc/{pid}/stat"))
     if not fields or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def exited(pid: int, ticks: int) -> bool:
+    """Every thread of the process ``pid`` started at ``ticks`` has exited, so its files (listening sockets among
+    them) are closed. Not the same as :func:`start_ticks` being None: a killed Go program's main thread turns zombie
+    while its other threads are still closing its files, and a restart in that window finds its port in use (etcd,
+    killed by the chaos soak, never came back: ``bind: address already in use`` on its own peer port)."""
+    fields = _stat(Path(f"/proc/{pid}/stat"))
+    if not fields or int(fields[19]) != ticks:
+        return True  # reaped, or the pid names another process now
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    return all((_stat(t / "stat") or ["X"])[0] in ("Z", "X") for t in tasks)
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,10 @@ class Proc:
         """Still running and still the process we started (not a reused pid)."""
         ticks = start_ticks(self.pid)
         return ticks is not None and ticks == self.start_ticks
+
+    def exited(self) -> bool:
+        """Every thread gone: what a restart must wait for (:func:`exited`)."""
+        return self.start_ticks is None or exited(self.pid, self.start_ticks)
 
 
 def _record(lay: Layout, name: str) -> Path:
@@ -103,6 +127,7 @@ def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str,
 
 
 def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
+    """SIGTERM, SIGKILL after ``grace``; returns once every thread of it has exited (its ports are free again)."""
     if proc.alive():
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGTERM)
@@ -111,6 +136,9 @@ def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
             time.sleep(0.1)
         if proc.alive():
             os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    while not proc.exited() and time.monotonic() < deadline:
+        time.sleep(0.05)
     _record(lay, proc.name).unlink(missing_ok=True)
 
 
