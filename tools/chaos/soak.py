@@ -1,12 +1,13 @@
 """The soak: the local stack with every agent in its pods on real nodes, one fault every period, and afterwards the
 history check (tools/localcluster/history.py) over what the API server recorded.
 
-After each fault the soak waits until the cluster is whole again — the API server ready, every control-plane process
-alive (and the nodes' kube-router and kube-proxy), every node Ready, every Deployment and StatefulSet of the stack's
-system and monitoring namespaces fully Ready, every HA agent led by a Ready replica — and records how long that took,
-per kind; a fault not recovered within the bound is a violation. Beside the faults a sampler reads, every second,
-each inference PodDisruptionBudget's Ready pods against its floor and the virtual nodes' burst taint (never
-NoExecute).
+After each fault (timed once the cluster shows it) the soak waits until the cluster is whole again — the API server
+ready, every control-plane process alive (and the nodes' kube-router and kube-proxy, and the proxy the pods reach the
+API server through), every node Ready and none quarantined, every Deployment and StatefulSet of the stack's system
+and monitoring namespaces fully Ready, every HA agent led by a Ready replica, the researcher's gang (tools/chaos/
+gang.py) training — and records how long that took, per kind; a fault not recovered within the bound is a violation.
+Beside the faults a sampler reads, every second, each inference PodDisruptionBudget's Ready pods against its floor,
+the virtual nodes' burst taint (never NoExecute) and every node's quarantine taint.
 """
 
 from __future__ import annotations
