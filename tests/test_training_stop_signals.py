@@ -261,6 +261,9 @@ def test_whenever_a_signal_lands_a_committed_stop_exits_zero(landed: list[tuple[
         deliver(sig)  # the runtime re-raising a signal for its default action
 
     try:
+        # SIGINT as a trainer gets it (KeyboardInterrupt), whatever this run inherited: a test run started in the
+        # background by a shell starts with SIGINT ignored, and an ignored SIGINT would never interrupt anything.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as tmp:
             mp.setattr(checkpointer_module, "ThreadPoolExecutor", SyncExecutor)
             mp.setattr(os, "kill", kill)
