@@ -165,6 +165,11 @@ def ha_agents(lay: Layout, namespace: str) -> list[Agent]:
     return sorted(out, key=lambda a: a.app)
 
 
+def _restarts(pod: Any) -> int:
+    """How often the kubelet restarted the pod's containers."""
+    return sum(c.restart_count or 0 for c in pod.status.container_statuses or [])
+
+
 class Soak:
     def __init__(self, lay: Layout, cfg: Any, seed: int, duration_s: float, every_s: float,
                  kubelets: tuple[str, ...], recovery_bound_s: float = RECOVERY_BOUND_S,
@@ -216,25 +221,22 @@ class Soak:
         return self._kill_container(namespace, pods[0].metadata.name, container)
 
     def _kill_container(self, namespace: str, pod: str, container: str | None = None) -> Callable[[], bool]:
-        before = self._restarts(namespace, pod)
+        before = _restarts(self.core.read_namespaced_pod(pod, namespace))
         os.kill(container_pid(self.lay, *self._container(namespace, pod, container)), signal.SIGKILL)
 
         def seen() -> bool:
             p = self.core.read_namespaced_pod(pod, namespace)
             ready = any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-            return not ready or self._restarts(namespace, pod) > before
+            return not ready or _restarts(p) > before
 
         return seen
 
-    def _restarts(self, namespace: str, pod: str) -> int:
-        p = self.core.read_namespaced_pod(pod, namespace)
-        return sum(c.restart_count or 0 for c in p.status.container_statuses or [])
-
-    def _leader_pid(self, agent: Agent) -> int:
+    def _holder(self, agent: Agent) -> str:
+        """The pod that holds ``agent``'s Lease."""
         holder = lease_holder(self.lay, agent.namespace, agent.lease)
         if not holder:
             raise RuntimeError(f"{agent.app}: nobody holds {agent.lease}")
-        return container_pid(self.lay, *self._container(self.namespace, holder))
+        return holder
 
     def inject(self, injection: Injection) -> Callable[[], bool] | None:
         """Do ``injection``; returns once the fault is in place (a freeze: once the process is woken again), with,
@@ -245,14 +247,11 @@ class Soak:
         if fault in AGENT_FAULTS:
             agent = self.agents[target]
             if fault is Fault.LEADER_DELETED:
-                self.core.delete_namespaced_pod(lease_holder(self.lay, agent.namespace, agent.lease), self.namespace)
+                self.core.delete_namespaced_pod(self._holder(agent), self.namespace)
             elif fault is Fault.LEADER_KILLED:
-                holder = lease_holder(self.lay, agent.namespace, agent.lease)
-                if not holder:
-                    raise RuntimeError(f"{agent.app}: nobody holds {agent.lease}")
-                return self._kill_container(self.namespace, holder)
+                return self._kill_container(self.namespace, self._holder(agent))
             else:
-                pid = self._leader_pid(agent)
+                pid = container_pid(self.lay, *self._container(self.namespace, self._holder(agent)))
                 os.kill(pid, signal.SIGSTOP)
                 try:
                     time.sleep(agent.lease_duration_s + 5)  # past its Lease: the standby takes over meanwhile
