@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from agents.health_guard.prometheus import PrometheusMetrics, QueryError
+from agents.health_guard.contract import HealthSettings
+from agents.health_guard.prometheus import PrometheusMetrics, QueryError, observe
 
 VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"Hostname": "gpu-1"}, "value": [0, "78"]}]}}
@@ -22,6 +24,7 @@ class Server(ThreadingHTTPServer):
     status = 200
     body: Any = VECTOR
     close_after = False
+    delay = 0.0
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -33,6 +36,7 @@ class Handler(BaseHTTPRequestHandler):
         self.server.connections += 1
 
     def do_GET(self) -> None:
+        time.sleep(self.server.delay)
         body = self.server.body
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(self.server.status)
@@ -97,3 +101,15 @@ def test_nothing_listening_is_a_query_error() -> None:
     prom = PrometheusMetrics("http://127.0.0.1:9/", timeout_seconds=1)
     with pytest.raises(QueryError, match="failed"):
         prom.query_raw("up")
+
+
+def test_a_cycle_side_by_side_opens_no_more_connections_than_it_sends_queries_at_once(server: Server) -> None:
+    """The queries go four at a time over four kept-alive connections, cycle after cycle: never more connections
+    (each is a name lookup in a pod) than the bound, however many queries a cycle sends."""
+    server.delay = 0.05
+    settings = HealthSettings(query_concurrency=4)
+    prom = PrometheusMetrics(f"http://127.0.0.1:{server.server_address[1]}/", timeout_seconds=5, connections=4)
+    for _ in range(3):
+        obs, errors = observe(settings, prom)
+        assert errors == [] and not obs.failed
+    assert 1 < server.connections <= 4

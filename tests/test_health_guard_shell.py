@@ -328,6 +328,18 @@ def test_prometheus_down_decides_nothing(world) -> None:
     assert port.evicted_names == [] and sample(guard, "gpucluster_health_errors_total", {"stage": "query"}) > 0
 
 
+def test_every_query_of_a_cycle_is_timed_by_name_answered_or_not(world) -> None:
+    prom, _, guard = world
+    turn(guard, T0, 0)
+    names = [*(f"freshness:{e}" for e in SETTINGS.exporters), *(s.name for s in SETTINGS.signals)]
+    count = "gpucluster_health_query_seconds_count"
+    assert [sample(guard, count, {"query": n}) for n in names] == [1.0] * len(names)
+    prom.down = True
+    turn(guard, T0 + 10, 10)
+    assert [sample(guard, count, {"query": n}) for n in names] == [2.0] * len(names)
+    assert sample(guard, count, {"query": "xid-fatal"}) == 2.0 and sample(guard, count, {"query": "other"}) == 0.0
+
+
 def test_leader_handover_on_a_stale_lease() -> None:
     port, clock = Cluster(), [0.0]
     a, b = elector(port, "a", 10, clock), elector(port, "b", 10, clock)

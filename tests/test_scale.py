@@ -430,7 +430,7 @@ def test_generations_count_only_pods_that_were_not_alive_at_the_mark(
         e[0] == u and e[4] for e in events))
 
 
-def test_the_guards_breaker_and_cycle_phases_are_read_from_its_own_metrics() -> None:
+def test_the_guards_breaker_cycle_phases_and_queries_are_read_from_its_own_metrics() -> None:
     from prometheus_client import generate_latest
 
     from agents.health_guard.metrics import GuardMetrics
@@ -441,9 +441,13 @@ def test_the_guards_breaker_and_cycle_phases_are_read_from_its_own_metrics() -> 
     for seconds in (0.5, 1.5):
         m.cycle_phase.labels("observe").observe(seconds)
     m.cycle_phase.labels("act").observe(0.2)
-    assert guard_readings(generate_latest(m.registry).decode()) == (1.0, {"observe": 1.0, "act": 0.2})
-    assert guard_readings(None) == (None, {})
-    assert guard_readings("# nothing here\n") == (None, {})
+    for seconds in (0.25, 0.75):
+        m.query_seconds.labels("xid-fatal").observe(seconds)
+    m.query_seconds.labels("freshness:dcgm").observe(0.1)
+    assert guard_readings(generate_latest(m.registry).decode()) == (
+        1.0, {"observe": 1.0, "act": 0.2}, {"xid-fatal": 0.5, "freshness:dcgm": 0.1})
+    assert guard_readings(None) == (None, {}, {})
+    assert guard_readings("# nothing here\n") == (None, {}, {})
 
 
 # --------------------------------------------------------------------------- Volcano's share of nodes per pod

@@ -17,8 +17,9 @@ SPEC: AgentSpec[HealthSettings] = AgentSpec(
     metrics_port=METRICS_PORT,
     parse_settings=lambda data, source: parse_settings(dict(data), source=source),
     dump_settings=lambda s: s.model_dump_json(indent=2),
-    build=lambda settings, port, identity: Guard(settings, PrometheusMetrics(settings.prometheus_url), port,
-                                                 identity=identity),
+    build=lambda settings, port, identity: Guard(
+        settings, PrometheusMetrics(settings.prometheus_url, connections=settings.query_concurrency), port,
+        identity=identity),
     request_timeout=lambda s: s.request_timeout_seconds,
     connections=connections,
     # /livez fails once no cycle has completed for four polls (at least two minutes): a wedged loop restarts.

@@ -345,8 +345,12 @@ class HealthSettings(_Model, GuardTunables):
     prometheus_url: Annotated[str, Field(pattern=r"^https?://")] = "http://prometheus-operated.monitoring.svc:9090"
     node_selector: str = "gpucluster.io/location=onprem"
     poll_seconds: Annotated[int, Field(gt=0)] = 2
-    """How often the signals are queried. A cycle costs Prometheus instant queries only (nodes come from a watch),
-    and it bounds the time from a fault in Prometheus to its taint (docs/scale.md: the fault storms)."""
+    """How often the signals are queried: a cycle starts every this many seconds (at once after one that took
+    longer; one cycle at a time). A cycle costs Prometheus instant queries only (nodes come from a watch), and it
+    bounds the time from a fault in Prometheus to its taint (docs/scale.md: the fault storms)."""
+    query_concurrency: Annotated[int, Field(ge=1, le=16)] = 4
+    """Prometheus queries a cycle sends at once (and the connections it keeps to Prometheus). At 2,048 nodes a
+    dozen queries one after the other were a second of each cycle (docs/scale.md)."""
     eviction_namespaces: list[str] = Field(default_factory=lambda: ["training", "inference"])
     """Namespaces whose pods the guard evicts: where its RBAC has a Role. A pod labelled as training or
     inference anywhere else is not the guard's to move, and is left alone."""

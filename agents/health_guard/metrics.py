@@ -49,6 +49,10 @@ class GuardMetrics:
             f"{p}cycle_phase_seconds", "Seconds each phase of a cycle took: observe (the Prometheus queries), decide, "
             "act (patches, conditions, events, evictions) and publish.", ["phase"],
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32), registry=r)
+        self.query_seconds = Histogram(
+            f"{p}query_seconds", "Seconds each Prometheus query of a cycle took, answered or not, per query (a "
+            "signal's name, or freshness:<exporter>).", ["query"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8), registry=r)
         self.last_cycle = Gauge(f"{p}last_cycle_timestamp_seconds", "End of the last completed cycle.", registry=r)
         for stage in ("query", "list", "patch", "status", "event", "evict", "lease", "fenced", "cycle"):
             self.errors.labels(stage)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import urllib3
@@ -67,10 +69,12 @@ class PrometheusMetrics:
     connections look the name up when they open, and a failed connection is dropped and opened afresh.
     """
 
-    def __init__(self, url: str, timeout_seconds: float = 10.0, pool: urllib3.PoolManager | None = None) -> None:
+    def __init__(self, url: str, timeout_seconds: float = 10.0, pool: urllib3.PoolManager | None = None,
+                 connections: int = 2) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
-        self.pool = pool or urllib3.PoolManager(num_pools=1, maxsize=2, retries=False)
+        # ``block``: never more connections than the queries sent at once, so never more name lookups.
+        self.pool = pool or urllib3.PoolManager(num_pools=1, maxsize=connections, block=True, retries=False)
 
     def query_raw(self, promql: str) -> Any:
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
@@ -84,36 +88,53 @@ class PrometheusMetrics:
             raise QueryError(f"query {promql!r} failed: {exc}") from exc
 
 
-def observe(settings: HealthSettings, prometheus: Prometheus,
-            stopped: Callable[[], bool] = lambda: False) -> tuple[Observations, list[str]]:
-    """Every signal and freshness query, one after the other; a failed query leaves its signal unknown. Returns the
-    errors.
+def observe(settings: HealthSettings, prometheus: Prometheus, stopped: Callable[[], bool] = lambda: False,
+            timed: Callable[[str, float], None] = lambda query, seconds: None) -> tuple[Observations, list[str]]:
+    """Every freshness and signal query, ``settings.query_concurrency`` at a time; a failed query leaves its signal
+    unknown. Returns the errors, in the queries' order.
 
-    One after the other on purpose: side by side, a guard in its pod resolved the Prometheus service's name in
-    eight threads at once, and those lookups kept failing ("Temporary failure in name resolution") on the
-    local cluster's pod network (docs/scale.md). ``stopped`` is asked before each query: a guard told to stop ends
-    its observation there (the rest stays unknown) instead of waiting out every query's timeout while its pod's
-    grace period runs.
+    Side by side because at 2,048 nodes the dozen queries, one after the other, were a second of every cycle, and
+    the cycle's length is most of the time from a fault in Prometheus to its taint (docs/scale.md). Bounded, and
+    over the client's kept-alive connections (as many as the bound), so the Prometheus service's name is looked up
+    once per connection, not once per query: eight lookups at once kept failing on the local cluster's pod network.
+    ``stopped`` is asked before each query: a guard told to stop ends its observation there (the queries not yet
+    sent stay unknown) instead of waiting out every query's timeout while its pod's grace period runs. ``timed``
+    hears each query's name (a signal's, or ``freshness:<exporter>``) and its seconds, answered or not: an operator
+    needs to know which query holds the cycle.
     """
+    asks: list[tuple[str, str, str]] = [
+        *((f"freshness:{name}", e.freshness_query, e.node_label) for name, e in settings.exporters.items()),
+        *((s.name, s.query, settings.exporters[s.exporter].node_label) for s in settings.signals)]
+
+    def ask(item: tuple[str, str, str]) -> dict[str, float] | QueryError | None:
+        name, promql, label = item
+        if stopped():
+            return None
+        started = time.perf_counter()
+        try:
+            return parse_vector(prometheus.query_raw(promql), label)
+        except QueryError as exc:
+            return exc
+        finally:
+            timed(name, time.perf_counter() - started)
+
+    if settings.query_concurrency > 1:
+        with ThreadPoolExecutor(settings.query_concurrency, thread_name_prefix="query") as pool:
+            answers = list(pool.map(ask, asks))
+    else:
+        answers = [ask(item) for item in asks]
     errors: list[str] = []
     last_seen: dict[str, dict[str, float]] = {}
-    for name, exporter in settings.exporters.items():
-        if stopped():
-            break
-        try:
-            last_seen[name] = parse_vector(prometheus.query_raw(exporter.freshness_query), exporter.node_label)
-        except QueryError as exc:
-            errors.append(f"freshness of {name}: {exc}")
     readings: dict[str, dict[str, float]] = {}
     failed: set[str] = set()
-    for signal in settings.signals:
-        if stopped():
-            failed.add(signal.name)
+    for (name, _, _), answer in zip(asks, answers, strict=True):
+        freshness = name.startswith("freshness:")
+        if isinstance(answer, dict):
+            (last_seen if freshness else readings)[name.removeprefix("freshness:")] = answer
             continue
-        label = settings.exporters[signal.exporter].node_label
-        try:
-            readings[signal.name] = parse_vector(prometheus.query_raw(signal.query), label)
-        except QueryError as exc:
-            failed.add(signal.name)
-            errors.append(f"signal {signal.name}: {exc}")
+        if not freshness:
+            failed.add(name)  # not asked (stopped) or failed: unknown, never clear
+        if isinstance(answer, QueryError):
+            errors.append(f"freshness of {name.removeprefix('freshness:')}: {answer}" if freshness
+                          else f"signal {name}: {answer}")
     return Observations(readings, last_seen, frozenset(failed)), errors

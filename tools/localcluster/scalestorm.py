@@ -17,7 +17,7 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from agents.node_taints import health_taint_key
 from tools.localcluster import control
@@ -163,24 +163,40 @@ def _guard_metrics(lay: Layout) -> str | None:
     return text
 
 
-def guard_readings(text: str | None) -> tuple[float | None, dict[str, float]]:
-    """The ``breaker_tripped`` gauge and the mean seconds of each cycle phase, from the guard's metrics text."""
+class GuardReadings(NamedTuple):
+    """What a storm reads from the guard's metrics: its breaker gauge and the mean seconds of each cycle phase and
+    of each Prometheus query (which one holds a cycle at scale)."""
+
+    breaker: float | None
+    phases: dict[str, float]
+    queries: dict[str, float]
+
+
+def guard_readings(text: str | None) -> GuardReadings:
+    """:class:`GuardReadings` from the guard's metrics text (empty ones when it serves none)."""
     if text is None:
-        return None, {}
+        return GuardReadings(None, {}, {})
     from prometheus_client.parser import text_string_to_metric_families
 
     breaker: float | None = None
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
+    sums: dict[tuple[str, str], float] = {}
+    counts: dict[tuple[str, str], float] = {}
+    histograms = {"gpucluster_health_cycle_phase_seconds": "phase", "gpucluster_health_query_seconds": "query"}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "gpucluster_health_breaker_tripped":
                 breaker = sample.value
-            elif sample.name == "gpucluster_health_cycle_phase_seconds_sum":
-                sums[sample.labels["phase"]] = sample.value
-            elif sample.name == "gpucluster_health_cycle_phase_seconds_count":
-                counts[sample.labels["phase"]] = sample.value
-    return breaker, {p: round(sums[p] / counts[p], 3) for p in sums if counts.get(p)}
+            for prefix, label in histograms.items():
+                if sample.name == f"{prefix}_sum":
+                    sums[prefix, sample.labels[label]] = sample.value
+                elif sample.name == f"{prefix}_count":
+                    counts[prefix, sample.labels[label]] = sample.value
+
+    def means(prefix: str) -> dict[str, float]:
+        return {key: round(sums[p, key] / counts[p, key], 3) for p, key in sums if p == prefix and counts.get((p, key))}
+
+    return GuardReadings(breaker, means("gpucluster_health_cycle_phase_seconds"),
+                         means("gpucluster_health_query_seconds"))
 
 
 def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: str, prometheus_url: str,
@@ -217,7 +233,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
                 break
             time.sleep(0.5)
         first_served = {k: float(v) for k, v in served(standin).items()}
-        breaker, phases = guard_readings(_guard_metrics(lay))
+        breaker, phases, queries = guard_readings(_guard_metrics(lay))
         wrong = sorted(set(tainted) - faulted - before)
     latencies = [tainted[n] - first_served[n] for n in faulted if n in tainted and n in first_served]
     early = sorted(n for n in faulted if n in tainted and n in first_served and tainted[n] < first_served[n])
@@ -226,7 +242,8 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     post_faults(standin, {n: {} for n in faulted})
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
                            "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker,
-                           "tainted_before_the_storm": len(before), "guard_cycle_phase_mean_s": phases}
+                           "tainted_before_the_storm": len(before), "guard_cycle_phase_mean_s": phases,
+                           "guard_query_mean_s": queries}
     if wrong:
         out["healthy_nodes_tainted_names"] = wrong[:20]
     if latencies:
@@ -268,7 +285,7 @@ def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prome
             time.sleep(0.5)
         time.sleep(5)  # a quarantine or a fence outside the leaf would show by now
         first_served = {k: float(v) for k, v in served(standin).items()}
-        breaker, phases = guard_readings(_guard_metrics(lay))
+        breaker, phases, queries = guard_readings(_guard_metrics(lay))
         seen_fenced, seen_quarantined = set(fenced) - before, set(quarantined) - before
     api: Any = client.CoreV1Api(control.api_client(lay))
     values = {n.metadata.name: t.value for n in api.list_node().items for t in n.spec.taints or []
@@ -279,7 +296,8 @@ def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prome
         "leaf": leaf, "nodes": len(wanted), "fenced": len(seen_fenced & wanted),
         "fenced_naming_the_leaf": sum(1 for v in values.values() if v == leaf),
         "fenced_outside_the_leaf": len(seen_fenced - wanted), "quarantined": len(seen_quarantined),
-        "breaker_tripped": breaker, "spread_s": spread_s, "guard_cycle_phase_mean_s": phases}
+        "breaker_tripped": breaker, "spread_s": spread_s, "guard_cycle_phase_mean_s": phases,
+        "guard_query_mean_s": queries}
     if seen_quarantined:
         out["quarantined_names"] = sorted(seen_quarantined)[:20]
     if latencies:
