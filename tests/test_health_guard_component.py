@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.health_guard.contract import HealthClass, parse_settings
+from agents.health_guard.contract import HealthClass, parse_settings, xid_query
 from components.dashboards import gpu_health
 from components.training_job import TrainingJobArgs, volcano_job_spec
 from tests.conftest import StackRunner, raw_stack
+from tests.test_health_guard_xid_query import listed_xids
 from tools.localcluster.plan import load_stack_config
 from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, run_program
 
@@ -93,7 +94,7 @@ def test_settings_are_the_agents_own_and_carry_the_documented_defaults(prod: Run
     thermal = s.signal("gpu-temperature")
     assert (thermal.threshold, thermal.clear, thermal.hold_seconds, thermal.health_class) == (
         78.0, 73.0, 120, HealthClass.DEGRADED)
-    assert "DCGM_FI_DEV_XID_ERRORS == 79" in s.signal("xid-fatal").query
+    assert 79 in listed_xids(s.signal("xid-fatal").query)
 
 
 def test_stack_config_maps_signals_to_classes(run_stack: StackRunner) -> None:
@@ -102,8 +103,8 @@ def test_stack_config_maps_signals_to_classes(run_stack: StackRunner) -> None:
         "signalClasses": {"nvlink-errors": "fatal", "ib-link-errors": "off"},
         "maxNodesQuarantined": 2, "probationSeconds": 60}}}))
     s = parse_settings(settings_of(result))
-    assert s.signal("xid-fatal").query == "count by (Hostname) ((DCGM_FI_DEV_XID_ERRORS == 79))"
-    assert "== 48" in s.signal("xid-degraded").query
+    assert s.signal("xid-fatal").query == xid_query([79])
+    assert listed_xids(s.signal("xid-degraded").query) == [48, 94]
     assert s.signal("nvlink-errors").health_class is HealthClass.FATAL
     assert "ib-link-errors" not in {x.name for x in s.signals}
     assert (s.max_nodes_quarantined, s.probation_seconds) == (2, 60)

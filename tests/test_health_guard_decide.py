@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from agents.health_guard.contract import DCGM, IB, HealthClass, HealthSettings
+from agents.health_guard.contract import DCGM, FATAL_XIDS, IB, HealthClass, HealthSettings
 from agents.health_guard.decide import (
     Decision,
     Drain,
@@ -25,6 +25,7 @@ from agents.health_guard.decide import (
     decide,
     pool_allowance,
 )
+from tests.test_health_guard_xid_query import listed_xids
 
 FATAL, DEGRADED = HealthClass.FATAL, HealthClass.DEGRADED
 T0 = 1_800_000_000.0
@@ -86,7 +87,7 @@ def test_every_default_signal_maps_to_a_class_and_a_source() -> None:
         "nvlink-recovery": DEGRADED, "ib-link-errors": DEGRADED, "ecc-correctable-storm": DEGRADED,
     }
     assert all(s.source for s in HealthSettings().signals)
-    assert "DCGM_FI_DEV_XID_ERRORS == 79" in HealthSettings().signal("xid-fatal").query
+    assert listed_xids(HealthSettings().signal("xid-fatal").query) == sorted(FATAL_XIDS)
 
 
 def test_ib_port_down_is_fatal_after_its_hold() -> None:
