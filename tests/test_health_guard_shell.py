@@ -328,6 +328,30 @@ def test_prometheus_down_decides_nothing(world) -> None:
     assert port.evicted_names == [] and sample(guard, "gpucluster_health_errors_total", {"stage": "query"}) > 0
 
 
+def test_in_a_storm_every_nodes_taint_goes_before_any_nodes_condition_event_or_drain() -> None:
+    """The taint keeps new pods off a bad node; a storm's last nodes must not wait for the first nodes' drains."""
+    port, prom = Cluster(), FakePrometheus()
+    for i, n in enumerate(NODES):
+        port.put(PODS, k8s_pod(f"gang-{i}", n, "training", job="gang"))
+    prom.xid = dict.fromkeys(NODES, 1)
+    guard = Guard(SETTINGS.model_copy(update={"max_nodes_per_hour": 10, "max_nodes_quarantined": 10}), prom, port,
+                  identity="me")
+    port.fail("patch:nodes", ApiError("conflict", "gpu-?", 409))  # one node's taint refused in the first round
+    turn(guard, T0, 0)
+    writes = [(call, target) for call, target, _ in port.calls if call.split(":")[0] in ("patch", "create")
+              and not call.endswith("leases")]
+    taints = [i for i, (call, _) in enumerate(writes) if call == "patch:nodes"]
+    others = [i for i, (call, _) in enumerate(writes) if call != "patch:nodes"]
+    assert len(taints) == len(NODES) and others and max(taints) < min(others)
+    tainted = [n for n in NODES if (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints(n)]
+    assert len(tainted) == len(NODES) - 1  # the refused one is the next cycle's, not announced in this one
+    announced = {target.split("/")[-1] for call, target in writes if call == "patch:nodes/status"}
+    assert announced == set(tainted)
+    assert sorted(port.evicted_names) == sorted(f"gang-{NODES.index(n)}" for n in tainted)
+    turn(guard, T0 + 5, 5)
+    assert all((f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints(n) for n in NODES)
+
+
 def test_every_query_of_a_cycle_is_timed_by_name_answered_or_not(world) -> None:
     prom, _, guard = world
     turn(guard, T0, 0)

@@ -94,6 +94,16 @@ def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rai
     assert storm["tainted"] == storm["faults"] == 8
     assert storm["healthy_nodes_tainted"] == 0
     assert 0 < storm["min"] <= storm["p50"] <= storm["p99"]
+    # The guard's own readings: every query of its cycle timed, and the stand-in's scrapes beside the latencies.
+    from agents.health_guard.contract import HealthSettings
+
+    assert set(storm["guard_query_mean_s"]) == {*(f"freshness:{e}" for e in HealthSettings().exporters),
+                                                *(s.name for s in HealthSettings().signals)}
+    assert 0 < storm["fleet_scrape_s"]["mean"] <= storm["fleet_scrape_s"]["max"]
+    # Again with the guard polling every second (the stack's is two): every faulted node, no other.
+    fast = result["storm_taint_fast_poll_s"]["8"]
+    assert result["storm_fast_poll_s"] == 1 and fast["tainted"] == fast["faults"] == 8
+    assert fast["healthy_nodes_tainted"] == 0 and fast["tainted_before_the_storm"] == 0
     rails = result["storm_stack_rails"]
     cfg = scale.shape_config(scale.shape("small"), Path(__file__).resolve().parents[1])
     # The prod rails: at most maxNodesPerHour in an hour, then the breaker holds (a person resets it).

@@ -272,26 +272,47 @@ class Guard:
              now: float, stopped: Callable[[], bool]) -> None:
         """Each node's actions in their order, nodes side by side (:data:`ACTION_CONCURRENCY`): a storm's
         quarantines each cost a patch, a condition, an Event and a drain, and one after the other they held the
-        last faulted node for seconds (docs/scale.md). The breaker is recorded first, alone; a switch's Event after
-        its nodes. Each node's later actions see its earlier patches (a quarantine and a switch fence in one cycle
-        would otherwise send the second with a stale ``resourceVersion``)."""
+        last faulted node for seconds (docs/scale.md). Every node's taint goes first, in a round of its own, before
+        any node's condition, Event or drain: the taint is what keeps new pods off a bad node, and in a storm of
+        hundreds the last nodes' taints otherwise waited behind the first nodes' drains. The breaker is recorded
+        first, alone; a switch's Event after its nodes. Each node's later actions see its earlier patches (a
+        quarantine and a switch fence in one cycle would otherwise send the second with a stale
+        ``resourceVersion``)."""
         left = [len(actions)]
         lock = threading.Lock()
         nodes = dict(nodes)
+        #: Node -> whether its first action's taint was written in the first round (absent: not tried there).
+        tainted: dict[str, bool] = {}
+
+        def may_write() -> bool:
+            with lock:
+                remaining = left[0]
+            if stopped():
+                log.info("stopping: %d of %d actions left for the next leader", remaining, len(actions))
+                return False
+            if not self.elector.can_write():  # the port would refuse each write; stop the batch instead
+                self.metrics.errors.labels("fenced").inc()
+                log.warning("lease too old to write: %d of %d actions left for the next leader",
+                            remaining, len(actions))
+                return False
+            return True
+
+        def taint(batch: list[Action]) -> None:
+            first = batch[0]
+            if isinstance(first, Quarantine | SwitchFence) and may_write():
+                tainted[first.node] = self._taint(first, nodes, views, now)
 
         def run(batch: list[Action]) -> None:
-            for action in batch:
-                with lock:
-                    remaining = left[0]
-                if stopped():
-                    log.info("stopping: %d of %d actions left for the next leader", remaining, len(actions))
+            for i, action in enumerate(batch):
+                if not may_write():
                     return
-                if not self.elector.can_write():  # the port would refuse each write; stop the batch instead
-                    self.metrics.errors.labels("fenced").inc()
-                    log.warning("lease too old to write: %d of %d actions left for the next leader",
-                                remaining, len(actions))
+                done = tainted.get(action.node) if i == 0 and isinstance(action, Quarantine | SwitchFence) else None
+                if self._apply(action, nodes, views, now, done) is False:
+                    # The taint was refused: an eviction from a node without it lets the pod come straight back.
+                    # The rest is the next cycle's, decided again on the node as it is then.
+                    with lock:
+                        left[0] -= len(batch) - i
                     return
-                self._apply(action, nodes, views, now)
                 with lock:
                     left[0] -= 1
 
@@ -309,31 +330,46 @@ class Guard:
                 run(batch)
         else:
             with ThreadPoolExecutor(max_workers=ACTION_CONCURRENCY, thread_name_prefix="act") as pool:
+                list(pool.map(taint, per_node.values()))
                 list(pool.map(run, per_node.values()))
         run(leaves)
 
+    def _taint(self, action: Quarantine | SwitchFence, nodes: dict[str, dict[str, Any]],
+               views: Mapping[str, NodeView], now: float) -> bool:
+        """The node's taint (a quarantine's or a switch fence's), alone; whether it was written."""
+        s, node = self.settings, nodes[action.node]
+        if isinstance(action, SwitchFence):
+            return self._patch(action.node, switch_fence_patch(s, node, action, now), "switch fence", nodes)
+        return self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine", nodes)
+
     def _apply(self, action: Action, nodes: dict[str, dict[str, Any]], views: Mapping[str, NodeView],
-               now: float) -> None:
+               now: float, tainted: bool | None = None) -> bool | None:
+        """One action; ``tainted`` says the taint of a quarantine or switch fence was already tried (and whether it
+        was written), so only what follows it is left to do. Returns whether a quarantine's or fence's taint is on
+        the node (None for other actions)."""
         s = self.settings
         if isinstance(action, TripBreaker):
             self._trip(action, now)
-            return
+            return None
         if isinstance(action, SwitchFault | SwitchRelease):
             self._switch(action, nodes, now)
-            return
+            return None
         node = nodes[action.node]
         view = views[action.node]
         if isinstance(action, SwitchFence):
-            if self._patch(action.node, switch_fence_patch(s, node, action, now), "switch fence", nodes):
+            written = self._taint(action, nodes, views, now) if tainted is None else tainted
+            if written:
                 self._condition(action.node, False, "SwitchFault",
                                 switch_detail(s, action.health_class, action.leaf, action.reasons), now,
                                 SWITCH_CONDITION_TYPE)
+            return written
         elif isinstance(action, SwitchUnfence):
             if self._patch(action.node, switch_release_patch(s, node), "switch release", nodes):
                 self._condition(action.node, True, "SwitchReleased", f"leaf switch {action.leaf} released: "
                                 f"{action.why}", now, SWITCH_CONDITION_TYPE)
         elif isinstance(action, Quarantine):
-            if self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine", nodes):
+            written = self._taint(action, nodes, views, now) if tainted is None else tainted
+            if written:
                 cls = action.health_class
                 self.metrics.taints.labels(str(cls), view.pool).inc()
                 if not action.escalation:
@@ -345,6 +381,7 @@ class Guard:
                 self._condition(action.node, False, f"Gpu{cls.capitalize()}", message, now)
                 self._event(node, "GpuHealthQuarantine", message, True, now)
                 log.info("quarantined node %s: %s", action.node, message)
+            return written
         elif isinstance(action, MarkCondition):
             self._condition(action.node, False, f"Gpu{action.health_class.capitalize()}",
                             detail(s, action.health_class, action.reasons), now)
@@ -368,6 +405,7 @@ class Guard:
                            f"{s.namespace}/{s.lease_name}.")
                 self._event(node, "GpuHealthSuppressed", message, True, now)
                 log.warning("suppressed node %s: %s", action.node, action.limit)
+        return None
 
     def _switch(self, action: SwitchFault | SwitchRelease, nodes: Mapping[str, dict[str, Any]], now: float) -> None:
         """The switch-level decision: one Event naming the leaf (on its first node) and one log line."""

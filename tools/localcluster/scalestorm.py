@@ -15,6 +15,7 @@ import json
 import random
 import shutil
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -117,15 +118,32 @@ def wait_no_xid(prometheus_url: str) -> None:
         f"{prometheus_url}/api/v1/query?query=DCGM_FI_DEV_XID_ERRORS%20%3E%200")["data"]["result"], 120)
 
 
-def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faults: int) -> None:
+def scrape_seconds(prometheus_url: str, window_s: float) -> dict[str, float]:
+    """The stand-in's scrape durations over the last ``window_s`` (mean and max): the one target serves every GPU of
+    the fleet, so each scrape carries the whole fleet's samples, where a real fleet's exporters are scraped one node
+    at a time. A fault is queryable only once its scrape is in, so this is part of every latency a storm reports
+    that a real fleet's would not have."""
+    window = f"{max(1, round(window_s))}s"
+    out: dict[str, float] = {}
+    for stat in ("avg", "max"):
+        query = urllib.parse.urlencode({"query": f'{stat}_over_time(scrape_duration_seconds{{job="dcgm"}}[{window}])'})
+        result = _get(f"{prometheus_url}/api/v1/query?{query}")["data"]["result"]
+        if result:
+            out[{"avg": "mean", "max": "max"}[stat]] = round(float(result[0]["value"][1]), 3)
+    return out
+
+
+def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faults: int,
+                  poll_s: int | None = None) -> None:
     """The guard again, pointed at the scale Prometheus; ``open`` rails let it take every faulted node, of this
-    storm and the ones before it (the per-hour rail counts the node history the guard keeps on the nodes)."""
+    storm and the ones before it (the per-hour rail counts the node history the guard keeps on the nodes);
+    ``poll_s`` in place of the stack's poll."""
     from tools.localcluster.stackup import start_agents
 
     proc = control.load_proc(lay, GUARD)
     if proc is not None:
         control.stop_process(lay, proc)
-    overrides: dict[str, Any] = {"prometheus_url": prometheus_url}
+    overrides: dict[str, Any] = {"prometheus_url": prometheus_url, **({"poll_seconds": poll_s} if poll_s else {})}
     if rails == "open":
         overrides.update({"max_nodes_quarantined": OPEN_RAIL, "max_nodes_per_hour": OPEN_RAIL,
                           "max_pool_percent_quarantined": 100, "max_pool_percent_per_hour": 100})
@@ -201,14 +219,15 @@ def guard_readings(text: str | None) -> GuardReadings:
 
 def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: str, prometheus_url: str,
           faults: int, rails: str = "open", spread_s: float = 30.0, seed: int = 47, settle_s: float = 60.0,
-          timeout: float = 600.0, rotate: int = 0) -> dict[str, Any]:
+          timeout: float = 600.0, rotate: int = 0, guard_poll_s: int | None = None) -> dict[str, Any]:
     """One storm: ``faults`` fatal faults over ``spread_s``; latencies of the taints, and the breaker's state.
-    ``rotate`` shifts which nodes are chosen (a storm on other nodes than an earlier one's)."""
+    ``rotate`` shifts which nodes are chosen (a storm on other nodes than an earlier one's); ``guard_poll_s``
+    replaces the stack's poll of the guard."""
     gpu_nodes = [n.name for n in plan.by_kind("gpu")]
     gpu_nodes = gpu_nodes[rotate:] + gpu_nodes[:rotate]
     schedule = fault_schedule(gpu_nodes, faults, spread_s, seed)
     wait_no_xid(prometheus_url)
-    restart_guard(lay, stack, prometheus_url, rails, faults)
+    restart_guard(lay, stack, prometheus_url, rails, faults, guard_poll_s)
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     key = health_taint_key(label_prefix)
     with taint_watch(lay, key) as tainted:
@@ -234,6 +253,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
             time.sleep(0.5)
         first_served = {k: float(v) for k, v in served(standin).items()}
         breaker, phases, queries = guard_readings(_guard_metrics(lay))
+        scrapes = scrape_seconds(prometheus_url, time.monotonic() - started)
         wrong = sorted(set(tainted) - faulted - before)
     latencies = [tainted[n] - first_served[n] for n in faulted if n in tainted and n in first_served]
     early = sorted(n for n in faulted if n in tainted and n in first_served and tainted[n] < first_served[n])
@@ -243,7 +263,7 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     out: dict[str, Any] = {"faults": faults, "rails": rails, "spread_s": spread_s, "seed": seed,
                            "tainted": len(latencies), "healthy_nodes_tainted": len(wrong), "breaker_tripped": breaker,
                            "tainted_before_the_storm": len(before), "guard_cycle_phase_mean_s": phases,
-                           "guard_query_mean_s": queries}
+                           "guard_query_mean_s": queries, "fleet_scrape_s": scrapes}
     if wrong:
         out["healthy_nodes_tainted_names"] = wrong[:20]
     if latencies:
