@@ -29,7 +29,7 @@ lint: venv
 	  tools/localcluster/scalestorm.py tools/localcluster/fleet_standin.py tools/localcluster/watching.py \
 	  tools/localcluster/scalepulumi.py tools/localcluster/scalecrash.py tools/localcluster/history.py \
 	  tools/localcluster/rbac_usage.py tools/localcluster/processes.py tools/localcluster/scalejobs.py \
-	  tools/localcluster/apiproxy.py tools/localcluster/realcluster.py
+	  tools/localcluster/apiproxy.py tools/localcluster/realcluster.py tools/localcluster/supervise.py
 
 # Tools the tests drive for real (promtool, node_exporter, fio) are installed before pytest runs;
 # mk/*.mk add their own prerequisites (engine, local cluster, scanners) to this target.

@@ -36,7 +36,7 @@ from tools.chaos.schedule import (
     schedule,
 )
 from tools.chaos.training import judge
-from tools.localcluster import apiproxy, control, prometheus_operator, virtual_kubelet
+from tools.localcluster import apiproxy, control, processes, prometheus_operator, virtual_kubelet
 from tools.localcluster.apiproxy import NetFault
 from tools.localcluster.history import (
     GpuFault,
@@ -64,6 +64,8 @@ RECOVERY_BOUND_S = 240.0
 STOP_AFTER_NOT_WHOLE = 3
 #: How long a fault the cluster notices later (a container killed) may take to show, before its recovery is timed.
 OBSERVE_S = 30.0
+#: How long a restarted (SIGTERMed) control-plane component may take to exit before it is SIGKILLed.
+RESTART_GRACE_S = 10.0
 #: The nodes' own network processes: the NetworkPolicy firewall and the Service proxy.
 NODE_PROCESSES = ("kube-router", "kube-proxy")
 #: The monitoring install's apps (their ``app.kubernetes.io/name``) and the container of each that is killed.
@@ -326,9 +328,25 @@ class Soak:
             self.record.operator_actions["breaker-reset"] += 1
 
     def _restart(self, name: str, kill: bool) -> None:
+        """SIGKILL (``kill``) or restart a process of the cluster. A supervised one (the control plane) is ended
+        in place and its supervisor starts it again, as the kubelet restarts a static pod's container; the rest
+        are stopped and started again by the soak."""
         proc = control.load_proc(self.lay, name)
         if proc is None:
             raise RuntimeError(f"{name} is not a process of this cluster")
+        if proc.supervised:
+            component = proc.component()
+            if component is None:
+                raise RuntimeError(f"{name} is between two starts of its supervisor: nothing to end")
+            os.kill(component[0], signal.SIGKILL if kill else signal.SIGTERM)
+            deadline = time.monotonic() + RESTART_GRACE_S
+            while not processes.exited(*component) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not processes.exited(*component):
+                os.kill(component[0], signal.SIGKILL)
+            control.wait_for(f"{name} started again by its supervisor",
+                             lambda: proc.component() not in (None, component), 120)
+            return
         if kill:
             os.kill(proc.pid, signal.SIGKILL)
             control.wait_for(f"{name} gone", proc.exited, 30)
@@ -352,7 +370,7 @@ class Soak:
         found += [f"{p.name} is not running" for p in control.recorded(self.lay)
                   if p.name in control.CONTROL_PLANE or p.name in NODE_PROCESSES or p.name == apiproxy.NAME
                   or p.name.startswith("kubelet-")
-                  if not p.alive()]
+                  if p.component() is None]
         try:
             for node in self.core.list_node().items:
                 ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])

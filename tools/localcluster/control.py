@@ -50,7 +50,8 @@ from tools.localcluster.scale import Tuning
 
 DEFAULT_STATE = ROOT / ".state" / "localcluster"
 
-#: Components of the control plane proper, in start order (stopped in reverse).
+#: Components of the control plane proper, in start order (stopped in reverse). Each runs under
+#: :mod:`tools.localcluster.supervise`, which starts it again when it exits, as a kubelet does a static pod.
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
                  "vc-controller-manager", "vc-scheduler")
 #: Without these there is no cluster; Volcano's two are started when built (a warning otherwise).
@@ -247,15 +248,15 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
             kwok_config.write_text(tuning.kwok_config())
             cmds["kwok"].append(f"--config={kwok_config}")
 
-    etcd = start_process(lay, "etcd", cmds["etcd"])
+    etcd = start_process(lay, "etcd", cmds["etcd"], supervised=True)
     wait_for("etcd health", lambda: http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, etcd)
-    apiserver = start_process(lay, "kube-apiserver", cmds["kube-apiserver"])
+    apiserver = start_process(lay, "kube-apiserver", cmds["kube-apiserver"], supervised=True)
     wait_for("kube-apiserver /readyz", lambda: api_get(lay, ports["apiserver"], "/readyz")[0] == 200,
              timeout, apiserver)
     say(f"kube-apiserver ready on https://127.0.0.1:{ports['apiserver']} "
         f"({time.monotonic() - started:.1f}s)")
     for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        start_process(lay, name, cmds[name])
+        start_process(lay, name, cmds[name], supervised=True)
 
     apply_nodes(lay, plan, real)
     apply_runtime_classes(lay)
@@ -267,7 +268,7 @@ def up(lay: Layout, stack: str = "local", timeout: float = 240.0, real_nodes: bo
         crds = apply_crds(lay)
         wait_for("Volcano CRDs established", lambda: crds_established(lay, crds), 60)
         for name in VOLCANO:
-            start_process(lay, name, cmds[name])
+            start_process(lay, name, cmds[name], supervised=True)
     else:
         say(f"warning: Volcano not built ({', '.join(binaries_missing(lay, VOLCANO)) or 'no CRDs'}); "
             "gang scheduling is unavailable")

@@ -14,6 +14,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +72,14 @@ def exited(pid: int, ticks: int) -> bool:
     return all((_stat(t / "stat") or ["X"])[0] in ("Z", "X") for t in tasks)
 
 
+def children(pid: int) -> list[int]:
+    """The process's children (Linux's ``/proc/<pid>/task/<pid>/children``); empty when it has none or is gone."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 @dataclass(frozen=True)
 class Proc:
     name: str
@@ -78,6 +87,8 @@ class Proc:
     argv: list[str]
     log: str
     start_ticks: int | None = None
+    #: Started under :mod:`tools.localcluster.supervise`: ``pid`` is the supervisor, ``argv`` the component's.
+    supervised: bool = False
 
     def alive(self) -> bool:
         """Still running and still the process we started (not a reused pid)."""
@@ -87,6 +98,19 @@ class Proc:
     def exited(self) -> bool:
         """Every thread gone: what a restart must wait for (:func:`exited`)."""
         return self.start_ticks is None or exited(self.pid, self.start_ticks)
+
+    def component(self) -> tuple[int, int] | None:
+        """The running component's pid and start ticks: the supervisor's child when supervised (None between a
+        component's exit and its restart), else the process itself (None once it is gone)."""
+        if not self.alive():
+            return None
+        if not self.supervised:
+            return (self.pid, self.start_ticks) if self.start_ticks is not None else None
+        for pid in children(self.pid):
+            ticks = start_ticks(pid)
+            if ticks is not None:
+                return pid, ticks
+        return None
 
 
 def _record(lay: Layout, name: str) -> Path:
@@ -99,7 +123,7 @@ def load_proc(lay: Layout, name: str) -> Proc | None:
         return None
     data = json.loads(path.read_text())
     return Proc(name=name, pid=int(data["pid"]), argv=list(data["argv"]), log=str(data["log"]),
-                start_ticks=data.get("start_ticks"))
+                start_ticks=data.get("start_ticks"), supervised=bool(data.get("supervised", False)))
 
 
 def recorded(lay: Layout) -> list[Proc]:
@@ -107,37 +131,49 @@ def recorded(lay: Layout) -> list[Proc]:
     return [p for p in procs if p is not None]
 
 
-def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Proc:
-    """Start ``argv`` detached (own session), log to ``logs/<name>.log``, record it for ``down``."""
+def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                  supervised: bool = False) -> Proc:
+    """Start ``argv`` detached (own session), log to ``logs/<name>.log``, record it for ``down``. ``supervised``:
+    under :mod:`tools.localcluster.supervise`, which starts it again whenever it exits (as a kubelet does a static
+    pod); the record keeps the component's own ``argv``."""
     existing = load_proc(lay, name)
     if existing and existing.alive():
         return existing
     lay.logs.mkdir(parents=True, exist_ok=True)
     lay.run.mkdir(parents=True, exist_ok=True)
     log = lay.logs / f"{name}.log"
+    command = [sys.executable, "-m", "tools.localcluster.supervise", "--", *argv] if supervised else list(argv)
+    environment = {**os.environ, **(env or {})}
+    if supervised:
+        environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
     with log.open("ab") as out:
         child = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
-            start_new_session=True, env={**os.environ, **(env or {})},
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=lay.state,
+            start_new_session=True, env=environment,
         )
-    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=start_ticks(child.pid))
+    proc = Proc(name=name, pid=child.pid, argv=list(argv), log=str(log), start_ticks=start_ticks(child.pid),
+                supervised=supervised)
     _record(lay, name).write_text(json.dumps(
-        {"pid": proc.pid, "argv": proc.argv, "log": proc.log, "start_ticks": proc.start_ticks}))
+        {"pid": proc.pid, "argv": proc.argv, "log": proc.log, "start_ticks": proc.start_ticks,
+         "supervised": supervised}))
     return proc
 
 
 def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
-    """SIGTERM, SIGKILL after ``grace``; returns once every thread of it has exited (its ports are free again)."""
+    """SIGTERM, SIGKILL after ``grace``; returns once every thread of it has exited (its ports are free again) —
+    of the component too, when supervised (the supervisor passes the SIGTERM on; killed, the kernel kills the
+    component)."""
+    component = proc.component() if proc.supervised else None
     if proc.alive():
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + grace + (2 if proc.supervised else 0)  # the supervisor's own grace first
         while proc.alive() and time.monotonic() < deadline:
             time.sleep(0.1)
         if proc.alive():
             os.kill(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + grace
-    while not proc.exited() and time.monotonic() < deadline:
+    while not (proc.exited() and (component is None or exited(*component))) and time.monotonic() < deadline:
         time.sleep(0.05)
     _record(lay, proc.name).unlink(missing_ok=True)
 

@@ -309,12 +309,14 @@ def process_usage(lay: Layout) -> dict[str, dict[str, float]]:
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, dict[str, float]] = {}
     for proc in control.recorded(lay):
-        if not proc.alive():
+        component = proc.component()  # the component itself, not its supervisor
+        if component is None:
             continue
+        pid = component[0]
         with contextlib.suppress(OSError, ValueError, IndexError):
-            status = Path(f"/proc/{proc.pid}/status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
             rss_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-            stat = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[-1].split()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
             out[proc.name] = {"rss_mib": round(rss_kib / 1024, 1),
                               "cpu_s": round((int(stat[11]) + int(stat[12])) / tick, 1)}
     return out
