@@ -118,20 +118,29 @@ def _gang_table(shapes: dict[str, Any]) -> list[str]:
 
 
 def _storm_table(shapes: dict[str, Any], anchors: dict[str, Any]) -> list[str]:
-    lines = ["| shape | faults | rails | tainted | healthy nodes tainted | min | p50 | p90 | p99 | "
-             "from the fault p50 / p90 | breaker | NVSentinel p50 / p90 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| shape | faults | rails | guard poll (s) | tainted | healthy nodes tainted | min | p50 | p90 | p99 | "
+             "from the fault p50 / p90 | guard cycle: observe / act (mean s) | slowest query (mean s) | "
+             "stand-in scrape mean (s) | breaker | NVSentinel p50 / p90 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, shape in shapes.items():
-        runs = [*(shape.get("storm_taint_s") or {}).values()]
+        poll = shape.get("storm_guard_poll_s")
+        runs = [(run, poll) for run in (shape.get("storm_taint_s") or {}).values()]
+        runs += [(run, shape.get("storm_fast_poll_s")) for run in (shape.get("storm_taint_fast_poll_s") or {}).values()]
         if shape.get("storm_stack_rails"):
-            runs.append(shape["storm_stack_rails"])
-        for run in runs:
+            runs.append((shape["storm_stack_rails"], poll))
+        for run, run_poll in runs:
             ref = anchors["nvsentinel_taint_s"].get(str(run["faults"]))
             nvs = f"{ref['p50']} / {ref['p90']}" if ref and run["rails"] == "open" else "–"
-            lines.append(f"| {name} | {run['faults']} | {run['rails']} | {run['tainted']} | "
-                         f"{run['healthy_nodes_tainted']} | {_cell(run, 'min')} | {_cell(run, 'p50')} | "
-                         f"{_cell(run, 'p90')} | {_cell(run, 'p99')} | "
+            phases = run.get("guard_cycle_phase_mean_s") or {}
+            queries = run.get("guard_query_mean_s") or {}
+            slowest = max(queries.items(), key=lambda kv: kv[1]) if queries else None
+            lines.append(f"| {name} | {run['faults']} | {run['rails']} | {run_poll if run_poll is not None else '–'} | "
+                         f"{run['tainted']} | {run['healthy_nodes_tainted']} | {_cell(run, 'min')} | "
+                         f"{_cell(run, 'p50')} | {_cell(run, 'p90')} | {_cell(run, 'p99')} | "
                          f"{_cell(run.get('from_fault'), 'p50')} / {_cell(run.get('from_fault'), 'p90')} | "
+                         f"{_cell(phases, 'observe')} / {_cell(phases, 'act')} | "
+                         f"{f'{slowest[0]} {slowest[1]:g}' if slowest else '–'} | "
+                         f"{_cell(run.get('fleet_scrape_s'), 'mean')} | "
                          f"{'tripped' if run.get('breaker_tripped') else 'held'} | {nvs} |")
     return lines
 
@@ -222,7 +231,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         storm_p99 = shape.get("storm_apiserver_mutating_p99_s")
         if shape.get("conditions"):
             lines += [f"Measured {shape['conditions']}: its timings are upper bounds of upper bounds.", ""]
-        lines += [f"Measured {shape.get('measured_bench', shape.get('measured', '?'))}. Mutating API calls p99 "
+        storms_at = f" (storms {shape['measured_storms']})" if shape.get("measured_storms") else ""
+        measured = shape.get("measured_bench", shape.get("measured", "?"))
+        lines += [f"Measured {measured}{storms_at}. Mutating API calls p99 "
                   f"{'–' if p99 is None else f'{p99:.3f} s'} over the gang runs, "
                   f"{'–' if storm_p99 is None else f'{storm_p99:.3f} s'} over the storms (SLO ≤ "
                   f"{anchors['apiserver_mutating_slo_s']:.0f} s). Stack objects applied "

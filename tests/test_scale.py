@@ -341,15 +341,34 @@ def test_agent_names(ua: str | None, user: str | None, agent: str) -> None:
 
 
 def test_results_keep_the_last_run_of_each_shape(tmp_path: Path) -> None:
-    path = tmp_path / "results.json"
-    scalerun.merge_results({"shape": "small", "nodes": 66}, path)
-    scalerun.merge_results({"shape": "prod", "nodes": 268}, path)
-    scalerun.merge_results({"shape": "small", "nodes": 67, "gang_bind_s": {}}, path)
-    scalerun.merge_results({"shape": "small", "pulumi_up_s": 12.5}, path)
+    path, none = tmp_path / "results.json", tmp_path / "no-report.json"
+    scalerun.merge_results({"shape": "small", "nodes": 66, "gangs": {}}, path, none)
+    scalerun.merge_results({"shape": "prod", "nodes": 268, "gangs": {}}, path, none)
+    scalerun.merge_results({"shape": "small", "nodes": 67, "gang_bind_s": {}, "gangs": {}}, path, none)
+    scalerun.merge_results({"shape": "small", "pulumi_up_s": 12.5}, path, none)
     shapes = json.loads(path.read_text())["shapes"]
     assert {k: v["nodes"] for k, v in shapes.items()} == {"small": 67, "prod": 268}
     assert shapes["small"]["pulumi_up_s"] == 12.5 and shapes["small"]["gang_bind_s"] == {}
     assert {"measured_bench", "measured_pulumi"} <= set(shapes["small"])
+
+
+def test_a_machine_without_results_starts_from_the_committed_report_and_a_storm_run_keeps_the_gangs(
+        tmp_path: Path) -> None:
+    """A fresh clone has no results of its own: one shape's storm run must not drop the other shapes, nor its own
+    gang figures, from the report; it is dated apart from them."""
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"benchmarks": {"bench_scale": {"result": {"shapes": {
+        "prod": {"shape": "prod", "nodes": 268, "cpu_cores_during_runs": 1.5},
+        "llama3": {"shape": "llama3", "nodes": 2060, "gangs": {"2048": {}}, "measured_bench": "then"}}}}}}))
+    path = tmp_path / "results.json"
+    scalerun.merge_results({"shape": "llama3", "nodes": 2060, "storm_taint_s": {"150": {}}}, path, report)
+    shapes = json.loads(path.read_text())["shapes"]
+    assert set(shapes) == {"prod", "llama3"} and "cpu_cores_during_runs" not in shapes["prod"]
+    assert shapes["llama3"]["gangs"] == {"2048": {}} and shapes["llama3"]["storm_taint_s"] == {"150": {}}
+    assert shapes["llama3"]["measured_bench"] == "then" and "measured_storms" in shapes["llama3"]
+    for broken in ("", "[]", '{"benchmarks": {"bench_scale": {"result": {"shapes": []}}}}'):
+        report.write_text(broken)
+        assert scalerun.committed_shapes(report) == {}
 
 
 # --------------------------------------------------------------------------- the storm's schedule

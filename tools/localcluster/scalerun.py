@@ -452,9 +452,10 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
             "tuning": probe.tuning, "agent_notes": probe.agent_notes,
             "node_pools_converged_s": probe.node_pools_converged_s, **gang_keys,
-            "process_usage_at_rest": usage_rest,
-            "process_usage_after": process_usage(lay),
-            "usage_span_s": round(time.monotonic() - rest_at, 1),
+            # Without gangs, the footprints after the storms alone: the gang run's stay in the results.
+            **{("" if runs else "storms_") + key: value for key, value in (
+                ("process_usage_at_rest", usage_rest), ("process_usage_after", process_usage(lay)),
+                ("usage_span_s", round(time.monotonic() - rest_at, 1)))},
             **storms,
         }
     finally:
@@ -462,13 +463,32 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             control.down(lay)
 
 
-def merge_results(entry: dict[str, Any], path: Path = RESULTS) -> dict[str, Any]:
+#: The committed report, whose shapes a machine without results of its own starts from.
+COMMITTED_REPORT = ROOT / "bench" / "report.json"
+
+
+def committed_shapes(report: Path = COMMITTED_REPORT) -> dict[str, Any]:
+    """The shapes the committed report carries: on a machine that has not run ``make bench-scale`` yet, a run of one
+    shape (or one part of it) must not drop every other shape's figures from the report."""
+    try:
+        shapes = json.loads(report.read_text())["benchmarks"]["bench_scale"]["result"]["shapes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(shapes, dict):
+        return {}
+    # Derived when the report is written (bench/bench_scale.py), not measured.
+    return {name: {k: v for k, v in shape.items() if k != "cpu_cores_during_runs"} for name, shape in shapes.items()
+            if isinstance(shape, dict)}
+
+
+def merge_results(entry: dict[str, Any], path: Path = RESULTS, committed: Path = COMMITTED_REPORT) -> dict[str, Any]:
     """One entry per shape in the results file: a run's keys replace that shape's, the others stay (the gang
     bench and the Pulumi run of one shape are separate runs), each part with the time it was measured."""
-    data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {"shapes": committed_shapes(committed)}
     shapes = data.setdefault("shapes", {})
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    part = "pulumi" if "pulumi_up_s" in entry else "bench"
+    # A run without gangs (storms only) keeps the gang figures of an earlier run, so it is dated apart from them.
+    part = "pulumi" if "pulumi_up_s" in entry else ("bench" if "gangs" in entry else "storms")
     shapes[entry["shape"]] = {**shapes.get(entry["shape"], {}), **entry, "measured": now, f"measured_{part}": now}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
