@@ -20,6 +20,7 @@ from agents.health_guard.thermal import Thermal
 from agents.kit.settings import SettingsError
 from components.alert_rules import AlertThresholds, alert_names, build_rule_spec, duration, render_rules_yaml
 from tests.promtool_support import expected_alert, promtool, rule, run_unit_test, series
+from tests.test_health_guard_xid_query import listed_xids
 from tools.mockrt import RunResult
 
 GPU = {"gpu": "0", "UUID": "GPU-0a", "Hostname": "gpu-node-1", "modelName": "NVIDIA H100 80GB HBM3"}
@@ -501,7 +502,7 @@ def test_the_xids_that_page_are_the_xids_that_quarantine(prod: RunResult, local:
     assert tuple(x.number for x in XIDS if x.health_class is HealthClass.FATAL) == FATAL_XIDS
     assert AlertThresholds().critical_xids == FATAL_XIDS
     fatal_query = next(s.query for s in default_signals() if s.name == "xid-fatal")
-    assert sorted(int(x) for x in re.findall(r"== (\d+)", fatal_query)) == sorted(FATAL_XIDS)
+    assert listed_xids(fatal_query) == sorted(FATAL_XIDS)
     for result in (prod, local):
         expr = rule(result.one("PrometheusRule", "gpu-alerts").inputs["spec"], "GpuCriticalXid")["expr"]
         assert sorted(int(x) for x in re.findall(r"== (\d+)", expr)) == sorted(FATAL_XIDS), result.stack
