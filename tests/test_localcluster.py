@@ -248,3 +248,39 @@ def test_control_plane_nodes_and_a_running_pod(cluster):
 
     if os.environ.get("LOCALCLUSTER_KEEP"):
         input("cluster kept; press enter to tear down")
+
+
+def test_a_controller_manager_ended_while_the_api_server_restarts_is_started_again_and_works(cluster):
+    """The two-hour soak's defect: the controller manager, restarted while the API server restarted too, exited
+    without a word during its start, and nothing started it again. Under the supervisor it comes back, and its
+    controllers act (a Deployment gets its ReplicaSet)."""
+    import signal
+
+    from kubernetes import client
+
+    lay, _ = cluster
+    kcm, apiserver = control.load_proc(lay, "kube-controller-manager"), control.load_proc(lay, "kube-apiserver")
+    assert kcm is not None and apiserver is not None and kcm.supervised and apiserver.supervised
+    before = {p.name: p.component() for p in (kcm, apiserver)}
+    assert None not in before.values()
+    os.kill(before[kcm.name][0], signal.SIGTERM)
+    time.sleep(0.5)  # the controller manager is starting again when the API server goes
+    os.kill(before[apiserver.name][0], signal.SIGTERM)
+    for proc in (kcm, apiserver):
+        _wait(f"{proc.name} started again by its supervisor",
+              lambda p=proc: p.component() not in (None, before[p.name]), timeout=120)
+    ports = control.load_ports(lay) or {}
+    _wait("the API server ready again", lambda: control.api_get(lay, ports["apiserver"], "/readyz")[0] == 200, 120)
+    assert "supervise: kube-controller-manager exited" in Path(kcm.log).read_text(errors="replace")
+    apps = client.AppsV1Api(control.api_client(lay))
+    labels = {"app": "after-restart"}
+    apps.create_namespaced_deployment("default", client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="after-restart"),
+        spec=client.V1DeploymentSpec(
+            replicas=1, selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="main",
+                                                                     image="registry.invalid/smoke:1.0")])))))
+    _wait("the Deployment's ReplicaSet, made by the controller manager",
+          lambda: apps.list_namespaced_replica_set("default", label_selector="app=after-restart").items, 120)
