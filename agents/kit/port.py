@@ -165,6 +165,11 @@ BASE_CONNECTIONS = 3
 DEFAULT_CONNECTIONS = BASE_CONNECTIONS + 1
 #: Above what an agent declares: calls given up by :func:`bounded` whose threads still hold a connection.
 SPARE_CONNECTIONS = 4
+#: The longest silence a watch is read through before it counts as dead (seconds). The API server sends a bookmark
+#: on a quiet watch about every minute (measured on the local control plane: at 0 s, 120 s, then every 60 s), so a
+#: live watch is never this quiet; a black-holed one (a hung proxy, a half-open connection) was read for its whole
+#: timeout plus the request timeout, five minutes of a stale view, before the informer re-watched.
+WATCH_SILENCE_SECONDS = 150.0
 
 
 def _object(data: bytes) -> dict[str, Any]:
@@ -180,13 +185,16 @@ def _object(data: bytes) -> dict[str, Any]:
 class HttpPort:
     """:class:`KubePort` over the kubernetes client's ``ApiClient`` (its auth, TLS and connection pool).
 
-    Every call carries ``request_timeout_seconds`` (a watch: that to connect, its own timeout plus that to
-    read), so a call that never answers ends as ``timeout`` instead of hanging the agent's loop.
+    Every call carries ``request_timeout_seconds`` (a watch: that to connect, and to read, its own timeout or
+    :data:`WATCH_SILENCE_SECONDS` if shorter, plus that), so a call that never answers ends as ``timeout`` instead
+    of hanging the agent's loop, and a watch gone silent ends well before its own timeout.
     """
 
-    def __init__(self, api_client: Any, request_timeout_seconds: float) -> None:
+    def __init__(self, api_client: Any, request_timeout_seconds: float,
+                 watch_silence_seconds: float = WATCH_SILENCE_SECONDS) -> None:
         self.client = api_client
         self.timeout = request_timeout_seconds
+        self.watch_silence = watch_silence_seconds
 
     @classmethod
     def connect(cls, kubeconfig: str | None, request_timeout_seconds: float, user_agent: str | None = None,
@@ -277,8 +285,9 @@ class HttpPort:
             query.append(("labelSelector", label_selector))
         if field_selector:
             query.append(("fieldSelector", field_selector))
+        # The read timeout bounds each wait for the next bytes, not the watch: bookmarks keep a live one talking.
         response = self._send("GET", resource.path(namespace), query,
-                              timeout=(self.timeout, timeout_seconds + self.timeout))
+                              timeout=(self.timeout, min(timeout_seconds, self.watch_silence) + self.timeout))
         raw = response.response  # the urllib3 response, streamed
         try:
             buffer = b""
