@@ -300,7 +300,7 @@ class Guard:
         def taint(batch: list[Action]) -> None:
             first = batch[0]
             if isinstance(first, Quarantine | SwitchFence) and may_write():
-                tainted[first.node] = self._taint(first, nodes, views, now)
+                tainted[first.node] = self._taint(first, nodes, now)
 
         def run(batch: list[Action]) -> None:
             for i, action in enumerate(batch):
@@ -334,8 +334,7 @@ class Guard:
                 list(pool.map(run, per_node.values()))
         run(leaves)
 
-    def _taint(self, action: Quarantine | SwitchFence, nodes: dict[str, dict[str, Any]],
-               views: Mapping[str, NodeView], now: float) -> bool:
+    def _taint(self, action: Quarantine | SwitchFence, nodes: dict[str, dict[str, Any]], now: float) -> bool:
         """The node's taint (a quarantine's or a switch fence's), alone; whether it was written."""
         s, node = self.settings, nodes[action.node]
         if isinstance(action, SwitchFence):
@@ -357,7 +356,7 @@ class Guard:
         node = nodes[action.node]
         view = views[action.node]
         if isinstance(action, SwitchFence):
-            written = self._taint(action, nodes, views, now) if tainted is None else tainted
+            written = self._taint(action, nodes, now) if tainted is None else tainted
             if written:
                 self._condition(action.node, False, "SwitchFault",
                                 switch_detail(s, action.health_class, action.leaf, action.reasons), now,
@@ -368,7 +367,7 @@ class Guard:
                 self._condition(action.node, True, "SwitchReleased", f"leaf switch {action.leaf} released: "
                                 f"{action.why}", now, SWITCH_CONDITION_TYPE)
         elif isinstance(action, Quarantine):
-            written = self._taint(action, nodes, views, now) if tainted is None else tainted
+            written = self._taint(action, nodes, now) if tainted is None else tainted
             if written:
                 cls = action.health_class
                 self.metrics.taints.labels(str(cls), view.pool).inc()
