@@ -96,6 +96,20 @@ def test_repeated_evictions_are_named() -> None:
     assert repeated_evictions(parse_audit(text, "a"), agent=AGENT, since=5.5) == []
 
 
+def test_a_name_evicted_once_per_fault_is_a_new_pod_each_time_and_twice_in_one_fault_is_named() -> None:
+    """A gang's pod replaced after one GPU fault comes back under its name; a later fault on its new node evicts it
+    again: two pods, one eviction each. Two evictions between the same two faults are one pod evicted twice."""
+    def evict(at: float) -> dict[str, Any]:
+        e = event(at, A, "create", "pods", "gang-0", namespace="training", subresource="eviction")
+        return e | {"auditID": f"e{at}", "requestReceivedTimestamp": f"1970-01-01T00:00:{at:09.6f}Z"}
+
+    text = "".join(json.dumps(e) + "\n" for e in (evict(5), evict(15), evict(25), evict(26)))
+    found = repeated_evictions(parse_audit(text, "a"), agent=AGENT, faults=[4, 14, 24])
+    assert [(v.at, v.detail) for v in found] == [(24, f"{AGENT} evicted training/gang-0 2 times after the fault at 24")]
+    assert len(repeated_evictions(parse_audit(text, "a"), agent=AGENT)) == 1  # no windows: the whole run is one
+    assert repeated_evictions(parse_audit(text, "a"), agent=AGENT, faults=[4, 14, 24, 25.5]) == []
+
+
 @st.composite
 def fenced_history(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[tuple[float, str]]]:
     """Terms of two or three replicas, one after another, each renewing and writing only inside its own term; and

@@ -528,7 +528,8 @@ class Soak:
                 violations[v.invariant] += 1
                 details.append(v.detail)
         for app in self.agents:
-            for v in repeated_evictions(requests, agent=app, since=began_wall):
+            for v in repeated_evictions(requests, agent=app, since=began_wall,
+                                        faults=[g.start for g in self.record.gpu_faults]):
                 violations[v.invariant] += 1
                 details.append(v.detail)
         b = self.cfg.burst

@@ -17,6 +17,7 @@ The health guard's quarantines are judged from samples of every node's taint aga
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,15 +81,21 @@ def fencing_violations(requests: Iterable[Request], *, agent: str, namespace: st
     return out
 
 
-def repeated_evictions(requests: Iterable[Request], *, agent: str, since: float = 0.0) -> list[Violation]:
-    """Pods evicted more than once by ``agent`` (any replica) from ``since``: one fault, one eviction per pod. A pod
-    that comes back under the same name (a gang's restart) is a new pod, so a run with several faults on one gang
-    is checked per fault window."""
-    evicted = Counter((r.namespace, r.name) for r in requests
+def repeated_evictions(requests: Iterable[Request], *, agent: str, since: float = 0.0,
+                       faults: Iterable[float] = ()) -> list[Violation]:
+    """Pods evicted more than once by ``agent`` (any replica) from ``since`` within one fault's window: one fault,
+    one eviction per pod. A pod that comes back under the same name (a gang's pod replaced after its node's fault)
+    is a new pod, and the audit log names pods, not their UIDs: so the count starts over at each of ``faults``
+    (the times faults that lead to evictions began), and only a name evicted twice between two of them is one pod
+    evicted twice."""
+    starts = sorted(t for t in faults if t >= since)
+    evicted = Counter((bisect.bisect_right(starts, r.received), r.namespace, r.name) for r in requests
                       if r.received >= since and r.verb == "create" and r.resource == "pods/eviction"
                       and r.user_agent.startswith(f"{agent}/") and _succeeded(r))
-    return [Violation("one-eviction-per-pod", since, f"{agent} evicted {ns}/{name} {count} times")
-            for (ns, name), count in sorted(evicted.items()) if count > 1]
+    return [Violation("one-eviction-per-pod", starts[window - 1] if window else since,
+                      f"{agent} evicted {ns}/{name} {count} times"
+                      + (f" after the fault at {starts[window - 1]:.0f}" if window else ""))
+            for (window, ns, name), count in sorted(evicted.items()) if count > 1]
 
 
 @dataclass(frozen=True)
