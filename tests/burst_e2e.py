@@ -90,8 +90,17 @@ class Cluster:
         return {p.metadata.uid: p for p in pods if p.metadata.deletion_timestamp is None}
 
     def lease_holder(self, name: str) -> str | None:
-        holder: str | None = self.coordination.read_namespaced_lease(name, self.cfg.system_namespace).spec \
-            .holder_identity
+        """Who holds the agent's Lease; None while nobody does, the Lease not yet created included (an agent just
+        started has not written it: a test run on its own reached this before the guard's first cycle)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            holder: str | None = self.coordination.read_namespaced_lease(name, self.cfg.system_namespace).spec \
+                .holder_identity
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
         return holder
 
     def burst_events(self) -> dict[str, dict[str, str]]:
