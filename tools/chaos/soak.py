@@ -338,12 +338,7 @@ class Soak:
             component = proc.component()
             if component is None:
                 raise RuntimeError(f"{name} is between two starts of its supervisor: nothing to end")
-            os.kill(component[0], signal.SIGKILL if kill else signal.SIGTERM)
-            deadline = time.monotonic() + RESTART_GRACE_S
-            while not processes.exited(*component) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not processes.exited(*component):
-                os.kill(component[0], signal.SIGKILL)
+            processes.end_process(*component, RESTART_GRACE_S, signal.SIGKILL if kill else signal.SIGTERM)
             control.wait_for(f"{name} started again by its supervisor",
                              lambda: proc.component() not in (None, component), 120)
             return

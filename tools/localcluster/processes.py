@@ -159,21 +159,28 @@ def start_process(lay: Layout, name: str, argv: Sequence[str], env: Mapping[str,
     return proc
 
 
+def end_process(pid: int, ticks: int, grace: float, first: int = signal.SIGTERM) -> None:
+    """Send ``first`` to the process ``pid`` started at ``ticks``, SIGKILL it if it has not exited after ``grace``;
+    returns once every thread of it has exited (:func:`exited`), or ``grace`` after the SIGKILL."""
+    for sig in (first, signal.SIGKILL):
+        if exited(pid, ticks):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while not exited(pid, ticks) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
     """SIGTERM, SIGKILL after ``grace``; returns once every thread of it has exited (its ports are free again) —
     of the component too, when supervised (the supervisor passes the SIGTERM on; killed, the kernel kills the
     component)."""
     component = proc.component() if proc.supervised else None
-    if proc.alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace + (2 if proc.supervised else 0)  # the supervisor's own grace first
-        while proc.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if proc.alive():
-            os.kill(proc.pid, signal.SIGKILL)
+    if proc.alive() and proc.start_ticks is not None:
+        end_process(proc.pid, proc.start_ticks, grace + (2 if proc.supervised else 0))  # the supervisor's grace first
     deadline = time.monotonic() + grace
-    while not (proc.exited() and (component is None or exited(*component))) and time.monotonic() < deadline:
+    while component is not None and not exited(*component) and time.monotonic() < deadline:
         time.sleep(0.05)
     _record(lay, proc.name).unlink(missing_ok=True)
 
