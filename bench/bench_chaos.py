@@ -2,7 +2,8 @@
 violations (every count 0 is the goal) and inference availability against the PDB floors.
 
 The soak runs for hours on the local control plane with real nodes, so `make bench` reports the one the last
-`make chaos` wrote rather than running it again; the report says when none has run.
+`make chaos` wrote rather than running it again (on a machine that has run none, the committed report's); the
+report says when none has run.
 """
 
 from __future__ import annotations
@@ -12,14 +13,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.committed import REPORT as COMMITTED
+from bench.committed import committed_result
+
 REPORT = Path(__file__).resolve().parent.parent / ".state" / "chaos" / "report.json"
 #: Figures a soak without its training gang (`--no-training`, or a report from before the gang) cannot give.
 NOT_MEASURED = {"training_steps_lost": "not measured: that soak ran no training gang",
                 "checkpoints_lost": "not measured: that soak ran no training gang"}
 
 
-def run(path: Path = REPORT) -> dict[str, Any]:
+def run(path: Path = REPORT, committed: Path = COMMITTED) -> dict[str, Any]:
     if not path.is_file():
+        last = committed_result("bench_chaos", committed)
+        if last is not None and "measured_at" in last:
+            # A fresh clone keeps the committed soak's figures, dated by when that soak ran.
+            return last
         return {"name": "chaos soak", "status": "not run here: run `make chaos DURATION=2h` first"}
     report: dict[str, Any] = json.loads(path.read_text())
     when = datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds")

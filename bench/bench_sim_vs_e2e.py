@@ -19,12 +19,12 @@ external); and the local cluster runs the descheduler as a process on its own in
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bench import bench_e2e
+from bench.committed import REPORT, committed_result
 from bench.sim.controller_adapter import ActionKind, BurstSettings, BurstState, Decision, Snapshot
 from bench.sim.engine import Simulator
 from bench.sim.model import ClusterModel, Latencies
@@ -38,7 +38,6 @@ STACK = "local"
 LOCAL_LATENCIES = Latencies(onprem_start_s=1.0, external_start_s=1.0, hpa_period_s=15.0)
 ARRIVAL_S = 600.0  # inference settled on-prem, the taint on, the descheduler cycling
 RUN_S = 120.0  # how long the gang runs before the scenario ends it (phases after the end count from there)
-REPORT = Path(__file__).resolve().parent / "report.json"
 
 #: Phase key (the e2e's) -> what the e2e waits for; the simulator checks the same condition.
 PHASES: dict[str, str] = {
@@ -175,11 +174,10 @@ def real_phases(phases: Path = bench_e2e.PHASES, report: Path = REPORT) -> tuple
     measured = bench_e2e.run(phases)
     if "status" not in measured:
         return {k: v for k, v in measured.items() if k in PHASES}, f"make e2e at {measured['measured_at']}"
-    if report.is_file():
-        result = json.loads(report.read_text())["benchmarks"]["bench_e2e"].get("result") or {}
-        if "measured_at" in result:
-            return ({k: v for k, v in result.items() if k in PHASES},
-                    f"bench/report.json (make e2e at {result['measured_at']})")
+    result = committed_result("bench_e2e", report) or {}
+    if "measured_at" in result:
+        return ({k: v for k, v in result.items() if k in PHASES},
+                f"bench/report.json (make e2e at {result['measured_at']})")
     return {}, "no e2e run recorded"
 
 

@@ -89,7 +89,15 @@ def test_a_duration_is_a_number_with_a_unit_or_a_clear_error(text: str) -> None:
 def test_bench_chaos_reports_the_last_soak_or_says_none_ran(tmp_path: Path) -> None:
     from bench import bench_chaos
 
-    assert bench_chaos.run(tmp_path / "none.json")["status"] == "not run here: run `make chaos DURATION=2h` first"
+    none = tmp_path / "none.json"
+    assert bench_chaos.run(none, none)["status"] == "not run here: run `make chaos DURATION=2h` first"
+    # No soak on this machine: the committed report's soak, as it was reported (a committed "not run" is not one).
+    last = {"name": "chaos soak (last `make chaos`)", "measured_at": "2026-12-07T16:00:00+00:00", "seed": 50}
+    (tmp_path / "committed.json").write_text(json.dumps({"benchmarks": {"bench_chaos": {"result": last}}}))
+    assert bench_chaos.run(none, tmp_path / "committed.json") == last
+    (tmp_path / "committed.json").write_text(json.dumps(
+        {"benchmarks": {"bench_chaos": {"result": {"name": "chaos soak", "status": "not run here"}}}}))
+    assert bench_chaos.run(none, tmp_path / "committed.json")["status"].startswith("not run here: run `make chaos")
     report = {"duration_s": 7200.0, "seed": 1, "every_s": 30.0, "faults_by_kind": {"etcd-killed": 20},
               "worst_recovery_s_by_kind": {"etcd-killed": 41.0}, "violations": {"not-whole-within-bound": 0},
               "inference_availability": 0.999, "violation_details": []}

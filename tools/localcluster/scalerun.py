@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.committed import REPORT, committed_result
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
 from tools.localcluster.scale import (
@@ -464,16 +465,13 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
 
 
 #: The committed report, whose shapes a machine without results of its own starts from.
-COMMITTED_REPORT = ROOT / "bench" / "report.json"
+COMMITTED_REPORT = REPORT
 
 
 def committed_shapes(report: Path = COMMITTED_REPORT) -> dict[str, Any]:
     """The shapes the committed report carries: on a machine that has not run ``make bench-scale`` yet, a run of one
     shape (or one part of it) must not drop every other shape's figures from the report."""
-    try:
-        shapes = json.loads(report.read_text())["benchmarks"]["bench_scale"]["result"]["shapes"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+    shapes = (committed_result("bench_scale", report) or {}).get("shapes")
     if not isinstance(shapes, dict):
         return {}
     # Derived when the report is written (bench/bench_scale.py), not measured.
