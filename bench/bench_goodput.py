@@ -46,7 +46,8 @@ from bench.sim.goodput import (
     plan,
     simulate,
 )
-from bench.sim.restart import MEASURED, Assumptions, Graceful, RestartModel, Term, read_measurements
+from bench.sim.restart import MEASURED, Assumptions, Graceful, RestartModel, Term
+from bench.sim.restart_inputs import read_measurements
 from components.config import load_stack, stack_path
 from components.goodput_model import recommend
 

@@ -11,31 +11,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.sim import restart
+from bench.sim import restart_inputs
 from bench.sim.goodput import POLICIES, Backend, Environment, expected_ettr, expected_ettr_graceful, plan
 from bench.sim.restart import (
     ASSUMED,
-    EVICTED_KEY,
-    FIRST_STEP_KEY,
-    LOCAL_GANG_PODS,
     MEASURED,
     MEASURED_SCALED,
-    POD_START_KEY,
-    QUARANTINE_KEY,
-    RESTARTED_KEY,
     SCALED,
     TERMS,
     Assumptions,
     Graceful,
-    Measurements,
     RestartModel,
     delete_seconds,
     load_seconds,
     nccl_init_seconds,
     pods,
     pull_seconds,
-    read_measurements,
     recreate_seconds,
+)
+from bench.sim.restart_inputs import (
+    EVICTED_KEY,
+    FIRST_STEP_KEY,
+    LOCAL_GANG_PODS,
+    POD_START_KEY,
+    QUARANTINE_KEY,
+    RESTARTED_KEY,
+    Measurements,
+    read_measurements,
 )
 from components.config import parse_config
 from tools.mockrt import raw_from_stack
@@ -174,7 +176,7 @@ def test_measured_phases_become_terms_scaled_to_the_job(tmp_path: Path) -> None:
     assert read_measurements(phases, real, tmp_path / "absent.json", no_scale).fault_to_first_step_s == 40.0
     terms = {t.name: t for t in RestartModel(A, m).terms(16_384)}
     # The local 1 s scrape + 1 s poll give way to the stack's own sampling path.
-    assert terms["detection"].seconds == pytest.approx(6.0 - restart.LOCAL_DETECT_PATH_S + A.detect_s)
+    assert terms["detection"].seconds == pytest.approx(6.0 - restart_inputs.LOCAL_DETECT_PATH_S + A.detect_s)
     assert terms["detection"].basis == MEASURED_SCALED
     assert terms["detection"].source.startswith(f"e2e-phases.json: {QUARANTINE_KEY} less its 2 s local")
     # The local gang's measure plus the API calls of the 2,044 extra pods at Volcano's rate.
@@ -239,7 +241,7 @@ def test_reader_never_raises_and_keeps_only_valid_phases(tmp_path: Path, phases:
     m = read_measurements(p, r, q, tmp_path / "absent.json")
     for value in (m.detect_s, m.evict_s, m.reschedule_s, m.pod_start_s, m.fault_to_first_step_s,
                   m.fatal_fault_to_first_step_s, m.inplace_fault_to_first_step_s):
-        assert value is None or (math.isfinite(value) and 0 <= value <= restart.MAX_PHASE_S)
+        assert value is None or (math.isfinite(value) and 0 <= value <= restart_inputs.MAX_PHASE_S)
     if isinstance(phases, dict):
         q, e, s = (phases.get(k) for k in (QUARANTINE_KEY, EVICTED_KEY, RESTARTED_KEY))
         q, e, s = (v if isinstance(v, int | float) else math.nan for v in (q, e, s))
@@ -413,7 +415,7 @@ _POINTS = st.lists(st.tuples(st.integers(1, 4096), st.floats(0, 1000), st.floats
 @given(points=_POINTS, n_pods=st.integers(1, 8192))
 def test_at_scale_is_the_measured_figure_at_a_measured_size_and_never_negative(
         points: tuple[tuple[int, float, float], ...], n_pods: int) -> None:
-    evict, reschedule, how = restart.at_scale(points, n_pods)
+    evict, reschedule, how = restart_inputs.at_scale(points, n_pods)
     assert math.isfinite(evict) and math.isfinite(reschedule) and evict >= 0 and reschedule >= 0
     near = [p for p in points if abs(p[0] - n_pods) <= 0.01 * n_pods]
     if near:
