@@ -49,3 +49,37 @@ def test_nothing_to_draw_draws_nothing(tmp_path: Path) -> None:
     assert "plot" not in result and not (tmp_path / "scale.png").exists()
     assert "![" not in bench_scale.to_markdown(result)
     assert bench_scale.run(tmp_path / "absent.json") == {"status": "not run here: run `make bench-scale` first"}
+
+
+def test_every_goal_is_measured_against_its_target_and_a_missed_one_names_what_holds_it(tmp_path: Path) -> None:
+    results = tmp_path / "results.json"
+    llama3 = _shape(2060, {"256": 20.0, "2048": 200.0}, {"min": 1.0, "p50": 1.5, "p90": 6.0, "p99": 7.0})
+    llama3.update(gang_bind_s={k: v["bound"] for k, v in llama3["gangs"].items()}, storm_guard_poll_s=2,
+                  apiserver_mutating_p99_s=0.4, pulumi_up_s=400.0,
+                  apiserver_mutating_p99_by_call={"POST pods/binding": {"p99_s": 0.9, "calls": 2048}},
+                  process_usage_at_rest={"health-guard": {"rss_mib": 90.0, "cpu_s": 1}},
+                  process_usage_after={"health-guard": {"rss_mib": 80.0, "cpu_s": 2}, "kwok": {"rss_mib": 150.0}},
+                  storms_process_usage_after={"health-guard": {"rss_mib": "n/a"}})
+    # Not one of NVSentinel's sizes: no goal.
+    llama3["storm_taint_s"]["25"] = {**llama3["storm_taint_s"]["150"], "faults": 25, "tainted": 25, "p50": 9.0,
+                                     "p90": 9.0}
+    results.write_text(json.dumps({"shapes": {"llama3": llama3}}))
+    shape = bench_scale.run(results)["shapes"]["llama3"]
+    by_goal = {g["goal"]: g for g in shape["goals"]}
+    assert set(by_goal) == {"2,048-pod gang bound, p99", "150 faults tainted, p50 (guard poll 2 s)",
+                            "150 faults tainted, p90 (guard poll 2 s)", "mutating API calls p99 over the gang runs",
+                            "first `pulumi up`"}
+    bind = by_goal["2,048-pod gang bound, p99"]
+    assert bind["met"] is False and bind["measured_s"] == 220.0 and bind["bounded_by"].startswith("vc-scheduler")
+    assert by_goal["150 faults tainted, p50 (guard poll 2 s)"] == {
+        "goal": "150 faults tainted, p50 (guard poll 2 s)", "target_s": 2.0, "measured_s": 1.5, "met": True,
+        "bounded_by": None}
+    assert by_goal["150 faults tainted, p90 (guard poll 2 s)"]["met"] is False
+    assert by_goal["first `pulumi up`"]["bounded_by"] == "the Pulumi engine"
+    # The largest resident set of each process over every reading; a reading that is not a number is skipped.
+    assert shape["agent_rss_mib"] == {"kwok": 150.0, "health-guard": 90.0}
+    assert shape["limited_by"] is None
+    text = bench_scale.to_markdown(bench_scale.run(results))
+    assert "| llama3 | 2,048-pod gang bound, p99 | 30 | 220.0 | **no** | vc-scheduler:" in text
+    assert "| llama3 | 150 faults tainted, p50 (guard poll 2 s) | 2 | 1.5 | yes |  |" in text
+    assert "`POST pods/binding` 0.9 s (2,048 calls)" in text

@@ -235,6 +235,31 @@ def test_the_api_servers_histogram_is_read_for_the_verbs_asked_and_its_quantile_
     assert histogram_quantile(0.99, {0.1: 0.0, math.inf: 0.0}) is None
 
 
+def test_mutating_calls_are_told_apart_per_resource_and_verb_as_the_slo_takes_them() -> None:
+    """The aggregate p99 hides which call is slow; the SLI is per (resource, verb): the slowest kinds are named,
+    counted over the window only (the scrape before is subtracted), reads left out."""
+    from tools.localcluster.scalerun import mutating_p99, mutating_p99_by_call
+
+    def exposition(rows: list[tuple[str, str, str, tuple[int, int, int]]]) -> str:
+        lines = ["# TYPE apiserver_request_duration_seconds histogram"]
+        for verb, resource, sub, counts in rows:
+            labels = f'verb="{verb}",resource="{resource}"' + (f',subresource="{sub}"' if sub else "")
+            lines += [f"apiserver_request_duration_seconds_bucket{{{labels},le=\"{le}\"}} {n}"
+                      for le, n in zip(("0.1", "8", "+Inf"), counts, strict=True)]
+        return "\n".join(lines) + "\n"
+
+    before = exposition([("PATCH", "pods", "status", (50, 50, 50)), ("POST", "pods", "binding", (10, 10, 10)),
+                         ("GET", "nodes", "", (0, 0, 0))])
+    after = exposition([("PATCH", "pods", "status", (150, 150, 150)), ("POST", "pods", "binding", (10, 100, 110)),
+                        ("GET", "nodes", "", (0, 0, 9000))])
+    calls = mutating_p99_by_call(before, after)
+    assert list(calls) == ["POST pods/binding", "PATCH pods/status"]
+    assert calls["POST pods/binding"] == {"p99_s": 8.0, "calls": 100}  # 10 of 100 past 8 s: the largest bound
+    assert calls["PATCH pods/status"]["calls"] == 100 and calls["PATCH pods/status"]["p99_s"] <= 0.1
+    assert mutating_p99(before, after) == 8.0  # rank 198 of 200, past the 190 under 8 s
+    assert mutating_p99_by_call(after, after) == {}  # nothing in the window
+
+
 def test_text_that_is_not_an_exposition_is_an_error() -> None:
     with pytest.raises(ValueError, match="not Prometheus text exposition"):
         parse_histogram("apiserver_request_duration_seconds_bucket{le=0.1 oops", "apiserver_request_duration_seconds")

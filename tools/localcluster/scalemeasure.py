@@ -153,11 +153,13 @@ def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 90, 99)) -> di
     return out
 
 
-def parse_histogram(text: str, name: str, match: Mapping[str, Iterable[str]] | None = None) -> dict[float, float]:
-    """Cumulative bucket counts (``le`` -> count) of histogram ``name``, summed over the series whose labels
-    are in ``match`` (label -> allowed values). Text that is not the Prometheus exposition format is an error."""
+def parse_histograms(text: str, name: str, match: Mapping[str, Iterable[str]] | None = None,
+                     by: Sequence[str] = ()) -> dict[tuple[str, ...], dict[float, float]]:
+    """Cumulative bucket counts (``le`` -> count) of histogram ``name`` per value of the labels ``by`` (a label a
+    series lacks reads as ''), summed over the series whose labels are in ``match`` (label -> allowed values). Text
+    that is not the Prometheus exposition format is an error."""
     allowed = {k: set(v) for k, v in (match or {}).items()}
-    buckets: dict[float, float] = {}
+    groups: dict[tuple[str, ...], dict[float, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
@@ -170,9 +172,15 @@ def parse_histogram(text: str, name: str, match: Mapping[str, Iterable[str]] | N
                 continue
             if any(sample.labels.get(k) not in v for k, v in allowed.items()):
                 continue
+            buckets = groups.setdefault(tuple(sample.labels.get(k, "") for k in by), {})
             le = float(sample.labels["le"])
             buckets[le] = buckets.get(le, 0.0) + float(sample.value)
-    return buckets
+    return groups
+
+
+def parse_histogram(text: str, name: str, match: Mapping[str, Iterable[str]] | None = None) -> dict[float, float]:
+    """:func:`parse_histograms` summed over every series into one histogram."""
+    return parse_histograms(text, name, match).get((), {})
 
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.bench_scale import DERIVED
 from bench.committed import REPORT, committed_result
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
@@ -43,6 +44,7 @@ from tools.localcluster.scalemeasure import (
     agent_of,
     histogram_quantile,
     parse_histogram,
+    parse_histograms,
     percentiles,
     requests_by_agent,
 )
@@ -291,13 +293,33 @@ def apiserver_metrics(lay: Layout) -> str:
     return body
 
 
+#: Verbs of the mutating calls the SLO covers (APPLY: server-side apply, labelled apart).
+MUTATING_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+#: The histogram's labels that name one kind of call: Kubernetes' SLI is the p99 per (resource, verb) pair.
+CALL_LABELS = ("verb", "resource", "subresource")
+
+
 def mutating_p99(before: str, after: str) -> float | None:
     """p99 (seconds) of every mutating request between two scrapes, from the API server's own histogram."""
-    verbs = ("POST", "PUT", "PATCH", "APPLY", "DELETE")  # APPLY: server-side apply, labelled apart
-    a = parse_histogram(after, "apiserver_request_duration_seconds", {"verb": verbs})
-    b = parse_histogram(before, "apiserver_request_duration_seconds", {"verb": verbs})
-    delta = {le: a.get(le, 0.0) - b.get(le, 0.0) for le in a}
-    return histogram_quantile(0.99, delta)
+    a = parse_histogram(after, "apiserver_request_duration_seconds", {"verb": MUTATING_VERBS})
+    b = parse_histogram(before, "apiserver_request_duration_seconds", {"verb": MUTATING_VERBS})
+    return histogram_quantile(0.99, {le: a.get(le, 0.0) - b.get(le, 0.0) for le in a})
+
+
+def mutating_p99_by_call(before: str, after: str, top: int = 6) -> dict[str, dict[str, float]]:
+    """The ``top`` slowest kinds of mutating call between two scrapes (``VERB resource[/subresource]`` -> p99
+    seconds and how many), as Kubernetes' SLI takes them (per resource and verb): which calls hold the p99."""
+    a = parse_histograms(after, "apiserver_request_duration_seconds", {"verb": MUTATING_VERBS}, CALL_LABELS)
+    b = parse_histograms(before, "apiserver_request_duration_seconds", {"verb": MUTATING_VERBS}, CALL_LABELS)
+    out: dict[str, dict[str, float]] = {}
+    for (verb, resource, subresource), buckets in a.items():
+        earlier = b.get((verb, resource, subresource), {})
+        delta = {le: n - earlier.get(le, 0.0) for le, n in buckets.items()}
+        p99 = histogram_quantile(0.99, delta)
+        if p99 is not None:
+            call = f"{verb} {resource}/{subresource}" if subresource else f"{verb} {resource}"
+            out[call] = {"p99_s": round(p99, 3), "calls": int(max(delta.values()))}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["p99_s"])[:top])
 
 
 def audit_window(lay: Layout, since: float, until: float) -> dict[str, dict[str, float]]:
@@ -393,7 +415,9 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
                                        rails="stack", seed=STACK_RAILS_SEED, rotate=1)
         out["storm_stack_rails"] = stack_rails
         out["breaker_tripped_at"] = stack_rails["tainted"] if stack_rails.get("breaker_tripped") else None
-    out["storm_apiserver_mutating_p99_s"] = mutating_p99(before, apiserver_metrics(lay))
+    after = apiserver_metrics(lay)
+    out["storm_apiserver_mutating_p99_s"] = mutating_p99(before, after)
+    out["storm_apiserver_mutating_p99_by_call"] = mutating_p99_by_call(before, after)
     out["storm_requests_per_s_by_agent"] = audit_window(lay, wall0, time.time())
     return out
 
@@ -446,6 +470,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             "gang_running_s": {k: v["running"] for k, v in gangs.items()},
             "gangs": gangs,
             "apiserver_mutating_p99_s": mutating_p99(before, after),
+            "apiserver_mutating_p99_by_call": mutating_p99_by_call(before, after),
             "requests_per_s_by_agent": audit_window(lay, wall0, wall1),
         } if runs else {}  # no gangs: an earlier run's figures stay in the results
         return {
@@ -475,8 +500,8 @@ def committed_shapes(report: Path = COMMITTED_REPORT) -> dict[str, Any]:
     if not isinstance(shapes, dict):
         return {}
     # Derived when the report is written (bench/bench_scale.py), not measured.
-    return {name: {k: v for k, v in shape.items() if k != "cpu_cores_during_runs"} for name, shape in shapes.items()
-            if isinstance(shape, dict)}
+    return {name: {k: v for k, v in shape.items() if k not in DERIVED and not (k == "limited_by" and v is None)}
+            for name, shape in shapes.items() if isinstance(shape, dict)}
 
 
 def merge_results(entry: dict[str, Any], path: Path = RESULTS, committed: Path = COMMITTED_REPORT) -> dict[str, Any]:
