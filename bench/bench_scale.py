@@ -9,6 +9,7 @@ not run. Every figure is measured on this machine's control plane (kwok nodes, r
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -56,34 +57,50 @@ def _goal(goal: str, kind: str, target: float, measured: float | None) -> dict[s
             "met": met, "bounded_by": BOUNDED_BY[kind] if met is False else None}
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _figure(value: Any) -> float | None:
+    """A measured figure (seconds, MiB): a finite, non-negative number, else None (not measured, or not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        return None
+    return float(value)
+
+
+def _sizes(figures: dict[str, Any]) -> list[int]:
+    return sorted(int(k) for k in figures if isinstance(k, str) and k.isdigit() and k.isascii())
+
+
 def goals(shape: dict[str, Any], anchors: dict[str, Any] = ANCHORS) -> list[dict[str, Any]]:
-    """Every goal the shape has a figure for, measured against its target; a missed one names what holds it."""
+    """Every goal the shape has a figure for, measured against its target; a missed one names what holds it. A
+    figure that is not a number of seconds reads as not measured (the results file is read, not trusted)."""
     out: list[dict[str, Any]] = []
-    binds = shape.get("gang_bind_s") or {}
+    binds = _mapping(shape.get("gang_bind_s"))
     if str(GOAL_GANG_PODS) in binds:
         out.append(_goal(f"{GOAL_GANG_PODS:,}-pod gang bound, p99", "gang_bind", anchors["gang_bind_goal_s"],
-                         binds[str(GOAL_GANG_PODS)].get("p99")))
+                         _figure(_mapping(binds[str(GOAL_GANG_PODS)]).get("p99"))))
     for key, poll_key in (("storm_taint_s", "storm_guard_poll_s"), ("storm_taint_fast_poll_s", "storm_fast_poll_s")):
+        storms = _mapping(shape.get(key))
         # The storm goal is set at NVSentinel's two sizes.
-        storms = {k: v for k, v in (shape.get(key) or {}).items() if k in anchors["nvsentinel_taint_s"]}
-        for faults, storm in sorted(storms.items(), key=lambda kv: int(kv[0])):
+        for faults in (n for n in _sizes(storms) if str(n) in anchors["nvsentinel_taint_s"]):
             for pct in ("p50", "p90"):
-                out.append(_goal(f"{int(faults):,} faults tainted, {pct} (guard poll {shape.get(poll_key)} s)",
-                                 "storm", anchors["storm_goal_s"][pct], storm.get(pct)))
-    evictions = shape.get("gang_evict_s") or {}
-    if evictions:
-        size = max(evictions, key=int)
-        out.append(_goal(f"{int(size):,}-pod gang evicted after a fatal fault, p50", "gang_evict",
-                         anchors["gang_evict_goal_s"], evictions[size].get("p50")))
+                out.append(_goal(f"{faults:,} faults tainted, {pct} (guard poll {shape.get(poll_key)} s)", "storm",
+                                 anchors["storm_goal_s"][pct], _figure(_mapping(storms[str(faults)]).get(pct))))
+    evictions = _mapping(shape.get("gang_evict_s"))
+    if _sizes(evictions):
+        size = _sizes(evictions)[-1]
+        out.append(_goal(f"{size:,}-pod gang evicted after a fatal fault, p50", "gang_evict",
+                         anchors["gang_evict_goal_s"], _figure(_mapping(evictions[str(size)]).get("p50"))))
     for key, when in (("apiserver_mutating_p99_s", "the gang runs"), ("storm_apiserver_mutating_p99_s", "the storms")):
         if shape.get(key) is not None:
             out.append(_goal(f"mutating API calls p99 over {when}", "apiserver_mutating",
-                             anchors["apiserver_mutating_slo_s"], shape[key]))
-    if shape.get("pulumi_up_s") is not None:
-        out.append(_goal("first `pulumi up`", "pulumi_up", anchors["pulumi_up_goal_s"], shape["pulumi_up_s"]))
-    if shape.get("pulumi_preview_nochange_s") is not None:
-        out.append(_goal("no-change `pulumi preview`", "pulumi_preview", anchors["pulumi_preview_nochange_goal_s"],
-                         shape["pulumi_preview_nochange_s"]))
+                             anchors["apiserver_mutating_slo_s"], _figure(shape[key])))
+    for key, goal, kind, target in (("pulumi_up_s", "first `pulumi up`", "pulumi_up", "pulumi_up_goal_s"),
+                                    ("pulumi_preview_nochange_s", "no-change `pulumi preview`", "pulumi_preview",
+                                     "pulumi_preview_nochange_goal_s")):
+        if shape.get(key) is not None:
+            out.append(_goal(goal, kind, anchors[target], _figure(shape[key])))
     return out
 
 
@@ -93,9 +110,10 @@ def agent_rss(shape: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in ("process_usage_at_rest", "process_usage_after", "storms_process_usage_at_rest",
                 "storms_process_usage_after"):
-        for process, usage in (shape.get(key) or {}).items():
-            if isinstance(usage, dict) and isinstance(usage.get("rss_mib"), int | float):
-                out[process] = max(out.get(process, 0.0), float(usage["rss_mib"]))
+        for process, usage in _mapping(shape.get(key)).items():
+            rss = _figure(_mapping(usage).get("rss_mib"))
+            if rss is not None:
+                out[process] = max(out.get(process, 0.0), rss)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 

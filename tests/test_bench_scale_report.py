@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import bench_scale
 
@@ -83,3 +87,29 @@ def test_every_goal_is_measured_against_its_target_and_a_missed_one_names_what_h
     assert "| llama3 | 2,048-pod gang bound, p99 | 30 | 220.0 | **no** | vc-scheduler:" in text
     assert "| llama3 | 150 faults tainted, p50 (guard poll 2 s) | 2 | 1.5 | yes |  |" in text
     assert "`POST pods/binding` 0.9 s (2,048 calls)" in text
+
+
+FIGURE = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.integers(-5, 10**6),
+                   st.floats(allow_nan=True, allow_infinity=True), st.lists(st.integers(), max_size=2))
+STATS = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["p50", "p90", "p99", "rss_mib", "n"]), FIGURE, max_size=4))
+SIZED = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["150", "375", "2048", "256", "x", "-1", "²"]), STATS,
+                                          max_size=4))
+SHAPES = st.dictionaries(
+    st.sampled_from(["gang_bind_s", "storm_taint_s", "storm_taint_fast_poll_s", "gang_evict_s",
+                     "apiserver_mutating_p99_s", "storm_apiserver_mutating_p99_s", "pulumi_up_s",
+                     "pulumi_preview_nochange_s", "storm_guard_poll_s", "process_usage_after",
+                     "storms_process_usage_at_rest"]),
+    SIZED, max_size=8)
+
+
+@given(SHAPES)
+def test_a_results_file_of_any_shape_gives_goals_and_footprints_never_an_error(shape: dict[str, Any]) -> None:
+    """The results file is read, not trusted (hand edits, a run cut short): anything not a figure reads as not
+    measured, and what is measured is judged against its target."""
+    for goal in bench_scale.goals(shape):
+        measured = goal["measured_s"]
+        assert measured is None or (math.isfinite(measured) and measured >= 0)
+        assert goal["met"] == (None if measured is None else measured <= goal["target_s"])
+        assert (goal["bounded_by"] is not None) == (goal["met"] is False)
+    for rss in bench_scale.agent_rss(shape).values():
+        assert math.isfinite(rss) and rss >= 0
