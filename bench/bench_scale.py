@@ -117,8 +117,28 @@ def agent_rss(shape: dict[str, Any]) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def topology_figures(shape: dict[str, Any]) -> dict[str, Any]:
+    """The fabric's figures under the names the topology work reports them by: leaves each gang size spanned
+    against the fewest it could, and the switch fault's time to its condition and the nodes it drained (none)."""
+    out: dict[str, Any] = {}
+    gangs = _mapping(shape.get("gangs"))
+    spans = {str(n): {"p50": _figure(_mapping(_mapping(gangs[str(n)]).get("leaves_spanned")).get("p50")),
+                      "max": _figure(_mapping(_mapping(gangs[str(n)]).get("leaves_spanned")).get("max")),
+                      "minimum": _figure(_mapping(gangs[str(n)]).get("fewest_leaves"))} for n in _sizes(gangs)}
+    spans = {k: v for k, v in spans.items() if v["p50"] is not None}
+    if spans:
+        out["leaves_spanned"] = spans
+    switch = _mapping(shape.get("switch_fault"))
+    if "to_condition_s" in switch:
+        out["switch_fault_to_condition_s"] = switch["to_condition_s"]
+    if "nodes_drained" in switch:
+        out["switch_fault_nodes_drained"] = switch["nodes_drained"]
+    return out
+
+
 #: Keys ``run`` derives from the measured ones each time it reads them (never kept in the results file).
-DERIVED = ("cpu_cores_during_runs", "agent_rss_mib", "goals")
+DERIVED = ("cpu_cores_during_runs", "agent_rss_mib", "goals", "leaves_spanned", "switch_fault_to_condition_s",
+           "switch_fault_nodes_drained")
 
 
 def run(path: Path = RESULTS) -> dict[str, Any]:
@@ -131,6 +151,7 @@ def run(path: Path = RESULTS) -> dict[str, Any]:
         shape["cpu_cores_during_runs"] = cpu_cores(shape)
         shape["agent_rss_mib"] = agent_rss(shape)
         shape["goals"] = goals(shape)
+        shape.update(topology_figures(shape))
         # A shape that ran whole was stopped by nothing; a run that fell over records its component itself.
         shape.setdefault("limited_by", None)
     result: dict[str, Any] = {"anchors": ANCHORS, "shapes": shapes}
@@ -244,15 +265,20 @@ def _storm_table(shapes: dict[str, Any], anchors: dict[str, Any]) -> list[str]:
 
 
 def _switch_table(shapes: dict[str, Any]) -> list[str]:
-    lines = ["| shape | leaf | nodes | fenced as one switch fault | quarantined on their own | fenced outside the leaf "
-             "| breaker | served to fenced p50 | p90 | max |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| shape | leaf | nodes | fenced as one switch fault | switch condition false | quarantined (drained) on "
+             "their own | fenced outside the leaf | breaker | served to fenced p50 | p90 | max | served to condition "
+             "p50 | released after the repair mark (s, probation) |", "|---" * 13 + "|"]
     for name, shape in shapes.items():
         sw = shape.get("switch_fault")
         if sw:
+            released = "–" if "released" not in sw else (
+                f"{sw['released']} in {sw['release_after_repair_s']} s ({sw.get('probation_s', '?')} s)"
+                if "release_after_repair_s" in sw else f"{sw['released']} of {sw['nodes']}, not all")
             lines.append(f"| {name} | {sw['leaf']} | {sw['nodes']} | {sw['fenced_naming_the_leaf']} | "
-                         f"{sw['quarantined']} | {sw['fenced_outside_the_leaf']} | "
+                         f"{sw.get('conditions', '–')} | {sw['quarantined']} | {sw['fenced_outside_the_leaf']} | "
                          f"{'tripped' if sw.get('breaker_tripped') else 'held'} | {_cell(sw, 'p50')} | "
-                         f"{_cell(sw, 'p90')} | {_cell(sw, 'max')} |")
+                         f"{_cell(sw, 'p90')} | {_cell(sw, 'max')} | {_cell(sw.get('to_condition_s'), 'p50')} | "
+                         f"{released} |")
     return lines if len(lines) > 2 else []
 
 

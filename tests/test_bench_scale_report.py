@@ -33,15 +33,23 @@ def test_the_plot_draws_bind_time_against_gang_size_and_the_storm_beside_nvsenti
     llama3["switch_fault"] = {"leaf": "gpu-a-leaf-01", "nodes": 32, "fenced": 32, "fenced_naming_the_leaf": 32,
                               "quarantined": 0, "fenced_outside_the_leaf": 0, "breaker_tripped": 0.0,
                               "min": 61.0, "p50": 63.5, "p90": 66.0, "p99": 66.0, "max": 66.2}
+    llama3["switch_fault_after"] = {**llama3["switch_fault"], "conditions": 32, "to_condition_s": {"p50": 64.0},
+                                    "released": 32, "release_after_repair_s": 41.5, "probation_s": 20}
     llama3["conditions"] = "beside a two-hour chaos soak"
-    results.write_text(json.dumps({"shapes": {"llama3": llama3}}))
+    after = {**llama3, "switch_fault": llama3.pop("switch_fault_after")}
+    results.write_text(json.dumps({"shapes": {"llama3": llama3, "after": after}}))
     result = bench_scale.run(results)
     assert result["plot"] == str(tmp_path / "scale.png") and (tmp_path / "scale.png").stat().st_size > 10_000
     text = bench_scale.to_markdown(result)
     assert "| llama3 | 2,060 | 16,480 | 1.0 | 2,048 | 1 |" in text and text.count("| – |\n") >= 1  # 2,048: none
     assert "| 9 (8) |" in text  # the 256-pod gang spanned 9 leaves where 8 would do
     assert "Measured beside a two-hour chaos soak: its timings are upper bounds of upper bounds." in text
-    assert "| llama3 | gpu-a-leaf-01 | 32 | 32 | 0 | 0 | held | 63.5 | 66.0 | 66.2 |" in text
+    assert "| llama3 | gpu-a-leaf-01 | 32 | 32 | – | 0 | 0 | held | 63.5 | 66.0 | 66.2 | – | – |" in text
+    assert "| after | gpu-a-leaf-01 | 32 | 32 | 32 | 0 | 0 | held | 63.5 | 66.0 | 66.2 | 64.0 | 32 in 41.5 s (20 s) |" \
+        in text
+    got = result["shapes"]["after"]
+    assert got["leaves_spanned"] == {"256": {"p50": 9.0, "max": 9.0, "minimum": 8.0}}  # the 2,048 gang: none read
+    assert got["switch_fault_to_condition_s"] == {"p50": 64.0} and "switch_fault_nodes_drained" not in got
     assert f"![Gang bind time against gang size; fault-storm latency beside NVSentinel's]({tmp_path / 'scale.png'})" \
         in text
 
@@ -91,14 +99,16 @@ def test_every_goal_is_measured_against_its_target_and_a_missed_one_names_what_h
 
 FIGURE = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.integers(-5, 10**6),
                    st.floats(allow_nan=True, allow_infinity=True), st.lists(st.integers(), max_size=2))
-STATS = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["p50", "p90", "p99", "rss_mib", "n"]), FIGURE, max_size=4))
+STATS = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["p50", "p90", "p99", "rss_mib", "n", "fewest_leaves"]),
+                                          FIGURE, max_size=4),
+                  st.fixed_dictionaries({"leaves_spanned": st.dictionaries(st.sampled_from(["p50", "max"]), FIGURE)}))
 SIZED = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["150", "375", "2048", "256", "x", "-1", "²"]), STATS,
                                           max_size=4))
 SHAPES = st.dictionaries(
     st.sampled_from(["gang_bind_s", "storm_taint_s", "storm_taint_fast_poll_s", "gang_evict_s",
                      "apiserver_mutating_p99_s", "storm_apiserver_mutating_p99_s", "pulumi_up_s",
                      "pulumi_preview_nochange_s", "storm_guard_poll_s", "process_usage_after",
-                     "storms_process_usage_at_rest"]),
+                     "storms_process_usage_at_rest", "gangs", "switch_fault"]),
     SIZED, max_size=8)
 
 
@@ -113,3 +123,4 @@ def test_a_results_file_of_any_shape_gives_goals_and_footprints_never_an_error(s
         assert (goal["bounded_by"] is not None) == (goal["met"] is False)
     for rss in bench_scale.agent_rss(shape).values():
         assert math.isfinite(rss) and rss >= 0
+    bench_scale.topology_figures(shape)

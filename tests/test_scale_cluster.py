@@ -83,9 +83,17 @@ def test_a_leaf_switch_down_is_one_switch_fault_and_no_node_is_quarantined_for_i
     sw = result["switch_fault"]
     assert (sw["leaf"], sw["nodes"]) == (leaf.name, 32)
     assert sw["fenced"] == sw["fenced_naming_the_leaf"] == 32  # the whole leaf, each fence naming its switch
-    assert sw["quarantined"] == 0 and sw["fenced_outside_the_leaf"] == 0
+    assert sw["conditions"] == 32  # and its switch condition false on every node of it
+    assert sw["quarantined"] == sw["nodes_drained"] == 0 and sw["fenced_outside_the_leaf"] == 0
     assert sw["breaker_tripped"] == 0.0  # the stack's rails never count a switch fault
     assert 0 < sw["min"] <= sw["p50"] <= sw["max"]
+    assert sw["to_condition_s"]["p50"] > 0
+
+
+def test_a_fixed_switch_releases_its_whole_leaf_after_its_repair_mark_and_the_probation(result: dict) -> None:
+    sw = result["switch_fault"]
+    assert sw["released"] == sw["nodes"] == 32
+    assert sw["release_after_repair_s"] >= sw["probation_s"] > 0  # never before the ports held clear that long
 
 
 def test_the_storm_quarantines_every_faulted_node_and_no_other_and_the_stack_rails_trip_the_breaker(

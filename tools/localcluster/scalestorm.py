@@ -17,7 +17,7 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from agents.node_taints import health_taint_key
@@ -134,16 +134,17 @@ def scrape_seconds(prometheus_url: str, window_s: float) -> dict[str, float]:
 
 
 def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faults: int,
-                  poll_s: int | None = None) -> None:
+                  poll_s: int | None = None, extra: dict[str, Any] | None = None) -> None:
     """The guard again, pointed at the scale Prometheus; ``open`` rails let it take every faulted node, of this
     storm and the ones before it (the per-hour rail counts the node history the guard keeps on the nodes);
-    ``poll_s`` in place of the stack's poll."""
+    ``poll_s`` in place of the stack's poll; ``extra``: more of its settings in place of the stack's."""
     from tools.localcluster.stackup import start_agents
 
     proc = control.load_proc(lay, GUARD)
     if proc is not None:
         control.stop_process(lay, proc)
-    overrides: dict[str, Any] = {"prometheus_url": prometheus_url, **({"poll_seconds": poll_s} if poll_s else {})}
+    overrides: dict[str, Any] = {"prometheus_url": prometheus_url, **({"poll_seconds": poll_s} if poll_s else {}),
+                                 **(extra or {})}
     if rails == "open":
         overrides.update({"max_nodes_quarantined": OPEN_RAIL, "max_nodes_per_hour": OPEN_RAIL,
                           "max_pool_percent_quarantined": 100, "max_pool_percent_per_hour": 100})
@@ -155,19 +156,30 @@ def restart_guard(lay: Layout, stack: str, prometheus_url: str, rails: str, faul
 
 
 @contextlib.contextmanager
-def taint_watch(lay: Layout, key: str) -> Iterator[dict[str, float]]:
-    """Node -> epoch time the watch first saw taint ``key`` on it."""
+def node_watch(lay: Layout, holds: Callable[[Any], bool]) -> Iterator[dict[str, float]]:
+    """Node -> epoch time the watch first saw ``holds(node)`` true."""
     from kubernetes import client
 
     seen: dict[str, float] = {}
     api = client.CoreV1Api(control.api_client(lay))
 
     def saw(_: str, node: Any) -> None:
-        if any(t.key == key for t in node.spec.taints or []):
+        if holds(node):
             seen.setdefault(node.metadata.name, time.time())
 
     with following(api.list_node, saw):
         yield seen
+
+
+def taint_watch(lay: Layout, key: str) -> contextlib.AbstractContextManager[dict[str, float]]:
+    """Node -> epoch time the watch first saw taint ``key`` on it."""
+    return node_watch(lay, lambda node: any(t.key == key for t in node.spec.taints or []))
+
+
+def condition_watch(lay: Layout, kind: str, status: str) -> contextlib.AbstractContextManager[dict[str, float]]:
+    """Node -> epoch time the watch first saw its condition ``kind`` at ``status``."""
+    return node_watch(lay, lambda node: any(c.type == kind and c.status == status
+                                            for c in (node.status.conditions if node.status else None) or []))
 
 
 def _guard_metrics(lay: Layout) -> str | None:
@@ -275,23 +287,33 @@ def storm(lay: Layout, stack: str, plan: NodePlan, label_prefix: str, standin: s
     return out
 
 
+#: The guard's probation in the switch storm, in place of the stack's half hour: the release is measured, not waited
+#: out (the mechanics do not depend on its length).
+SWITCH_PROBATION_S = 20
+
+
 def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prometheus_url: str, leaf: str,
-                 leaf_nodes: Sequence[str], spread_s: float = 5.0, timeout: float = 300.0) -> dict[str, Any]:
+                 leaf_nodes: Sequence[str], spread_s: float = 5.0, timeout: float = 300.0,
+                 probation_s: int = SWITCH_PROBATION_S) -> dict[str, Any]:
     """A leaf switch fails: every node under ``leaf`` loses its InfiniBand ports within ``spread_s``. Read as it
-    must be, that is one fault: every node of the leaf fenced with the switch-fault taint naming the leaf, none of
-    them quarantined on its own, nothing outside the leaf touched, and the stack's own rails (the guard runs with
-    them) not counting it, so the breaker stays closed. Latencies run from the first scrape that served a node's
-    port down to its fence; the port signal's hold is part of them."""
+    must be, that is one fault: every node of the leaf fenced with the switch-fault taint naming the leaf and its
+    switch condition false, none of them quarantined (and so drained) on its own, nothing outside the leaf
+    touched, and the stack's own rails (the guard runs with them) not counting it, so the breaker stays closed.
+    Latencies run from the first scrape that served a node's port down to its fence and to its condition; the port
+    signal's hold is part of them. Then the switch is fixed: the ports come back, one node of the leaf gets the
+    switch's repair mark (a port down makes the fault fatal), and the release is timed from the mark to the last
+    fence gone, the guard's probation (``probation_s``) included."""
     from kubernetes import client
 
-    from agents.health_guard.contract import Names
+    from agents.health_guard.contract import SWITCH_CONDITION_TYPE, Names
 
     names = Names(label_prefix)
     wait_no_xid(prometheus_url)
-    restart_guard(lay, stack, prometheus_url, "stack", len(leaf_nodes))
+    restart_guard(lay, stack, prometheus_url, "stack", len(leaf_nodes), extra={"probation_seconds": probation_s})
     time.sleep(5)  # the guard's first poll sees a healthy fleet
     wanted = set(leaf_nodes)
-    with taint_watch(lay, names.switch_fault) as fenced, taint_watch(lay, names.taint) as quarantined:
+    with (taint_watch(lay, names.switch_fault) as fenced, taint_watch(lay, names.taint) as quarantined,
+          condition_watch(lay, SWITCH_CONDITION_TYPE, "False") as conditioned):
         time.sleep(2)
         before = set(fenced) | set(quarantined)
         started = time.monotonic()
@@ -301,28 +323,55 @@ def switch_storm(lay: Layout, stack: str, label_prefix: str, standin: str, prome
                 time.sleep(delay)
             post_faults(standin, {node: {"ib_state": 1}})
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not wanted <= set(fenced):
+        while time.monotonic() < deadline and not (wanted <= set(fenced) and wanted <= set(conditioned)):
             time.sleep(0.5)
         time.sleep(5)  # a quarantine or a fence outside the leaf would show by now
         first_served = {k: float(v) for k, v in served(standin).items()}
         breaker, phases, queries = guard_readings(_guard_metrics(lay))
         seen_fenced, seen_quarantined = set(fenced) - before, set(quarantined) - before
+        seen_conditioned = set(conditioned) & wanted
     api: Any = client.CoreV1Api(control.api_client(lay))
     values = {n.metadata.name: t.value for n in api.list_node().items for t in n.spec.taints or []
               if t.key == names.switch_fault and n.metadata.name in wanted}
     latencies = [fenced[n] - first_served[n] for n in wanted if n in fenced and n in first_served]
-    post_faults(standin, {n: {} for n in leaf_nodes})
+    to_condition = [conditioned[n] - first_served[n] for n in wanted if n in conditioned and n in first_served]
     out: dict[str, Any] = {
         "leaf": leaf, "nodes": len(wanted), "fenced": len(seen_fenced & wanted),
         "fenced_naming_the_leaf": sum(1 for v in values.values() if v == leaf),
         "fenced_outside_the_leaf": len(seen_fenced - wanted), "quarantined": len(seen_quarantined),
+        # The guard drains only the nodes it quarantines: a switch fault drains none.
+        "nodes_drained": len(seen_quarantined & wanted), "conditions": len(seen_conditioned),
         "breaker_tripped": breaker, "spread_s": spread_s, "guard_cycle_phase_mean_s": phases,
-        "guard_query_mean_s": queries}
+        "guard_query_mean_s": queries, "probation_s": probation_s}
     if seen_quarantined:
         out["quarantined_names"] = sorted(seen_quarantined)[:20]
     if latencies:
         out.update({k: round(v, 2) for k, v in percentiles(latencies).items() if k != "n"})
+    if to_condition:
+        out["to_condition_s"] = {k: round(v, 2) for k, v in percentiles(to_condition).items() if k != "n"}
+    out.update(_switch_release(api, names, standin, leaf_nodes, timeout + probation_s))
     say(f"switch {leaf} down ({len(wanted)} nodes): {out}")
+    return out
+
+
+def _switch_release(api: Any, names: Any, standin: str, leaf_nodes: Sequence[str], timeout: float) -> dict[str, Any]:
+    """The switch fixed: its ports back, then its repair mark on one node of the leaf; how long until no node of the
+    leaf is fenced, and how many were released."""
+    post_faults(standin, {n: {} for n in leaf_nodes})
+    api.patch_node(leaf_nodes[0], {"metadata": {"labels": {names.switch_repaired: "scale-bench"}}})
+    marked = time.monotonic()
+    wanted = set(leaf_nodes)
+    deadline = marked + timeout
+    fenced = wanted
+    while time.monotonic() < deadline:
+        fenced = {n.metadata.name for n in api.list_node().items
+                  if n.metadata.name in wanted and any(t.key == names.switch_fault for t in n.spec.taints or [])}
+        if not fenced:
+            break
+        time.sleep(1)
+    out: dict[str, Any] = {"released": len(wanted - fenced)}
+    if not fenced:
+        out["release_after_repair_s"] = round(time.monotonic() - marked, 2)
     return out
 
 
