@@ -53,6 +53,8 @@ up: venv
 down: venv
 	@$(PY) -m tools.localcluster.stackup down
 
-# The end-to-end scenarios on the real components (tests/test_e2e*.py: burst and faults, researchers, provider rank).
+# The end-to-end scenarios on the real components (tests/test_e2e*.py: burst and faults, researchers, provider rank),
+# and the small scale shape's (tests/test_scale_cluster.py: gangs placed by the fabric, fault storms, a leaf switch
+# down and its release).
 e2e: venv localcluster engine observability-tools images
-	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py tests/test_e2e_realnodes.py tests/test_e2e_stack_in_pods.py
+	.venv/bin/pytest -q -p no:xdist tests/test_e2e.py tests/test_e2e_researcher.py tests/test_e2e_provider_rank.py tests/test_e2e_realnodes.py tests/test_e2e_stack_in_pods.py tests/test_scale_cluster.py
