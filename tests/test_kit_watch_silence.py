@@ -1,6 +1,8 @@
-"""A watch gone silent ends as a timeout after ``WATCH_SILENCE_SECONDS``, not after its own timeout: a black-holed
-watch (a hung proxy, a half-open connection) was read for five minutes of a stale view. A live watch, kept talking
-by the API server's bookmarks, is read to its end however long that is (tools: the real client over HTTP)."""
+"""A watch gone silent ends after ``WATCH_SILENCE_SECONDS``, not after its own timeout, and ends as at that timeout
+(the informer watches again from its resourceVersion on a new connection, without a re-list): a black-holed watch (a
+hung proxy, a half-open connection) was read for five minutes of a stale view, and a quiet kind the API server does
+not bookmark must not be re-listed for its quiet. A request that never answers is still a timeout; a live watch,
+kept talking by the API server's bookmarks, is read to its end however long that is (the real client over HTTP)."""
 
 from __future__ import annotations
 
@@ -74,15 +76,48 @@ def port_on(server: Server, silence: float) -> HttpPort:
     return port
 
 
-def test_a_silent_watch_ends_as_a_timeout_after_the_silence_bound_not_its_own_timeout(server: Server) -> None:
+def test_a_silent_watch_ends_after_the_silence_bound_as_at_its_own_timeout(server: Server) -> None:
     server.silence = 30.0
     started = time.monotonic()
-    events = port_on(server, 1.0).watch(NODES, "", 300)
-    assert next(events)["type"] == "ADDED"
-    with pytest.raises(ApiError) as err:
-        next(events)
-    assert err.value.kind == "timeout"
+    events = list(port_on(server, 1.0).watch(NODES, "", 300))
+    assert [e["type"] for e in events] == ["ADDED"]  # then the end, not an error
     assert time.monotonic() - started < 10  # the silence (1 s) and the request timeout, not 300 s
+
+
+def test_a_silent_watch_is_watched_again_from_its_resource_version_without_a_relist(server: Server) -> None:
+    from agents.kit.informer import Informer, Store, WatchEnd
+
+    server.silence = 30.0
+    port = port_on(server, 1.0)
+    store = Store()
+    store.replace([])
+    informer = Informer(port, NODES, store, watch_timeout_seconds=300)
+    informer.resource_version, informer.needs_list = "5", False
+    errors: list[str] = []
+    informer.on_error = errors.append
+    assert informer.watch_once() == WatchEnd.OK
+    assert informer.resource_version == "7" and not informer.needs_list and store.synced and errors == []
+    assert store.get("gpu-01") is not None
+
+
+def test_a_request_that_never_answers_is_still_a_timeout() -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    try:
+        from kubernetes import client
+
+        conf = client.Configuration()
+        conf.host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        port = HttpPort.on(conf, 0.5)
+        port.watch_silence = 1.0
+        with pytest.raises(ApiError) as err:
+            next(port.watch(NODES, "", 300))
+        assert err.value.kind == "timeout"
+    finally:
+        listener.close()
 
 
 def test_a_watch_kept_talking_by_bookmarks_is_read_past_the_silence_bound(server: Server) -> None:

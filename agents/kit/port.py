@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
+import urllib3
+
 from agents.kit.errors import ApiError, as_api_error, kind_of_status
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -165,10 +167,12 @@ BASE_CONNECTIONS = 3
 DEFAULT_CONNECTIONS = BASE_CONNECTIONS + 1
 #: Above what an agent declares: calls given up by :func:`bounded` whose threads still hold a connection.
 SPARE_CONNECTIONS = 4
-#: The longest silence a watch is read through before it counts as dead (seconds). The API server sends a bookmark
-#: on a quiet watch about every minute (measured on the local control plane: at 0 s, 120 s, then every 60 s), so a
-#: live watch is never this quiet; a black-holed one (a hung proxy, a half-open connection) was read for its whole
-#: timeout plus the request timeout, five minutes of a stale view, before the informer re-watched.
+#: The longest silence a watch is read through before it ends (seconds); the informer then watches again from its
+#: resourceVersion on a new connection, where a black-holed path (a hung proxy, a half-open connection) fails to
+#: answer at all: a failure, and a re-list once it answers. Before, such a watch was read for its whole timeout plus
+#: the request timeout, five minutes of a stale view. The API server bookmarks a quiet watch about every minute
+#: (measured on the local control plane: at 0 s, 120 s, then every 60 s), but not a kind its cache has seen no event
+#: of since it started, so a silent watch ends as an expected end, not as a failure that re-lists.
 WATCH_SILENCE_SECONDS = 150.0
 
 
@@ -187,7 +191,7 @@ class HttpPort:
 
     Every call carries ``request_timeout_seconds`` (a watch: that to connect, and to read, its own timeout or
     :data:`WATCH_SILENCE_SECONDS` if shorter, plus that), so a call that never answers ends as ``timeout`` instead
-    of hanging the agent's loop, and a watch gone silent ends well before its own timeout.
+    of hanging the agent's loop, and a watch gone silent ends, as at its own timeout, well before it.
     """
 
     def __init__(self, api_client: Any, request_timeout_seconds: float,
@@ -297,6 +301,12 @@ class HttpPort:
                 for line in lines:
                     if line.strip():
                         yield _object(line)
+        except urllib3.exceptions.ReadTimeoutError:
+            # Silent past the bound once streaming: it ends as at its own timeout, and the caller watches again from
+            # its resourceVersion on a new connection (a black-holed path then fails to answer: a failure). The API
+            # server does not bookmark a kind its cache has seen no event of since it started, so a quiet kind's
+            # watch may well be this silent: not a reason to re-list it.
+            return
         except ApiError:
             raise
         except Exception as exc:
