@@ -328,14 +328,19 @@ def test_prometheus_down_decides_nothing(world) -> None:
     assert port.evicted_names == [] and sample(guard, "gpucluster_health_errors_total", {"stage": "query"}) > 0
 
 
-def test_in_a_storm_every_nodes_taint_goes_before_any_nodes_condition_event_or_drain() -> None:
-    """The taint keeps new pods off a bad node; a storm's last nodes must not wait for the first nodes' drains."""
+def _storm_guard() -> tuple[Cluster, FakePrometheus, Guard]:
     port, prom = Cluster(), FakePrometheus()
     for i, n in enumerate(NODES):
         port.put(PODS, k8s_pod(f"gang-{i}", n, "training", job="gang"))
     prom.xid = dict.fromkeys(NODES, 1)
     guard = Guard(SETTINGS.model_copy(update={"max_nodes_per_hour": 10, "max_nodes_quarantined": 10}), prom, port,
                   identity="me")
+    return port, prom, guard
+
+
+def test_in_a_storm_every_nodes_taint_goes_before_any_nodes_condition_event_or_drain() -> None:
+    """The taint keeps new pods off a bad node; a storm's last nodes must not wait for the first nodes' drains."""
+    port, prom, guard = _storm_guard()
     port.fail("patch:nodes", ApiError("conflict", "gpu-?", 409))  # one node's taint refused in the first round
     turn(guard, T0, 0)
     writes = [(call, target) for call, target, _ in port.calls if call.split(":")[0] in ("patch", "create")
@@ -350,6 +355,63 @@ def test_in_a_storm_every_nodes_taint_goes_before_any_nodes_condition_event_or_d
     assert sorted(port.evicted_names) == sorted(f"gang-{NODES.index(n)}" for n in tainted)
     turn(guard, T0 + 5, 5)
     assert all((f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints(n) for n in NODES)
+
+
+def test_a_lease_lost_between_the_taints_and_their_follow_ups_keeps_each_quarantines_count() -> None:
+    """The next cycle sees the nodes quarantined already and never counts them: what is counted for a quarantine
+    goes with its taint. What needs the Lease (conditions, Events, drains) waits for it, said once."""
+    port, prom, guard = _storm_guard()
+    faults, prom.xid = prom.xid, {}
+    turn(guard, T0 - 60, 0)  # the guard leads; no fault yet
+    prom.xid = faults
+    port.calls.clear()
+    real, asked = guard.elector.can_write, [0]
+
+    def can_write() -> bool:  # the Lease goes stale right after the taint round (one write per node)
+        asked[0] += 1
+        return asked[0] <= len(NODES) and real()
+
+    guard.elector.can_write = can_write  # type: ignore[method-assign]
+    turn(guard, T0, 1)
+    assert all((f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints(n) for n in NODES)
+    assert sum(sample(guard, "gpucluster_health_taints_applied_total", {"class": "fatal", "pool": pool})
+               for pool in {"a", "b"}) == len(NODES)
+    writes = {call for call, _, _ in port.calls if call.split(":")[0] in ("patch", "create")}
+    assert writes <= {"patch:nodes", "patch:leases", "update:leases"}, writes  # no condition, Event or eviction
+    assert port.evicted_names == []
+    assert sample(guard, "gpucluster_health_errors_total", {"stage": "fenced"}) == 1  # once, not once per node
+    guard.elector.can_write = real  # type: ignore[method-assign]
+    turn(guard, T0 + 5, 5)
+    assert sum(sample(guard, "gpucluster_health_taints_applied_total", {"class": "fatal", "pool": pool})
+               for pool in {"a", "b"}) == len(NODES)  # not counted again
+    assert sorted(port.evicted_names) == [f"gang-{i}" for i in range(len(NODES))]  # the drains, once it may
+
+
+def test_a_taint_later_in_a_nodes_actions_still_goes_in_the_first_round_on_the_fresh_resource_version() -> None:
+    """A node whose actions start with something else (its override record) still gets its taint before any
+    node's condition, Event or drain, and its later writes carry the resourceVersion its earlier ones left."""
+    from agents.health_guard.contract import HealthClass
+    from agents.health_guard.decide import Drain, Quarantine, RecordOverride
+
+    port, prom, guard = _storm_guard()
+    prom.xid = {}
+    turn(guard, T0 - 60, 0)  # the guard leads; nothing to do
+    port.calls.clear()
+    nodes = {n["metadata"]["name"]: n for n in port.list(NODES_RES)["items"]}
+    views = {name: node_view(guard.settings, n) for name, n in nodes.items()}
+    fatal = HealthClass.FATAL
+    actions = [RecordOverride("gpu-01", frozenset({"thermal"})), Quarantine("gpu-01", fatal, ("xid-fatal",), (T0,)),
+               Drain("gpu-01", fatal), Quarantine("gpu-02", fatal, ("xid-fatal",), (T0,)), Drain("gpu-02", fatal)]
+    guard._act(actions, nodes, views, T0, lambda: False)
+    writes = [(call, target.split("/")[-1]) for call, target, _ in port.calls
+              if call.split(":")[0] in ("patch", "create") and not call.endswith("leases")]
+    first_other = min(i for i, (call, _) in enumerate(writes) if call != "patch:nodes")
+    assert [node for call, node in writes[:first_other]].count("gpu-02") == 1  # gpu-02's taint: first round
+    assert "gpu-01" in [node for _, node in writes[:first_other]]  # and gpu-01's, ahead of its override record
+    assert all((f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints(n) for n in ("gpu-01", "gpu-02"))
+    assert port.nodes["gpu-01"]["metadata"]["annotations"][f"{P}/gpu-health-overridden"] == "thermal"
+    assert sorted(port.evicted_names) == ["gang-0", "gang-1"]  # no write refused for a stale resourceVersion
+    assert sample(guard, "gpucluster_health_errors_total", {"stage": "patch"}) == 0
 
 
 def test_every_query_of_a_cycle_is_timed_by_name_answered_or_not(world) -> None:

@@ -281,33 +281,43 @@ class Guard:
         left = [len(actions)]
         lock = threading.Lock()
         nodes = dict(nodes)
-        #: Node -> whether its first action's taint was written in the first round (absent: not tried there).
-        tainted: dict[str, bool] = {}
+        #: Taint action (by identity) -> whether the first round wrote it (absent: not tried there).
+        tainted: dict[int, bool] = {}
+        #: Whether the batch was already stopped: the reason is said (and a fenced write counted) once a cycle.
+        refused = [False]
 
         def may_write() -> bool:
-            with lock:
-                remaining = left[0]
             if stopped():
-                log.info("stopping: %d of %d actions left for the next leader", remaining, len(actions))
-                return False
-            if not self.elector.can_write():  # the port would refuse each write; stop the batch instead
-                self.metrics.errors.labels("fenced").inc()
-                log.warning("lease too old to write: %d of %d actions left for the next leader",
-                            remaining, len(actions))
-                return False
-            return True
+                why, fenced = "stopping", False
+            elif not self.elector.can_write():  # the port would refuse each write; stop the batch instead
+                why, fenced = "lease too old to write", True
+            else:
+                return True
+            with lock:
+                first, refused[0] = not refused[0], True
+                remaining = left[0]
+            if first:
+                if fenced:
+                    self.metrics.errors.labels("fenced").inc()
+                log.warning("%s: %d of %d actions left for the next leader", why, remaining, len(actions))
+            return False
 
         def taint(batch: list[Action]) -> None:
-            first = batch[0]
-            if isinstance(first, Quarantine | SwitchFence) and may_write():
-                tainted[first.node] = self._taint(first, nodes, now)
+            # Every taint of the node (a quarantine's, a switch fence's), wherever it sits in the node's actions; a
+            # refused one leaves the node's others to the next cycle.
+            for action in batch:
+                if isinstance(action, Quarantine | SwitchFence):
+                    if not may_write():
+                        return
+                    written = tainted[id(action)] = self._taint(action, nodes, views, now)
+                    if not written:
+                        return
 
         def run(batch: list[Action]) -> None:
             for i, action in enumerate(batch):
                 if not may_write():
                     return
-                done = tainted.get(action.node) if i == 0 and isinstance(action, Quarantine | SwitchFence) else None
-                if self._apply(action, nodes, views, now, done) is False:
+                if self._apply(action, nodes, views, now, tainted.get(id(action))) is False:
                     # The taint was refused: an eviction from a node without it lets the pod come straight back.
                     # The rest is the next cycle's, decided again on the node as it is then.
                     with lock:
@@ -334,12 +344,23 @@ class Guard:
                 list(pool.map(run, per_node.values()))
         run(leaves)
 
-    def _taint(self, action: Quarantine | SwitchFence, nodes: dict[str, dict[str, Any]], now: float) -> bool:
-        """The node's taint (a quarantine's or a switch fence's), alone; whether it was written."""
+    def _taint(self, action: Quarantine | SwitchFence, nodes: dict[str, dict[str, Any]],
+               views: Mapping[str, NodeView], now: float) -> bool:
+        """The node's taint (a quarantine's or a switch fence's), alone; whether it was written. A quarantine's own
+        bookkeeping (its count, the time since the pool's last failure, the log line) goes with its taint: a cycle
+        stopped before the condition and Event (a lost Lease, a SIGTERM) must not lose them, since the next cycle
+        sees the node quarantined already."""
         s, node = self.settings, nodes[action.node]
         if isinstance(action, SwitchFence):
             return self._patch(action.node, switch_fence_patch(s, node, action, now), "switch fence", nodes)
-        return self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine", nodes)
+        written = self._patch(action.node, quarantine_patch(s, node, action, now), "quarantine", nodes)
+        if written:
+            view = views[action.node]
+            self.metrics.taints.labels(str(action.health_class), view.pool).inc()
+            if not action.escalation:
+                self._between_failures(view, views, now)
+            log.info("quarantined node %s: %s (%s)", action.node, action.health_class, ", ".join(action.reasons))
+        return written
 
     def _apply(self, action: Action, nodes: dict[str, dict[str, Any]], views: Mapping[str, NodeView],
                now: float, tainted: bool | None = None) -> bool | None:
@@ -356,7 +377,7 @@ class Guard:
         node = nodes[action.node]
         view = views[action.node]
         if isinstance(action, SwitchFence):
-            written = self._taint(action, nodes, now) if tainted is None else tainted
+            written = self._taint(action, nodes, views, now) if tainted is None else tainted
             if written:
                 self._condition(action.node, False, "SwitchFault",
                                 switch_detail(s, action.health_class, action.leaf, action.reasons), now,
@@ -367,19 +388,15 @@ class Guard:
                 self._condition(action.node, True, "SwitchReleased", f"leaf switch {action.leaf} released: "
                                 f"{action.why}", now, SWITCH_CONDITION_TYPE)
         elif isinstance(action, Quarantine):
-            written = self._taint(action, nodes, now) if tainted is None else tainted
+            written = self._taint(action, nodes, views, now) if tainted is None else tainted
             if written:
                 cls = action.health_class
-                self.metrics.taints.labels(str(cls), view.pool).inc()
-                if not action.escalation:
-                    self._between_failures(view, views, now)
                 message = (f"GPU health {cls} ({', '.join(action.reasons)}): tainted {s.names.taint}={cls}:"
                            f"{TAINT_EFFECT}; training is evicted" + (", inference too" if cls is HealthClass.FATAL
                                                                     else ", inference may stay")
                            + f". {detail(s, cls, action.reasons)}.")
                 self._condition(action.node, False, f"Gpu{cls.capitalize()}", message, now)
                 self._event(node, "GpuHealthQuarantine", message, True, now)
-                log.info("quarantined node %s: %s", action.node, message)
             return written
         elif isinstance(action, MarkCondition):
             self._condition(action.node, False, f"Gpu{action.health_class.capitalize()}",
@@ -394,7 +411,9 @@ class Guard:
                 log.info("released node %s: %s", action.node, action.why)
         elif isinstance(action, RecordOverride):
             value = ",".join(sorted(action.signals)) or None
-            self._patch(action.node, {"metadata": {"annotations": {s.names.overridden: value}}}, "override")
+            # With ``nodes``: the node's later patches carry its resourceVersion as written here (a stale one is
+            # refused with a conflict, and a refused taint leaves the node's drain to the next cycle).
+            self._patch(action.node, {"metadata": {"annotations": {s.names.overridden: value}}}, "override", nodes)
         elif isinstance(action, Suppress):
             self.metrics.suppressed.labels(view.pool).inc()
             if action.node not in self._announced:

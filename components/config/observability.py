@@ -6,7 +6,7 @@ import difflib
 import warnings
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agents.health_guard import contract as health_contract
 from agents.health_guard.thermal import Thermal
@@ -36,9 +36,10 @@ class HealthGuardConfig(ConfigModel, health_contract.GuardTunables):
 
     fatal_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.FATAL_XIDS))
     """XIDs that make a node fatal (training and inference leave) and page (GpuCriticalXid); numbers from
-    NVIDIA's XID catalogue."""
+    NVIDIA's XID catalogue. Never empty (the alert needs it; `signalClasses: {xid-fatal: off}` stops the guard)."""
     degraded_xids: list[XidNumber] = Field(default_factory=lambda: list(health_contract.DEGRADED_XIDS))
-    """XIDs that make a node degraded (training leaves, inference may stay)."""
+    """XIDs that make a node degraded (training leaves, inference may stay). Never empty: to judge none, set
+    `signalClasses: {xid-degraded: off}`."""
     signal_classes: dict[str, Literal["fatal", "degraded", "off"]] = Field(default_factory=dict)
     """Per-signal override of its class, or `off`: e.g. `{nvlink-errors: fatal, ib-link-errors: off}`. Keys are the
     guard's signal names (`agents/health_guard/contract.py`); an unknown one is refused."""
@@ -60,6 +61,18 @@ class HealthGuardConfig(ConfigModel, health_contract.GuardTunables):
                              + (f" (did you mean {', '.join(hints)}?)" if hints else "")
                              + f"; the signals are {', '.join(SIGNAL_NAMES)}")
         return classes
+
+    @field_validator("fatal_xids", "degraded_xids")
+    @classmethod
+    def _some_xids(cls, xids: list[int], info: ValidationInfo) -> list[int]:
+        """An empty list would give the guard a signal that can never fire (and the XID alert no rule): refused
+        here, with the key that turns the signal off, rather than when the guard's query is built."""
+        if not xids:
+            signal = "xid-fatal" if info.field_name == "fatal_xids" else "xid-degraded"
+            raise ValueError(f"is empty: list at least one XID, or turn the signal off with "
+                             f"signalClasses: {{{signal}: off}}" + (" (the GpuCriticalXid alert still needs the "
+                             "list)" if signal == "xid-fatal" else ""))
+        return xids
 
     @model_validator(mode="after")
     def _xids_disjoint(self) -> Self:
