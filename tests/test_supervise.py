@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ROOT, exited, start_process, start_ticks, stop_process
-from tools.localcluster.supervise import BACKOFF_S, STEADY_S, next_backoff
+from tools.localcluster.supervise import BACKOFF_S, STEADY_S, SignalFlag, next_backoff
 
 #: A component that notes each start in a file, then lives ``argv[2]`` seconds and exits with ``argv[3]``.
 COMPONENT = """
@@ -72,6 +72,19 @@ def test_the_backoff_is_never_below_the_first_nor_above_the_cap(previous: float 
 
 
 # --------------------------------------------------------------------------- the supervisor, for real
+
+
+def test_the_stop_a_signal_sets_is_a_plain_flag_that_a_wait_sees_at_once() -> None:
+    """The handler only assigns (a ``threading.Event`` takes a lock the interrupted main thread may hold inside its
+    own wait, and the supervisor would hang on its SIGTERM until SIGKILLed)."""
+    import threading
+
+    flag = SignalFlag()
+    assert not flag.is_set() and flag.wait(0.05) is False
+    threading.Timer(0.1, flag.set).start()
+    started = time.monotonic()
+    assert flag.wait(10) is True and time.monotonic() - started < 2
+    assert flag.is_set() and flag.wait(0) is True
 
 
 def test_a_component_that_exits_is_started_again_and_a_stop_ends_both(tmp_path: Path) -> None:

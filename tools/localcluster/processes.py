@@ -177,7 +177,7 @@ def stop_process(lay: Layout, proc: Proc, grace: float = 10.0) -> None:
     of the component too, when supervised (the supervisor passes the SIGTERM on; killed, the kernel kills the
     component)."""
     component = proc.component() if proc.supervised else None
-    if proc.alive() and proc.start_ticks is not None:
+    if proc.start_ticks is not None:  # not alive() alone: a process mid-exit still holds its ports until it is gone
         end_process(proc.pid, proc.start_ticks, grace + (2 if proc.supervised else 0))  # the supervisor's grace first
     deadline = time.monotonic() + grace
     while component is not None and not exited(*component) and time.monotonic() < deadline:

@@ -30,9 +30,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 #: The first restart's wait (seconds); it doubles with each quick exit.
 BACKOFF_S = 1.0
@@ -63,8 +63,35 @@ def say(message: str) -> None:
     print(f"supervise: {message}", flush=True)
 
 
+class Stop(Protocol):
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
+
+class SignalFlag:
+    """A stop that a signal handler may set: only a plain assignment, where ``threading.Event.set`` takes a lock the
+    interrupted main thread may hold inside its own ``wait`` (a deadlock the SIGTERM would then wait out into a
+    SIGKILL). ``wait`` polls."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self._set and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(0.05, left))
+        return self._set
+
+
 def supervise(argv: Sequence[str], give_up_within_s: float, backoff_max_s: float, grace_s: float,
-              stop: threading.Event) -> int:
+              stop: Stop) -> int:
     """Run ``argv`` until ``stop``; restart it whenever it exits. Returns the component's last exit code (0 when
     stopped), or its code when it failed its first start within ``give_up_within_s``."""
     name = os.path.basename(argv[0])
@@ -109,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to supervise: give it after --")
-    stop = threading.Event()
+    stop = SignalFlag()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     return supervise(command, args.give_up_within, args.backoff_max, args.grace, stop)
