@@ -26,6 +26,8 @@ import pulumi_kubernetes as k8s
 from components.config import ClusterConfig, SchedulingEngine
 from components.guardrail_rules import GUARDRAILS, TRAINING, VAP_GA, Names, guardrail
 from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys, common_labels
+from components.training_spec import SUPERVISOR_COMMAND
+from training_runtime.settings import CHECKPOINT_DIR
 
 POD_POLICY = "gpucluster-training-pods"
 JOB_POLICY = "gpucluster-training-volcano-jobs"
@@ -36,6 +38,9 @@ NODE_TAINT_POLICY = "gpucluster-node-burst-taint"
 GANG_SCHEDULER_POLICY = "gpucluster-gpu-pods-gang-scheduler"
 #: In the training namespace: a researcher's Volcano Job goes to one of their own teams' queues.
 TEAM_QUEUE_POLICY = "gpucluster-team-queues"
+#: In the training namespace, where the stack restarts gangs in place: a Volcano Job that cannot is warned, not
+#: refused (it still runs, restarting as a whole gang; the policy pack refuses one the stack itself declares).
+RESTART_IN_PLACE_POLICY = "gpucluster-training-restart-in-place"
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ class GuardrailArgs:
     team_queues: tuple[tuple[str, str], ...] = ()
     #: Namespaces outside training whose GPU pods must use the gang scheduler (inference, then the config's).
     gang_scheduler_namespaces: tuple[str, ...] = ()
+    #: Whether the stack restarts crashed gangs in place (``training.restartInPlace.enabled``): a job that cannot
+    #: is then warned at admission.
+    restart_in_place: bool = False
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig) -> GuardrailArgs:
@@ -89,6 +97,7 @@ class GuardrailArgs:
             team_queues=tuple((t.queue, t.subject_group) for t in cfg.scheduling.teams),
             gang_scheduler_namespaces=tuple(dict.fromkeys(
                 [cfg.inference_namespace, *cfg.admission.gang_scheduler_namespaces])),
+            restart_in_place=cfg.training.restart_in_place.enabled,
         )
 
     @property
@@ -96,7 +105,8 @@ class GuardrailArgs:
         keys = Keys(self.label_prefix)
         return Names(scheduler=self.scheduler_name, priority_class=self.priority_class, location_key=keys.location,
                      onprem=ONPREM, provider_taint=VK_PROVIDER_TAINT, burst_taint=keys.burst_taint,
-                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY)
+                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY,
+                     supervisor=" ".join(SUPERVISOR_COMMAND), checkpoint_env=CHECKPOINT_DIR)
 
 
 def _q(value: str) -> str:
@@ -160,10 +170,14 @@ def rules(args: GuardrailArgs) -> list[Rule]:
             if row.policy == TRAINING and (row.id != "handover-gate" or args.handover_gate is not None)]
 
 
+def _container_requests_gpu(container: str, gpu: str) -> str:
+    res = f"{container}.resources"
+    return (f"has({res}) && ((has({res}.limits) && {_q(gpu)} in {res}.limits) || "
+            f"(has({res}.requests) && {_q(gpu)} in {res}.requests))")
+
+
 def _requests_gpu(spec: str, gpu: str) -> str:
-    res = "c.resources"
-    return (f"{spec}.containers.exists(c, has({res}) && ((has({res}.limits) && {_q(gpu)} in {res}.limits) || "
-            f"(has({res}.requests) && {_q(gpu)} in {res}.requests)))")
+    return f"{spec}.containers.exists(c, {_container_requests_gpu('c', gpu)})"
 
 
 def pod_validations(args: GuardrailArgs) -> list[dict[str, str]]:
@@ -366,9 +380,34 @@ def mutating_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
     }
 
 
-def binding_spec(policy: str, namespace: str | tuple[str, ...] | None) -> dict[str, Any]:
-    """Deny (not just audit) what fails: in ``namespace`` (or each of several) only, or everywhere but
-    kube-system when None."""
+def restart_in_place_policy_spec(args: GuardrailArgs) -> dict[str, Any] | None:
+    """Every GPU container of a Volcano Job's tasks runs under the supervisor and gets the checkpoint directory: what
+    restarting in place needs (``training_runtime.supervisor``). Where the stack restarts gangs in place only."""
+    if not (args.served and args.volcano and args.restart_in_place):
+        return None
+    wants_gpu = f"({_container_requests_gpu('c', args.gpu_resource)})"
+    # The supervisor's words, then the job's command after them.
+    supervised = (f"(has(c.command) && c.command.size() > {len(SUPERVISOR_COMMAND)} && "
+                  + " && ".join(f"c.command[{i}] == {_q(w)}" for i, w in enumerate(SUPERVISOR_COMMAND)) + ")")
+    checkpoint = f"(has(c.env) && c.env.exists(e, e.name == {_q(CHECKPOINT_DIR)}))"
+    row = guardrail("restart-in-place")
+    return {
+        "failurePolicy": "Fail",  # with a Warn binding a failure warns too: nothing is refused
+        "matchConstraints": {"resourceRules": [
+            {"apiGroups": ["batch.volcano.sh"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
+             "resources": ["jobs"]}]},
+        "matchConditions": [{"name": "requests-gpus", "expression": job_match_condition(args)}],
+        "validations": [{
+            "expression": (f"object.spec.tasks.all(task, !has(task.template) || !has(task.template.spec) || "
+                           f"task.template.spec.containers.all(c, !{wants_gpu} || ({supervised} && {checkpoint})))"),
+            "message": row.message(args.names)}],
+    }
+
+
+def binding_spec(policy: str, namespace: str | tuple[str, ...] | None,
+                 actions: tuple[str, ...] = ("Deny",)) -> dict[str, Any]:
+    """Deny (not just audit) what fails, unless ``actions`` say otherwise: in ``namespace`` (or each of several)
+    only, or everywhere but kube-system when None."""
     match: dict[str, Any]
     if isinstance(namespace, tuple):
         match = {"namespaceSelector": {"matchExpressions": [
@@ -379,7 +418,7 @@ def binding_spec(policy: str, namespace: str | tuple[str, ...] | None) -> dict[s
         # namespaceSelector does not restrict cluster-scoped objects (nodes): those all match.
         match = {"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}}
-    return {"policyName": policy, "validationActions": ["Deny"], "matchResources": match}
+    return {"policyName": policy, "validationActions": list(actions), "matchResources": match}
 
 
 def all_policies(args: GuardrailArgs) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
@@ -394,6 +433,11 @@ def all_policies(args: GuardrailArgs) -> dict[str, tuple[dict[str, Any], dict[st
     team = team_queue_policy_spec(args)
     if team is not None:
         out[TEAM_QUEUE_POLICY] = (team, binding_spec(TEAM_QUEUE_POLICY, args.namespace))
+    restart = restart_in_place_policy_spec(args)
+    if restart is not None:
+        # The submitter sees the warning (kubectl prints it), and the audit log records it.
+        out[RESTART_IN_PLACE_POLICY] = (restart, binding_spec(RESTART_IN_PLACE_POLICY, args.namespace,
+                                                              ("Warn", "Audit")))
     return out
 
 

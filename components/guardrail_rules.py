@@ -22,6 +22,8 @@ TRAINING = "training"
 BURST_TOLERATION = "burst-toleration"
 NODE_BURST_TAINT = "node-burst-taint"
 TEAM_QUEUE = "team-queue"
+#: Warns, not refuses: a job that cannot restart in place still runs, restarting as a whole gang.
+RESTART_IN_PLACE = "restart-in-place"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class Names:
     gate: str
     role_key: str
     standby: str
+    #: What the training template runs a job's command under (``components.training_spec.SUPERVISOR_COMMAND``).
+    supervisor: str
+    #: The variable a checkpoint volume's mount path reaches the trainer by (``training_runtime.settings``).
+    checkpoint_env: str
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,14 @@ GUARDRAILS: tuple[Guardrail, ...] = (
         "a node must not get the burst taint {burst_taint} as NoExecute (it would evict running inference when "
         "the burst opens)",
         "use effect NoSchedule",
+    ),
+    Guardrail(
+        "restart-in-place", "training-restart-in-place", RESTART_IN_PLACE,
+        "a GPU training job runs its command under the training runtime's supervisor and mounts a checkpoint volume, "
+        "or a crash restarts the whole gang pod by pod, from its last checkpoint or from step 0 (the stack restarts "
+        "gangs in place)",
+        "submit it with `gpucluster train submit` (a command and a checkpoint filesystem in the spec), or run the "
+        "trainer as '{supervisor} <command>' with {checkpoint_env} set to a checkpoint volume's mount path",
     ),
     Guardrail(
         "team-queue", None, TEAM_QUEUE,

@@ -18,6 +18,7 @@ from components.admission import (
     JOB_POLICY,
     NODE_TAINT_POLICY,
     POD_POLICY,
+    RESTART_IN_PLACE_POLICY,
     TEAM_QUEUE_POLICY,
     GuardrailArgs,
     all_policies,
@@ -194,12 +195,13 @@ def test_bindings_deny_in_the_training_namespace_or_everywhere_but_kube_system(
     # Team queues only where the stack has teams (prod; the local stack has none).
     teams = {TEAM_QUEUE_POLICY} if stack == "prod" else set()
     assert set(bindings) == set(policies) == {POD_POLICY, JOB_POLICY, BURST_TOLERATION_POLICY, NODE_TAINT_POLICY,
-                                              GANG_SCHEDULER_POLICY, *teams}
+                                              GANG_SCHEDULER_POLICY, RESTART_IN_PLACE_POLICY, *teams}
     assert bindings[GANG_SCHEDULER_POLICY]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["inference"]}]}
     for name, b in bindings.items():
         assert b["policyName"] == name
-        assert b["validationActions"] == ["Deny"]
+        # Every guardrail denies, but restarting in place, which warns (a job that cannot still runs, whole).
+        assert b["validationActions"] == (["Warn", "Audit"] if name == RESTART_IN_PLACE_POLICY else ["Deny"])
         assert policies[name]["failurePolicy"] == "Fail"
         assert run.one("ValidatingAdmissionPolicy", name).inputs["apiVersion"] == "admissionregistration.k8s.io/v1"
     for name in (POD_POLICY, JOB_POLICY, *teams):

@@ -20,6 +20,7 @@ from components.admission import (
     JOB_POLICY,
     NODE_TAINT_POLICY,
     POD_POLICY,
+    RESTART_IN_PLACE_POLICY,
     TEAM_QUEUE_POLICY,
     GuardrailArgs,
 )
@@ -28,6 +29,7 @@ from components.guardrail_rules import (
     BURST_TOLERATION,
     GUARDRAILS,
     NODE_BURST_TAINT,
+    RESTART_IN_PLACE,
     TEAM_QUEUE,
     TRAINING,
     Guardrail,
@@ -187,3 +189,52 @@ def test_the_team_queue_row_holds_each_researcher_to_their_teams(prod: RunResult
     assert binding["validationActions"] == ["Deny"]
     assert binding["matchResources"]["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "training"}}
+
+
+def test_the_restart_in_place_row_warns_a_researchers_job_and_the_pack_refuses_the_stacks(prod: RunResult) -> None:
+    """A job the supervisor cannot restart in place still runs (as a whole gang): kubectl shows the warning and the
+    audit log records it; the stack's own jobs are refused by the pack, in the same words."""
+    [row] = [r for r in GUARDRAILS if r.policy == RESTART_IN_PLACE]
+    spec = policy(prod, RESTART_IN_PLACE_POLICY)
+    binding = prod.one("ValidatingAdmissionPolicyBinding", RESTART_IN_PLACE_POLICY).inputs["spec"]
+    assert binding["validationActions"] == ["Warn", "Audit"]
+    assert binding["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "training"}}
+    supervised = ["python3", "-m", "training_runtime.supervisor", "--", "python3", "train.py"]
+    checkpoint = [{"name": "CHECKPOINT_DIR", "value": "/checkpoints/j"}]
+
+    def job(command: list[str] | None, env: list[dict[str, str]] | None) -> dict[str, Any]:
+        pod = good_pod_spec(gate=True)
+        trainer = pod["containers"][0]
+        for key, value in (("command", command), ("env", env)):
+            if value is None:
+                trainer.pop(key, None)
+            else:
+                trainer[key] = value
+        return volcano_job(pod)
+
+    assert refusals(spec, job(supervised, checkpoint)) == []
+    for command, env in ((None, checkpoint), (["python3", "train.py"], checkpoint), (supervised, None),
+                         (supervised[:4], checkpoint), (supervised, [{"name": "OTHER", "value": "x"}])):
+        body = job(command, env)
+        assert refusals(spec, body) == [row.message(NAMES)], (command, env)
+        found = pack(row.pack_rule, res("Job", "batch.volcano.sh/v1alpha1", "t", "training", spec=body["spec"]))
+        if command != supervised[:4]:  # the pack reads the first words only (the template adds the command after)
+            assert found and all(row.fix_text(NAMES) in f for f in found), found
+    # A task without GPUs (a parameter server, a data loader) is not held to it.
+    cpu = job(None, None)
+    cpu["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    cpu["spec"]["tasks"].append(volcano_job(good_pod_spec(gate=True))["spec"]["tasks"][0])
+    cpu["spec"]["tasks"][1]["template"]["spec"]["containers"][0].update(command=supervised, env=checkpoint)
+    assert refusals(spec, cpu) == []
+
+
+def test_a_stack_that_does_not_restart_in_place_warns_nothing() -> None:
+    from dataclasses import replace
+
+    from components.admission import all_policies
+
+    args = GuardrailArgs.from_config(PROD)
+    assert args.restart_in_place and RESTART_IN_PLACE_POLICY in all_policies(args)
+    assert RESTART_IN_PLACE_POLICY not in all_policies(replace(args, restart_in_place=False))
+    assert RESTART_IN_PLACE_POLICY not in all_policies(replace(args, volcano=False))

@@ -18,7 +18,9 @@ from agents.health_guard.thermal import THERMAL_LIMIT_CELSIUS
 from components.config import ClusterConfig, Descheduler, Observability, Priorities, Scheduling, Training
 from components.guardrail_rules import Names
 from components.naming import ONPREM, STANDBY, VK_PROVIDER_TAINT, Keys
+from components.training_spec import SUPERVISOR_COMMAND
 from policies.rules.allow_lists import PrivilegedAgent, RbacException, privileged_agents, rbac_exceptions
+from training_runtime.settings import CHECKPOINT_DIR
 
 MANDATORY, ADVISORY = EnforcementLevel.MANDATORY, EnforcementLevel.ADVISORY
 
@@ -142,7 +144,8 @@ class RuleContext:
         keys = self.keys
         return Names(scheduler=self.scheduler_name, priority_class=self.training_class, location_key=keys.location,
                      onprem=ONPREM, provider_taint=VK_PROVIDER_TAINT, burst_taint=keys.burst_taint,
-                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY)
+                     gate=self.handover_gate or keys.handover_gate, role_key=keys.role, standby=STANDBY,
+                     supervisor=" ".join(SUPERVISOR_COMMAND), checkpoint_env=CHECKPOINT_DIR)
 
     @classmethod
     def from_config(

@@ -240,18 +240,18 @@ def check_training_restart_in_place(res: Resource, ctx: RuleContext) -> list[str
     for pod in pod_templates(res):
         if not is_training(res, pod, ctx):
             continue
+        fix = guardrail("restart-in-place").fix_text(ctx.guardrail_names)
         trainers = [(w, c) for w, c in pod.containers() if ".containers[" in w][:1]
         for where, container in trainers:
             command = [str(c) for c in as_seq(container.get("command"))]
             if tuple(command[:len(SUPERVISOR_COMMAND)]) != SUPERVISOR_COMMAND:
                 shown = " ".join(command) if command else "(the image's own)"
                 out.append(f"{where}: its command {shown} does not run under the supervisor, so a crash restarts the "
-                           f"whole gang through Volcano; give the job a command (the template then runs it as "
-                           f"'{' '.join(SUPERVISOR_COMMAND)} <command>')")
+                           f"whole gang through Volcano; {fix}")
             env = {as_map(e).get("name") for e in as_seq(container.get("env"))}
             if CHECKPOINT_DIR not in env:
                 out.append(f"{where}: mounts no checkpoint volume ({CHECKPOINT_DIR} unset): the gang can neither "
-                           "restart in place nor resume; give the job a checkpoint filesystem")
+                           f"restart in place nor resume; {fix}")
     return out
 
 
