@@ -41,6 +41,7 @@ from gpucluster_cli.views import (
     job_row,
     leaves_line,
     placement_line,
+    restart_line,
     summarize,
     worker_pod,
 )
@@ -293,6 +294,9 @@ def submit(obj: _Ctx, spec_file: Path, dry_run: str, show: bool, output: str | N
     placement = placement_line(vj["spec"])
     if placement is not None:
         out.print(placement, markup=False)
+    restarts = restart_line(settings, job)
+    if restarts is not None:
+        out.print(restarts, markup=False)
     if dry_run == "none":
         # Submitting returns before Volcano places the gang: status shows the leaves it spans once it is placed.
         spans = " (and, once placed, the leaf switches it spans)" if placement is not None else ""

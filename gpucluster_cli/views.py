@@ -9,8 +9,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from components.config import LEAF_TIER, SPINE_TIER, GpuPool, fewest_leaves
+from components.config import LEAF_TIER, SPINE_TIER, GpuPool, TrainingJob, fewest_leaves
 from components.published_settings import ClusterSettings
+from components.training_spec import restart_in_place
 from training_runtime.metrics import CHECKPOINT_LAST_STEP
 
 UNSCHEDULED = "(not scheduled)"
@@ -101,6 +102,18 @@ def placement_line(job_spec: Mapping[str, Any]) -> str | None:
     how = ("it waits until it fits there" if mode == "hard"
            else "preferred: it is placed wherever it fits rather than wait")
     return f"placement: {where} ({mode}: {how})"
+
+
+def restart_line(settings: ClusterSettings, job: TrainingJob) -> str | None:
+    """How a crash restarts the gang, where the cluster restarts gangs in place and this job cannot (no command for
+    the supervisor to run, or no checkpoint filesystem to meet on and resume from); None otherwise."""
+    cluster = settings.restart_in_place
+    if cluster is None or not cluster.enabled or restart_in_place(job, cluster) is not None:
+        return None
+    missing = [what for what, absent in (("command", not job.command), ("checkpoint filesystem",
+                                                                        job.checkpoint is None)) if absent]
+    return (f"restarts: the whole gang, pod by pod, at every crash (the spec has no {' and no '.join(missing)}: "
+            "it cannot restart in place" + (", and starts again from step 0)" if job.checkpoint is None else ")"))
 
 
 def fabric_pool(settings: ClusterSettings, nodes: list[str]) -> GpuPool | None:

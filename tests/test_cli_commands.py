@@ -23,7 +23,7 @@ from click.testing import CliRunner, Result
 from kubernetes import client
 
 from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, cluster_settings, settings_json
-from components.config import ClusterConfig, Team
+from components.config import ClusterConfig, Team, TrainingJob
 from gpucluster_cli import cli
 from gpucluster_cli.kube import Cluster
 from tools.localcluster.plan import load_stack_config
@@ -190,6 +190,28 @@ def test_submit_applies_the_templated_job_by_server_side_apply(fake: Fake, spec_
     assert {r["query"]["fieldManager"][0] for r in applies} == {"gpucluster-cli"}
     assert "force" not in applies[0]["query"]
     assert "ft-llama" in fake.monitors
+
+
+def test_submit_says_when_a_job_cannot_restart_in_place(fake: Fake, spec_file: Path) -> None:
+    """The cluster restarts gangs in place; a job that cannot (no checkpoint filesystem to meet on and resume from:
+    a cluster without checkpoint claims) is told what a crash then costs, before it happens. One that can is told
+    nothing."""
+    from gpucluster_cli.views import restart_line
+
+    result = run("train", "submit", str(spec_file), "--dry-run")
+    assert result.exit_code == 0 and "restarts:" not in result.output, result.output
+    cfg = load_stack_config(ROOT, "local")
+    assert isinstance(cfg, ClusterConfig)
+    settings = cluster_settings(cfg)
+    bare = TrainingJob(name="j", image="r/i:1", command=["python", "-m", "train"], pool="local-gpu",
+                       workers=1, gpus_per_worker=8)
+    assert restart_line(settings, bare) == ("restarts: the whole gang, pod by pod, at every crash (the spec has no "
+                                            "checkpoint filesystem: it cannot restart in place, and starts again "
+                                            "from step 0)")
+    both = bare.model_copy(update={"command": []})
+    assert "no command and no checkpoint filesystem" in str(restart_line(settings, both))
+    off = settings.model_copy(update={"restart_in_place": None})
+    assert restart_line(off, bare) is None  # a cluster that does not restart in place has nothing to say
 
 
 def test_dry_run_creates_nothing(fake: Fake, spec_file: Path) -> None:
