@@ -69,7 +69,9 @@ def _figure(value: Any) -> float | None:
 
 
 def _sizes(figures: dict[str, Any]) -> list[int]:
-    return sorted(int(k) for k in figures if isinstance(k, str) and k.isdigit() and k.isascii())
+    """The sizes ``figures`` is keyed by, as the runs write them (a size's digits, no sign, no leading zero)."""
+    return sorted(int(k) for k in figures
+                  if isinstance(k, str) and k.isascii() and k.isdigit() and str(int(k)) == k)
 
 
 def goals(shape: dict[str, Any], anchors: dict[str, Any] = ANCHORS) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The figures the committed ``bench/report.json`` carries, for the sections measured by runs too long for
 ``make bench`` (the e2e, the chaos soak, the scale shapes): a machine that has not run them yet reports the last
-committed run, named as such, instead of dropping its figures from the report."""
+committed run (dated by its own ``measured_at``) instead of dropping its figures from the report."""
 
 from __future__ import annotations
 

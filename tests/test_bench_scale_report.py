@@ -102,8 +102,8 @@ FIGURE = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.integers(-5
 STATS = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["p50", "p90", "p99", "rss_mib", "n", "fewest_leaves"]),
                                           FIGURE, max_size=4),
                   st.fixed_dictionaries({"leaves_spanned": st.dictionaries(st.sampled_from(["p50", "max"]), FIGURE)}))
-SIZED = st.one_of(FIGURE, st.dictionaries(st.sampled_from(["150", "375", "2048", "256", "x", "-1", "²"]), STATS,
-                                          max_size=4))
+SIZED = st.one_of(FIGURE, st.dictionaries(
+    st.sampled_from(["150", "375", "2048", "256", "x", "-1", "²", "0150", "064"]), STATS, max_size=4))
 SHAPES = st.dictionaries(
     st.sampled_from(["gang_bind_s", "storm_taint_s", "storm_taint_fast_poll_s", "gang_evict_s",
                      "apiserver_mutating_p99_s", "storm_apiserver_mutating_p99_s", "pulumi_up_s",

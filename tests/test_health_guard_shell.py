@@ -340,7 +340,7 @@ def _storm_guard() -> tuple[Cluster, FakePrometheus, Guard]:
 
 def test_in_a_storm_every_nodes_taint_goes_before_any_nodes_condition_event_or_drain() -> None:
     """The taint keeps new pods off a bad node; a storm's last nodes must not wait for the first nodes' drains."""
-    port, prom, guard = _storm_guard()
+    port, _, guard = _storm_guard()
     port.fail("patch:nodes", ApiError("conflict", "gpu-?", 409))  # one node's taint refused in the first round
     turn(guard, T0, 0)
     writes = [(call, target) for call, target, _ in port.calls if call.split(":")[0] in ("patch", "create")
@@ -412,6 +412,30 @@ def test_a_taint_later_in_a_nodes_actions_still_goes_in_the_first_round_on_the_f
     assert port.nodes["gpu-01"]["metadata"]["annotations"][f"{P}/gpu-health-overridden"] == "thermal"
     assert sorted(port.evicted_names) == ["gang-0", "gang-1"]  # no write refused for a stale resourceVersion
     assert sample(guard, "gpucluster_health_errors_total", {"stage": "patch"}) == 0
+
+
+def test_a_node_unfenced_from_one_leaf_and_fenced_by_another_ends_the_cycle_fenced() -> None:
+    """A taint is hoisted into the first round only up to the node's first action that takes a taint off: a node
+    re-cabled to another fenced leaf is unfenced from the old one, then fenced by the new, in that order."""
+    from agents.health_guard.contract import HealthClass
+    from agents.health_guard.decide import Quarantine
+    from agents.health_guard.switches import SwitchFence, SwitchUnfence
+
+    port, prom, guard = _storm_guard()
+    prom.xid = {}
+    turn(guard, T0 - 60, 0)
+    fence = f"{P}/switch-fault"
+    port.edit_node("gpu-01", lambda n: n["spec"].setdefault("taints", []).append(
+        {"key": fence, "value": "leaf-a", "effect": "NoSchedule"}))
+    nodes = {n["metadata"]["name"]: n for n in port.list(NODES_RES)["items"]}
+    views = {name: node_view(guard.settings, n) for name, n in nodes.items()}
+    fatal = HealthClass.FATAL
+    actions = [SwitchUnfence("gpu-01", "leaf-a", "re-cabled"),
+               SwitchFence("gpu-01", "leaf-b", fatal, ("ib-port-down",), declared=True),
+               Quarantine("gpu-02", fatal, ("xid-fatal",), (T0,))]
+    guard._act(actions, nodes, views, T0, lambda: False)
+    assert [t for t in port.taints("gpu-01") if t[0] == fence] == [(fence, "leaf-b", "NoSchedule")]
+    assert (f"{P}/gpu-health", "fatal", "NoSchedule") in port.taints("gpu-02")
 
 
 def test_every_query_of_a_cycle_is_timed_by_name_answered_or_not(world) -> None:

@@ -303,9 +303,13 @@ class Guard:
             return False
 
         def taint(batch: list[Action]) -> None:
-            # Every taint of the node (a quarantine's, a switch fence's), wherever it sits in the node's actions; a
-            # refused one leaves the node's others to the next cycle.
+            # Every taint of the node (a quarantine's, a switch fence's) up to the first action that takes a taint off
+            # (a node re-cabled to another fenced leaf is unfenced from the old one, then fenced by the new: hoisted
+            # past the unfence, the fence would be taken off again); a refused one leaves the node's others to the
+            # next cycle.
             for action in batch:
+                if isinstance(action, SwitchUnfence | Release):
+                    return
                 if isinstance(action, Quarantine | SwitchFence):
                     if not may_write():
                         return
@@ -381,12 +385,12 @@ class Guard:
             if written:
                 self._condition(action.node, False, "SwitchFault",
                                 switch_detail(s, action.health_class, action.leaf, action.reasons), now,
-                                SWITCH_CONDITION_TYPE)
+                                SWITCH_CONDITION_TYPE, nodes)
             return written
         elif isinstance(action, SwitchUnfence):
             if self._patch(action.node, switch_release_patch(s, node), "switch release", nodes):
                 self._condition(action.node, True, "SwitchReleased", f"leaf switch {action.leaf} released: "
-                                f"{action.why}", now, SWITCH_CONDITION_TYPE)
+                                f"{action.why}", now, SWITCH_CONDITION_TYPE, nodes)
         elif isinstance(action, Quarantine):
             written = self._taint(action, nodes, views, now) if tainted is None else tainted
             if written:
@@ -395,18 +399,18 @@ class Guard:
                            f"{TAINT_EFFECT}; training is evicted" + (", inference too" if cls is HealthClass.FATAL
                                                                     else ", inference may stay")
                            + f". {detail(s, cls, action.reasons)}.")
-                self._condition(action.node, False, f"Gpu{cls.capitalize()}", message, now)
+                self._condition(action.node, False, f"Gpu{cls.capitalize()}", message, now, nodes=nodes)
                 self._event(node, "GpuHealthQuarantine", message, True, now)
             return written
         elif isinstance(action, MarkCondition):
             self._condition(action.node, False, f"Gpu{action.health_class.capitalize()}",
-                            detail(s, action.health_class, action.reasons), now)
+                            detail(s, action.health_class, action.reasons), now, nodes=nodes)
         elif isinstance(action, Drain):
             self._drain(action, node, view)
         elif isinstance(action, Release):
             if self._patch(action.node, release_patch(s, node), "release", nodes):
                 self.metrics.releases.labels(str(action.health_class or "manual")).inc()
-                self._condition(action.node, True, "Released", f"released: {action.why}", now)
+                self._condition(action.node, True, "Released", f"released: {action.why}", now, nodes=nodes)
                 self._event(node, "GpuHealthRelease", f"released: {action.why}", False, now)
                 log.info("released node %s: %s", action.node, action.why)
         elif isinstance(action, RecordOverride):
@@ -473,12 +477,17 @@ class Guard:
         return True
 
     def _condition(self, name: str, healthy: bool, reason: str, message: str, now: float,
-                   condition_type: str = CONDITION_TYPE) -> None:
+                   condition_type: str = CONDITION_TYPE, nodes: dict[str, dict[str, Any]] | None = None) -> None:
+        """The node's condition; on success the node as written replaces ``nodes[name]``: a status write moves the
+        node's resourceVersion on too, and a later patch in the cycle (a fence after an unfence) must carry it."""
         body = condition_patch(healthy, reason, message, now, condition_type)
         try:
-            self.api.patch(NODES, name, body, content_type=STRATEGIC_MERGE_PATCH, subresource="status")
+            written = self.api.patch(NODES, name, body, content_type=STRATEGIC_MERGE_PATCH, subresource="status")
         except Exception as exc:  # re-asserted next cycle (MarkCondition) while the node stays quarantined
             self._failed("status", exc, f"condition on node {name}")
+            return
+        if nodes is not None and isinstance(written, dict) and isinstance(written.get("metadata"), dict):
+            nodes[name] = written
 
     def _event(self, node: Mapping[str, Any], reason: str, message: str, warning: bool, now: float) -> None:
         metadata = node.get("metadata") or {}
