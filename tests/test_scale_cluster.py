@@ -25,7 +25,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     "`make localcluster` builds it")
     state: Path = tmp_path_factory.mktemp("scale")
     return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300, storm_faults=[8],
-                          crash_sizes=[16])
+                          crash_sizes=[16], steady_s=20)
 
 
 def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(result: dict) -> None:
@@ -75,6 +75,15 @@ def test_the_report_section_renders_the_shape(result: dict, tmp_path: Path) -> N
     assert "vc-scheduler" in text
     plot = tmp_path / "scale.png"  # drawn beside the results, referenced by the section
     assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"]({plot})" in text
+
+
+def test_at_rest_no_agent_asks_much_of_the_api_server(result: dict) -> None:
+    """Steady state: watches, Lease renewals and each agent's own writes; a list per cycle would show here."""
+    steady = result["steady_requests_per_s_by_agent"]
+    assert result["steady_window_s"] == 20
+    for agent in ("health-guard", "burst-controller", "node-pools"):
+        rate = next((v["requests_per_s"] for a, v in steady.items() if a.startswith(agent)), 0.0)
+        assert rate < 5, (agent, steady)
 
 
 def test_a_leaf_switch_down_is_one_switch_fault_and_no_node_is_quarantined_for_it(result: dict) -> None:

@@ -422,11 +422,26 @@ def storm_runs(lay: Layout, sh: Shape, plan: Any, fault_counts: Sequence[int], c
     return out
 
 
+#: How long the shape is watched at rest, before any gang (seconds): what the agents, Volcano and the control plane
+#: ask of the API server in steady state.
+STEADY_S = 60.0
+
+
+def steady_state(lay: Layout, seconds: float) -> dict[str, Any]:
+    """Requests per second per agent and the mutating calls' p99 over ``seconds`` of the shape at rest."""
+    before, since = apiserver_metrics(lay), time.time()
+    time.sleep(seconds)
+    after = apiserver_metrics(lay)
+    return {"steady_requests_per_s_by_agent": audit_window(lay, since, time.time()),
+            "steady_apiserver_mutating_p99_s": mutating_p99(before, after), "steady_window_s": seconds}
+
+
 def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeout: float = 900,
-          state: Path | None = None, storm_faults: Sequence[int] = (), crash_sizes: Sequence[int] = ()
-          ) -> dict[str, Any]:
-    """Bring the shape up, run ``runs`` gangs of each size in ``sizes`` one after the other, then the fault storms
-    of ``storm_faults`` nodes, and report; the control plane goes down afterwards unless ``keep``."""
+          state: Path | None = None, storm_faults: Sequence[int] = (), crash_sizes: Sequence[int] = (),
+          steady_s: float = STEADY_S) -> dict[str, Any]:
+    """Bring the shape up, watch it at rest for ``steady_s``, run ``runs`` gangs of each size in ``sizes`` one after
+    the other, then the fault storms of ``storm_faults`` nodes, and report; the control plane goes down afterwards
+    unless ``keep``."""
     lay, probe = up(sh, state)
     try:
         plan = shape_plan(sh, ROOT)
@@ -435,6 +450,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
         namespace = shape_config(sh, ROOT).training_namespace
         spec_dir = lay.state / "specs"
         spec_dir.mkdir(exist_ok=True)
+        steady = steady_state(lay, steady_s) if runs and steady_s > 0 else {}
         usage_rest = process_usage(lay)
         rest_at = time.monotonic()
         before = apiserver_metrics(lay)
@@ -477,7 +493,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             "shape": sh.name, "description": sh.description, "nodes": probe.nodes, "gpus": probe.gpus,
             "up_s": probe.up_s, "objects_applied": probe.objects_applied, "objects_left_out": probe.objects_left_out,
             "tuning": probe.tuning, "agent_notes": probe.agent_notes,
-            "node_pools_converged_s": probe.node_pools_converged_s, **gang_keys,
+            "node_pools_converged_s": probe.node_pools_converged_s, **steady, **gang_keys,
             # Without gangs, the footprints after the storms alone: the gang run's stay in the results.
             **{("" if runs else "storms_") + key: value for key, value in (
                 ("process_usage_at_rest", usage_rest), ("process_usage_after", process_usage(lay)),
