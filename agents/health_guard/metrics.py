@@ -1,8 +1,13 @@
-"""The guard's Prometheus series, in a registry of its own."""
+"""The guard's Prometheus series, in a registry of its own, and what a cycle's decision sets them to."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from agents.health_guard.contract import HealthClass, Signal
+from agents.health_guard.decide import Decision, NodeStatus, NodeView, Quarantine, Reading, Release, fenced_leaves
 
 
 class GuardMetrics:
@@ -57,3 +62,50 @@ class GuardMetrics:
         for stage in ("query", "list", "patch", "status", "event", "evict", "lease", "fenced", "cycle"):
             self.errors.labels(stage)
         self.breaker.set(0)
+
+    def publish(self, decision: Decision, views: Mapping[str, NodeView], signals: Sequence[Signal],
+                firing_before: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Set the series from one cycle's decision; ``firing_before`` is the (node, signal) pairs that fired last
+        cycle (a pair new this cycle counts one signal event). Returns this cycle's pairs."""
+        self.breaker.set(1 if decision.breaker_tripped else 0)
+        self.switch_faults.clear()
+        for leaf in fenced_leaves(decision):
+            self.switch_faults.labels(leaf).set(1)
+        counts = dict.fromkeys(NodeStatus, 0)
+        for status in decision.status.values():
+            counts[status] += 1
+        for status, count in counts.items():
+            self.nodes.labels(status.value).set(count)
+        classes: dict[str, HealthClass] = {v.name: v.quarantined for v in views.values() if v.quarantined is not None}
+        for a in decision.actions:
+            if isinstance(a, Quarantine):
+                classes[a.node] = a.health_class
+            elif isinstance(a, Release):
+                classes.pop(a.node, None)
+        self.node_quarantined.clear()
+        self.quarantined.clear()
+        pools: dict[str, int] = {}
+        per: dict[tuple[str, str], int] = {}
+        for v in views.values():
+            pools[v.pool] = pools.get(v.pool, 0) + 1
+        for name, cls in classes.items():
+            self.node_quarantined.labels(name, str(cls)).set(1)
+            key = (str(cls), views[name].pool)
+            per[key] = per.get(key, 0) + 1
+        for cls in HealthClass:
+            for pool in pools:
+                self.quarantined.labels(str(cls), pool).set(per.get((str(cls), pool), 0))
+        for pool, size in pools.items():
+            out = sum(1 for name in classes if views[name].pool == pool)
+            self.pool_share.labels(pool).set(out / size if size else 0)
+        firing_now = set(firing_before)
+        for signal in signals:
+            firing = [n for n, r in decision.readings.items() if r.get(signal.name) is Reading.FIRING]
+            self.firing.labels(signal.name).set(len(firing))
+            self.unknown.labels(signal.name).set(
+                sum(1 for r in decision.readings.values() if r.get(signal.name) is Reading.UNKNOWN))
+            for n in firing:
+                if (n, signal.name) not in firing_before:
+                    self.events.labels(signal.name, str(signal.health_class)).inc()
+            firing_now = {k for k in firing_now if k[1] != signal.name} | {(n, signal.name) for n in firing}
+        return firing_now

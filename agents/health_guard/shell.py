@@ -36,16 +36,13 @@ from agents.health_guard.decide import (
     Drain,
     GuardState,
     MarkCondition,
-    NodeStatus,
     NodeView,
     Quarantine,
-    Reading,
     RecordOverride,
     Release,
     Suppress,
     TripBreaker,
     decide,
-    fenced_leaves,
 )
 from agents.health_guard.metrics import GuardMetrics
 from agents.health_guard.nodes import (
@@ -205,7 +202,7 @@ class Guard:
         phase.labels("act").observe(time.perf_counter() - started)
         started = time.perf_counter()
         self._count_application_restarts()
-        self._publish(decision, views)
+        self._firing = self.metrics.publish(decision, views, self.settings.signals, self._firing)
         phase.labels("publish").observe(time.perf_counter() - started)
         self.metrics.last_cycle.set(now)
         return decision
@@ -553,51 +550,3 @@ class Guard:
         earlier = [t for v in views.values() if v.pool == view.pool for t in v.history if t < now - 1]
         if earlier:
             self.metrics.between_failures.labels(view.pool).observe(now - max(earlier))
-
-    # ---------------------------------------------------------------- metrics
-
-    def _publish(self, decision: Decision, views: Mapping[str, NodeView]) -> None:
-        m = self.metrics
-        m.breaker.set(1 if decision.breaker_tripped else 0)
-        m.switch_faults.clear()
-        for leaf in fenced_leaves(decision):
-            m.switch_faults.labels(leaf).set(1)
-        counts = dict.fromkeys(NodeStatus, 0)
-        for status in decision.status.values():
-            counts[status] += 1
-        for status, count in counts.items():
-            m.nodes.labels(status.value).set(count)
-        classes: dict[str, HealthClass] = {}
-        for v in views.values():
-            if v.quarantined is not None:
-                classes[v.name] = v.quarantined
-        for a in decision.actions:
-            if isinstance(a, Quarantine):
-                classes[a.node] = a.health_class
-            elif isinstance(a, Release):
-                classes.pop(a.node, None)
-        m.node_quarantined.clear()
-        m.quarantined.clear()
-        pools: dict[str, int] = {}
-        per: dict[tuple[str, str], int] = {}
-        for v in views.values():
-            pools[v.pool] = pools.get(v.pool, 0) + 1
-        for name, cls in classes.items():
-            m.node_quarantined.labels(name, str(cls)).set(1)
-            key = (str(cls), views[name].pool)
-            per[key] = per.get(key, 0) + 1
-        for cls in HealthClass:
-            for pool in pools:
-                m.quarantined.labels(str(cls), pool).set(per.get((str(cls), pool), 0))
-        for pool, size in pools.items():
-            out = sum(1 for name in classes if views[name].pool == pool)
-            m.pool_share.labels(pool).set(out / size if size else 0)
-        for signal in self.settings.signals:
-            firing = [n for n, r in decision.readings.items() if r.get(signal.name) is Reading.FIRING]
-            m.firing.labels(signal.name).set(len(firing))
-            m.unknown.labels(signal.name).set(
-                sum(1 for r in decision.readings.values() if r.get(signal.name) is Reading.UNKNOWN))
-            for n in firing:
-                if (n, signal.name) not in self._firing:
-                    m.events.labels(signal.name, str(signal.health_class)).inc()
-            self._firing = {k for k in self._firing if k[1] != signal.name} | {(n, signal.name) for n in firing}
