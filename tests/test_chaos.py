@@ -11,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tools.chaos.__main__ import seconds
-from tools.chaos.schedule import AGENT_FAULTS, NETWORK_FAULTS, PROCESS_OF, TRAINING_FAULTS, Fault, schedule
+from tools.chaos.schedule import (
+    AGENT_FAULTS,
+    GPU_FAULTS,
+    NETWORK_FAULTS,
+    PROCESS_OF,
+    TRAINING_FAULTS,
+    Fault,
+    schedule,
+)
 
 AGENTS, PROVIDERS, KUBELETS = ("burst-controller", "health-guard"), ("vk-a",), ("sys-0", "gpu-01")
 MONITORING = ("prometheus", "prometheus-operator")
@@ -40,12 +48,29 @@ def test_one_fault_per_period_with_a_target_of_its_kind_and_the_same_draw_for_th
             assert i.target in NETWORK
         elif i.fault in TRAINING_FAULTS:
             assert i.target in RANKS
-        elif i.fault is Fault.GPU_DEGRADED:
+        elif i.fault in GPU_FAULTS:
             assert i.target in GPUS
         else:
             assert i.target == PROCESS_OF[i.fault]
     assert plan == schedule(seed, duration, every, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING,
                             network=NETWORK, ranks=RANKS, gpus=GPUS)
+
+
+@given(st.integers(0, 2**32))
+def test_every_second_gpu_fault_is_fatal_and_the_rest_of_a_seeds_plan_is_what_it_was_without_it(seed: int) -> None:
+    """The fatal GPU fault is the degraded one's alternate, not a kind of its own in the draw: a seed that found a
+    defect before it existed replays the same faults on the same targets at the same times."""
+    kw = {"monitoring": MONITORING, "network": NETWORK, "ranks": RANKS, "gpus": GPUS}
+    plan = schedule(seed, 7200, 30, AGENTS, PROVIDERS, KUBELETS, **kw)
+    before = schedule(seed, 7200, 30, AGENTS, PROVIDERS, KUBELETS, kinds=[f for f in Fault if f is not Fault.GPU_FATAL],
+                      **kw)
+    assert [(i.at, i.target, Fault.GPU_DEGRADED if i.fault is Fault.GPU_FATAL else i.fault) for i in plan] == [
+        (i.at, i.target, i.fault) for i in before]
+    gpu = [i.fault for i in plan if i.fault in GPU_FAULTS]
+    assert gpu == [Fault.GPU_DEGRADED, Fault.GPU_FATAL] * (len(gpu) // 2) + [Fault.GPU_DEGRADED] * (len(gpu) % 2)
+    # Asked for alone, it is drawn as itself.
+    alone = schedule(seed, 600, 30, (), (), (), kinds=[Fault.GPU_FATAL], gpus=GPUS)
+    assert alone and {i.fault for i in alone} == {Fault.GPU_FATAL}
 
 
 def test_a_kind_without_a_target_is_never_drawn_and_none_at_all_is_an_error() -> None:
@@ -61,7 +86,7 @@ def test_every_kind_is_drawn_over_a_long_soak() -> None:
     plan = schedule(7, 7200, 30, AGENTS, PROVIDERS, KUBELETS, monitoring=MONITORING, network=NETWORK,
                     ranks=RANKS, gpus=GPUS)
     assert {i.fault for i in plan} == set(Fault)
-    assert {i.target for i in plan if i.fault is Fault.GPU_DEGRADED} == set(GPUS)
+    assert {i.target for i in plan if i.fault in GPU_FAULTS} == set(GPUS)
     assert {i.target for i in plan if i.fault is Fault.PROMETHEUS_KILLED} == set(MONITORING)
     assert {i.target for i in plan if i.fault is Fault.KUBE_ROUTER_KILLED} == {"kube-router"}
     # Without a monitoring install there is no Prometheus to kill: never drawn.

@@ -101,8 +101,23 @@ class SoakGang:
         if fault is Fault.TRAINER_POD_KILLED:
             os.kill(supervisor, signal.SIGKILL)
         else:
-            workers = child_pids(supervisor)
-            if not workers:
-                raise RuntimeError(f"rank {rank}'s supervisor (pid {supervisor}) runs no worker")
-            os.kill(workers[0], signal.SIGKILL)
+            self._kill_worker(pod, supervisor)
         return lambda: not self.training()
+
+    def kill_worker_on(self, node: str) -> bool:
+        """The worker of the gang's pod on ``node`` dies, as with its GPU (a fatal XID); False: no such worker."""
+        pods = [p for p in self._pods() if p.metadata.deletion_timestamp is None and p.spec.node_name == node
+                and p.status.phase == "Running" and p.status.container_statuses
+                and p.status.container_statuses[0].container_id]
+        if not pods:
+            return False
+        pod = pods[0]
+        self._kill_worker(pod, container_pid(self.lay, node, pod.status.container_statuses[0].container_id))
+        return True
+
+    @staticmethod
+    def _kill_worker(pod: Any, supervisor: int) -> None:
+        workers = child_pids(supervisor)
+        if not workers:
+            raise RuntimeError(f"{pod.metadata.name}'s supervisor (pid {supervisor}) runs no worker")
+        os.kill(workers[0], signal.SIGKILL)

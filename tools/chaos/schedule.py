@@ -35,6 +35,10 @@ class Fault(enum.StrEnum):
     TRAINER_EVICTED = "trainer-evicted"  # the rank's pod evicted: an emergency checkpoint, the pod replaced alone
     # On a real GPU node (the target), through its dcgm-exporter stand-in, for a window:
     GPU_DEGRADED = "gpu-xid-degraded"  # XID 94 (contained ECC error): the guard quarantines the node, then releases it
+    # XID 79 (the GPU fell off the bus): its rank's worker dies with it, the guard quarantines the node as fatal and
+    # evicts what runs there, the gang's pod is replaced on the spare; released after the repair mark. Not drawn on
+    # its own: every other GPU fault drawn is this one (:func:`schedule`).
+    GPU_FATAL = "gpu-xid-fatal"
 
 
 #: Faults aimed at one HA agent (the target is its app name).
@@ -54,6 +58,8 @@ KILLED = frozenset({Fault.ETCD_KILLED, Fault.KUBE_ROUTER_KILLED})
 NETWORK_FAULTS = (Fault.API_LATENCY, Fault.API_THROTTLED, Fault.API_ERRORS, Fault.API_RESET, Fault.API_HANG)
 #: Faults on the training gang (the target is a rank).
 TRAINING_FAULTS = (Fault.TRAINER_KILLED, Fault.TRAINER_POD_KILLED, Fault.TRAINER_EVICTED)
+#: Faults a GPU node's dcgm-exporter serves (the target is the node).
+GPU_FAULTS = (Fault.GPU_DEGRADED, Fault.GPU_FATAL)
 
 
 @dataclass(frozen=True)
@@ -82,16 +88,24 @@ def schedule(seed: int, duration_s: float, every_s: float, agents: Sequence[str]
     targets[Fault.PROMETHEUS_KILLED] = monitoring
     targets.update({f: network for f in NETWORK_FAULTS})
     targets.update({f: ranks for f in TRAINING_FAULTS})
-    targets[Fault.GPU_DEGRADED] = gpus
+    targets[Fault.GPU_DEGRADED] = targets[Fault.GPU_FATAL] = gpus
     targets.update({f: (process,) for f, process in PROCESS_OF.items()})
-    usable = [k for k in kinds if targets.get(k)]
+    # The fatal GPU fault is the degraded one's alternate, not a kind of its own in the draw: a seed's plan stays
+    # the plan it was before the fatal fault existed (the same kinds, targets and times), except that every second
+    # GPU fault is fatal; drawn on its own only where the degraded one is not asked for.
+    alternate = Fault.GPU_FATAL in kinds and Fault.GPU_DEGRADED in kinds
+    usable = [k for k in kinds if targets.get(k) and not (alternate and k is Fault.GPU_FATAL)]
     if not usable:
         raise ValueError("no fault kind has a target in this cluster")
     rng = random.Random(seed)
     out: list[Injection] = []
-    n = 1
+    n = gpu_faults = 1
     while (at := every_s * n) < duration_s:  # a product, not a sum: no drift over a long soak
         fault = rng.choice(usable)
-        out.append(Injection(at, fault, rng.choice(list(targets[fault]))))
+        target = rng.choice(list(targets[fault]))
+        if alternate and fault is Fault.GPU_DEGRADED:
+            fault = Fault.GPU_FATAL if gpu_faults % 2 == 0 else fault
+            gpu_faults += 1
+        out.append(Injection(at, fault, target))
         n += 1
     return out

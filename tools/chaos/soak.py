@@ -27,6 +27,7 @@ from agents.health_guard.contract import Names
 from tools.chaos.gang import GANG, GANG_STALLED_S, SoakGang
 from tools.chaos.schedule import (
     AGENT_FAULTS,
+    GPU_FAULTS,
     KILLED,
     NETWORK_FAULTS,
     PROCESS_OF,
@@ -76,6 +77,8 @@ NETWORK_WINDOW_S = 20.0
 #: How long a GPU fault is served (a few scrapes and guard polls: the guard sees it), and what it serves.
 GPU_FAULT_S = 30.0
 GPU_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}}
+#: The fatal one: the GPU fell off the bus.
+GPU_FATAL_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 79}}
 #: How long the soak, as the operator, waits for Prometheus to show a cleared GPU before marking it repaired.
 CLEAR_SCRAPED_S = 90.0
 #: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
@@ -269,8 +272,8 @@ class Soak:
         elif fault in TRAINING_FAULTS:
             assert self.gang is not None  # drawn only with a gang's ranks
             return self.gang.hit(fault, target)
-        elif fault is Fault.GPU_DEGRADED:
-            self._gpu_fault(target)
+        elif fault in GPU_FAULTS:
+            self._gpu_fault(target, fatal=fault is Fault.GPU_FATAL)
         elif fault in NETWORK_FAULTS:
             apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
                                                  user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
@@ -279,13 +282,17 @@ class Soak:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
         return None
 
-    def _gpu_fault(self, node: str) -> None:
+    def _gpu_fault(self, node: str, fatal: bool = False) -> None:
         """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and wait (at most
         :data:`CLEAR_SCRAPED_S`) until Prometheus shows it cleared: from then on the soak acts as the operator
-        who fixed the GPU (:meth:`_operate`)."""
+        who fixed the GPU (:meth:`_operate`). A fatal one takes the gang's worker on the node with it, as a GPU
+        that fell off the bus does: its supervisor restarts it in place while the guard quarantines the node and
+        evicts the pod, which the spare replaces."""
         ns = self.cfg.telemetry_namespace
         start = time.time()
-        serve_gpu_readings(self.lay, ns, node, GPU_FAULT)
+        serve_gpu_readings(self.lay, ns, node, GPU_FATAL_FAULT if fatal else GPU_FAULT)
+        if fatal and self.gang is not None and not self.gang.kill_worker_on(node):
+            say(f"no worker of {GANG} on {node}: the fatal XID takes no rank with it")
         try:
             time.sleep(GPU_FAULT_S)
         finally:

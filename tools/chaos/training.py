@@ -9,7 +9,8 @@ The history it is judged by (pure, :class:`GangHistory` and the functions below)
   durable before it began;
 - a fault costs at most its bound (:data:`STEP_BOUND`): a worker or pod killed loses at most two checkpoint
   intervals (the newest complete checkpoint is at most one behind, plus the one being written), a graceful
-  eviction nothing (it checkpoints on SIGTERM), nor does the guard's eviction from a degraded node; any other
+  eviction nothing (it checkpoints on SIGTERM), nor does the guard's eviction from a degraded node; a fatal GPU
+  fault (its worker killed, then its pod evicted) what a killed worker may; any other
   fault (a control-plane restart, a leader change, a network fault) must not restart the gang at all.
 """
 
@@ -33,6 +34,9 @@ STEP_BOUND: Mapping[Fault, int] = {
     Fault.TRAINER_EVICTED: 0,
     # The guard evicts the gang's pod from a degraded node gracefully: an emergency checkpoint, nothing lost.
     Fault.GPU_DEGRADED: 0,
+    # A fatal one kills the rank's worker with its GPU first (a restart in place from the last checkpoint), then the
+    # guard evicts the pod off the node: what a killed worker may cost.
+    Fault.GPU_FATAL: 2 * INTERVAL,
 }
 
 
