@@ -291,9 +291,15 @@ class Soak:
         ns = self.cfg.telemetry_namespace
         start = time.time()
         serve_gpu_readings(self.lay, ns, node, GPU_FATAL_FAULT if fatal else GPU_FAULT)
-        if fatal and self.gang is not None and not self.gang.kill_worker_on(node):
-            say(f"no worker of {GANG} on {node}: the fatal XID takes no rank with it")
         try:
+            if fatal and self.gang is not None:
+                try:
+                    killed = self.gang.kill_worker_on(node)
+                except Exception as exc:  # its container between starts: the XID is served all the same
+                    killed = False
+                    say(f"the fatal XID on {node} could not kill {GANG}'s worker there: {exc}")
+                if not killed:
+                    say(f"the fatal XID on {node} takes no rank of {GANG} with it")
             time.sleep(GPU_FAULT_S)
         finally:
             serve_gpu_readings(self.lay, ns, node, {})
