@@ -117,6 +117,22 @@ def test_judge_charges_each_restart_to_the_fault_before_it_against_its_bound() -
     assert sum(later["violations"].values()) == 0
 
 
+def test_a_restart_slower_than_the_next_fault_is_charged_to_the_fault_that_broke_its_round() -> None:
+    """A whole-gang restart through Volcano can outlast the period between faults: the fault put in place while the
+    gang was between rounds did not restart it (the 2-hour soak blamed api-latency and a scheduler restart for two
+    trainer-pod-killed restarts that took longer than 30 s)."""
+    events = trained([(0, 0, 35), (1, 30, 50)])  # round 0 began at t=1 and stepped to t=36; round 1 resumed at t=37
+    slow = judge(history(events), [(20.0, Fault.TRAINER_POD_KILLED, "1"), (36.5, Fault.API_LATENCY, "apiproxy")])
+    assert slow["training_restarts_by_fault"] == {"trainer-pod-killed": 1} and sum(slow["violations"].values()) == 0
+    # Each restart and what it was charged to stay in the report: the run can be judged again without its volume.
+    assert slow["training_restarts"] == [{"round": 1, "resumed_at": 37.0, "lost": 5, "broken_round_began_at": 1.0,
+                                          "charged_to": [20.0, "trainer-pod-killed", "1"]}]
+    # A fault put in place before the broken round began did not break it: what came during that round is named.
+    early = judge(history(events), [(0.5, Fault.TRAINER_KILLED, "0"), (20.0, Fault.LEADER_KILLED, "node-pools")])
+    assert early["violations"]["training-restarted-by-another-fault"] == 1
+    assert early["training_restarts_by_fault"] == {"leader-killed": 1}
+
+
 @given(crashes=st.lists(st.integers(1, 60), min_size=1, max_size=6), lag=st.integers(0, INTERVAL))
 def test_a_trainer_that_resumes_from_its_newest_complete_checkpoint_is_never_charged_more_than_two_intervals(
         crashes: list[int], lag: int) -> None:

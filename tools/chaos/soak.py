@@ -285,9 +285,8 @@ class Soak:
     def _gpu_fault(self, node: str, fatal: bool = False) -> None:
         """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and wait (at most
         :data:`CLEAR_SCRAPED_S`) until Prometheus shows it cleared: from then on the soak acts as the operator
-        who fixed the GPU (:meth:`_operate`). A fatal one takes the gang's worker on the node with it, as a GPU
-        that fell off the bus does: its supervisor restarts it in place while the guard quarantines the node and
-        evicts the pod, which the spare replaces."""
+        who fixed the GPU (:meth:`_operate`). A fatal one takes the gang's worker on the node with it, as a GPU off
+        the bus does: it restarts in place while the guard quarantines the node and evicts the pod to the spare."""
         ns = self.cfg.telemetry_namespace
         start = time.time()
         serve_gpu_readings(self.lay, ns, node, GPU_FATAL_FAULT if fatal else GPU_FAULT)
@@ -589,6 +588,7 @@ class Soak:
             "quarantines": sum(f.tainted for f in taint_flips(self.record.quarantine)),
             "operator_actions": dict(self.record.operator_actions),
             **training,
+            "faults_injected": [[round(t, 3), fault.value, target] for t, fault, target in self.record.injected],
             "faults_not_seen": [f"{i.fault} on {i.target} at t={i.at:g}s" for i in self.record.unseen],
             "faults_not_injected": [f"{i.fault} on {i.target} at t={i.at:g}s: {why}"
                                     for i, why in self.record.not_injected],

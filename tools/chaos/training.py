@@ -113,12 +113,14 @@ class EventTail:
 @dataclass(frozen=True)
 class Restart:
     """The gang started again: round ``round`` resumed at ``resumed`` (wall time ``at``) after the rounds before it
-    reached ``reached``; ``lost`` steps are trained again."""
+    reached ``reached``; ``lost`` steps are trained again. The round it followed began at ``broken_began`` (wall
+    time; None: the run's first)."""
 
     round: int
     at: float
     reached: int
     resumed: int
+    broken_began: float | None = None
 
     @property
     def lost(self) -> int:
@@ -170,7 +172,8 @@ class GangHistory:
             if before in self.reached and self.resumes.get(this):
                 at = min(t for t, _ in self.resumes[this])
                 resumed = min(s for _, s in self.resumes[this])
-                out.append(Restart(this, at, self.reached[before], resumed))
+                began = min((t for t, _ in self.resumes.get(before, ())), default=None)
+                out.append(Restart(this, at, self.reached[before], resumed, began))
         return out
 
     def complete_checkpoint_before(self, t: float) -> int:
@@ -196,10 +199,17 @@ class GangHistory:
 
 
 def cause(restart: Restart, injected: Sequence[tuple[float, Fault, str]]) -> tuple[float, Fault, str] | None:
-    """The fault a restart follows: the last one put in place (wall time, kind, target) before the round resumed;
-    None before any."""
+    """The fault a restart follows (wall time, kind, target), among those put in place while the round it followed
+    ran or the gang was between rounds (after that round began, before the next resumed): the last that may restart
+    training, else the last of them, else the last before the resume; None before any. Not simply the last before
+    the resume: a whole-gang restart through Volcano can outlast the 30 s between faults, and the next fault, put in
+    place meanwhile, was blamed for it."""
     before = [i for i in injected if i[0] <= restart.at]
-    return max(before, key=lambda i: i[0]) if before else None
+    if not before:
+        return None
+    window = [i for i in before if restart.broken_began is None or i[0] >= restart.broken_began]
+    restarting = [i for i in window if i[1] in STEP_BOUND]
+    return max(restarting or window or before, key=lambda i: i[0])
 
 
 def judge(history: GangHistory, injected: Sequence[tuple[float, Fault, str]]) -> dict[str, Any]:
@@ -208,10 +218,15 @@ def judge(history: GangHistory, injected: Sequence[tuple[float, Fault, str]]) ->
     lost_by_fault: dict[tuple[float, Fault, str] | None, int] = {}
     restarts_by_kind: dict[str, int] = {}
     details: list[str] = []
+    charged: list[dict[str, Any]] = []
     not_ours = 0
     for restart in history.restarts():
         key = cause(restart, injected)
         kind = key[1].value if key else "none"
+        began = None if restart.broken_began is None else round(restart.broken_began, 3)
+        charged.append({"round": restart.round, "resumed_at": round(restart.at, 3), "lost": restart.lost,
+                        "broken_round_began_at": began,
+                        "charged_to": None if key is None else [round(key[0], 3), kind, key[2]]})
         restarts_by_kind[kind] = restarts_by_kind.get(kind, 0) + 1
         lost_by_fault[key] = lost_by_fault.get(key, 0) + restart.lost
         if key is None or key[1] not in STEP_BOUND:
@@ -232,4 +247,6 @@ def judge(history: GangHistory, injected: Sequence[tuple[float, Fault, str]]) ->
         "checkpoints_lost": len(regressions),
         "training_restarts_by_fault": dict(sorted(restarts_by_kind.items())),
         "training_step_reached": max(history.reached.values(), default=0),
+        # Each restart and the fault it was charged to: the run can be judged again without its volume.
+        "training_restarts": charged,
     }
