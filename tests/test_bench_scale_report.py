@@ -123,4 +123,7 @@ def test_a_results_file_of_any_shape_gives_goals_and_footprints_never_an_error(s
         assert (goal["bounded_by"] is not None) == (goal["met"] is False)
     for rss in bench_scale.agent_rss(shape).values():
         assert math.isfinite(rss) and rss >= 0
-    bench_scale.topology_figures(shape)
+    figures = bench_scale.topology_figures(shape)
+    assert set(figures) <= {"leaves_spanned", "switch_fault_to_condition_s", "switch_fault_nodes_drained"}
+    for spans in figures.get("leaves_spanned", {}).values():
+        assert spans["p50"] is not None and all(v is None or math.isfinite(v) for v in spans.values())

@@ -176,6 +176,17 @@ def at_scale(points: tuple[tuple[int, float, float], ...], n_pods: int) -> tuple
     return evict, resched, f"{how} {lo[0]:,} and {hi[0]:,} pods measured"
 
 
+def _between(start: float | None, end: float | None, start_key: str, end_key: str, term: str, file: str,
+             notes: list[str]) -> float | None:
+    """Seconds from one phase to the next, both measured and in order; else None (with a note when out of order)."""
+    if start is None or end is None:
+        return None
+    if end < start:
+        notes.append(f"{file}: key {end_key} ({end:g}) is before {start_key} ({start:g}): {term} not measured")
+        return None
+    return end - start
+
+
 def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FILE,
                       in_pods: Path = IN_PODS_FILE, scale: Path = SCALE_FILE) -> Measurements:
     """The measured terms from the three files; never raises on their content (see the module docstring). The fault
@@ -192,19 +203,8 @@ def read_measurements(phases: Path = PHASES_FILE, realnodes: Path = REALNODES_FI
             if why and key != FIRST_STEP_KEY:
                 notes.append(why)
     quarantine, evicted, restarted = got[QUARANTINE_KEY], got[EVICTED_KEY], got[RESTARTED_KEY]
-    evict_s = reschedule_s = None
-    if quarantine is not None and evicted is not None:
-        if evicted >= quarantine:
-            evict_s = evicted - quarantine
-        else:
-            notes.append(f"{phases.name}: key {EVICTED_KEY} ({evicted:g}) is before {QUARANTINE_KEY} "
-                         f"({quarantine:g}): eviction not measured")
-    if evicted is not None and restarted is not None:
-        if restarted >= evicted:
-            reschedule_s = restarted - evicted
-        else:
-            notes.append(f"{phases.name}: key {RESTARTED_KEY} ({restarted:g}) is before {EVICTED_KEY} "
-                         f"({evicted:g}): rescheduling not measured")
+    evict_s = _between(quarantine, evicted, QUARANTINE_KEY, EVICTED_KEY, "eviction", phases.name, notes)
+    reschedule_s = _between(evicted, restarted, EVICTED_KEY, RESTARTED_KEY, "rescheduling", phases.name, notes)
     pod_start_s = None
     real, why = _load_object(realnodes)
     if real is None:
