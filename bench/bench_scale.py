@@ -301,6 +301,51 @@ def _crash_table(shapes: dict[str, Any]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+#: The burst phases in the order the scenario reaches them, and what each means (bench/bench_sim_vs_e2e.py).
+BURST_PHASES = (("time_to_ungate_s", "the gang's gate lifted"),
+                ("time_to_standby_ready_s", "every standby asked for ready"),
+                ("time_to_preempt_s", "no ready replica left in the gang's pool"),
+                ("time_to_open_s", "the burst taint off every virtual node"),
+                ("time_to_ready_external_s", "every replica ready again, the displaced ones outside"),
+                ("time_to_gang_running_s", "the whole gang Running"),
+                ("time_to_standby_gone_s", "the standby back to zero"),
+                ("time_to_close_s", "the taint back (NoSchedule), from the gang's end"),
+                ("time_to_return_s", "every replica home, from the gang's end"),
+                ("time_to_return_standby_gone_s", "the return's standby gone, from the gang's end"))
+
+
+def _burst_table(shapes: dict[str, Any]) -> list[str]:
+    """Each shape's burst run beside the simulator's prediction for the same shape and settings, phase by phase."""
+    runs = {name: _mapping(shape.get("burst")) for name, shape in shapes.items() if _mapping(shape.get("burst"))}
+    if not runs:
+        return []
+    lines = ["| phase | " + " | ".join(f"{n} real s | {n} simulated s" for n in runs) + " |",
+             "|---|" + "---|---|" * len(runs)]
+    for key, meaning in BURST_PHASES:
+        cells = []
+        for run in runs.values():
+            real, sim = _mapping(run.get("phases")).get(key), _mapping(run.get("simulated")).get(key)
+            cells += ["never" if _figure(real) is None else f"{_figure(real):g}",
+                      "never" if _figure(sim) is None else f"{_figure(sim):g}"]
+        lines.append(f"| {meaning} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, run in runs.items():
+        plan = _mapping(run.get("plan"))
+        listed = run.get("descheduler_evictions_per_cycle")
+        cycles = [c for c in listed if _figure(c) is not None] if isinstance(listed, list) else []
+        lines.append(
+            f"- {name} ({run.get('timings', '?')} timings): the services at maxReplicas ({plan.get('inference_gpus')} "
+            f"GPUs), {plan.get('background_pods')} pods of other training, then a gang of {plan.get('gang_pods')} "
+            f"pods over pool {plan.get('pool')}: on-prem {plan.get('displaced_gpus')} GPUs short, the providers hold "
+            f"{plan.get('external_gpus')}. Most replicas ready outside at once {run.get('most_external_ready')}; "
+            f"fewest ready per service {run.get('fewest_ready')} (minReplicas {run.get('min_replicas')}); burst "
+            f"taint effects seen {run.get('burst_taint_effects')}; descheduler evictions per cycle "
+            f"{max(cycles) if cycles else '–'} at most over {len(cycles)} cycles "
+            f"(limit {run.get('descheduler_limit')}); "
+            f"mutating calls p99 {run.get('apiserver_mutating_p99_s')} s.")
+    return [*lines, ""]
+
+
 def _goals_table(shapes: dict[str, Any]) -> list[str]:
     rows = [(name, g) for name, shape in shapes.items() for g in shape.get("goals") or []]
     if not rows:
@@ -355,6 +400,14 @@ def to_markdown(result: dict[str, Any]) -> str:
                   "flight at once, from the audit log). Goal: the whole gang evicted in under "
                   f"{anchors['gang_evict_goal_s']:.0f} s.", "",
                   *crashes, ""]
+    bursts = _burst_table(shapes)
+    if bursts:
+        lines += ["**Burst at scale** (the stack's services at maxReplicas, other training leaving on-prem short, a",
+                  "gang over a whole pool: the handover, the burst onto the providers' virtual nodes (kwok nodes as",
+                  "their virtual kubelets register them), the gang's end, the descheduler's return; each phase's",
+                  "first moment, sampled every second, from the gang's creation unless said; beside the simulator's",
+                  "prediction for the same shape, settings and start times; `never`: not reached in the run).", "",
+                  *bursts]
     lines += _goals_table(shapes)
     for name, shape in shapes.items():
         lines += [f"### {name}", ""]

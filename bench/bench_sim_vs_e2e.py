@@ -19,6 +19,7 @@ external); and the local cluster runs the descheduler as a process on its own in
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,82 @@ WHY: dict[str, str] = {
 }
 
 
+#: The gang's gate lifted (the scale run's phase too: where the standby never becomes ready, the handover's timeout
+#: lifts it).
+UNGATE = "time_to_ungate_s"
+#: Phases timed from the gang's end (the others from its creation).
+AFTER_END = ("time_to_close_s", "time_to_return_s", "time_to_return_standby_gone_s")
+#: Phases that only mean something once another has held (gone again only after it came): always chained.
+CHAINED = {"time_to_standby_gone_s": "time_to_gang_running_s",
+           "time_to_return_standby_gone_s": "time_to_return_s"}
+
+
+@dataclass(frozen=True)
+class PhaseView:
+    """What one moment of the scenario shows, per service, in the terms the phases are defined on; the simulator
+    and the scale run (tools/localcluster/scaleburst.py) each fill one, so the phases are defined once."""
+
+    #: Main replicas each service holds in the scenario (its demand: minReplicas or maxReplicas).
+    wanted: Mapping[str, int]
+    #: Ready main replicas, anywhere; on the gang pool's nodes; on the virtual nodes.
+    ready: Mapping[str, int]
+    ready_in_pool: Mapping[str, int]
+    ready_external: Mapping[str, int]
+    #: Standby replicas asked for (the Deployment's replicas), ready, and alive (any state).
+    standby_asked: Mapping[str, int]
+    standby_ready: Mapping[str, int]
+    standby_live: Mapping[str, int]
+    #: The burst taint's effect on each virtual node (None: off).
+    taints: tuple[str | None, ...]
+    gang_ungated: bool
+    gang_running: bool
+
+    def holds(self) -> dict[str, bool]:
+        """Each phase's condition at this moment (:data:`PHASES` and :data:`UNGATE`)."""
+        svcs = list(self.wanted)
+        asked = [s for s in svcs if self.standby_asked.get(s, 0) > 0]
+        gone = all(self.standby_live.get(s, 0) == 0 for s in svcs)
+        return {
+            UNGATE: self.gang_ungated,
+            "time_to_standby_ready_s": bool(asked) and all(
+                self.standby_ready.get(s, 0) >= self.standby_asked[s] for s in asked),
+            "time_to_preempt_s": all(self.ready_in_pool.get(s, 0) == 0 for s in svcs),
+            "time_to_open_s": bool(self.taints) and all(t is None for t in self.taints),
+            "time_to_ready_external_s": all(self.ready.get(s, 0) >= self.wanted[s]
+                                            and self.ready_in_pool.get(s, 0) == 0 for s in svcs),
+            "time_to_gang_running_s": self.gang_running,
+            "time_to_standby_gone_s": gone,
+            "time_to_close_s": bool(self.taints) and all(t == "NoSchedule" for t in self.taints),
+            "time_to_return_s": all(self.ready_external.get(s, 0) == 0 and self.ready.get(s, 0) >= self.wanted[s]
+                                    for s in svcs),
+            "time_to_return_standby_gone_s": gone,
+        }
+
+
+@dataclass
+class PhaseClock:
+    """When each phase first held, from the gang's creation (:data:`AFTER_END`: from its end). ``chained``: a
+    phase counts only once the one before it has, as the e2e waits for one after another; otherwise each counts
+    at its first hold (the scale run samples them side by side), except :data:`CHAINED`."""
+
+    chained: bool = True
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def see(self, since_arrival: float, view: PhaseView, since_end: float | None) -> None:
+        holds = view.holds()
+        order = [UNGATE, *PHASES]
+        for i, key in enumerate(order):
+            if key in self.phases or not holds[key]:
+                continue
+            if key in AFTER_END and since_end is None:
+                continue
+            before = CHAINED.get(key) or (order[i - 1] if self.chained and i > 1 and key not in (
+                AFTER_END[0],) else None)
+            if before is not None and before not in self.phases:
+                continue
+            self.phases[key] = since_end if key in AFTER_END and since_end is not None else since_arrival
+
+
 @dataclass
 class Trace:
     """What the simulated scenario did: phase times and the core's decisions in order."""
@@ -83,14 +160,35 @@ class Trace:
     decisions: list[tuple[float, str]] = field(default_factory=list)
 
 
-class ScenarioSimulator(Simulator):
-    """The engine, checking after every event which e2e phase has just been reached."""
+@dataclass(frozen=True)
+class Scenario:
+    """The burst scenario's shape: the pool the gang takes whole (None: the first), the demand every service is
+    held at (``"min"``: minReplicas, as the local e2e's idle metric keeps it; ``"max"``: maxReplicas, the scale
+    run's) and gangs already running elsewhere when the scenario's gang arrives (what leaves on-prem short).
+    ``chained``: phases timed one after another, as the e2e waits for them (:class:`PhaseClock`)."""
 
-    def __init__(self, model: ClusterModel, workload: Workload, settings: BurstSettings, seconds: float) -> None:
+    pool: str | None = None
+    demand: str = "min"
+    background: tuple[Gang, ...] = ()
+    run_s: float = RUN_S
+    #: How long the simulation runs on after the gang's end: the close hold and the return's cycles fit in it.
+    after_s: float = 900.0
+    chained: bool = True
+
+
+class ScenarioSimulator(Simulator):
+    """The engine, checking after every event which phase has just been reached (:class:`PhaseView`)."""
+
+    def __init__(self, model: ClusterModel, workload: Workload, settings: BurstSettings, seconds: float,
+                 gang: int = 0, chained: bool = True) -> None:
         super().__init__(model, workload, controller(model, settings), seconds, check=True)
         self.trace = Trace()
-        self.service = self.cluster.services[0]
+        self.clock = PhaseClock(chained, self.trace.phases)
+        self.gang = gang
+        self.zone = self.cluster.train_zone[workload.gangs[gang].pool]
+        self.peak = isinstance(workload, PeakWorkload)
         self.ended: float | None = None
+        self.ungated = False
         assert self.controller is not None
         core = self.controller.decide_fn
 
@@ -98,34 +196,29 @@ class ScenarioSimulator(Simulator):
             decision = core(snapshot, state, now, s)
             for line in describe(decision):
                 self.trace.decisions.append((now, line))
+                self.ungated = self.ungated or (line == "ungate the gang" and now >= ARRIVAL_S)
             return decision
 
         self.controller.decide_fn = logged
 
     def check(self) -> None:
         super().check()
-        c, svc, t, phases = self.cluster, self.service, self.now, self.trace.phases
-        since = t - ARRIVAL_S
-
-        def mark(key: str, holds: bool, start: float = ARRIVAL_S, after: str | None = None) -> None:
-            if key not in phases and holds and t >= start and (after is None or after in phases):
-                phases[key] = t - start
-
-        # The e2e waits for its phases one after another: a phase counts once the one before it has.
-        mark("time_to_standby_ready_s", len(svc.sb_ready) >= svc.min)
-        mark("time_to_preempt_s", sum(svc.ready_zone) == 0, after="time_to_standby_ready_s")
-        mark("time_to_open_s", all(x is None for x in c.vn_taint), after="time_to_preempt_s")
-        mark("time_to_ready_external_s", svc.ready_ext >= svc.min, after="time_to_open_s")
-        mark("time_to_gang_running_s", 0 in c.jobs, after="time_to_ready_external_s")
-        mark("time_to_standby_gone_s", svc.sb_count() == 0, after="time_to_gang_running_s")
-        if self.ended is None and since > 0 and "time_to_gang_running_s" in phases and 0 not in c.jobs:
+        c, t = self.cluster, self.now
+        if t < ARRIVAL_S:
+            return
+        if self.ended is None and "time_to_gang_running_s" in self.trace.phases and self.gang not in c.jobs:
             self.ended = t
-        if self.ended is not None:
-            end = self.ended
-            mark("time_to_close_s", all(x == "NoSchedule" for x in c.vn_taint), end)
-            home = svc.ready_ext == 0 and sum(svc.ready_zone) >= svc.min
-            mark("time_to_return_s", home, end, after="time_to_close_s")
-            mark("time_to_return_standby_gone_s", svc.sb_count() == 0, end, after="time_to_return_s")
+        svcs = c.services
+        view = PhaseView(
+            wanted={s.name: int(s.max if self.peak else s.min) for s in svcs},
+            ready={s.name: s.ready_ext + sum(s.ready_zone) for s in svcs},
+            ready_in_pool={s.name: s.ready_zone[self.zone] for s in svcs},
+            ready_external={s.name: s.ready_ext for s in svcs},
+            standby_asked={s.name: s.sb_replicas for s in svcs},
+            standby_ready={s.name: len(s.sb_ready) for s in svcs},
+            standby_live={s.name: s.sb_count() for s in svcs},
+            taints=tuple(c.vn_taint), gang_ungated=self.ungated, gang_running=self.gang in c.jobs)
+        self.clock.see(t - ARRIVAL_S, view, None if self.ended is None else t - self.ended)
 
 
 def describe(decision: Decision) -> list[str]:
@@ -148,6 +241,13 @@ class FlatWorkload(Workload):
         return 1.0
 
 
+class PeakWorkload(Workload):
+    """Demand that holds every service at maxReplicas (the scale run applies them there)."""
+
+    def demand(self, service: str, max_replicas: int, t: float) -> float:
+        return float(max_replicas)
+
+
 def local_descheduler_interval_s() -> float:
     """The interval the local cluster runs the descheduler at (its command's default, e.g. "20s")."""
     default = str(inspect.signature(descheduler_command).parameters["interval"].default)
@@ -156,13 +256,23 @@ def local_descheduler_interval_s() -> float:
     return float(default[:-1])
 
 
-def simulate_scenario() -> Trace:
-    setup = load_stack(STACK)
-    model = replace(setup.model, latencies=LOCAL_LATENCIES,
-                    descheduler=replace(setup.model.descheduler, interval_s=local_descheduler_interval_s()))
-    pool = model.pools[0]
-    gang = Gang(arrival_s=ARRIVAL_S, nodes=pool.nodes, duration_s=RUN_S, pool=pool.name)
-    sim = ScenarioSimulator(model, FlatWorkload(gangs=(gang,)), setup.settings, ARRIVAL_S + RUN_S + 900.0)
+def simulate_scenario(model: ClusterModel | None = None, settings: BurstSettings | None = None,
+                      scenario: Scenario = Scenario()) -> Trace:
+    """The scenario in the simulator: by default the local stack's, with the local cluster's latencies and
+    descheduler interval; the scale run passes its shape's model (those latencies too) and scenario."""
+    if model is None or settings is None:
+        setup = load_stack(STACK)
+        model = replace(setup.model, latencies=LOCAL_LATENCIES,
+                        descheduler=replace(setup.model.descheduler, interval_s=local_descheduler_interval_s()))
+        settings = setup.settings
+    pool = next((p for p in model.pools if p.name == scenario.pool), None) if scenario.pool else model.pools[0]
+    if pool is None:
+        raise ValueError(f"scenario pool {scenario.pool!r} is not one of the model's {[p.name for p in model.pools]}")
+    gang = Gang(arrival_s=ARRIVAL_S, nodes=pool.nodes, duration_s=scenario.run_s, pool=pool.name)
+    kind = PeakWorkload if scenario.demand == "max" else FlatWorkload
+    gangs = (*scenario.background, gang)
+    sim = ScenarioSimulator(model, kind(gangs=gangs), settings, ARRIVAL_S + scenario.run_s + scenario.after_s,
+                            gang=len(gangs) - 1, chained=scenario.chained)
     sim.run()
     trace = sim.trace
     trace.decisions = [(round(t - ARRIVAL_S, 1), line) for t, line in trace.decisions if t >= ARRIVAL_S]

@@ -8,7 +8,6 @@ controller's leading pod, in pods)."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from tests.polling import wait
 from tools.localcluster.history import fencing_violations
 from tools.localcluster.plan import VIRTUAL_KUBELET
 from tools.localcluster.rbac_usage import parse_audit
+from tools.localcluster.scaleburst import evictions_per_cycle
 
 #: The longest a gang may look partly placed or running: one bind round plus kwok starting each pod.
 GANG_SETTLE_S = 5.0
@@ -208,11 +208,6 @@ def fencing_problems(audit_log: Path, agent: str, namespace: str, lease: str | N
     a replica while another held the Lease (``lease``, default the agent's name), or after a refused renewal."""
     requests = parse_audit(audit_log.read_text(), str(audit_log))
     return [v.detail for v in fencing_violations(requests, agent=agent, namespace=namespace, lease=lease or agent)]
-
-
-def evictions_per_cycle(log: str) -> list[int]:
-    """The descheduler's evictions in each of its cycles, from its log."""
-    return [int(m) for m in re.findall(r'"Number of evictions[^"]*"[^\n]*?totalEvicted=(\d+)', log)]
 
 
 class Sampler(threading.Thread):

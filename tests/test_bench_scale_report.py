@@ -127,3 +127,25 @@ def test_a_results_file_of_any_shape_gives_goals_and_footprints_never_an_error(s
     assert set(figures) <= {"leaves_spanned", "switch_fault_to_condition_s", "switch_fault_nodes_drained"}
     for spans in figures.get("leaves_spanned", {}).values():
         assert spans["p50"] is not None and all(v is None or math.isfinite(v) for v in spans.values())
+
+
+def test_the_burst_run_sits_beside_the_simulators_prediction_phase_by_phase() -> None:
+    burst = {"phases": {"time_to_ungate_s": 60.2, "time_to_open_s": 71.0, "time_to_return_s": 300.5},
+             "simulated": {"time_to_ungate_s": 60.0, "time_to_open_s": 70.0},
+             "plan": {"inference_gpus": 128, "background_pods": 22, "gang_pods": 32, "pool": "h100-a",
+                      "displaced_gpus": 48, "external_gpus": 96},
+             "timings": "quick", "descheduler_evictions_per_cycle": [2, 16, 5], "descheduler_limit": 16}
+    text = bench_scale.to_markdown({"shapes": {"small": {"burst": burst}}, "anchors": bench_scale.ANCHORS})
+    assert "| phase | small real s | small simulated s |" in text
+    assert "| the gang's gate lifted | 60.2 | 60 |" in text
+    assert "| every replica home, from the gang's end | 300.5 | never |" in text
+    assert "| the whole gang Running | never | never |" in text
+    assert "descheduler evictions per cycle 16 at most over 3 cycles (limit 16)" in text
+
+
+@given(st.dictionaries(st.sampled_from(["phases", "simulated", "plan", "descheduler_evictions_per_cycle",
+                                        "fewest_ready"]), st.one_of(FIGURE, st.dictionaries(
+                           st.sampled_from(["time_to_open_s", "pool", "x"]), FIGURE, max_size=3)), max_size=5))
+def test_a_burst_entry_of_any_shape_renders_never_an_error(burst: dict[str, Any]) -> None:
+    text = bench_scale.to_markdown({"shapes": {"s": {"burst": burst}}, "anchors": bench_scale.ANCHORS})
+    assert ("**Burst at scale**" in text) == bool(burst)  # an entry with anything in it gets its table

@@ -25,7 +25,7 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     "`make localcluster` builds it")
     state: Path = tmp_path_factory.mktemp("scale")
     return scalerun.bench(scale.shape("small"), runs=2, sizes=[16, 32], state=state, timeout=300, storm_faults=[8],
-                          crash_sizes=[16], steady_s=20)
+                          crash_sizes=[16], steady_s=20, burst=True)
 
 
 def test_every_gang_is_bound_and_running_and_its_pods_leave_after_the_cancel(result: dict) -> None:
@@ -145,3 +145,26 @@ def test_a_fatal_fault_under_a_running_gang_restarts_it_whole_on_other_nodes(res
         writes = run["evict_writes_by_volcano"]
         assert writes["calls"] >= 15 and writes["most_in_flight"] == 1 and writes["p50_s"] > 0
     assert result["gang_evict_s"]["16"]["n"] == 2 and result["gang_running_again_s"]["16"]["p50"] > 0
+
+
+def test_the_burst_at_scale_opens_for_the_displaced_replicas_and_brings_them_home(result: dict) -> None:
+    """The services at maxReplicas, a gang that takes a whole pool while other training leaves on-prem short: every
+    phase of the local e2e is reached, in its order, on the real controller, Volcano and descheduler."""
+    burst = result["burst"]
+    phases = burst["phases"]
+    assert burst["sampler_errors"] == [], burst["sampler_errors"]
+    assert set(phases) >= {"time_to_ungate_s", "time_to_preempt_s", "time_to_open_s", "time_to_ready_external_s",
+                           "time_to_gang_running_s", "time_to_close_s", "time_to_return_s",
+                           "time_to_return_standby_gone_s"}, phases
+    assert phases["time_to_ungate_s"] <= phases["time_to_gang_running_s"]
+    assert phases["time_to_open_s"] <= phases["time_to_ready_external_s"]
+    assert phases["time_to_close_s"] <= phases["time_to_return_s"] <= phases["time_to_return_standby_gone_s"]
+    assert burst["most_external_ready"] > 0  # the displaced replicas ran on the virtual nodes
+    # Never a NoExecute taint, never a service under its minReplicas, never more evictions a cycle than allowed.
+    assert burst["burst_taint_effects"] == ["NoSchedule"]
+    assert all(burst["fewest_ready"][s] >= n for s, n in burst["min_replicas"].items()), burst["fewest_ready"]
+    cycles = burst["descheduler_evictions_per_cycle"]
+    assert cycles and max(cycles) <= burst["descheduler_limit"], cycles
+    # The simulator's prediction for the same shape sits beside every phase.
+    assert {row["phase"] for row in burst["side_by_side"]} >= set(phases)
+    assert all(row["simulated_s"] is not None for row in burst["side_by_side"]), burst["side_by_side"]

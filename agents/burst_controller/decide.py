@@ -355,8 +355,8 @@ def gate_release(
             timed_out += 1
     reasons = []
     if covered_count:
-        reasons.append(f"handover: nothing left at risk for {covered_count} training pods (standby ready or "
-                       "nothing displaced); released")
+        reasons.append(f"handover: nothing left at risk for {covered_count} training pods (standby ready, as "
+                       "large as the providers hold, or nothing displaced); released")
     if timed_out:
         reasons.append(f"handover: standby not ready after {timeout:.0f}s ({plan.describe()}); training "
                        f"outranks inference, {timed_out} training pods released")

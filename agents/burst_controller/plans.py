@@ -246,10 +246,16 @@ class StandbyPlan:
     pool_services: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: The part of each target that covers the expected ramp (services that have it).
     ramp: Mapping[str, int] = field(default_factory=dict)
+    #: Services whose standby is as large as the providers can hold: every bound standby pod is ready and no
+    #: virtual node has room for another; waiting for the rest of the target would wait for nothing.
+    full: frozenset[str] = frozenset()
+
+    def _done(self, service: str) -> bool:
+        return self.ready[service] >= self.targets[service] or service in self.full
 
     @property
     def covered(self) -> bool:
-        return all(self.ready[s] >= n for s, n in self.targets.items())
+        return all(self._done(s) for s in self.targets)
 
     @property
     def gang_covered(self) -> bool:
@@ -260,11 +266,13 @@ class StandbyPlan:
         """Training for `pool` may start: the standbys of the services it displaces are ready (others do not
         count). `None` (pool unknown) waits for every service any waiting training displaces."""
         services = self.gang_services if pool is None else self.pool_services.get(pool, frozenset())
-        return all(self.ready[s] >= self.targets[s] for s in services)
+        return all(self._done(s) for s in services)
 
     def describe(self) -> str:
         parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk"
-                 + (f" + {self.ramp[s]} for the ramp" if self.ramp.get(s) else "") for s, n in self.targets.items()]
+                 + (f" + {self.ramp[s]} for the ramp" if self.ramp.get(s) else "")
+                 + (" (the providers hold no more)" if s in self.full and self.ready[s] < n else "")
+                 for s, n in self.targets.items()]
         return ", ".join(parts) or "nothing at risk"
 
 
@@ -288,6 +296,9 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
+    A standby the providers cannot hold whole (its pods wait for room no virtual node has, every bound one
+    ready) counts as done (`StandbyPlan.full`): the gate and the close wait for what can be made, not for a
+    target larger than the providers (the prod stack at maxReplicas asks 512 GPUs of standby of 384).
 
     `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
     gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
@@ -295,6 +306,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     it takes it, and the demand that grows meanwhile, are both covered. MINIMUM keeps the floor only.
     """
     ramp = ramp or {}
+    room = external_room(snapshot)
     unplaced = snapshot.unplaced_training
     anywhere = unplaced.get("", 0)
     if snapshot.poolless is None:
@@ -312,6 +324,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     at_risk: dict[str, int] = {}
     ready: dict[str, int] = {}
     ramps: dict[str, int] = {}
+    full: set[str] = set()
     gang: set[str] = set()
     by_pool: dict[str, set[str]] = {}
     for name, svc in snapshot.services.items():
@@ -352,5 +365,19 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         ready[name] = svc.standby_ready
         if extra:
             ramps[name] = extra
+        if room is not None and room < max(1, svc.gpus_per_replica) and svc.standby_live > svc.standby_bound \
+                and svc.standby_ready >= svc.standby_bound:
+            full.add(name)
     return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
-                       ramps)
+                       ramps, frozenset(full))
+
+
+def external_room(snapshot: Snapshot) -> int | None:
+    """The most GPUs any virtual node has free (allocatable less what its bound pods request); None when a node
+    does not report its allocatable, or warm placeholders hold GPUs there (a standby pod preempts one, so a full
+    node still has room for it): room unknown, and the standby is waited for as before."""
+    nodes = snapshot.virtual_nodes.values()
+    if not nodes or any(v.gpus_allocatable <= 0 for v in nodes) or any(
+            s.warm_live for s in snapshot.services.values()):
+        return None
+    return max(v.gpus_allocatable - v.gpus_in_use for v in nodes)

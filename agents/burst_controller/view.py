@@ -416,6 +416,7 @@ class ClusterView:
                 self.standby_external_gpus += sign * pod.gpus
             counts.standby_live += sign
             counts.standby_ready += sign * pod.ready
+            counts.standby_bound += sign * bool(pod.node)
             return
         counts.main_live += sign
         add_count(counts.gpus, pod.gpus, sign)
@@ -479,6 +480,7 @@ class ClusterView:
                 provider=rec.provider,
                 taint_effect=rec.taint_effect,
                 gpus_in_use=rec.requested,
+                gpus_allocatable=rec.allocatable,
                 changed_at=rec.changed_at,
                 provider_taint_missing=rec.provider_taint_missing,
             )
@@ -520,6 +522,7 @@ class ClusterView:
                     main_starting_onprem=dict(c.main_starting_onprem),
                     standby_live=c.standby_live,
                     standby_ready=c.standby_ready,
+                    standby_bound=c.standby_bound,
                     gpus_per_replica=max(c.gpus, default=1) or 1,
                     warm_live=c.warm_live,
                     main_leaving=c.main_leaving,

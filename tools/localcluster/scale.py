@@ -44,6 +44,17 @@ class Shape:
     storm_faults: tuple[int, ...] = ()
     #: Gang sizes crashed by a fatal fault on one of their nodes; each leaves its pool a node to restart without it.
     crash_sizes: tuple[int, ...] = ()
+    #: The burst run with the local stack's holds and timeouts (:data:`QUICK_BURST`) instead of the stack's own:
+    #: the same path in seconds, not the prod stack's quarter-hour close hold.
+    quick_burst: bool = False
+
+
+#: The local stack's burst and descheduler timings (Pulumi.local.yaml), for a burst run that must be short.
+QUICK_BURST: dict[str, dict[str, Any]] = {
+    "burst": {"openHoldSeconds": 5, "closeHoldSeconds": 20, "pendingGraceSeconds": 5,
+              "handover": {"timeoutSeconds": 60}},
+    "descheduler": {"minPodAgeSeconds": 30},
+}
 
 
 #: The shapes' fabric, as the prod stack declares its own: leaves of 32 nodes, two leaves under each spine.
@@ -73,7 +84,7 @@ SHAPES: dict[str, Shape] = {
     "small": Shape(
         "small", "the prod stack cut to 2 pools x 32 nodes (512 GPUs): the path `make test` runs",
         pools=(_pool("h100-a", "gpu-a", 32, "H100-SXM5-80GB"), _pool("h200-b", "gpu-b", 32, "H200-SXM5-141GB")),
-        system_nodes=2, gang_sizes=(16, 32), storm_faults=(8,), crash_sizes=(16,)),
+        system_nodes=2, gang_sizes=(16, 32), storm_faults=(8,), crash_sizes=(16,), quick_burst=True),
     "prod": Shape("prod", "Pulumi.prod.yaml as declared: 256 GPU nodes in 2 pools + 12 system nodes (2,048 GPUs)",
                   gang_sizes=(64, 128), storm_faults=(25,), crash_sizes=(64,)),
     "llama3": Shape(
@@ -95,8 +106,9 @@ def shape(name: str) -> Shape:
 def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     """The stack file's values (without the project prefix) with the shape's pools and system pool.
 
-    A resized stack keeps its proportions: each team's guaranteed and capability GPUs scale with the on-prem
-    GPUs, except that the first team may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
+    A resized stack keeps its proportions: each team's guaranteed and capability GPUs, each service's maxReplicas
+    (not below its minReplicas) and each provider's GPUs scale with the on-prem GPUs, except that the first team
+    may use every GPU (a gang of the whole cluster is Llama 3's run, and a team
     is required on a stack with teams); its example jobs are dropped (the bench submits its own gangs). Restart in
     place is off (kwok runs no processes) and the pools keep no warm spares (the gangs take whole pools).
     """
@@ -118,6 +130,13 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
         training = dict(values.get("training") or {})
         training["jobs"] = []
         values["training"] = training
+        inference = dict(values.get("inference") or {})
+        inference["services"] = [{**dict(svc), "maxReplicas": max(int(svc.get("minReplicas", 1)),
+                                                                   int(svc.get("maxReplicas", 1) * ratio))}
+                                 for svc in inference.get("services") or ()]
+        values["inference"] = inference
+        values["providers"] = [{**dict(prov), "gpus": max(8, int(prov.get("gpus", 8) * ratio))}
+                               for prov in values.get("providers") or ()]
     # kwok nodes run no processes, so nothing could restart in place: the bench's gangs take Volcano's paths
     # (an evicted pod restarts the whole gang), which is what the crash runs time (the whole-gang restart terms).
     training = dict(values.get("training") or {})
@@ -125,6 +144,12 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     values["training"] = training
     # The gangs measured here take whole pools (bind time against gang size): no node is held back as a warm spare.
     values["pools"] = [{**dict(p), "spareNodes": 0} for p in values.get("pools") or ()]
+    if sh.quick_burst:
+        for key, quick in QUICK_BURST.items():
+            section = dict(values.get(key) or {})
+            for k, v in quick.items():
+                section[k] = {**dict(section.get(k) or {}), **v} if isinstance(v, dict) else v
+            values[key] = section
     if sh.system_nodes is not None:
         system = dict(values.get("systemPool") or {"name": "system"})
         system["nodes"] = [f"cpu-sys-[01-{sh.system_nodes:02d}]"]

@@ -17,6 +17,8 @@ import yaml
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
 from tools.localcluster.scale import Shape
+from tools.localcluster.scalemeasure import GangTimes
+from tools.localcluster.watching import following
 
 SCALE_STATE = control.ROOT / ".state" / "scale"
 GPUCLUSTER = control.ROOT / ".venv" / "bin" / "gpucluster"
@@ -79,3 +81,19 @@ def audit_events(lay: Layout) -> Iterator[dict[str, Any]]:
             for line in f:
                 with contextlib.suppress(ValueError):
                     yield json.loads(line)
+
+
+@contextlib.contextmanager
+def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
+    """Record when each pod of ``selector`` appears, is bound and runs, from a watch (not polling)."""
+    from kubernetes import client
+
+    times = GangTimes(start=time.monotonic())
+    api = client.CoreV1Api(control.api_client(lay))
+
+    def seen(kind: str, pod: Any) -> None:
+        times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
+                  deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates), node=pod.spec.node_name)
+
+    with following(api.list_namespaced_pod, seen, namespace=namespace, label_selector=selector):
+        yield times

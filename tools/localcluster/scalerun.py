@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,17 @@ from tools.localcluster.scale import (
     shape_values,
     tuning_for,
 )
-from tools.localcluster.scalejobs import SCALE_STATE, audit_events, cancel, layout, published_settings, submit, wait
+from tools.localcluster.scalejobs import (
+    SCALE_STATE,
+    audit_events,
+    cancel,
+    layout,
+    published_settings,
+    submit,
+    wait,
+    watching,
+)
 from tools.localcluster.scalemeasure import (
-    GangTimes,
     agent_of,
     histogram_quantile,
     parse_histogram,
@@ -48,7 +56,6 @@ from tools.localcluster.scalemeasure import (
     percentiles,
     requests_by_agent,
 )
-from tools.localcluster.watching import following
 
 ROOT = control.ROOT
 RESULTS = SCALE_STATE / "results.json"
@@ -123,7 +130,7 @@ def split_objects(objects: Sequence[dict[str, Any]], kwok_nodes: Collection[str]
 APPLY_WORKERS = 16
 
 
-def apply_objects(lay: Layout, objects: Sequence[dict[str, Any]]) -> int:
+def apply_objects(lay: Layout, objects: Sequence[Mapping[str, Any]]) -> int:
     """Server-side apply each object (as the stack's provider does), kind after kind in the given order and
     the objects of one kind side by side; fails naming the first object refused."""
     from concurrent.futures import ThreadPoolExecutor
@@ -136,7 +143,7 @@ def apply_objects(lay: Layout, objects: Sequence[dict[str, Any]]) -> int:
     api.rest_client.pool_manager.connection_pool_kw["maxsize"] = APPLY_WORKERS
     dyn: Any = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
 
-    def apply(obj: dict[str, Any]) -> None:
+    def apply(obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         what = f"{obj['kind']} {meta.get('namespace', '')}/{meta.get('name')}"
         try:
@@ -222,22 +229,6 @@ def pools_converged(lay: Layout, plan: Any, timeout: float) -> float:
 
 
 # --------------------------------------------------------------------------- gangs
-
-
-@contextlib.contextmanager
-def watching(lay: Layout, namespace: str, selector: str) -> Iterator[GangTimes]:
-    """Record when each pod of ``selector`` appears, is bound and runs, from a watch (not polling)."""
-    from kubernetes import client
-
-    times = GangTimes(start=time.monotonic())
-    api = client.CoreV1Api(control.api_client(lay))
-
-    def seen(kind: str, pod: Any) -> None:
-        times.see(pod.metadata.name, bool(pod.spec.node_name), pod.status.phase, time.monotonic(),
-                  deleted=kind == "DELETED", gated=bool(pod.spec.scheduling_gates), node=pod.spec.node_name)
-
-    with following(api.list_namespaced_pod, seen, namespace=namespace, label_selector=selector):
-        yield times
 
 
 #: Volcano's scheduler as the local control plane records its process.
@@ -438,10 +429,10 @@ def steady_state(lay: Layout, seconds: float) -> dict[str, Any]:
 
 def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeout: float = 900,
           state: Path | None = None, storm_faults: Sequence[int] = (), crash_sizes: Sequence[int] = (),
-          steady_s: float = STEADY_S) -> dict[str, Any]:
+          steady_s: float = STEADY_S, burst: bool = False) -> dict[str, Any]:
     """Bring the shape up, watch it at rest for ``steady_s``, run ``runs`` gangs of each size in ``sizes`` one after
-    the other, then the fault storms of ``storm_faults`` nodes, and report; the control plane goes down afterwards
-    unless ``keep``."""
+    the other, then (``burst``) the burst scenario at the shape's size (:mod:`tools.localcluster.scaleburst`), then
+    the fault storms of ``storm_faults`` nodes, and report; the control plane goes down afterwards unless ``keep``."""
     lay, probe = up(sh, state)
     try:
         plan = shape_plan(sh, ROOT)
@@ -478,6 +469,7 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
                 f"running p50 {gangs[str(pods)]['running']['p50']}s")
         after = apiserver_metrics(lay)
         wall1 = time.time()
+        burst_keys = burst_measured(lay, sh, plan, spec_dir, timeout) if burst else {}
         storms = storm_runs(lay, sh, plan, storm_faults, crash_sizes, max(1, min(runs, 3)), spec_dir, timeout
                             ) if storm_faults or crash_sizes else {}
         gang_keys: dict[str, Any] = {
@@ -498,11 +490,25 @@ def bench(sh: Shape, runs: int, sizes: Sequence[int], keep: bool = False, timeou
             **{("" if runs else "storms_") + key: value for key, value in (
                 ("process_usage_at_rest", usage_rest), ("process_usage_after", process_usage(lay)),
                 ("usage_span_s", round(time.monotonic() - rest_at, 1)))},
-            **storms,
+            **burst_keys, **storms,
         }
     finally:
         if not keep:
             control.down(lay)
+
+
+def burst_measured(lay: Layout, sh: Shape, plan: Any, spec_dir: Path, timeout: float) -> dict[str, Any]:
+    """The burst scenario's figures, with the API server's cost while it ran."""
+    from tools.localcluster import scaleburst
+
+    before, wall0 = apiserver_metrics(lay), time.time()
+    result = scaleburst.burst_run(lay, sh, plan, shape_config(sh, ROOT), stack_objects(sh), gang_pool(sh, ROOT),
+                                  spec_dir, timeout)
+    after = apiserver_metrics(lay)
+    return {"burst": {**result, "timings": "quick (Pulumi.local.yaml's holds)" if sh.quick_burst else "the stack's",
+                      "apiserver_mutating_p99_s": mutating_p99(before, after),
+                      "apiserver_mutating_p99_by_call": mutating_p99_by_call(before, after),
+                      "requests_per_s_by_agent": audit_window(lay, wall0, time.time())}}
 
 
 #: The committed report, whose shapes a machine without results of its own starts from.
@@ -548,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                            "'none' for none")
             p.add_argument("--crashes", default="", help="comma-separated gang sizes to crash under a fault; the "
                            "shape's by default, 'none' for none")
+            p.add_argument("--burst", choices=("stack", "quick", "none"), default="stack",
+                           help="the burst scenario with the stack's timings, the local stack's (short), or none")
             p.add_argument("--conditions", default="", help="what else held the machine meanwhile, for the report "
                            "(e.g. 'beside a chaos soak'); empty: nothing")
     args = parser.parse_args(argv)
@@ -568,7 +576,12 @@ def main(argv: list[str] | None = None) -> int:
                 [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults))
             crashes = [] if args.crashes == "none" else (
                 [int(s) for s in args.crashes.split(",") if s.strip()] or list(sh.crash_sizes))
-            entry = bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes)
+            if args.burst == "quick":
+                from dataclasses import replace
+
+                sh = replace(sh, quick_burst=True)
+            entry = bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes,
+                          burst=args.burst != "none")
             merge_results({**entry, "conditions": args.conditions.strip() or None})
             say(f"results in {RESULTS}")
     except (control.ClusterError, ValueError) as exc:
