@@ -519,7 +519,7 @@ def test_view_aggregates_exclude_thermal_and_cordoned_nodes() -> None:
     assert (snapshot.onprem_allocatable_gpus, snapshot.onprem_free_gpus) == (8, 2)
     assert (snapshot.pending_inference_gpus, snapshot.pending_training_gpus) == (2, 4)
     assert snapshot.virtual_nodes == {
-        "vk-a": VirtualNode("vk-a", "gpucloud", None, 3, 1714521600.0, gpus_allocatable=64),
+        "vk-a": VirtualNode("vk-a", "gpucloud", None, 3, 1714521600.0),
     }
     assert snapshot.pods_needing_cost == (PodRef("inference", "i1"),)
     assert snapshot.synced and snapshot.observed_at == NOW

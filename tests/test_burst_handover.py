@@ -296,7 +296,7 @@ def test_view_counts_service_replicas_by_role_readiness_and_place() -> None:
         min_replicas=4, main_live=5, main_ready=3, main_ready_external=1, main_ready_onprem={"a": 1, "b": 1},
         main_starting_onprem={"a": 1},  # m4: bound on-prem, not Ready (m5, unbound, is on no node yet)
         standby_live=2, standby_ready=1, main_leaving=1,  # m6, being deleted: a move already made
-        standby_bound=1,  # sb1 on vk; sb2 waits for room
+        standby_unschedulable=1,  # sb2: the scheduler found no room for it
     )
     # A pending standby is no reason to open the burst; the pending main replica is.
     assert snapshot.pending_inference_gpus == 1
@@ -436,49 +436,48 @@ def test_scattered_free_gpus_do_not_release_a_whole_node_gang() -> None:
     assert standby_of(decision) == 4  # all three replicas may go; the goal is at least minReplicas (4)
 
 
-def full_providers(service: ServiceReplicas, allocatable: int, in_use: int, **kw: Any) -> Snapshot:
-    """The gang's pool needs reclaiming; the one virtual node offers ``allocatable`` GPUs, ``in_use`` taken."""
-    base = snap(service, unplaced={"a": 32}, gated=GANG, **kw)
-    return replace(base, virtual_nodes={"vk": VirtualNode("vk", "cloud", "NoSchedule", in_use,
-                                                          gpus_allocatable=allocatable)})
-
-
-# id, standby (live, ready, bound), node (allocatable, in use), warm placeholders, gang released at once
+# id, standby (live, ready, unschedulable), warm placeholders, gang released at once
 FULL_TABLE = [
-    # 4 asked, 2 bound and ready, 2 waiting for room the node does not have: as large as it can be.
-    ("full-releases", (4, 2, 2), (2, 2), 0, True),
-    # The node has room for another replica: the scheduler has not placed it yet; wait.
-    ("room-left-waits", (4, 2, 2), (3, 2), 0, False),
-    # A bound standby pod is still starting: wait for it.
-    ("bound-not-ready-waits", (4, 1, 2), (2, 2), 0, False),
-    # The node does not report its allocatable: room unknown, the target is waited for.
-    ("allocatable-unknown-waits", (4, 2, 2), (0, 2), 0, False),
-    # Warm placeholders hold GPUs there: a standby pod would preempt one, so the node is not full for it.
-    ("warm-placeholders-wait", (4, 2, 2), (2, 2), 2, False),
-    # Every standby pod bound and ready: covered as before.
-    ("all-ready-releases", (4, 4, 4), (4, 4), 0, True),
+    # 4 asked, 2 placed and ready, 2 the scheduler found no room for: as large as the providers hold.
+    ("full-releases", (4, 2, 2), 0, True),
+    # 2 not placed yet and not judged unschedulable: the scheduler may still place them; wait.
+    ("pending-not-judged-waits", (4, 2, 0), 0, False),
+    # A placed standby pod is still starting: wait for it.
+    ("placed-not-ready-waits", (4, 1, 2), 0, False),
+    # Warm placeholders hold GPUs on the virtual nodes: a standby pod preempts one, so "no room" is not final.
+    ("warm-placeholders-wait", (4, 2, 2), 2, False),
+    # Every standby pod ready: covered as before.
+    ("all-ready-releases", (4, 4, 0), 0, True),
 ]
 
 
-@pytest.mark.parametrize(("standby", "node", "warm", "released"), [r[1:] for r in FULL_TABLE],
+@pytest.mark.parametrize(("standby", "warm", "released"), [r[1:] for r in FULL_TABLE],
                          ids=[r[0] for r in FULL_TABLE])
 def test_a_standby_the_providers_cannot_hold_whole_releases_the_gang_without_waiting_the_timeout(
-        standby: tuple[int, int, int], node: tuple[int, int], warm: int, released: bool) -> None:
+        standby: tuple[int, int, int], warm: int, released: bool) -> None:
     """The prod stack at maxReplicas asks 512 GPUs of standby of providers holding 384: the gate waited its whole
-    timeout (300 s) for replicas no virtual node could ever take (measured at scale, bench_scale's burst run)."""
-    live, ready, bound = standby
-    service = replace(svc(standby=live, standby_ready=ready), standby_bound=bound, warm_live=warm)
-    decision = decide(full_providers(service, *node), CLOSED, NOW, S)
+    timeout (300 s) for replicas no virtual node could ever take (found by the burst run at scale)."""
+    live, ready, unschedulable = standby
+    service = replace(svc(standby=live, standby_ready=ready), standby_unschedulable=unschedulable, warm_live=warm)
+    decision = decide(snap(service, unplaced={"a": 32}, gated=GANG), CLOSED, NOW, S)
     assert (len(kinds(decision, ActionKind.UNGATE)) == len(GANG)) is released, decision.reasons
     if released and ready < live:
         assert any("as large as the providers hold" in r for r in decision.reasons), decision.reasons
 
 
 def test_a_full_standby_lets_the_close_go_ahead_without_waiting_the_timeout() -> None:
-    service = replace(svc(onprem={}, external=4, standby=4, standby_ready=2), standby_bound=2)
-    snapshot = replace(snap(service, free={"a": 32}, external_used=4, burst=None),
-                       virtual_nodes={"vk": VirtualNode("vk", "cloud", None, 6, gpus_allocatable=6)})
+    service = replace(svc(onprem={}, external=4, standby=4, standby_ready=2), standby_unschedulable=2)
+    snapshot = snap(service, free={"a": 32}, external_used=4, burst=None)
     closed = decide(snapshot, replace(OPEN, close_since=NOW - 20), NOW, S)
     assert closed.flipped is Mode.CLOSED, closed.reasons
     plan = plan_standby(snapshot, returning=True, cover=Cover.CURRENT)
     assert plan.full == {"svc"} and "(the providers hold no more)" in plan.describe()
+
+
+def test_the_view_counts_standby_pods_the_scheduler_found_no_room_for() -> None:
+    nodes = [onprem_node("n1", 8, pool="a"), virtual_node("vk", gpus=16)]
+    pods = [gpu_pod("sb1", node="vk", service="svc", standby=True, namespace="inference"),
+            gpu_pod("sb2", service="svc", standby=True, namespace="inference", unschedulable=True),
+            gpu_pod("sb3", service="svc", standby=True, namespace="inference")]  # not judged yet
+    replicas = ClusterView.from_lists(nodes, pods, S, NOW).snapshot().services["svc"]
+    assert (replicas.standby_live, replicas.standby_ready, replicas.standby_unschedulable) == (3, 1, 1)

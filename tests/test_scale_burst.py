@@ -35,18 +35,17 @@ def test_the_plan_leaves_on_prem_short_by_what_the_providers_can_hold(name: str)
     # Every gang fits its team's capability, beside the other gang where both are the same team's.
     caps = {t.name: t.capability_gpus for t in cfg.scheduling.teams}
     held: dict[str, int] = {}
-    for team, gpus in ((plan.team, plan.gang_pods * 8), (plan.background_team, plan.background_pods * 8)):
-        if team is not None:
-            held[team] = held.get(team, 0) + gpus
+    if plan.background_team is not None:  # the gang is the platform's own job: the training queue, no team
+        held[plan.background_team] = plan.background_pods * 8
     assert all(caps[t] is None or gpus <= caps[t] for t, gpus in held.items()), (held, caps)
 
 
 def test_the_prod_plan_is_the_stack_as_declared() -> None:
-    """Prod's services at maxReplicas take 512 GPUs and its providers hold 384: the other training (the second
-    team's, within its capability) leaves on-prem 192 GPUs short."""
+    """Prod's services at maxReplicas take 512 GPUs and its providers hold 384: the other training (a team's,
+    within its capability) leaves on-prem 192 GPUs short."""
     plan = scaleburst.burst_plan(shape_config(shape("prod"), ROOT), "h100-a")
     assert (plan.inference_gpus, plan.external_gpus, plan.displaced_gpus) == (512, 384, 192)
-    assert (plan.team, plan.background_team, plan.background_pods) == ("llm", "vision", 88)
+    assert (plan.background_team, plan.background_pods) == ("llm", 88)
 
 
 def test_the_small_shape_runs_the_local_stacks_timings_and_keeps_its_proportions() -> None:
@@ -89,7 +88,7 @@ def test_the_other_training_never_overflows_its_pool_and_on_prem_is_short_exactl
 
 def test_a_team_without_room_is_an_error_that_says_so() -> None:
     with pytest.raises(ValueError, match="no team's capabilityGpus leaves room for a gang of 800 GPUs"):
-        scaleburst.burst_plan(_cfg(100, 0, 10, 10, 512), "a")
+        scaleburst.burst_plan(_cfg(10, 100, 10, 10, 512), "a")
 
 
 def _pod(name: str, svc: str, node: str | None, ready: bool, role: str | None = None,

@@ -171,7 +171,7 @@ class ServiceCounts:
     main_starting_onprem: dict[str, int] = field(default_factory=dict)  # bound on-prem, not Ready yet
     standby_live: int = 0
     standby_ready: int = 0
-    standby_bound: int = 0
+    standby_unschedulable: int = 0
     warm_live: int = 0  # the warm pool's placeholders
     main_leaving: int = 0  # main pods being deleted (an eviction the return already made)
     return_live: int = 0  # the return bridge's pods

@@ -246,8 +246,8 @@ class StandbyPlan:
     pool_services: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: The part of each target that covers the expected ramp (services that have it).
     ramp: Mapping[str, int] = field(default_factory=dict)
-    #: Services whose standby is as large as the providers can hold: every bound standby pod is ready and no
-    #: virtual node has room for another; waiting for the rest of the target would wait for nothing.
+    #: Services whose standby is as large as the providers can hold: the scheduler found no room for its other
+    #: pods and every one it placed is ready; waiting for the rest of the target would wait for nothing.
     full: frozenset[str] = frozenset()
 
     def _done(self, service: str) -> bool:
@@ -296,9 +296,10 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
-    A standby the providers cannot hold whole (its pods wait for room no virtual node has, every bound one
-    ready) counts as done (`StandbyPlan.full`): the gate and the close wait for what can be made, not for a
-    target larger than the providers (the prod stack at maxReplicas asks 512 GPUs of standby of 384).
+    A standby the providers cannot hold whole (the scheduler found no room for its other pods, every placed one
+    ready, no warm placeholder to preempt) counts as done (`StandbyPlan.full`): the gate and the close wait for
+    what can be made, not for a target larger than the providers (the prod stack at maxReplicas asks 512 GPUs of
+    standby of 384).
 
     `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
     gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
@@ -306,7 +307,8 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     it takes it, and the demand that grows meanwhile, are both covered. MINIMUM keeps the floor only.
     """
     ramp = ramp or {}
-    room = external_room(snapshot)
+    # Warm placeholders hold GPUs on the virtual nodes that a standby pod preempts: there, "no room" is not final.
+    warm = any(s.warm_live for s in snapshot.services.values())
     unplaced = snapshot.unplaced_training
     anywhere = unplaced.get("", 0)
     if snapshot.poolless is None:
@@ -365,19 +367,9 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         ready[name] = svc.standby_ready
         if extra:
             ramps[name] = extra
-        if room is not None and room < max(1, svc.gpus_per_replica) and svc.standby_live > svc.standby_bound \
-                and svc.standby_ready >= svc.standby_bound:
+        if not warm and svc.standby_unschedulable > 0 \
+                and svc.standby_ready >= svc.standby_live - svc.standby_unschedulable:
             full.add(name)
     return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
                        ramps, frozenset(full))
 
-
-def external_room(snapshot: Snapshot) -> int | None:
-    """The most GPUs any virtual node has free (allocatable less what its bound pods request); None when a node
-    does not report its allocatable, or warm placeholders hold GPUs there (a standby pod preempts one, so a full
-    node still has room for it): room unknown, and the standby is waited for as before."""
-    nodes = snapshot.virtual_nodes.values()
-    if not nodes or any(v.gpus_allocatable <= 0 for v in nodes) or any(
-            s.warm_live for s in snapshot.services.values()):
-        return None
-    return max(v.gpus_allocatable - v.gpus_in_use for v in nodes)

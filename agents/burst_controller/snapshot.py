@@ -53,8 +53,6 @@ class VirtualNode:
     changed_at: float | None = None
     # The node lacks its provider's own taint (something created it before its virtual kubelet did).
     provider_taint_missing: bool = False
-    # GPUs the node offers (its allocatable); 0 = not reported, room unknown.
-    gpus_allocatable: int = 0
 
     @property
     def closed(self) -> bool:
@@ -106,7 +104,8 @@ class ServiceReplicas:
     return_live: int = 0
     return_ready: int = 0
     return_pending: int = 0  # of those, not bound to a node yet: their GPUs are not taken from the free ones yet
-    standby_bound: int = 0  # standby pods bound to a node (the other live ones wait for room)
+    # Standby pods the scheduler found no room for (unbound, PodScheduled=False/Unschedulable).
+    standby_unschedulable: int = 0
 
 
 @dataclass(frozen=True)

@@ -416,7 +416,7 @@ class ClusterView:
                 self.standby_external_gpus += sign * pod.gpus
             counts.standby_live += sign
             counts.standby_ready += sign * pod.ready
-            counts.standby_bound += sign * bool(pod.node)
+            counts.standby_unschedulable += sign * (pod.unschedulable and not pod.node)
             return
         counts.main_live += sign
         add_count(counts.gpus, pod.gpus, sign)
@@ -480,7 +480,6 @@ class ClusterView:
                 provider=rec.provider,
                 taint_effect=rec.taint_effect,
                 gpus_in_use=rec.requested,
-                gpus_allocatable=rec.allocatable,
                 changed_at=rec.changed_at,
                 provider_taint_missing=rec.provider_taint_missing,
             )
@@ -522,7 +521,7 @@ class ClusterView:
                     main_starting_onprem=dict(c.main_starting_onprem),
                     standby_live=c.standby_live,
                     standby_ready=c.standby_ready,
-                    standby_bound=c.standby_bound,
+                    standby_unschedulable=c.standby_unschedulable,
                     gpus_per_replica=max(c.gpus, default=1) or 1,
                     warm_live=c.warm_live,
                     main_leaving=c.main_leaving,

@@ -89,7 +89,7 @@ class ClusterPort(Protocol):
     def pending_training_gpus(self) -> int: ...
     def pool_gpus(self) -> dict[str, tuple[int, int]]: ...
     def pool_shapes(self) -> dict[str, tuple[dict[int, int], dict[int, int]]]: ...
-    def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None, int]]: ...
+    def virtual_nodes(self) -> list[tuple[str, str, str | None, int, float | None]]: ...
     def pods_needing_cost(self, limit: int) -> list[tuple[str, str, str]]: ...
     def set_taint(self, node: str, effect: str | None, now: float) -> None: ...
     def set_deletion_cost(self, namespace: str, pod: str, cost: int) -> None: ...
@@ -134,7 +134,7 @@ class ControllerAdapter:
         self.stats = TickStats()
         self.state: BurstState | None = None
         self._quiet_key: tuple[Any, ...] | None = None
-        self._rows: list[tuple[str, str, str | None, int, float | None, int]] | None = None
+        self._rows: list[tuple[str, str, str | None, int, float | None]] | None = None
         self._nodes: dict[str, VirtualNode] = {}
 
     def snapshot(self, now: float) -> Snapshot:
@@ -144,8 +144,8 @@ class ControllerAdapter:
             self._rows = rows
             self._nodes = {
                 name: VirtualNode(name=name, provider=provider, taint_effect=effect, gpus_in_use=used,
-                                  changed_at=changed, gpus_allocatable=gpus)
-                for name, provider, effect, used, changed, gpus in rows
+                                  changed_at=changed)
+                for name, provider, effect, used, changed in rows
             }
         nodes = self._nodes
         needing = port.pods_needing_cost(self.settings.max_cost_patches_per_cycle)
@@ -163,10 +163,10 @@ class ControllerAdapter:
         services = {
             name: ServiceReplicas(min_replicas=lo, main_live=live, main_ready=ready, main_ready_external=ext,
                                   main_ready_onprem=onprem, main_starting_onprem=starting, standby_live=sb_live,
-                                  standby_ready=sb_ready, standby_bound=sb_bound, gpus_per_replica=gpus,
+                                  standby_ready=sb_ready, standby_unschedulable=sb_unplaced, gpus_per_replica=gpus,
                                   warm_live=warm, return_live=rt_live, return_ready=rt_ready,
                                   return_pending=rt_pending)
-            for name, (lo, live, ready, ext, onprem, starting, sb_live, sb_ready, sb_bound, gpus, warm, rt_live,
+            for name, (lo, live, ready, ext, onprem, starting, sb_live, sb_ready, sb_unplaced, gpus, warm, rt_live,
                        rt_ready, rt_pending) in port.service_replicas().items()
         }
         external = ({name: tuple(PodRef(ns, pod) for ns, pod in rows)

@@ -42,7 +42,7 @@ class ServiceCounts(NamedTuple):
     main_starting_onprem: dict[str, int]  # main pods starting on an on-prem pool's nodes
     standby_live: int
     standby_ready: int
-    standby_bound: int
+    standby_unschedulable: int
     gpus_per_replica: int
     warm_live: int
     return_live: int
@@ -56,7 +56,6 @@ class VirtualNodeRow(NamedTuple):
     taint_effect: str | None
     gpus_in_use: int
     changed_at: float | None
-    gpus_allocatable: int
 
 
 class PodName(NamedTuple):
@@ -68,7 +67,7 @@ class PodName(NamedTuple):
 # below use its spelling; the values are the named tuples above.
 _PoolRow = tuple[int, int]
 _ShapeRow = tuple[dict[int, int], dict[int, int]]
-_NodeRow = tuple[str, str, str | None, int, float | None, int]
+_NodeRow = tuple[str, str, str | None, int, float | None]
 
 
 class ControllerPort:
@@ -159,7 +158,7 @@ class ControllerPort:
                 min_replicas=svc.min, main_live=svc.count(), main_ready=len(svc.ready),
                 main_ready_external=svc.ready_ext, main_ready_onprem=onprem, main_starting_onprem=starting,
                 standby_live=svc.sb_count(),
-                standby_ready=len(svc.sb_ready), standby_bound=len(svc.sb_starting) + len(svc.sb_ready),
+                standby_ready=len(svc.sb_ready), standby_unschedulable=len(svc.sb_pending),
                 gpus_per_replica=svc.gpus,
                 # The warm Deployment's pods in any state: placed ones, and those its ReplicaSet recreated after
                 # a preemption that wait (Pending) for room; scaling down removes them at once.
@@ -188,8 +187,7 @@ class ControllerPort:
     def virtual_nodes(self) -> list[_NodeRow]:
         c = self.cluster
         return [
-            VirtualNodeRow(c.vn_name[v], c.vn_provider[v], c.vn_taint[v], c.vn_used[v], c.vn_changed[v],
-                           c.vn_cap[v])
+            VirtualNodeRow(c.vn_name[v], c.vn_provider[v], c.vn_taint[v], c.vn_used[v], c.vn_changed[v])
             for v in range(len(c.vn_name))
         ]
 

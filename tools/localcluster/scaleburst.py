@@ -30,16 +30,21 @@ from tools.localcluster.scalejobs import cancel, published_settings, submit, wai
 RUN_S = 120.0
 #: The sampler's period (seconds): every phase is at most this late.
 SAMPLE_S = 1.0
+#: The image the scenario's jobs name (kwok runs no container).
+BENCH_IMAGE = "registry.gpucluster.io/train/bench:1.0"
 
 
 @dataclass(frozen=True)
 class BurstPlan:
     """The scenario on a shape: the gang takes ``pool`` whole (``gang_pods`` pods), after ``background_pods`` pods
-    of other training took part of ``background_pool``, so that on-prem lacks ``displaced_gpus`` for inference."""
+    of other training took part of ``background_pool``, so that on-prem lacks ``displaced_gpus`` for inference.
+
+    The gang is the platform's own job (the stack's template, the training queue, which deserves every GPU of
+    its pool and so reclaims inference): a team's gang reclaims only up to the team's guarantee (docs/scheduling.md),
+    and above it runs on spare GPUs only. The other training is a researcher's, through the CLI, on spare GPUs."""
 
     pool: str
     gang_pods: int
-    team: str | None
     background_pool: str | None
     background_pods: int
     background_team: str | None
@@ -49,8 +54,8 @@ class BurstPlan:
 
 
 def _team(gpus: int, teams: Sequence[Any], taken: Mapping[str, int]) -> str | None:
-    """The first team whose capability leaves room for ``gpus`` beside what ``taken`` already holds; None on a
-    stack without teams."""
+    """The first team whose capability leaves room for ``gpus`` beside what ``taken`` already holds (the CLI's
+    quota); None on a stack without teams."""
     if not teams:
         return None
     for team in teams:
@@ -80,10 +85,9 @@ def burst_plan(cfg: Any, pool: str) -> BurstPlan:
     free_after = onprem - gang.gpu_count - (background * cfg.pool(background_pool).gpus_per_node
                                             if background_pool else 0)
     teams = tuple(cfg.scheduling.teams)
-    team = _team(gang.gpu_count, teams, {})
-    background_team = (_team(background * cfg.pool(background_pool).gpus_per_node, teams,
-                             {team: gang.gpu_count} if team else {}) if background_pool and background else None)
-    return BurstPlan(pool=pool, gang_pods=len(gang.node_names), team=team, background_pool=background_pool,
+    background_team = (_team(background * cfg.pool(background_pool).gpus_per_node, teams, {})
+                       if background_pool and background else None)
+    return BurstPlan(pool=pool, gang_pods=len(gang.node_names), background_pool=background_pool,
                      background_pods=background, background_team=background_team, inference_gpus=inference,
                      external_gpus=external, displaced_gpus=max(0, inference - free_after))
 
@@ -228,6 +232,33 @@ class Sampler(threading.Thread):
             self.stop.wait(SAMPLE_S)
 
 
+def create_platform_job(lay: Layout, cfg: Any, name: str, pool: str, pods: int) -> None:
+    """A Volcano Job of ``pods`` 8-GPU workers over ``pool`` from the stack's own template (its training queue,
+    its handover gate), as the stack's own jobs are created."""
+    from dataclasses import replace as replaced
+
+    from kubernetes import client
+
+    from components.config import TrainingJob
+    from components.training_job import TrainingJobArgs, volcano_job_spec
+
+    job = TrainingJob.model_validate({"name": name, "image": BENCH_IMAGE, "pool": pool, "workers": pods,
+                                      "gpusPerWorker": cfg.pool(pool).gpus_per_node, "command": ["python", "train.py"]})
+    # kwok runs no processes, so nothing restarts in place (as the shape's own setting says).
+    spec = volcano_job_spec(replaced(TrainingJobArgs.from_config(cfg, job), restart_in_place=None))
+    client.CustomObjectsApi(control.api_client(lay)).create_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs",
+        {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+         "metadata": {"name": name, "namespace": cfg.training_namespace}, "spec": spec})
+
+
+def delete_platform_job(lay: Layout, cfg: Any, name: str) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(control.api_client(lay)).delete_namespaced_custom_object(
+        "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs", name)
+
+
 def evictions_per_cycle(log: str) -> list[int]:
     """The descheduler's evictions in each of its cycles, from its log."""
     import re
@@ -274,10 +305,10 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
         sampler = Sampler(lay, cfg, plan, virtual, times, plan.gang_pods)
         sampler.start()
         try:
-            submit(lay, namespace, name, plan.gang_pods, pool, spec_dir, plan.team)
+            create_platform_job(lay, cfg, name, pool, plan.gang_pods)
             wait(f"the {plan.gang_pods} pods of {name} Running", lambda: times.running() >= plan.gang_pods, timeout)
             time.sleep(RUN_S)
-            cancel(lay, namespace, name)
+            delete_platform_job(lay, cfg, name)
             sampler.ended = time.monotonic()
             done = ("time_to_return_s", "time_to_return_standby_gone_s")
             wait("inference back on-prem and the standby gone", lambda: all(k in sampler.clock.phases for k in done),
