@@ -168,3 +168,34 @@ def test_descheduler_cycles_are_read_from_its_log() -> None:
     log = ('I1 "Number of evictions" ... totalEvicted=3\nnoise\nI2 "Number of evictions in this cycle" x '
            'totalEvicted=16\n')
     assert scaleburst.evictions_per_cycle(log) == [3, 16]
+
+
+def test_occupancy_counts_nodes_live_pods_are_bound_to() -> None:
+    pods = [{"spec": {"nodeName": "a1"}, "status": {"phase": "Running"}, "metadata": {}},
+            {"spec": {"nodeName": "a2"}, "status": {"phase": "Succeeded"}, "metadata": {}},
+            {"spec": {"nodeName": "a3"}, "status": {"phase": "Running"}, "metadata": {"deletionTimestamp": "x"}},
+            {"spec": {}, "status": {"phase": "Pending"}, "metadata": {}}]
+    assert scaleburst.occupancy(pods, ["a1", "a2", "a3", "a4"]) == (["a2", "a3", "a4"], ["a1"])
+
+
+class _Core:
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+
+    def list_pod_for_all_namespaces(self, **_: Any) -> Any:
+        import json
+
+        return SimpleNamespace(data=json.dumps({"items": self.pods}).encode())
+
+
+@pytest.mark.parametrize(("bound", "stalled"), [(["a1"], True), ([], False), (["a0", "a1", "a2", "a3"], False)])
+def test_a_stall_is_named_the_reclaim_stall_only_when_the_pool_has_empty_and_occupied_nodes(
+        bound: list[str], stalled: bool) -> None:
+    """Volcano 1.14.1 reclaims onto nodes with reclaimees only and commits whole jobs only, and allocate discards a
+    partial gang: a whole-pool gang in a pool with both kinds of node is placed by neither (the burst run at scale)."""
+    cfg = _cfg(4, 0, 1, 1, None)
+    pods = [{"spec": {"nodeName": n}, "status": {"phase": "Running"}, "metadata": {}} for n in bound]
+    out = scaleburst.stall(_Core(pods), cfg, "a", 4, 180.0)
+    assert out["reclaim_stall"] is stalled
+    assert (out["empty_nodes"], out["occupied_nodes"]) == (4 - len(bound), len(bound))
+    assert (scaleburst.RECLAIM_STALL in out["reason"]) is stalled

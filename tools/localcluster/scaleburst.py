@@ -30,6 +30,10 @@ from tools.localcluster.scalejobs import cancel, published_settings, submit, wai
 RUN_S = 120.0
 #: The sampler's period (seconds): every phase is at most this late.
 SAMPLE_S = 1.0
+#: How long a released gang may take to run before the run names what holds it (seconds).
+STALL_S = 180.0
+#: The other training's job (a researcher's, through the CLI).
+BACKGROUND = "scale-burst-other"
 #: The image the scenario's jobs name (kwok runs no container).
 BENCH_IMAGE = "registry.gpucluster.io/train/bench:1.0"
 
@@ -232,6 +236,33 @@ class Sampler(threading.Thread):
             self.stop.wait(SAMPLE_S)
 
 
+def occupancy(pods: Sequence[Mapping[str, Any]], pool_nodes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(nodes of the pool no pod is bound to, nodes some live pod is bound to), each sorted."""
+    used = {(p.get("spec") or {}).get("nodeName") for p in pods
+            if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+    return sorted(n for n in pool_nodes if n not in used), sorted(n for n in pool_nodes if n in used)
+
+
+#: Why a released gang that needs both empty and occupied nodes of its pool never starts (Volcano 1.14.1).
+RECLAIM_STALL = ("Volcano's reclaim places a task only on a node with pods it may reclaim and commits only a "
+                 "job whose every task it placed, and allocate discards a gang it cannot place whole: a gang that "
+                 "needs both empty nodes and nodes inference holds is placed by neither")
+
+
+def stall(core: Any, cfg: Any, pool: str, pods: int, waited_s: float) -> dict[str, Any]:
+    """What holds a gang that was released and has not run for ``waited_s``: its pool's empty and occupied
+    nodes, and the reason where it is the reclaim stall (:data:`RECLAIM_STALL`)."""
+    items = json.loads(core.list_pod_for_all_namespaces(resource_version="0", _preload_content=False).data)["items"]
+    empty, occupied = occupancy(items, cfg.pool(pool).node_names)  # the waiting gang's pods are bound nowhere
+    mixed = 0 < len(empty) < pods and bool(occupied)
+    reason = (f"the gang of {pods} over {pool} did not run within {waited_s:.0f}s of its release: {len(empty)} "
+              f"nodes of the pool empty, {len(occupied)} holding other pods; "
+              + (RECLAIM_STALL if mixed else "not the reclaim stall (see the scheduler's log)"))
+    return {"after_s": waited_s, "empty_nodes": len(empty), "occupied_nodes": len(occupied),
+            "reclaim_stall": mixed, "reason": reason}
+
+
 def create_platform_job(lay: Layout, cfg: Any, name: str, pool: str, pods: int) -> None:
     """A Volcano Job of ``pods`` 8-GPU workers over ``pool`` from the stack's own template (its training queue,
     its handover gate), as the stack's own jobs are created."""
@@ -273,16 +304,26 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     per-cycle limit)."""
     from kubernetes import client
 
+    from gpucluster_cli.render import worker_selector
     from tools.localcluster.scalerun import apply_objects, say
 
     plan = burst_plan(cfg, pool)
     virtual = register_virtual_nodes(lay, plan_nodes, objects)
     apps: Any = client.AppsV1Api(control.api_client(lay))
     namespace = cfg.training_namespace
+    settings = published_settings(lay, namespace)
     if plan.background_pods:
-        # The other training first: the inference replicas then settle around it, as in a busy cluster.
-        submit(lay, namespace, "scale-burst-other", plan.background_pods, str(plan.background_pool), spec_dir,
+        # The other training first, running before inference comes: the replicas then settle around it, as in a
+        # busy cluster (applied together, inference took its nodes and the gang, above its team's guarantee, could
+        # not reclaim them).
+        core: Any = client.CoreV1Api(control.api_client(lay))
+        other = worker_selector(settings, BACKGROUND)
+        submit(lay, namespace, BACKGROUND, plan.background_pods, str(plan.background_pool), spec_dir,
                plan.background_team)
+        wait(f"the {plan.background_pods} pods of {BACKGROUND} Running", lambda: sum(
+            p.status.phase == "Running" for p in core.list_namespaced_pod(settings.training_namespace,
+                                                                          label_selector=other).items)
+             >= plan.background_pods, timeout)
     deployments = inference_at_max(objects, cfg)
     apply_objects(lay, deployments)
     maxima = {s.name: s.max_replicas for s in cfg.inference.services}
@@ -295,10 +336,9 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
                     timeout)
     say(f"burst: {sum(maxima.values())} inference replicas ready in {settle_s:.1f}s; the gang takes {pool} "
         f"({plan.gang_pods} pods), on-prem lacks {plan.displaced_gpus} GPUs for inference")
-    from gpucluster_cli.render import worker_selector
-
-    settings = published_settings(lay, namespace)
     name = "scale-burst"
+    core_api: Any = client.CoreV1Api(control.api_client(lay))
+    stalled: dict[str, Any] | None = None
     log = lay.logs / "descheduler.log"
     log_from = log.stat().st_size if log.exists() else 0
     with watching(lay, settings.training_namespace, worker_selector(settings, name)) as times:
@@ -306,18 +346,28 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
         sampler.start()
         try:
             create_platform_job(lay, cfg, name, pool, plan.gang_pods)
-            wait(f"the {plan.gang_pods} pods of {name} Running", lambda: times.running() >= plan.gang_pods, timeout)
-            time.sleep(RUN_S)
+            wait(f"the {plan.gang_pods} pods of {name} released from the handover gate",
+                 lambda: sum(p.ungated is not None for p in times.pods.values()) >= plan.gang_pods,
+                 cfg.burst.handover.timeout_seconds + timeout)
+            try:
+                wait(f"the {plan.gang_pods} pods of {name} Running", lambda: times.running() >= plan.gang_pods,
+                     STALL_S)
+            except control.ClusterError:
+                stalled = stall(core_api, cfg, pool, plan.gang_pods, STALL_S)
+                say(f"burst: {stalled['reason']}")
+            if stalled is None:
+                time.sleep(RUN_S)
             delete_platform_job(lay, cfg, name)
             sampler.ended = time.monotonic()
-            done = ("time_to_return_s", "time_to_return_standby_gone_s")
-            wait("inference back on-prem and the standby gone", lambda: all(k in sampler.clock.phases for k in done),
-                 timeout + 7200)
+            done = (("time_to_close_s",) if stalled else
+                    ("time_to_close_s", "time_to_return_s", "time_to_return_standby_gone_s"))
+            wait("the burst closed" + ("" if stalled else ", inference back on-prem and the standby gone"),
+                 lambda: all(k in sampler.clock.phases for k in done), timeout + 7200)
         finally:
             sampler.stop.set()
             sampler.join(10)
     if plan.background_pods:
-        cancel(lay, namespace, "scale-burst-other")
+        cancel(lay, namespace, BACKGROUND)
     # The shape's other runs (storms, crashes) measure on GPU nodes without inference, as before this one.
     for dep in deployments:
         apps.delete_namespaced_deployment(dep["metadata"]["name"], cfg.inference_namespace)
@@ -327,7 +377,7 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     simulated = simulate(cfg, plan)
     phases = {k: round(v, 1) for k, v in sampler.clock.phases.items()}
     return {
-        "plan": asdict(plan), "settle_s": round(settle_s, 1), "run_s": RUN_S,
+        "plan": asdict(plan), "settle_s": round(settle_s, 1), "run_s": RUN_S, "stalled": stalled,
         "phases": phases, "simulated": simulated,
         "side_by_side": [{"phase": k, "real_s": phases.get(k), "simulated_s": simulated.get(k),
                           "from": "gang's end" if k in AFTER_END else "gang's creation"} for k in (UNGATE, *PHASES)],
