@@ -160,7 +160,11 @@ def register_virtual_nodes(lay: Layout, plan: NodePlan, patches: Sequence[Mappin
     existing = {n.metadata.name for n in api.list_node().items}
     for node in plan.by_kind("virtual"):
         if node.name not in existing:
-            api.create_node(node.manifest(plan.gpu_resource))
+            # Closed, as a cluster at rest keeps them: registered bare, the controller would read them as open and
+            # close them only after its close hold (a quarter of an hour on the prod stack).
+            manifest = node.manifest(plan.gpu_resource)
+            manifest["spec"]["taints"].append({"key": f"{plan.label_prefix}/burst", "effect": "NoSchedule"})
+            api.create_node(manifest)
     apply_objects(lay, [p for p in patches if p["kind"] == "Node" and p["metadata"]["name"] in names])
     return names
 
@@ -375,7 +379,9 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     wait("the inference pods gone", lambda: not core.list_namespaced_pod(cfg.inference_namespace).items, timeout)
     text = log.read_bytes()[log_from:].decode(errors="replace") if log.exists() else ""
     simulated = simulate(cfg, plan)
-    phases = {k: round(v, 1) for k, v in sampler.clock.phases.items()}
+    # A stalled gang displaced nothing: the phases after its end would time nothing coming home.
+    phases = {k: round(v, 1) for k, v in sampler.clock.phases.items()
+              if not stalled or k in (UNGATE, "time_to_standby_ready_s", "time_to_close_s")}
     return {
         "plan": asdict(plan), "settle_s": round(settle_s, 1), "run_s": RUN_S, "stalled": stalled,
         "phases": phases, "simulated": simulated,
