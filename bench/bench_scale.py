@@ -333,16 +333,19 @@ def _burst_table(shapes: dict[str, Any]) -> list[str]:
         plan = _mapping(run.get("plan"))
         listed = run.get("descheduler_evictions_per_cycle")
         cycles = [c for c in listed if _figure(c) is not None] if isinstance(listed, list) else []
+        measured = _mapping(shapes.get(name)).get("measured_burst", "?")
+        stalled = _mapping(run.get("stalled"))
         lines.append(
-            f"- {name} ({run.get('timings', '?')} timings): the services at maxReplicas ({plan.get('inference_gpus')} "
-            f"GPUs), {plan.get('background_pods')} pods of other training, then a gang of {plan.get('gang_pods')} "
-            f"pods over pool {plan.get('pool')}: on-prem {plan.get('displaced_gpus')} GPUs short, the providers hold "
-            f"{plan.get('external_gpus')}. Most replicas ready outside at once {run.get('most_external_ready')}; "
-            f"fewest ready per service {run.get('fewest_ready')} (minReplicas {run.get('min_replicas')}); burst "
-            f"taint effects seen {run.get('burst_taint_effects')}; descheduler evictions per cycle "
+            f"- {name} ({run.get('timings', '?')} timings, measured {measured}): the services at maxReplicas "
+            f"({plan.get('inference_gpus')} GPUs), {plan.get('background_pods')} pods of other training, then a "
+            f"gang of {plan.get('gang_pods')} pods over pool {plan.get('pool')}: on-prem "
+            f"{plan.get('displaced_gpus')} GPUs short, the providers hold {plan.get('external_gpus')}. Most "
+            f"replicas ready outside at once {run.get('most_external_ready')}; fewest ready per service "
+            f"{run.get('fewest_ready')} (minReplicas {run.get('min_replicas')}); burst taint effects seen "
+            f"{run.get('burst_taint_effects')}; descheduler evictions per cycle "
             f"{max(cycles) if cycles else '–'} at most over {len(cycles)} cycles "
-            f"(limit {run.get('descheduler_limit')}); "
-            f"mutating calls p99 {run.get('apiserver_mutating_p99_s')} s.")
+            f"(limit {run.get('descheduler_limit')}); mutating calls p99 {run.get('apiserver_mutating_p99_s')} s."
+            + (f" **Stalled**: {stalled.get('reason')}." if stalled else ""))
     return [*lines, ""]
 
 

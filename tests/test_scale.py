@@ -391,6 +391,10 @@ def test_a_machine_without_results_starts_from_the_committed_report_and_a_storm_
     assert set(shapes) == {"prod", "llama3"} and "cpu_cores_during_runs" not in shapes["prod"]
     assert shapes["llama3"]["gangs"] == {"2048": {}} and shapes["llama3"]["storm_taint_s"] == {"150": {}}
     assert shapes["llama3"]["measured_bench"] == "then" and "measured_storms" in shapes["llama3"]
+    # A burst run alone is dated as one, not as storms it did not run.
+    scalerun.merge_results({"shape": "llama3", "nodes": 2060, "burst": {"phases": {}}}, path, report)
+    again = json.loads(path.read_text())["shapes"]["llama3"]
+    assert "measured_burst" in again and again["measured_storms"] == shapes["llama3"]["measured_storms"]
     for broken in ("", "[]", '{"benchmarks": {"bench_scale": {"result": {"shapes": []}}}}'):
         report.write_text(broken)
         assert scalerun.committed_shapes(report) == {}

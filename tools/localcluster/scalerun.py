@@ -533,7 +533,8 @@ def merge_results(entry: dict[str, Any], path: Path = RESULTS, committed: Path =
     shapes = data.setdefault("shapes", {})
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # A run without gangs (storms only) keeps the gang figures of an earlier run, so it is dated apart from them.
-    part = "pulumi" if "pulumi_up_s" in entry else ("bench" if "gangs" in entry else "storms")
+    part = ("pulumi" if "pulumi_up_s" in entry else "bench" if "gangs" in entry
+            else "storms" if any(k.startswith(("storm", "crash", "switch")) for k in entry) else "burst")
     shapes[entry["shape"]] = {**shapes.get(entry["shape"], {}), **entry, "measured": now, f"measured_{part}": now}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
