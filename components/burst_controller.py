@@ -58,17 +58,18 @@ def namespace_rules(lease_name: str) -> list[Rule]:
     return [*rbac.lease_rules(lease_name), Rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]
 
 
-def handover_rules(services: list[str], warm: bool = False, home: bool = False) -> list[Rule]:
+def handover_rules(services: list[str], warm: bool = False, home: bool = False, clear: bool = False) -> list[Rule]:
     """In the inference namespace: read and write the scale of each standby Deployment (and, with the warm
     pool, of each `<service>-warm` placeholder Deployment; with the make-before-break return, of each
-    `<service>-return` bridge, and create evictions: the Eviction API, so the PDB decides), nothing else."""
+    `<service>-return` bridge), and, with the return or the clearing of a pool for training the scheduler leaves
+    waiting (`handover.clearAfterSeconds`), create evictions (the Eviction API, so the PDB decides); nothing else."""
     names = [standby_deployment(s) for s in services]
     if warm:
         names += [warm_deployment(s) for s in services]
     if home:
         names += [return_deployment(s) for s in services]
     rules = [Rule(api_groups=["apps"], resources=["deployments/scale"], resource_names=names, verbs=["get", "patch"])]
-    if home:
+    if home or clear:
         rules.append(Rule(api_groups=[""], resources=["pods/eviction"], verbs=["create"]))
     return rules
 
@@ -146,7 +147,8 @@ class BurstController(pulumi.ComponentResource):
                               namespace=args.settings.inference_namespace)
         if args.settings.handover_services:
             agent.grant_namespace("handover", handover_rules(list(args.settings.handover_services),
-                                                                 args.settings.warm_pool, args.settings.return_bridge),
+                                                                 args.settings.warm_pool, args.settings.return_bridge,
+                                                                 args.settings.handover.clear_after_seconds > 0),
                                   name=f"{APP}-handover", namespace=args.settings.inference_namespace)
             agent.grant_namespace("training-pods", POD_RULES, name=f"{APP}-pods", namespace=args.training_namespace)
         port = args.burst.metrics_port

@@ -20,6 +20,7 @@ from agents.burst_controller.decide import (
     BurstState,
     Decision,
     Mode,
+    NodeRoom,
     PodRef,
     PoolGpus,
     ServiceReplicas,
@@ -481,3 +482,71 @@ def test_the_view_counts_standby_pods_the_scheduler_found_no_room_for() -> None:
             gpu_pod("sb3", service="svc", standby=True, namespace="inference")]  # not judged yet
     replicas = ClusterView.from_lists(nodes, pods, S, NOW).snapshot().services["svc"]
     assert (replicas.standby_live, replicas.standby_ready, replicas.standby_unschedulable) == (3, 1, 1)
+
+
+def room(name: str, free: int, *gpus: int) -> NodeRoom:
+    return NodeRoom(name, free, tuple((PodRef("inference", f"{name}-r{i}"), g) for i, g in enumerate(gpus)))
+
+
+def stalled(free_nodes: Mapping[int, int], pods: int = 4, gated: tuple[PodRef, ...] = (),
+            rooms: tuple[NodeRoom, ...] = ()) -> Snapshot:
+    """Pool a: ``pods`` released 8-GPU training pods unplaced; ``free_nodes`` free GPUs -> nodes."""
+    base = snap(svc(), unplaced={"a": 8 * pods}, gated=gated)
+    pool = PoolGpus(sum(f * n for f, n in free_nodes.items()), 8 * pods, free_nodes=dict(free_nodes),
+                    unplaced_pods={8: pods})
+    return replace(base, pools={"a": pool}, clearable={"a": rooms},
+                   gated_pool={ref: "a" for ref in gated})
+
+
+ROOMS = (room("n1", 6, 2), room("n2", 4, 2, 2), room("n3", 0, 4, 4), room("n4", 2, 2))  # n4: 4 short of a node
+
+
+# id, snapshot, seconds unplaced so far (None: first seen now), evicted pods
+CLEAR_TABLE = [
+    # Two whole nodes free, four pods: two nodes to clear, those with the fewest replica GPUs (n1, n2), not n3.
+    ("clears-the-fewest", stalled({8: 2}, rooms=ROOMS), 31.0, ["n1-r0", "n2-r0", "n2-r1"]),
+    # The scheduler has had less than clearAfterSeconds: it may still reclaim by itself.
+    ("waits-for-the-scheduler", stalled({8: 2}, rooms=ROOMS), 10.0, []),
+    ("first-seen-waits", stalled({8: 2}, rooms=ROOMS), None, []),
+    # Training still behind the gate is the handover's to wait for.
+    ("gated-is-not-stalled", stalled({8: 2}, gated=GANG, rooms=ROOMS), 31.0, []),
+    # It fits the free nodes: the scheduler places it without anyone's help.
+    ("fits-free", stalled({8: 4}, rooms=ROOMS), 31.0, []),
+    # Not enough room anywhere for all of it: clear what makes room for as many pods as can go.
+    ("as-many-as-fit", stalled({8: 1}, pods=5, rooms=ROOMS), 31.0, ["n1-r0", "n2-r0", "n2-r1", "n3-r0", "n3-r1"]),
+    # A node already being cleared (its replicas leaving, counted free) is used first: nothing evicted twice.
+    ("being-cleared-first", stalled({8: 2}, rooms=(NodeRoom("n0", 8), *ROOMS)), 31.0, ["n1-r0"]),
+]
+
+
+@pytest.mark.parametrize(("snapshot", "waited", "evicted"), [r[1:] for r in CLEAR_TABLE],
+                         ids=[r[0] for r in CLEAR_TABLE])
+def test_released_training_the_scheduler_leaves_waiting_gets_its_room_cleared(
+        snapshot: Snapshot, waited: float | None, evicted: list[str]) -> None:
+    """Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by allocate nor
+    by reclaim (the burst run at scale: 96 empty and 32 occupied nodes of prod's pool, the gang never ran)."""
+    state = CLOSED if waited is None else replace(CLOSED, stalled_since={"a": NOW - waited})
+    decision = decide(snapshot, state, NOW, S)
+    assert [a.pod for a in kinds(decision, ActionKind.EVICT)] == evicted, decision.reasons
+    pool = snapshot.pools["a"]
+    waiting = not snapshot.gated_pods and pool.free_nodes.get(8, 0) < pool.unplaced_pods[8]
+    assert decision.state.stalled_since == ({"a": NOW if waited is None else NOW - waited} if waiting else {})
+    if evicted:
+        said = f"handover: training released for pool a unplaced for {waited:.0f}s"
+        assert any(r.startswith(said) and f"evicting {len(evicted)} replicas" in r for r in decision.reasons)
+
+
+def test_clearing_is_off_at_zero() -> None:
+    off = S.replace(handover=S.handover.model_copy(update={"clear_after_seconds": 0.0}))
+    decision = decide(stalled({8: 2}, rooms=ROOMS), replace(CLOSED, stalled_since={"a": NOW - 999}), NOW, off)
+    assert kinds(decision, ActionKind.EVICT) == [] and decision.state.stalled_since == {}
+
+
+def test_the_view_offers_a_pools_nodes_with_replicas_and_counts_leaving_ones_free() -> None:
+    nodes = [onprem_node("n1", 8, pool="a"), onprem_node("n2", 8, pool="a"), onprem_node("n3", 8, pool="b")]
+    pods = [gpu_pod("m1", 2, node="n1", service="svc", namespace="inference"),
+            gpu_pod("m2", 2, node="n2", service="svc", namespace="inference", deleting=True),
+            gpu_pod("m3", 2, node="n3", service="svc", namespace="inference"),
+            gpu_pod("t0", 8, workload="training", namespace="training", pool="a", unschedulable=True)]
+    snapshot = ClusterView.from_lists(nodes, pods, S, NOW).snapshot()
+    assert snapshot.clearable == {"a": (NodeRoom("n1", 6, ((PodRef("inference", "m1"), 2),)), NodeRoom("n2", 8))}

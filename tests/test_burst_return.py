@@ -152,10 +152,17 @@ RETURN_ON = {"returnSurgeShare": 0.1}
 SERVICES = ["sdxl-turbo", "llama-70b-chat", "whisper-large"]
 
 
-def test_no_return_deployment_and_no_eviction_grant_by_default(prod: RunResult) -> None:
+def test_no_return_deployment_by_default_and_evictions_only_for_clearing_a_pool(
+        prod: RunResult, run_stack: Any) -> None:
     assert [d.name for d in prod.by_kind("Deployment") if d.name.endswith("-return")] == []
     rules = prod.one("Role", "burst-controller-handover").inputs["rules"]
     assert not [n for n in rules[0]["resourceNames"] if n.endswith("-return")]
+    # The handover clears a pool for training the scheduler leaves waiting (clearAfterSeconds, on by default):
+    # evictions in the inference namespace, through the Eviction API; turned off, no eviction grant at all.
+    assert [r for r in rules if "pods/eviction" in r["resources"]] == [
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+    off = run_stack("prod", lambda c: c["gpu-cluster:burst"].setdefault("handover", {}).update(clearAfterSeconds=0))
+    rules = off.one("Role", "burst-controller-handover").inputs["rules"]
     assert not [r for r in rules if "pods/eviction" in r["resources"]]
 
 

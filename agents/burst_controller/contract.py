@@ -188,6 +188,12 @@ class HandoverTunables(SettingsModel):
     standby GPU·h, so it stays off."""
     ramp_window_seconds: Seconds = 300.0
     """How far back the demand ramp is read (seconds)."""
+    clear_after_seconds: Seconds = 30.0
+    """Released training still unplaced this long in a pool where it does not fit the free GPUs node by node: the
+    controller evicts the replicas on the fewest nodes that make room for it (the Eviction API: the PDBs decide).
+    Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by `allocate` (it
+    discards a gang it cannot place whole) nor by `reclaim` (it places only onto nodes with pods it may reclaim), so
+    without this such a gang waits for good (docs/scheduling.md). 0 turns it off."""
 
     def tunables(self) -> dict[str, Any]:
         """The values of this class's own keys (the stack's section holds `enabled` too)."""

@@ -32,6 +32,7 @@ from agents.burst_controller.plans import (
     StandbyPlan,
     displaced_gpus,
     expected_ramp,
+    plan_clear,
     plan_return,
     plan_standby,
     plan_warm,
@@ -44,6 +45,7 @@ from agents.burst_controller.snapshot import (
     Decision,
     InfeasibleGang,
     Mode,
+    NodeRoom,
     PodRef,
     PoolGpus,
     ServiceReplicas,
@@ -63,6 +65,7 @@ __all__ = [
     "InfeasibleGang",
     "Mode",
     "ModeStep",
+    "NodeRoom",
     "PodRef",
     "PoolGpus",
     "ReturnPlan",
@@ -136,6 +139,8 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
                         sizing=settings.handover.sizing, return_batch=settings.handover.return_batch, ramp=ramp)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
+    clear = plan_clear(snapshot, state.stalled_since, now, settings.handover.clear_after_seconds)
+    reasons.extend(clear.reasons)
     warm = plan_warm(snapshot.services, step.mode is Mode.OPEN, seen, now, settings)
     home = plan_return(snapshot, step.effective_free, settings)
     new_state = BurstState(
@@ -148,9 +153,10 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         last_now=now,
         gated_seen=gate.seen,
         replicas_seen=seen,
+        stalled_since=clear.stalled_since,
     )
     return Decision(
-        actions(snapshot, step, plan, gate.released, settings, warm, home),
+        actions(snapshot, step, plan, gate.released, settings, warm, home, clear.evictions),
         new_state,
         tuple(reasons),
         step.flipped,
@@ -181,6 +187,7 @@ def settle_clock(state: BurstState, now: float) -> tuple[BurstState, list[str], 
             gated_since=None if state.gated_since is None else state.gated_since - back,
             replicas_seen={name: tuple((t - back, n) for t, n in points)
                            for name, points in state.replicas_seen.items()},
+            stalled_since={pool: t - back for pool, t in state.stalled_since.items()},
         )
         reasons.append(f"clock moved back {back:.1f}s: no flip, holds restart")
         may_flip = False
@@ -377,7 +384,7 @@ def nodes_by_price(nodes: Sequence[VirtualNode], settings: BurstSettings, deares
 
 def actions(
     snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings,
-    warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None,
+    warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None, clearing: tuple[PodRef, ...] = (),
 ) -> tuple[Action, ...]:
     """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
     nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
@@ -403,6 +410,7 @@ def actions(
         out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name, service=service)
                    for service, refs in sorted(home.evictions.items()) for r in refs)
     out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
+    out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name) for r in clearing)
     out.extend(
         Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
                deletion_cost=snapshot.deletion_costs.get(ref, settings.external_deletion_cost))

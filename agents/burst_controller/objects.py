@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from agents.burst_controller.snapshot import PodRef
+from agents.burst_controller.snapshot import NodeRoom, PodRef
 
 ONPREM = "onprem"
 VIRTUAL = "virtual"
@@ -217,3 +217,34 @@ def add_count(counter: dict[K, int], key: K, delta: int) -> None:
 
 def name_of(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
+
+
+@dataclass(slots=True)
+class NodeReplicas:
+    """Main replicas of handover services on on-prem nodes (node -> pod key -> (ref, GPUs)), and the GPUs of those
+    being deleted there (free soon): what the handover may clear for training the scheduler leaves waiting."""
+
+    on: dict[str, dict[str, tuple[PodRef, int]]] = field(default_factory=dict)
+    leaving: dict[str, int] = field(default_factory=dict)
+
+    def count(self, node: str, key: str, ref: PodRef, gpus: int, sign: int) -> None:
+        replicas = self.on.setdefault(node, {})
+        if sign > 0:
+            replicas[key] = (ref, gpus)
+            return
+        replicas.pop(key, None)
+        if not replicas:
+            del self.on[node]
+
+    def nodes(self) -> list[str]:
+        """Nodes with replicas, or with replicas leaving (a node being cleared still makes its room)."""
+        return [*self.on, *(n for n, gpus in self.leaving.items() if gpus > 0 and n not in self.on)]
+
+    def rooms(self, nodes: Mapping[str, tuple[str, int]]) -> dict[str, tuple[NodeRoom, ...]]:
+        """Per pool, a room for each of ``nodes`` (node -> (pool, free GPUs)), by name."""
+        out: dict[str, list[NodeRoom]] = {}
+        for node in sorted(nodes):
+            pool, free = nodes[node]
+            replicas = tuple(sorted(self.on.get(node, {}).values(), key=lambda r: r[0].name))
+            out.setdefault(pool, []).append(NodeRoom(node, free + self.leaving.get(node, 0), replicas))
+        return {pool: tuple(rooms) for pool, rooms in out.items()}

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agents.burst_controller.contract import BurstSettings, Cover, Sizing
-from agents.burst_controller.snapshot import PodRef, PoolGpus, ServiceReplicas, Snapshot
+from agents.burst_controller.snapshot import NodeRoom, PodRef, PoolGpus, ServiceReplicas, Snapshot
 
 
 def track_replicas(
@@ -373,3 +373,55 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
                        ramps, frozenset(full))
 
+
+
+@dataclass(frozen=True)
+class ClearPlan:
+    """Replicas the handover evicts to make room for released training the scheduler leaves waiting."""
+
+    evictions: tuple[PodRef, ...] = ()
+    #: Per pool: since when its released training has waited unplaced (kept in the state).
+    stalled_since: Mapping[str, float] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
+
+
+def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], now: float, after_s: float) -> ClearPlan:
+    """Make room for released training that does not fit its pool's free GPUs node by node and has waited
+    ``after_s`` unplaced: evict the main replicas on the fewest nodes that hold its pods once empty, the nodes with
+    the fewest replica GPUs first (what is displaced anyway is at risk, and the standby already covers it).
+
+    Why: Volcano 1.14.1 places such a gang neither by `allocate` (it discards a gang it cannot place whole) nor by
+    `reclaim` (it places a task only onto a node holding pods it may reclaim), when it needs both empty nodes and
+    nodes inference holds; it would wait for good. Training still behind the gate is the handover's to wait for,
+    not this; ``after_s`` leaves the scheduler time to reclaim where it can. 0 turns it off. O(pools × nodes with
+    replicas there)."""
+    if after_s <= 0:
+        return ClearPlan()
+    gated = {snapshot.gated_pool.get(ref) for ref in snapshot.gated_pods}
+    since: dict[str, float] = {}
+    evictions: list[PodRef] = []
+    reasons: list[str] = []
+    for pool, gpus in sorted(snapshot.unplaced_training.items()):
+        room = snapshot.pools.get(pool)
+        if not pool or gpus <= 0 or pool in gated or gated & {None, ""} or room is None or _fits_free(gpus, room):
+            continue
+        first = since[pool] = stalled_since.get(pool, now)
+        if now - first < after_s or not room.unplaced_pods:
+            continue
+        left, _ = _place_on_free(room.unplaced_pods, room.free_nodes)
+        nodes = sorted(snapshot.clearable.get(pool, ()), key=lambda n: (n.room - n.free, n.name))
+        chosen: list[NodeRoom] = []
+        for size in sorted(left, reverse=True):
+            for _ in range(left[size]):
+                node = next((n for n in nodes if n.room >= size), None)
+                if node is None:
+                    break
+                nodes.remove(node)
+                chosen.append(node)
+        refs = [ref for node in chosen for ref, _ in node.replicas]
+        if refs:
+            evictions += refs
+            reasons.append(f"handover: training released for pool {pool} unplaced for {now - first:.0f}s where it "
+                           f"does not fit the free GPUs; evicting {len(refs)} replicas from "
+                           f"{', '.join(n.name for n in chosen[:5])}{' …' if len(chosen) > 5 else ''}")
+    return ClearPlan(tuple(evictions), since, tuple(reasons))

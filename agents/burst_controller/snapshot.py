@@ -81,6 +81,22 @@ class PoolGpus:
 
 
 @dataclass(frozen=True)
+class NodeRoom:
+    """An on-prem node holding main replicas of handover services: what evicting them frees there."""
+
+    name: str
+    #: Free GPUs now, those of replicas already leaving counted free.
+    free: int
+    #: The main replicas on it (ready or starting), with the GPUs each holds.
+    replicas: tuple[tuple[PodRef, int], ...] = ()
+
+    @property
+    def room(self) -> int:
+        """GPUs free once its replicas are gone."""
+        return self.free + sum(gpus for _, gpus in self.replicas)
+
+
+@dataclass(frozen=True)
 class ServiceReplicas:
     """One inference service's pods as the handover sees them (main = the HPA's Deployment)."""
 
@@ -167,6 +183,9 @@ class Snapshot:
     # Per handover service, its ready main pods on virtual nodes, lowest pod-deletion-cost (dearest provider)
     # first: the ones the make-before-break return evicts first. Filled only while the return is on.
     external_replicas: Mapping[str, tuple[PodRef, ...]] = field(default_factory=dict)
+    # Per pool with unplaced training, its nodes holding main replicas of handover services: where the handover
+    # makes room for released training the scheduler leaves waiting (`plan_clear`).
+    clearable: Mapping[str, tuple[NodeRoom, ...]] = field(default_factory=dict)
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -211,6 +230,8 @@ class BurstState:
     # Per handover service, where its main replica count changed ((time, count), oldest first), back to the
     # last change before the ramp window: what `expected_ramp` reads (`track_replicas` keeps it).
     replicas_seen: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
+    # Per pool: since when released training there has waited unplaced where it does not fit the free GPUs.
+    stalled_since: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from agents.burst_controller.objects import (
     GangEntry,
     NodeEntry,
     NodeRecord,
+    NodeReplicas,
     Obj,
     PodEntry,
     ServiceCounts,
@@ -44,6 +45,7 @@ from agents.burst_controller.objects import (
 )
 from agents.burst_controller.snapshot import (
     InfeasibleGang,
+    NodeRoom,
     PodRef,
     PoolGpus,
     ServiceReplicas,
@@ -70,6 +72,7 @@ class ClusterView:
         self._pool_free: dict[str, int] = {}
         self._pool_pending: dict[str, int] = {}
         self._services = {name: ServiceCounts() for name in settings.handover_services}
+        self._onprem = NodeReplicas()
         self._gated: dict[str, PodRef] = {}
         self._gated_at: dict[PodRef, float] = {}
         self.standby_external_gpus = 0
@@ -405,6 +408,8 @@ class ClusterView:
         if pod.deleting:
             if not (pod.standby or pod.home):
                 counts.main_leaving += sign
+                if kind == ONPREM:
+                    add_count(self._onprem.leaving, pod.node, sign * pod.gpus)
             return
         if pod.home:
             counts.return_live += sign
@@ -420,6 +425,8 @@ class ClusterView:
             return
         counts.main_live += sign
         add_count(counts.gpus, pod.gpus, sign)
+        if kind == ONPREM:
+            self._onprem.count(pod.node, pod.key, PodRef(pod.namespace, pod.name), pod.gpus, sign)
         if not pod.ready:
             if kind == ONPREM:
                 add_count(counts.main_starting_onprem, pool, sign)
@@ -435,6 +442,12 @@ class ClusterView:
                 counts.external.pop(pod.key, None)
         elif kind == ONPREM:
             add_count(counts.main_ready_onprem, pool, sign)
+
+    def _clearable(self, unplaced: Mapping[str, int]) -> dict[str, tuple[NodeRoom, ...]]:
+        """Per pool with unplaced training, its eligible nodes holding main replicas; O(nodes with replicas)."""
+        pools = {pool for pool, gpus in unplaced.items() if pool and gpus > 0}
+        nodes = {n: rec for n in self._onprem.nodes() if (rec := self._nodes.get(n)) and rec.eligible} if pools else {}
+        return self._onprem.rooms({n: (rec.pool, rec.onprem_free()) for n, rec in nodes.items() if rec.pool in pools})
 
     def _add_free(self, rec: NodeEntry, gpus: int) -> None:
         """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's.
@@ -537,6 +550,7 @@ class ClusterView:
                 for name, c in self._services.items() if c.external
             } if self._s.return_surge_share > 0 else {},
             unplaced_training=dict(unplaced_gpus),
+            clearable=self._clearable(unplaced_gpus),
             standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),
             gated_at=dict(self._gated_at),

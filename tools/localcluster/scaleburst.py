@@ -30,8 +30,10 @@ from tools.localcluster.scalejobs import cancel, published_settings, submit, wai
 RUN_S = 120.0
 #: The sampler's period (seconds): every phase is at most this late.
 SAMPLE_S = 1.0
-#: How long a released gang may take to run before the run names what holds it (seconds).
-STALL_S = 180.0
+#: How long a released gang may take to run, beyond the handover's wait before it clears the pool
+#: (``handover.clearAfterSeconds``), before the run names what holds it (seconds): the clearing evicts through the
+#: PDBs, one replica per service at a time.
+STALL_S = 600.0
 #: The other training's job (a researcher's, through the CLI).
 BACKGROUND = "scale-burst-other"
 #: The image the scenario's jobs name (kwok runs no container).
@@ -354,10 +356,12 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
                  lambda: sum(p.ungated is not None for p in times.pods.values()) >= plan.gang_pods,
                  cfg.burst.handover.timeout_seconds + timeout)
             try:
-                wait(f"the {plan.gang_pods} pods of {name} Running", lambda: times.running() >= plan.gang_pods,
-                     STALL_S)
+                patience = cfg.burst.handover.clear_after_seconds + STALL_S
+                running_s = wait(f"the {plan.gang_pods} pods of {name} Running",
+                                 lambda: times.running() >= plan.gang_pods, patience)
+                say(f"burst: the gang Running {running_s:.1f}s after its release")
             except control.ClusterError:
-                stalled = stall(core_api, cfg, pool, plan.gang_pods, STALL_S)
+                stalled = stall(core_api, cfg, pool, plan.gang_pods, patience)
                 say(f"burst: {stalled['reason']}")
             if stalled is None:
                 time.sleep(RUN_S)
