@@ -190,14 +190,14 @@ def test_the_deployed_settings_name_the_pools_inference_is_confined_to(prod: Run
     assert settings(run_stack("prod", one_pool)).inference_pools == ("h100-a",)
 
 
-def test_handover_rbac_is_the_scale_of_the_named_standbys_only(prod: RunResult) -> None:
+def test_handover_rbac_is_the_scale_of_the_named_standbys_and_evictions_only(prod: RunResult) -> None:
     role = prod.one("Role", "burst-controller-handover")
     assert role.metadata["namespace"] == "inference"
     assert role.inputs["rules"] == [{
         "apiGroups": ["apps"], "resources": ["deployments/scale"],
         "resourceNames": ["sdxl-turbo-standby", "llama-70b-chat-standby", "whisper-large-standby"],
         "verbs": ["get", "patch"],
-    }]
+    }, {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]  # clearing a stalled gang's room
     binding = prod.one("RoleBinding", "burst-controller-handover")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
 

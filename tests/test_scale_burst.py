@@ -199,3 +199,15 @@ def test_a_stall_is_named_the_reclaim_stall_only_when_the_pool_has_empty_and_occ
     assert out["reclaim_stall"] is stalled
     assert (out["empty_nodes"], out["occupied_nodes"]) == (4 - len(bound), len(bound))
     assert (scaleburst.RECLAIM_STALL in out["reason"]) is stalled
+
+
+def test_an_agents_evictions_are_counted_by_their_answer() -> None:
+    def event(agent: str, code: int, sub: str = "eviction", stage: str = "ResponseComplete") -> dict[str, Any]:
+        return {"stage": stage, "verb": "create", "objectRef": {"resource": "pods", "subresource": sub},
+                "userAgent": f"{agent}/1.0 (linux)", "responseStatus": {"code": code}}
+
+    events = [event("burst-controller", 201), event("burst-controller", 429), event("burst-controller", 201),
+              event("descheduler", 201), event("burst-controller", 201, sub="binding"),
+              event("burst-controller", 201, stage="RequestReceived"), {"stage": "ResponseComplete", "verb": "create",
+                                                                          "objectRef": "broken", "user": 3}]
+    assert scaleburst.evictions_by(events, "burst-controller") == {"201": 2, "429": 1}

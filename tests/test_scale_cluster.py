@@ -147,32 +147,29 @@ def test_a_fatal_fault_under_a_running_gang_restarts_it_whole_on_other_nodes(res
     assert result["gang_evict_s"]["16"]["n"] == 2 and result["gang_running_again_s"]["16"]["p50"] > 0
 
 
-def test_the_burst_at_scale_releases_the_gang_early_and_either_runs_every_phase_or_names_the_reclaim_stall(
-        result: dict) -> None:
+def test_the_burst_at_scale_releases_the_gang_early_and_runs_every_phase(result: dict) -> None:
     """The services at maxReplicas, a gang over a whole pool while other training leaves on-prem short. The standby
-    asked for is larger than the providers hold, so the gate must not wait its timeout. Volcano 1.14.1 then places the
-    gang only if no node of its pool is empty while others hold inference (docs/scale.md): where the pool is mixed
-    the run must name that stall; otherwise every phase of the local e2e is reached, in its order."""
+    asked for is larger than the providers hold, so the gate must not wait its timeout; where the pool has both
+    empty nodes and nodes inference holds (Volcano 1.14.1 places such a gang by neither allocate nor reclaim), the
+    handover clears the room itself. Every phase of the local e2e is then reached, in its order."""
     burst = result["burst"]
     phases = burst["phases"]
     assert burst["sampler_errors"] == [], burst["sampler_errors"]
+    assert burst["stalled"] is None, burst["stalled"]
     assert phases["time_to_ungate_s"] < scale.QUICK_BURST["burst"]["handover"]["timeoutSeconds"], phases
+    assert set(phases) >= {"time_to_preempt_s", "time_to_open_s", "time_to_ready_external_s",
+                           "time_to_gang_running_s", "time_to_close_s", "time_to_return_s",
+                           "time_to_return_standby_gone_s"}, phases
+    assert phases["time_to_ungate_s"] <= phases["time_to_gang_running_s"]
+    assert phases["time_to_close_s"] <= phases["time_to_return_s"] <= phases["time_to_return_standby_gone_s"]
+    assert burst["most_external_ready"] > 0  # the displaced replicas ran on the virtual nodes
+    # The handover's evictions, if it had to clear the room, went through the Eviction API (the PDBs decide).
+    assert set(burst["burst_controller_evictions"]) <= {"201", "429"}, burst["burst_controller_evictions"]
     # Never a NoExecute taint, never a service under its minReplicas, never more evictions a cycle than allowed.
-    assert set(burst["burst_taint_effects"]) <= {"NoSchedule"}
+    assert burst["burst_taint_effects"] == ["NoSchedule"]
     assert all(burst["fewest_ready"][s] >= n for s, n in burst["min_replicas"].items()), burst["fewest_ready"]
     cycles = burst["descheduler_evictions_per_cycle"]
-    assert not cycles or max(cycles) <= burst["descheduler_limit"], cycles
-    assert "time_to_close_s" in phases, phases
-    if burst["stalled"] is not None:
-        stalled = burst["stalled"]
-        assert stalled["reclaim_stall"] and stalled["empty_nodes"] > 0 and stalled["occupied_nodes"] > 0, stalled
-        assert "time_to_gang_running_s" not in phases
-    else:
-        assert set(phases) >= {"time_to_preempt_s", "time_to_open_s", "time_to_ready_external_s",
-                               "time_to_gang_running_s", "time_to_return_s", "time_to_return_standby_gone_s"}, phases
-        assert phases["time_to_ungate_s"] <= phases["time_to_gang_running_s"]
-        assert phases["time_to_close_s"] <= phases["time_to_return_s"] <= phases["time_to_return_standby_gone_s"]
-        assert burst["most_external_ready"] > 0  # the displaced replicas ran on the virtual nodes
+    assert cycles and max(cycles) <= burst["descheduler_limit"], cycles
     # The simulator's prediction for the same shape sits beside every phase.
     assert {row["phase"] for row in burst["side_by_side"]} >= set(phases)
     assert all(row["simulated_s"] is not None for row in burst["side_by_side"]), burst["side_by_side"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from agents.burst_controller.snapshot import NodeRoom, PodRef
+from agents.burst_controller.snapshot import NodeRoom, PodRef, ServiceReplicas
 
 ONPREM = "onprem"
 VIRTUAL = "virtual"
@@ -179,6 +179,17 @@ class ServiceCounts:
     return_pending: int = 0  # bridge pods not bound to a node yet
     # Ready main pods on virtual nodes: pod key -> (ref, its deletion cost), for the return's evictions.
     external: dict[str, tuple[PodRef, int]] = field(default_factory=dict)
+
+    def replicas(self, min_replicas: int) -> ServiceReplicas:
+        """The core's view of the service (`snapshot.ServiceReplicas`)."""
+        return ServiceReplicas(
+            min_replicas=min_replicas, main_live=self.main_live, main_ready=self.main_ready,
+            main_ready_external=self.main_ready_external, main_ready_onprem=dict(self.main_ready_onprem),
+            main_starting_onprem=dict(self.main_starting_onprem), standby_live=self.standby_live,
+            standby_ready=self.standby_ready, gpus_per_replica=max(self.gpus, default=1) or 1,
+            warm_live=self.warm_live, main_leaving=self.main_leaving, return_live=self.return_live,
+            return_ready=self.return_ready, return_pending=self.return_pending,
+            standby_unschedulable=self.standby_unschedulable)
     # Live main pods per GPU request: the largest is what one replica reclaims (the handover's sizing).
     gpus: dict[int, int] = field(default_factory=dict)
 

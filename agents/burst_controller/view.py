@@ -48,7 +48,6 @@ from agents.burst_controller.snapshot import (
     NodeRoom,
     PodRef,
     PoolGpus,
-    ServiceReplicas,
     Snapshot,
     VirtualNode,
 )
@@ -524,26 +523,7 @@ class ClusterView:
             pods_needing_cost=tuple(ref for ref, _ in needing),
             deletion_costs={ref: cost for ref, cost in needing} if ranked else {},
             pools=self._pools(pool_pending, unplaced_pods),
-            services={
-                name: ServiceReplicas(
-                    min_replicas=self._s.handover_services[name],
-                    main_live=c.main_live,
-                    main_ready=c.main_ready,
-                    main_ready_external=c.main_ready_external,
-                    main_ready_onprem=dict(c.main_ready_onprem),
-                    main_starting_onprem=dict(c.main_starting_onprem),
-                    standby_live=c.standby_live,
-                    standby_ready=c.standby_ready,
-                    standby_unschedulable=c.standby_unschedulable,
-                    gpus_per_replica=max(c.gpus, default=1) or 1,
-                    warm_live=c.warm_live,
-                    main_leaving=c.main_leaving,
-                    return_live=c.return_live,
-                    return_ready=c.return_ready,
-                    return_pending=c.return_pending,
-                )
-                for name, c in self._services.items()
-            },
+            services={name: c.replicas(self._s.handover_services[name]) for name, c in self._services.items()},
             # The dearest provider's first (lowest cost), then by name: a stable order a new leader repeats.
             external_replicas={
                 name: tuple(ref for ref, _ in sorted(c.external.values(), key=lambda e: (e[1], e[0].name)))

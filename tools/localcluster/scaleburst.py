@@ -16,7 +16,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from bench.bench_sim_vs_e2e import AFTER_END, LOCAL_LATENCIES, PHASES, UNGATE, PhaseClock, PhaseView, Scenario
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan
-from tools.localcluster.scalejobs import cancel, published_settings, submit, wait, watching
+from tools.localcluster.scalejobs import audit_events, cancel, published_settings, submit, wait, watching
 
 #: How long the gang trains before the run ends it (the simulator's ``Scenario.run_s`` is the same).
 RUN_S = 120.0
@@ -296,6 +296,25 @@ def delete_platform_job(lay: Layout, cfg: Any, name: str) -> None:
         "batch.volcano.sh", "v1alpha1", cfg.training_namespace, "jobs", name)
 
 
+def evictions_by(events: Iterable[Mapping[str, Any]], agent: str) -> dict[str, int]:
+    """An agent's evictions (the Eviction API) from audit events: answered by code (``"201"``: done; ``"429"``: a PDB
+    refused it for now)."""
+    from tools.localcluster.scalemeasure import agent_of
+
+    out: dict[str, int] = {}
+    for event in events:
+        ref, user = event.get("objectRef"), event.get("user")
+        ref, user = (ref if isinstance(ref, Mapping) else {}), (user if isinstance(user, Mapping) else {})
+        if event.get("stage") != "ResponseComplete" or event.get("verb") != "create" \
+                or ref.get("subresource") != "eviction":
+            continue
+        if agent_of(event.get("userAgent"), user.get("username")) != agent:
+            continue
+        code = str((event.get("responseStatus") or {}).get("code", "?"))
+        out[code] = out.get(code, 0) + 1
+    return out
+
+
 def evictions_per_cycle(log: str) -> list[int]:
     """The descheduler's evictions in each of its cycles, from its log."""
     import re
@@ -394,6 +413,8 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
         "fewest_ready": sampler.fewest, "min_replicas": {s.name: s.min_replicas for s in cfg.inference.services},
         "most_external_ready": sampler.most_external, "burst_taint_effects": sorted(sampler.effects),
         "descheduler_evictions_per_cycle": evictions_per_cycle(text),
+        # The handover's own evictions, clearing the gang's room (plan_clear), by answer.
+        "burst_controller_evictions": evictions_by(audit_events(lay), "burst-controller"),
         "descheduler_limit": min(cfg.descheduler.max_pods_total, cfg.descheduler.max_pods_per_node),
         "samples": sampler.samples, "sampler_errors": sampler.errors[:5],
     }
