@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -147,3 +148,30 @@ def test_the_soak_stops_when_faults_in_a_row_leave_the_cluster_not_whole() -> No
     assert not not_coming_back([None, None, 4.2, None, None])
     assert not_coming_back([1.0, None, None, None])
     assert not_coming_back([None], in_a_row=1)
+
+
+def test_the_agents_logs_are_kept_beside_the_report_previous_instances_included(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from kubernetes.client import ApiException
+
+    from tools.chaos.__main__ import keep_logs
+
+    def pod(name: str, *containers: str) -> Any:
+        return SimpleNamespace(metadata=SimpleNamespace(name=name),
+                               spec=SimpleNamespace(containers=[SimpleNamespace(name=c) for c in containers]))
+
+    class Core:
+        def list_namespaced_pod(self, namespace: str) -> Any:
+            assert namespace == "gpu-system"
+            return SimpleNamespace(items=[pod("guard-0", "guard"), pod("burst-0", "burst", "proxy")])
+
+        def read_namespaced_pod_log(self, name: str, namespace: str, container: str, previous: bool) -> str:
+            if previous and name != "guard-0":  # only the guard restarted
+                raise ApiException(status=400, reason="previous terminated container not found")
+            return f"{name}/{container}{' before' if previous else ''}\n"
+
+    kept = keep_logs(Core(), "gpu-system", tmp_path / "logs")
+    assert sorted(p.name for p in kept) == ["burst-0.burst.log", "burst-0.proxy.log", "guard-0.guard.log",
+                                            "guard-0.guard.previous.log"]
+    assert (tmp_path / "logs" / "guard-0.guard.previous.log").read_text() == "guard-0/guard before\n"

@@ -9,11 +9,34 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tools.chaos.soak import say, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / ".state" / "chaos" / "report.json"
+
+
+def keep_logs(core: Any, namespace: str, out: Path) -> list[Path]:
+    """The agents' logs (each container of each pod in their namespace, and its previous instance's where it
+    restarted), kept beside the report: the cluster and its state folder go with the run, and a fault the report
+    shows the guard did not answer is judged from them. Best effort: a log that cannot be read is skipped."""
+    from kubernetes.client import ApiException
+
+    out.mkdir(parents=True, exist_ok=True)
+    kept: list[Path] = []
+    for pod in core.list_namespaced_pod(namespace).items:
+        for container in pod.spec.containers:
+            for previous in (False, True):
+                try:
+                    text = core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container.name,
+                                                        previous=previous)
+                except ApiException:
+                    continue
+                path = out / f"{pod.metadata.name}.{container.name}{'.previous' if previous else ''}.log"
+                path.write_text(text)
+                kept.append(path)
+    return kept
 #: The researchers' CLI, installed in the project's venv.
 GPUCLUSTER = ROOT / ".venv" / "bin" / "gpucluster"
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -61,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             report = soak.run()
             if soak.gang is not None:
                 soak.gang.cancel()
+            keep_logs(soak.core, soak.cfg.system_namespace, args.report.parent / "logs")
             write_report(report, args.report)
             say(f"report: {args.report}")
             say(f"violations: {report['violations']}")
