@@ -211,3 +211,29 @@ def test_an_agents_evictions_are_counted_by_their_answer() -> None:
               event("burst-controller", 201, stage="RequestReceived"), {"stage": "ResponseComplete", "verb": "create",
                                                                           "objectRef": "broken", "user": 3}]
     assert scaleburst.evictions_by(events, "burst-controller") == {"201": 2, "429": 1}
+
+
+def test_a_return_held_by_a_standby_with_no_room_is_named_the_pdb_deadlock() -> None:
+    """The small shape's run: 44 sdxl replicas outside after the close, their return standby 20 of 44 placed, the PDB
+    counting the 24 pending as expected and allowing no disruption; the descheduler moved nothing for 37 minutes."""
+    import json
+
+    cfg = shape_config(shape("small"), ROOT)
+    ns, outside = cfg.inference_namespace, cfg.providers[0].node_name
+
+    def pod(name: str, node: str | None, role: str | None = None) -> dict[str, Any]:
+        labels = {f"{PREFIX}/service": "sdxl-turbo", **({f"{PREFIX}/role": role} if role else {})}
+        return {"metadata": {"name": name, "labels": labels}, "spec": {"nodeName": node}}
+
+    pods = [pod("m1", outside), pod("m2", "gpu-b-001"), pod("s1", outside, "standby"), pod("s2", None, "standby")]
+    core = SimpleNamespace(list_namespaced_pod=lambda namespace, **_: SimpleNamespace(
+        data=json.dumps({"items": pods if namespace == ns else []}).encode()))
+    budget = SimpleNamespace(metadata=SimpleNamespace(name="sdxl-turbo", labels={f"{PREFIX}/service": "sdxl-turbo"}),
+                             status=SimpleNamespace(disruptions_allowed=0))
+    policy = SimpleNamespace(list_namespaced_pod_disruption_budget=lambda namespace: SimpleNamespace(items=[budget]))
+    out = scaleburst.blocked_return(core, policy, cfg)
+    assert out["services"]["sdxl-turbo"] == {"outside": 1, "standby": 2, "standby_unplaced": 1,
+                                             "pdb_disruptions_allowed": 0}
+    assert out["pdb_deadlock"] and "allows no disruption" in out["reason"]
+    budget.status.disruptions_allowed = 1  # the PDB lets it go: something else holds it, not named the deadlock
+    assert not scaleburst.blocked_return(core, policy, cfg)["pdb_deadlock"]

@@ -34,6 +34,9 @@ SAMPLE_S = 1.0
 #: (``handover.clearAfterSeconds``), before the run names what holds it (seconds): the clearing evicts through the
 #: PDBs, one replica per service at a time.
 STALL_S = 600.0
+#: How much longer than the simulator's prediction (plus two minutes) the return may take before the run names what
+#: holds it: the descheduler's return is PDB-bound, one replica per service per cycle, which the simulator models.
+RETURN_SLACK = 1.2
 #: The other training's job (a researcher's, through the CLI).
 BACKGROUND = "scale-burst-other"
 #: The image the scenario's jobs name (kwok runs no container).
@@ -269,6 +272,38 @@ def stall(core: Any, cfg: Any, pool: str, pods: int, waited_s: float) -> dict[st
             "reclaim_stall": mixed, "reason": reason}
 
 
+def blocked_return(core: Any, policy: Any, cfg: Any) -> dict[str, Any]:
+    """What holds replicas outside after the burst closed: per service, the main replicas still on virtual nodes,
+    the standby asked for, ready and waiting for room, and what its PDB allows now. A standby the providers cannot
+    hold whole leaves pods pending, which its PDB counts as expected: it then allows no disruption, and the
+    descheduler can move nothing home."""
+    ns, prefix = cfg.inference_namespace, cfg.label_prefix
+    pods = json.loads(core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
+    virtual = {p.node_name for p in cfg.providers}
+    allowed = {(b.metadata.labels or {}).get(f"{prefix}/service", b.metadata.name): b.status.disruptions_allowed
+               for b in policy.list_namespaced_pod_disruption_budget(ns).items}
+    services: dict[str, dict[str, int]] = {}
+    for svc in cfg.inference.services:
+        mine = [p for p in pods if ((p["metadata"].get("labels") or {}).get(f"{prefix}/service") == svc.name
+                                    and not p["metadata"].get("deletionTimestamp"))]
+        role = [(p["metadata"].get("labels") or {}).get(f"{prefix}/role") for p in mine]
+        services[svc.name] = {
+            "outside": sum(r is None and p["spec"].get("nodeName") in virtual for p, r in zip(mine, role, strict=True)),
+            "standby": sum(r == "standby" for r in role),
+            "standby_unplaced": sum(r == "standby" and not p["spec"].get("nodeName")
+                                    for p, r in zip(mine, role, strict=True)),
+            "pdb_disruptions_allowed": -1 if (room := allowed.get(svc.name)) is None else int(room),
+        }
+    held = [name for name, s in services.items() if s["outside"] and s["pdb_disruptions_allowed"] == 0]
+    pdb_deadlock = any(services[n]["standby_unplaced"] for n in held)
+    reason = ", ".join(f"{n}: {s['outside']} outside, standby {s['standby']} ({s['standby_unplaced']} with no room), "
+                       f"PDB allows {s['pdb_disruptions_allowed']}" for n, s in services.items() if s["outside"])
+    if pdb_deadlock:
+        reason += ("; the standby the providers cannot hold whole keeps pods pending, its PDB counts them as "
+                   "expected and allows no disruption, so the descheduler moves nothing home")
+    return {"services": services, "pdb_deadlock": pdb_deadlock, "reason": reason or "nothing outside"}
+
+
 def create_platform_job(lay: Layout, cfg: Any, name: str, pool: str, pods: int) -> None:
     """A Volcano Job of ``pods`` 8-GPU workers over ``pool`` from the stack's own template (its training queue,
     its handover gate), as the stack's own jobs are created."""
@@ -362,8 +397,10 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     say(f"burst: {sum(maxima.values())} inference replicas ready in {settle_s:.1f}s; the gang takes {pool} "
         f"({plan.gang_pods} pods), on-prem lacks {plan.displaced_gpus} GPUs for inference")
     name = "scale-burst"
+    simulated = simulate(cfg, plan)
     core_api: Any = client.CoreV1Api(control.api_client(lay))
     stalled: dict[str, Any] | None = None
+    return_blocked: dict[str, Any] | None = None
     log = lay.logs / "descheduler.log"
     log_from = log.stat().st_size if log.exists() else 0
     with watching(lay, settings.training_namespace, worker_selector(settings, name)) as times:
@@ -386,10 +423,17 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
                 time.sleep(RUN_S)
             delete_platform_job(lay, cfg, name)
             sampler.ended = time.monotonic()
-            done = (("time_to_close_s",) if stalled else
-                    ("time_to_close_s", "time_to_return_s", "time_to_return_standby_gone_s"))
-            wait("the burst closed" + ("" if stalled else ", inference back on-prem and the standby gone"),
-                 lambda: all(k in sampler.clock.phases for k in done), timeout + 7200)
+            wait("the burst closed", lambda: "time_to_close_s" in sampler.clock.phases,
+                 cfg.burst.close_hold_seconds + timeout)
+            if stalled is None:
+                done = ("time_to_return_s", "time_to_return_standby_gone_s")
+                try:
+                    expected = simulated.get("time_to_return_standby_gone_s") or timeout
+                    wait("inference back on-prem and the standby gone",
+                         lambda: all(k in sampler.clock.phases for k in done), RETURN_SLACK * expected + 120)
+                except control.ClusterError:
+                    return_blocked = blocked_return(core_api, client.PolicyV1Api(control.api_client(lay)), cfg)
+                    say(f"burst: the return did not finish: {return_blocked['reason']}")
         finally:
             sampler.stop.set()
             sampler.join(10)
@@ -401,12 +445,12 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     core = client.CoreV1Api(control.api_client(lay))
     wait("the inference pods gone", lambda: not core.list_namespaced_pod(cfg.inference_namespace).items, timeout)
     text = log.read_bytes()[log_from:].decode(errors="replace") if log.exists() else ""
-    simulated = simulate(cfg, plan)
     # A stalled gang displaced nothing: the phases after its end would time nothing coming home.
     phases = {k: round(v, 1) for k, v in sampler.clock.phases.items()
               if not stalled or k in (UNGATE, "time_to_standby_ready_s", "time_to_close_s")}
     return {
         "plan": asdict(plan), "settle_s": round(settle_s, 1), "run_s": RUN_S, "stalled": stalled,
+        "return_blocked": return_blocked,
         "phases": phases, "simulated": simulated,
         "side_by_side": [{"phase": k, "real_s": phases.get(k), "simulated_s": simulated.get(k),
                           "from": "gang's end" if k in AFTER_END else "gang's creation"} for k in (UNGATE, *PHASES)],
