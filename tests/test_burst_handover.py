@@ -12,6 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.burst_controller.contract import BurstSettings, Cover, HandoverTunables, SettingsError
 from agents.burst_controller.decide import (
@@ -29,6 +31,7 @@ from agents.burst_controller.decide import (
     decide,
     plan_standby,
 )
+from agents.burst_controller.plans import plan_clear
 from agents.burst_controller.view import ClusterView
 from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
 from tests.churn import churn
@@ -550,3 +553,23 @@ def test_the_view_offers_a_pools_nodes_with_replicas_and_counts_leaving_ones_fre
             gpu_pod("t0", 8, workload="training", namespace="training", pool="a", unschedulable=True)]
     snapshot = ClusterView.from_lists(nodes, pods, S, NOW).snapshot()
     assert snapshot.clearable == {"a": (NodeRoom("n1", 6, ((PodRef("inference", "m1"), 2),)), NodeRoom("n2", 8))}
+
+
+@given(st.dictionaries(st.sampled_from([1, 2, 4, 8]), st.integers(1, 6), min_size=1, max_size=3),
+       st.dictionaries(st.sampled_from([0, 1, 2, 4, 6, 8]), st.integers(0, 4), max_size=4),
+       st.lists(st.tuples(st.integers(0, 8), st.lists(st.sampled_from([1, 2, 4]), max_size=4)), max_size=8))
+def test_clearing_evicts_each_replica_once_and_only_from_nodes_that_then_hold_a_waiting_pod(
+        pods: dict[int, int], free: dict[int, int], nodes: list[tuple[int, list[int]]]) -> None:
+    rooms = tuple(room(f"n{i}", min(f, 8), *gpus) for i, (f, gpus) in enumerate(nodes) if min(f, 8) + sum(gpus) <= 8)
+    pool = PoolGpus(sum(f * n for f, n in free.items()), sum(s * n for s, n in pods.items()),
+                    free_nodes={f: n for f, n in free.items() if n and f}, unplaced_pods=dict(pods))
+    snapshot = replace(snap(svc(), unplaced={"a": pool.pending_training}), pools={"a": pool}, clearable={"a": rooms})
+    plan = plan_clear(snapshot, {"a": NOW - 60}, NOW, 30.0)
+    assert len(plan.evictions) == len(set(plan.evictions))
+    by_node = {n.name: n for n in rooms}
+    emptied = {ref.name.rsplit("-", 1)[0] for ref in plan.evictions}
+    assert all(by_node[n].replicas for n in emptied)
+    # Each emptied node gives all its replicas, and holds at least the smallest waiting pod once empty.
+    assert all(set(plan.evictions) >= {r for r, _ in by_node[n].replicas} for n in emptied)
+    assert all(by_node[n].room >= min(pods) for n in emptied)
+    assert len(emptied) <= sum(pods.values())

@@ -393,8 +393,8 @@ def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], now: floa
     Why: Volcano 1.14.1 places such a gang neither by `allocate` (it discards a gang it cannot place whole) nor by
     `reclaim` (it places a task only onto a node holding pods it may reclaim), when it needs both empty nodes and
     nodes inference holds; it would wait for good. Training still behind the gate is the handover's to wait for,
-    not this; ``after_s`` leaves the scheduler time to reclaim where it can. 0 turns it off. O(pools × nodes with
-    replicas there)."""
+    not this; ``after_s`` leaves the scheduler time to reclaim where it can. 0 turns it off. O(pools × pod sizes ×
+    nodes with replicas there)."""
     if after_s <= 0:
         return ClearPlan()
     gated = {snapshot.gated_pool.get(ref) for ref in snapshot.gated_pods}
@@ -411,13 +411,11 @@ def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], now: floa
         left, _ = _place_on_free(room.unplaced_pods, room.free_nodes)
         nodes = sorted(snapshot.clearable.get(pool, ()), key=lambda n: (n.room - n.free, n.name))
         chosen: list[NodeRoom] = []
-        for size in sorted(left, reverse=True):
-            for _ in range(left[size]):
-                node = next((n for n in nodes if n.room >= size), None)
-                if node is None:
-                    break
-                nodes.remove(node)
-                chosen.append(node)
+        taken: set[str] = set()
+        for size in sorted(left, reverse=True):  # each size takes the first nodes with room, in that order
+            fits = [n for n in nodes if n.room >= size and n.name not in taken][: left[size]]
+            taken.update(n.name for n in fits)
+            chosen += fits
         refs = [ref for node in chosen for ref, _ in node.replicas]
         if refs:
             evictions += refs
