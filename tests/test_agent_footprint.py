@@ -76,7 +76,8 @@ def test_the_declared_stacks_keep_their_floors_and_the_llama3_shape_sizes_every_
     values = scale.shape_values(scale.shape("llama3"), ROOT)
     cfg = parse_config(values, "scale shape llama3")
     nodes, pods = cluster_nodes(cfg), cluster_pods(cfg)
-    assert nodes == 2_060 and pods == 2_048 + 2 * (256 + 48 + 64)  # a training pod a node, services twice over
+    # A training pod a node, the services twice over at their maxReplicas (scaled with the shape: 8x prod's GPUs).
+    assert nodes == 2_060 and pods == 2_048 + 2 * 8 * (256 + 48 + 64)
     big = manifests(run_program("prod", {**config, **values}, secrets))
     for fp, name in DEPLOYMENTS.items():
         memory = quantity_value(_container_memory(big, name))

@@ -24,7 +24,16 @@ from typing import Any
 from bench.bench_sim_vs_e2e import AFTER_END, LOCAL_LATENCIES, PHASES, UNGATE, PhaseClock, PhaseView, Scenario
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan
-from tools.localcluster.scalejobs import audit_events, cancel, published_settings, submit, wait, watching
+from tools.localcluster.scalejobs import (
+    apply_objects,
+    audit_events,
+    cancel,
+    published_settings,
+    say,
+    submit,
+    wait,
+    watching,
+)
 
 #: How long the gang trains before the run ends it (the simulator's ``Scenario.run_s`` is the same).
 RUN_S = 120.0
@@ -157,8 +166,6 @@ def register_virtual_nodes(lay: Layout, plan: NodePlan, patches: Sequence[Mappin
     """The providers' virtual nodes as kwok nodes (what their virtual kubelets register), then the stack's node
     patches for them (as on the real nodes)."""
     from kubernetes import client
-
-    from tools.localcluster.scalerun import apply_objects
 
     api: Any = client.CoreV1Api(control.api_client(lay))
     names = [n.name for n in plan.by_kind("virtual")]
@@ -365,7 +372,6 @@ def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Seq
     from kubernetes import client
 
     from gpucluster_cli.render import worker_selector
-    from tools.localcluster.scalerun import apply_objects, say
 
     plan = burst_plan(cfg, pool)
     virtual = register_virtual_nodes(lay, plan_nodes, objects)

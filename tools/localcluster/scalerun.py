@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ from tools.localcluster.scale import (
 )
 from tools.localcluster.scalejobs import (
     SCALE_STATE,
+    apply_objects,
     audit_events,
     cancel,
     layout,
     published_settings,
+    say,
     submit,
     wait,
     watching,
@@ -73,11 +75,6 @@ LEFT_OUT = {
 KIND_ORDER = ("Namespace", "PriorityClass", "StorageClass", "ClusterRole", "ClusterRoleBinding", "ServiceAccount",
               "Role", "RoleBinding", "ConfigMap", "Secret", "Queue", "ValidatingAdmissionPolicy",
               "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
-FIELD_MANAGER = "pulumi-kubernetes"
-
-
-def say(msg: str) -> None:
-    print(f"scale: {msg}", flush=True)
 
 
 # --------------------------------------------------------------------------- the stack's objects
@@ -124,41 +121,6 @@ def split_objects(objects: Sequence[dict[str, Any]], kwok_nodes: Collection[str]
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
     keep.sort(key=lambda o: (rank.get(o["kind"], len(rank)), o["kind"]))
     return keep, left
-
-
-#: Applies in flight at once within one kind (2,048 node patches take seconds, not one round trip each).
-APPLY_WORKERS = 16
-
-
-def apply_objects(lay: Layout, objects: Sequence[Mapping[str, Any]]) -> int:
-    """Server-side apply each object (as the stack's provider does), kind after kind in the given order and
-    the objects of one kind side by side; fails naming the first object refused."""
-    from concurrent.futures import ThreadPoolExecutor
-    from itertools import groupby
-
-    from kubernetes import dynamic
-    from kubernetes.client import ApiException
-
-    api = control.api_client(lay)
-    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = APPLY_WORKERS
-    dyn: Any = dynamic.DynamicClient(api)  # type: ignore[no-untyped-call]
-
-    def apply(obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        what = f"{obj['kind']} {meta.get('namespace', '')}/{meta.get('name')}"
-        try:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            resource.server_side_apply(body=obj, name=meta.get("name"), namespace=meta.get("namespace"),
-                                       field_manager=FIELD_MANAGER, force_conflicts=True)
-        except ApiException as exc:
-            raise control.ClusterError(f"applying {what}: {exc.status} {exc.reason}: {exc.body}") from None
-        except dynamic.exceptions.ResourceNotFoundError:
-            raise control.ClusterError(f"applying {what}: {obj['apiVersion']} is not served here") from None
-
-    with ThreadPoolExecutor(APPLY_WORKERS) as pool:
-        for _, group in groupby(objects, key=lambda o: o["kind"]):
-            list(pool.map(apply, group))
-    return len(objects)
 
 
 # --------------------------------------------------------------------------- the control plane
