@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bench.bench_sim_vs_e2e import PHASES, UNGATE, PhaseClock, PhaseView
 from tools.localcluster import scaleburst
-from tools.localcluster.scale import QUICK_BURST, shape, shape_config
+from tools.localcluster.scale import quick_burst, shape, shape_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "gpucluster.io"
@@ -50,8 +50,10 @@ def test_the_prod_plan_is_the_stack_as_declared() -> None:
 
 def test_the_small_shape_runs_the_local_stacks_timings_and_keeps_its_proportions() -> None:
     small, prod = shape_config(shape("small"), ROOT), shape_config(shape("prod"), ROOT)
-    assert small.burst.close_hold_seconds == QUICK_BURST["burst"]["closeHoldSeconds"]
-    assert small.descheduler.min_pod_age_seconds == QUICK_BURST["descheduler"]["minPodAgeSeconds"]
+    local = quick_burst(ROOT)
+    assert small.burst.close_hold_seconds == local["burst"]["closeHoldSeconds"] == 20  # Pulumi.local.yaml's
+    assert small.descheduler.min_pod_age_seconds == local["descheduler"]["minPodAgeSeconds"] == 30
+    assert small.burst.handover.timeout_seconds == local["burst"]["handover"]["timeoutSeconds"] == 60
     assert prod.burst.close_hold_seconds == 900  # the stack's own
     ratio = small.onprem_gpus / prod.onprem_gpus
     for a, b in zip(small.inference.services, prod.inference.services, strict=True):

@@ -156,7 +156,7 @@ def test_the_burst_at_scale_releases_the_gang_early_and_runs_every_phase(result:
     phases = burst["phases"]
     assert burst["sampler_errors"] == [], burst["sampler_errors"]
     assert burst["stalled"] is None, burst["stalled"]
-    assert phases["time_to_ungate_s"] < scale.QUICK_BURST["burst"]["handover"]["timeoutSeconds"], phases
+    assert phases["time_to_ungate_s"] < scale.quick_burst(control.ROOT)["burst"]["handover"]["timeoutSeconds"], phases
     assert set(phases) >= {"time_to_preempt_s", "time_to_open_s", "time_to_gang_running_s", "time_to_close_s"}, phases
     assert phases["time_to_ungate_s"] <= phases["time_to_gang_running_s"]
     if burst["return_blocked"] is not None:

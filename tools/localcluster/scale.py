@@ -44,17 +44,24 @@ class Shape:
     storm_faults: tuple[int, ...] = ()
     #: Gang sizes crashed by a fatal fault on one of their nodes; each leaves its pool a node to restart without it.
     crash_sizes: tuple[int, ...] = ()
-    #: The burst run with the local stack's holds and timeouts (:data:`QUICK_BURST`) instead of the stack's own:
+    #: The burst run with the local stack's holds and timeouts (:func:`quick_burst`) instead of the stack's own:
     #: the same path in seconds, not the prod stack's quarter-hour close hold.
     quick_burst: bool = False
 
 
-#: The local stack's burst and descheduler timings (Pulumi.local.yaml), for a burst run that must be short.
-QUICK_BURST: dict[str, dict[str, Any]] = {
-    "burst": {"openHoldSeconds": 5, "closeHoldSeconds": 20, "pendingGraceSeconds": 5,
-              "handover": {"timeoutSeconds": 60}},
-    "descheduler": {"minPodAgeSeconds": 30},
+#: The timing keys a short burst run takes from the local stack, per section.
+QUICK_KEYS: dict[str, tuple[str, ...]] = {
+    "burst": ("openHoldSeconds", "closeHoldSeconds", "pendingGraceSeconds", "handover"),
+    "descheduler": ("minPodAgeSeconds",),
 }
+
+
+def quick_burst(root: Path) -> dict[str, dict[str, Any]]:
+    """The local stack's burst and descheduler timings (``Pulumi.local.yaml``, read, not restated), for a burst
+    run that must be short."""
+    local = stack_config_values(root / "Pulumi.local.yaml")
+    return {section: {k: local[section][k] for k in keys if k in (local.get(section) or {})}
+            for section, keys in QUICK_KEYS.items()}
 
 
 #: The shapes' fabric, as the prod stack declares its own: leaves of 32 nodes, two leaves under each spine.
@@ -145,7 +152,7 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
     # The gangs measured here take whole pools (bind time against gang size): no node is held back as a warm spare.
     values["pools"] = [{**dict(p), "spareNodes": 0} for p in values.get("pools") or ()]
     if sh.quick_burst:
-        for key, quick in QUICK_BURST.items():
+        for key, quick in quick_burst(root).items():
             section = dict(values.get(key) or {})
             for k, v in quick.items():
                 section[k] = {**dict(section.get(k) or {}), **v} if isinstance(v, dict) else v

@@ -12,8 +12,10 @@ The plan (how large the other training is, which team submits what) is pure: :fu
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,14 +73,12 @@ class BurstPlan:
     displaced_gpus: int
 
 
-def _team(gpus: int, teams: Sequence[Any], taken: Mapping[str, int]) -> str | None:
-    """The first team whose capability leaves room for ``gpus`` beside what ``taken`` already holds (the CLI's
-    quota); None on a stack without teams."""
+def _team(gpus: int, teams: Sequence[Any]) -> str | None:
+    """The first team whose capability (the CLI's quota) holds ``gpus``; None on a stack without teams."""
     if not teams:
         return None
     for team in teams:
-        cap = team.capability_gpus
-        if cap is None or taken.get(team.name, 0) + gpus <= cap:
+        if team.capability_gpus is None or gpus <= team.capability_gpus:
             return str(team.name)
     raise ValueError(f"no team's capabilityGpus leaves room for a gang of {gpus} GPUs")
 
@@ -103,7 +103,7 @@ def burst_plan(cfg: Any, pool: str) -> BurstPlan:
     free_after = onprem - gang.gpu_count - (background * cfg.pool(background_pool).gpus_per_node
                                             if background_pool else 0)
     teams = tuple(cfg.scheduling.teams)
-    background_team = (_team(background * cfg.pool(background_pool).gpus_per_node, teams, {})
+    background_team = (_team(background * cfg.pool(background_pool).gpus_per_node, teams)
                        if background_pool and background else None)
     return BurstPlan(pool=pool, gang_pods=len(gang.node_names), background_pool=background_pool,
                      background_pods=background, background_team=background_team, inference_gpus=inference,
@@ -190,7 +190,7 @@ def inference_at_max(objects: Sequence[Mapping[str, Any]], cfg: Any) -> list[dic
         meta = obj.get("metadata") or {}
         if obj["kind"] != "Deployment" or meta.get("namespace") != cfg.inference_namespace:
             continue
-        dep = json.loads(json.dumps(obj))
+        dep = copy.deepcopy(dict(obj))
         if meta.get("name") in maxima:
             dep["spec"]["replicas"] = maxima[meta["name"]]
         out.append(dep)
@@ -359,12 +359,10 @@ def evictions_by(events: Iterable[Mapping[str, Any]], agent: str) -> dict[str, i
 
 def evictions_per_cycle(log: str) -> list[int]:
     """The descheduler's evictions in each of its cycles, from its log."""
-    import re
-
     return [int(m) for m in re.findall(r'"Number of evictions[^"]*"[^\n]*?totalEvicted=(\d+)', log)]
 
 
-def burst_run(lay: Layout, sh: Any, plan_nodes: NodePlan, cfg: Any, objects: Sequence[Mapping[str, Any]],
+def burst_run(lay: Layout, plan_nodes: NodePlan, cfg: Any, objects: Sequence[Mapping[str, Any]],
               pool: str, spec_dir: Path, timeout: float) -> dict[str, Any]:
     """The scenario on the running shape; the phases, the simulator's for the same shape beside them, and what held
     throughout (ready replicas never under minReplicas, the burst taint never NoExecute, the descheduler's

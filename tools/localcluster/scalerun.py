@@ -464,7 +464,7 @@ def burst_measured(lay: Layout, sh: Shape, plan: Any, spec_dir: Path, timeout: f
     from tools.localcluster import scaleburst
 
     before, wall0 = apiserver_metrics(lay), time.time()
-    result = scaleburst.burst_run(lay, sh, plan, shape_config(sh, ROOT), stack_objects(sh), gang_pool(sh, ROOT),
+    result = scaleburst.burst_run(lay, plan, shape_config(sh, ROOT), stack_objects(sh), gang_pool(sh, ROOT),
                                   spec_dir, timeout)
     after = apiserver_metrics(lay)
     return {"burst": {**result, "timings": "quick (Pulumi.local.yaml's holds)" if sh.quick_burst else "the stack's",
