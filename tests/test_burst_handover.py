@@ -27,9 +27,11 @@ from agents.burst_controller.decide import (
     PoolGpus,
     ServiceReplicas,
     Snapshot,
+    StandbyRoom,
     VirtualNode,
     decide,
     plan_standby,
+    standby_room,
 )
 from agents.burst_controller.plans import plan_clear
 from agents.burst_controller.view import ClusterView
@@ -474,8 +476,61 @@ def test_a_full_standby_lets_the_close_go_ahead_without_waiting_the_timeout() ->
     snapshot = snap(service, free={"a": 32}, external_used=4, burst=None)
     closed = decide(snapshot, replace(OPEN, close_since=NOW - 20), NOW, S)
     assert closed.flipped is Mode.CLOSED, closed.reasons
-    plan = plan_standby(snapshot, returning=True, cover=Cover.CURRENT)
+    room = standby_room(snapshot.services, {}, NOW, S.handover.standby_retry_seconds)
+    plan = plan_standby(snapshot, returning=True, cover=Cover.CURRENT, room=room)
     assert plan.full == {"svc"} and "(the providers hold no more)" in plan.describe()
+    assert plan.targets == {"svc": 2}  # what the providers placed, not the 4 asked
+
+
+def test_a_full_standby_asks_only_for_what_was_placed_until_the_retry() -> None:
+    """The unplaced pods of a standby count as expected in the service's PDB, which then allows no disruption: the
+    descheduler's 4,864 evictions over 37 min were all refused (429) after a close at scale. Cut to what was placed,
+    the standby leaves the PDB its room; after `standbyRetrySeconds` it asks for its whole size again."""
+    retry = S.handover.standby_retry_seconds
+    gang = dict(unplaced={"a": 32}, gated=GANG)
+    first = decide(snap(replace(svc(standby=4, standby_ready=2), standby_unschedulable=2), **gang), CLOSED, NOW, S)
+    assert standby_of(first) == 2 and len(kinds(first, ActionKind.UNGATE)) == len(GANG), first.reasons
+    assert first.state.standby_room == {"svc": StandbyRoom(2, NOW)}
+    # The unplaced pods are gone; nothing says "no room" any more, but the cut holds until the retry.
+    def seen(snapshot: Snapshot, t: float) -> Snapshot:
+        return replace(snapshot, observed_at=t - 1)
+
+    cut = snap(svc(standby=2), **gang)
+    held = decide(seen(cut, NOW + retry - 1), first.state, NOW + retry - 1, S)
+    assert standby_of(held) is None and held.standby == {"svc": 2}, held.reasons
+    retried = decide(seen(cut, NOW + retry), held.state, NOW + retry, S)
+    assert standby_of(retried) == 4 and retried.state.standby_room == {}, retried.reasons
+    # Asked again, placed again only in part: a new cut, counted from now.
+    part = snap(replace(svc(standby=4, standby_ready=3), standby_unschedulable=1), **gang)
+    again = decide(seen(part, NOW + retry + 5), retried.state, NOW + retry + 5, S)
+    assert standby_of(again) == 3 and again.state.standby_room == {"svc": StandbyRoom(3, NOW + retry + 5)}
+
+
+@given(live=st.integers(1, 12), unschedulable=st.integers(0, 12), ready=st.integers(0, 12),
+       warm=st.integers(0, 2), later=st.floats(0, 600), external=st.integers(0, 8))
+def test_no_standby_pod_the_scheduler_found_no_room_for_is_asked_for_again_before_the_retry(
+        live: int, unschedulable: int, ready: int, warm: int, later: float, external: int) -> None:
+    """Invariant behind the PDB deadlock: once the scheduler said "no room" (every placed standby pod ready, no warm
+    placeholder to preempt), no decision before `standbyRetrySeconds` asks for more standby pods than were placed,
+    whether training waits (the gate) or the burst closes (the return)."""
+    unschedulable = min(unschedulable, live)
+    placed = live - unschedulable
+    ready = min(ready, placed)
+    service = replace(svc(onprem={"a": 4}, external=external, standby=live, standby_ready=ready),
+                      standby_unschedulable=unschedulable, warm_live=warm)
+    for snapshot, state in ((snap(service, unplaced={"a": 32}, gated=GANG), CLOSED),
+                            (snap(service, free={"a": 32}, external_used=external, burst=None),
+                             replace(OPEN, close_since=NOW - 30))):
+        first = decide(snapshot, state, NOW, S)
+        judged = unschedulable > 0 and ready >= placed and warm == 0
+        assert ("svc" in first.state.standby_room) is judged
+        if not judged:
+            continue
+        assert first.standby.get("svc", 0) <= placed, first.reasons
+        after = replace(snapshot, services={"svc": replace(service, standby_live=placed, standby_unschedulable=0)})
+        t = NOW + min(later, S.handover.standby_retry_seconds - 0.5)
+        nxt = decide(replace(after, observed_at=t - 1), replace(first.state, last_now=t - 1), t, S)
+        assert nxt.standby.get("svc", 0) <= placed, nxt.reasons
 
 
 def test_the_view_counts_standby_pods_the_scheduler_found_no_room_for() -> None:

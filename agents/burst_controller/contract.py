@@ -194,6 +194,11 @@ class HandoverTunables(SettingsModel):
     Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by `allocate` (it
     discards a gang it cannot place whole) nor by `reclaim` (it places only onto nodes with pods it may reclaim), so
     without this such a gang waits for good (docs/scheduling.md). 0 turns it off."""
+    standby_retry_seconds: PositiveSeconds = 120.0
+    """Once the scheduler finds no room on the providers for a standby's other pods (every placed one ready), the
+    standby asks for only the pods it placed, for this long, then for its whole size again. Unplaced standby pods
+    count as expected in the service's PodDisruptionBudget, so while they exist it allows no disruption: the
+    return home and the clearing would wait for good (found by the burst run at scale)."""
 
     def tunables(self) -> dict[str, Any]:
         """The values of this class's own keys (the stack's section holds `enabled` too)."""

@@ -36,6 +36,7 @@ from agents.burst_controller.plans import (
     plan_return,
     plan_standby,
     plan_warm,
+    standby_room,
     track_replicas,
 )
 from agents.burst_controller.snapshot import (
@@ -50,6 +51,7 @@ from agents.burst_controller.snapshot import (
     PoolGpus,
     ServiceReplicas,
     Snapshot,
+    StandbyRoom,
     VirtualNode,
     effective_free_gpus,
 )
@@ -72,6 +74,7 @@ __all__ = [
     "ServiceReplicas",
     "Snapshot",
     "StandbyPlan",
+    "StandbyRoom",
     "VirtualNode",
     "actions",
     "decide",
@@ -86,6 +89,7 @@ __all__ = [
     "plan_standby",
     "plan_warm",
     "settle_clock",
+    "standby_room",
     "state_from_snapshot",
     "track_replicas",
 ]
@@ -132,11 +136,13 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
             if settings.handover.ramp_seconds > 0 or settings.warm_pool_ramp_seconds > 0 else {})
     ramp = {name: r for name, points in seen.items()
             if (r := expected_ramp(points, now, window, settings.handover.ramp_seconds))}
-    step = next_mode(snapshot, state, now, settings, may_flip, ramp)
+    room = standby_room(snapshot.services, state.standby_room, now, settings.handover.standby_retry_seconds)
+    step = next_mode(snapshot, state, now, settings, may_flip, ramp, room)
     reasons.extend(step.reasons)
     closing = step.close_since is not None and now - step.close_since >= settings.close_hold_seconds
     plan = plan_standby(snapshot, returning=step.mode is Mode.CLOSED or closing, cover=settings.handover.cover,
-                        sizing=settings.handover.sizing, return_batch=settings.handover.return_batch, ramp=ramp)
+                        sizing=settings.handover.sizing, return_batch=settings.handover.return_batch, ramp=ramp,
+                        room=room)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
     clear = plan_clear(snapshot, state.stalled_since, now, settings.handover.clear_after_seconds)
@@ -154,6 +160,7 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         gated_seen=gate.seen,
         replicas_seen=seen,
         stalled_since=clear.stalled_since,
+        standby_room=room,
     )
     return Decision(
         actions(snapshot, step, plan, gate.released, settings, warm, home, clear.evictions),
@@ -188,6 +195,7 @@ def settle_clock(state: BurstState, now: float) -> tuple[BurstState, list[str], 
             replicas_seen={name: tuple((t - back, n) for t, n in points)
                            for name, points in state.replicas_seen.items()},
             stalled_since={pool: t - back for pool, t in state.stalled_since.items()},
+            standby_room={name: replace(r, since=r.since - back) for name, r in state.standby_room.items()},
         )
         reasons.append(f"clock moved back {back:.1f}s: no flip, holds restart")
         may_flip = False
@@ -258,9 +266,10 @@ class ModeStep:
 
 
 def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSettings, may_flip: bool,
-              ramp: Mapping[str, int] | None = None) -> ModeStep:
+              ramp: Mapping[str, int] | None = None, room: Mapping[str, StandbyRoom] | None = None) -> ModeStep:
     """Hysteresis: open after scarcity (or pending inference) held; close after plenty held and standby ready
-    (sized with `ramp`, the expected ramp per service, as the standby step sizes it)."""
+    (sized with `ramp`, the expected ramp per service, and `room`, what the providers hold, as the standby step
+    sizes it)."""
     reasons: list[str] = []
     effective_free = effective_free_gpus(snapshot, settings.inference_pools)
     external = snapshot.external_gpus_in_use - snapshot.standby_external_gpus
@@ -297,7 +306,7 @@ def next_mode(snapshot: Snapshot, state: BurstState, now: float, settings: Burst
             # same cover the standby was scaled with.
             home = plan_standby(snapshot, returning=True, cover=settings.handover.cover,
                                 sizing=settings.handover.sizing, return_batch=settings.handover.return_batch,
-                                ramp=ramp)
+                                ramp=ramp, room=room)
             waited = now - close_since - settings.close_hold_seconds
             if home.covered or waited >= settings.handover.timeout_seconds:
                 flipped = Mode.CLOSED

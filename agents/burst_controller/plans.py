@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agents.burst_controller.contract import BurstSettings, Cover, Sizing
-from agents.burst_controller.snapshot import NodeRoom, PodRef, PoolGpus, ServiceReplicas, Snapshot
+from agents.burst_controller.snapshot import NodeRoom, PodRef, PoolGpus, ServiceReplicas, Snapshot, StandbyRoom
 
 
 def track_replicas(
@@ -271,13 +271,34 @@ class StandbyPlan:
     def describe(self) -> str:
         parts = [f"{s} standby {self.ready[s]}/{n} ready, {self.at_risk[s]} at risk"
                  + (f" + {self.ramp[s]} for the ramp" if self.ramp.get(s) else "")
-                 + (" (the providers hold no more)" if s in self.full and self.ready[s] < n else "")
+                 + (" (the providers hold no more)" if s in self.full else "")
                  for s, n in self.targets.items()]
         return ", ".join(parts) or "nothing at risk"
 
 
+def standby_room(services: Mapping[str, ServiceReplicas], seen: Mapping[str, StandbyRoom], now: float,
+                 retry_s: float) -> dict[str, StandbyRoom]:
+    """Per service, the standby size the providers hold, while it is known: the scheduler found no room for the
+    standby's other pods and every placed one is ready (no warm placeholder anywhere, whose GPUs a standby pod would
+    preempt: there "no room" is not final). Kept `retry_s` from its first sight, so the standby, cut to what was
+    placed, asks for its whole size again after that long (room may have come); dropped for a service no longer
+    listed. Why it is kept at all: once cut, the standby has no unplaced pod left to say "no room" again. O(services).
+    """
+    warm = any(s.warm_live for s in services.values())
+    out: dict[str, StandbyRoom] = {}
+    for name, svc in services.items():
+        placed = svc.standby_live - svc.standby_unschedulable
+        known = seen.get(name)
+        if known is not None and known.since <= now < known.since + retry_s:
+            out[name] = known
+        if not warm and svc.standby_unschedulable > 0 and svc.standby_ready >= placed:
+            out[name] = StandbyRoom(placed, known.since if name in out and known is not None else now)
+    return out
+
+
 def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizing = Sizing.POOL,
-                 return_batch: int = 0, ramp: Mapping[str, int] | None = None) -> StandbyPlan:
+                 return_batch: int = 0, ramp: Mapping[str, int] | None = None,
+                 room: Mapping[str, StandbyRoom] | None = None) -> StandbyPlan:
     """Standby per service = replicas at risk that the rest cannot cover.
 
     `cover` CURRENT replaces every replica at risk up to the service's current replica count (capacity is
@@ -296,10 +317,10 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
-    A standby the providers cannot hold whole (the scheduler found no room for its other pods, every placed one
-    ready, no warm placeholder to preempt) counts as done (`StandbyPlan.full`): the gate and the close wait for
-    what can be made, not for a target larger than the providers (the prod stack at maxReplicas asks 512 GPUs of
-    standby of 384).
+    A standby the providers cannot hold whole (`room`, from `standby_room`) asks for what they hold and no more, and
+    counts as done (`StandbyPlan.full`): the gate and the close wait for what can be made, not for a target larger
+    than the providers (the prod stack at maxReplicas asks 512 GPUs of standby of 384), and no unplaced standby pod
+    is left for the service's PDB to count as expected (it would allow no disruption while one exists).
 
     `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
     gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
@@ -307,8 +328,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     it takes it, and the demand that grows meanwhile, are both covered. MINIMUM keeps the floor only.
     """
     ramp = ramp or {}
-    # Warm placeholders hold GPUs on the virtual nodes that a standby pod preempts: there, "no room" is not final.
-    warm = any(s.warm_live for s in snapshot.services.values())
+    room = room or {}
     unplaced = snapshot.unplaced_training
     anywhere = unplaced.get("", 0)
     if snapshot.poolless is None:
@@ -362,14 +382,16 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         extra = ramp.get(name, 0) if cover is Cover.CURRENT and (onprem_risk or svc.standby_live) else 0
         goal = max(svc.min_replicas, svc.main_live) + extra
         cap = goal if cover is Cover.CURRENT else svc.min_replicas
-        targets[name] = max(0, min(goal - (svc.main_ready - ready_risk - external), cap))
+        target = max(0, min(goal - (svc.main_ready - ready_risk - external), cap))
+        held = room.get(name)
+        if held is not None and target > held.placed:
+            target = held.placed
+            full.add(name)
+        targets[name] = target
         at_risk[name] = risk
         ready[name] = svc.standby_ready
         if extra:
             ramps[name] = extra
-        if not warm and svc.standby_unschedulable > 0 \
-                and svc.standby_ready >= svc.standby_live - svc.standby_unschedulable:
-            full.add(name)
     return StandbyPlan(targets, at_risk, ready, frozenset(gang), {p: frozenset(v) for p, v in by_pool.items()},
                        ramps, frozenset(full))
 

@@ -215,6 +215,15 @@ def effective_free_gpus(snapshot: Snapshot, inference_pools: Collection[str] = (
 
 
 @dataclass(frozen=True)
+class StandbyRoom:
+    """A service's standby as large as the providers hold: the scheduler found no room for its other pods while
+    `placed` were bound (and ready), seen first at `since`."""
+
+    placed: int
+    since: float
+
+
+@dataclass(frozen=True)
 class BurstState:
     """Controller memory between decisions; recomputable from the cluster (see `state_from_snapshot`)."""
 
@@ -232,6 +241,8 @@ class BurstState:
     replicas_seen: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
     # Per pool: since when released training there has waited unplaced where it does not fit the free GPUs.
     stalled_since: Mapping[str, float] = field(default_factory=dict)
+    # Per service: the standby the providers held when the scheduler found no room for the rest (`StandbyRoom`).
+    standby_room: Mapping[str, StandbyRoom] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
