@@ -145,8 +145,7 @@ class PhaseClock:
                 continue
             if key in AFTER_END and since_end is None:
                 continue
-            before = CHAINED.get(key) or (order[i - 1] if self.chained and i > 1 and key not in (
-                AFTER_END[0],) else None)
+            before = CHAINED.get(key) or (order[i - 1] if self.chained and i > 1 and key != AFTER_END[0] else None)
             if before is not None and before not in self.phases:
                 continue
             self.phases[key] = since_end if key in AFTER_END and since_end is not None else since_arrival

@@ -20,6 +20,7 @@ from tools.localcluster.history import (
     quarantine_violations,
     repeated_evictions,
     taint_flips,
+    unquarantined_faults,
 )
 from tools.localcluster.rbac_usage import Request, parse_audit
 
@@ -287,3 +288,54 @@ def test_a_release_sampled_inside_the_probation_is_always_named(early: float, ga
     off = fault.clear + PROBATION - early - gap  # seen off at the latest one sample later, still early
     samples = [(float(t), "gpu-1", 20 <= t < off) for t in range(0, 200, gap)]
     assert "released-before-clear-and-probation" in judged(samples, [fault])
+
+
+# --------------------------------------------------------------------------- faults the guard never answered
+
+WITHIN = 22.0  # the local guard: XID holds 0 + a 2 s poll + a 20 s cycle deadline (tools.chaos.soak.quarantine_bound_s)
+
+
+def missed(samples: list[tuple[float, str, bool]], faults: list[GpuFault],
+           breaker: list[tuple[float, bool]] | None = None) -> list[str]:
+    return [v.detail for v in unquarantined_faults(samples, faults, within_s=WITHIN, breaker=breaker or [])]
+
+
+def test_a_fault_prometheus_showed_and_the_guard_never_answered_is_named() -> None:
+    """The soak's degraded XID on an idle node left no taint and no violation: nothing judged a fault never answered."""
+    fault = GpuFault("gpu-1", start=10, clear=40, seen=16)
+    assert missed(readings("gpu-1", [], 200), [fault]) == [
+        "gpu-1: the GPU fault served from 10, queryable from 16, left it untainted 22s after"]
+    # Answered within the bound, or the node already quarantined when its fault began: clean.
+    assert missed(readings("gpu-1", [(30, 120)], 200), [fault]) == []
+    assert missed(readings("gpu-1", [(0, 120)], 200), [fault]) == []
+    # Answered, but later than the bound: named.
+    assert len(missed(readings("gpu-1", [(16 + WITHIN + 5, 120)], 200), [fault])) == 1
+
+
+def test_a_fault_never_queryable_a_tripped_breaker_or_no_samples_is_not_charged_to_the_guard() -> None:
+    unseen = GpuFault("gpu-1", start=10, clear=40, seen=None)
+    assert missed(readings("gpu-1", [], 200), [unseen]) == []
+    fault = GpuFault("gpu-1", start=10, clear=40, seen=16)
+    assert missed(readings("gpu-1", [], 200), [fault], breaker=[(20.0, True)]) == []
+    assert missed(readings("gpu-1", [], 200), [fault], breaker=[(5.0, True), (9.0, False), (200.0, True)]) != []
+    assert missed(readings("gpu-1", [], 30), [fault]) == []  # no sample as late as the bound: nothing to judge by
+
+
+@given(seen=st.floats(0, 20), detect=st.floats(0, WITHIN), gap=st.integers(1, 5), others=st.integers(0, 3))
+def test_a_guard_that_answers_within_its_bound_is_never_named_however_it_is_sampled(
+        seen: float, detect: float, gap: int, others: int) -> None:
+    fault = GpuFault("gpu-1", start=10, clear=40, seen=10 + seen)
+    on = fault.seen + detect  # type: ignore[operator]
+    samples = [(float(t), node, node == "gpu-1" and t >= on)
+               for t in range(0, 200, gap) for node in ("gpu-1", *(f"other-{i}" for i in range(others)))]
+    assert missed(samples, [fault]) == []
+
+
+def test_the_soaks_bound_is_the_guards_own_timing() -> None:
+    from agents.health_guard.contract import HealthSettings
+    from tools.chaos.soak import quarantine_bound_s
+
+    guard = HealthSettings()
+    assert quarantine_bound_s(guard) == guard.poll_seconds + guard.renew_deadline_seconds  # the XIDs hold 0
+    held = guard.model_copy(update={"poll_seconds": 5})
+    assert quarantine_bound_s(held) == 5 + guard.renew_deadline_seconds

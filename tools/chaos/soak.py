@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agents.health_guard.contract import Names
+from agents.health_guard.contract import HealthSettings, Names
+from components.health_guard import settings_from_config as guard_settings
 from tools.chaos.gang import GANG, GANG_STALLED_S, SoakGang
 from tools.chaos.schedule import (
     AGENT_FAULTS,
@@ -46,6 +47,7 @@ from tools.localcluster.history import (
     quarantine_violations,
     repeated_evictions,
     taint_flips,
+    unquarantined_faults,
 )
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError
@@ -79,6 +81,8 @@ GPU_FAULT_S = 30.0
 GPU_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}}
 #: The fatal one: the GPU fell off the bus.
 GPU_FATAL_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 79}}
+#: The guard's signals that read those two XIDs (agents/health_guard/contract.py).
+XID_SIGNALS = ("xid-degraded", "xid-fatal")
 #: How long the soak, as the operator, waits for Prometheus to show a cleared GPU before marking it repaired.
 CLEAR_SCRAPED_S = 90.0
 #: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
@@ -89,6 +93,13 @@ NETWORK = {
     Fault.API_RESET: NetFault("reset", share=0.3),
     Fault.API_HANG: NetFault("hang", share=0.2),
 }
+
+
+def quarantine_bound_s(guard: HealthSettings) -> float:
+    """The longest the guard may take to quarantine a node once its GPU fault is queryable: the XID signals' longest
+    hold, one poll, and one cycle's deadline (its Lease renewal deadline: no cycle runs longer)."""
+    signals = {s.name: s for s in guard.signals}
+    return max(signals[name].hold_seconds for name in XID_SIGNALS) + guard.poll_seconds + guard.renew_deadline_seconds
 
 
 def not_coming_back(recoveries: Sequence[float | None], in_a_row: int = STOP_AFTER_NOT_WHOLE) -> bool:
@@ -137,6 +148,8 @@ class Record:
     quarantine: list[tuple[float, str, bool]] = field(default_factory=list)
     #: The GPU faults served, each from its start to its clear.
     gpu_faults: list[GpuFault] = field(default_factory=list)
+    #: The health guard's breaker at each sample: (epoch seconds, tripped); a tripped one holds every quarantine.
+    breaker: list[tuple[float, bool]] = field(default_factory=list)
     #: What the soak did as the operator after a GPU fault (a repair mark, a breaker reset).
     operator_actions: Counter[str] = field(default_factory=Counter)
 
@@ -191,6 +204,7 @@ class Soak:
         self.core: Any = client.CoreV1Api(api)
         self.apps: Any = client.AppsV1Api(api)
         self.policy: Any = client.PolicyV1Api(api)
+        self.coordination: Any = client.CoordinationV1Api(api)
         self.agents = {a.app: a for a in ha_agents(lay, self.namespace)}
         self.providers = {t.app: t for t in virtual_kubelet.targets(cfg)}
         self.kubelets = kubelets
@@ -273,7 +287,7 @@ class Soak:
             assert self.gang is not None  # drawn only with a gang's ranks
             return self.gang.hit(fault, target)
         elif fault in GPU_FAULTS:
-            self._gpu_fault(target, fatal=fault is Fault.GPU_FATAL)
+            return self._gpu_fault(target, fatal=fault is Fault.GPU_FATAL)
         elif fault in NETWORK_FAULTS:
             apiproxy.set_fault(self.lay, replace(NETWORK[fault], seconds=NETWORK_WINDOW_S,
                                                  user_agents=tuple(f"{a}/" for a in sorted(self.agents))))
@@ -282,14 +296,19 @@ class Soak:
             self._restart(PROCESS_OF[fault], kill=fault in KILLED)
         return None
 
-    def _gpu_fault(self, node: str, fatal: bool = False) -> None:
-        """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, clear it, and wait (at most
-        :data:`CLEAR_SCRAPED_S`) until Prometheus shows it cleared: from then on the soak acts as the operator
-        who fixed the GPU (:meth:`_operate`). A fatal one takes the gang's worker on the node with it, as a GPU off
-        the bus does: it restarts in place while the guard quarantines the node and evicts the pod to the spare."""
+    def _gpu_fault(self, node: str, fatal: bool = False) -> Callable[[], bool]:
+        """Serve an XID from the node's dcgm-exporter for :data:`GPU_FAULT_S`, noting when Prometheus first answers
+        with it (the guard cannot know of it before), clear it, and wait (at most :data:`CLEAR_SCRAPED_S`) until
+        Prometheus shows it cleared: from then on the soak acts as the operator who fixed the GPU (:meth:`_operate`).
+        A fatal one takes the gang's worker on the node with it, as a GPU off the bus does: it restarts in place while
+        the guard quarantines the node and evicts the pod to the spare. Returns whether Prometheus ever showed it (a
+        fault it never showed is named in the report, not charged to the guard)."""
         ns = self.cfg.telemetry_namespace
+        served = GPU_FATAL_FAULT if fatal else GPU_FAULT
+        xid = float(served["0"]["DCGM_FI_DEV_XID_ERRORS"])
         start = time.time()
-        serve_gpu_readings(self.lay, ns, node, GPU_FATAL_FAULT if fatal else GPU_FAULT)
+        seen: float | None = None
+        serve_gpu_readings(self.lay, ns, node, served)
         try:
             if fatal and self.gang is not None:
                 try:
@@ -299,21 +318,31 @@ class Soak:
                     say(f"the fatal XID on {node} could not kill {GANG}'s worker there: {exc}")
                 if not killed:
                     say(f"the fatal XID on {node} takes no rank of {GANG} with it")
-            time.sleep(GPU_FAULT_S)
+            end = time.monotonic() + GPU_FAULT_S
+            while time.monotonic() < end:
+                if seen is None and self._xid_of(node) == xid:
+                    seen = time.time()
+                time.sleep(min(2.0, max(0.0, end - time.monotonic())))
         finally:
             serve_gpu_readings(self.lay, ns, node, {})
-        self.record.gpu_faults.append(GpuFault(node, start, time.time()))
-        query = f'max(DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}})'
+        self.record.gpu_faults.append(GpuFault(node, start, time.time(), seen))
         deadline = time.monotonic() + CLEAR_SCRAPED_S
-        while time.monotonic() < deadline:
-            try:
-                result = prometheus_get(self.lay, self.monitoring, "/api/v1/query", query=query)["result"]
-                if result and float(result[0]["value"][1]) == 0.0:
-                    break
-            except Exception:  # Prometheus restarting (a fault of its own): ask again
-                pass
+        while self._xid_of(node) != 0.0:
+            if time.monotonic() >= deadline:
+                say(f"Prometheus still shows no cleared XID on {node} after {CLEAR_SCRAPED_S:g}s")
+                break
             time.sleep(2.0)
         self.repaired.add(node)
+        return lambda: seen is not None
+
+    def _xid_of(self, node: str) -> float | None:
+        """The node's last XID as Prometheus answers now (None: no series, or Prometheus not answering)."""
+        query = f'max(DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}})'
+        try:
+            result = prometheus_get(self.lay, self.monitoring, "/api/v1/query", query=query)["result"]
+        except Exception:  # Prometheus restarting (a fault of its own): no answer this time
+            return None
+        return float(result[0]["value"][1]) if result else None
 
     def _operate(self) -> None:
         """What the operator does once a GPU fault is fixed (docs/observability.md), whenever the guard asks for it
@@ -322,8 +351,6 @@ class Soak:
         tripped it. Only for nodes the soak served a fault on, and only after the fault was cleared."""
         if not self.repaired:
             return
-        from kubernetes import client
-
         names = self.guard_names
         for node in sorted(self.repaired):
             n = self.core.read_node(node)
@@ -332,11 +359,10 @@ class Soak:
                 self.core.patch_node(node, {"metadata": {"labels": {names.repaired: "chaos"}}})
                 self.record.operator_actions["repair-mark"] += 1
         guard = self.agents["health-guard"]
-        leases: Any = client.CoordinationV1Api(control.api_client(self.lay))
-        lease = leases.read_namespaced_lease(guard.lease, guard.namespace)
+        lease = self.coordination.read_namespaced_lease(guard.lease, guard.namespace)
         if (lease.metadata.annotations or {}).get(names.breaker):
-            leases.patch_namespaced_lease(guard.lease, guard.namespace,
-                                          {"metadata": {"annotations": {names.breaker: None}}})
+            self.coordination.patch_namespaced_lease(guard.lease, guard.namespace,
+                                                     {"metadata": {"annotations": {names.breaker: None}}})
             self.record.operator_actions["breaker-reset"] += 1
 
     def _restart(self, name: str, kill: bool) -> None:
@@ -453,6 +479,10 @@ class Soak:
             self.record.burst_taint.append((at, node.metadata.name, bool(ours)))
             quarantined = any(t.key == self.guard_names.taint for t in node.spec.taints or [])
             self.record.quarantine.append((at, node.metadata.name, quarantined))
+        guard = self.agents.get("health-guard")
+        if guard is not None:
+            lease = self.coordination.read_namespaced_lease(guard.lease, guard.namespace)
+            self.record.breaker.append((at, bool((lease.metadata.annotations or {}).get(self.guard_names.breaker))))
         self.record.samples += 1
 
     def _sampler(self, stop: threading.Event) -> None:
@@ -547,10 +577,13 @@ class Soak:
         violations["burst-taint-hysteresis"] = len(hysteresis)
         details += [v.detail for v in hysteresis]
         for invariant in ("more-than-one-quarantine-per-fault", "quarantine-without-a-fault",
-                          "released-before-clear-and-probation"):
+                          "released-before-clear-and-probation", "fault-not-quarantined"):
             violations[invariant] += 0
-        for v in quarantine_violations(taint_flips(self.record.quarantine), self.record.gpu_faults,
-                                       probation_s=self.cfg.observability.health.probation_seconds):
+        guard = guard_settings(self.cfg)
+        for v in [*quarantine_violations(taint_flips(self.record.quarantine), self.record.gpu_faults,
+                                         probation_s=self.cfg.observability.health.probation_seconds),
+                  *unquarantined_faults(self.record.quarantine, self.record.gpu_faults,
+                                        within_s=quarantine_bound_s(guard), breaker=self.record.breaker)]:
             violations[v.invariant] += 1
             details.append(v.detail)
         not_recovered = [i for i, r in self.record.recoveries if r is None]
@@ -587,6 +620,9 @@ class Soak:
             "api_calls_faulted": self._faulted(),
             "quarantines": sum(f.tainted for f in taint_flips(self.record.quarantine)),
             "operator_actions": dict(self.record.operator_actions),
+            # Each GPU fault: served from start to clear, queryable from seen (None: Prometheus never showed it).
+            "gpu_faults": [{"node": g.node, "start": round(g.start, 3), "seen": None if g.seen is None else
+                            round(g.seen, 3), "clear": round(g.clear, 3)} for g in self.record.gpu_faults],
             **training,
             "faults_injected": [[round(t, 3), fault.value, target] for t, fault, target in self.record.injected],
             "faults_not_seen": [f"{i.fault} on {i.target} at t={i.at:g}s" for i in self.record.unseen],

@@ -148,11 +148,52 @@ def burst_flip_violations(flips: Iterable[TaintFlip], *, open_after_close_s: flo
 
 @dataclass(frozen=True)
 class GpuFault:
-    """A fault a node's GPU exporter served from ``start`` until ``clear`` (epoch seconds)."""
+    """A fault a node's GPU exporter served from ``start`` until ``clear`` (epoch seconds); ``seen``: when Prometheus
+    first answered with it (None: never, so the guard cannot have known of it either)."""
 
     node: str
     start: float
     clear: float
+    seen: float | None = None
+
+
+def unquarantined_faults(samples: Iterable[tuple[float, str, bool]], faults: Sequence[GpuFault], *,
+                         within_s: float, breaker: Iterable[tuple[float, bool]] = (),
+                         slack_s: float = 1.0) -> list[Violation]:
+    """GPU faults the health guard never answered: a fault Prometheus showed at ``seen`` must have its node tainted
+    (quarantined) in some sample from the fault's start up to ``seen + within_s`` (a node already quarantined counts
+    as answered). ``within_s`` is what the guard may take once the reading is queryable: its longest signal hold, one
+    poll, and one cycle's deadline. A fault never seen is the soak's problem, not the guard's (named in the report
+    apart); the taint is looked for up to the node's first sample at or after the bound, and a node with no sample
+    that late is skipped, so a gap in the samples never makes a violation; so is a
+    fault while the guard's breaker was seen tripped (``breaker``: (epoch seconds, tripped) samples), which holds
+    every quarantine past the rails until a person resets it. O(samples × faults)."""
+    by_node: dict[str, list[tuple[float, bool]]] = {}
+    for at, node, tainted in samples:
+        by_node.setdefault(node, []).append((at, tainted))
+    tripped = [at for at, on in breaker if on]
+    out: list[Violation] = []
+    for fault in faults:
+        if fault.seen is None:
+            continue
+        due = fault.seen + within_s + slack_s
+        if any(fault.start <= at <= due for at in tripped):
+            continue
+        # Up to the first sample at or after the bound: a taint put on before it shows there, so a gap in the
+        # samples never makes a violation; no sample that late (the soak ended, the API server away) judges nothing.
+        window: list[bool] = []
+        for at, tainted in by_node.get(fault.node, ()):
+            if at >= fault.start:
+                window.append(tainted)
+                if at >= due:
+                    break
+        else:
+            continue
+        if not any(window):
+            out.append(Violation("fault-not-quarantined", due,
+                                 f"{fault.node}: the GPU fault served from {fault.start:.0f}, queryable from "
+                                 f"{fault.seen:.0f}, left it untainted {within_s:g}s after"))
+    return out
 
 
 def quarantine_violations(flips: Iterable[TaintFlip], faults: Sequence[GpuFault], *, probation_s: float,
