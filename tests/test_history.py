@@ -292,7 +292,8 @@ def test_a_release_sampled_inside_the_probation_is_always_named(early: float, ga
 
 # --------------------------------------------------------------------------- faults the guard never answered
 
-WITHIN = 22.0  # the local guard: XID holds 0 + a 2 s poll + a 20 s cycle deadline (tools.chaos.soak.quarantine_bound_s)
+#: The local guard: XID holds 0 + a 2 s poll + a 20 s cycle deadline (tools.chaos.verdict.quarantine_bound_s).
+WITHIN = 22.0
 
 
 def missed(samples: list[tuple[float, str, bool]], faults: list[GpuFault],
@@ -333,7 +334,7 @@ def test_a_guard_that_answers_within_its_bound_is_never_named_however_it_is_samp
 
 def test_the_soaks_bound_is_the_guards_own_timing() -> None:
     from agents.health_guard.contract import HealthSettings
-    from tools.chaos.soak import quarantine_bound_s
+    from tools.chaos.verdict import quarantine_bound_s
 
     guard = HealthSettings()
     assert quarantine_bound_s(guard) == guard.poll_seconds + guard.renew_deadline_seconds  # the XIDs hold 0

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agents.health_guard.contract import HealthSettings, Names
-from components.health_guard import settings_from_config as guard_settings
+from agents.health_guard.contract import Names
 from tools.chaos.gang import GANG, GANG_STALLED_S, SoakGang
 from tools.chaos.schedule import (
     AGENT_FAULTS,
@@ -38,17 +37,10 @@ from tools.chaos.schedule import (
     schedule,
 )
 from tools.chaos.training import judge
+from tools.chaos.verdict import AUDIT_INVARIANTS, NODE_INVARIANTS, audit_violations, node_violations
 from tools.localcluster import apiproxy, control, processes, prometheus_operator, virtual_kubelet
 from tools.localcluster.apiproxy import NetFault
-from tools.localcluster.history import (
-    GpuFault,
-    burst_flip_violations,
-    fencing_violations,
-    quarantine_violations,
-    repeated_evictions,
-    taint_flips,
-    unquarantined_faults,
-)
+from tools.localcluster.history import GpuFault, taint_flips
 from tools.localcluster.plan import Layout
 from tools.localcluster.processes import ClusterError
 from tools.localcluster.rbac_usage import parse_audit
@@ -81,8 +73,6 @@ GPU_FAULT_S = 30.0
 GPU_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 94}}
 #: The fatal one: the GPU fell off the bus.
 GPU_FATAL_FAULT = {"0": {"DCGM_FI_DEV_XID_ERRORS": 79}}
-#: The guard's signals that read those two XIDs (agents/health_guard/contract.py).
-XID_SIGNALS = ("xid-degraded", "xid-fatal")
 #: How long the soak, as the operator, waits for Prometheus to show a cleared GPU before marking it repaired.
 CLEAR_SCRAPED_S = 90.0
 #: Each network fault on the HA agents' calls to the API server (tools/localcluster/apiproxy.py).
@@ -93,13 +83,6 @@ NETWORK = {
     Fault.API_RESET: NetFault("reset", share=0.3),
     Fault.API_HANG: NetFault("hang", share=0.2),
 }
-
-
-def quarantine_bound_s(guard: HealthSettings) -> float:
-    """The longest the guard may take to quarantine a node once its GPU fault is queryable: the XID signals' longest
-    hold, one poll, and one cycle's deadline (its Lease renewal deadline: no cycle runs longer)."""
-    signals = {s.name: s for s in guard.signals}
-    return max(signals[name].hold_seconds for name in XID_SIGNALS) + guard.poll_seconds + guard.renew_deadline_seconds
 
 
 def not_coming_back(recoveries: Sequence[float | None], in_a_row: int = STOP_AFTER_NOT_WHOLE) -> bool:
@@ -557,35 +540,13 @@ class Soak:
         torn: list[str] = []
         requests = parse_audit(self.lay.audit_log.read_text(), str(self.lay.audit_log), skipped=torn)
         # Every invariant the history check judges is listed, a zero included.
-        violations: Counter[str] = Counter(dict.fromkeys(
-            ("write-while-another-held-the-lease", "write-after-refused-renewal", "one-eviction-per-pod"), 0))
-        details: list[str] = []
-        for agent in self.agents.values():
-            for v in fencing_violations(requests, agent=agent.app, namespace=agent.namespace, lease=agent.lease):
-                violations[v.invariant] += 1
-                details.append(v.detail)
-        for app in self.agents:
-            for v in repeated_evictions(requests, agent=app, since=began_wall,
-                                        faults=[g.start for g in self.record.gpu_faults]):
-                violations[v.invariant] += 1
-                details.append(v.detail)
-        b = self.cfg.burst
-        flips = taint_flips(self.record.burst_taint)
-        hysteresis = burst_flip_violations(
-            flips, open_after_close_s=min(b.open_hold_seconds, b.pending_grace_seconds),
-            close_after_open_s=b.close_hold_seconds)
-        violations["burst-taint-hysteresis"] = len(hysteresis)
-        details += [v.detail for v in hysteresis]
-        for invariant in ("more-than-one-quarantine-per-fault", "quarantine-without-a-fault",
-                          "released-before-clear-and-probation", "fault-not-quarantined"):
-            violations[invariant] += 0
-        guard = guard_settings(self.cfg)
-        for v in [*quarantine_violations(taint_flips(self.record.quarantine), self.record.gpu_faults,
-                                         probation_s=self.cfg.observability.health.probation_seconds),
-                  *unquarantined_faults(self.record.quarantine, self.record.gpu_faults,
-                                        within_s=quarantine_bound_s(guard), breaker=self.record.breaker)]:
-            violations[v.invariant] += 1
-            details.append(v.detail)
+        violations: Counter[str] = Counter(dict.fromkeys((*AUDIT_INVARIANTS, *NODE_INVARIANTS), 0))
+        record = self.record
+        judged = [*audit_violations(requests, [(a.app, a.namespace, a.lease) for a in self.agents.values()],
+                                    since=began_wall, gpu_faults=record.gpu_faults),
+                  *node_violations(self.cfg, record.burst_taint, record.quarantine, record.gpu_faults, record.breaker)]
+        violations.update(v.invariant for v in judged)
+        details = [v.detail for v in judged]
         not_recovered = [i for i, r in self.record.recoveries if r is None]
         violations["not-whole-within-bound"] = len(not_recovered)
         violations["inference-below-pdb-floor"] = self.record.below_floor
@@ -612,7 +573,7 @@ class Soak:
                                                  for i in not_recovered],
             "inference_availability": round(1 - self.record.below_floor / samples, 5) if samples else None,
             "inference_samples": samples,
-            "burst_taint_flips": len(flips),
+            "burst_taint_flips": len(taint_flips(self.record.burst_taint)),
             "stopped_early": self.record.stopped_early,
             "pdbs_below_floor": dict(self.record.below_floor_seen),
             "sampler_errors": self.record.sampler_errors,
