@@ -281,9 +281,10 @@ def stall(core: Any, cfg: Any, pool: str, pods: int, waited_s: float) -> dict[st
 
 def blocked_return(core: Any, policy: Any, cfg: Any) -> dict[str, Any]:
     """What holds replicas outside after the burst closed: per service, the main replicas still on virtual nodes,
-    the standby asked for, ready and waiting for room, and what its PDB allows now. A standby the providers cannot
-    hold whole leaves pods pending, which its PDB counts as expected: it then allows no disruption, and the
-    descheduler can move nothing home."""
+    the standby asked for, ready and waiting for room, and what its PDB allows now. A standby with unplaced pods is
+    named apart: its PDB counts them as expected and allows no disruption, so the descheduler moves nothing home (the
+    controller cuts such a standby to what was placed once the scheduler says "no room", docs/burst.md; this names
+    it if that ever fails)."""
     ns, prefix = cfg.inference_namespace, cfg.label_prefix
     pods = json.loads(core.list_namespaced_pod(ns, _preload_content=False).data)["items"]
     virtual = {p.node_name for p in cfg.providers}
