@@ -783,6 +783,9 @@ def test_the_stack_soaks_under_faults_and_its_history_holds(stack: Layout) -> No
     assert sum(report["faults_by_kind"].values()) == len(soak.plan) == 4, report["faults_not_injected"]
     assert set(report["faults_by_kind"]) == {"trainer-killed", "leader-deleted", "gpu-xid-degraded", "api-hang"}
     assert not any(report["violations"].values()), (report["violations"], report["violation_details"])
+    # The XID was queryable, so the guard had to answer it (fault-not-quarantined is among the violations above).
+    assert [g["seen"] is not None for g in report["gpu_faults"]] == [True], report["gpu_faults"]
+    assert report["violations"]["fault-not-quarantined"] == 0 and report["quarantines"] >= 1, report
     assert report["inference_samples"] > 0, report
     # The gang trained through the soak, and what it lost is measured, not assumed.
     assert report["training_step_reached"] > 0 and report["training_steps_lost"] is not None, report
