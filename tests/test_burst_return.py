@@ -290,13 +290,22 @@ def test_shell_leaves_a_pod_the_pdb_protects_and_tries_again_later() -> None:
     api.put(PODS, gpu_pod("svc-ext-0", node="vk-a", service="svc", deletion_cost=-100))
     api.put(PODS, gpu_pod("svc-return-0", node="n1", service="svc", home=True))
     api.pdb_blocked.add("inference/svc-ext-0")
-    sh = BurstShell(settings, api, identity="a", clock=now, monotonic=now, sleep=lambda s: None,
+    slept: list[float] = []
+    sh = BurstShell(settings, api, identity="a", clock=now, monotonic=now, sleep=slept.append,
                     rng=random.Random(7))
     assert sh.elector.step() and sh.relist(NODES) and sh.relist(PODS)
     sh.reconcile()
     assert not api.evicted and sh.view.snapshot().services["svc"].main_ready_external == 1
+    # The PDB's "not now" is this cycle's answer: asked once, never waited out inside the cycle (retried in the call,
+    # each refusal held the cycle about 7.5 s: minutes for the dozens a clearing at the prod size asks at once).
+    assert api.count("create:pods/eviction") == 1 and slept == []
+    # A server error is no "not now": retried inside the call, as every call is.
+    from agents.kit.errors import ApiError
+
     api.pdb_blocked.clear()
+    api.fail("create:pods/eviction", ApiError("server_error", "etcd leader changed", 503))
     clock[0] += 5  # past the action's backoff (2 s, ±20 %)
     assert sh.elector.step()
     sh.reconcile()
-    assert api.evicted == ["inference/svc-ext-0"]
+    assert api.evicted == ["inference/svc-ext-0"] and api.count("create:pods/eviction") == 3
+

@@ -18,7 +18,8 @@ Failure behaviour (each is counted in ``gpucluster_burst_errors_total{kind}``, k
 Handover actions are idempotent: scaling a standby (or warm-pool) Deployment writes the wanted count through
 the scale subresource (a repeat is skipped until the next resync), and lifting the gate is a strategic-merge delete
 of our gate alone, so other gates on the pod stay and a pod already released is a no-op. The return's evictions
-go through the Eviction API (the PDB decides; a refusal is retried after its backoff) and the evicted pod is
+go through the Eviction API (the PDB decides; a refusal fails the action at once and is retried after its
+backoff, never inside the cycle) and the evicted pod is
 marked leaving in the view at once, so the next decision counts the move even before the watch reports it.
 """
 
@@ -55,7 +56,7 @@ from agents.burst_controller.decide import (
 from agents.burst_controller.metrics import Metrics
 from agents.burst_controller.view import ClusterView
 from agents.kit.calls import Retry, event, eviction_body, unless_gone
-from agents.kit.errors import ApiError, classify
+from agents.kit.errors import ApiError, as_api_error, classify
 from agents.kit.informer import Informer, WatchEnd
 from agents.kit.lease import LeaseElector, rfc3339_micro
 from agents.kit.loop import lease_loop
@@ -411,10 +412,27 @@ class BurstShell:
         return True
 
     def _evict(self, namespace: str, pod: str) -> bool:
-        """Evict an external replica whose on-prem cover is Ready; False when it is already gone."""
-        if not unless_gone(self.retry, lambda: self.api.create(PODS, eviction_body(namespace, pod), namespace, pod,
-                                                               "eviction")):
-            return False
+        """Evict a replica through the Eviction API (the return's, or the clearing's); False when it is already gone.
+
+        A PodDisruptionBudget's "not now" (429) fails the action at once, to be tried again after its action backoff
+        (the next decision may not even want it): retried inside the call (5 attempts with backoff, about 7.5 s) it
+        held the whole cycle for each refusal, in turn — minutes for the dozens of replicas a clearing at the prod
+        stack's size asks at once, with no taint, gate or standby acted on meanwhile (found by the burst run at
+        scale). Other retryable failures are retried as every call is."""
+        def call() -> object:
+            return self.api.create(PODS, eviction_body(namespace, pod), namespace, pod, "eviction")
+
+        try:
+            call()
+        except Exception as exc:
+            error = as_api_error(exc)
+            if error.kind == "not_found":
+                return False
+            if error.kind == "throttled" or not error.retryable:
+                raise error from None
+            self._error(error.kind)
+            if not unless_gone(self.retry, call):
+                return False
         with self.lock:
             self.view.mark_leaving(namespace, pod)
         return True
