@@ -197,7 +197,7 @@ def test_handover_rbac_is_the_scale_of_the_named_standbys_and_evictions_only(pro
         "apiGroups": ["apps"], "resources": ["deployments/scale"],
         "resourceNames": ["sdxl-turbo-standby", "llama-70b-chat-standby", "whisper-large-standby"],
         "verbs": ["get", "patch"],
-    }, {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]  # clearing a stalled gang's room
+    }]  # no eviction: the return bridge and the clearing of a stalled gang's room are both off by default
     binding = prod.one("RoleBinding", "burst-controller-handover")
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": "burst-controller", "namespace": NS}]
 

@@ -557,6 +557,8 @@ def stalled(free_nodes: Mapping[int, int], pods: int = 4, gated: tuple[PodRef, .
 
 
 ROOMS = (room("n1", 6, 2), room("n2", 4, 2, 2), room("n3", 0, 4, 4), room("n4", 2, 2))  # n4: 4 short of a node
+#: The clearing turned on (off by default), after the 30 s the tables count in.
+CLEARING = S.replace(handover=S.handover.model_copy(update={"clear_after_seconds": 30.0}))
 
 
 # id, snapshot, seconds unplaced so far (None: first seen now), evicted pods
@@ -584,7 +586,7 @@ def test_released_training_the_scheduler_leaves_waiting_gets_its_room_cleared(
     """Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by allocate nor
     by reclaim (the burst run at scale: 96 empty and 32 occupied nodes of prod's pool, the gang never ran)."""
     state = CLOSED if waited is None else replace(CLOSED, stalled_since={"a": NOW - waited})
-    decision = decide(snapshot, state, NOW, S)
+    decision = decide(snapshot, state, NOW, CLEARING)
     assert [a.pod for a in kinds(decision, ActionKind.EVICT)] == evicted, decision.reasons
     pool = snapshot.pools["a"]
     waiting = not snapshot.gated_pods and pool.free_nodes.get(8, 0) < pool.unplaced_pods[8]
@@ -594,9 +596,11 @@ def test_released_training_the_scheduler_leaves_waiting_gets_its_room_cleared(
         assert any(r.startswith(said) and f"evicting {len(evicted)} replicas" in r for r in decision.reasons)
 
 
-def test_clearing_is_off_at_zero() -> None:
-    off = S.replace(handover=S.handover.model_copy(update={"clear_after_seconds": 0.0}))
-    decision = decide(stalled({8: 2}, rooms=ROOMS), replace(CLOSED, stalled_since={"a": NOW - 999}), NOW, off)
+def test_clearing_is_off_at_zero_and_by_default() -> None:
+    """Off by default: at the prod stack's size each evicted replica's replacement took back the GPUs its eviction
+    freed before Volcano could place the gang whole (the burst run at scale), so it churned inference for nothing."""
+    assert S.handover.clear_after_seconds == 0.0
+    decision = decide(stalled({8: 2}, rooms=ROOMS), replace(CLOSED, stalled_since={"a": NOW - 999}), NOW, S)
     assert kinds(decision, ActionKind.EVICT) == [] and decision.state.stalled_since == {}
 
 

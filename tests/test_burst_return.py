@@ -157,13 +157,13 @@ def test_no_return_deployment_by_default_and_evictions_only_for_clearing_a_pool(
     assert [d.name for d in prod.by_kind("Deployment") if d.name.endswith("-return")] == []
     rules = prod.one("Role", "burst-controller-handover").inputs["rules"]
     assert not [n for n in rules[0]["resourceNames"] if n.endswith("-return")]
-    # The handover clears a pool for training the scheduler leaves waiting (clearAfterSeconds, on by default):
-    # evictions in the inference namespace, through the Eviction API; turned off, no eviction grant at all.
+    # Clearing a pool for training the scheduler leaves waiting (clearAfterSeconds) is off by default: no eviction
+    # grant at all; turned on, evictions in the inference namespace, through the Eviction API.
+    assert not [r for r in rules if "pods/eviction" in r["resources"]]
+    on = run_stack("prod", lambda c: c["gpu-cluster:burst"].setdefault("handover", {}).update(clearAfterSeconds=30))
+    rules = on.one("Role", "burst-controller-handover").inputs["rules"]
     assert [r for r in rules if "pods/eviction" in r["resources"]] == [
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
-    off = run_stack("prod", lambda c: c["gpu-cluster:burst"].setdefault("handover", {}).update(clearAfterSeconds=0))
-    rules = off.one("Role", "burst-controller-handover").inputs["rules"]
-    assert not [r for r in rules if "pods/eviction" in r["resources"]]
 
 
 def test_return_deployment_is_the_service_pinned_on_prem_outside_the_hpa(run_stack: Any) -> None:

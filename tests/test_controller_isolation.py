@@ -172,11 +172,10 @@ def test_no_cluster_role_writes_pods(prod: RunResult, local: RunResult) -> None:
 
 def test_controllers_write_pods_only_where_they_act(prod: RunResult) -> None:
     assert pod_writes(prod) == {
-        # Deletion cost on replicas that run externally; the handover gate on training pods; evictions of the
-        # replicas on a pool's nodes that released training waits for (handover.clearAfterSeconds).
+        # Deletion cost on replicas that run externally; the handover gate on training pods (the clearing's and the
+        # return's evictions are off by default).
         ("Role", INF, "burst-controller-pods", "pods:patch"),
         ("Role", TRAIN, "burst-controller-pods", "pods:patch"),
-        ("Role", INF, "burst-controller-handover", "pods/eviction:create"),
         # Training from degraded and fatal nodes, inference from fatal ones too (evictInferenceOnFatal).
         ("Role", TRAIN, "health-guard-evict", "pods/eviction:create"),
         ("Role", INF, "health-guard-evict", "pods/eviction:create"),
@@ -211,7 +210,7 @@ def test_renamed_workload_namespaces_carry_the_roles_and_the_descheduler_policy(
                                                    P + "trainingNamespace": "jobs"}))
     assert {(ns, role) for _, ns, role, _ in pod_writes(result)} == {
         ("serving", "burst-controller-pods"), ("jobs", "burst-controller-pods"), ("jobs", "health-guard-evict"),
-        ("serving", "health-guard-evict"), ("serving", "descheduler-evict"), ("serving", "burst-controller-handover")}
+        ("serving", "health-guard-evict"), ("serving", "descheduler-evict")}
     doc = yaml.safe_load(result.one("ConfigMap", "descheduler-policy").inputs["data"]["policy.yaml"])
     taints = next(c for c in doc["profiles"][0]["pluginConfig"] if c["name"] == "RemovePodsViolatingNodeTaints")
     assert taints["args"]["namespaces"] == {"include": ["serving"]}

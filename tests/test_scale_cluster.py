@@ -149,9 +149,9 @@ def test_a_fatal_fault_under_a_running_gang_restarts_it_whole_on_other_nodes(res
 
 def test_the_burst_at_scale_releases_the_gang_early_and_runs_every_phase(result: dict) -> None:
     """The services at maxReplicas, a gang over a whole pool while other training leaves on-prem short. The standby
-    asked for is larger than the providers hold, so the gate must not wait its timeout; where the pool has both
-    empty nodes and nodes inference holds (Volcano 1.14.1 places such a gang by neither allocate nor reclaim), the
-    handover clears the room itself. The phases of the local e2e are then reached, in its order, up to the return."""
+    asked for is larger than the providers hold, so the gate must not wait its timeout, and is cut to what they
+    placed, so the PDBs let the return through. The phases of the local e2e are then reached, in its order, up to the
+    return."""
     burst = result["burst"]
     phases = burst["phases"]
     assert burst["sampler_errors"] == [], burst["sampler_errors"]
@@ -164,7 +164,7 @@ def test_the_burst_at_scale_releases_the_gang_early_and_runs_every_phase(result:
     assert burst["return_blocked"] is None, burst["return_blocked"]
     assert phases["time_to_close_s"] <= phases["time_to_return_s"] <= phases["time_to_return_standby_gone_s"]
     assert burst["most_external_ready"] > 0  # the displaced replicas ran on the virtual nodes
-    # The handover's evictions, if it had to clear the room, went through the Eviction API (the PDBs decide).
+    # The controller's evictions, if any (the clearing is off by default), went through the Eviction API.
     assert set(burst["burst_controller_evictions"]) <= {"201", "429"}, burst["burst_controller_evictions"]
     # Never a NoExecute taint, never a service under its minReplicas, never more evictions a cycle than allowed.
     assert burst["burst_taint_effects"] == ["NoSchedule"]

@@ -188,12 +188,15 @@ class HandoverTunables(SettingsModel):
     standby GPU·h, so it stays off."""
     ramp_window_seconds: Seconds = 300.0
     """How far back the demand ramp is read (seconds)."""
-    clear_after_seconds: Seconds = 30.0
+    clear_after_seconds: Seconds = 0.0
     """Released training still unplaced this long in a pool where it does not fit the free GPUs node by node: the
     controller evicts the replicas on the fewest nodes that make room for it (the Eviction API: the PDBs decide).
     Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by `allocate` (it
     discards a gang it cannot place whole) nor by `reclaim` (it places only onto nodes with pods it may reclaim), so
-    without this such a gang waits for good (docs/scheduling.md). 0 turns it off."""
+    without this such a gang waits for good (docs/scheduling.md). 0 (default) turns it off: on the prod stack's
+    size it gained nothing, since each evicted replica's replacement was bound to the GPUs its eviction freed before
+    Volcano's next session could place the gang whole (the burst run at scale: hundreds of evictions in ten minutes,
+    the gang never running, docs/burst.md); it needs the cleared nodes reserved for the gang first."""
     standby_retry_seconds: PositiveSeconds = 120.0
     """Once the scheduler finds no room on the providers for a standby's other pods (every placed one ready), the
     standby asks for only the pods it placed, for this long, then for its whole size again. Unplaced standby pods
