@@ -292,7 +292,7 @@ def standby_room(services: Mapping[str, ServiceReplicas], seen: Mapping[str, Sta
         if known is not None and known.since <= now < known.since + retry_s:
             out[name] = known
         if not warm and svc.standby_unschedulable > 0 and svc.standby_ready >= placed:
-            out[name] = StandbyRoom(placed, known.since if name in out and known is not None else now)
+            out[name] = StandbyRoom(placed, out[name].since if name in out else now)
     return out
 
 
