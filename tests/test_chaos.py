@@ -137,6 +137,15 @@ def test_bench_chaos_reports_the_last_soak_or_says_none_ran(tmp_path: Path) -> N
     got = bench_chaos.run(tmp_path / "g.json")
     assert got["training_steps_lost"] == 0 and got["checkpoints_lost"] == 0
     assert got["training_restarts_by_fault"] == {"trainer-killed": 3}
+    # A short soak since (a fix checked in minutes) does not replace the committed long run; it is named beside it.
+    long_run = {**last, "duration_s": 7200.0}
+    (tmp_path / "committed.json").write_text(json.dumps({"benchmarks": {"bench_chaos": {"result": long_run}}}))
+    (tmp_path / "short.json").write_text(json.dumps({**report, "duration_s": 311.7, "seed": 196}))
+    kept = bench_chaos.run(tmp_path / "short.json", tmp_path / "committed.json")
+    assert {k: v for k, v in kept.items() if k != "shorter_soak_since"} == long_run
+    assert kept["shorter_soak_since"].startswith("seed 196, 311.7 s, ")
+    # A long one replaces it.
+    assert bench_chaos.run(tmp_path / "g.json", tmp_path / "committed.json")["seed"] == 1
 
 
 def test_the_soak_stops_when_faults_in_a_row_leave_the_cluster_not_whole() -> None:

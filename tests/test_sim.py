@@ -561,9 +561,8 @@ def test_the_gang_is_released_at_once_when_the_providers_have_no_room_for_the_st
     snapshot = waiting.controller.snapshot(1100.0)
     assert snapshot.gated_pods == ()
     assert snapshot.pending_inference_gpus == 2 and snapshot.standby_external_gpus == 0
-    # The standby, found no room for, was cut to what was placed (none): no unplaced pod for the PDB to count.
-    assert snapshot.services["svc"] == core.ServiceReplicas(2, main_live=2, main_ready=0, standby_live=0,
-                                                           standby_ready=0, standby_unschedulable=0)
+    assert snapshot.services["svc"] == core.ServiceReplicas(2, main_live=2, main_ready=0, standby_live=2,
+                                                           standby_ready=0, standby_unschedulable=2)
     sim = Simulator(model, JOB, WITH_HANDOVER, 6000.0, check=True)
     seen = _spied(sim, monkeypatch)
     out = sim.run()
@@ -572,9 +571,8 @@ def test_the_gang_is_released_at_once_when_the_providers_have_no_room_for_the_st
     assert any("as large as the providers hold" in r for r in released[0][1])
     assert out.gang_wait_hours_mean * 3600 == pytest.approx(5.0)
     assert out.standby_gpu_hours == 0.0 and out.external_gpu_hours == 0.0
-    # The standby is cut to what was placed (none) at once, and not asked again: nothing is at risk any more (the
-    # gang holds the node; the replicas waiting for it are pending inference, which the burst itself answers).
-    assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (1005.0, 0)]
+    # The replacements wait for the node too; then the standby is no longer wanted.
+    assert _actions(seen, core.ActionKind.SET_STANDBY) == [(1000.0, 2), (4665.0, 0)]
     assert (sim.services[0].sb_count(), len(sim.sb_pending)) == (0, 0)
 
 

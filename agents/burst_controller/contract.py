@@ -198,10 +198,11 @@ class HandoverTunables(SettingsModel):
     Volcano's next session could place the gang whole (the burst run at scale: hundreds of evictions in ten minutes,
     the gang never running, docs/burst.md); it needs the cleared nodes reserved for the gang first."""
     standby_retry_seconds: PositiveSeconds = 120.0
-    """Once the scheduler finds no room on the providers for a standby's other pods (every placed one ready), the
-    standby asks for only the pods it placed, for this long, then for its whole size again. Unplaced standby pods
-    count as expected in the service's PodDisruptionBudget, so while they exist it allows no disruption: the
-    return home and the clearing would wait for good (found by the burst run at scale)."""
+    """Once the scheduler finds no room on the providers for a standby's other pods (every placed one ready), while
+    the service's external replicas are to come home, the standby asks for only the pods it placed, for this long,
+    then for its whole size again. Unplaced standby pods count as expected in the service's PodDisruptionBudget, so
+    while they exist it allows no disruption: the return home would wait for good (found by the burst run at
+    scale). With nothing to bring home the unplaced pods stay, so the standby grows the moment room appears."""
 
     def tunables(self) -> dict[str, Any]:
         """The values of this class's own keys (the stack's section holds `enabled` too)."""

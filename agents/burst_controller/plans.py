@@ -317,10 +317,12 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     replicas are at risk too (the descheduler moves them home).
     Once started, a standby stays until the main Deployment is ready at its goal again, so it bridges the
     time replacements of reclaimed replicas take to start elsewhere. Goal = max(minReplicas, main pods).
-    A standby the providers cannot hold whole (`room`, from `standby_room`) asks for what they hold and no more, and
-    counts as done (`StandbyPlan.full`): the gate and the close wait for what can be made, not for a target larger
-    than the providers (the prod stack at maxReplicas asks 512 GPUs of standby of 384), and no unplaced standby pod
-    is left for the service's PDB to count as expected (it would allow no disruption while one exists).
+    A standby the providers cannot hold whole (`room`, from `standby_room`) counts as done (`StandbyPlan.full`): the
+    gate and the close wait for what can be made, not for a target larger than the providers (the prod stack at
+    maxReplicas asks 512 GPUs of standby of 384). While the service's external replicas are to come home it also
+    asks for no more than they hold: the PDB counts its unplaced pods as expected and would allow the descheduler no
+    eviction (the return's deadlock, found at scale). Elsewhere its unplaced pods stay, so it grows the moment room
+    appears (cut there too, the demand families lost 0.007-0.06 points of availability in the simulator).
 
     `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
     gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
@@ -385,8 +387,11 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
         target = max(0, min(goal - (svc.main_ready - ready_risk - external), cap))
         held = room.get(name)
         if held is not None and target > held.placed:
-            target = held.placed
             full.add(name)
+            if external:
+                # Its replicas outside are to come home through the PDB, which counts unplaced standby pods as
+                # expected and would allow no eviction: ask only for what the providers placed.
+                target = held.placed
         targets[name] = target
         at_risk[name] = risk
         ready[name] = svc.standby_ready
