@@ -509,7 +509,7 @@ def test_a_full_standby_asks_only_for_what_was_placed_until_the_retry_while_its_
 
 def test_a_full_standby_with_nothing_outside_keeps_waiting_for_room_and_releases_the_gang() -> None:
     """With nothing to bring home no eviction waits on the PDB: the standby keeps its unplaced pods, so it grows the
-    moment room appears (cut there too, the demand families lost availability in the simulator), and the gang goes."""
+    moment room appears, and the gang goes at once all the same."""
     service = replace(svc(standby=4, standby_ready=2), standby_unschedulable=2)
     decision = decide(snap(service, unplaced={"a": 32}, gated=GANG), CLOSED, NOW, S)
     assert standby_of(decision) is None and decision.standby == {"svc": 4}, decision.reasons

@@ -322,7 +322,7 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
     maxReplicas asks 512 GPUs of standby of 384). While the service's external replicas are to come home it also
     asks for no more than they hold: the PDB counts its unplaced pods as expected and would allow the descheduler no
     eviction (the return's deadlock, found at scale). Elsewhere its unplaced pods stay, so it grows the moment room
-    appears (cut there too, the demand families lost 0.007-0.06 points of availability in the simulator).
+    appears.
 
     `ramp` (service -> replicas, `expected_ramp`) raises the goal of a service under CURRENT cover while a
     gang would take its on-prem replicas or its standby is up: the standby then also holds the rise the
