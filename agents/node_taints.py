@@ -12,6 +12,7 @@ from __future__ import annotations
 HEALTH_TAINT_NAME = "gpu-health"
 SWITCH_FAULT_TAINT_NAME = "switch-fault"
 SPARE_TAINT_NAME = "spare"
+RESERVED_TAINT_NAME = "reserved"
 #: Label names (after ``<prefix>/``) of a GPU node's InfiniBand leaf switch and the spine switch above that leaf.
 LEAF_LABEL_NAME = "leaf"
 SPINE_LABEL_NAME = "spine"
@@ -32,6 +33,13 @@ def spare_taint_key(prefix: str) -> str:
     """``<prefix>/spare``: a warm spare of its pool (value ``true``, effect NoSchedule), set by the node-pool agent:
     training does not tolerate it, inference does (agents/node_pools/spares.py)."""
     return f"{prefix}/{SPARE_TAINT_NAME}"
+
+
+def reserved_taint_key(prefix: str) -> str:
+    """``<prefix>/reserved``: a node the burst controller's handover cleared for training its pool's scheduler left
+    waiting (value the pool, effect NoSchedule): training tolerates it, inference does not, so an evicted replica's
+    replacement cannot take back the GPUs its eviction freed. The node-pool agent leaves it alone."""
+    return f"{prefix}/{RESERVED_TAINT_NAME}"
 
 
 def leaf_label_key(prefix: str) -> str:

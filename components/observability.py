@@ -187,7 +187,8 @@ def _gpu_pool_affinity(args: ObservabilityArgs) -> k8s.core.v1.AffinityArgs:
 
 def _gpu_node_tolerations(args: ObservabilityArgs) -> list[k8s.core.v1.TolerationArgs]:
     """Each pool's taint, the guard's switch-fault and health taints (measuring must go on where the guard pulled
-    the node or its leaf: the release depends on it) and the warm spares' taint."""
+    the node or its leaf: the release depends on it), the burst handover's reservation (a node cleared for waiting
+    training is still measured) and the warm spares' taint."""
     tolerations = [
         k8s.core.v1.TolerationArgs(key=args.keys.pool, operator="Equal", value=p.name, effect="NoSchedule")
         for p in sorted(args.pools, key=lambda p: p.name)
@@ -195,7 +196,7 @@ def _gpu_node_tolerations(args: ObservabilityArgs) -> list[k8s.core.v1.Toleratio
     ]
     names = args.guard.settings.names
     tolerations += [k8s.core.v1.TolerationArgs(key=key, operator="Exists", effect="NoSchedule")
-                    for key in (names.switch_fault, names.taint)]
+                    for key in (names.switch_fault, names.taint, args.keys.reserved_taint)]
     if any(p.spares for p in args.pools):
         # A warm spare is watched like any node: a spare that went bad must never be handed to a gang.
         tolerations.append(k8s.core.v1.TolerationArgs(key=args.keys.spare_taint, operator="Exists",

@@ -279,7 +279,9 @@ def worker_pod_template(args: TrainingJobArgs) -> dict[str, Any]:
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "schedulingGates": [{"name": keys.handover_gate}] if args.handover_gate else None,
             "affinity": onprem_required_affinity(keys, job.pool),
-            "tolerations": pool_tolerations_manifest(keys, [job.pool]),
+            # The burst handover reserves the nodes it clears for waiting training: any gang may use them.
+            "tolerations": [*pool_tolerations_manifest(keys, [job.pool]),
+                            {"key": keys.reserved_taint, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{
                 "name": "trainer",
                 "image": job.image,

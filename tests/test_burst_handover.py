@@ -572,39 +572,126 @@ ROOMS = (room("n1", 6, 2), room("n2", 4, 2, 2), room("n3", 0, 4, 4), room("n4", 
 CLEARING = S.replace(handover=S.handover.model_copy(update={"clear_after_seconds": 30.0}))
 
 
-# id, snapshot, seconds unplaced so far (None: first seen now), evicted pods
+# id, snapshot, seconds unplaced so far (None: first seen now), nodes reserved, then the pods evicted from them
 CLEAR_TABLE = [
     # Two whole nodes free, four pods: two nodes to clear, those with the fewest replica GPUs (n1, n2), not n3.
-    ("clears-the-fewest", stalled({8: 2}, rooms=ROOMS), 31.0, ["n1-r0", "n2-r0", "n2-r1"]),
+    ("clears-the-fewest", stalled({8: 2}, rooms=ROOMS), 31.0, ["n1", "n2"], ["n1-r0", "n2-r0", "n2-r1"]),
     # The scheduler has had less than clearAfterSeconds: it may still reclaim by itself.
-    ("waits-for-the-scheduler", stalled({8: 2}, rooms=ROOMS), 10.0, []),
-    ("first-seen-waits", stalled({8: 2}, rooms=ROOMS), None, []),
+    ("waits-for-the-scheduler", stalled({8: 2}, rooms=ROOMS), 10.0, [], []),
+    ("first-seen-waits", stalled({8: 2}, rooms=ROOMS), None, [], []),
     # Training still behind the gate is the handover's to wait for.
-    ("gated-is-not-stalled", stalled({8: 2}, gated=GANG, rooms=ROOMS), 31.0, []),
+    ("gated-is-not-stalled", stalled({8: 2}, gated=GANG, rooms=ROOMS), 31.0, [], []),
     # It fits the free nodes: the scheduler places it without anyone's help.
-    ("fits-free", stalled({8: 4}, rooms=ROOMS), 31.0, []),
+    ("fits-free", stalled({8: 4}, rooms=ROOMS), 31.0, [], []),
     # Not enough room anywhere for all of it: clear what makes room for as many pods as can go.
-    ("as-many-as-fit", stalled({8: 1}, pods=5, rooms=ROOMS), 31.0, ["n1-r0", "n2-r0", "n2-r1", "n3-r0", "n3-r1"]),
-    # A node already being cleared (its replicas leaving, counted free) is used first: nothing evicted twice.
-    ("being-cleared-first", stalled({8: 2}, rooms=(NodeRoom("n0", 8), *ROOMS)), 31.0, ["n1-r0"]),
+    ("as-many-as-fit", stalled({8: 1}, pods=5, rooms=ROOMS), 31.0, ["n1", "n2", "n3"],
+     ["n1-r0", "n2-r0", "n2-r1", "n3-r0", "n3-r1"]),
+    # A node already being cleared (its replicas leaving, counted free) is used first, and reserved too (its
+    # leaving replicas' replacements would take it): nothing evicted twice.
+    ("being-cleared-first", stalled({8: 2}, rooms=(NodeRoom("n0", 8), *ROOMS)), 31.0, ["n0", "n1"], ["n1-r0"]),
 ]
 
 
-@pytest.mark.parametrize(("snapshot", "waited", "evicted"), [r[1:] for r in CLEAR_TABLE],
+@pytest.mark.parametrize(("snapshot", "waited", "nodes", "evicted"), [r[1:] for r in CLEAR_TABLE],
                          ids=[r[0] for r in CLEAR_TABLE])
-def test_released_training_the_scheduler_leaves_waiting_gets_its_room_cleared(
-        snapshot: Snapshot, waited: float | None, evicted: list[str]) -> None:
+def test_released_training_the_scheduler_leaves_waiting_gets_its_room_reserved_then_cleared(
+        snapshot: Snapshot, waited: float | None, nodes: list[str], evicted: list[str]) -> None:
     """Volcano 1.14.1 places a gang that needs both empty nodes and nodes inference holds neither by allocate nor
-    by reclaim (the burst run at scale: 96 empty and 32 occupied nodes of prod's pool, the gang never ran)."""
+    by reclaim (the burst run at scale: 96 empty and 32 occupied nodes of prod's pool, the gang never ran). The
+    nodes are reserved first and evicted only once the reservation is seen: at the prod size each evicted replica's
+    replacement took back the GPUs its eviction freed before Volcano could place the gang."""
     state = CLOSED if waited is None else replace(CLOSED, stalled_since={"a": NOW - waited})
-    decision = decide(snapshot, state, NOW, CLEARING)
-    assert [a.pod for a in kinds(decision, ActionKind.EVICT)] == evicted, decision.reasons
+    first = decide(snapshot, state, NOW, CLEARING)
+    assert kinds(first, ActionKind.EVICT) == [], "nothing is evicted from a node not reserved yet"
+    reserved = {a.node: a.pool for a in kinds(first, ActionKind.RESERVE_NODE)}
+    assert reserved == dict.fromkeys(nodes, "a"), first.reasons
+    assert set(nodes) >= {pod.rsplit("-", 1)[0] for pod in evicted}
     pool = snapshot.pools["a"]
     waiting = not snapshot.gated_pods and pool.free_nodes.get(8, 0) < pool.unplaced_pods[8]
-    assert decision.state.stalled_since == ({"a": NOW if waited is None else NOW - waited} if waiting else {})
+    assert first.state.stalled_since == ({"a": NOW if waited is None else NOW - waited} if waiting else {})
+    assert first.state.reserved_since == dict.fromkeys(reserved, NOW)
+    # The next decision sees the reservations: the same nodes are kept and their replicas evicted, in one go.
+    then = decide(replace(snapshot, reserved=reserved), first.state, NOW + 1, CLEARING)
+    assert [a.pod for a in kinds(then, ActionKind.EVICT)] == evicted, then.reasons
+    assert kinds(then, ActionKind.RESERVE_NODE) == [] and kinds(then, ActionKind.RELEASE_NODE) == []
+    actions = [a.kind for a in then.actions]
     if evicted:
-        said = f"handover: training released for pool a unplaced for {waited:.0f}s"
-        assert any(r.startswith(said) and f"evicting {len(evicted)} replicas" in r for r in decision.reasons)
+        said = f"handover: training released for pool a unplaced for {waited + 1 if waited else 1:.0f}s"
+        assert any(r.startswith(said) and f"evicting {len(evicted)} replicas" in r for r in then.reasons)
+        assert then.state.reserved_since == dict.fromkeys(reserved, NOW)
+    else:
+        assert ActionKind.EVICT not in actions
+
+
+def _reserved_pool(snapshot: Snapshot, nodes: Mapping[str, str], waited: float, since: float) -> tuple[
+        Snapshot, BurstState]:
+    state = replace(CLOSED, stalled_since={"a": NOW - waited}, reserved_since=dict.fromkeys(nodes, since))
+    return replace(snapshot, reserved=dict(nodes)), state
+
+
+def test_a_reservation_stays_while_the_training_waits_even_once_it_fits() -> None:
+    """Once the cleared nodes are empty the training fits the free GPUs: that is when the scheduler places it, so
+    the reservation must hold then, not come off and let inference back."""
+    snapshot, state = _reserved_pool(stalled({8: 4}), {"n1": "a", "n2": "a"}, 90.0, NOW - 60)
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert kinds(decision, ActionKind.RELEASE_NODE) == [] and kinds(decision, ActionKind.EVICT) == []
+    assert decision.state.reserved_since == {"n1": NOW - 60, "n2": NOW - 60}
+    assert decision.state.stalled_since == {"a": NOW - 90}
+
+
+def test_a_reservation_comes_off_once_the_training_is_placed() -> None:
+    snapshot, state = _reserved_pool(replace(stalled({8: 4}), unplaced_training={}), {"n1": "a", "n2": "a"}, 90.0,
+                                     NOW - 60)
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert [a.node for a in kinds(decision, ActionKind.RELEASE_NODE)] == ["n1", "n2"]
+    assert decision.state.stalled_since == {}
+    # Each keeps its first sight until it is seen gone: a refused release cannot restart its hold.
+    assert decision.state.reserved_since == {"n1": NOW - 60, "n2": NOW - 60}
+    gone = decide(replace(snapshot, reserved={}), decision.state, NOW + 1, CLEARING)
+    assert gone.state.reserved_since == {} and gone.actions == ()
+
+
+def test_a_reservation_the_scheduler_never_uses_is_given_back_and_the_stall_restarts() -> None:
+    """Training the scheduler holds back for another reason (its queue's quota) must not idle GPUs for good."""
+    hold = CLEARING.handover.reserve_seconds
+    snapshot, state = _reserved_pool(stalled({8: 2}, rooms=ROOMS), {"n1": "a", "n2": "a"}, 999.0, NOW - hold)
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert [a.node for a in kinds(decision, ActionKind.RELEASE_NODE)] == ["n1", "n2"]
+    assert kinds(decision, ActionKind.EVICT) == [] and kinds(decision, ActionKind.RESERVE_NODE) == []
+    assert decision.state.stalled_since == {"a": NOW}
+    assert decision.state.reserved_since == {"n1": NOW - hold, "n2": NOW - hold}
+    assert any("nodes given back" in r for r in decision.reasons)
+    # Just before the hold ends it is kept, and the clearing goes on.
+    snapshot, state = _reserved_pool(stalled({8: 2}, rooms=ROOMS), {"n1": "a", "n2": "a"}, 999.0, NOW - hold + 1)
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert kinds(decision, ActionKind.RELEASE_NODE) == []
+    assert [a.pod for a in kinds(decision, ActionKind.EVICT)] == ["n1-r0", "n2-r0", "n2-r1"]
+
+
+def test_reservations_of_a_pool_with_nothing_waiting_or_with_clearing_off_come_off() -> None:
+    """A reservation left by a leader that died, for a pool whose training has gone, or with the clearing turned
+    off since, is taken off: nobody else would."""
+    snapshot, state = _reserved_pool(stalled({8: 2}, rooms=ROOMS), {"n1": "a", "x9": "b"}, 40.0, NOW - 10)
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert [a.node for a in kinds(decision, ActionKind.RELEASE_NODE)] == ["x9"]
+    off = decide(snapshot, state, NOW, S)
+    assert [a.node for a in kinds(off, ActionKind.RELEASE_NODE)] == ["n1", "x9"]
+    assert kinds(off, ActionKind.EVICT) == [] and kinds(off, ActionKind.RESERVE_NODE) == []
+
+
+def test_a_reservation_seen_first_by_a_new_leader_counts_from_its_first_sight() -> None:
+    snapshot, _ = _reserved_pool(stalled({8: 2}, rooms=ROOMS), {"n1": "a", "n2": "a"}, 0.0, 0.0)
+    state = replace(CLOSED, stalled_since={"a": NOW - 40})
+    decision = decide(snapshot, state, NOW, CLEARING)
+    assert decision.state.reserved_since == {"n1": NOW, "n2": NOW}
+    assert [a.pod for a in kinds(decision, ActionKind.EVICT)] == ["n1-r0", "n2-r0", "n2-r1"]
+
+
+def test_a_clock_stepped_back_shifts_the_reservations_with_it() -> None:
+    snapshot, state = _reserved_pool(stalled({8: 2}, rooms=ROOMS), {"n1": "a", "n2": "a"}, 40.0, NOW - 100)
+    back = replace(state, last_now=NOW + 50)
+    decision = decide(snapshot, back, NOW, CLEARING)
+    assert decision.state.reserved_since == {"n1": NOW - 150, "n2": NOW - 150}
 
 
 def test_clearing_is_off_at_zero_and_by_default() -> None:
@@ -613,6 +700,7 @@ def test_clearing_is_off_at_zero_and_by_default() -> None:
     assert S.handover.clear_after_seconds == 0.0
     decision = decide(stalled({8: 2}, rooms=ROOMS), replace(CLOSED, stalled_since={"a": NOW - 999}), NOW, S)
     assert kinds(decision, ActionKind.EVICT) == [] and decision.state.stalled_since == {}
+    assert kinds(decision, ActionKind.RESERVE_NODE) == []
 
 
 def test_the_view_offers_a_pools_nodes_with_replicas_and_counts_leaving_ones_free() -> None:
@@ -625,21 +713,73 @@ def test_the_view_offers_a_pools_nodes_with_replicas_and_counts_leaving_ones_fre
     assert snapshot.clearable == {"a": (NodeRoom("n1", 6, ((PodRef("inference", "m1"), 2),)), NodeRoom("n2", 8))}
 
 
+def test_the_view_reads_the_reservation_of_onprem_nodes_as_it_changes() -> None:
+    reserved = onprem_node("n1", 8, pool="a")
+    reserved["spec"]["taints"] = [{"key": S.reserved_taint_key, "value": "a", "effect": "NoSchedule"}]
+    virtual = virtual_node("vk-a", settings=S)
+    virtual["spec"]["taints"].append({"key": S.reserved_taint_key, "value": "a", "effect": "NoSchedule"})
+    view = ClusterView.from_lists([reserved, onprem_node("n2", 8, pool="a"), virtual], [], S, NOW)
+    snapshot = view.snapshot()
+    assert snapshot.reserved == {"n1": "a"}
+    assert snapshot.pools["a"].free == 16, "a reserved node's GPUs are free GPUs of its pool (training may use them)"
+    view.apply_node("MODIFIED", onprem_node("n1", 8, pool="a"))
+    assert view.snapshot().reserved == {}
+    view.apply_node("MODIFIED", reserved)
+    view.apply_node("DELETED", reserved)
+    assert view.snapshot().reserved == {}
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.floats(0, 400)), min_size=1, max_size=12))
+def test_clearing_never_evicts_from_a_node_not_reserved_for_the_pool_and_never_holds_one_past_its_bound(
+        steps: list[tuple[bool, bool, float]]) -> None:
+    """Whatever the API does with the reservations (applied or refused) and however long each cycle takes, an
+    eviction is only ever of a replica on a node the snapshot shows reserved for that pool, and no node stays
+    reserved past `reserveSeconds` (plus one cycle) without the training being placed."""
+    hold = CLEARING.handover.reserve_seconds
+    base = stalled({8: 2}, rooms=ROOMS)
+    reserved: dict[str, str] = {}
+    since: dict[str, float] = {}
+    state, now = replace(CLOSED, stalled_since={"a": NOW - 40}), NOW
+    for applied, placed, wait in steps:
+        snapshot = replace(base, observed_at=now, reserved=dict(reserved),
+                           unplaced_training={} if placed else base.unplaced_training)
+        decision = decide(snapshot, state, now, CLEARING)
+        evicted = {a.pod.rsplit("-", 1)[0] for a in kinds(decision, ActionKind.EVICT)}
+        assert all(reserved.get(node) == "a" for node in evicted), (reserved, evicted)
+        released = {a.node for a in kinds(decision, ActionKind.RELEASE_NODE)}
+        assert all(now - since[n] < hold for n in set(reserved) - released), (reserved, released, since, now)
+        if applied:
+            for a in kinds(decision, ActionKind.RESERVE_NODE):
+                reserved[a.node] = a.pool
+                since.setdefault(a.node, now)
+            for a in kinds(decision, ActionKind.RELEASE_NODE):
+                reserved.pop(a.node, None)
+                since.pop(a.node, None)
+        state, now = decision.state, now + wait
+
+
 @given(st.dictionaries(st.sampled_from([1, 2, 4, 8]), st.integers(1, 6), min_size=1, max_size=3),
        st.dictionaries(st.sampled_from([0, 1, 2, 4, 6, 8]), st.integers(0, 4), max_size=4),
        st.lists(st.tuples(st.integers(0, 8), st.lists(st.sampled_from([1, 2, 4]), max_size=4)), max_size=8))
-def test_clearing_evicts_each_replica_once_and_only_from_nodes_that_then_hold_a_waiting_pod(
+def test_clearing_evicts_each_replica_once_and_only_from_nodes_reserved_that_then_hold_a_waiting_pod(
         pods: dict[int, int], free: dict[int, int], nodes: list[tuple[int, list[int]]]) -> None:
     rooms = tuple(room(f"n{i}", min(f, 8), *gpus) for i, (f, gpus) in enumerate(nodes) if min(f, 8) + sum(gpus) <= 8)
     pool = PoolGpus(sum(f * n for f, n in free.items()), sum(s * n for s, n in pods.items()),
                     free_nodes={f: n for f, n in free.items() if n and f}, unplaced_pods=dict(pods))
     snapshot = replace(snap(svc(), unplaced={"a": pool.pending_training}), pools={"a": pool}, clearable={"a": rooms})
-    plan = plan_clear(snapshot, {"a": NOW - 60}, NOW, 30.0)
+    first = plan_clear(snapshot, {"a": NOW - 60}, {}, NOW, 30.0, 600.0)
+    assert first.evictions == () and first.release == ()
+    assert set(first.reserve) <= {n.name for n in rooms} and set(first.reserve.values()) <= {"a"}
+    # The next decision, with the reservations on: the same nodes, and only their replicas go.
+    plan = plan_clear(replace(snapshot, reserved=dict(first.reserve)), first.stalled_since, first.reserved_since,
+                      NOW + 1, 30.0, 600.0)
+    assert plan.reserve == {} and plan.release == () and set(plan.reserved_since) == set(first.reserve)
     assert len(plan.evictions) == len(set(plan.evictions))
     by_node = {n.name: n for n in rooms}
     emptied = {ref.name.rsplit("-", 1)[0] for ref in plan.evictions}
+    assert emptied <= set(first.reserve)
     assert all(by_node[n].replicas for n in emptied)
     # Each emptied node gives all its replicas, and holds at least the smallest waiting pod once empty.
     assert all(set(plan.evictions) >= {r for r, _ in by_node[n].replicas} for n in emptied)
     assert all(by_node[n].room >= min(pods) for n in emptied)
-    assert len(emptied) <= sum(pods.values())
+    assert len(first.reserve) <= sum(pods.values())

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from agents.burst_controller.contract import BurstSettings
-from agents.burst_controller.decide import Mode
+from agents.burst_controller.decide import Action, ActionKind, Mode
 from agents.burst_controller.shell import NODES, PODS, BurstShell
 from agents.kit.port import DEPLOYMENTS
 from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
@@ -528,3 +528,28 @@ def test_gate_lifts_are_batched_in_decision_order_and_nothing_else_is() -> None:
                act(ActionKind.OPEN_NODE), act(ActionKind.UNGATE, "c")]
     assert [[a.pod or a.kind.value for a in b] for b in _batches(actions)] == [
         ["close_node"], ["a", "b"], ["open_node"], ["c"]]
+
+
+def test_a_reservation_is_put_on_and_taken_off_keeping_every_other_taint(api: tuple[FakeApi, str]) -> None:
+    """The handover's reservation (``<prefix>/reserved=<pool>:NoSchedule``) on an on-prem node: any other copy of
+    its key replaced, the guard's and the kubelet's taints kept, and taken off again leaving those."""
+    fake, url = api
+    node = onprem_node("n1", 8, pool="a", health="degraded")
+    node["spec"]["taints"] += [{"key": S.reserved_taint_key, "value": "old", "effect": "NoExecute"},
+                               {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    fake.put(NODES, node)
+    sh = make_shell(url, Clock())
+    lead_and_sync(sh)
+    assert sh.apply(Action(ActionKind.RESERVE_NODE, node="n1", pool="a"))
+    taints = fake.node("n1")["spec"]["taints"]
+    assert [t for t in taints if t["key"] == S.reserved_taint_key] == [
+        {"key": "gpucluster.io/reserved", "value": "a", "effect": "NoSchedule"}]
+    assert {"key": S.health_taint_key, "value": "degraded", "effect": "NoSchedule"} in taints
+    assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in taints
+    assert sh.view.snapshot().reserved == {"n1": "a"}
+    patches = len([r for r in fake.requests if r[0] == "PATCH"])
+    sh.apply(Action(ActionKind.RESERVE_NODE, node="n1", pool="a"))
+    assert len([r for r in fake.requests if r[0] == "PATCH"]) == patches, "already there: no second patch"
+    assert sh.apply(Action(ActionKind.RELEASE_NODE, node="n1"))
+    assert [t["key"] for t in fake.node("n1")["spec"]["taints"]] == [S.health_taint_key, "node.kubernetes.io/not-ready"]
+    assert sh.view.snapshot().reserved == {}

@@ -199,8 +199,10 @@ def test_training_gang(local: RunResult) -> None:
         "nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "gpucluster.io/location", "operator": "In", "values": ["onprem"]} in exprs
     assert {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]} in exprs
+    # Its pool's taint, and the nodes the burst handover reserves for waiting training; nothing of inference's.
     assert pod["tolerations"] == [
-        {"key": "gpucluster.io/pool", "operator": "Equal", "value": "local-gpu", "effect": "NoSchedule"}
+        {"key": "gpucluster.io/pool", "operator": "Equal", "value": "local-gpu", "effect": "NoSchedule"},
+        {"key": "gpucluster.io/reserved", "operator": "Exists", "effect": "NoSchedule"},
     ]
     container = pod["containers"][0]
     assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}

@@ -113,6 +113,8 @@ def test_gpu_daemonsets_run_on_gpu_pools_only_and_tolerate_their_taints(prod: Ru
             {"key": "gpucluster.io/pool", "operator": "Equal", "value": "h200-b", "effect": "NoSchedule"},
             {"key": "gpucluster.io/switch-fault", "operator": "Exists", "effect": "NoSchedule"},
             {"key": "gpucluster.io/gpu-health", "operator": "Exists", "effect": "NoSchedule"},
+            # A node the burst handover cleared for waiting training is still measured.
+            {"key": "gpucluster.io/reserved", "operator": "Exists", "effect": "NoSchedule"},
             # The prod pools keep warm spares, watched like any node.
             {"key": "gpucluster.io/spare", "operator": "Exists", "effect": "NoSchedule"},
         ], name

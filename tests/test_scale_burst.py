@@ -70,7 +70,8 @@ def _cfg(pool_nodes: int, other_nodes: int, inference: int, external: int, cap: 
                                      gpu_count=other_nodes * 8))
     by_name = {p.name: p for p in pools}
     return SimpleNamespace(
-        pools=pools, pool=by_name.__getitem__, onprem_gpus=sum(p.gpu_count for p in pools),
+        label_prefix="gpucluster.io", pools=pools, pool=by_name.__getitem__,
+        onprem_gpus=sum(p.gpu_count for p in pools),
         inference=SimpleNamespace(services=[SimpleNamespace(max_replicas=inference, gpus_per_replica=1)]),
         providers=[SimpleNamespace(gpus=external)],
         scheduling=SimpleNamespace(teams=[SimpleNamespace(name="t", capability_gpus=cap)]))
@@ -181,8 +182,16 @@ def test_occupancy_counts_nodes_live_pods_are_bound_to() -> None:
 
 
 class _Core:
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
+    def __init__(self, pods: list[dict[str, Any]], reserved: tuple[str, ...] = ()) -> None:
         self.pods = pods
+        self.reserved = reserved
+
+    def list_node(self) -> Any:
+        def node(name: str) -> Any:
+            taints = [SimpleNamespace(key="gpucluster.io/reserved", value="a")] if name in self.reserved else None
+            return SimpleNamespace(metadata=SimpleNamespace(name=name), spec=SimpleNamespace(taints=taints))
+
+        return SimpleNamespace(items=[node(f"a{i}") for i in range(4)] + [node("b0")])
 
     def list_pod_for_all_namespaces(self, **_: Any) -> Any:
         import json
@@ -197,8 +206,9 @@ def test_a_stall_is_named_the_reclaim_stall_only_when_the_pool_has_empty_and_occ
     partial gang: a whole-pool gang in a pool with both kinds of node is placed by neither (the burst run at scale)."""
     cfg = _cfg(4, 0, 1, 1, None)
     pods = [{"spec": {"nodeName": n}, "status": {"phase": "Running"}, "metadata": {}} for n in bound]
-    out = scaleburst.stall(_Core(pods), cfg, "a", 4, 180.0)
+    out = scaleburst.stall(_Core(pods, reserved=("a0", "a1", "b0")), cfg, "a", 4, 180.0)
     assert out["reclaim_stall"] is stalled
+    assert out["reserved_nodes"] == 2 and "2 reserved for it" in out["reason"]
     assert (out["empty_nodes"], out["occupied_nodes"]) == (4 - len(bound), len(bound))
     assert (scaleburst.RECLAIM_STALL in out["reason"]) is stalled
 

@@ -115,6 +115,11 @@ class BurstKeys:
         return node_taints.spare_taint_key(self.prefix)
 
     @property
+    def reserved_taint(self) -> str:
+        """The handover's reservation of a node it cleared for waiting training: training tolerates it."""
+        return node_taints.reserved_taint_key(self.prefix)
+
+    @property
     def changed_at_annotation(self) -> str:
         return f"{self.prefix}/burst-changed-at"
 
@@ -196,7 +201,13 @@ class HandoverTunables(SettingsModel):
     without this such a gang waits for good (docs/scheduling.md). 0 (default) turns it off: on the prod stack's
     size it gained nothing, since each evicted replica's replacement was bound to the GPUs its eviction freed before
     Volcano's next session could place the gang whole (the burst run at scale: hundreds of evictions in ten minutes,
-    the gang never running, docs/burst.md); it needs the cleared nodes reserved for the gang first."""
+    the gang never running, docs/burst.md). Each node it clears is reserved first (`reserveSeconds`)."""
+    reserve_seconds: PositiveSeconds = 600.0
+    """A node the clearing chooses carries the reservation taint `<labelPrefix>/reserved=<pool>:NoSchedule`
+    (training tolerates it, inference does not) before any replica on it is evicted, so the replacements cannot
+    take back the GPUs the evictions free; it comes off once the pool's released training is placed, and after this
+    long at most (seconds): then the pool's nodes are given back and the clearing waits `clearAfterSeconds` again,
+    so training the scheduler will not place for another reason (its queue's quota) cannot idle GPUs for good."""
     standby_retry_seconds: PositiveSeconds = 120.0
     """Once the scheduler finds no room on the providers for a standby's other pods (every placed one ready), while
     the service's external replicas are to come home, the standby asks for only the pods it placed, for this long,
@@ -430,6 +441,10 @@ class BurstSettings(BurstTunables):
     @cached_property
     def spare_taint_key(self) -> str:
         return self.keys.spare_taint
+
+    @cached_property
+    def reserved_taint_key(self) -> str:
+        return self.keys.reserved_taint
 
     @cached_property
     def changed_at_annotation(self) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from agents.burst_controller.contract import BurstSettings
 from agents.burst_controller.plans import (
+    ClearPlan,
     ReturnPlan,
     StandbyPlan,
     displaced_gpus,
@@ -145,7 +146,8 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
                         room=room)
     gate = gate_release(snapshot, state, now, settings, plan)
     reasons.extend(gate.reasons)
-    clear = plan_clear(snapshot, state.stalled_since, now, settings.handover.clear_after_seconds)
+    clear = plan_clear(snapshot, state.stalled_since, state.reserved_since, now,
+                       settings.handover.clear_after_seconds, settings.handover.reserve_seconds)
     reasons.extend(clear.reasons)
     warm = plan_warm(snapshot.services, step.mode is Mode.OPEN, seen, now, settings)
     home = plan_return(snapshot, step.effective_free, settings)
@@ -161,9 +163,10 @@ def decide(snapshot: Snapshot, state: BurstState, now: float, settings: BurstSet
         replicas_seen=seen,
         stalled_since=clear.stalled_since,
         standby_room=room,
+        reserved_since=clear.reserved_since,
     )
     return Decision(
-        actions(snapshot, step, plan, gate.released, settings, warm, home, clear.evictions),
+        actions(snapshot, step, plan, gate.released, settings, warm, home, clear),
         new_state,
         tuple(reasons),
         step.flipped,
@@ -196,6 +199,7 @@ def settle_clock(state: BurstState, now: float) -> tuple[BurstState, list[str], 
                            for name, points in state.replicas_seen.items()},
             stalled_since={pool: t - back for pool, t in state.stalled_since.items()},
             standby_room={name: replace(r, since=r.since - back) for name, r in state.standby_room.items()},
+            reserved_since={node: t - back for node, t in state.reserved_since.items()},
         )
         reasons.append(f"clock moved back {back:.1f}s: no flip, holds restart")
         may_flip = False
@@ -393,7 +397,7 @@ def nodes_by_price(nodes: Sequence[VirtualNode], settings: BurstSettings, deares
 
 def actions(
     snapshot: Snapshot, step: ModeStep, plan: StandbyPlan, released: tuple[PodRef, ...], settings: BurstSettings,
-    warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None, clearing: tuple[PodRef, ...] = (),
+    warm: Mapping[str, int] | None = None, home: ReturnPlan | None = None, clearing: ClearPlan | None = None,
 ) -> tuple[Action, ...]:
     """The changes that make the cluster match the decision, in a stable order. O(virtual nodes + services)."""
     nodes = sorted(snapshot.virtual_nodes.values(), key=lambda v: v.name)
@@ -419,7 +423,12 @@ def actions(
         out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name, service=service)
                    for service, refs in sorted(home.evictions.items()) for r in refs)
     out.extend(Action(ActionKind.UNGATE, namespace=r.namespace, pod=r.name) for r in released)
-    out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name) for r in clearing)
+    if clearing is not None:
+        # The reservations first: the clearing's evictions are of nodes already reserved (`plan_clear`).
+        out.extend(Action(ActionKind.RESERVE_NODE, node=node, pool=pool)
+                   for node, pool in sorted(clearing.reserve.items()))
+        out.extend(Action(ActionKind.RELEASE_NODE, node=node) for node in clearing.release)
+        out.extend(Action(ActionKind.EVICT, namespace=r.namespace, pod=r.name) for r in clearing.evictions)
     out.extend(
         Action(ActionKind.SET_DELETION_COST, namespace=ref.namespace, pod=ref.name,
                deletion_cost=snapshot.deletion_costs.get(ref, settings.external_deletion_cost))

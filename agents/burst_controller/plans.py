@@ -404,49 +404,90 @@ def plan_standby(snapshot: Snapshot, returning: bool, cover: Cover, sizing: Sizi
 
 @dataclass(frozen=True)
 class ClearPlan:
-    """Replicas the handover evicts to make room for released training the scheduler leaves waiting."""
+    """Nodes the handover reserves and clears for released training the scheduler leaves waiting."""
 
     evictions: tuple[PodRef, ...] = ()
     #: Per pool: since when its released training has waited unplaced (kept in the state).
     stalled_since: Mapping[str, float] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    #: Nodes to reserve -> the pool (the reservation taint's value); their replicas are evicted once it is on.
+    reserve: Mapping[str, str] = field(default_factory=dict)
+    #: Reserved nodes whose reservation comes off.
+    release: tuple[str, ...] = ()
+    #: Per node reserved now or about to be: since when (kept in the state).
+    reserved_since: Mapping[str, float] = field(default_factory=dict)
 
 
-def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], now: float, after_s: float) -> ClearPlan:
+def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], reserved_since: Mapping[str, float],
+               now: float, after_s: float, hold_s: float) -> ClearPlan:
     """Make room for released training that does not fit its pool's free GPUs node by node and has waited
-    ``after_s`` unplaced: evict the main replicas on the fewest nodes that hold its pods once empty, the nodes with
-    the fewest replica GPUs first (what is displaced anyway is at risk, and the standby already covers it).
+    ``after_s`` unplaced: reserve, then empty, the fewest nodes that hold its pods once empty, the nodes with the
+    fewest replica GPUs first (what is displaced anyway is at risk, and the standby already covers it).
 
     Why: Volcano 1.14.1 places such a gang neither by `allocate` (it discards a gang it cannot place whole) nor by
     `reclaim` (it places a task only onto a node holding pods it may reclaim), when it needs both empty nodes and
     nodes inference holds; it would wait for good. Training still behind the gate is the handover's to wait for,
-    not this; ``after_s`` leaves the scheduler time to reclaim where it can. 0 turns it off. O(pools × pod sizes ×
-    nodes with replicas there)."""
+    not this; ``after_s`` leaves the scheduler time to reclaim where it can. 0 turns it off (and gives back every
+    reservation).
+
+    Make before break, for the gang: a node is evicted only once it carries the reservation (a later decision sees
+    it), which inference does not tolerate, so an evicted replica's replacement cannot bind to the GPUs just freed
+    (at the prod size each one did, before Volcano's next session could place the gang). A reservation is kept while
+    its pool's training waits unplaced, even once it fits (that is when the scheduler places it), and given back
+    when the training is placed, or after ``hold_s``: then the stall restarts, so training the scheduler holds back
+    for another reason idles no GPUs for good. O(pools × pod sizes × nodes with replicas there + reserved nodes)."""
+    first_seen = {node: reserved_since.get(node, now) for node in snapshot.reserved}
     if after_s <= 0:
-        return ClearPlan()
+        return ClearPlan(release=tuple(sorted(snapshot.reserved)), reserved_since=first_seen)
+    held_by_pool: dict[str, set[str]] = {}
+    for node, pool in snapshot.reserved.items():
+        held_by_pool.setdefault(pool, set()).add(node)
     gated = {snapshot.gated_pool.get(ref) for ref in snapshot.gated_pods}
     since: dict[str, float] = {}
+    keep: set[str] = set()
+    reserve: dict[str, str] = {}
     evictions: list[PodRef] = []
     reasons: list[str] = []
     for pool, gpus in sorted(snapshot.unplaced_training.items()):
         room = snapshot.pools.get(pool)
-        if not pool or gpus <= 0 or pool in gated or gated & {None, ""} or room is None or _fits_free(gpus, room):
+        held = held_by_pool.get(pool, set())
+        if not pool or gpus <= 0 or pool in gated or gated & {None, ""} or room is None:
+            continue
+        fits = _fits_free(gpus, room)
+        if fits and not held:
             continue
         first = since[pool] = stalled_since.get(pool, now)
-        if now - first < after_s or not room.unplaced_pods:
+        if held and now - min(first_seen[n] for n in held) >= hold_s:
+            since[pool] = now
+            reasons.append(f"handover: training released for pool {pool} still unplaced after {hold_s:.0f}s of "
+                           f"reservation; {len(held)} nodes given back, clearing again after {after_s:.0f}s")
+            continue
+        keep |= held
+        if fits or now - first < after_s or not room.unplaced_pods:
             continue
         left, _ = _place_on_free(room.unplaced_pods, room.free_nodes)
-        nodes = sorted(snapshot.clearable.get(pool, ()), key=lambda n: (n.room - n.free, n.name))
+        # Reserved nodes first, so a clearing under way keeps its nodes as their replicas leave.
+        nodes = sorted(snapshot.clearable.get(pool, ()), key=lambda n: (n.name not in held, n.room - n.free, n.name))
         chosen: list[NodeRoom] = []
         taken: set[str] = set()
         for size in sorted(left, reverse=True):  # each size takes the first nodes with room, in that order
-            fits = [n for n in nodes if n.room >= size and n.name not in taken][: left[size]]
-            taken.update(n.name for n in fits)
-            chosen += fits
-        refs = [ref for node in chosen for ref, _ in node.replicas]
+            fitting = [n for n in nodes if n.room >= size and n.name not in taken][: left[size]]
+            taken.update(n.name for n in fitting)
+            chosen += fitting
+        keep |= taken
+        ready = [n for n in chosen if n.name in held]
+        refs = [ref for node in ready for ref, _ in node.replicas]
+        reserve.update({n.name: pool for n in chosen if n.name not in held})
+        if len(ready) < len(chosen):
+            reasons.append(f"handover: training released for pool {pool} unplaced for {now - first:.0f}s where it "
+                           f"does not fit the free GPUs; reserving {len(chosen) - len(ready)} nodes before clearing")
         if refs:
             evictions += refs
             reasons.append(f"handover: training released for pool {pool} unplaced for {now - first:.0f}s where it "
-                           f"does not fit the free GPUs; evicting {len(refs)} replicas from "
-                           f"{', '.join(n.name for n in chosen[:5])}{' …' if len(chosen) > 5 else ''}")
-    return ClearPlan(tuple(evictions), since, tuple(reasons))
+                           f"does not fit the free GPUs; evicting {len(refs)} replicas from reserved "
+                           f"{', '.join(n.name for n in ready[:5])}{' …' if len(ready) > 5 else ''}")
+    release = tuple(sorted(node for node in snapshot.reserved if node not in keep))
+    # A reservation being released keeps its first sight until it is seen gone: a release the API refused cannot
+    # restart its hold.
+    seen = {**first_seen, **{node: first_seen.get(node, now) for node in reserve}}
+    return ClearPlan(tuple(evictions), since, tuple(reasons), reserve, release, seen)

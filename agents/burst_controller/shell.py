@@ -79,6 +79,9 @@ log = logging.getLogger("burst_controller")
 #: 2,048-pod gang in about 50 s on the scale control plane (docs/scale.md); the API server's priority and fairness
 #: bounds what it serves, and every lift is still fenced by the port.
 UNGATE_CONCURRENCY = 16
+#: Node changes people hear of as Events on the node.
+NODE_EVENTS = frozenset({ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE, ActionKind.TAINT_PROVIDER,
+                         ActionKind.RESERVE_NODE, ActionKind.RELEASE_NODE})
 #: What the controller watches (each watch holds a connection while it runs).
 WATCHED = (NODES, PODS)
 
@@ -263,7 +266,7 @@ class BurstShell:
                 if applied:
                     self._backoff.pop(action, None)
                     self.metrics.actions.labels(action.kind.value).inc()
-                    if action.kind in (ActionKind.OPEN_NODE, ActionKind.CLOSE_NODE, ActionKind.TAINT_PROVIDER):
+                    if action.kind in NODE_EVENTS:
                         self._event(action, decision)
                 elif action in self._failed:
                     self._back_off(action)
@@ -311,6 +314,8 @@ class BurstShell:
                 return self._ungate(action.namespace, action.pod)
             if action.kind is ActionKind.TAINT_PROVIDER:
                 return self._taint_provider(action.node)
+            if action.kind in (ActionKind.RESERVE_NODE, ActionKind.RELEASE_NODE):
+                return self._reserve(action.node, action.pool if action.kind is ActionKind.RESERVE_NODE else None)
             return self._set_taint(action.node, close=action.kind is ActionKind.CLOSE_NODE)
         except ApiError as exc:
             self._error(exc.kind)
@@ -341,6 +346,17 @@ class BurstShell:
             if any(t.get("key") == key and str(t.get("value", "")) == value for t in taints):
                 return taints
             return [*taints, {"key": key, "value": value, "effect": "NoSchedule"}]
+
+        return self._edit_taints(node, edit, annotate=False)
+
+    def _reserve(self, node: str, pool: str | None) -> bool:
+        """Put the handover's reservation on an on-prem node (``<prefix>/reserved=<pool>:NoSchedule``, every other
+        copy of the key replaced) or, with no pool, take it off; nothing else of the node changes."""
+        key = self.settings.reserved_taint_key
+
+        def edit(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            keep = [t for t in taints if t.get("key") != key]
+            return keep if pool is None else [*keep, {"key": key, "value": pool, "effect": "NoSchedule"}]
 
         return self._edit_taints(node, edit, annotate=False)
 
@@ -461,6 +477,13 @@ class BurstShell:
                 "added it as NoSchedule so only workloads that tolerate the provider land there",
                 warning=True,
             )
+            return
+        if action.kind in (ActionKind.RESERVE_NODE, ActionKind.RELEASE_NODE):
+            reserved = action.kind is ActionKind.RESERVE_NODE
+            why = "; ".join(r for r in decision.reasons if r.startswith("handover")) or "no training waits for it"
+            self._create_event(
+                node_ref, "NodeReserved" if reserved else "NodeReservationReleased",
+                f"{s.reserved_taint_key}{'=' + action.pool + ' set NoSchedule' if reserved else ' removed'}: {why}")
             return
         opened = action.kind is ActionKind.OPEN_NODE
         message = "; ".join(decision.reasons) or ("reconciled to " + decision.state.mode.value)

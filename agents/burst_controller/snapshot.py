@@ -24,7 +24,9 @@ class ActionKind(enum.StrEnum):
     TAINT_PROVIDER = "taint_provider"  # add the provider's own taint to its node when it lacks it (never removed)
     SET_WARM = "set_warm"  # scale a service's warm-pool placeholder Deployment to `replicas`
     SET_RETURN = "set_return"  # scale a service's on-prem return Deployment (the bridge) to `replicas`
-    EVICT = "evict"  # evict an external replica (Eviction API) whose on-prem cover is Ready
+    EVICT = "evict"  # evict a replica (Eviction API): one moved home, or one on a node cleared for training
+    RESERVE_NODE = "reserve_node"  # put the reservation taint (value `pool`, NoSchedule) on an on-prem node
+    RELEASE_NODE = "release_node"  # take the reservation taint off an on-prem node
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Action:
     deletion_cost: int = 0
     service: str = ""
     replicas: int = 0
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,8 @@ class Snapshot:
     # Per pool with unplaced training, its nodes holding main replicas of handover services: where the handover
     # makes room for released training the scheduler leaves waiting (`plan_clear`).
     clearable: Mapping[str, tuple[NodeRoom, ...]] = field(default_factory=dict)
+    # On-prem nodes carrying the handover's reservation taint -> the pool its value names (`plan_clear`).
+    reserved: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def external_gpus_in_use(self) -> int:
@@ -243,6 +248,9 @@ class BurstState:
     stalled_since: Mapping[str, float] = field(default_factory=dict)
     # Per service: the standby the providers held when the scheduler found no room for the rest (`StandbyRoom`).
     standby_room: Mapping[str, StandbyRoom] = field(default_factory=dict)
+    # Per reserved node: since when this controller has seen it reserved (its own clock; a node reserved before
+    # it led counts from its first sight).
+    reserved_since: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

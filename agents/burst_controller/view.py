@@ -80,6 +80,8 @@ class ClusterView:
         self._pool_free_nodes: dict[str, dict[int, int]] = {}
         self._unplaced_pods: dict[str, dict[int, int]] = {}
         self._gated_pool: dict[PodRef, str] = {}
+        # On-prem nodes carrying the handover's reservation taint -> its value (the pool reserved for).
+        self._reserved: dict[str, str] = {}
         # Cluster-wide free GPUs per node (every pool) -> nodes, for training confined to no pool.
         self._free_nodes_all: dict[int, int] = {}
         # Listed on-prem GPU nodes, eligible or not: GPUs per pool and node sizes, for "can this ever fit".
@@ -167,6 +169,12 @@ class ClusterView:
             self._virtual.add(name)
         else:
             self._virtual.discard(name)
+        reserved = next((str(t.get("value", "")) for t in rec.taints if t.get("key") == self._s.reserved_taint_key),
+                        None) if rec.kind == ONPREM else None
+        if reserved is None:
+            self._reserved.pop(name, None)
+        else:
+            self._reserved[name] = reserved
         if was_virtual != (rec.kind == VIRTUAL) or provider != rec.provider:
             for key in rec.pods:  # rare: a node turned virtual, went away or changed provider; pods per node are few
                 self._update_cost_need(self._pods[key])
@@ -531,6 +539,7 @@ class ClusterView:
             } if self._s.return_surge_share > 0 else {},
             unplaced_training=dict(unplaced_gpus),
             clearable=self._clearable(unplaced_gpus),
+            reserved=dict(self._reserved),
             standby_external_gpus=self.standby_external_gpus,
             gated_pods=tuple(self._gated.values()),
             gated_at=dict(self._gated_at),

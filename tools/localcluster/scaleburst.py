@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agents.node_taints import reserved_taint_key
 from bench.bench_sim_vs_e2e import AFTER_END, LOCAL_LATENCIES, PHASES, UNGATE, PhaseClock, PhaseView, Scenario
 from tools.localcluster import control
 from tools.localcluster.plan import Layout, NodePlan
@@ -268,15 +269,20 @@ RECLAIM_STALL = ("Volcano's reclaim places a task only on a node with pods it ma
 
 def stall(core: Any, cfg: Any, pool: str, pods: int, waited_s: float) -> dict[str, Any]:
     """What holds a gang that was released and has not run for ``waited_s``: its pool's empty and occupied
-    nodes, and the reason where it is the reclaim stall (:data:`RECLAIM_STALL`)."""
+    nodes, how many of them the handover reserved for it, and the reason where it is the reclaim stall
+    (:data:`RECLAIM_STALL`)."""
     items = json.loads(core.list_pod_for_all_namespaces(resource_version="0", _preload_content=False).data)["items"]
-    empty, occupied = occupancy(items, cfg.pool(pool).node_names)  # the waiting gang's pods are bound nowhere
+    names = cfg.pool(pool).node_names
+    empty, occupied = occupancy(items, names)  # the waiting gang's pods are bound nowhere
+    key = reserved_taint_key(cfg.label_prefix)
+    reserved = sum(any(t.key == key for t in (n.spec.taints or ())) for n in core.list_node().items
+                   if n.metadata.name in names)
     mixed = 0 < len(empty) < pods and bool(occupied)
     reason = (f"the gang of {pods} over {pool} did not run within {waited_s:.0f}s of its release: {len(empty)} "
-              f"nodes of the pool empty, {len(occupied)} holding other pods; "
+              f"nodes of the pool empty, {len(occupied)} holding other pods, {reserved} reserved for it; "
               + (RECLAIM_STALL if mixed else "not the reclaim stall (see the scheduler's log)"))
     return {"after_s": waited_s, "empty_nodes": len(empty), "occupied_nodes": len(occupied),
-            "reclaim_stall": mixed, "reason": reason}
+            "reserved_nodes": reserved, "reclaim_stall": mixed, "reason": reason}
 
 
 def blocked_return(core: Any, policy: Any, cfg: Any) -> dict[str, Any]:
