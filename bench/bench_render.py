@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from components.failure_rate import SIZED_SPARE_SHARE
-from tools.mockrt import run_program, stack_config
+from components.mockrt import run_program, stack_config
 
 SIZES = (64, 256, 1024)
 REPEATS = 3

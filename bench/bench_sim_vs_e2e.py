@@ -13,12 +13,12 @@ the gang's end, as the e2e counts them. The real side is the last `make e2e`
 Two environment facts differ from production and the model takes them from the local cluster: pods start in
 about a second (kwok nodes, the mock virtual-kubelet), not the production defaults (60 s on-prem, 180 s
 external); and the local cluster runs the descheduler as a process on its own interval
-(`tools.localcluster.plan.descheduler_command`), not the CronJob's schedule.
+(`LOCAL_DESCHEDULER_INTERVAL_S`, which `tools.localcluster.plan.descheduler_command` runs it at), not the CronJob's
+schedule.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,11 +32,12 @@ from bench.sim.model import ClusterModel, Latencies
 from bench.sim.policies import controller
 from bench.sim.run import load_stack
 from bench.sim.workload import Gang, Workload
-from tools.localcluster.plan import descheduler_command
 
 STACK = "local"
 #: Pod start to Ready on the local control plane (kwok nodes, mock virtual-kubelet): about a second.
 LOCAL_LATENCIES = Latencies(onprem_start_s=1.0, external_start_s=1.0, hpa_period_s=15.0)
+#: The local cluster runs the descheduler as a process every this many seconds (its CronJob's schedule is a minute).
+LOCAL_DESCHEDULER_INTERVAL_S = 20
 ARRIVAL_S = 600.0  # inference settled on-prem, the taint on, the descheduler cycling
 RUN_S = 120.0  # how long the gang runs before the scenario ends it (phases after the end count from there)
 
@@ -248,11 +249,8 @@ class PeakWorkload(Workload):
 
 
 def local_descheduler_interval_s() -> float:
-    """The interval the local cluster runs the descheduler at (its command's default, e.g. "20s")."""
-    default = str(inspect.signature(descheduler_command).parameters["interval"].default)
-    if not default.endswith("s") or not default[:-1].isdigit():
-        raise ValueError(f"tools.localcluster.plan.descheduler_command: cannot read the interval {default!r}")
-    return float(default[:-1])
+    """The interval the local cluster runs the descheduler at (seconds)."""
+    return float(LOCAL_DESCHEDULER_INTERVAL_S)
 
 
 def simulate_scenario(model: ClusterModel | None = None, settings: BurstSettings | None = None,

@@ -5,7 +5,7 @@ Volcano's module (``volcano.sh/volcano``, pinned in :mod:`components.pins`) ship
 go.sum's database) into the module cache, the same cache the local control plane build fills, so a
 preview renders the chart of exactly the release the end-to-end test runs, offline once it is cached.
 
-Under the mock runtime nothing is downloaded: ``tools.mockrt`` resolves a chart to its module
+Under the mock runtime nothing is downloaded: ``components.mockrt`` resolves a chart to its module
 reference, so tests see the Chart resource and its values without Go.
 """
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from xdist.scheduler import LoadScopeScheduling
 
-from tools.mockrt import RunResult, run_program, stack_config
+from components.mockrt import RunResult, run_program, stack_config
 
 # Hypothesis judges inputs, not seconds: its per-example deadline and its "generation too slow" check are timings,
 # which a loaded 2-core build machine fails at random (speed is `make bench`'s to measure, never a test's).

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 CONFIGMAPS = ("gpu-fleet-dashboard", "gpu-health-dashboard")
 

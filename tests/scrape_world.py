@@ -35,11 +35,11 @@ from agents.health_guard.metrics import GuardMetrics
 from agents.ib_exporter.collector import InfiniBandCollector
 from agents.ib_exporter.exposition import serve as serve_ib
 from components import dcgm_counters
+from components.mockrt import RunResult
 from components.naming import Keys
 from components.observability import kube_state_label
 from fakes.ib_sysfs import full_node
 from tools.localcluster.dcgm_standin import Gpu, dcgm_exposition, label_text
-from tools.mockrt import RunResult
 from tools.scrape_path import Target, prometheus_config, scrape_jobs, selected_monitors
 from training_runtime.metrics import TrainingMetrics
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.mockrt import ROOT
+from components.mockrt import ROOT
 
 ACTIONLINT = ROOT / ".state" / "bin" / "actionlint"
 WORKFLOW = ROOT / ".github" / "workflows" / "pr-preview.yml"

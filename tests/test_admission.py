@@ -24,8 +24,8 @@ from components.admission import (
     all_policies,
     policy_specs,
 )
+from components.mockrt import RunResult
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult
 
 GPU = "nvidia.com/gpu"
 LOC = "gpucluster.io/location"

@@ -15,9 +15,9 @@ import pytest
 
 from components.admission import JOB_POLICY, MAX_MUTATED_TASKS, MUTATING_POLICY, GuardrailArgs, mutating_policy_spec
 from components.config import Admission, ConfigError, MutatingMode, parse_config
+from components.mockrt import RunResult, raw_from_stack
 from tests.conftest import StackRunner
 from tests.test_admission import good_pod_spec, policy, refusals
-from tools.mockrt import RunResult, raw_from_stack
 
 P = "gpu-cluster:"
 GATE = "gpucluster.io/handover"

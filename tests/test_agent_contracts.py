@@ -18,8 +18,8 @@ from agents.ib_exporter import cli as ib_cli
 from agents.ib_exporter.contract import DEFAULT_PORT, HOST_SYSFS_ROOT, IbExporterSettings
 from components.checkpoint import reduce_settings
 from components.config import parse_config
+from components.mockrt import RunResult
 from components.observability import ib_exporter_settings as ib_settings
-from tools.mockrt import RunResult
 
 STACK = {"pools": [{"name": "gpu", "nodes": ["gpu-[01-04]"]}], "systemPool": {"nodes": ["cpu-01"]}}
 

@@ -27,8 +27,8 @@ from components.config.footprint import (
     cluster_pods,
     footprint_problems,
 )
+from components.mockrt import raw_from_stack, run_program, stack_config
 from tools.localcluster import scale
-from tools.mockrt import raw_from_stack, run_program, stack_config
 from tools.render import manifests
 
 ROOT = Path(__file__).resolve().parents[1]

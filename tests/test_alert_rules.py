@@ -19,9 +19,9 @@ from agents.health_guard.contract import FATAL_XIDS, XIDS, HealthClass, default_
 from agents.health_guard.thermal import Thermal
 from agents.kit.settings import SettingsError
 from components.alert_rules import AlertThresholds, alert_names, build_rule_spec, duration, render_rules_yaml
+from components.mockrt import RunResult
 from tests.promtool_support import expected_alert, promtool, rule, run_unit_test, series
 from tests.test_health_guard_xid_query import listed_xids
-from tools.mockrt import RunResult
 
 GPU = {"gpu": "0", "UUID": "GPU-0a", "Hostname": "gpu-node-1", "modelName": "NVIDIA H100 80GB HBM3"}
 IB = {"device": "mlx5_0", "port": "1", "node": "gpu-node-1", "instance": "10.0.0.5:9315"}

@@ -6,7 +6,7 @@ import json
 
 from agents.node_pools.contract import parse_settings
 from bench.bench_render import synthetic
-from tools.mockrt import run_program
+from components.mockrt import run_program
 
 
 def test_synthetic_stack_has_the_requested_nodes() -> None:

@@ -11,7 +11,7 @@ import yaml
 from agents.burst_controller.contract import BurstSettings
 from components.config import parse_config
 from components.images import agent_image
-from tools.mockrt import RunResult, config_error, raw_from_stack
+from components.mockrt import RunResult, config_error, raw_from_stack
 
 NS = "gpu-system"
 
@@ -247,7 +247,7 @@ def test_the_deployed_settings_name_every_providers_own_taint(prod: RunResult) -
 def test_summary_names_each_providers_deletion_cost() -> None:
     from components.burst_controller import external_pods_row
     from components.config import parse_config
-    from tools.mockrt import raw_from_stack
+    from components.mockrt import raw_from_stack
 
     prod = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
     assert external_pods_row(prod) == (

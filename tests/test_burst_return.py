@@ -24,7 +24,7 @@ from agents.burst_controller.decide import (
     decide,
     plan_return,
 )
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 NOW = 10_000.0
 RESERVE = 8  # open_below_free_gpus: the room a return leaves on-prem

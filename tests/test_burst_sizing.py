@@ -30,8 +30,8 @@ from agents.burst_controller.decide import (
 from agents.burst_controller.view import ClusterView
 from components import burst_controller as burst_component
 from components.config import parse_config
+from components.mockrt import raw_from_stack
 from fakes.burst_objects import gpu_pod, onprem_node, virtual_node
-from tools.mockrt import raw_from_stack
 
 NOW = 10_000.0
 GANG = (PodRef("training", "gang-0"),)

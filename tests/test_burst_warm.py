@@ -21,7 +21,7 @@ from agents.burst_controller.decide import (
     decide,
     plan_warm,
 )
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 NOW = 10_000.0
 WINDOW = 300.0

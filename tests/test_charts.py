@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components import charts
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 
 def chart_tree(root: Path, name: str = "volcano", version: str = "1.14.0") -> Path:

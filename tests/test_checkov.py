@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from components.mockrt import ROOT, RunResult
 from components.security import CHECKOV_SKIP_PREFIX
-from tools.mockrt import ROOT, RunResult
 from tools.policy import is_builtin, write_for_checkov
 from tools.render import manifests
 

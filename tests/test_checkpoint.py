@@ -11,11 +11,11 @@ from typing import Any
 import pulumi
 import pytest
 
+from components import mockrt
 from components.checkpoint import FIO_BLOCK_SIZE, weekly_schedule
+from components.mockrt import RunResult
 from tests.conftest import StackRunner
 from tests.test_schema_validation import validate_all
-from tools import mockrt
-from tools.mockrt import RunResult
 from tools.render import write
 
 NS = "training"

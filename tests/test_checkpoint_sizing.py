@@ -18,7 +18,7 @@ from components.config.sizing import (
     sizing_problems,
     termination_grace_seconds,
 )
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 
 @pytest.mark.parametrize(

@@ -24,10 +24,10 @@ from kubernetes import client
 
 from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, cluster_settings, settings_json
 from components.config import ClusterConfig, Team, TrainingJob
+from components.mockrt import RunResult
 from gpucluster_cli import cli
 from gpucluster_cli.kube import Cluster
 from tools.localcluster.plan import load_stack_config
-from tools.mockrt import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "training"

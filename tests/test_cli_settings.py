@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from components.cluster_settings import SETTINGS_CONFIGMAP, SETTINGS_KEY, ClusterSettings, parse_settings
 from components.config import ClusterConfig
+from components.mockrt import RunResult
 from components.training_job import TrainingJobArgs
 from gpucluster_cli.render import pod_monitor, volcano_job
 from gpucluster_cli.spec import parse_spec, resolve
 from tests.conftest import StackRunner
 from tools.localcluster.plan import load_stack_config
-from tools.mockrt import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,8 @@ from pydantic import BaseModel
 
 from components import package as pkg
 from components.config import ClusterConfig, ConfigError, parse_config
+from components.mockrt import raw_from_stack, run_program
 from tools import engine_runner as er
-from tools.mockrt import raw_from_stack, run_program
 
 ROOT = er.ROOT
 PACKAGE_DIR = ROOT / "package"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, expand_node_names, parse_config
+from components.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 from tests.conftest import raw_stack
-from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 

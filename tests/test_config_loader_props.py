@@ -19,8 +19,8 @@ from components.config import ConfigError, LiqoProvider, expand_node_names, pars
 from components.config.base import INT32_MAX, check_cron, check_quantity
 from components.config.loading import read_stack_file
 from components.config.observability import SIGNAL_NAMES
+from components.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 from tests.conftest import raw_stack
-from tools.mockrt import RecordingMocks, RecordingMonitor, raw_from_stack, run_program
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from components.config import PROJECT, parse_config
+from components.mockrt import RunResult, raw_from_stack
 from policies.rules import RuleContext, evaluate
 from tests.conftest import StackRunner
 from tools import policy
-from tools.mockrt import RunResult, raw_from_stack
 
 SYS, TEL, TRAIN, INF, MON = "gpu-system", "gpu-telemetry", "training", "inference", "monitoring"
 P = f"{PROJECT}:"

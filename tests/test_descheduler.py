@@ -6,8 +6,8 @@ from typing import Any
 
 import yaml
 
+from components.mockrt import RunResult, config_error
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, config_error
 
 NS = "gpu-system"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from components.mockrt import ROOT
 from tools import diff
-from tools.mockrt import ROOT
 
 COPY = ["__main__.py", "Pulumi.yaml", "Pulumi.prod.yaml", "Pulumi.local.yaml", "components", "agents"]
 

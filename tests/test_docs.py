@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.mockrt import ROOT
+from components.mockrt import ROOT
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from components.mockrt import RunResult
 from tools.localcluster import control
 from tools.localcluster.plan import Layout
 from tools.localcluster.realcluster import BUILT, linked_state
-from tools.mockrt import RunResult
 
 NAMESPACE = "provider-rank"
 ONLY = "e2e.gpucluster.io/provider-rank"  # the label and taint that keep every other pod off these nodes

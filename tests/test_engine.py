@@ -148,7 +148,7 @@ def test_a_preview_leaves_nothing_in_the_render_folder(tmp_path: Path, monkeypat
 
 
 def _stack_config(stack: str) -> tuple[dict[str, Any], set[str]]:
-    from tools.mockrt import stack_config
+    from components.mockrt import stack_config
 
     return stack_config(stack)
 
@@ -159,8 +159,8 @@ def _engine_verdicts(output: str) -> set[tuple[str, str]]:
 
 
 def _mock_verdicts(stack: str) -> set[tuple[str, str]]:
+    from components.mockrt import run_program
     from policies.rules import evaluate
-    from tools.mockrt import run_program
     from tools.policy import context_for, resources_of
 
     config, secrets = _stack_config(stack)
@@ -224,7 +224,7 @@ def _normalize(obj: Any, parent: str = "") -> Any:
 @needs_engine
 @pytest.mark.parametrize("stack", ["prod", "local"])
 def test_engine_render_agrees_with_make_render(stack: str, tmp_path: Path) -> None:
-    from tools.mockrt import run_program
+    from components.mockrt import run_program
     from tools.render import manifests
 
     out = tmp_path / "engine"

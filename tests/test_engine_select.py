@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
+from components.mockrt import ROOT
 from tools import engine_runner as er
 from tools import preview
 from tools.engine_select import (
@@ -28,7 +29,6 @@ from tools.engine_select import (
     sdk_version,
     select_engine,
 )
-from tools.mockrt import ROOT
 
 SDK = Version("3.272.0")
 CLI = Path("/opt/pulumi/bin/pulumi")

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from components.config import ConfigError
 from components.config.loading import SECRET_PLACEHOLDER, read_stack_file
+from components.mockrt import ROOT, run_program
 from tools.engine_runner import config_copy_text
-from tools.mockrt import ROOT, run_program
 
 CREDENTIALS = ("gpu-cluster:lambdaEastKubeconfig", "gpu-cluster:drClusterKubeconfig",
                "gpu-cluster:imageQueueCredentials")

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from components.config import Forecast, parse_config
 from components.forecast import ForecastRule, forecast_at, forecast_expr, rule_groups
+from components.mockrt import RunResult, config_error, raw_from_stack, run_program
 from policies.rules import evaluate
 from tests.conftest import raw_stack
 from tests.promtool_support import promtool
 from tests.test_schema_validation import validate_all
 from tools import policy
-from tools.mockrt import RunResult, config_error, raw_from_stack, run_program
 
 STEP = 15
 SOURCE = "inference_queue_depth"

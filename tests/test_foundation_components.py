@@ -12,8 +12,8 @@ import yaml
 from agents.node_pools.contract import NodePoolSettings, parse_settings
 from components.config import ConfigError, parse_config
 from components.gang_scheduler import VOLCANO_ACTIONS
+from components.mockrt import RunResult, raw_from_stack
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, raw_from_stack
 
 P = "gpu-cluster:"
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.health_guard.restarts import GangJob, Ledger, account, gang_job, guard_caused
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 A = ("training", "llm")
 

@@ -35,7 +35,7 @@ from components.goodput_model import (
     write_seconds,
     young_daly_seconds,
 )
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 BACKEND = Backend("weka-ckpt", size_tb=1.0, write_s=1000.0 / 60.0)
 KEEP, QUARANTINE, YOUNG_DALY, ASYNC, IN_PLACE, REPLACE_ONE = POLICIES

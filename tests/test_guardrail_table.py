@@ -35,11 +35,11 @@ from components.guardrail_rules import (
     Guardrail,
     guardrail,
 )
+from components.mockrt import RunResult
 from policies.rules import RULES, Resource, RuleContext, evaluate
 from tests.test_admission import good_pod_spec, policy, refusals
 from tests.test_policies import res
 from tools.localcluster.plan import load_stack_config
-from tools.mockrt import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PROD = load_stack_config(ROOT, "prod")

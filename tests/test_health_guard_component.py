@@ -14,11 +14,11 @@ import yaml
 
 from agents.health_guard.contract import HealthClass, parse_settings, xid_query
 from components.dashboards import gpu_health
+from components.mockrt import RecordingMocks, RecordingMonitor, RunResult, run_program
 from components.training_job import TrainingJobArgs, volcano_job_spec
 from tests.conftest import StackRunner, raw_stack
 from tests.test_health_guard_xid_query import listed_xids
 from tools.localcluster.plan import load_stack_config
-from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, run_program
 
 P = "gpu-cluster:"
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from components.mockrt import RunResult
 from tools import image_local
 from tools import images as tool
 from tools.localcluster.realnodes import IMAGES_BY_KIND
-from tools.mockrt import RunResult
 
 STATE = Path("/s")
 

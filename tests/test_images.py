@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from components import images
+from components.mockrt import ROOT
 from tools import images as tool
-from tools.mockrt import ROOT
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tools.mockrt import SECRET_PLACEHOLDER, RunResult, config_error
+from components.mockrt import SECRET_PLACEHOLDER, RunResult, config_error
 
 NS = "inference"
 BURST_TAINT = "gpucluster.io/burst"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.mockrt import ROOT, RunResult
 from components.security import KUBE_SCORE_IGNORE
-from tools.mockrt import ROOT, RunResult
 from tools.policy import write_for_checkov
 
 KUBE_SCORE = ROOT / ".state" / "bin" / "kube-score"

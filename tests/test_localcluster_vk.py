@@ -14,6 +14,7 @@ from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 
+from components.mockrt import RunResult
 from tools.localcluster.plan import (
     PORT_NAMES,
     Layout,
@@ -29,7 +30,6 @@ from tools.localcluster.plan import (
     virtual_kubelet_process,
 )
 from tools.localcluster.rbac_usage import Grant, Request, grants_from_rules, matches, parse_audit, usage
-from tools.mockrt import RunResult
 
 FILES = VirtualKubeletFiles(Path("/s/vk/kubeconfig"), Path("/s/vk/provider.json"), Path("/s/vk/serving/tls.crt"),
                             Path("/s/vk/serving/tls.key"), Path("/s/pki/ca.crt"))

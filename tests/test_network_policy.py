@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, parse_config
+from components.mockrt import RunResult, raw_from_stack
 from components.network_policy import url_port
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, raw_from_stack
 
 SYS, TEL, INF, MON = "gpu-system", "gpu-telemetry", "inference", "monitoring"
 TENANT = "liqo-tenant-dr-cluster-eu-west-4"

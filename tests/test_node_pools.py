@@ -17,9 +17,9 @@ from agents.node_pools import cli
 from agents.node_pools.contract import NodePoolSettings, Pool, SettingsError, Taint, parse_settings
 from agents.node_pools.decide import Applied, node_patch, read_applied
 from agents.node_pools.shell import NodePools
+from components.mockrt import RunResult
 from components.node_pools import settings_from_config
 from fakes.kube_api import MemoryApi, strategic_merge
-from tools.mockrt import RunResult
 
 PREFIX = "gpucluster.io"
 ANNOTATION = f"{PREFIX}/node-pool-applied"
@@ -271,7 +271,7 @@ def test_settings_follow_the_stack_prefix(run_stack: Any) -> None:
 
 def test_settings_overrides_are_validated_like_the_configmap() -> None:
     from components.config import parse_config
-    from tools.mockrt import raw_from_stack
+    from components.mockrt import raw_from_stack
 
     cfg = parse_config(raw_from_stack("local"), "Pulumi.local.yaml")
     assert settings_from_config(cfg, resync_seconds=30).resync_seconds == 30

@@ -18,10 +18,10 @@ from components.config import ConfigError, parse_config
 from components.dashboards import gpu_fleet
 from components.dashboards.grafana import DATASOURCE, FLEET_UID, HEALTH_UID, TOP
 from components.dcgm_counters import parse as parse_counters
+from components.mockrt import RecordingMocks, RecordingMonitor, RunResult, raw_from_stack, run_program
 from components.observability import alert_thresholds, kube_state_label
 from tests.conftest import StackRunner, raw_stack
 from tests.dashboard_support import boards, queries, query_variables, references, selectors
-from tools.mockrt import RecordingMocks, RecordingMonitor, RunResult, raw_from_stack, run_program
 
 P = "gpu-cluster:"
 SYSTEM_NS = "gpu-system"

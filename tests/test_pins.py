@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components import charts, images, pins
-from tools.mockrt import RunResult
+from components.mockrt import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -777,7 +777,7 @@ def test_stack_policy_reports_the_urn_of_the_offender() -> None:
 
 
 def test_engine_context_reads_the_stack_config_the_engine_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tools.mockrt import stack_config
+    from components.mockrt import stack_config
 
     config, secrets = stack_config("local")
     env = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in config.items()}
@@ -804,7 +804,7 @@ def test_the_pack_serves_the_rules_over_the_analyzer_protocol() -> None:
     from google.protobuf import empty_pb2, struct_pb2
     from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
-    from tools.mockrt import ROOT, stack_config
+    from components.mockrt import ROOT, stack_config
 
     config, _ = stack_config("local")
     env = {**os.environ, "PULUMI_STACK": "local", "PULUMI_PROJECT": "gpu-cluster", "PULUMI_DRY_RUN": "true",

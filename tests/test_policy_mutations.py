@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from components.config import PROJECT
+from components.mockrt import raw_from_stack, run_program
 from policies.rules import Options, Resource, RuleContext, Violation, evaluate
 from tests.conftest import raw_stack
 from tools import policy
-from tools.mockrt import raw_from_stack, run_program
 
 PREFIX = "gpucluster.io"
 BURST_TAINT = f"{PREFIX}/burst"

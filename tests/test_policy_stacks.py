@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from components.config import PROJECT
+from components.mockrt import RunResult, raw_from_stack
 from policies.rules import RULES, Options, Resource, evaluate, scheduling
 from tests.conftest import StackRunner
 from tools import policy
-from tools.mockrt import RunResult, raw_from_stack
 
 PREFIX = "gpu.example.org"
 RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True}

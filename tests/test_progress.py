@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.mockrt import ROOT
+from components.mockrt import ROOT
 from tools.progress import format_elapsed, heartbeat
 
 PROGRESS = ROOT / "tools" / "progress.sh"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from components.config import ClusterConfig
+from components.mockrt import run_program, stack_config
 from components.pins import PROMETHEUS, PROMETHEUS_OPERATOR, prometheus_release
 from tests.test_controller_isolation import restricted_problems
 from tools import image_local
@@ -18,7 +19,6 @@ from tools import images as tool
 from tools.localcluster import prometheus_operator as po
 from tools.localcluster.plan import load_stack_config
 from tools.localcluster.realnodes import IMAGES_BY_KIND
-from tools.mockrt import run_program, stack_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from components.config import parse_config
+from components.mockrt import SECRET_PLACEHOLDER, RunResult, config_error, raw_from_stack
 from components.providers import PRESETS, provider_taint
 from tests.conftest import StackRunner
-from tools.mockrt import SECRET_PLACEHOLDER, RunResult, config_error, raw_from_stack
 
 NS = "gpu-system"
 

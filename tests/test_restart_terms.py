@@ -40,7 +40,7 @@ from bench.sim.restart_inputs import (
     read_measurements,
 )
 from components.config import parse_config
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 A = Assumptions()
 ASYNC = POLICIES[-1]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from agents.node_pools.contract import parse_settings
 from agents.node_pools.decide import node_patch
 from components.config import ConfigError, parse_config
+from components.mockrt import raw_from_stack
 from tools.localcluster import scale, scalerun
 from tools.localcluster.plan import Layout as PlanLayout
 from tools.localcluster.plan import component_commands, volcano_controller_flags
@@ -26,7 +27,6 @@ from tools.localcluster.scalemeasure import (
     requests_by_agent,
     writes_of,
 )
-from tools.mockrt import raw_from_stack
 
 ROOT = Path(__file__).resolve().parents[1]
 

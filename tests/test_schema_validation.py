@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 
 from components.config import parse_config
-from tools.mockrt import RunResult, raw_from_stack
+from components.mockrt import RunResult, raw_from_stack
 from tools.render import manifests
 
 SCHEMAS = Path(__file__).parent / "crd_schemas"

@@ -28,11 +28,11 @@ import pytest
 import yaml
 
 from components.alert_rules import alert_names
+from components.mockrt import RunResult, run_program, stack_config
 from components.naming import Keys
 from tests import dashboard_support, scrape_world
 from tests.promtool_support import PROMTOOL, expected_alert, run_unit_test, series
 from tests.scrape_world import GPU_NODES, GPU_POOL, World
-from tools.mockrt import RunResult, run_program, stack_config
 
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="Debian's prometheus package: make observability-tools")
 

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from components.mockrt import RunResult
 from tests.promtool_support import PROMTOOL
-from tools.mockrt import RunResult
 from tools.scrape_path import (
     ScrapePathError,
     Target,

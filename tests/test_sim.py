@@ -25,7 +25,7 @@ from bench.sim.policies import CONTROLLER, Policy, all_policies, naive_burst, no
 from bench.sim.run import INFERENCE_ALONE, default_workload, inference_alone, load_stack
 from bench.sim.workload import Gang, Spike, Workload, WorkloadSpec, generate, load_trace
 from components.config import parse_config
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 # One 8-GPU node, one 16-GPU virtual node, one service pinned at 2 replicas of 1 GPU whose traffic is
 # exactly one replica's worth, and one single-node training job from t=1000 s to t=4600 s.
@@ -591,7 +591,7 @@ def test_quiet_ticks_match_exact_ticks_through_a_handover() -> None:
 def test_prod_stack_handover_reaches_the_simulation() -> None:
     from components.burst_controller import settings_from_config
     from components.config import parse_config
-    from tools.mockrt import raw_from_stack
+    from components.mockrt import raw_from_stack
 
     cfg = parse_config(raw_from_stack("prod"), "Pulumi.prod.yaml")
     deployed = settings_from_config(cfg)

@@ -15,8 +15,8 @@ from bench.sim.model import ClusterModel, PoolModel, ServiceModel
 from bench.sim.policies import CONTROLLER, Policy, foresighted, no_burst, oracle
 from components.config import Forecast, parse_config
 from components.forecast import ForecastRule, forecast_at
+from components.mockrt import raw_from_stack
 from tests.test_sim import FLAT, ONE, quiet_and_exact, small_stack
-from tools.mockrt import raw_from_stack
 
 STEP = 15.0
 RULE = ForecastRule("svc", "demand", 180, 120, 0, 3600)

@@ -15,8 +15,8 @@ from types import FrameType
 import pytest
 
 from components.config import ConfigError
+from components.mockrt import RecordingMocks, RecordingMonitor, run_program, stack_config
 from tests.corpus.stacks import CASES, Case
-from tools.mockrt import RecordingMocks, RecordingMonitor, run_program, stack_config
 
 #: A render slower than this counts as a hang (a node range of millions).
 HANG_SECONDS = 20

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components.images import image_version
-from tools.mockrt import Registered, RunResult
+from components.mockrt import Registered, RunResult
 
 NS = "gpu-system"
 SYSTEM_POOL = {"gpucluster.io/pool": "system"}

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from components.cluster_settings import RESEARCHER_ROLE, SETTINGS_CONFIGMAP, SETTINGS_KEY, parse_settings
+from components.mockrt import RunResult, config_error
 from tests.conftest import StackRunner
-from tools.mockrt import RunResult, config_error
 
 P = "gpu-cluster:"
 GPU = "nvidia.com/gpu"

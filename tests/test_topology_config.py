@@ -22,8 +22,8 @@ from components.config import (
     nodes_for,
     parse_config,
 )
+from components.mockrt import raw_from_stack
 from components.node_pools import settings_from_config
-from tools.mockrt import raw_from_stack
 
 LOCAL = raw_from_stack("local")
 PROD = raw_from_stack("prod")

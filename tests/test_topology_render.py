@@ -22,6 +22,7 @@ from components.cluster_settings import parse_settings as parse_published
 from components.config import ClusterConfig, parse_config
 from components.fabric import TOPOLOGY_PLUGIN, hypernodes
 from components.gang_scheduler import volcano_scheduler_conf
+from components.mockrt import RunResult, raw_from_stack
 from components.node_pools import settings_from_config
 from components.published_settings import FLAT_SETTINGS_VERSION, IN_PLACE_SETTINGS_VERSION
 from components.training_job import TrainingJobArgs
@@ -31,7 +32,6 @@ from gpucluster_cli.render import volcano_job
 from gpucluster_cli.views import UNSCHEDULED, leaves_line, placement_line
 from tests.conftest import StackRunner
 from tests.test_cli_commands import NS, SPEC, Fake, run, serve
-from tools.mockrt import RunResult, raw_from_stack
 
 P = "gpu-cluster:"
 PREFIX = "gpucluster.io"

@@ -37,7 +37,7 @@ from bench.sim.traces import (
 )
 from bench.sim.workload import Workload
 from components.config import ConfigError, parse_config
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus" / "traces"

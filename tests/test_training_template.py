@@ -21,10 +21,10 @@ import pytest
 
 from components.alert_rules import build_rule_spec
 from components.config import ClusterConfig, SchedulingEngine
+from components.mockrt import RunResult
 from components.observability import alert_thresholds
 from components.training_job import TrainingJobArgs, pod_monitor_spec, volcano_job_spec, worker_pod_template
 from tools.localcluster.plan import load_stack_config
-from tools.mockrt import RunResult
 from training_runtime import TrainingRuntime
 from training_runtime.settings import FRAMEWORK_ENV, Settings
 

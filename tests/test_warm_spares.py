@@ -16,10 +16,10 @@ from agents.node_pools.contract import NodePoolSettings, Pool, Taint, parse_sett
 from agents.node_pools.decide import Applied
 from agents.node_pools.shell import NodePools
 from agents.node_pools.spares import SpareView, choose_spares, target
+from components.mockrt import config_error
 from fakes.kube_api import MemoryApi
 from tests.test_node_pools import ANNOTATION, HEALTH, PREFIX, node
 from tests.test_node_pools import applied as applied_patch
-from tools.mockrt import config_error
 
 SPARE = {"key": f"{PREFIX}/spare", "value": "true", "effect": "NoSchedule"}
 V = SpareView

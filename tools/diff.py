@@ -122,8 +122,8 @@ def verdicts(tree: Path, stack: str, data: dict[str, Any]) -> list[Verdict]:
     changes is the change's doing, not the pack's.
     """
     from components.config import PROJECT, ConfigError
+    from components.mockrt import stack_config
     from policies.rules import evaluate
-    from tools.mockrt import stack_config
     from tools.policy import context_for, resources_from_json
 
     config, secrets = stack_config(stack, tree)

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from components.config import ConfigError, parse_config
+from components.mockrt import ROOT, Registered, RunResult, raw_from_stack, run_program
 from policies.rules import RULES, Options, Resource, RuleContext, Violation, evaluate
-from tools.mockrt import ROOT, Registered, RunResult, raw_from_stack, run_program
 from tools.render import manifests
 
 DOCS = ROOT / "docs" / "policies.md"

@@ -27,8 +27,8 @@ from rich.table import Table
 
 import components
 from components.config import ClusterConfig, ConfigError, parse_config
+from components.mockrt import ROOT, Registered, RunResult, raw_from_stack, run_program
 from tools.engine_select import ENGINE_BUILD_ESTIMATE, EngineChoice, EngineSelectionError, select_engine
-from tools.mockrt import ROOT, Registered, RunResult, raw_from_stack, run_program
 from tools.preview_output import EngineReport
 from tools.preview_output import read as read_engine_output
 from tools.progress import heartbeat

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from components.config import ConfigError
-from tools.mockrt import Registered, RunResult, run_program
+from components.mockrt import Registered, RunResult, run_program
 
 #: Resource types that are not Kubernetes objects of their own (a chart expands on the cluster side).
 NOT_MANIFESTS = ("kubernetes:helm.sh/", "kubernetes:yaml/", "kubernetes:kustomize/")
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.real_nodes:
+            from components.mockrt import stack_config
             from tools.localcluster.stackup import real_node_config
-            from tools.mockrt import stack_config
 
             config, secrets = stack_config(args.stack)
             result = run_program(args.stack, {**config, **real_node_config(args.stack)}, secrets)

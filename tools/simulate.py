@@ -34,7 +34,7 @@ from bench.sim.entry import (
 )
 from components.config import ConfigError, parse_config
 from components.goodput_model import cluster_rows, summary_rows
-from tools.mockrt import raw_from_stack
+from components.mockrt import raw_from_stack
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -389,10 +389,13 @@ def volcano_controller_flags(cfg: Any) -> list[str]:
     return [f"--kube-api-qps={rate.qps}", f"--kube-api-burst={rate.burst}"]
 
 
-def descheduler_command(lay: Layout, ports: Mapping[str, int], interval: str = "20s",
-                        kubeconfig: Path | None = None) -> list[str]:
+def descheduler_command(lay: Layout, ports: Mapping[str, int], kubeconfig: Path | None = None) -> list[str]:
     """The descheduler runs on demand with a policy file (the stack's, for ``make up`` and e2e), as its own
-    ServiceAccount where ``kubeconfig`` holds that account's token (the admin kubeconfig otherwise)."""
+    ServiceAccount where ``kubeconfig`` holds that account's token (the admin kubeconfig otherwise), on the interval
+    the simulator models the local cluster with."""
+    from bench.bench_sim_vs_e2e import LOCAL_DESCHEDULER_INTERVAL_S
+
+    interval = f"{LOCAL_DESCHEDULER_INTERVAL_S}s"
     return [
         str(lay.bin / "descheduler"), f"--kubeconfig={kubeconfig or lay.kubeconfig}",
         f"--policy-config-file={lay.descheduler_policy}", f"--descheduling-interval={interval}",

@@ -83,7 +83,7 @@ KIND_ORDER = ("Namespace", "PriorityClass", "StorageClass", "ClusterRole", "Clus
 def stack_objects(sh: Shape) -> list[dict[str, Any]]:
     """Every Kubernetes object of the stack at the shape's size, as the mock runtime renders it."""
     from components.config.base import PROJECT
-    from tools.mockrt import run_program, stack_config
+    from components.mockrt import run_program, stack_config
     from tools.render import manifests
 
     config, secrets = stack_config(sh.stack, ROOT)
