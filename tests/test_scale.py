@@ -534,3 +534,18 @@ def test_the_gangs_go_to_the_shapes_largest_pool() -> None:
     bigger_second = scale.Shape("x", "b larger", pools=(
         {"name": "a", "nodes": ["n-[1-4]"], "gpusPerNode": 8}, {"name": "b", "nodes": ["m-[1-9]"], "gpusPerNode": 8}))
     assert scale.gang_pool(bigger_second, ROOT) == "b"
+
+
+def test_a_burst_run_can_turn_the_handovers_clearing_on_or_off_and_refuses_a_negative_wait(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
+    from tools.localcluster import scalerun
+
+    prod = scale.shape("prod")
+    assert scale.shape_config(prod, ROOT).burst.handover.clear_after_seconds == 0.0
+    on = scale.shape_config(replace(prod, quick_burst=True, clear_after_s=30.0), ROOT)
+    assert on.burst.handover.clear_after_seconds == 30.0
+    assert on.burst.handover.timeout_seconds == 60.0, "the quick timings stay beside it"
+    assert scalerun.main(["bench", "--shape", "prod", "--clear-after", "-1"]) == 1
+    assert "--clear-after: must be 0 or more seconds, got -1" in capsys.readouterr().err

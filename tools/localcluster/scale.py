@@ -47,6 +47,8 @@ class Shape:
     #: The burst run with the local stack's holds and timeouts (:func:`quick_burst`) instead of the stack's own:
     #: the same path in seconds, not the prod stack's quarter-hour close hold.
     quick_burst: bool = False
+    #: The handover's clearing for the burst run (``burst.handover.clearAfterSeconds``); None: the stack's.
+    clear_after_s: float | None = None
 
 
 #: The timing keys a short burst run takes from the local stack, per section.
@@ -157,6 +159,10 @@ def shape_values(sh: Shape, root: Path) -> dict[str, Any]:
             for k, v in quick.items():
                 section[k] = {**dict(section.get(k) or {}), **v} if isinstance(v, dict) else v
             values[key] = section
+    if sh.clear_after_s is not None:
+        burst = dict(values.get("burst") or {})
+        burst["handover"] = {**dict(burst.get("handover") or {}), "clearAfterSeconds": sh.clear_after_s}
+        values["burst"] = burst
     if sh.system_nodes is not None:
         system = dict(values.get("systemPool") or {"name": "system"})
         system["nodes"] = [f"cpu-sys-[01-{sh.system_nodes:02d}]"]

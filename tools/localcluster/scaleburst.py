@@ -461,6 +461,7 @@ def burst_run(lay: Layout, plan_nodes: NodePlan, cfg: Any, objects: Sequence[Map
               if not stalled or k in (UNGATE, "time_to_standby_ready_s", "time_to_close_s")}
     return {
         "plan": asdict(plan), "settle_s": round(settle_s, 1), "run_s": RUN_S, "stalled": stalled,
+        "clear_after_s": cfg.burst.handover.clear_after_seconds,
         "return_blocked": return_blocked,
         "phases": phases, "simulated": simulated,
         "side_by_side": [{"phase": k, "real_s": phases.get(k), "simulated_s": simulated.get(k),

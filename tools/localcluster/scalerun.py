@@ -519,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
                            "shape's by default, 'none' for none")
             p.add_argument("--burst", choices=("stack", "quick", "none"), default="stack",
                            help="the burst scenario with the stack's timings, the local stack's (short), or none")
+            p.add_argument("--clear-after", type=float, default=None, metavar="SECONDS",
+                           help="the burst run's burst.handover.clearAfterSeconds (the stack's by default; 0: off)")
             p.add_argument("--conditions", default="", help="what else held the machine meanwhile, for the report "
                            "(e.g. 'beside a chaos soak'); empty: nothing")
     args = parser.parse_args(argv)
@@ -539,10 +541,14 @@ def main(argv: list[str] | None = None) -> int:
                 [int(s) for s in args.storms.split(",") if s.strip()] or list(sh.storm_faults))
             crashes = [] if args.crashes == "none" else (
                 [int(s) for s in args.crashes.split(",") if s.strip()] or list(sh.crash_sizes))
-            if args.burst == "quick":
-                from dataclasses import replace
+            from dataclasses import replace
 
+            if args.burst == "quick":
                 sh = replace(sh, quick_burst=True)
+            if args.clear_after is not None:
+                if args.clear_after < 0:
+                    raise ValueError(f"--clear-after: must be 0 or more seconds, got {args.clear_after:g}")
+                sh = replace(sh, clear_after_s=args.clear_after)
             entry = bench(sh, args.runs, sizes, keep=args.keep, storm_faults=storms, crash_sizes=crashes,
                           burst=args.burst != "none")
             merge_results({**entry, "conditions": args.conditions.strip() or None})
