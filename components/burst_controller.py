@@ -6,14 +6,15 @@ the stack's ``burst`` section, rendered with the agent's own :class:`BurstSettin
 does not know fails here, at preview, not at start-up in the cluster. RBAC is exactly what the shell
 calls, and it writes only where it acts:
 
-* cluster-wide: nodes get/list/watch/patch (the burst taint on virtual nodes), pods list/watch (free
-  capacity is counted over every pod); no pod write;
+* cluster-wide: nodes get/list/watch/patch (the burst taint on virtual nodes; with the handover's clearing on,
+  the reservation on the on-prem nodes it clears), pods list/watch (free capacity is counted over every pod); no
+  pod write;
 * in the inference namespace: pods patch (the deletion-cost annotation on replicas that run externally)
   and, with the handover on, the scale of the named standby Deployments only;
 * in the training namespace, with the handover on: pods patch (lifting the handover scheduling gate);
 * in its own namespace: its Lease and the events about it;
-* in ``default``: create events (about virtual nodes: the API server keeps Events about a cluster-scoped object
-  there and refuses them elsewhere).
+* in ``default``: create events (about the nodes it taints: the API server keeps Events about a cluster-scoped
+  object there and refuses them elsewhere).
 
 A pod elsewhere is never written: the API server refuses it (403), and the shell backs off that action.
 """
