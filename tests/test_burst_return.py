@@ -309,3 +309,58 @@ def test_shell_leaves_a_pod_the_pdb_protects_and_tries_again_later() -> None:
     sh.reconcile()
     assert api.evicted == ["inference/svc-ext-0"] and api.count("create:pods/eviction") == 3
 
+
+
+def test_shell_reserves_the_nodes_it_clears_before_evicting_and_gives_them_back_once_the_gang_is_placed() -> None:
+    """The clearing end to end on the in-memory API: a 4-node gang waits in a pool with 2 empty nodes and 2 holding
+    replicas. Past clearAfterSeconds the two nodes get the reservation; only the next cycle, which sees it, evicts
+    their replicas (the replacements cannot come back there); once the gang is bound the reservation comes off."""
+    from agents.burst_controller.shell import NODES, PODS, BurstShell
+    from fakes.burst_objects import gpu_pod, onprem_node
+    from fakes.kube_api import MemoryApi
+
+    clock = [1_700_000_000.0]
+
+    def now() -> float:
+        return clock[0]
+
+    settings = BurstSettings(open_below_free_gpus=1, close_at_free_gpus=64, open_hold_seconds=0,
+                             close_hold_seconds=0, pending_grace_seconds=0, handover_services={"svc": 1},
+                             handover={"clear_after_seconds": 30.0})
+    api = MemoryApi(now)
+    for i in range(1, 5):
+        api.put(NODES, onprem_node(f"n{i}", 8, pool="a"))
+    for i in (1, 2):
+        api.put(PODS, gpu_pod(f"svc-{i}", 2, node=f"n{i}", service="svc", pool="a"))
+    for i in range(4):
+        api.put(PODS, gpu_pod(f"gang-{i}", 8, workload="training", namespace="training", pool="a",
+                              unschedulable=True))
+    sh = BurstShell(settings, api, identity="a", clock=now, monotonic=now, sleep=lambda s: None,
+                    rng=random.Random(7))
+    key = settings.reserved_taint_key
+
+    def reserved() -> dict[str, str]:
+        return {n: t["value"] for n in ("n1", "n2", "n3", "n4")
+                for t in api.get(NODES, n)["spec"].get("taints") or () if t["key"] == key}
+
+    def cycle(seconds: float) -> None:
+        clock[0] += seconds
+        assert sh.elector.step()
+        assert sh.reconcile() is not None
+
+    assert sh.elector.step() and sh.relist(NODES) and sh.relist(PODS)
+    assert sh.reconcile() is not None
+    assert reserved() == {} and not api.evicted  # the scheduler has its clearAfterSeconds first
+    cycle(31)
+    assert reserved() == {"n1": "a", "n2": "a"} and not api.evicted
+    assert [e["reason"] for e in api.events if e["reason"].startswith("Node")] == ["NodeReserved", "NodeReserved"]
+    cycle(5)
+    assert sorted(api.evicted) == ["inference/svc-1", "inference/svc-2"]
+    assert reserved() == {"n1": "a", "n2": "a"}
+    # The replicas gone (evicted) and the gang bound on the four nodes: the reservation comes off.
+    for i in range(4):
+        api.put(PODS, gpu_pod(f"gang-{i}", 8, node=f"n{i + 1}", workload="training", namespace="training", pool="a"))
+    assert sh.relist(PODS)
+    cycle(5)
+    assert reserved() == {}
+    assert sh.metrics.actions.labels("release_node")._value.get() == 2
