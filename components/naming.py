@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from agents.burst_controller import contract as burst_contract
 from agents.burst_controller.contract import BurstKeys
-from agents.node_taints import leaf_label_key, spine_label_key
 
 PART_OF = "unified-gpu-cluster"
 MANAGED_BY = "pulumi"
@@ -47,16 +46,6 @@ class Keys(BurstKeys):
     @property
     def job(self) -> str:
         return f"{self.prefix}/job"
-
-    @property
-    def leaf(self) -> str:
-        """A GPU node's leaf switch (the node-pool agent writes it; the health guard reads it)."""
-        return leaf_label_key(self.prefix)
-
-    @property
-    def spine(self) -> str:
-        """The spine switch above a GPU node's leaf."""
-        return spine_label_key(self.prefix)
 
 
 ONPREM = "onprem"

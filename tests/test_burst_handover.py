@@ -713,6 +713,39 @@ def test_the_view_offers_a_pools_nodes_with_replicas_and_counts_leaving_ones_fre
     assert snapshot.clearable == {"a": (NodeRoom("n1", 6, ((PodRef("inference", "m1"), 2),)), NodeRoom("n2", 8))}
 
 
+def test_in_a_pool_with_a_topology_the_clearing_empties_the_leaf_where_the_free_gpus_are() -> None:
+    """One pod's room is missing; leaf-1 already has a free node and a node with 4 replica GPUs, leaf-2 a node with
+    only 2: the gang, placed by its leaves, spans one leaf only if leaf-1's node is the one cleared."""
+    rooms = (NodeRoom("n1", 4, ((PodRef("inference", "n1-r0"), 4),), "leaf-1"),
+             NodeRoom("n5", 6, ((PodRef("inference", "n5-r0"), 2),), "leaf-2"))
+    base = stalled({8: 1}, pods=2, rooms=rooms)
+    pool = replace(base.pools["a"], free_by_leaf={"leaf-1": 12, "leaf-2": 6})
+    snapshot = replace(base, pools={"a": pool})
+    state = replace(CLOSED, stalled_since={"a": NOW - 40})
+    assert {a.node for a in kinds(decide(snapshot, state, NOW, CLEARING), ActionKind.RESERVE_NODE)} == {"n1"}
+    # Without a topology the node with the fewest replica GPUs goes, as before.
+    flat = replace(base, clearable={"a": tuple(replace(n, leaf="") for n in rooms)})
+    assert {a.node for a in kinds(decide(flat, state, NOW, CLEARING), ActionKind.RESERVE_NODE)} == {"n5"}
+
+
+def test_the_view_offers_each_nodes_leaf_and_the_pools_free_gpus_per_leaf() -> None:
+    def node(name: str, leaf: str | None) -> dict[str, Any]:
+        obj = onprem_node(name, 8, pool="a")
+        if leaf is not None:
+            obj["metadata"]["labels"][S.leaf_label] = leaf
+        return obj
+
+    nodes = [node("n1", "leaf-1"), node("n2", "leaf-1"), node("n3", "leaf-2"), node("n4", None)]
+    pods = [gpu_pod("m1", 2, node="n1", service="svc", namespace="inference"),
+            gpu_pod("t0", 8, workload="training", namespace="training", pool="a", unschedulable=True)]
+    view = ClusterView.from_lists(nodes, pods, S, NOW)
+    snapshot = view.snapshot()
+    assert snapshot.pools["a"].free_by_leaf == {"leaf-1": 14, "leaf-2": 8}
+    assert snapshot.clearable["a"] == (NodeRoom("n1", 6, ((PodRef("inference", "m1"), 2),), "leaf-1"),)
+    view.apply_node("MODIFIED", node("n3", "leaf-1"))  # relabelled: its free GPUs move with it
+    assert view.snapshot().pools["a"].free_by_leaf == {"leaf-1": 22}
+
+
 def test_the_view_reads_the_reservation_of_onprem_nodes_as_it_changes() -> None:
     reserved = onprem_node("n1", 8, pool="a")
     reserved["spec"]["taints"] = [{"key": S.reserved_taint_key, "value": "a", "effect": "NoSchedule"}]

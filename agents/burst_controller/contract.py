@@ -115,6 +115,16 @@ class BurstKeys:
         return node_taints.spare_taint_key(self.prefix)
 
     @property
+    def leaf(self) -> str:
+        """A GPU node's leaf switch (the node-pool agent writes it from the pool's topology)."""
+        return node_taints.leaf_label_key(self.prefix)
+
+    @property
+    def spine(self) -> str:
+        """The spine switch above a GPU node's leaf."""
+        return node_taints.spine_label_key(self.prefix)
+
+    @property
     def reserved_taint(self) -> str:
         """The handover's reservation of a node it cleared for waiting training: training tolerates it."""
         return node_taints.reserved_taint_key(self.prefix)
@@ -445,6 +455,10 @@ class BurstSettings(BurstTunables):
     @cached_property
     def reserved_taint_key(self) -> str:
         return self.keys.reserved_taint
+
+    @cached_property
+    def leaf_label(self) -> str:
+        return self.keys.leaf
 
     @cached_property
     def changed_at_annotation(self) -> str:

@@ -114,6 +114,7 @@ class NodeEntry:
     name: str
     kind: str = MISSING
     pool: str = ""
+    leaf: str = ""  # its leaf switch (the pool's topology label), "" when the pool declares none
     allocatable: int = 0
     eligible: bool = False
     requested: int = 0
@@ -251,11 +252,11 @@ class NodeReplicas:
         """Nodes with replicas, or with replicas leaving (a node being cleared still makes its room)."""
         return [*self.on, *(n for n, gpus in self.leaving.items() if gpus > 0 and n not in self.on)]
 
-    def rooms(self, nodes: Mapping[str, tuple[str, int]]) -> dict[str, tuple[NodeRoom, ...]]:
-        """Per pool, a room for each of ``nodes`` (node -> (pool, free GPUs)), by name."""
+    def rooms(self, nodes: Mapping[str, tuple[str, int, str]]) -> dict[str, tuple[NodeRoom, ...]]:
+        """Per pool, a room for each of ``nodes`` (node -> (pool, free GPUs, leaf)), by name."""
         out: dict[str, list[NodeRoom]] = {}
         for node in sorted(nodes):
-            pool, free = nodes[node]
+            pool, free, leaf = nodes[node]
             replicas = tuple(sorted(self.on.get(node, {}).values(), key=lambda r: r[0].name))
-            out.setdefault(pool, []).append(NodeRoom(node, free + self.leaving.get(node, 0), replicas))
+            out.setdefault(pool, []).append(NodeRoom(node, free + self.leaving.get(node, 0), replicas, leaf))
         return {pool: tuple(rooms) for pool, rooms in out.items()}

@@ -421,8 +421,10 @@ class ClearPlan:
 def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], reserved_since: Mapping[str, float],
                now: float, after_s: float, hold_s: float) -> ClearPlan:
     """Make room for released training that does not fit its pool's free GPUs node by node and has waited
-    ``after_s`` unplaced: reserve, then empty, the fewest nodes that hold its pods once empty, the nodes with the
-    fewest replica GPUs first (what is displaced anyway is at risk, and the standby already covers it).
+    ``after_s`` unplaced: reserve, then empty, the fewest nodes that hold its pods once empty: in a pool with a
+    topology the nodes of the leaves with the most free GPUs first (the gang, placed by its leaves, spans the
+    fewest), then the nodes with the fewest replica GPUs (what is displaced anyway is at risk, and the standby
+    already covers it).
 
     Why: Volcano 1.14.1 places such a gang neither by `allocate` (it discards a gang it cannot place whole) nor by
     `reclaim` (it places a task only onto a node holding pods it may reclaim), when it needs both empty nodes and
@@ -466,8 +468,11 @@ def plan_clear(snapshot: Snapshot, stalled_since: Mapping[str, float], reserved_
         if fits or now - first < after_s or not room.unplaced_pods:
             continue
         left, _ = _place_on_free(room.unplaced_pods, room.free_nodes)
-        # Reserved nodes first, so a clearing under way keeps its nodes as their replicas leave.
-        nodes = sorted(snapshot.clearable.get(pool, ()), key=lambda n: (n.name not in held, n.room - n.free, n.name))
+        # Reserved nodes first, so a clearing under way keeps its nodes as their replicas leave; then the leaves with
+        # the most free GPUs (where the waiting training's placeable part already is, so it spans the fewest).
+        leaf_free = room.free_by_leaf
+        nodes = sorted(snapshot.clearable.get(pool, ()),
+                       key=lambda n: (n.name not in held, -leaf_free.get(n.leaf, 0), n.room - n.free, n.name))
         chosen: list[NodeRoom] = []
         taken: set[str] = set()
         for size in sorted(left, reverse=True):  # each size takes the first nodes with room, in that order

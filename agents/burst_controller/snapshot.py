@@ -81,6 +81,8 @@ class PoolGpus:
     pending_training: int = 0
     free_nodes: Mapping[int, int] = field(default_factory=dict)
     unplaced_pods: Mapping[int, int] = field(default_factory=dict)
+    #: Free GPUs per leaf switch of the pool's topology (empty without one): where the handover clears first.
+    free_by_leaf: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class NodeRoom:
     free: int
     #: The main replicas on it (ready or starting), with the GPUs each holds.
     replicas: tuple[tuple[PodRef, int], ...] = ()
+    #: Its leaf switch ("" when its pool declares no topology).
+    leaf: str = ""
 
     @property
     def room(self) -> int:

@@ -78,6 +78,8 @@ class ClusterView:
         self._unplaced_gpus: dict[str, int] = {}  # training not bound to a node yet, per pool ("" = any)
         # Per pool: free GPUs on a node -> nodes with that many; GPUs per unplaced training pod -> pods.
         self._pool_free_nodes: dict[str, dict[int, int]] = {}
+        # Per pool with a topology: free GPUs per leaf switch.
+        self._leaf_free: dict[str, dict[str, int]] = {}
         self._unplaced_pods: dict[str, dict[int, int]] = {}
         self._gated_pool: dict[PodRef, str] = {}
         # On-prem nodes carrying the handover's reservation taint -> its value (the pool reserved for).
@@ -208,6 +210,7 @@ class ClusterView:
             rec.kind = OTHER
         rec.allocatable = allocatable
         rec.pool = str(labels.get(s.pool_label, "")) if rec.kind == ONPREM else ""
+        rec.leaf = str(labels.get(s.leaf_label, "")) if rec.kind == ONPREM else ""
         # The health guard's quarantine (fatal or degraded), its switch-fault fence and a warm spare's taint keep
         # training off the node, so its GPUs are no on-prem headroom; inference may still run on a degraded node or
         # a spare, but needs no count for it: inference that fits there schedules there and never shows as pending.
@@ -454,7 +457,8 @@ class ClusterView:
         """Per pool with unplaced training, its eligible nodes holding main replicas; O(nodes with replicas)."""
         pools = {pool for pool, gpus in unplaced.items() if pool and gpus > 0}
         nodes = {n: rec for n in self._onprem.nodes() if (rec := self._nodes.get(n)) and rec.eligible} if pools else {}
-        return self._onprem.rooms({n: (rec.pool, rec.onprem_free()) for n, rec in nodes.items() if rec.pool in pools})
+        return self._onprem.rooms({n: (rec.pool, rec.onprem_free(), rec.leaf) for n, rec in nodes.items()
+                                   if rec.pool in pools})
 
     def _add_free(self, rec: NodeEntry, gpus: int) -> None:
         """Add a node's free GPUs (negative: remove them) to the cluster total and to its pool's.
@@ -469,6 +473,8 @@ class ClusterView:
         if rec.pool:
             self._pool_free[rec.pool] = self._pool_free.get(rec.pool, 0) + gpus
             add_count(self._pool_free_nodes.setdefault(rec.pool, {}), abs(gpus), 1 if gpus > 0 else -1)
+            if rec.leaf:
+                add_count(self._leaf_free.setdefault(rec.pool, {}), rec.leaf, gpus)
 
     def _update_cost_need(self, pod: PodEntry) -> None:
         rec = self._nodes.get(pod.node)
@@ -595,6 +601,7 @@ class ClusterView:
                 pending_training=pending.get(pool, 0),
                 free_nodes=dict(self._pool_free_nodes.get(pool) or {}),
                 unplaced_pods=dict(unplaced.get(pool) or {}),
+                free_by_leaf=dict(self._leaf_free.get(pool) or {}),
             )
             for pool in free.keys() | pending.keys() | unplaced.keys()
             if pool and (free.get(pool, 0) or pending.get(pool, 0) or unplaced.get(pool))
