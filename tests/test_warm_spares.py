@@ -38,6 +38,9 @@ V = SpareView
     ("a new spare in the leaf with the fewest", [V("a1", "L1", spare=True), V("a2", "L1"), V("b1", "L2")], 2,
      {"a1", "b1"}),
     ("no idle node: fewer spares than wanted", [V("a", training=True), V("b", spare=True)], 2, {"b"}),
+    # The burst handover emptied it for a gang that waits: training does not tolerate the spare taint.
+    ("a node reserved for waiting training is not taken", [V("a", reserved=True), V("b")], 1, {"b"}),
+    ("a spare already is kept though reserved since", [V("a", spare=True, reserved=True), V("b")], 1, {"a"}),
     ("none wanted", [V("a", spare=True), V("b")], 0, set()),
 ])
 def test_which_nodes_are_spares(case: str, nodes: list[SpareView], spares: int, expected: set[str]) -> None:
@@ -46,7 +49,7 @@ def test_which_nodes_are_spares(case: str, nodes: list[SpareView], spares: int, 
 
 VIEW = st.builds(SpareView, name=st.sampled_from([f"n{i}" for i in range(12)]),
                  leaf=st.sampled_from([None, "L1", "L2", "L3"]), quarantined=st.booleans(), fenced=st.booleans(),
-                 spare=st.booleans(), training=st.booleans())
+                 spare=st.booleans(), training=st.booleans(), reserved=st.booleans())
 
 
 @given(nodes=st.lists(VIEW, max_size=12, unique_by=lambda v: v.name), spares=st.integers(0, 6))
@@ -57,18 +60,19 @@ def test_spares_are_usable_idle_or_kept_never_more_than_wanted_and_stable(nodes:
     want = target(spares, nodes)
     usable = [n for n in nodes if not n.quarantined and not n.fenced]
     kept = [n for n in usable if n.spare]
-    idle = [n for n in usable if not n.spare and not n.training]
+    idle = [n for n in usable if not n.spare and not n.training and not n.reserved]
     assert len(chosen) == min(want, len(kept) + len(idle))
     for name in chosen:
         n = by_name[name]
         assert not n.quarantined and not n.fenced  # only a node that can serve
-        assert n.spare or not n.training  # a busy node is never taken
+        assert n.spare or not (n.training or n.reserved)  # a busy or reserved node is never taken
     if want >= len(kept):  # nothing to release: every spare stays one (no flip on an unrelated event)
         assert {n.name for n in kept} <= chosen
     else:  # only spares, no new one, while some must go
         assert chosen <= {n.name for n in kept}
     # Applying the choice and asking again changes nothing.
-    again = [SpareView(n.name, n.leaf, n.quarantined, n.fenced, n.name in chosen, n.training) for n in nodes]
+    again = [SpareView(n.name, n.leaf, n.quarantined, n.fenced, n.name in chosen, n.training, n.reserved)
+             for n in nodes]
     assert choose_spares(again, spares) == chosen
 
 
@@ -161,6 +165,8 @@ def test_without_spares_the_agent_watches_no_pods() -> None:
     (Pool(name="p", nodes=["gpu-[1-2]"], spares=2), "pool p: spares (2) must be fewer than its nodes (2)"),
     (Pool(name="p", nodes=["gpu-[1-2]"], taints=[Taint(key=f"{PREFIX}/spare", effect="NoSchedule")]),
      f"pool p: {PREFIX}/spare belongs to the pool's spares; a pool may not set it"),
+    (Pool(name="p", nodes=["gpu-[1-2]"], taints=[Taint(key=f"{PREFIX}/reserved", effect="NoSchedule")]),
+     f"pool p: {PREFIX}/reserved belongs to the burst handover; a pool may not set it"),
 ])
 def test_settings_refuse_spares_that_leave_no_node_and_the_spare_taint_as_a_pool_taint(pool: Pool,
                                                                                        expected: str) -> None:

@@ -19,6 +19,7 @@ from agents.node_names import expand_node_names
 from agents.node_taints import (
     health_taint_key,
     leaf_label_key,
+    reserved_taint_key,
     spare_taint_key,
     spine_label_key,
     switch_fault_taint_key,
@@ -129,8 +130,10 @@ class NodePoolSettings(_Model):
         if dupes:
             problems.append(f"pool names must be unique, repeated: {', '.join(dupes)}")
         owner: dict[str, str] = {}
-        guarded_keys = (health_taint_key(self.label_prefix), switch_fault_taint_key(self.label_prefix),
-                        spare_taint_key(self.label_prefix))
+        guarded_keys = {health_taint_key(self.label_prefix): "the health guard",
+                        switch_fault_taint_key(self.label_prefix): "the health guard",
+                        spare_taint_key(self.label_prefix): "the pool's spares",
+                        reserved_taint_key(self.label_prefix): "the burst handover"}
         for pool in self.pools:
             try:
                 members = expand_node_names(pool.nodes)
@@ -144,10 +147,8 @@ class NodePoolSettings(_Model):
             keys = [t.key for t in pool.taints]
             if len(set(keys)) != len(keys):
                 problems.append(f"pool {pool.name}: taint keys must be unique, got {keys}")
-            for guarded in guarded_keys:
+            for guarded, owner_of in guarded_keys.items():
                 if guarded in keys or guarded in pool.labels:
-                    spare = guarded == spare_taint_key(self.label_prefix)
-                    owner_of = "the pool's spares" if spare else "the health guard"
                     problems.append(f"pool {pool.name}: {guarded} belongs to {owner_of}; a pool may not set it")
             if pool.fabric is not None:
                 problems += _fabric_problems(pool, self.label_prefix)

@@ -28,7 +28,13 @@ from agents.kit.port import BASE_CONNECTIONS, NODES, PODS, STRATEGIC_MERGE_PATCH
 from agents.node_pools.contract import APP, NodePoolSettings, Pool
 from agents.node_pools.decide import node_patch
 from agents.node_pools.spares import SpareView, choose_spares
-from agents.node_taints import health_taint_key, leaf_label_key, spare_taint_key, switch_fault_taint_key
+from agents.node_taints import (
+    health_taint_key,
+    leaf_label_key,
+    reserved_taint_key,
+    spare_taint_key,
+    switch_fault_taint_key,
+)
 
 log = logging.getLogger(APP)
 
@@ -155,7 +161,7 @@ class NodePools:
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
         prefix = self.settings.label_prefix
         quarantine, fence = health_taint_key(prefix), switch_fault_taint_key(prefix)
-        leaf_key, spare_key = leaf_label_key(prefix), spare_taint_key(prefix)
+        leaf_key, spare_key, reserved = leaf_label_key(prefix), spare_taint_key(prefix), reserved_taint_key(prefix)
         changed: set[str] = set()
         for pool in self.spare_pools:
             views = []
@@ -166,7 +172,8 @@ class NodePools:
                 taints = {str(t.get("key")) for t in (node.get("spec") or {}).get("taints") or []}
                 labels = (node.get("metadata") or {}).get("labels") or {}
                 views.append(SpareView(name=name, leaf=labels.get(leaf_key), quarantined=quarantine in taints,
-                                       fenced=fence in taints, spare=spare_key in taints, training=name in busy))
+                                       fenced=fence in taints, spare=spare_key in taints, training=name in busy,
+                                       reserved=reserved in taints))
             carried = frozenset(v.name for v in views if v.spare)
             chosen = choose_spares(views, pool.spares) if pods is not None else carried
             before = self.spares.get(pool.name, carried)

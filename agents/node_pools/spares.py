@@ -36,6 +36,9 @@ class SpareView:
     spare: bool = False
     #: A training pod runs on it: it is not idle, so it is never taken as a spare.
     training: bool = False
+    #: The burst handover reserved it for training that waits (``<prefix>/reserved``): an empty node, but the gang's,
+    #: so it is not taken as a spare meanwhile (training does not tolerate the spare taint).
+    reserved: bool = False
 
 
 def target(spare_nodes: int, nodes: Iterable[SpareView]) -> int:
@@ -55,7 +58,7 @@ def choose_spares(nodes: Sequence[SpareView], spare_nodes: int) -> frozenset[str
     keep = sorted((n for n in usable if n.spare), key=lambda n: (lost.get(n.leaf, 0), n.name))[:want]
     chosen = {n.name for n in keep}
     per_leaf = Counter(n.leaf for n in keep)
-    candidates = [n for n in usable if not n.spare and not n.training]
+    candidates = [n for n in usable if not n.spare and not n.training and not n.reserved]
     while len(chosen) < want and candidates:
         # The leaf with the fewest spares first, then one that lost no node, then by name.
         pick = min(candidates, key=lambda n: (per_leaf.get(n.leaf, 0), lost.get(n.leaf, 0), n.name))
