@@ -335,6 +335,7 @@ def _burst_table(shapes: dict[str, Any]) -> list[str]:
         cycles = [c for c in listed if _figure(c) is not None] if isinstance(listed, list) else []
         measured = _mapping(shapes.get(name)).get("measured_burst", "?")
         stalled = _mapping(run.get("stalled"))
+        clear = run.get("clear_after_s")
         lines.append(
             f"- {name} ({run.get('timings', '?')} timings, measured {measured}): the services at maxReplicas "
             f"({plan.get('inference_gpus')} GPUs), {plan.get('background_pods')} pods of other training, then a "
@@ -345,6 +346,8 @@ def _burst_table(shapes: dict[str, Any]) -> list[str]:
             f"{run.get('burst_taint_effects')}; descheduler evictions per cycle "
             f"{max(cycles) if cycles else '–'} at most over {len(cycles)} cycles "
             f"(limit {run.get('descheduler_limit')}); mutating calls p99 {run.get('apiserver_mutating_p99_s')} s."
+            + (f" The handover cleared the gang's room after {_figure(clear):g} s (reserving its nodes first); its "
+               f"evictions by answer {run.get('burst_controller_evictions') or {}}." if _figure(clear) else "")
             + (f" **Stalled**: {stalled.get('reason')}." if stalled else ""))
     return [*lines, ""]
 

@@ -141,10 +141,16 @@ def test_the_burst_run_sits_beside_the_simulators_prediction_phase_by_phase() ->
     assert "| every replica home, from the gang's end | 300.5 | never |" in text
     assert "| the whole gang Running | never | never |" in text
     assert "descheduler evictions per cycle 16 at most over 3 cycles (limit 16)" in text
+    assert "cleared the gang's room" not in text  # the clearing was off
+    burst.update(clear_after_s=30.0, burst_controller_evictions={"201": 120, "429": 40})
+    text = bench_scale.to_markdown({"shapes": {"small": {"burst": burst}}, "anchors": bench_scale.ANCHORS})
+    assert ("The handover cleared the gang's room after 30 s (reserving its nodes first); its evictions by answer "
+            "{'201': 120, '429': 40}.") in text
 
 
 @given(st.dictionaries(st.sampled_from(["phases", "simulated", "plan", "descheduler_evictions_per_cycle",
-                                        "fewest_ready"]), st.one_of(FIGURE, st.dictionaries(
+                                        "fewest_ready", "clear_after_s", "burst_controller_evictions"]),
+                       st.one_of(FIGURE, st.dictionaries(
                            st.sampled_from(["time_to_open_s", "pool", "x"]), FIGURE, max_size=3)), max_size=5))
 def test_a_burst_entry_of_any_shape_renders_never_an_error(burst: dict[str, Any]) -> None:
     text = bench_scale.to_markdown({"shapes": {"s": {"burst": burst}}, "anchors": bench_scale.ANCHORS})
