@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from agents.burst_controller.contract import VK_PROVIDER_TAINT, BurstSettings
 from agents.burst_controller.snapshot import NodeRoom, PodRef, ServiceReplicas
 
 ONPREM = "onprem"
@@ -125,6 +126,12 @@ class NodeEntry:
     provider_taint_missing: bool = False
     resource_version: str = ""
     pods: set[str] = field(default_factory=set)
+    reserved: str | None = None  # the handover's reservation on an on-prem node: the pool it names
+
+    def forget(self) -> None:
+        """The node went away: only its pods stay (parked on it until they go too)."""
+        self.kind, self.allocatable, self.eligible, self.taints = MISSING, 0, False, []
+        self.pool, self.leaf, self.reserved = "", "", None
 
     def onprem_alloc(self) -> int:
         return self.allocatable if self.kind == ONPREM and self.eligible else 0
@@ -260,3 +267,56 @@ class NodeReplicas:
             replicas = tuple(sorted(self.on.get(node, {}).values(), key=lambda r: r[0].name))
             out.setdefault(pool, []).append(NodeRoom(node, free + self.leaving.get(node, 0), replicas, leaf))
         return {pool: tuple(rooms) for pool, rooms in out.items()}
+
+
+def read_node(s: BurstSettings, rec: NodeEntry, node: Obj) -> None:
+    """Read one node's role, pool, leaf, GPUs, schedulability, taints and the handover's reservation into ``rec``."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    taints = [t for t in spec.get("taints") or () if isinstance(t, dict)]
+    allocatable = parse_gpus((status.get("allocatable") or {}).get(s.gpu_resource))
+    provider = labels.get(s.provider_label, "")
+    location = labels.get(s.location_label)
+    is_virtual = (
+        location == "external"
+        or bool(provider)
+        or labels.get("type") == "virtual-kubelet"
+        or any(t.get("key") == VK_PROVIDER_TAINT for t in taints)
+    )
+    if is_virtual:
+        rec.kind = VIRTUAL
+        rec.provider = provider or next(
+            (str(t.get("value", "")) for t in taints if t.get("key") == VK_PROVIDER_TAINT), ""
+        )
+    elif location == ONPREM or allocatable > 0:
+        rec.kind = ONPREM
+    else:
+        rec.kind = OTHER
+    rec.allocatable = allocatable
+    rec.pool = str(labels.get(s.pool_label, "")) if rec.kind == ONPREM else ""
+    rec.leaf = str(labels.get(s.leaf_label, "")) if rec.kind == ONPREM else ""
+    # The health guard's quarantine (fatal or degraded), its switch-fault fence and a warm spare's taint keep
+    # training off the node, so its GPUs are no on-prem headroom; inference may still run on a degraded node or
+    # a spare, but needs no count for it: inference that fits there schedules there and never shows as pending.
+    blocking_keys = (s.thermal_taint_key, s.health_taint_key, s.switch_fault_taint_key, s.spare_taint_key)
+    blocked = any(
+        t.get("effect") in BLOCKING_EFFECTS
+        and (t.get("key") in blocking_keys or t.get("key") in UNSCHEDULABLE_TAINTS)
+        for t in taints
+    )
+    not_ready = any(
+        c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions") or ()
+    )
+    rec.eligible = not spec.get("unschedulable", False) and not blocked and not not_ready
+    rec.taint_effect = burst_effect([str(t.get("effect")) for t in taints if t.get("key") == s.taint_key])
+    rec.changed_at = parse_timestamp((meta.get("annotations") or {}).get(s.changed_at_annotation))
+    rec.taints = taints
+    wanted = s.provider_taints.get(rec.provider) if rec.kind == VIRTUAL else None
+    rec.provider_taint_missing = wanted is not None and not any(
+        f"{t.get('key')}={t.get('value', '')}" == wanted for t in taints
+    )
+    rec.resource_version = str(meta.get("resourceVersion", ""))
+    rec.reserved = next((str(t.get("value", "")) for t in taints if t.get("key") == s.reserved_taint_key),
+                        None) if rec.kind == ONPREM else None

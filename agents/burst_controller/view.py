@@ -16,17 +16,13 @@ from agents.burst_controller.contract import (
     GANG_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
     RETURN_ROLE,
-    VK_PROVIDER_TAINT,
     WARM_ROLE,
     BurstSettings,
 )
 from agents.burst_controller.objects import (
-    BLOCKING_EFFECTS,
     MISSING,
     ONPREM,
-    OTHER,
     TERMINAL_PHASES,
-    UNSCHEDULABLE_TAINTS,
     VIRTUAL,
     GangEntry,
     NodeEntry,
@@ -36,12 +32,11 @@ from agents.burst_controller.objects import (
     PodEntry,
     ServiceCounts,
     add_count,
-    burst_effect,
     name_of,
-    parse_gpus,
     parse_timestamp,
     pod_gpus,
     pod_pool,
+    read_node,
 )
 from agents.burst_controller.snapshot import (
     InfeasibleGang,
@@ -156,9 +151,9 @@ class ClusterView:
         provider = rec.provider
         where = (rec.kind, rec.pool)
         if event_type == "DELETED":
-            rec.kind, rec.allocatable, rec.eligible, rec.taints, rec.pool = MISSING, 0, False, [], ""
+            rec.forget()
         else:
-            self._read_node(rec, node)
+            read_node(self._s, rec, node)
         if self._services and where != (rec.kind, rec.pool):
             # Rare (a node appears after its pods, or is relabelled); pods per node are few.
             for key in rec.pods:
@@ -171,67 +166,15 @@ class ClusterView:
             self._virtual.add(name)
         else:
             self._virtual.discard(name)
-        reserved = next((str(t.get("value", "")) for t in rec.taints if t.get("key") == self._s.reserved_taint_key),
-                        None) if rec.kind == ONPREM else None
-        if reserved is None:
+        if rec.reserved is None:
             self._reserved.pop(name, None)
         else:
-            self._reserved[name] = reserved
+            self._reserved[name] = rec.reserved
         if was_virtual != (rec.kind == VIRTUAL) or provider != rec.provider:
             for key in rec.pods:  # rare: a node turned virtual, went away or changed provider; pods per node are few
                 self._update_cost_need(self._pods[key])
         if rec.kind == MISSING and not rec.pods:
             del self._nodes[name]
-
-    def _read_node(self, rec: NodeEntry, node: Obj) -> None:
-        s = self._s
-        meta = node.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        spec = node.get("spec") or {}
-        status = node.get("status") or {}
-        taints = [t for t in spec.get("taints") or () if isinstance(t, dict)]
-        allocatable = parse_gpus((status.get("allocatable") or {}).get(s.gpu_resource))
-        provider = labels.get(s.provider_label, "")
-        location = labels.get(s.location_label)
-        is_virtual = (
-            location == "external"
-            or bool(provider)
-            or labels.get("type") == "virtual-kubelet"
-            or any(t.get("key") == VK_PROVIDER_TAINT for t in taints)
-        )
-        if is_virtual:
-            rec.kind = VIRTUAL
-            rec.provider = provider or next(
-                (str(t.get("value", "")) for t in taints if t.get("key") == VK_PROVIDER_TAINT), ""
-            )
-        elif location == ONPREM or allocatable > 0:
-            rec.kind = ONPREM
-        else:
-            rec.kind = OTHER
-        rec.allocatable = allocatable
-        rec.pool = str(labels.get(s.pool_label, "")) if rec.kind == ONPREM else ""
-        rec.leaf = str(labels.get(s.leaf_label, "")) if rec.kind == ONPREM else ""
-        # The health guard's quarantine (fatal or degraded), its switch-fault fence and a warm spare's taint keep
-        # training off the node, so its GPUs are no on-prem headroom; inference may still run on a degraded node or
-        # a spare, but needs no count for it: inference that fits there schedules there and never shows as pending.
-        blocking_keys = (s.thermal_taint_key, s.health_taint_key, s.switch_fault_taint_key, s.spare_taint_key)
-        blocked = any(
-            t.get("effect") in BLOCKING_EFFECTS
-            and (t.get("key") in blocking_keys or t.get("key") in UNSCHEDULABLE_TAINTS)
-            for t in taints
-        )
-        not_ready = any(
-            c.get("type") == "Ready" and c.get("status") != "True" for c in status.get("conditions") or ()
-        )
-        rec.eligible = not spec.get("unschedulable", False) and not blocked and not not_ready
-        rec.taint_effect = burst_effect([str(t.get("effect")) for t in taints if t.get("key") == s.taint_key])
-        rec.changed_at = parse_timestamp((meta.get("annotations") or {}).get(s.changed_at_annotation))
-        rec.taints = taints
-        wanted = s.provider_taints.get(rec.provider) if rec.kind == VIRTUAL else None
-        rec.provider_taint_missing = wanted is not None and not any(
-            f"{t.get('key')}={t.get('value', '')}" == wanted for t in taints
-        )
-        rec.resource_version = str(meta.get("resourceVersion", ""))
 
     def _add_capacity(self, rec: NodeEntry, sign: int) -> None:
         """Count (sign 1) or uncount (-1) a listed on-prem GPU node, eligible or not."""
