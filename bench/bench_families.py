@@ -123,7 +123,7 @@ MECHANISM_FIGURES = ("inference_availability", "worst_window_availability", "ext
                      "shortfall_starting", "shortfall_replacing", "taint_flips")
 FIGURES = ("inference_availability", "worst_window_availability", "external_gpu_hours", "standby_gpu_hours",
            "shortfall_starting", "shortfall_replacing", "shortfall_unasked", "shortfall_external_full",
-           "taint_flips")
+           "taint_flips", "gang_wait_hours_mean")
 
 
 def cases() -> list[str]:
@@ -381,15 +381,19 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines = [f"### Demand families ({result['gpus']:,} on-prem GPUs, {result['days']:g} days after "
              f"{result['warmup_days']:g} warm-up day, seed {result['seed']})", "",
              "| family | policy | availability | worst 5 min | external GPU·h | standby GPU·h | shortfall: starting | "
-             "shortfall: replacing | shortfall: unasked | flips |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "shortfall: replacing | shortfall: unasked | flips | gang wait h |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row, entry in result["families"].items():
         for name, f in entry["policies"].items():
             ext = "–" if name == INFERENCE_ALONE else f"{f['external_gpu_hours']:,.0f}"
             standby = "–" if name == INFERENCE_ALONE else f"{f['standby_gpu_hours'] or 0:,.0f}"
+            # What the training side pays for the policy: the mean wait of a gang, queueing and the gate together.
+            wait = f.get("gang_wait_hours_mean")
+            waited = "–" if name == INFERENCE_ALONE or wait is None else f"{wait:.3f}"
             lines.append(f"| {row} | {name} | {f['inference_availability']:.3%} | "
                          f"{f['worst_window_availability']:.1%} | {ext} | {standby} | "
                          f"{f['shortfall_starting'] or 0:.4f} | {f['shortfall_replacing'] or 0:.4f} | "
-                         f"{f['shortfall_unasked'] or 0:.4f} | {f['taint_flips']} |")
+                         f"{f['shortfall_unasked'] or 0:.4f} | {f['taint_flips']} | {waited} |")
     lines += ["", f"| family | controller below the services-alone bound (points) | of its shortfall, while the "
               f"virtual nodes were full (points) | controller's external GPU·h / oracle's | within "
               f"{result['target_gap_points']} |", "|---|---|---|---|---|"]

@@ -41,6 +41,21 @@ def test_the_report_prints_every_mechanism_beside_the_stacks_settings(row: dict[
         assert f"| steep-ramps | {label} |" in table
 
 
+def test_the_table_carries_each_policys_mean_gang_wait_and_a_report_without_it_still_renders(
+        row: dict[str, Any]) -> None:
+    """What the training side pays for a policy sits beside what inference gets (the gate's early release traded
+    availability for gang wait: issue 47's note)."""
+    wait = row["policies"]["controller"]["gang_wait_hours_mean"]
+    assert isinstance(wait, float) and wait >= 0
+    text = bf.to_markdown(bf.result({"steep-ramps": row}, 0.1))
+    assert "| flips | gang wait h |" in text
+    assert "| steep-ramps | controller | " in text and f" | {wait:.3f} |" in text
+    assert "| steep-ramps | inference alone |" in text
+    older = {**row, "policies": {name: {k: v for k, v in f.items() if k != "gang_wait_hours_mean"}
+                                 for name, f in row["policies"].items()}}
+    assert "| steep-ramps | controller |" in bf.to_markdown(bf.result({"steep-ramps": older}, 0.1))
+
+
 def test_the_steep_ramps_are_also_sampled_every_minute_and_both_traces_are_rows() -> None:
     from bench.sim.families import case
 
